@@ -1,0 +1,1157 @@
+//! Reading and writing telemetry and flow records: Parquet (the interchange format), plain CSV
+//! (for spreadsheets and quick looks), and the HPCC simulator's FCT text format (so results can
+//! be compared line by line with HPCC runs).
+//!
+//! Column names are the struct field names of [`TelemetrySample`] and [`FlowRecord`], so a
+//! file written by pandas or pyarrow with the documented names reads back without a mapping
+//! table. Types are strict: a reader reports a column of another type instead of guessing a
+//! conversion, because silently casting counters (signed, float) hides conversion bugs upstream.
+//!
+//! Every writer goes through a `<path>.tmp` file that is synced and then renamed, so a crash or
+//! a full disk never leaves a truncated file under the real name.
+
+use std::fmt::Display;
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+use polars::prelude::*;
+
+use crate::records::{FlowRecord, TelemetrySample, TELEMETRY_SCHEMA_VERSION};
+
+/// Parquet key-value metadata key under which [`write_telemetry_parquet`] records
+/// [`TELEMETRY_SCHEMA_VERSION`]; the schema version travels inside the file so that a file
+/// copied away from its producer still says which contract it follows.
+pub const TELEMETRY_SCHEMA_KEY: &str = "ecn_tuner.telemetry_schema";
+
+/// Telemetry column names in file order (= [`TelemetrySample`] field order). Public so that
+/// converters and validators can check a foreign file's header against one list.
+pub const TELEMETRY_COLUMNS: [&str; 18] = [
+    "ts_ns",
+    "switch",
+    "port",
+    "queue",
+    "link_bps",
+    "queue_bytes",
+    "queue_bytes_avg",
+    "queue_bytes_max",
+    "tx_bytes",
+    "tx_pkts",
+    "ecn_marked_pkts",
+    "pfc_pause_rx",
+    "pfc_pause_tx",
+    "paused_ns",
+    "drops",
+    "kmin_bytes",
+    "kmax_bytes",
+    "pmax",
+];
+
+/// Flow-record column names in file order (= [`FlowRecord`] field order).
+pub const FLOW_COLUMNS: [&str; 10] = [
+    "src",
+    "dst",
+    "sport",
+    "dport",
+    "priority",
+    "size_bytes",
+    "start_ns",
+    "fct_ns",
+    "ideal_ns",
+    "slowdown",
+];
+
+/// Priority that HPCC's FCT file leaves implicit: its RDMA flows all run on priority group 3.
+pub const HPCC_PRIORITY: u8 = 3;
+
+/// Why a read or write failed. Every variant names the file, and the row, column or line when
+/// known, so that the one-line `Display` is enough for a user to find the problem.
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    /// The operating system refused an operation on the file (open, write, sync, rename).
+    #[error("{}: cannot {action}: {err}", .path.display())]
+    Io {
+        /// The file concerned (for writes, the destination, not the `.tmp` file).
+        path: PathBuf,
+        /// What was attempted, e.g. `open for reading`.
+        action: &'static str,
+        /// The underlying error.
+        err: std::io::Error,
+    },
+    /// The file is not readable Parquet (truncated, corrupt, not Parquet at all), or polars
+    /// could not encode the frame.
+    #[error("{}: Parquet error: {message}", .path.display())]
+    Parquet {
+        /// The file concerned.
+        path: PathBuf,
+        /// The decoder's message, flattened to one line.
+        message: String,
+    },
+    /// A required column is absent.
+    #[error("{}: missing column `{column}`", .path.display())]
+    MissingColumn {
+        /// The file concerned.
+        path: PathBuf,
+        /// The missing column.
+        column: String,
+    },
+    /// A column exists but has another type than the schema requires.
+    #[error("{}: column `{column}` has type {found}, expected {expected}", .path.display())]
+    WrongType {
+        /// The file concerned.
+        path: PathBuf,
+        /// The offending column.
+        column: String,
+        /// The type the schema requires.
+        expected: String,
+        /// The type found in the file.
+        found: String,
+    },
+    /// A null in a column that the schema declares non-nullable.
+    #[error("{}: column `{column}`, row {row}: null in a non-nullable column", .path.display())]
+    Null {
+        /// The file concerned.
+        path: PathBuf,
+        /// The offending column.
+        column: String,
+        /// 0-based row index.
+        row: usize,
+    },
+    /// A value that the target format cannot represent or that makes no sense.
+    #[error("{}: column `{column}`, row {row}: {message}", .path.display())]
+    BadValue {
+        /// The file concerned.
+        path: PathBuf,
+        /// The offending column.
+        column: String,
+        /// 0-based row index.
+        row: usize,
+        /// What is wrong with the value.
+        message: String,
+    },
+    /// A line of a text file does not parse.
+    #[error("{}:{line}: {message}", .path.display())]
+    BadLine {
+        /// The file concerned.
+        path: PathBuf,
+        /// 1-based line number, as editors and `grep -n` count.
+        line: usize,
+        /// What is wrong with the line.
+        message: String,
+    },
+    /// The file declares a telemetry schema of another major version.
+    #[error(
+        "{}: telemetry schema version {found}, but this build reads version {expected}",
+        .path.display()
+    )]
+    SchemaVersion {
+        /// The file concerned.
+        path: PathBuf,
+        /// Version recorded in the file.
+        found: String,
+        /// [`TELEMETRY_SCHEMA_VERSION`].
+        expected: String,
+    },
+}
+
+impl IoError {
+    fn io(path: &Path, action: &'static str, err: std::io::Error) -> Self {
+        IoError::Io {
+            path: path.to_path_buf(),
+            action,
+            err,
+        }
+    }
+
+    fn parquet(path: &Path, message: impl Display) -> Self {
+        IoError::Parquet {
+            path: path.to_path_buf(),
+            message: one_line(&message.to_string()),
+        }
+    }
+}
+
+/// Polars messages can span lines (hints, schema dumps); the contract is one line per error.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Runs a polars call and turns both its errors and its panics into [`IoError::Parquet`]:
+/// the Parquet decoder reads untrusted bytes and has been known to panic on corrupt input,
+/// and the readers promise an error, not a crash.
+fn guarded<T>(path: &Path, f: impl FnOnce() -> PolarsResult<T>) -> Result<T, IoError> {
+    match panic::catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(IoError::parquet(path, e)),
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            Err(IoError::parquet(path, format!("decoder panicked: {what}")))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Atomic writes
+
+/// `<path>.tmp`, beside the destination so that the final rename stays on one filesystem
+/// (and is therefore atomic).
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".tmp");
+    PathBuf::from(s)
+}
+
+/// Writes through `<path>.tmp`, syncs, then renames over `path`. The sync comes before the
+/// rename because otherwise a crash can persist the rename but not the data, leaving an empty
+/// or partial file under the real name — exactly what the temporary file is meant to prevent.
+fn write_atomically(
+    path: &Path,
+    body: impl FnOnce(&mut BufWriter<File>) -> Result<(), IoError>,
+) -> Result<(), IoError> {
+    let tmp = tmp_path(path);
+    let result = (|| {
+        let file = File::create(&tmp).map_err(|e| IoError::io(path, "create temporary file", e))?;
+        let mut w = BufWriter::new(file);
+        body(&mut w)?;
+        let file = w
+            .into_inner()
+            .map_err(|e| IoError::io(path, "write", e.into_error()))?;
+        file.sync_all().map_err(|e| IoError::io(path, "sync", e))?;
+        fs::rename(&tmp, path).map_err(|e| IoError::io(path, "rename temporary file into place", e))
+    })();
+    if result.is_err() {
+        // Best effort: the original error matters more than a failed cleanup.
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn write_parquet_frame(
+    path: &Path,
+    mut df: DataFrame,
+    kv: Option<KeyValueMetadata>,
+) -> Result<(), IoError> {
+    write_atomically(path, |w| {
+        guarded(path, || {
+            ParquetWriter::new(w)
+                .with_compression(ParquetCompression::Zstd(None))
+                .with_key_value_metadata(kv)
+                .finish(&mut df)
+        })?;
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parquet reading helpers
+
+/// A decoded Parquet file plus its path, so that every column accessor can produce errors that
+/// name the file.
+struct ParquetFile<'a> {
+    path: &'a Path,
+    df: DataFrame,
+    /// File-level key-value metadata, `(key, value)`.
+    kv: Vec<(String, Option<String>)>,
+}
+
+impl<'a> ParquetFile<'a> {
+    fn open(path: &'a Path) -> Result<Self, IoError> {
+        let file = File::open(path).map_err(|e| IoError::io(path, "open for reading", e))?;
+        let (df, kv) = guarded(path, || {
+            let mut reader = ParquetReader::new(file);
+            let kv = reader
+                .get_metadata()?
+                .key_value_metadata
+                .iter()
+                .flatten()
+                .map(|kv| (kv.key.clone(), kv.value.clone()))
+                .collect();
+            Ok((reader.finish()?, kv))
+        })?;
+        Ok(ParquetFile { path, df, kv })
+    }
+
+    fn metadata(&self, key: &str) -> Option<&str> {
+        self.kv
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| v.as_deref())
+    }
+
+    fn rows(&self) -> usize {
+        self.df.height()
+    }
+
+    fn column(&self, name: &str, expected: &DataType) -> Result<&Column, IoError> {
+        let col = self.df.column(name).map_err(|_| IoError::MissingColumn {
+            path: self.path.to_path_buf(),
+            column: name.to_string(),
+        })?;
+        if col.dtype() != expected {
+            return Err(IoError::WrongType {
+                path: self.path.to_path_buf(),
+                column: name.to_string(),
+                expected: expected.to_string(),
+                found: col.dtype().to_string(),
+            });
+        }
+        Ok(col)
+    }
+
+    /// A numeric column with nulls kept, for the schema's nullable columns.
+    fn nullable<T: PolarsNumericType>(
+        &self,
+        name: &str,
+    ) -> Result<Vec<Option<T::Native>>, IoError> {
+        let col = self.column(name, &T::get_static_dtype())?;
+        let ca = col
+            .as_materialized_series()
+            .unpack::<T>()
+            .map_err(|e| IoError::parquet(self.path, e))?;
+        Ok(ca.iter().collect())
+    }
+
+    /// A numeric column in which a null is an error.
+    fn required<T: PolarsNumericType>(&self, name: &str) -> Result<Vec<T::Native>, IoError> {
+        self.no_nulls(name, self.nullable::<T>(name)?)
+    }
+
+    fn strings(&self, name: &str) -> Result<Vec<String>, IoError> {
+        let col = self.column(name, &DataType::String)?;
+        let ca = col.str().map_err(|e| IoError::parquet(self.path, e))?;
+        let values: Vec<Option<String>> = ca.iter().map(|v| v.map(str::to_string)).collect();
+        self.no_nulls(name, values)
+    }
+
+    fn no_nulls<V>(&self, name: &str, values: Vec<Option<V>>) -> Result<Vec<V>, IoError> {
+        values
+            .into_iter()
+            .enumerate()
+            .map(|(row, v)| {
+                v.ok_or_else(|| IoError::Null {
+                    path: self.path.to_path_buf(),
+                    column: name.to_string(),
+                    row,
+                })
+            })
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Telemetry
+
+/// Column built from one field; `stringify!` keeps the column name and the field name the same
+/// by construction.
+macro_rules! field_column {
+    ($rows:expr, $field:ident) => {
+        Column::new(
+            stringify!($field).into(),
+            $rows.iter().map(|r| r.$field).collect::<Vec<_>>(),
+        )
+    };
+}
+
+fn telemetry_frame(rows: &[TelemetrySample]) -> PolarsResult<DataFrame> {
+    let columns = vec![
+        field_column!(rows, ts_ns),
+        Column::new(
+            "switch".into(),
+            rows.iter().map(|r| r.switch.as_str()).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "port".into(),
+            rows.iter().map(|r| r.port.as_str()).collect::<Vec<_>>(),
+        ),
+        field_column!(rows, queue),
+        field_column!(rows, link_bps),
+        field_column!(rows, queue_bytes),
+        field_column!(rows, queue_bytes_avg),
+        field_column!(rows, queue_bytes_max),
+        field_column!(rows, tx_bytes),
+        field_column!(rows, tx_pkts),
+        field_column!(rows, ecn_marked_pkts),
+        field_column!(rows, pfc_pause_rx),
+        field_column!(rows, pfc_pause_tx),
+        field_column!(rows, paused_ns),
+        field_column!(rows, drops),
+        field_column!(rows, kmin_bytes),
+        field_column!(rows, kmax_bytes),
+        field_column!(rows, pmax),
+    ];
+    DataFrame::new(rows.len(), columns)
+}
+
+/// Writes telemetry rows as Parquet, one column per [`TelemetrySample`] field (u64 → UInt64,
+/// `queue` → UInt8, f64 → Float64, `switch`/`port` → String), with
+/// [`TELEMETRY_SCHEMA_VERSION`] under the key-value metadata key [`TELEMETRY_SCHEMA_KEY`].
+///
+/// The file appears atomically: it is written to `<path>.tmp` and renamed into place.
+pub fn write_telemetry_parquet(path: &Path, rows: &[TelemetrySample]) -> Result<(), IoError> {
+    let df = guarded(path, || telemetry_frame(rows))?;
+    let kv = KeyValueMetadata::from_static(vec![(
+        TELEMETRY_SCHEMA_KEY.to_string(),
+        TELEMETRY_SCHEMA_VERSION.to_string(),
+    )]);
+    write_parquet_frame(path, df, Some(kv))
+}
+
+/// The telemetry schema version recorded in a Parquet file, or `None` if the file carries none
+/// (e.g. converted by a user's own script). Reads only the footer.
+pub fn telemetry_schema_version(path: &Path) -> Result<Option<String>, IoError> {
+    let file = File::open(path).map_err(|e| IoError::io(path, "open for reading", e))?;
+    guarded(path, || {
+        let mut reader = ParquetReader::new(file);
+        let md = reader.get_metadata()?;
+        Ok(md
+            .key_value_metadata
+            .iter()
+            .flatten()
+            .find(|kv| kv.key == TELEMETRY_SCHEMA_KEY)
+            .and_then(|kv| kv.value.clone()))
+    })
+}
+
+fn major(version: &str) -> &str {
+    version.split('.').next().unwrap_or(version)
+}
+
+/// Reads a whole telemetry Parquet file into memory.
+///
+/// Meant for tests and small files; it checks presence, type and nullness of every column and
+/// refuses a file whose recorded schema has another major version, but does no semantic
+/// validation. A file without a recorded version is accepted, since hand-converted files rarely
+/// carry one.
+pub fn read_telemetry_parquet(path: &Path) -> Result<Vec<TelemetrySample>, IoError> {
+    let f = ParquetFile::open(path)?;
+    if let Some(found) = f.metadata(TELEMETRY_SCHEMA_KEY) {
+        if major(found) != major(TELEMETRY_SCHEMA_VERSION) {
+            return Err(IoError::SchemaVersion {
+                path: path.to_path_buf(),
+                found: found.to_string(),
+                expected: TELEMETRY_SCHEMA_VERSION.to_string(),
+            });
+        }
+    }
+    let ts_ns = f.required::<UInt64Type>("ts_ns")?;
+    let mut switch = f.strings("switch")?;
+    let mut port = f.strings("port")?;
+    let queue = f.required::<UInt8Type>("queue")?;
+    let link_bps = f.required::<UInt64Type>("link_bps")?;
+    let queue_bytes = f.required::<UInt64Type>("queue_bytes")?;
+    let queue_bytes_avg = f.required::<Float64Type>("queue_bytes_avg")?;
+    let queue_bytes_max = f.required::<UInt64Type>("queue_bytes_max")?;
+    let tx_bytes = f.required::<UInt64Type>("tx_bytes")?;
+    let tx_pkts = f.required::<UInt64Type>("tx_pkts")?;
+    let ecn_marked_pkts = f.required::<UInt64Type>("ecn_marked_pkts")?;
+    let pfc_pause_rx = f.required::<UInt64Type>("pfc_pause_rx")?;
+    let pfc_pause_tx = f.required::<UInt64Type>("pfc_pause_tx")?;
+    let paused_ns = f.required::<UInt64Type>("paused_ns")?;
+    let drops = f.required::<UInt64Type>("drops")?;
+    let kmin_bytes = f.required::<UInt64Type>("kmin_bytes")?;
+    let kmax_bytes = f.required::<UInt64Type>("kmax_bytes")?;
+    let pmax = f.required::<Float64Type>("pmax")?;
+    Ok((0..f.rows())
+        .map(|i| TelemetrySample {
+            ts_ns: ts_ns[i],
+            switch: std::mem::take(&mut switch[i]),
+            port: std::mem::take(&mut port[i]),
+            queue: queue[i],
+            link_bps: link_bps[i],
+            queue_bytes: queue_bytes[i],
+            queue_bytes_avg: queue_bytes_avg[i],
+            queue_bytes_max: queue_bytes_max[i],
+            tx_bytes: tx_bytes[i],
+            tx_pkts: tx_pkts[i],
+            ecn_marked_pkts: ecn_marked_pkts[i],
+            pfc_pause_rx: pfc_pause_rx[i],
+            pfc_pause_tx: pfc_pause_tx[i],
+            paused_ns: paused_ns[i],
+            drops: drops[i],
+            kmin_bytes: kmin_bytes[i],
+            kmax_bytes: kmax_bytes[i],
+            pmax: pmax[i],
+        })
+        .collect())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flows
+
+fn flows_frame(rows: &[FlowRecord]) -> PolarsResult<DataFrame> {
+    let columns = vec![
+        field_column!(rows, src),
+        field_column!(rows, dst),
+        field_column!(rows, sport),
+        field_column!(rows, dport),
+        field_column!(rows, priority),
+        field_column!(rows, size_bytes),
+        field_column!(rows, start_ns),
+        field_column!(rows, fct_ns),
+        field_column!(rows, ideal_ns),
+        field_column!(rows, slowdown),
+    ];
+    DataFrame::new(rows.len(), columns)
+}
+
+/// Writes flow records as Parquet, one column per [`FlowRecord`] field with the field's
+/// integer width (`src`/`dst` UInt32, ports UInt16, `priority` UInt8, the rest UInt64 or
+/// Float64). `fct_ns` and `slowdown` are nullable: null marks a flow that had not completed.
+///
+/// The file appears atomically: it is written to `<path>.tmp` and renamed into place.
+pub fn write_flows_parquet(path: &Path, rows: &[FlowRecord]) -> Result<(), IoError> {
+    let df = guarded(path, || flows_frame(rows))?;
+    write_parquet_frame(path, df, None)
+}
+
+/// Reads a whole flow-record Parquet file into memory; columns must have the types that
+/// [`write_flows_parquet`] writes.
+pub fn read_flows_parquet(path: &Path) -> Result<Vec<FlowRecord>, IoError> {
+    let f = ParquetFile::open(path)?;
+    let src = f.required::<UInt32Type>("src")?;
+    let dst = f.required::<UInt32Type>("dst")?;
+    let sport = f.required::<UInt16Type>("sport")?;
+    let dport = f.required::<UInt16Type>("dport")?;
+    let priority = f.required::<UInt8Type>("priority")?;
+    let size_bytes = f.required::<UInt64Type>("size_bytes")?;
+    let start_ns = f.required::<UInt64Type>("start_ns")?;
+    let fct_ns = f.nullable::<UInt64Type>("fct_ns")?;
+    let ideal_ns = f.required::<UInt64Type>("ideal_ns")?;
+    let slowdown = f.nullable::<Float64Type>("slowdown")?;
+    Ok((0..f.rows())
+        .map(|i| FlowRecord {
+            src: src[i],
+            dst: dst[i],
+            sport: sport[i],
+            dport: dport[i],
+            priority: priority[i],
+            size_bytes: size_bytes[i],
+            start_ns: start_ns[i],
+            fct_ns: fct_ns[i],
+            ideal_ns: ideal_ns[i],
+            slowdown: slowdown[i],
+        })
+        .collect())
+}
+
+// ---------------------------------------------------------------------------------------------
+// HPCC FCT text format
+
+/// HPCC's address of host `node` (11.0.X.1 for nodes below 256), as a number to print with
+/// `{:08x}`. HPCC computes `0x0b000001 + (id / 256) * 0x10000 + (id % 256) * 0x100`, which is
+/// the same number; ids from 65536 on would spill into the `0x0b` byte, so they get `None`.
+pub fn hpcc_node_ip(node: u32) -> Option<u32> {
+    (node <= 0xffff).then(|| 0x0b00_0001 | (node << 8))
+}
+
+/// Inverse of [`hpcc_node_ip`]; `None` for addresses outside HPCC's host scheme.
+pub fn hpcc_ip_node(ip: u32) -> Option<u32> {
+    (ip & 0xff00_00ff == 0x0b00_0001).then_some((ip >> 8) & 0xffff)
+}
+
+/// Writes flows in the HPCC simulator's FCT format, one line per completed flow:
+/// `sip dip sport dport size_bytes start_ns fct_ns ideal_ns`, addresses as 8 lowercase hex
+/// digits (see [`hpcc_node_ip`]). Flows without an FCT are skipped, as HPCC only logs
+/// completions. Priority and slowdown are not part of the format.
+///
+/// The file appears atomically: it is written to `<path>.tmp` and renamed into place.
+pub fn write_flows_hpcc_fct(path: &Path, rows: &[FlowRecord]) -> Result<(), IoError> {
+    write_atomically(path, |w| {
+        for (row, r) in rows.iter().enumerate() {
+            let Some(fct) = r.fct_ns else { continue };
+            let ip = |node: u32, column: &str| {
+                hpcc_node_ip(node).ok_or_else(|| IoError::BadValue {
+                    path: path.to_path_buf(),
+                    column: column.to_string(),
+                    row,
+                    message: format!("node {node} has no HPCC address (ids stop at 65535)"),
+                })
+            };
+            let (sip, dip) = (ip(r.src, "src")?, ip(r.dst, "dst")?);
+            writeln!(
+                w,
+                "{sip:08x} {dip:08x} {} {} {} {} {fct} {}",
+                r.sport, r.dport, r.size_bytes, r.start_ns, r.ideal_ns
+            )
+            .map_err(|e| IoError::io(path, "write", e))?;
+        }
+        Ok(())
+    })
+}
+
+/// Parses an HPCC FCT file back into flow records: `src`/`dst` from the addresses, priority
+/// [`HPCC_PRIORITY`], `slowdown = max(1, fct / standalone)`. Blank lines are skipped; any other
+/// malformed line is an error naming its line number.
+pub fn read_flows_hpcc_fct(path: &Path) -> Result<Vec<FlowRecord>, IoError> {
+    let file = File::open(path).map_err(|e| IoError::io(path, "open for reading", e))?;
+    let mut out = Vec::new();
+    for (idx, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| IoError::io(path, "read", e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |message: String| IoError::BadLine {
+            path: path.to_path_buf(),
+            line: idx + 1,
+            message,
+        };
+        out.push(parse_hpcc_fct_line(&line).map_err(bad)?);
+    }
+    Ok(out)
+}
+
+fn parse_hpcc_fct_line(line: &str) -> Result<FlowRecord, String> {
+    const FIELDS: [&str; 8] = [
+        "sip",
+        "dip",
+        "sport",
+        "dport",
+        "size",
+        "start_ns",
+        "fct_ns",
+        "standalone_ns",
+    ];
+    let parts: Vec<&str> = line.split_whitespace().collect();
+    if parts.len() != FIELDS.len() {
+        return Err(format!(
+            "expected {} fields ({}), found {}",
+            FIELDS.len(),
+            FIELDS.join(" "),
+            parts.len()
+        ));
+    }
+    let node = |i: usize| -> Result<u32, String> {
+        let ip = u32::from_str_radix(parts[i], 16)
+            .map_err(|_| format!("{} `{}` is not an 8-hex-digit address", FIELDS[i], parts[i]))?;
+        hpcc_ip_node(ip).ok_or_else(|| {
+            format!(
+                "{} `{}` is not an HPCC host address 11.0.X.1",
+                FIELDS[i], parts[i]
+            )
+        })
+    };
+    fn num<T: std::str::FromStr>(parts: &[&str], i: usize) -> Result<T, String> {
+        parts[i]
+            .parse()
+            .map_err(|_| format!("{} `{}` is not a valid number", FIELDS[i], parts[i]))
+    }
+    let fct: u64 = num(&parts, 6)?;
+    let ideal: u64 = num(&parts, 7)?;
+    if ideal == 0 {
+        return Err("standalone_ns is 0, so the slowdown is undefined".to_string());
+    }
+    Ok(FlowRecord {
+        src: node(0)?,
+        dst: node(1)?,
+        sport: num(&parts, 2)?,
+        dport: num(&parts, 3)?,
+        priority: HPCC_PRIORITY,
+        size_bytes: num(&parts, 4)?,
+        start_ns: num(&parts, 5)?,
+        fct_ns: Some(fct),
+        ideal_ns: ideal,
+        // HPCC's standalone FCT is an estimate, so a lucky flow can beat it; clamping keeps
+        // slowdown >= 1 as REFERENCE.md §4 defines it.
+        slowdown: Some((fct as f64 / ideal as f64).max(1.0)),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// CSV
+
+/// RFC 4180 quoting, needed only for the free-text columns (switch and port names).
+fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\"")).into()
+    } else {
+        s.into()
+    }
+}
+
+/// Writes telemetry rows as CSV with a header of [`TELEMETRY_COLUMNS`]. Switch and port
+/// names are quoted when they contain a comma, quote or newline.
+///
+/// The file appears atomically: it is written to `<path>.tmp` and renamed into place.
+pub fn write_telemetry_csv(path: &Path, rows: &[TelemetrySample]) -> Result<(), IoError> {
+    write_atomically(path, |w| {
+        let io = |e| IoError::io(path, "write", e);
+        writeln!(w, "{}", TELEMETRY_COLUMNS.join(",")).map_err(io)?;
+        for r in rows {
+            writeln!(
+                w,
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                r.ts_ns,
+                csv_field(&r.switch),
+                csv_field(&r.port),
+                r.queue,
+                r.link_bps,
+                r.queue_bytes,
+                r.queue_bytes_avg,
+                r.queue_bytes_max,
+                r.tx_bytes,
+                r.tx_pkts,
+                r.ecn_marked_pkts,
+                r.pfc_pause_rx,
+                r.pfc_pause_tx,
+                r.paused_ns,
+                r.drops,
+                r.kmin_bytes,
+                r.kmax_bytes,
+                r.pmax
+            )
+            .map_err(io)?;
+        }
+        Ok(())
+    })
+}
+
+/// Writes flow records as CSV with a header of [`FLOW_COLUMNS`]; an incomplete flow's
+/// `fct_ns` and `slowdown` are empty fields.
+///
+/// The file appears atomically: it is written to `<path>.tmp` and renamed into place.
+pub fn write_flows_csv(path: &Path, rows: &[FlowRecord]) -> Result<(), IoError> {
+    fn opt<T: Display>(v: Option<T>) -> String {
+        v.map(|v| v.to_string()).unwrap_or_default()
+    }
+    write_atomically(path, |w| {
+        let io = |e| IoError::io(path, "write", e);
+        writeln!(w, "{}", FLOW_COLUMNS.join(",")).map_err(io)?;
+        for r in rows {
+            writeln!(
+                w,
+                "{},{},{},{},{},{},{},{},{},{}",
+                r.src,
+                r.dst,
+                r.sport,
+                r.dport,
+                r.priority,
+                r.size_bytes,
+                r.start_ns,
+                opt(r.fct_ns),
+                r.ideal_ns,
+                opt(r.slowdown)
+            )
+            .map_err(io)?;
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A fresh directory per test, so that parallel tests never share files; removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> Self {
+            static COUNTER: AtomicUsize = AtomicUsize::new(0);
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!(
+                "ecn-datasets-{}-{}-{}",
+                std::process::id(),
+                n,
+                name
+            ));
+            fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+        fn join(&self, file: &str) -> PathBuf {
+            self.0.join(file)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn sample(i: u64) -> TelemetrySample {
+        TelemetrySample {
+            ts_ns: 1_000 * i,
+            switch: format!("leaf{i}"),
+            port: if i == 1 {
+                "eth,1 \"x\"".to_string()
+            } else {
+                format!("eth{i}")
+            },
+            queue: (i % 8) as u8,
+            link_bps: 100_000_000_000,
+            queue_bytes: 10 * i,
+            queue_bytes_avg: 12.5 * i as f64,
+            queue_bytes_max: if i == 2 { u64::MAX } else { 20 * i },
+            tx_bytes: 1_500 * i,
+            tx_pkts: i,
+            ecn_marked_pkts: i / 2,
+            pfc_pause_rx: 0,
+            pfc_pause_tx: i % 3,
+            paused_ns: 7 * i,
+            drops: 0,
+            kmin_bytes: 100_000,
+            kmax_bytes: 400_000,
+            pmax: 0.2,
+        }
+    }
+
+    fn flow(i: u32, completed: bool) -> FlowRecord {
+        let ideal = 10_000 + u64::from(i);
+        let fct = 9_000 + 3_000 * u64::from(i);
+        FlowRecord {
+            src: i,
+            dst: (i + 5) % 16,
+            sport: 10_000 + i as u16,
+            dport: 100,
+            priority: HPCC_PRIORITY,
+            size_bytes: 1_000 * u64::from(i) + 1,
+            start_ns: 2_000_000_000 + u64::from(i),
+            fct_ns: completed.then_some(fct),
+            ideal_ns: ideal,
+            slowdown: completed.then(|| (fct as f64 / ideal as f64).max(1.0)),
+        }
+    }
+
+    fn write_frame(path: &Path, mut df: DataFrame, kv: Option<KeyValueMetadata>) {
+        let mut f = File::create(path).unwrap();
+        ParquetWriter::new(&mut f)
+            .with_key_value_metadata(kv)
+            .finish(&mut df)
+            .unwrap();
+    }
+
+    #[test]
+    fn telemetry_parquet_round_trip() {
+        let dir = TempDir::new("telemetry");
+        let path = dir.join("t.parquet");
+        let rows: Vec<_> = (0..5).map(sample).collect();
+        write_telemetry_parquet(&path, &rows).unwrap();
+        assert!(!tmp_path(&path).exists(), "temporary file left behind");
+        assert_eq!(read_telemetry_parquet(&path).unwrap(), rows);
+        assert_eq!(
+            telemetry_schema_version(&path).unwrap().as_deref(),
+            Some(TELEMETRY_SCHEMA_VERSION)
+        );
+
+        // Types as documented, so that other tools see the same schema.
+        let f = ParquetFile::open(&path).unwrap();
+        let names: Vec<&str> = f.df.get_column_names().iter().map(|s| s.as_str()).collect();
+        assert_eq!(names, TELEMETRY_COLUMNS);
+        assert_eq!(f.df.column("queue").unwrap().dtype(), &DataType::UInt8);
+        assert_eq!(f.df.column("switch").unwrap().dtype(), &DataType::String);
+        assert_eq!(f.df.column("pmax").unwrap().dtype(), &DataType::Float64);
+        assert_eq!(f.df.column("drops").unwrap().dtype(), &DataType::UInt64);
+
+        // Overwriting replaces the file.
+        write_telemetry_parquet(&path, &rows[..2]).unwrap();
+        assert_eq!(read_telemetry_parquet(&path).unwrap(), rows[..2]);
+    }
+
+    #[test]
+    fn empty_files_round_trip() {
+        let dir = TempDir::new("empty");
+        let t = dir.join("t.parquet");
+        write_telemetry_parquet(&t, &[]).unwrap();
+        assert!(read_telemetry_parquet(&t).unwrap().is_empty());
+        let f = dir.join("f.parquet");
+        write_flows_parquet(&f, &[]).unwrap();
+        assert!(read_flows_parquet(&f).unwrap().is_empty());
+    }
+
+    #[test]
+    fn flows_parquet_round_trip_with_nulls() {
+        let dir = TempDir::new("flows");
+        let path = dir.join("f.parquet");
+        let rows: Vec<_> = (0..6).map(|i| flow(i, i % 3 != 1)).collect();
+        write_flows_parquet(&path, &rows).unwrap();
+        assert_eq!(read_flows_parquet(&path).unwrap(), rows);
+        let f = ParquetFile::open(&path).unwrap();
+        assert_eq!(f.df.column("fct_ns").unwrap().null_count(), 2);
+        assert_eq!(f.df.column("sport").unwrap().dtype(), &DataType::UInt16);
+        assert_eq!(f.df.column("src").unwrap().dtype(), &DataType::UInt32);
+    }
+
+    #[test]
+    fn missing_column_is_named() {
+        let dir = TempDir::new("missing");
+        let path = dir.join("t.parquet");
+        let mut df = telemetry_frame(&[sample(1)]).unwrap();
+        let _ = df.drop_in_place("tx_pkts").unwrap();
+        write_frame(&path, df, None);
+        let err = read_telemetry_parquet(&path).unwrap_err();
+        assert!(
+            matches!(&err, IoError::MissingColumn { column, .. } if column == "tx_pkts"),
+            "{err}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("t.parquet") && msg.contains("tx_pkts"),
+            "{msg}"
+        );
+
+        // A flows file is not a telemetry file.
+        let flows = dir.join("f.parquet");
+        write_flows_parquet(&flows, &[flow(1, true)]).unwrap();
+        let err = read_telemetry_parquet(&flows).unwrap_err();
+        assert!(
+            matches!(&err, IoError::MissingColumn { column, .. } if column == "ts_ns"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn wrong_type_is_named() {
+        let dir = TempDir::new("wrongtype");
+        let path = dir.join("t.parquet");
+        let mut df = telemetry_frame(&[sample(1), sample(2)]).unwrap();
+        df.with_column(Column::new("ts_ns".into(), vec![1i64, 2]))
+            .unwrap();
+        write_frame(&path, df, None);
+        let err = read_telemetry_parquet(&path).unwrap_err();
+        assert!(
+            matches!(&err, IoError::WrongType { column, .. } if column == "ts_ns"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("i64"), "{err}");
+    }
+
+    #[test]
+    fn null_is_reported_with_row() {
+        let dir = TempDir::new("null");
+        let path = dir.join("t.parquet");
+        let mut df = telemetry_frame(&[sample(0), sample(1), sample(2)]).unwrap();
+        df.with_column(Column::new("drops".into(), vec![Some(0u64), Some(0), None]))
+            .unwrap();
+        write_frame(&path, df, None);
+        let err = read_telemetry_parquet(&path).unwrap_err();
+        assert!(
+            matches!(&err, IoError::Null { column, row: 2, .. } if column == "drops"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("row 2"), "{err}");
+
+        // Nulls are fine where the schema allows them, and only there.
+        let flows = dir.join("f.parquet");
+        let mut df = flows_frame(&[flow(1, true), flow(2, true)]).unwrap();
+        df.with_column(Column::new("ideal_ns".into(), vec![None, Some(1u64)]))
+            .unwrap();
+        write_frame(&flows, df, None);
+        let err = read_flows_parquet(&flows).unwrap_err();
+        assert!(
+            matches!(&err, IoError::Null { column, row: 0, .. } if column == "ideal_ns"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn other_major_schema_version_is_refused() {
+        let dir = TempDir::new("version");
+        let path = dir.join("t.parquet");
+        let df = telemetry_frame(&[sample(1)]).unwrap();
+        let kv = KeyValueMetadata::from_static(vec![(TELEMETRY_SCHEMA_KEY.into(), "999.0".into())]);
+        write_frame(&path, df, Some(kv));
+        let err = read_telemetry_parquet(&path).unwrap_err();
+        assert!(matches!(err, IoError::SchemaVersion { .. }), "{err}");
+
+        // No recorded version: accepted.
+        let bare = dir.join("bare.parquet");
+        write_frame(&bare, telemetry_frame(&[sample(1)]).unwrap(), None);
+        assert_eq!(telemetry_schema_version(&bare).unwrap(), None);
+        assert_eq!(read_telemetry_parquet(&bare).unwrap(), vec![sample(1)]);
+    }
+
+    #[test]
+    fn unreadable_files_are_errors_not_panics() {
+        let dir = TempDir::new("broken");
+        let missing = dir.join("nope.parquet");
+        let err = read_telemetry_parquet(&missing).unwrap_err();
+        assert!(matches!(err, IoError::Io { .. }), "{err}");
+        assert!(err.to_string().contains("nope.parquet"), "{err}");
+        assert!(read_flows_hpcc_fct(&missing).is_err());
+
+        let good = dir.join("good.parquet");
+        let rows: Vec<_> = (0..200).map(sample).collect();
+        write_telemetry_parquet(&good, &rows).unwrap();
+        let bytes = fs::read(&good).unwrap();
+        for (name, content) in [
+            ("half.parquet", &bytes[..bytes.len() / 2]),
+            ("head.parquet", &bytes[..8]),
+            ("tail.parquet", &bytes[bytes.len() - 8..]),
+            ("empty.parquet", &[][..]),
+            ("text.parquet", &b"ts_ns,switch\n1,leaf0\n"[..]),
+        ] {
+            let p = dir.join(name);
+            fs::write(&p, content).unwrap();
+            let err = read_telemetry_parquet(&p).unwrap_err();
+            assert!(err.to_string().contains(name), "{err}");
+            assert!(!err.to_string().contains('\n'), "{err}");
+        }
+
+        // A footer that survives with damaged data pages in between.
+        let mut corrupt = bytes.clone();
+        let n = corrupt.len();
+        for b in &mut corrupt[8..n / 2] {
+            *b = b.wrapping_mul(31).wrapping_add(7);
+        }
+        let p = dir.join("corrupt.parquet");
+        fs::write(&p, &corrupt).unwrap();
+        if let Ok(read) = read_telemetry_parquet(&p) {
+            assert_ne!(read, rows, "corruption went unnoticed");
+        }
+    }
+
+    #[test]
+    fn write_into_missing_directory_names_the_file() {
+        let dir = TempDir::new("nodir");
+        let path = dir.join("no/such/dir/t.parquet");
+        let err = write_telemetry_parquet(&path, &[sample(1)]).unwrap_err();
+        assert!(err.to_string().contains("t.parquet"), "{err}");
+        assert!(!tmp_path(&path).exists());
+    }
+
+    #[test]
+    fn hpcc_addresses() {
+        assert_eq!(format!("{:08x}", hpcc_node_ip(9).unwrap()), "0b000901");
+        assert_eq!(format!("{:08x}", hpcc_node_ip(300).unwrap()), "0b012c01");
+        assert_eq!(hpcc_node_ip(65_536), None);
+        for node in [0, 1, 15, 255, 256, 65_535] {
+            assert_eq!(hpcc_ip_node(hpcc_node_ip(node).unwrap()), Some(node));
+        }
+        assert_eq!(hpcc_ip_node(0x0a00_0001), None);
+        assert_eq!(hpcc_ip_node(0x0b00_0002), None);
+    }
+
+    #[test]
+    fn hpcc_fct_round_trip() {
+        let dir = TempDir::new("hpcc");
+        let path = dir.join("fct.txt");
+        let rows: Vec<_> = (0..10).map(|i| flow(i, i != 4)).collect();
+        write_flows_hpcc_fct(&path, &rows).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 9, "incomplete flows are not written");
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .starts_with("0b000001 0b000501 10000 100 1 "),
+            "{text}"
+        );
+        let completed: Vec<_> = rows.into_iter().filter(|r| r.fct_ns.is_some()).collect();
+        assert_eq!(read_flows_hpcc_fct(&path).unwrap(), completed);
+
+        let mut too_big = flow(1, true);
+        too_big.dst = 70_000;
+        let err = write_flows_hpcc_fct(&path, &[flow(0, true), too_big]).unwrap_err();
+        assert!(
+            matches!(&err, IoError::BadValue { column, row: 1, .. } if column == "dst"),
+            "{err}"
+        );
+        // The failed write left the previous file intact.
+        assert_eq!(fs::read_to_string(&path).unwrap(), text);
+    }
+
+    #[test]
+    fn hpcc_fct_bad_lines_are_located() {
+        let dir = TempDir::new("hpccbad");
+        let path = dir.join("fct.txt");
+        let good = "0b000901 0b000401 10000 100 21531 2000008282 9935 10006";
+        for (bad, needle) in [
+            (
+                "0b000901 0b000401 10000 100 21531 2000008282 9935",
+                "8 fields",
+            ),
+            (
+                "0b000901 0b000401 10000 100 abc 2000008282 9935 10006",
+                "size",
+            ),
+            (
+                "zz000901 0b000401 10000 100 21531 2000008282 9935 10006",
+                "sip",
+            ),
+            (
+                "0a000901 0b000401 10000 100 21531 2000008282 9935 10006",
+                "HPCC host",
+            ),
+            (
+                "0b000901 0b000401 70000 100 21531 2000008282 9935 10006",
+                "sport",
+            ),
+            (
+                "0b000901 0b000401 10000 100 21531 2000008282 9935 0",
+                "standalone",
+            ),
+        ] {
+            fs::write(&path, format!("{good}\n\n{bad}\n")).unwrap();
+            let err = read_flows_hpcc_fct(&path).unwrap_err();
+            assert!(matches!(err, IoError::BadLine { line: 3, .. }), "{err}");
+            let msg = err.to_string();
+            assert!(msg.contains("fct.txt:3:") && msg.contains(needle), "{msg}");
+        }
+        // Slowdown is clamped at 1 when the flow beat its standalone estimate.
+        fs::write(&path, format!("{good}\n")).unwrap();
+        let r = &read_flows_hpcc_fct(&path).unwrap()[0];
+        assert_eq!((r.src, r.dst, r.sport, r.dport), (9, 4, 10_000, 100));
+        assert_eq!(
+            (r.fct_ns, r.ideal_ns, r.slowdown, r.priority),
+            (Some(9_935), 10_006, Some(1.0), 3)
+        );
+    }
+
+    #[test]
+    fn reference_hpcc_fct_parses() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/ls16/fct.txt");
+        assert!(
+            path.exists(),
+            "reference file {} is missing: the tests expect the shared/ directory beside the \
+             checkout (CI provides it)",
+            path.display()
+        );
+        let flows = read_flows_hpcc_fct(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(flows.len(), 1137);
+        for (i, f) in flows.iter().enumerate() {
+            let s = f.slowdown.unwrap();
+            assert!(s >= 1.0, "flow {i}: slowdown {s}");
+            assert!(f.src < 16 && f.dst < 16, "flow {i}: {f:?}");
+        }
+    }
+
+    #[test]
+    fn csv_writers() {
+        let dir = TempDir::new("csv");
+        let t = dir.join("t.csv");
+        write_telemetry_csv(&t, &[sample(0), sample(1)]).unwrap();
+        let text = fs::read_to_string(&t).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0], TELEMETRY_COLUMNS.join(","));
+        assert_eq!(
+            lines[1],
+            "0,leaf0,eth0,0,100000000000,0,0,0,0,0,0,0,0,0,0,100000,400000,0.2"
+        );
+        assert!(
+            lines[2].starts_with("1000,leaf1,\"eth,1 \"\"x\"\"\",1,"),
+            "{}",
+            lines[2]
+        );
+
+        let f = dir.join("f.csv");
+        write_flows_csv(&f, &[flow(1, false), flow(2, true)]).unwrap();
+        let text = fs::read_to_string(&f).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], FLOW_COLUMNS.join(","));
+        assert_eq!(lines[1], "1,6,10001,100,3,1001,2000000001,,10001,");
+        assert_eq!(lines[2].split(',').count(), FLOW_COLUMNS.len());
+        assert!(
+            lines[2].starts_with("2,7,10002,100,3,2001,2000000002,15000,10002,1.49"),
+            "{}",
+            lines[2]
+        );
+    }
+}

@@ -1,0 +1,14 @@
+//! Data contracts of ecn-tuner: the per-queue telemetry sample, the per-flow record, and the
+//! built-in flow-size distributions.
+//!
+//! The types here are plain structs so that the simulator can produce them without pulling in
+//! a dataframe library. Reading and writing them (Parquet, CSV, the HPCC FCT text format) lives
+//! behind the `io` feature.
+
+pub mod records;
+pub mod workloads;
+
+#[cfg(feature = "io")]
+pub mod io;
+
+pub use records::{FlowRecord, TelemetrySample, TELEMETRY_SCHEMA_VERSION};

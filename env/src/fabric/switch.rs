@@ -1,0 +1,184 @@
+//! Switch behaviour: forwarding with ECMP, buffer admission and PFC, egress scheduling (strict
+//! priority for queue 0, round-robin over data queues) and ECN marking at dequeue
+//! (REFERENCE.md §1, §3).
+
+use super::packet::{Packet, PacketKind};
+use super::{Simulator, PFC_FRAME_BYTES};
+use crate::rng::mix_hash;
+
+impl Simulator {
+    /// A packet finished arriving at switch port `port`.
+    pub(super) fn switch_receive(&mut self, port: u32, pkt_id: u32) {
+        let pkt = *self.pool.get(pkt_id);
+        match pkt.kind {
+            PacketKind::Pause | PacketKind::Resume => {
+                self.pool.free(pkt_id);
+                self.receive_pfc(port, pkt);
+                return;
+            }
+            _ => {}
+        }
+        let node = self.ports[port as usize].node as usize;
+        let flow = &self.flows[pkt.flow as usize];
+        let (dst, key) = match pkt.kind {
+            PacketKind::Data => (flow.spec.dst, flow.key_fwd),
+            _ => (flow.spec.src, flow.key_rev),
+        };
+        let ri = node * self.n_nodes + dst as usize;
+        let n = self.route_len[ri] as u32;
+        if n == 0 {
+            // Unreachable destination: validated topologies never get here.
+            self.pool.free(pkt_id);
+            return;
+        }
+        let pick = if n == 1 { 0 } else { mix_hash(key, node as u64) % n };
+        let egress = self.routes[(self.route_start[ri] + pick) as usize];
+        let prio = pkt.prio as usize;
+        let size = pkt.size as u64;
+
+        if prio != 0 {
+            let b = self.node_buffer[node] as usize;
+            let ing = &mut self.ingress[port as usize];
+            if !self.buffers[b].admits(ing, prio, size) {
+                self.drops += 1;
+                self.queue_stats[egress as usize * 8 + prio].drops += 1;
+                self.pool.free(pkt_id);
+                return;
+            }
+            self.buffers[b].enqueue(ing, prio, size);
+            if self.cfg.pfc && self.buffers[b].should_pause(ing, prio) {
+                ing.paused_upstream |= 1 << prio;
+                self.send_pfc(port, prio as u8, true);
+            }
+        }
+        self.pool.get_mut(pkt_id).in_port = port;
+        let now = self.now;
+        let p = &mut self.ports[egress as usize];
+        if prio != 0 {
+            let st = &mut self.queue_stats[egress as usize * 8 + prio];
+            st.before_depth_change(now, p.queued_bytes[prio]);
+            p.queued_bytes[prio] += size;
+            st.after_depth_change(p.queued_bytes[prio]);
+        }
+        p.queues[prio].push_back(pkt_id);
+        self.switch_try_send(egress);
+    }
+
+    /// Transmit the next packet of switch port `port` if its transmitter is idle.
+    pub(super) fn switch_try_send(&mut self, port: u32) {
+        let now = self.now;
+        let p = &mut self.ports[port as usize];
+        if p.busy_until > now {
+            let t = p.busy_until;
+            self.schedule_ready(port, t);
+            return;
+        }
+        let prio = if !p.queues[0].is_empty() {
+            0
+        } else {
+            let mut chosen = None;
+            for k in 1..=8u8 {
+                let q = (p.rr_last + k) % 8;
+                if q != 0 && p.paused & (1 << q) == 0 && !p.queues[q as usize].is_empty() {
+                    chosen = Some(q);
+                    break;
+                }
+            }
+            match chosen {
+                Some(q) => {
+                    p.rr_last = q;
+                    q as usize
+                }
+                None => return,
+            }
+        };
+        let pkt_id = p.queues[prio].pop_front().expect("non-empty queue");
+        if prio != 0 {
+            self.dequeue_data(port, prio, pkt_id);
+        }
+        self.transmit(port, pkt_id);
+        let p = &self.ports[port as usize];
+        if p.queues.iter().any(|q| !q.is_empty()) {
+            let t = p.busy_until;
+            self.schedule_ready(port, t);
+        }
+    }
+
+    /// Release buffer, mark, count and check XON for a data-priority packet leaving `port`.
+    fn dequeue_data(&mut self, port: u32, prio: usize, pkt_id: u32) {
+        let now = self.now;
+        let pkt = *self.pool.get(pkt_id);
+        let size = pkt.size as u64;
+        let p = &mut self.ports[port as usize];
+        let st = &mut self.queue_stats[port as usize * 8 + prio];
+        st.before_depth_change(now, p.queued_bytes[prio]);
+        p.queued_bytes[prio] -= size;
+        st.after_depth_change(p.queued_bytes[prio]);
+        st.tx_bytes += size;
+        st.tx_pkts += 1;
+        // Dequeue marking on the queue left behind (REFERENCE.md §1).
+        if pkt.kind == PacketKind::Data {
+            let prob = p.ecn[prio].mark_probability(p.queued_bytes[prio]);
+            if prob > 0.0 && (prob >= 1.0 || self.mark_rng.uniform() < prob) {
+                self.pool.get_mut(pkt_id).ecn = true;
+                st.marked += 1;
+                self.ecn_marks += 1;
+            }
+        }
+        let in_port = pkt.in_port as usize;
+        let node = self.ports[in_port].node as usize;
+        let b = self.node_buffer[node] as usize;
+        let ing = &mut self.ingress[in_port];
+        self.buffers[b].dequeue(ing, prio, size);
+        if self.buffers[b].should_resume(ing, prio) {
+            ing.paused_upstream &= !(1 << prio);
+            self.send_pfc(in_port as u32, prio as u8, false);
+        }
+    }
+
+    /// Send a PFC XOFF (`pause`) or XON for `prio` out of `port`, to the upstream device.
+    fn send_pfc(&mut self, port: u32, prio: u8, pause: bool) {
+        if pause {
+            self.pause_frames += 1;
+            self.queue_stats[port as usize * 8 + prio as usize].pause_tx += 1;
+        }
+        let kind = if pause { PacketKind::Pause } else { PacketKind::Resume };
+        let frame = Packet {
+            flow: u32::MAX,
+            seq: 0,
+            in_port: port,
+            size: PFC_FRAME_BYTES as u16,
+            payload: 0,
+            kind,
+            prio,
+            ecn: false,
+            cnp: false,
+        };
+        self.send_control(port, frame);
+    }
+
+    /// A PFC frame arrived on `port` (switch or host): pause or resume that egress priority.
+    pub(super) fn receive_pfc(&mut self, port: u32, frame: Packet) {
+        let prio = frame.prio as usize;
+        let now = self.now;
+        let p = &mut self.ports[port as usize];
+        let st = &mut self.queue_stats[port as usize * 8 + prio];
+        if frame.kind == PacketKind::Pause {
+            st.pause_rx += 1;
+            if p.paused & (1 << prio) == 0 {
+                p.paused |= 1 << prio;
+                p.pause_began[prio] = now;
+                st.paused_since = now;
+            }
+        } else if p.paused & (1 << prio) != 0 {
+            p.paused &= !(1 << prio);
+            self.paused_ns_total += now - p.pause_began[prio];
+            p.pause_began[prio] = u64::MAX;
+            if st.paused_since != u64::MAX {
+                st.paused_ns += now - st.paused_since;
+                st.paused_since = u64::MAX;
+            }
+            self.try_send(port);
+        }
+    }
+}

@@ -1,0 +1,678 @@
+//! Scenarios: one fabric, one traffic mix, one duration (PRODUCT.md "Scenario files").
+//!
+//! A scenario comes from a built-in name, a TOML file, or an HPCC simulator `config.txt`
+//! (which names its topology and flow files). TOML files may start from a built-in with
+//! `base = "websearch-50"` and override any field. Every problem is reported as one line that
+//! names the file and the field.
+
+use crate::dcqcn::{DcqcnParams, DcqcnVariant};
+use crate::ecn::{Baseline, EcnSetting};
+use crate::fabric::{EcnPlan, FabricConfig};
+use crate::rng::Rng;
+use crate::topology::{NodeKind, Topology};
+use crate::units::{BitsPerSec, Bytes, Nanos};
+use crate::workload::{self, Cdf, FlowSpec, IncastSchedule};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// A problem with a scenario, naming the file (or built-in) and the field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{source_name}: {field}: {message}")]
+pub struct ScenarioError {
+    /// The file path or `builtin:<name>`.
+    pub source_name: String,
+    /// The field (dotted path) or `line N` for syntax errors.
+    pub field: String,
+    /// What is wrong, on one line.
+    pub message: String,
+}
+
+fn err(source: &str, field: impl Into<String>, message: impl Into<String>) -> ScenarioError {
+    let message: String = message.into();
+    ScenarioError {
+        source_name: source.to_string(),
+        field: field.into(),
+        message: message.replace('\n', " ").trim().to_string(),
+    }
+}
+
+/// Built-in scenarios, as TOML text (shown by `ecn-tuner scenarios --show NAME`).
+pub const BUILTIN_SCENARIOS: &[(&str, &str)] = &[
+    (
+        "websearch-50",
+        r#"# Web search flow sizes (DCTCP paper) at 50% load on a 16-host leaf-spine.
+name = "websearch-50"
+[[workload]]
+kind = "poisson"
+cdf = "websearch"
+load = 0.5
+"#,
+    ),
+    (
+        "hadoop-50",
+        r#"# Facebook Hadoop flow sizes at 50% load on a 16-host leaf-spine.
+name = "hadoop-50"
+[[workload]]
+kind = "poisson"
+cdf = "hadoop"
+load = 0.5
+"#,
+    ),
+    (
+        "incast-15",
+        r#"# 15-to-1 incasts of 500 KB flows (5% extra load) over web search at 30% load.
+name = "incast-15"
+[[workload]]
+kind = "poisson"
+cdf = "websearch"
+load = 0.3
+[[workload]]
+kind = "incast"
+fan_in = 15
+flow_size = "500KB"
+load = 0.05
+"#,
+    ),
+    (
+        "mixed",
+        r#"# A changing regime: web search steps from 30% to 70% load at 10 ms, Hadoop runs at 10%
+# throughout, and 15-to-1 incast bursts of 500 KB arrive at 5, 12 and 17 ms.
+name = "mixed"
+[[workload]]
+kind = "poisson"
+cdf = "websearch"
+load = 0.3
+stop = "10ms"
+[[workload]]
+kind = "poisson"
+cdf = "websearch"
+load = 0.7
+start = "10ms"
+[[workload]]
+kind = "poisson"
+cdf = "hadoop"
+load = 0.1
+[[workload]]
+kind = "incast"
+fan_in = 15
+flow_size = "500KB"
+at = ["5ms", "12ms", "17ms"]
+"#,
+    ),
+    (
+        "leafspine-64",
+        r#"# A 64-host leaf-spine (4 leaves x 16 hosts, 4 spines) with web search at 50% load.
+name = "leafspine-64"
+[topology]
+kind = "leaf-spine"
+leaves = 4
+spines = 4
+hosts_per_leaf = 16
+[[workload]]
+kind = "poisson"
+cdf = "websearch"
+load = 0.5
+"#,
+    ),
+];
+
+/// The text of a built-in scenario.
+pub fn builtin(name: &str) -> Option<&'static str> {
+    BUILTIN_SCENARIOS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
+// ---- the file format ---------------------------------------------------------------------
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScenarioFile {
+    base: Option<String>,
+    name: Option<String>,
+    seed: Option<u64>,
+    duration: Option<Nanos>,
+    drain: Option<Nanos>,
+    sample_interval: Option<Nanos>,
+    topology: Option<TopologyFile>,
+    switch: Option<SwitchFile>,
+    dcqcn: Option<toml::Table>,
+    nic: Option<NicFile>,
+    workload: Option<Vec<toml::Table>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopologyFile {
+    kind: Option<String>,
+    path: Option<String>,
+    leaves: Option<u32>,
+    spines: Option<u32>,
+    hosts_per_leaf: Option<u32>,
+    host_link: Option<BitsPerSec>,
+    fabric_link: Option<BitsPerSec>,
+    link_delay: Option<Nanos>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SwitchFile {
+    buffer: Option<Bytes>,
+    pfc: Option<bool>,
+    ecn: Option<EcnFile>,
+    reserve: Option<Bytes>,
+    resume_offset: Option<Bytes>,
+    pfc_shift: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum EcnFile {
+    Named(String),
+    Table { kmin: Bytes, kmax: Bytes, pmax: f64 },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NicFile {
+    mtu: Option<u32>,
+    rto: Option<Nanos>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+enum WorkloadFile {
+    Poisson {
+        cdf: String,
+        load: f64,
+        start: Option<Nanos>,
+        stop: Option<Nanos>,
+        priority: Option<u8>,
+    },
+    Incast {
+        fan_in: u32,
+        flow_size: Bytes,
+        load: Option<f64>,
+        count: Option<u32>,
+        at: Option<Vec<Nanos>>,
+        start: Option<Nanos>,
+        stop: Option<Nanos>,
+        priority: Option<u8>,
+    },
+    Flows {
+        path: String,
+        start: Option<Nanos>,
+        stop: Option<Nanos>,
+    },
+}
+
+// ---- the resolved scenario ---------------------------------------------------------------
+
+/// A scenario ready to simulate: fabric configuration plus the flows to start.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Scenario name.
+    pub name: String,
+    /// Seed used for flow generation and marking.
+    pub seed: u64,
+    /// Where it came from (file path or `builtin:<name>`).
+    pub source: String,
+    /// The fabric.
+    pub fabric: FabricConfig,
+    /// Every flow, sorted by start time.
+    pub flows: Vec<FlowSpec>,
+}
+
+impl Scenario {
+    /// Load a scenario by built-in name or file path, with an optional seed override.
+    ///
+    /// Files ending in `.toml` are scenario files; any other file is read as an HPCC simulator
+    /// configuration (`config.txt`).
+    pub fn load(name_or_path: &str, seed: Option<u64>) -> Result<Scenario, ScenarioError> {
+        if let Some(text) = builtin(name_or_path) {
+            return Self::from_toml(text, &format!("builtin:{name_or_path}"), Path::new("."), seed);
+        }
+        let path = Path::new(name_or_path);
+        if !path.exists() {
+            let names: Vec<&str> = BUILTIN_SCENARIOS.iter().map(|(n, _)| *n).collect();
+            return Err(err(
+                name_or_path,
+                "scenario",
+                format!("no such file, and not a built-in scenario (built-ins: {})", names.join(", ")),
+            ));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| err(name_or_path, "file", e.to_string()))?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        if path.extension().is_some_and(|e| e == "toml") {
+            Self::from_toml(&text, name_or_path, dir, seed)
+        } else {
+            Self::from_hpcc_config(&text, name_or_path, dir, seed)
+        }
+    }
+
+    /// Parse TOML scenario text. Relative paths inside resolve against `dir`.
+    pub fn from_toml(text: &str, source: &str, dir: &Path, seed: Option<u64>) -> Result<Scenario, ScenarioError> {
+        let file: ScenarioFile = toml::from_str(text).map_err(|e| {
+            let field = match e.span() {
+                Some(span) => format!("line {}", text[..span.start.min(text.len())].lines().count().max(1)),
+                None => "syntax".into(),
+            };
+            err(source, field, e.message())
+        })?;
+        let base = match &file.base {
+            Some(b) => {
+                let t = builtin(b).ok_or_else(|| err(source, "base", format!("'{b}' is not a built-in scenario")))?;
+                let f: ScenarioFile = toml::from_str(t).expect("built-in scenarios parse");
+                Some(f)
+            }
+            None => None,
+        };
+        resolve(file, base, source, dir, seed)
+    }
+
+    /// Import an HPCC simulator `config.txt` with its topology and flow files.
+    pub fn from_hpcc_config(text: &str, source: &str, dir: &Path, seed: Option<u64>) -> Result<Scenario, ScenarioError> {
+        let mut kv = std::collections::BTreeMap::new();
+        for line in text.lines() {
+            let mut it = line.split_whitespace();
+            if let Some(k) = it.next() {
+                kv.insert(k.to_string(), it.collect::<Vec<_>>());
+            }
+        }
+        let get1 = |k: &str| kv.get(k).and_then(|v| v.first().copied());
+        let need = |k: &str| get1(k).ok_or_else(|| err(source, k, "missing (is this an HPCC config.txt?)"));
+        let num = |k: &str| -> Result<Option<f64>, ScenarioError> {
+            get1(k).map(|v| v.parse::<f64>().map_err(|_| err(source, k, format!("'{v}' is not a number")))).transpose()
+        };
+        let rate = |k: &str| -> Result<Option<BitsPerSec>, ScenarioError> {
+            get1(k).map(|v| v.parse::<BitsPerSec>().map_err(|e| err(source, k, e.to_string()))).transpose()
+        };
+        let expect = |k: &str, want: &str, why: &str| -> Result<(), ScenarioError> {
+            match get1(k) {
+                Some(v) if v != want => Err(err(source, k, format!("{v} is not supported ({why})"))),
+                _ => Ok(()),
+            }
+        };
+        expect("CC_MODE", "1", "only DCQCN, CC_MODE 1, is simulated")?;
+        expect("HAS_WIN", "0", "the window is not simulated")?;
+        expect("L2_ACK_INTERVAL", "1", "every packet is ACKed")?;
+        expect("L2_BACK_TO_ZERO", "0", "go-back-0 is not simulated")?;
+        let topo_path = dir.join(need("TOPOLOGY_FILE")?);
+        let flow_path = dir.join(need("FLOW_FILE")?);
+        let topo_text = std::fs::read_to_string(&topo_path)
+            .map_err(|e| err(&topo_path.display().to_string(), "file", e.to_string()))?;
+        let topology = Topology::parse_hpcc(&topo_text).map_err(|e| err(&topo_path.display().to_string(), "topology", e.to_string()))?;
+        let flow_text = std::fs::read_to_string(&flow_path)
+            .map_err(|e| err(&flow_path.display().to_string(), "file", e.to_string()))?;
+        let flows = parse_flow_file(&flow_text, &flow_path, &topology)?;
+
+        let mut fabric = FabricConfig::new(topology);
+        let line = host_rate(&fabric.topology);
+        let mut dc = DcqcnParams::hpcc(line);
+        let us = |v: f64| Nanos((v * 1000.0).round() as u64);
+        if let Some(v) = num("ALPHA_RESUME_INTERVAL")? {
+            dc.alpha_resume_interval = us(v);
+        }
+        if let Some(v) = num("RATE_DECREASE_INTERVAL")? {
+            dc.rate_decrease_interval = us(v);
+        }
+        if let Some(v) = num("RP_TIMER")? {
+            dc.rp_timer = us(v);
+        }
+        if let Some(v) = num("EWMA_GAIN")? {
+            dc.ewma_gain = v;
+        }
+        if let Some(v) = num("FAST_RECOVERY_TIMES")? {
+            dc.fast_recovery_times = v as u32;
+        }
+        if let Some(v) = num("CLAMP_TARGET_RATE")? {
+            dc.clamp_target_rate = v != 0.0;
+        }
+        if let Some(v) = rate("RATE_AI")? {
+            dc.rate_ai = v;
+        }
+        if let Some(v) = rate("RATE_HAI")? {
+            dc.rate_hai = v;
+        }
+        if let Some(v) = rate("MIN_RATE")? {
+            dc.min_rate = v;
+        }
+        dc.validate().map_err(|m| err(source, "dcqcn", m))?;
+        fabric.dcqcn = dc;
+        if let Some(v) = num("BUFFER_SIZE")? {
+            // HPCC's BUFFER_SIZE is in MiB.
+            fabric.buffer = Bytes((v * 1024.0 * 1024.0) as u64);
+        }
+        if let Some(v) = num("PACKET_PAYLOAD_SIZE")? {
+            fabric.mtu_payload = v as u32;
+        }
+        if get1("ENABLE_QCN") == Some("0") {
+            return Err(err(source, "ENABLE_QCN", "0 is not supported (ECN marking is always simulated)"));
+        }
+        // K maps: `n rate1 k1 rate2 k2 ...`, K in units of 1000 bytes.
+        let map = |k: &str| -> Result<Vec<(u64, f64)>, ScenarioError> {
+            let Some(v) = kv.get(k) else { return Ok(Vec::new()) };
+            let vals: Vec<f64> = v.iter().map(|x| x.parse::<f64>()).collect::<Result<_, _>>().map_err(|_| err(source, k, "not a list of numbers"))?;
+            let n = *vals.first().unwrap_or(&0.0) as usize;
+            if vals.len() != 1 + 2 * n {
+                return Err(err(source, k, format!("expected {n} rate/value pairs")));
+            }
+            Ok((0..n).map(|i| (vals[1 + 2 * i] as u64, vals[2 + 2 * i])).collect())
+        };
+        let (kmin, kmax, pmax) = (map("KMIN_MAP")?, map("KMAX_MAP")?, map("PMAX_MAP")?);
+        if !kmin.is_empty() {
+            let mut per_rate = Vec::new();
+            for (r, kmin_k) in &kmin {
+                let find = |m: &Vec<(u64, f64)>, k: &str| {
+                    m.iter().find(|(rr, _)| rr == r).map(|(_, v)| *v).ok_or_else(|| err(source, k, format!("no entry for rate {r}")))
+                };
+                let s = EcnSetting {
+                    kmin_bytes: (kmin_k * 1000.0) as u64,
+                    kmax_bytes: (find(&kmax, "KMAX_MAP")? * 1000.0) as u64,
+                    pmax: find(&pmax, "PMAX_MAP")?,
+                };
+                s.validate().map_err(|e| err(source, "KMIN_MAP", e.to_string()))?;
+                per_rate.push((BitsPerSec(*r), s));
+            }
+            fabric.ecn = EcnPlan::PerRate(per_rate);
+        }
+        let first = flows.iter().map(|f| f.start).min().unwrap_or_default();
+        let last = flows.iter().map(|f| f.start).max().unwrap_or_default();
+        fabric.window_start = first;
+        fabric.window_end = Nanos(last.0.max(first.0 + 1));
+        fabric.stop_at = match num("SIMULATOR_STOP_TIME")? {
+            Some(s) => Nanos((s * 1e9) as u64),
+            None => Nanos(last.0 + 1_000_000_000),
+        };
+        let seed = seed.unwrap_or(1);
+        fabric.seed = seed;
+        let name = Path::new(source)
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "hpcc".into());
+        Ok(Scenario { name, seed, source: source.into(), fabric, flows })
+    }
+}
+
+fn host_rate(t: &Topology) -> BitsPerSec {
+    t.links
+        .iter()
+        .filter(|l| t.nodes[l.a as usize].kind == NodeKind::Host || t.nodes[l.b as usize].kind == NodeKind::Host)
+        .map(|l| l.rate)
+        .min()
+        .unwrap_or(BitsPerSec::from_gbps(100))
+}
+
+fn parse_flow_file(text: &str, path: &Path, topology: &Topology) -> Result<Vec<FlowSpec>, ScenarioError> {
+    workload::parse_hpcc_flows(text, topology.nodes.len(), |n| topology.nodes[n as usize].kind == NodeKind::Host)
+        .map_err(|e| err(&path.display().to_string(), format!("line {}", e.line), e.why))
+}
+
+/// Merge a file over its base (field by field) and build the scenario.
+fn resolve(file: ScenarioFile, base: Option<ScenarioFile>, source: &str, dir: &Path, seed_override: Option<u64>) -> Result<Scenario, ScenarioError> {
+    let base = base.unwrap_or_default();
+    let name = file.name.or(base.name).unwrap_or_else(|| {
+        Path::new(source).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into())
+    });
+    let seed = seed_override.or(file.seed).or(base.seed).unwrap_or(1);
+    let duration = file.duration.or(base.duration).unwrap_or(Nanos::from_millis(20));
+    let drain = file.drain.or(base.drain).unwrap_or(Nanos::from_millis(30));
+    let sample_interval = file.sample_interval.or(base.sample_interval).unwrap_or(Nanos::from_micros(100));
+    if duration.0 == 0 {
+        return Err(err(source, "duration", "must be greater than 0"));
+    }
+    if sample_interval.0 == 0 {
+        return Err(err(source, "sample_interval", "must be greater than 0"));
+    }
+
+    // Topology.
+    let t = file.topology.or(base.topology).unwrap_or_default();
+    let kind = t.kind.as_deref().unwrap_or("leaf-spine");
+    let topology = match kind {
+        "leaf-spine" => {
+            if t.path.is_some() {
+                return Err(err(source, "topology.path", "only used with kind = \"hpcc\""));
+            }
+            let host_link = t.host_link.unwrap_or(BitsPerSec::from_gbps(100));
+            let fabric_link = t.fabric_link.unwrap_or(BitsPerSec::from_gbps(400));
+            for (f, v) in [("topology.host_link", host_link), ("topology.fabric_link", fabric_link)] {
+                if v.0 == 0 {
+                    return Err(err(source, f, "must be greater than 0"));
+                }
+            }
+            Topology::leaf_spine(
+                t.leaves.unwrap_or(2),
+                t.spines.unwrap_or(2),
+                t.hosts_per_leaf.unwrap_or(8),
+                host_link,
+                fabric_link,
+                t.link_delay.unwrap_or(Nanos(1000)),
+            )
+            .map_err(|e| err(source, "topology", e.to_string()))?
+        }
+        "hpcc" => {
+            let p = t.path.as_deref().ok_or_else(|| err(source, "topology.path", "required with kind = \"hpcc\""))?;
+            let path = dir.join(p);
+            let text = std::fs::read_to_string(&path).map_err(|e| err(source, "topology.path", format!("{}: {e}", path.display())))?;
+            Topology::parse_hpcc(&text).map_err(|e| err(&path.display().to_string(), "topology", e.to_string()))?
+        }
+        other => return Err(err(source, "topology.kind", format!("'{other}' is not one of leaf-spine, hpcc"))),
+    };
+    let line = host_rate(&topology);
+    let mut fabric = FabricConfig::new(topology);
+
+    // Switch.
+    let sw = file.switch.unwrap_or_default();
+    let bsw = base.switch.unwrap_or_default();
+    if let Some(b) = sw.buffer.or(bsw.buffer) {
+        fabric.buffer = b;
+    }
+    fabric.pfc = sw.pfc.or(bsw.pfc).unwrap_or(true);
+    fabric.reserve = sw.reserve.or(bsw.reserve).unwrap_or(fabric.reserve);
+    fabric.resume_offset = sw.resume_offset.or(bsw.resume_offset).unwrap_or(fabric.resume_offset);
+    fabric.pfc_shift = sw.pfc_shift.or(bsw.pfc_shift).unwrap_or(fabric.pfc_shift);
+    if fabric.pfc_shift > 16 {
+        return Err(err(source, "switch.pfc_shift", "must be at most 16"));
+    }
+    if let Some(e) = sw.ecn.or(bsw.ecn) {
+        fabric.ecn = match e {
+            EcnFile::Table { kmin, kmax, pmax } => {
+                EcnPlan::Fixed(EcnSetting::new(kmin, kmax, pmax).map_err(|e| err(source, "switch.ecn", e.to_string()))?)
+            }
+            EcnFile::Named(n) => {
+                let b = n.strip_prefix("baseline:").unwrap_or(&n);
+                EcnPlan::Baseline(Baseline::from_name(b).ok_or_else(|| {
+                    let names: Vec<&str> = Baseline::ALL.iter().map(|b| b.name()).collect();
+                    err(source, "switch.ecn", format!("'{n}' is not a baseline ({})", names.join(", ")))
+                })?)
+            }
+        };
+    }
+
+    // DCQCN: start from the variant's defaults, then apply every key given.
+    let mut dc_table = base.dcqcn.unwrap_or_default();
+    dc_table.extend(file.dcqcn.unwrap_or_default());
+    let variant = match dc_table.get("variant") {
+        None => DcqcnVariant::Hpcc,
+        Some(v) => match v.as_str() {
+            Some("hpcc") => DcqcnVariant::Hpcc,
+            Some("paper") => DcqcnVariant::Paper,
+            _ => return Err(err(source, "dcqcn.variant", format!("{v} is not \"hpcc\" or \"paper\""))),
+        },
+    };
+    let defaults = match variant {
+        DcqcnVariant::Hpcc => DcqcnParams::hpcc(line),
+        DcqcnVariant::Paper => DcqcnParams::paper(),
+    };
+    let mut merged = toml::Table::try_from(&defaults).expect("params serialize");
+    for (k, v) in dc_table {
+        if !merged.contains_key(&k) {
+            let keys: Vec<&String> = merged.keys().collect();
+            return Err(err(source, format!("dcqcn.{k}"), format!("unknown key (known: {})", keys.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "))));
+        }
+        merged.insert(k, v);
+    }
+    fabric.dcqcn = DcqcnParams::deserialize(merged).map_err(|e| err(source, "dcqcn", e.message()))?;
+    fabric.dcqcn.validate().map_err(|m| err(source, "dcqcn", m))?;
+
+    // NIC.
+    let nic = file.nic.unwrap_or_default();
+    let bnic = base.nic.unwrap_or_default();
+    fabric.mtu_payload = nic.mtu.or(bnic.mtu).unwrap_or(1000);
+    if fabric.mtu_payload == 0 || fabric.mtu_payload > 9000 {
+        return Err(err(source, "nic.mtu", "must be within 1..=9000 bytes"));
+    }
+    // Lossless fabrics need no transport timer; lossy ones recover tail losses with it.
+    fabric.rto = nic.rto.or(bnic.rto).or(if fabric.pfc { None } else { Some(Nanos::from_millis(1)) });
+
+    // Workloads.
+    let workloads = file.workload.or(base.workload).unwrap_or_default();
+    if workloads.is_empty() {
+        return Err(err(source, "workload", "at least one [[workload]] is required"));
+    }
+    let hosts = fabric.topology.hosts();
+    let mut flows = Vec::new();
+    let mut window_end = duration;
+    for (i, table) in workloads.into_iter().enumerate() {
+        let field = |f: &str| format!("workload[{i}].{f}");
+        let w = WorkloadFile::deserialize(table).map_err(|e| err(source, format!("workload[{i}]"), e.message()))?;
+        let mut rng = Rng::new(seed, 1000 + i as u64);
+        let window = |start: Option<Nanos>, stop: Option<Nanos>| -> Result<(Nanos, Nanos), ScenarioError> {
+            let (a, b) = (start.unwrap_or(Nanos(0)), stop.unwrap_or(duration));
+            if a >= b {
+                return Err(err(source, field("start"), format!("start {a} must be before stop {b}")));
+            }
+            if b > duration {
+                return Err(err(source, field("stop"), format!("stop {b} is after the scenario duration {duration}")));
+            }
+            Ok((a, b))
+        };
+        let prio = |p: Option<u8>| -> Result<u8, ScenarioError> {
+            match p.unwrap_or(3) {
+                p @ 1..=7 => Ok(p),
+                p => Err(err(source, field("priority"), format!("{p} must be 1-7 (0 is the control queue)"))),
+            }
+        };
+        match w {
+            WorkloadFile::Poisson { cdf, load, start, stop, priority } => {
+                if !(load > 0.0 && load <= 1.0) {
+                    return Err(err(source, field("load"), format!("{load} must be within (0, 1]")));
+                }
+                let cdf = load_cdf(&cdf, dir).map_err(|m| err(source, field("cdf"), m))?;
+                flows.extend(workload::poisson(&hosts, &cdf, load, line, window(start, stop)?, prio(priority)?, &mut rng));
+            }
+            WorkloadFile::Incast { fan_in, flow_size, load, count, at, start, stop, priority } => {
+                if fan_in == 0 || fan_in as usize >= hosts.len() {
+                    return Err(err(source, field("fan_in"), format!("{fan_in} must be within 1..={}", hosts.len() - 1)));
+                }
+                if flow_size.0 == 0 || flow_size.0 > u32::MAX as u64 {
+                    return Err(err(source, field("flow_size"), "must be between 1 B and 4 GB"));
+                }
+                let schedule = match (load, count, at) {
+                    (Some(l), None, None) => {
+                        if !(l > 0.0 && l <= 1.0) {
+                            return Err(err(source, field("load"), format!("{l} must be within (0, 1]")));
+                        }
+                        IncastSchedule::Load(l)
+                    }
+                    (None, Some(c), None) => IncastSchedule::Count(c),
+                    (None, None, Some(at)) => {
+                        if let Some(t) = at.iter().find(|t| **t >= duration) {
+                            return Err(err(source, field("at"), format!("{t} is not within the duration {duration}")));
+                        }
+                        IncastSchedule::At(at)
+                    }
+                    _ => return Err(err(source, format!("workload[{i}]"), "give exactly one of load, count or at")),
+                };
+                let w = window(start, stop)?;
+                flows.extend(workload::incast(&hosts, fan_in, flow_size.0, &schedule, line, w, prio(priority)?, &mut rng));
+            }
+            WorkloadFile::Flows { path, start, stop } => {
+                let p = dir.join(&path);
+                let text = std::fs::read_to_string(&p).map_err(|e| err(source, field("path"), format!("{}: {e}", p.display())))?;
+                let mut fs = parse_flow_file(&text, &p, &fabric.topology)?;
+                // Replay keeps the file's spacing but moves its first flow to `start`
+                // (HPCC files conventionally begin at 2 s).
+                let first = fs.iter().map(|f| f.start).min().unwrap_or_default();
+                let offset = start.unwrap_or(Nanos(0));
+                for f in &mut fs {
+                    f.start = Nanos(f.start.0 - first.0 + offset.0);
+                }
+                if let Some(stop) = stop {
+                    fs.retain(|f| f.start < stop);
+                }
+                if let Some(last) = fs.iter().map(|f| f.start).max() {
+                    window_end = window_end.max(Nanos(last.0 + 1));
+                }
+                flows.extend(fs);
+            }
+        }
+    }
+    flows.sort_by_key(|f| f.start);
+    fabric.window_start = Nanos(0);
+    fabric.window_end = window_end;
+    fabric.stop_at = Nanos(window_end.0 + drain.0);
+    fabric.sample_interval = sample_interval;
+    fabric.seed = seed;
+    Ok(Scenario { name, seed, source: source.into(), fabric, flows })
+}
+
+/// A built-in CDF name, or a CDF file path (relative to the scenario's directory).
+fn load_cdf(name: &str, dir: &Path) -> Result<Cdf, String> {
+    if let Some(b) = ecn_datasets::workloads::builtin_cdf(name) {
+        return Cdf::parse(b.text).map_err(|e| format!("built-in {name}: {e}"));
+    }
+    let p: PathBuf = dir.join(name);
+    let text = std::fs::read_to_string(&p).map_err(|e| {
+        let names: Vec<&str> = ecn_datasets::workloads::BUILTIN_CDFS.iter().map(|c| c.name).collect();
+        format!("'{name}' is not a built-in CDF ({}) and {}: {e}", names.join(", "), p.display())
+    })?;
+    Cdf::parse(&text).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        Scenario::from_toml(text, "test.toml", Path::new("."), None)
+    }
+
+    #[test]
+    fn builtins_resolve_and_are_deterministic() {
+        for (name, _) in BUILTIN_SCENARIOS {
+            let a = Scenario::load(name, None).unwrap();
+            let b = Scenario::load(name, None).unwrap();
+            assert_eq!(a.flows, b.flows, "{name}");
+            assert!(!a.flows.is_empty(), "{name}");
+            let c = Scenario::load(name, Some(99)).unwrap();
+            assert_ne!(a.flows, c.flows, "{name}: the seed must matter");
+        }
+    }
+
+    #[test]
+    fn bad_fields_name_file_and_field() {
+        let e = parse("[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 1.7\n").unwrap_err();
+        assert_eq!((e.source_name.as_str(), e.field.as_str()), ("test.toml", "workload[0].load"));
+        let e = parse("[[workload]]\nkind = \"teleport\"\n").unwrap_err();
+        assert_eq!(e.field, "workload[0]");
+        assert!(e.message.contains("teleport"), "{e}");
+        let e = parse("[switch]\necn = { kmin = \"2MB\", kmax = \"1MB\", pmax = 0.2 }\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n").unwrap_err();
+        assert_eq!(e.field, "switch.ecn");
+        let e = parse("[dcqcn]\nrp_timr = \"300us\"\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n").unwrap_err();
+        assert_eq!(e.field, "dcqcn.rp_timr");
+        let e = parse("duration = \"20 parsecs\"\n").unwrap_err();
+        assert!(e.to_string().starts_with("test.toml: line 1:"), "{e}");
+        assert!(!e.to_string().contains('\n'));
+    }
+
+    #[test]
+    fn base_and_overrides() {
+        let s = parse("base = \"websearch-50\"\nseed = 7\n[switch]\nbuffer = \"8MB\"\npfc = false\n[dcqcn]\nrp_timer = \"55us\"\n").unwrap();
+        assert_eq!(s.name, "websearch-50");
+        assert_eq!(s.seed, 7);
+        assert_eq!(s.fabric.buffer, Bytes(8_000_000));
+        assert!(!s.fabric.pfc);
+        assert_eq!(s.fabric.dcqcn.rp_timer, Nanos::from_micros(55));
+        assert!(s.fabric.rto.is_some());
+    }
+}

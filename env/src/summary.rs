@@ -1,0 +1,162 @@
+//! The run summary of PRODUCT.md "JSON outputs" (`sim --json`): slowdown percentiles per
+//! flow-size bucket (REFERENCE.md §4), pauses, drops, utilization and queue depth.
+
+use crate::fabric::stats::percentile_sorted;
+use crate::fabric::Simulator;
+use ecn_datasets::FlowRecord;
+use serde::{Deserialize, Serialize};
+
+/// p50/p95/p99 of the slowdown of one bucket; `None` (JSON null) when it has no flows.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: Option<f64>,
+    /// 95th percentile.
+    pub p95: Option<f64>,
+    /// 99th percentile.
+    pub p99: Option<f64>,
+    /// Completed flows in the bucket.
+    pub n: usize,
+}
+
+impl Percentiles {
+    /// Percentiles of unsorted values.
+    pub fn of(mut v: Vec<f64>) -> Self {
+        v.sort_by(f64::total_cmp);
+        Percentiles {
+            p50: percentile_sorted(&v, 50.0),
+            p95: percentile_sorted(&v, 95.0),
+            p99: percentile_sorted(&v, 99.0),
+            n: v.len(),
+        }
+    }
+}
+
+/// Slowdown by flow-size bucket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SlowdownBuckets {
+    /// Every completed flow.
+    pub all: Percentiles,
+    /// Flows under 10 KB.
+    #[serde(rename = "lt_10KB")]
+    pub lt_10kb: Percentiles,
+    /// 10 KB to under 100 KB.
+    #[serde(rename = "10KB_100KB")]
+    pub kb10_kb100: Percentiles,
+    /// 100 KB to under 1 MB.
+    #[serde(rename = "100KB_1MB")]
+    pub kb100_mb1: Percentiles,
+    /// 1 MB and more.
+    #[serde(rename = "ge_1MB")]
+    pub ge_1mb: Percentiles,
+}
+
+impl SlowdownBuckets {
+    /// Bucket the completed flows of `records` (SI sizes: 10 KB = 10 000 bytes).
+    pub fn from_records(records: &[FlowRecord]) -> Self {
+        let mut b: [Vec<f64>; 5] = Default::default();
+        for r in records {
+            let Some(s) = r.slowdown else { continue };
+            b[0].push(s);
+            let i = match r.size_bytes {
+                0..10_000 => 1,
+                10_000..100_000 => 2,
+                100_000..1_000_000 => 3,
+                _ => 4,
+            };
+            b[i].push(s);
+        }
+        let [all, a, c, d, e] = b;
+        SlowdownBuckets {
+            all: Percentiles::of(all),
+            lt_10kb: Percentiles::of(a),
+            kb10_kb100: Percentiles::of(c),
+            kb100_mb1: Percentiles::of(d),
+            ge_1mb: Percentiles::of(e),
+        }
+    }
+}
+
+/// Flow counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowCounts {
+    /// Flows in the scenario.
+    pub total: usize,
+    /// Flows that completed.
+    pub completed: usize,
+}
+
+/// PFC activity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PfcSummary {
+    /// XOFF frames sent by switches.
+    pub pause_frames: u64,
+    /// Paused time summed over ports and priorities, ns.
+    pub paused_ns: u64,
+}
+
+/// Queue depth over every switch data queue and telemetry interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct QueueDepth {
+    /// Mean of the time-weighted average depth, bytes.
+    pub avg: f64,
+    /// 99th percentile of the per-interval maximum depth, bytes.
+    pub p99: f64,
+}
+
+/// The summary of one run (`sim --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Scenario name.
+    pub scenario: String,
+    /// Policy, as given on the command line.
+    pub policy: String,
+    /// Seed.
+    pub seed: u64,
+    /// Flow counts.
+    pub flows: FlowCounts,
+    /// Slowdown by size bucket.
+    pub slowdown: SlowdownBuckets,
+    /// PFC activity.
+    pub pfc: PfcSummary,
+    /// Packets dropped.
+    pub drops: u64,
+    /// CE-marked packets.
+    pub ecn_marks: u64,
+    /// Mean utilization of host downlinks during the arrival window.
+    pub utilization: f64,
+    /// Queue depth.
+    pub queue_bytes: QueueDepth,
+    /// Simulated time at the end of the run, ns.
+    pub sim_ns: u64,
+    /// Events processed.
+    pub events: u64,
+    /// Wall-clock seconds of the simulation.
+    pub wall_seconds: f64,
+}
+
+impl Summary {
+    /// Summarize a finished simulation.
+    pub fn new(sim: &Simulator, scenario: &str, policy: &str, seed: u64, wall_seconds: f64) -> Self {
+        let records = sim.flow_records();
+        let c = sim.counters();
+        Summary {
+            scenario: scenario.into(),
+            policy: policy.into(),
+            seed,
+            flows: FlowCounts {
+                total: records.len(),
+                completed: records.iter().filter(|r| r.fct_ns.is_some()).count(),
+            },
+            slowdown: SlowdownBuckets::from_records(&records),
+            pfc: PfcSummary { pause_frames: c.pause_frames, paused_ns: c.paused_ns },
+            drops: c.drops,
+            ecn_marks: c.ecn_marks,
+            utilization: c.utilization,
+            queue_bytes: QueueDepth { avg: c.queue_bytes_avg, p99: c.queue_bytes_p99 },
+            sim_ns: sim.now().0,
+            events: sim.events_processed(),
+            wall_seconds,
+        }
+    }
+}

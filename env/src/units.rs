@@ -1,0 +1,277 @@
+//! Units with their dimension in the type: [`Bytes`], [`Nanos`], [`BitsPerSec`].
+//!
+//! Human-readable forms follow PRODUCT.md: SI prefixes are powers of ten (`KB` = 1000 bytes,
+//! `MB` = 10^6, as in the HPCC simulator's K maps) and `KiB`/`MiB`/`GiB` are powers of two.
+//! Rates take `bps`, `Kbps`, `Mbps`, `Gbps`, `Tbps` (also `Mb/s` style); durations take `ns`, `us`
+//! (or `µs`), `ms`, `s`.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::str::FromStr;
+
+/// A size in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Bytes(pub u64);
+
+/// A duration or an instant in nanoseconds (simulated time starts at 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Nanos(pub u64);
+
+/// A data rate in bits per second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct BitsPerSec(pub u64);
+
+/// Why a human-readable quantity did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {kind} '{text}': {why}")]
+pub struct UnitError {
+    kind: &'static str,
+    text: String,
+    why: String,
+}
+
+impl Nanos {
+    /// One microsecond.
+    pub const MICRO: Nanos = Nanos(1_000);
+    /// From microseconds.
+    pub const fn from_micros(us: u64) -> Self {
+        Nanos(us * 1_000)
+    }
+    /// From milliseconds.
+    pub const fn from_millis(ms: u64) -> Self {
+        Nanos(ms * 1_000_000)
+    }
+    /// As seconds, for reporting.
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 * 1e-9
+    }
+}
+
+impl BitsPerSec {
+    /// From gigabits per second.
+    pub const fn from_gbps(g: u64) -> Self {
+        BitsPerSec(g * 1_000_000_000)
+    }
+    /// As gigabits per second.
+    pub fn as_gbps(self) -> f64 {
+        self.0 as f64 / 1e9
+    }
+    /// Serialization time of `bytes` at this rate, rounded to the nearest nanosecond as the
+    /// HPCC simulator's ns-resolution clock does (a 1036 B packet takes 83 ns at 100 Gb/s).
+    pub fn tx_time(self, bytes: u64) -> Nanos {
+        let bits = bytes as u128 * 8 * 1_000_000_000;
+        let rate = self.0.max(1) as u128;
+        Nanos(((bits + rate / 2) / rate) as u64)
+    }
+}
+
+fn split_number(text: &str) -> Option<(f64, &str)> {
+    let t = text.trim();
+    let end = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'))
+        .unwrap_or(t.len());
+    // "1e3KB" is fine, but a unit starting with 'e' would be eaten: no unit here starts with e.
+    let (num, unit) = t.split_at(end);
+    let v: f64 = num.parse().ok()?;
+    Some((v, unit.trim()))
+}
+
+fn to_u64(kind: &'static str, text: &str, v: f64) -> Result<u64, UnitError> {
+    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
+        return Err(UnitError {
+            kind,
+            text: text.into(),
+            why: "must be a finite, non-negative number".into(),
+        });
+    }
+    Ok(v.round() as u64)
+}
+
+impl FromStr for Bytes {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |why: &str| UnitError { kind: "size", text: s.into(), why: why.into() };
+        let (v, unit) = split_number(s).ok_or_else(|| err("expected a number and a unit, e.g. 400KB"))?;
+        let mult: f64 = match unit {
+            "" | "B" => 1.0,
+            "KB" | "kB" | "K" | "k" => 1e3,
+            "MB" | "M" => 1e6,
+            "GB" | "G" => 1e9,
+            "KiB" => 1024.0,
+            "MiB" => 1024.0 * 1024.0,
+            "GiB" => 1024.0 * 1024.0 * 1024.0,
+            _ => return Err(err("unknown unit (use B, KB, MB, GB, KiB, MiB, GiB)")),
+        };
+        Ok(Bytes(to_u64("size", s, v * mult)?))
+    }
+}
+
+impl FromStr for Nanos {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |why: &str| UnitError { kind: "duration", text: s.into(), why: why.into() };
+        let (v, unit) = split_number(s).ok_or_else(|| err("expected a number and a unit, e.g. 20ms"))?;
+        let mult: f64 = match unit {
+            "ns" => 1.0,
+            "us" | "µs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "" => return Err(err("missing unit (ns, us, ms or s)")),
+            _ => return Err(err("unknown unit (use ns, us, ms or s)")),
+        };
+        Ok(Nanos(to_u64("duration", s, v * mult)?))
+    }
+}
+
+impl FromStr for BitsPerSec {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |why: &str| UnitError { kind: "rate", text: s.into(), why: why.into() };
+        let (v, unit) = split_number(s).ok_or_else(|| err("expected a number and a unit, e.g. 100Gbps"))?;
+        let mult: f64 = match unit {
+            "bps" | "b/s" => 1.0,
+            "Kbps" | "kbps" | "Kb/s" | "kb/s" => 1e3,
+            "Mbps" | "Mb/s" => 1e6,
+            "Gbps" | "Gb/s" => 1e9,
+            "Tbps" | "Tb/s" => 1e12,
+            _ => return Err(err("unknown unit (use bps, Kbps, Mbps, Gbps or Tbps)")),
+        };
+        Ok(BitsPerSec(to_u64("rate", s, v * mult)?))
+    }
+}
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        if b >= 1000 && b % 1000 == 0 {
+            write!(f, "{}KB", b / 1000)
+        } else {
+            write!(f, "{b}B")
+        }
+    }
+}
+
+impl fmt::Display for Nanos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0;
+        if n != 0 && n % 1_000_000_000 == 0 {
+            write!(f, "{}s", n / 1_000_000_000)
+        } else if n != 0 && n % 1_000_000 == 0 {
+            write!(f, "{}ms", n / 1_000_000)
+        } else if n != 0 && n % 1_000 == 0 {
+            write!(f, "{}us", n / 1_000)
+        } else {
+            write!(f, "{n}ns")
+        }
+    }
+}
+
+impl fmt::Display for BitsPerSec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self.0;
+        if r != 0 && r % 1_000_000_000 == 0 {
+            write!(f, "{}Gbps", r / 1_000_000_000)
+        } else if r != 0 && r % 1_000_000 == 0 {
+            write!(f, "{}Mbps", r / 1_000_000)
+        } else {
+            write!(f, "{r}bps")
+        }
+    }
+}
+
+/// Serde: accept either a string with a unit or a bare integer in the base unit.
+macro_rules! serde_units {
+    ($t:ty, $expect:literal) => {
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl serde::de::Visitor<'_> for V {
+                    type Value = $t;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str($expect)
+                    }
+                    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<$t, E> {
+                        s.parse().map_err(E::custom)
+                    }
+                    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<$t, E> {
+                        Ok(<$t>::from_base(v))
+                    }
+                    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<$t, E> {
+                        u64::try_from(v).map(<$t>::from_base).map_err(|_| E::custom("must not be negative"))
+                    }
+                }
+                d.deserialize_any(V)
+            }
+        }
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.to_string())
+            }
+        }
+    };
+}
+
+impl Bytes {
+    fn from_base(v: u64) -> Self {
+        Bytes(v)
+    }
+}
+impl Nanos {
+    fn from_base(v: u64) -> Self {
+        Nanos(v)
+    }
+}
+impl BitsPerSec {
+    fn from_base(v: u64) -> Self {
+        BitsPerSec(v)
+    }
+}
+
+serde_units!(Bytes, "a size such as \"400KB\" or a number of bytes");
+serde_units!(Nanos, "a duration such as \"20ms\" or a number of nanoseconds");
+serde_units!(BitsPerSec, "a rate such as \"100Gbps\" or a number of bits per second");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_si_and_binary_sizes() {
+        assert_eq!("400KB".parse::<Bytes>().unwrap(), Bytes(400_000));
+        assert_eq!("1.6MB".parse::<Bytes>().unwrap(), Bytes(1_600_000));
+        assert_eq!("32MiB".parse::<Bytes>().unwrap(), Bytes(32 * 1024 * 1024));
+        assert_eq!("1036".parse::<Bytes>().unwrap(), Bytes(1036));
+        assert!("12 parsecs".parse::<Bytes>().is_err());
+        assert!("-5KB".parse::<Bytes>().is_err());
+    }
+
+    #[test]
+    fn parses_durations_and_rates() {
+        assert_eq!("20ms".parse::<Nanos>().unwrap(), Nanos(20_000_000));
+        assert_eq!("100us".parse::<Nanos>().unwrap(), Nanos(100_000));
+        assert_eq!("1000ns".parse::<Nanos>().unwrap(), Nanos(1000));
+        assert!("20".parse::<Nanos>().is_err());
+        assert_eq!("100Gbps".parse::<BitsPerSec>().unwrap(), BitsPerSec::from_gbps(100));
+        assert_eq!("20Mb/s".parse::<BitsPerSec>().unwrap(), BitsPerSec(20_000_000));
+    }
+
+    #[test]
+    fn tx_time_rounds_like_the_reference() {
+        // REFERENCE calibration: a 1 MB flow in 1000-byte packets takes 83 ns per packet.
+        assert_eq!(BitsPerSec::from_gbps(100).tx_time(1036), Nanos(83));
+        assert_eq!(BitsPerSec::from_gbps(100).tx_time(48), Nanos(4));
+        assert_eq!(BitsPerSec::from_gbps(400).tx_time(1036), Nanos(21));
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for s in ["400KB", "20ms", "100us", "100Gbps", "7ns"] {
+            let b: Result<Bytes, _> = s.parse();
+            if let Ok(b) = b {
+                assert_eq!(b.to_string().parse::<Bytes>().unwrap(), b);
+            }
+        }
+        assert_eq!(Nanos(20_000_000).to_string(), "20ms");
+        assert_eq!(BitsPerSec::from_gbps(400).to_string(), "400Gbps");
+    }
+}

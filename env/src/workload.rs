@@ -1,0 +1,343 @@
+//! Traffic: flow-size distributions, Poisson and incast generators, HPCC flow-file replay
+//! (REFERENCE.md §4).
+
+use crate::rng::Rng;
+use crate::topology::NodeId;
+use crate::units::{BitsPerSec, Nanos};
+
+/// One flow to start: who, how much, when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowSpec {
+    /// Sending host.
+    pub src: NodeId,
+    /// Receiving host.
+    pub dst: NodeId,
+    /// Application bytes.
+    pub size_bytes: u64,
+    /// Start time.
+    pub start: Nanos,
+    /// PFC priority (queue) the flow uses.
+    pub priority: u8,
+    /// Destination UDP port (HPCC files carry one; generated flows use 100).
+    pub dport: u16,
+}
+
+/// A problem in a CDF or flow file, with its 1-based line.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("line {line}: {why}")]
+pub struct LineError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What was wrong.
+    pub why: String,
+}
+
+/// A flow-size CDF: `(size_bytes, cumulative_percent)` points, sampled by linear interpolation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cdf {
+    points: Vec<(f64, f64)>,
+}
+
+impl Cdf {
+    /// Parse the `size_bytes cdf_percent` format. Sizes and percentages must not decrease, the
+    /// percentages must lie in [0, 100] and the last one must be 100.
+    pub fn parse(text: &str) -> Result<Self, LineError> {
+        let mut points: Vec<(f64, f64)> = Vec::new();
+        let mut last_line = 0;
+        for (i, raw) in text.lines().enumerate() {
+            let line = i + 1;
+            let l = raw.trim();
+            if l.is_empty() || l.starts_with('#') {
+                continue;
+            }
+            last_line = line;
+            let err = |why: String| LineError { line, why };
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() != 2 {
+                return Err(err(format!("expected 'size_bytes cdf_percent', got '{l}'")));
+            }
+            let size: f64 = f[0].parse().map_err(|_| err(format!("size '{}' is not a number", f[0])))?;
+            let pct: f64 = f[1].parse().map_err(|_| err(format!("percent '{}' is not a number", f[1])))?;
+            if !size.is_finite() || size < 0.0 {
+                return Err(err(format!("size {size} must be a non-negative number")));
+            }
+            if !(0.0..=100.0).contains(&pct) {
+                return Err(err(format!("percent {pct} must be within [0, 100]")));
+            }
+            if let Some(&(ps, pp)) = points.last() {
+                if size < ps || pct < pp {
+                    return Err(err("sizes and percentages must not decrease".into()));
+                }
+            }
+            points.push((size, pct));
+        }
+        match points.last() {
+            None => Err(LineError { line: 1, why: "no points".into() }),
+            Some(&(_, p)) if (p - 100.0).abs() > 1e-9 => {
+                Err(LineError { line: last_line, why: format!("the last percentage is {p}, not 100") })
+            }
+            Some(_) => Ok(Cdf { points }),
+        }
+    }
+
+    /// Mean flow size in bytes, exact for the piecewise-linear distribution.
+    pub fn mean(&self) -> f64 {
+        let mut prev = (0.0, 0.0);
+        let mut m = 0.0;
+        for &(s, p) in &self.points {
+            m += (prev.0 + s) / 2.0 * (p - prev.1) / 100.0;
+            prev = (s, p);
+        }
+        m
+    }
+
+    /// Draw one flow size (at least 1 byte).
+    pub fn sample(&self, rng: &mut Rng) -> u64 {
+        let x = rng.uniform() * 100.0;
+        let i = self.points.partition_point(|&(_, p)| p < x).min(self.points.len() - 1);
+        let (s1, p1) = self.points[i];
+        let size = if i == 0 || p1 <= self.points[i - 1].1 {
+            s1
+        } else {
+            let (s0, p0) = self.points[i - 1];
+            s0 + (x - p0) / (p1 - p0) * (s1 - s0)
+        };
+        (size.round() as u64).max(1)
+    }
+}
+
+/// Per-host Poisson arrivals with uniform destinations over the other hosts (REFERENCE.md §4):
+/// each host's mean gap is `mean_size·8 / (host_bw·load)`.
+pub fn poisson(
+    hosts: &[NodeId],
+    cdf: &Cdf,
+    load: f64,
+    host_bw: BitsPerSec,
+    window: (Nanos, Nanos),
+    priority: u8,
+    rng: &mut Rng,
+) -> Vec<FlowSpec> {
+    let mut flows = Vec::new();
+    if load <= 0.0 || hosts.len() < 2 {
+        return flows;
+    }
+    let mean_gap_ns = cdf.mean() * 8.0 / (host_bw.0 as f64 * load) * 1e9;
+    for &src in hosts {
+        let mut t = window.0 .0 as f64 + rng.exponential(mean_gap_ns);
+        while t < window.1 .0 as f64 {
+            let mut dst = hosts[rng.below(hosts.len() as u64 - 1) as usize];
+            if dst == src {
+                dst = *hosts.last().unwrap();
+            }
+            flows.push(FlowSpec {
+                src,
+                dst,
+                size_bytes: cdf.sample(rng),
+                start: Nanos(t as u64),
+                priority,
+                dport: 100,
+            });
+            t += rng.exponential(mean_gap_ns);
+        }
+    }
+    flows
+}
+
+/// When incast events happen.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IncastSchedule {
+    /// Poisson events adding this fraction of the total host bandwidth as incast bytes.
+    Load(f64),
+    /// This many events, evenly spaced over the window.
+    Count(u32),
+    /// Events at these times.
+    At(Vec<Nanos>),
+}
+
+/// Incast events: `fan_in` distinct senders each start a `flow_size` flow to one random
+/// receiver at the same instant.
+pub fn incast(
+    hosts: &[NodeId],
+    fan_in: u32,
+    flow_size: u64,
+    schedule: &IncastSchedule,
+    host_bw: BitsPerSec,
+    window: (Nanos, Nanos),
+    priority: u8,
+    rng: &mut Rng,
+) -> Vec<FlowSpec> {
+    let (t0, t1) = (window.0 .0, window.1 .0);
+    let times: Vec<u64> = match schedule {
+        IncastSchedule::Load(load) if *load > 0.0 => {
+            let bytes_per_event = fan_in as f64 * flow_size as f64;
+            let rate_bps = load * host_bw.0 as f64 * hosts.len() as f64;
+            let mean_gap_ns = bytes_per_event * 8.0 / rate_bps * 1e9;
+            let mut v = Vec::new();
+            let mut t = t0 as f64 + rng.exponential(mean_gap_ns);
+            while t < t1 as f64 {
+                v.push(t as u64);
+                t += rng.exponential(mean_gap_ns);
+            }
+            v
+        }
+        IncastSchedule::Load(_) => Vec::new(),
+        IncastSchedule::Count(n) => {
+            let span = t1.saturating_sub(t0) as f64;
+            (0..*n).map(|i| t0 + ((i as f64 + 0.5) * span / *n as f64) as u64).collect()
+        }
+        IncastSchedule::At(ts) => ts.iter().map(|t| t.0).collect(),
+    };
+    let mut flows = Vec::new();
+    for t in times {
+        let dst = hosts[rng.below(hosts.len() as u64) as usize];
+        let mut others: Vec<NodeId> = hosts.iter().copied().filter(|&h| h != dst).collect();
+        // Partial Fisher-Yates: the first fan_in entries become a uniform random subset.
+        let k = (fan_in as usize).min(others.len());
+        for i in 0..k {
+            let j = i + rng.below((others.len() - i) as u64) as usize;
+            others.swap(i, j);
+        }
+        for &src in &others[..k] {
+            flows.push(FlowSpec { src, dst, size_bytes: flow_size, start: Nanos(t), priority, dport: 100 });
+        }
+    }
+    flows
+}
+
+/// Parse a decimal number of seconds into nanoseconds exactly (no binary floating point), so
+/// `2.000006935` is 2000006935 ns.
+fn parse_seconds_exact(s: &str) -> Option<u64> {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    let int: u64 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    if !frac.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let mut ns_digits: String = frac.chars().take(9).collect();
+    while ns_digits.len() < 9 {
+        ns_digits.push('0');
+    }
+    let frac_ns: u64 = ns_digits.parse().ok()?;
+    int.checked_mul(1_000_000_000)?.checked_add(frac_ns)
+}
+
+/// Parse an HPCC flow file (REFERENCE.md §4): the flow count, then
+/// `src dst priority dport size_bytes start_time_s` per flow.
+pub fn parse_hpcc_flows(text: &str, n_nodes: usize, is_host: impl Fn(NodeId) -> bool) -> Result<Vec<FlowSpec>, LineError> {
+    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty());
+    let (ln, first) = lines.next().ok_or(LineError { line: 1, why: "empty file".into() })?;
+    let count: usize = first
+        .parse()
+        .map_err(|_| LineError { line: ln, why: format!("expected the flow count, got '{first}'") })?;
+    let mut flows = Vec::with_capacity(count.min(1 << 20));
+    for (line, l) in lines {
+        let err = |why: String| LineError { line, why };
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() != 6 {
+            return Err(err(format!("expected 'src dst priority dport size start_s', got '{l}'")));
+        }
+        let host = |s: &str, what: &str| -> Result<NodeId, LineError> {
+            let v: u32 = s.parse().map_err(|_| err(format!("{what} '{s}' is not a node id")))?;
+            if v as usize >= n_nodes || !is_host(v) {
+                return Err(err(format!("{what} {v} is not a host of the topology")));
+            }
+            Ok(v)
+        };
+        let src = host(f[0], "src")?;
+        let dst = host(f[1], "dst")?;
+        if src == dst {
+            return Err(err(format!("src and dst are both {src}")));
+        }
+        let priority: u8 = f[2].parse().map_err(|_| err(format!("priority '{}' is not 0-7", f[2])))?;
+        if !(1..=7).contains(&priority) {
+            return Err(err(format!("priority {priority} must be 1-7 (0 is the control queue)")));
+        }
+        let dport: u16 = f[3].parse().map_err(|_| err(format!("dport '{}' is not a port number", f[3])))?;
+        let size_bytes: u64 = f[4].parse().map_err(|_| err(format!("size '{}' is not a byte count", f[4])))?;
+        if size_bytes == 0 || size_bytes > u32::MAX as u64 {
+            return Err(err(format!("size {size_bytes} must be within 1..=4294967295")));
+        }
+        let start = parse_seconds_exact(f[5]).ok_or_else(|| err(format!("start '{}' is not a time in seconds", f[5])))?;
+        flows.push(FlowSpec { src, dst, size_bytes, start: Nanos(start), priority, dport });
+    }
+    if flows.len() != count {
+        return Err(LineError { line: ln, why: format!("announces {count} flows but the file has {}", flows.len()) });
+    }
+    Ok(flows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ecn_datasets::workloads::builtin_cdf;
+
+    #[test]
+    fn builtin_cdf_means_match_reference() {
+        // REFERENCE.md §4: web search 1.71 MB, FB Hadoop 120 KB, AliStorage 41 KB, GoogleRPC 2.9 KB.
+        let check = |name: &str, mean: f64, tol: f64| {
+            let c = Cdf::parse(builtin_cdf(name).unwrap().text).unwrap();
+            assert!((c.mean() - mean).abs() / mean < tol, "{name}: {}", c.mean());
+        };
+        check("websearch", 1.71e6, 0.05);
+        check("hadoop", 120e3, 0.15);
+        check("alistorage", 41e3, 0.15);
+        check("googlerpc", 2.9e3, 0.15);
+    }
+
+    #[test]
+    fn sampled_mean_matches_analytic_mean() {
+        let c = Cdf::parse(builtin_cdf("websearch").unwrap().text).unwrap();
+        let mut rng = Rng::new(3, 0);
+        let n = 200_000;
+        let m: f64 = (0..n).map(|_| c.sample(&mut rng) as f64).sum::<f64>() / n as f64;
+        assert!((m - c.mean()).abs() / c.mean() < 0.02, "{m} vs {}", c.mean());
+    }
+
+    #[test]
+    fn poisson_offers_the_requested_load() {
+        let c = Cdf::parse(builtin_cdf("hadoop").unwrap().text).unwrap();
+        let hosts: Vec<u32> = (0..16).collect();
+        let mut rng = Rng::new(1, 0);
+        let w = (Nanos(0), Nanos::from_millis(200));
+        let f = poisson(&hosts, &c, 0.5, BitsPerSec::from_gbps(100), w, 3, &mut rng);
+        let bytes: u64 = f.iter().map(|f| f.size_bytes).sum();
+        let offered = bytes as f64 * 8.0 / (16.0 * 100e9 * 0.2);
+        assert!((offered - 0.5).abs() < 0.05, "offered load {offered}");
+        assert!(f.iter().all(|f| f.src != f.dst && f.start < w.1));
+    }
+
+    #[test]
+    fn incast_picks_distinct_senders() {
+        let hosts: Vec<u32> = (0..16).collect();
+        let mut rng = Rng::new(1, 0);
+        let w = (Nanos(0), Nanos::from_millis(1));
+        let f = incast(&hosts, 15, 500_000, &IncastSchedule::Count(1), BitsPerSec::from_gbps(100), w, 3, &mut rng);
+        assert_eq!(f.len(), 15);
+        let mut srcs: Vec<u32> = f.iter().map(|f| f.src).collect();
+        srcs.sort();
+        srcs.dedup();
+        assert_eq!(srcs.len(), 15);
+        assert!(f.iter().all(|x| x.dst == f[0].dst && x.src != x.dst));
+    }
+
+    #[test]
+    fn cdf_errors_name_the_line() {
+        assert_eq!(Cdf::parse("0 0\n10 50\n5 60\n20 100\n").unwrap_err().line, 3);
+        assert_eq!(Cdf::parse("0 0\n10 50\n").unwrap_err().line, 2);
+        assert_eq!(Cdf::parse("0 0\nx 50\n").unwrap_err().line, 2);
+    }
+
+    #[test]
+    fn flow_file_times_are_exact() {
+        assert_eq!(parse_seconds_exact("2.000006935"), Some(2_000_006_935));
+        assert_eq!(parse_seconds_exact("2"), Some(2_000_000_000));
+        assert_eq!(parse_seconds_exact("0.5"), Some(500_000_000));
+        assert_eq!(parse_seconds_exact("x"), None);
+        let f = parse_hpcc_flows("1\n1 8 3 100 2282913 2.000006935\n", 20, |n| n < 16).unwrap();
+        assert_eq!(f[0], FlowSpec { src: 1, dst: 8, size_bytes: 2282913, start: Nanos(2_000_006_935), priority: 3, dport: 100 });
+        let e = parse_hpcc_flows("1\n1 18 3 100 5 2.0\n", 20, |n| n < 16).unwrap_err();
+        assert_eq!(e.line, 2);
+    }
+}
