@@ -546,7 +546,7 @@ pub fn read_flows_parquet(path: &Path) -> Result<Vec<FlowRecord>, IoError> {
 /// `{:08x}`. HPCC computes `0x0b000001 + (id / 256) * 0x10000 + (id % 256) * 0x100`, which is
 /// the same number; ids from 65536 on would spill into the `0x0b` byte, so they get `None`.
 pub fn hpcc_node_ip(node: u32) -> Option<u32> {
-    (node <= 0xffff).then(|| 0x0b00_0001 | (node << 8))
+    (node <= 0xffff).then_some(0x0b00_0001 | (node << 8))
 }
 
 /// Inverse of [`hpcc_node_ip`]; `None` for addresses outside HPCC's host scheme.

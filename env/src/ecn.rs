@@ -64,6 +64,14 @@ impl EcnSetting {
             self.pmax * (q - self.kmin_bytes) as f64 / (self.kmax_bytes - self.kmin_bytes) as f64
         }
     }
+
+    /// Decide whether a packet leaving a queue of depth `q` is CE-marked, drawing from `rng`
+    /// only inside the ramp (so runs with the same marks draw the same numbers).
+    #[inline]
+    pub fn should_mark(&self, q: u64, rng: &mut crate::rng::Rng) -> bool {
+        let p = self.mark_probability(q);
+        p >= 1.0 || (p > 0.0 && rng.uniform() < p)
+    }
 }
 
 /// A named static setting of REFERENCE.md §5, scaled to the link speed where the source says so.

@@ -844,6 +844,19 @@ impl Simulator {
         }
     }
 
+    /// Progress of every flow, in start order (the order of [`Simulator::flow_records`]).
+    pub fn flow_progress(&self) -> Vec<FlowProgress> {
+        self.flows
+            .iter()
+            .map(|f| FlowProgress {
+                started: f.spec.start.0 <= self.now && self.next_flow > 0,
+                acked_bytes: f.snd_una,
+                rate_bps: f.cc.rate_bps,
+                finished: f.finished_at.is_some(),
+            })
+            .collect()
+    }
+
     /// Number of nodes (for sizing external tables).
     pub fn node_count(&self) -> usize {
         self.n_nodes
@@ -853,6 +866,19 @@ impl Simulator {
     pub fn data_priorities(&self) -> u8 {
         self.data_prios
     }
+}
+
+/// Where a flow stands.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FlowProgress {
+    /// The flow's start time has passed.
+    pub started: bool,
+    /// Bytes acknowledged so far.
+    pub acked_bytes: u64,
+    /// Current DCQCN rate, bits/s.
+    pub rate_bps: f64,
+    /// All bytes acknowledged.
+    pub finished: bool,
 }
 
 /// Fabric-wide totals over the run.

@@ -118,8 +118,7 @@ impl Simulator {
         st.tx_pkts += 1;
         // Dequeue marking on the queue left behind (REFERENCE.md §1).
         if pkt.kind == PacketKind::Data {
-            let prob = p.ecn[prio].mark_probability(p.queued_bytes[prio]);
-            if prob > 0.0 && (prob >= 1.0 || self.mark_rng.uniform() < prob) {
+            if p.ecn[prio].should_mark(p.queued_bytes[prio], &mut self.mark_rng) {
                 self.pool.get_mut(pkt_id).ecn = true;
                 st.marked += 1;
                 self.ecn_marks += 1;
