@@ -1,0 +1,88 @@
+//! `ecn-tuner sim`: one scenario, one static policy, one report.
+
+use crate::error::CliError;
+use crate::policy::Policy;
+use crate::report;
+use clap::Args;
+use ecn_env::scenario::Scenario;
+use ecn_env::summary::Summary;
+use ecn_env::Simulator;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::time::Instant;
+use tracing::info;
+
+/// Arguments of `sim`.
+#[derive(Args)]
+pub struct SimArgs {
+    /// Built-in scenario name (see `ecn-tuner scenarios`), a scenario TOML file, or an HPCC
+    /// simulator config.txt.
+    #[arg(long, value_name = "NAME|FILE")]
+    scenario: String,
+    /// ECN policy on every data queue: static:<KMIN>,<KMAX>,<PMAX> or baseline:<name>.
+    /// Default: the scenario's own setting.
+    #[arg(long, value_name = "POLICY")]
+    policy: Option<String>,
+    /// Seed for flow generation and ECN marking (default: the scenario's).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Write flows.parquet, fct.txt (HPCC format), telemetry.parquet and summary.json here.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Print one JSON summary on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Run the simulation and report.
+pub fn run(args: SimArgs) -> Result<(), CliError> {
+    let policy = args.policy.as_deref().map(Policy::parse).transpose()?;
+    let mut scenario = Scenario::load(&args.scenario, args.seed)?;
+    if let Some(p) = &policy {
+        scenario.fabric.ecn = p.plan();
+    }
+    let policy_name = policy.map(|p| p.to_string()).unwrap_or_else(|| "scenario".into());
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
+    }
+    info!(
+        scenario = %scenario.name,
+        source = %scenario.source,
+        flows = scenario.flows.len(),
+        hosts = scenario.fabric.topology.hosts().len(),
+        policy = %policy_name,
+        seed = scenario.seed,
+        "simulating"
+    );
+    let mut sim = Simulator::new(scenario.fabric.clone(), scenario.flows.clone())
+        .map_err(|e| CliError::BadInput(format!("{}: {e}", scenario.source)))?;
+    sim.set_record_telemetry(args.out.is_some());
+
+    let bar = ProgressBar::new(scenario.flows.len() as u64).with_style(
+        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} flows done ({elapsed})")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    let started = Instant::now();
+    sim.run(|s| {
+        let (_, done, _) = s.flow_counts();
+        bar.set_position(done as u64);
+        bar.set_message(format!("t={:.3} ms", s.now().0 as f64 / 1e6));
+    });
+    bar.finish_and_clear();
+    let wall = started.elapsed().as_secs_f64();
+    let summary = Summary::new(&sim, &scenario.name, &policy_name, scenario.seed, wall);
+    info!(events = summary.events, wall_seconds = wall, "done");
+
+    if let Some(dir) = &args.out {
+        report::write_outputs(dir, &mut sim, &summary)?;
+        info!(dir = %dir.display(), "wrote flows.parquet, fct.txt, telemetry.parquet, summary.json");
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&summary).map_err(|e| CliError::Failed(e.to_string()))?);
+    } else {
+        print!("{}", report::summary_table(&summary));
+    }
+    Ok(())
+}

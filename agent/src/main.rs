@@ -1,0 +1,55 @@
+//! `ecn-tuner`: learn and apply per-queue ECN settings for RoCEv2 fabrics.
+//!
+//! Subcommands live in [`commands`]; each returns a [`CliError`] whose kind decides the exit
+//! code. Logs go to stderr (`ECN_TUNER_LOG` sets the filter), results to stdout.
+
+mod commands;
+mod error;
+mod policy;
+mod report;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Learn and apply per-queue ECN settings (Kmin, Kmax, Pmax) for RoCEv2 fabrics running DCQCN.
+#[derive(Parser)]
+#[command(name = "ecn-tuner", version, about, long_about = None)]
+struct Cli {
+    /// More log output on stderr (-v: debug, -vv: trace). ECN_TUNER_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one scenario on the packet-level simulator and report FCT slowdown, pauses and queues.
+    Sim(commands::sim::SimArgs),
+    /// List the built-in scenarios, or print one as TOML to start your own from.
+    Scenarios(commands::scenarios::ScenariosArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default = match cli.verbose {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ECN_TUNER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+
+    let result = match cli.command {
+        Command::Sim(a) => commands::sim::run(a),
+        Command::Scenarios(a) => commands::scenarios::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Human-readable tables and the files a run leaves behind.
+
+use crate::error::CliError;
+use ecn_datasets::io;
+use ecn_env::summary::{Percentiles, Summary};
+use ecn_env::Simulator;
+use std::fmt::Write;
+use std::path::Path;
+
+fn cell(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into())
+}
+
+/// The summary as a fixed-width table.
+pub fn summary_table(s: &Summary) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "scenario {}  policy {}  seed {}", s.scenario, s.policy, s.seed);
+    let _ = writeln!(
+        out,
+        "flows {}/{} completed   simulated {:.3} ms in {:.2} s ({} events)",
+        s.flows.completed,
+        s.flows.total,
+        s.sim_ns as f64 / 1e6,
+        s.wall_seconds,
+        s.events
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{:<12} {:>6} {:>8} {:>8} {:>8}", "slowdown", "flows", "p50", "p95", "p99");
+    let b = &s.slowdown;
+    let rows: [(&str, &Percentiles); 5] = [
+        ("<10KB", &b.lt_10kb),
+        ("10KB-100KB", &b.kb10_kb100),
+        ("100KB-1MB", &b.kb100_mb1),
+        (">=1MB", &b.ge_1mb),
+        ("all", &b.all),
+    ];
+    for (name, p) in rows {
+        let _ = writeln!(out, "{:<12} {:>6} {:>8} {:>8} {:>8}", name, p.n, cell(p.p50), cell(p.p95), cell(p.p99));
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "utilization (host downlinks)  {:.1}%", s.utilization * 100.0);
+    let _ = writeln!(out, "queue depth avg / p99         {:.1} KB / {:.1} KB", s.queue_bytes.avg / 1e3, s.queue_bytes.p99 / 1e3);
+    let _ = writeln!(out, "PFC pause frames / paused     {} / {:.1} us", s.pfc.pause_frames, s.pfc.paused_ns as f64 / 1e3);
+    let _ = writeln!(out, "ECN marks / drops             {} / {}", s.ecn_marks, s.drops);
+    out
+}
+
+/// Write flow records (Parquet and HPCC FCT text), telemetry (Parquet) and the summary
+/// (JSON) into `dir`.
+pub fn write_outputs(dir: &Path, sim: &mut Simulator, summary: &Summary) -> Result<(), CliError> {
+    let fail = |e: &dyn std::fmt::Display| CliError::Failed(e.to_string());
+    let flows = sim.flow_records();
+    io::write_flows_parquet(&dir.join("flows.parquet"), &flows).map_err(|e| fail(&e))?;
+    io::write_flows_hpcc_fct(&dir.join("fct.txt"), &flows).map_err(|e| fail(&e))?;
+    let telemetry = sim.take_telemetry();
+    io::write_telemetry_parquet(&dir.join("telemetry.parquet"), &telemetry).map_err(|e| fail(&e))?;
+    let json = serde_json::to_string_pretty(summary).map_err(|e| fail(&e))?;
+    std::fs::write(dir.join("summary.json"), json + "\n").map_err(|e| fail(&format!("{}: {e}", dir.join("summary.json").display())))?;
+    Ok(())
+}

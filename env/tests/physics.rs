@@ -1,0 +1,432 @@
+//! Physics acceptance tests of the fabric simulator (REFERENCE.md §1–4).
+//!
+//! Each test builds a small fabric whose behaviour follows from first principles (fair sharing
+//! under DCQCN, a queue held in the ECN ramp, lossless incast under PFC, loss without it, the
+//! RED marking law, ECMP spreading) and checks the simulator reproduces it. Every test uses
+//! fixed seeds, so a failure is reproducible.
+
+use ecn_datasets::{FlowRecord, TelemetrySample};
+use ecn_env::ecn::EcnSetting;
+use ecn_env::fabric::{EcnPlan, FabricConfig, Simulator};
+use ecn_env::rng::Rng;
+use ecn_env::scenario::Scenario;
+use ecn_env::topology::{Link, Node, NodeKind, Topology};
+use ecn_env::units::{BitsPerSec, Bytes, Nanos};
+use ecn_env::workload::FlowSpec;
+use std::path::Path;
+
+/// A full data packet on the wire: 1000 B payload + 36 B headers.
+const MTU_WIRE: u64 = 1036;
+const G100: BitsPerSec = BitsPerSec::from_gbps(100);
+const MS: u64 = 1_000_000;
+
+/// `hosts` hosts `h0..` on one switch `sw`, 100 Gb/s and 1 µs per link.
+fn star(hosts: u32) -> Topology {
+    let mut t = Topology::default();
+    for h in 0..hosts {
+        t.nodes.push(Node { name: format!("h{h}"), kind: NodeKind::Host });
+    }
+    t.nodes.push(Node { name: "sw".into(), kind: NodeKind::Switch });
+    for h in 0..hosts {
+        t.links.push(Link { a: h, b: hosts, rate: G100, delay: Nanos(1000) });
+    }
+    t
+}
+
+fn flow(src: u32, dst: u32, size_bytes: u64, start_ns: u64) -> FlowSpec {
+    FlowSpec { src, dst, size_bytes, start: Nanos(start_ns), priority: 3, dport: 100 }
+}
+
+/// ECN that can never fire: thresholds far above any switch buffer.
+fn ecn_off() -> EcnSetting {
+    EcnSetting { kmin_bytes: 1 << 40, kmax_bytes: (1 << 40) + 1, pmax: 0.0 }
+}
+
+/// Index in `sim.queues()` of the data egress queue of `switch` towards `peer`.
+fn queue_towards(sim: &Simulator, switch: &str, peer: &str) -> usize {
+    sim.queues()
+        .iter()
+        .position(|q| q.switch == switch && q.peer == peer && q.queue == 3)
+        .unwrap_or_else(|| panic!("no queue {switch} -> {peer}"))
+}
+
+fn samples_of<'a>(tel: &'a [TelemetrySample], sim: &Simulator, q: usize) -> impl Iterator<Item = &'a TelemetrySample> {
+    let info = sim.queues()[q].clone();
+    tel.iter().filter(move |s| s.switch == info.switch && s.port == info.port && s.queue == info.queue)
+}
+
+fn jain(x: &[f64]) -> f64 {
+    let s: f64 = x.iter().sum();
+    let s2: f64 = x.iter().map(|v| v * v).sum();
+    s * s / (x.len() as f64 * s2)
+}
+
+// ---- 1. fairness ---------------------------------------------------------------------------
+
+/// Two long DCQCN flows into one 100G port. Both see the same queue, hence the same marking
+/// probability, and DCQCN's multiplicative decrease / additive increase converges to equal
+/// shares (the AIMD fairness argument). Over a steady-state window, Jain's index of the two
+/// throughputs must be ≥ 0.95 and together they must keep the bottleneck busy (> 80% of 100G;
+/// the payload share of a 1036 B packet alone caps goodput at 96.5%).
+#[test]
+fn two_dcqcn_flows_share_a_bottleneck_fairly() {
+    let mut cfg = FabricConfig::new(star(3));
+    cfg.window_start = Nanos(0);
+    cfg.window_end = Nanos(30 * MS);
+    cfg.stop_at = Nanos(40 * MS);
+    let flows = vec![flow(0, 2, 150_000_000, 0), flow(1, 2, 150_000_000, 20_000)];
+    let mut sim = Simulator::new(cfg, flows).unwrap();
+
+    let (t0, t1) = (8 * MS, 20 * MS);
+    let acked = |sim: &mut Simulator, t: u64| {
+        sim.run_until(Nanos(t));
+        let p = sim.flow_progress();
+        assert!(p.iter().all(|f| f.started && !f.finished), "both flows must be active at {t} ns: {p:?}");
+        p.iter().map(|f| f.acked_bytes).collect::<Vec<_>>()
+    };
+    // Print the convergence for a --nocapture run.
+    let mut prev = acked(&mut sim, MS);
+    for ms in 2..=(t0 / MS) {
+        let now = acked(&mut sim, ms * MS);
+        let gbps: Vec<f64> = now.iter().zip(&prev).map(|(a, b)| (a - b) as f64 * 8.0 / 1e6).collect();
+        eprintln!("fairness: {ms:>2} ms goodput {gbps:.1?} Gb/s");
+        prev = now;
+    }
+    let a0 = prev;
+    let a1 = acked(&mut sim, t1);
+    let secs = (t1 - t0) as f64 * 1e-9;
+    let tput: Vec<f64> = a1.iter().zip(&a0).map(|(a, b)| (a - b) as f64 * 8.0 / secs).collect();
+    let j = jain(&tput);
+    let total = tput.iter().sum::<f64>() / G100.0 as f64;
+    eprintln!(
+        "fairness: steady state {:.2} / {:.2} Gb/s, Jain {j:.4}, sum {:.1}% of 100G",
+        tput[0] / 1e9,
+        tput[1] / 1e9,
+        total * 100.0
+    );
+    assert!(j >= 0.95, "Jain's fairness index {j:.4} < 0.95 (throughputs {tput:?})");
+    assert!(total > 0.80, "the two flows use only {:.1}% of the bottleneck", total * 100.0);
+}
+
+// ---- 2. queue in the ECN ramp --------------------------------------------------------------
+
+/// Long flows into one 100G port with a static RED/ECN profile. DCQCN can only stop growing
+/// its rate when it receives marks, and marks need q > Kmin; once q ≥ Kmax every packet is
+/// marked and all senders cut hard. The long-run queue therefore settles inside
+/// [Kmin, Kmax] (± one packet of quantisation). It is not trivially empty: with the sum of
+/// the senders' rates held at the line rate, an empty queue would mean no marks, and then
+/// every sender keeps increasing, so the average stays well above Kmin/2.
+#[test]
+fn queue_settles_between_kmin_and_kmax() {
+    let setting = EcnSetting { kmin_bytes: 100_000, kmax_bytes: 400_000, pmax: 0.2 };
+    let mut cfg = FabricConfig::new(star(5));
+    cfg.ecn = EcnPlan::Fixed(setting);
+    cfg.window_start = Nanos(0);
+    cfg.window_end = Nanos(30 * MS);
+    cfg.stop_at = Nanos(40 * MS);
+    let flows: Vec<FlowSpec> = (0..4).map(|h| flow(h, 4, 200_000_000, h as u64 * 5_000)).collect();
+    let mut sim = Simulator::new(cfg, flows).unwrap();
+    let q = queue_towards(&sim, "sw", "h4");
+    let (t0, t1) = (5 * MS, 20 * MS);
+    sim.run_until(Nanos(t1));
+    assert!(sim.flow_progress().iter().all(|f| !f.finished), "flows must still be active");
+    let tel = sim.take_telemetry();
+    let window: Vec<&TelemetrySample> = samples_of(&tel, &sim, q).filter(|s| s.ts_ns > t0 && s.ts_ns <= t1).collect();
+    assert_eq!(window.len(), 150, "100 µs samples over 15 ms");
+    let avg = window.iter().map(|s| s.queue_bytes_avg).sum::<f64>() / window.len() as f64;
+    let marked: u64 = window.iter().map(|s| s.ecn_marked_pkts).sum();
+    let tx: u64 = window.iter().map(|s| s.tx_bytes).sum();
+    let max = window.iter().map(|s| s.queue_bytes_max).max().unwrap();
+    eprintln!(
+        "queue: steady-state average {avg:.0} B (Kmin {} Kmax {}), max {max} B, {marked} marks, {:.1} Gb/s",
+        setting.kmin_bytes,
+        setting.kmax_bytes,
+        tx as f64 * 8.0 / ((t1 - t0) as f64 * 1e-9) / 1e9
+    );
+    let (lo, hi) = ((setting.kmin_bytes - MTU_WIRE) as f64, (setting.kmax_bytes + MTU_WIRE) as f64);
+    assert!(avg >= lo && avg <= hi, "average depth {avg:.0} B outside [{lo}, {hi}]");
+    assert!(avg > setting.kmin_bytes as f64 / 2.0, "queue trivially empty: {avg:.0} B");
+    assert!(marked > 0, "a queue in the ramp must mark packets");
+}
+
+// ---- 3/4. incast with and without PFC ------------------------------------------------------
+
+/// 15 senders × 2 MB to one receiver through one switch with a 2 MiB buffer and ECN off, so
+/// nothing slows the senders but PFC: 15 × 100G into a 100G port fills each ingress share
+/// past the dynamic threshold (≈ 170 KB) within microseconds.
+fn incast(pfc: bool) -> (Simulator, bool) {
+    let mut cfg = FabricConfig::new(star(16));
+    cfg.buffer = Bytes(2 * 1024 * 1024);
+    cfg.ecn = EcnPlan::Fixed(ecn_off());
+    cfg.pfc = pfc;
+    if !pfc {
+        cfg.rto = Some(Nanos::from_micros(500));
+    }
+    cfg.window_start = Nanos(0);
+    cfg.window_end = Nanos(5 * MS);
+    cfg.stop_at = Nanos(100 * MS);
+    let flows: Vec<FlowSpec> = (1..16).map(|h| flow(h, 0, 2_000_000, 0)).collect();
+    let mut sim = Simulator::new(cfg, flows).unwrap();
+    let done = sim.run(|_| {});
+    (sim, done)
+}
+
+/// With PFC the fabric is lossless: the switch pauses the senders instead of dropping, and
+/// every flow completes. The incast can only finish after 15 × 2 MB have crossed one 100G link
+/// (≥ 2.49 ms with headers).
+#[test]
+fn incast_with_pfc_pauses_and_never_drops() {
+    let (sim, done) = incast(true);
+    let c = sim.counters();
+    let recs = sim.flow_records();
+    let last = recs.iter().filter_map(|r| r.fct_ns).max().unwrap_or(0);
+    eprintln!(
+        "incast+PFC: {} pause frames, paused {} ns, {} drops, {} marks, last FCT {last} ns",
+        c.pause_frames, c.paused_ns, c.drops, c.ecn_marks
+    );
+    assert!(done, "every flow must complete");
+    assert!(recs.iter().all(|r| r.fct_ns.is_some()));
+    assert_eq!(c.drops, 0, "a PFC fabric must not drop");
+    assert!(c.pause_frames >= 1, "the incast must cross the XOFF level");
+    assert!(c.paused_ns > 0);
+    assert_eq!(c.ecn_marks, 0, "ECN is off in this test");
+    let min = 15 * 2_000 * MTU_WIRE * 8 * 1_000_000_000 / G100.0;
+    assert!(last >= min, "the incast finished in {last} ns, faster than the bottleneck allows ({min} ns)");
+}
+
+/// The same incast without PFC overflows the ingress shares: the switch must drop. With a
+/// retransmission timer the senders recover and every flow still completes.
+#[test]
+fn incast_without_pfc_drops() {
+    let (sim, done) = incast(false);
+    let c = sim.counters();
+    eprintln!("incast no PFC: {} drops, {} pause frames, all done: {done}", c.drops, c.pause_frames);
+    assert!(c.drops > 0, "without PFC the incast must drop packets");
+    assert_eq!(c.pause_frames, 0, "PFC is off");
+    assert!(done, "go-back-N with an RTO must recover every flow");
+}
+
+// ---- 5. the marking law --------------------------------------------------------------------
+
+/// REFERENCE.md §1, computed here independently of `mark_probability`.
+fn reference_probability(s: &EcnSetting, q: u64) -> f64 {
+    if q <= s.kmin_bytes {
+        0.0
+    } else if q >= s.kmax_bytes {
+        1.0
+    } else {
+        s.pmax * (q - s.kmin_bytes) as f64 / (s.kmax_bytes - s.kmin_bytes) as f64
+    }
+}
+
+/// Drawing `should_mark` N times at a fixed depth is a binomial experiment with the RED
+/// probability: the measured fraction must lie within 4 standard deviations of it, and be
+/// exactly 0 at or below Kmin and exactly 1 at or above Kmax.
+#[test]
+fn should_mark_follows_the_red_law() {
+    const N: u32 = 100_000;
+    let settings = [
+        EcnSetting { kmin_bytes: 100_000, kmax_bytes: 400_000, pmax: 0.2 },
+        EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.01 },
+        EcnSetting { kmin_bytes: 7_000, kmax_bytes: 500_000, pmax: 1.0 },
+    ];
+    for (i, s) in settings.iter().enumerate() {
+        let (a, b) = (s.kmin_bytes, s.kmax_bytes);
+        let span = b - a;
+        let depths = [0, a / 2, a - 1, a, a + 1, a + span / 10, a + span / 2, a + 9 * span / 10, b - 1, b, b + 1, 2 * b];
+        for (j, &q) in depths.iter().enumerate() {
+            let p = reference_probability(s, q);
+            assert!(
+                (s.mark_probability(q) - p).abs() < 1e-12,
+                "{s:?} at {q}: mark_probability {} vs {p}",
+                s.mark_probability(q)
+            );
+            let mut rng = Rng::new(42 + i as u64, j as u64);
+            let marks = (0..N).filter(|_| s.should_mark(q, &mut rng)).count() as u32;
+            let frac = marks as f64 / N as f64;
+            if q <= a {
+                assert_eq!(marks, 0, "{s:?}: q = {q} ≤ Kmin must never mark");
+            } else if q >= b {
+                assert_eq!(marks, N, "{s:?}: q = {q} ≥ Kmax must always mark");
+            } else {
+                let sd = (p * (1.0 - p) / N as f64).sqrt();
+                assert!((frac - p).abs() <= 4.0 * sd, "{s:?}: q = {q}: marked {frac:.5}, expected {p:.5} ± {:.5}", 4.0 * sd);
+            }
+        }
+    }
+}
+
+fn short_websearch(ecn_table: &str) -> Scenario {
+    let text = format!("base = \"websearch-50\"\nduration = \"3ms\"\n[switch]\necn = {ecn_table}\n");
+    Scenario::from_toml(&text, "test.toml", Path::new("."), Some(5)).unwrap()
+}
+
+/// In the simulator: with Kmin above the whole 32 MiB buffer no depth can reach the ramp, so
+/// not a single packet is marked. With a low setting on the same traffic packets are marked,
+/// and the per-queue telemetry accounts for every mark the fabric counted.
+#[test]
+fn simulator_marks_only_in_the_ramp() {
+    let sc = short_websearch("{ kmin = \"64MB\", kmax = \"128MB\", pmax = 1.0 }");
+    let mut sim = Simulator::new(sc.fabric.clone(), sc.flows.clone()).unwrap();
+    assert!(sim.run(|_| {}));
+    let tel = sim.take_telemetry();
+    let c = sim.counters();
+    let peak = tel.iter().map(|s| s.queue_bytes_max).max().unwrap();
+    eprintln!("marks with unreachable Kmin: {} (deepest queue {peak} B)", c.ecn_marks);
+    assert_eq!(c.ecn_marks, 0);
+    assert!(tel.iter().all(|s| s.ecn_marked_pkts == 0));
+    assert!(peak > 0, "the traffic must queue somewhere");
+
+    let sc = short_websearch("{ kmin = \"5KB\", kmax = \"200KB\", pmax = 0.01 }");
+    let mut sim = Simulator::new(sc.fabric.clone(), sc.flows.clone()).unwrap();
+    assert!(sim.run(|_| {}));
+    let tel = sim.take_telemetry();
+    let c = sim.counters();
+    let in_tel: u64 = tel.iter().map(|s| s.ecn_marked_pkts).sum();
+    eprintln!("marks with 5KB/200KB/1%: {} (telemetry {in_tel})", c.ecn_marks);
+    assert!(c.ecn_marks > 0);
+    assert_eq!(in_tel, c.ecn_marks, "telemetry must account for every mark");
+    // No queue that stayed at or below Kmin all interval marked anything.
+    for s in &tel {
+        if s.queue_bytes_max <= 5_000 {
+            assert_eq!(s.ecn_marked_pkts, 0, "{s:?}");
+        }
+    }
+}
+
+// ---- 6. slowdown and completion of the built-in scenarios ----------------------------------
+
+/// Every flow of a built-in completes before the hard stop; every slowdown is ≥ 1 and equals
+/// max(1, FCT/ideal). FCT itself can never beat physics: the last byte must cross the
+/// bottleneck after all bytes before it (wire bytes with 36 B headers at 100G, allowing the
+/// simulator's rounding to whole ns) and data and ACK must cross every link (2 µs per hop).
+fn check_builtin(name: &str, text: Option<&str>) {
+    let sc = match text {
+        Some(t) => Scenario::from_toml(t, name, Path::new("."), None).unwrap(),
+        None => Scenario::load(name, None).unwrap(),
+    };
+    let topo = sc.fabric.topology.clone();
+    let mut sim = Simulator::new(sc.fabric.clone(), sc.flows.clone()).unwrap();
+    sim.set_record_telemetry(false);
+    let done = sim.run(|_| {});
+    let recs = sim.flow_records();
+    let incomplete = recs.iter().filter(|r| r.fct_ns.is_none()).count();
+    let worst = recs.iter().filter_map(|r| r.slowdown).fold(0.0, f64::max);
+    let mut dist_cache = std::collections::HashMap::new();
+    let mut min_ratio = f64::INFINITY;
+    for r in &recs {
+        let (Some(fct), Some(sd)) = (r.fct_ns, r.slowdown) else { continue };
+        assert!(sd >= 1.0, "{name}: slowdown {sd} < 1: {r:?}");
+        let raw = fct as f64 / r.ideal_ns as f64;
+        assert!((sd - raw.max(1.0)).abs() < 1e-12, "{name}: slowdown is not max(1, fct/ideal): {r:?}");
+        let hops = dist_cache.entry(r.src).or_insert_with(|| topo.distances_from(r.src))[r.dst as usize] as u64;
+        let pkts = r.size_bytes.div_ceil(1000);
+        let wire = r.size_bytes + 36 * pkts;
+        let floor = 2 * 1000 * hops + (wire * 8 * 1_000_000_000 / G100.0) * 99 / 100;
+        assert!(fct >= floor, "{name}: FCT {fct} ns below the physical floor {floor} ns: {r:?}");
+        min_ratio = min_ratio.min(raw);
+    }
+    eprintln!(
+        "{name}: {} flows, {incomplete} incomplete, worst slowdown {worst:.1}, min FCT/ideal {min_ratio:.4}",
+        recs.len()
+    );
+    assert!(done && incomplete == 0, "{name}: {incomplete} of {} flows did not complete", recs.len());
+}
+
+#[test]
+fn builtin_websearch_50_completes_with_sane_slowdowns() {
+    check_builtin("websearch-50", None);
+}
+
+#[test]
+fn builtin_hadoop_50_completes_with_sane_slowdowns() {
+    check_builtin("hadoop-50", None);
+}
+
+#[test]
+fn builtin_incast_15_completes_with_sane_slowdowns() {
+    check_builtin("incast-15", None);
+}
+
+#[test]
+fn builtin_mixed_completes_with_sane_slowdowns() {
+    check_builtin("mixed", None);
+}
+
+/// The 64-host built-in takes ~10 s at full length in the dev profile; 3 ms of it exercises
+/// the same fabric.
+#[test]
+fn builtin_leafspine_64_short_completes_with_sane_slowdowns() {
+    check_builtin("leafspine-64", Some("base = \"leafspine-64\"\nduration = \"3ms\"\n"));
+}
+
+// ---- 7. determinism ------------------------------------------------------------------------
+
+fn run_records(sc: &Scenario, fabric_seed: Option<u64>) -> (Vec<FlowRecord>, Vec<TelemetrySample>) {
+    let mut cfg = sc.fabric.clone();
+    if let Some(s) = fabric_seed {
+        cfg.seed = s;
+    }
+    let mut sim = Simulator::new(cfg, sc.flows.clone()).unwrap();
+    assert!(sim.run(|_| {}));
+    let tel = sim.take_telemetry();
+    (sim.flow_records(), tel)
+}
+
+/// A discrete-event simulation with a seeded generator is a pure function of (scenario, seed):
+/// two runs agree bit for bit, flows and telemetry. Another seed draws other flows; another
+/// marking seed alone, on the same flows, draws other marks and so other FCTs.
+#[test]
+fn same_seed_same_results_other_seed_other_results() {
+    let text = "base = \"websearch-50\"\nduration = \"3ms\"\n";
+    let load = |seed| Scenario::from_toml(text, "det.toml", Path::new("."), Some(seed)).unwrap();
+    let a = load(11);
+    let (ra, ta) = run_records(&a, None);
+    let (rb, tb) = run_records(&load(11), None);
+    assert!(!ra.is_empty() && !ta.is_empty());
+    assert_eq!(ra, rb, "same scenario and seed must give identical flow records");
+    assert_eq!(ta, tb, "same scenario and seed must give identical telemetry");
+
+    let (rc, _) = run_records(&load(12), None);
+    assert_ne!(ra, rc, "another seed must give other flow records");
+
+    assert!(ta.iter().any(|s| s.ecn_marked_pkts > 0), "the scenario must mark for the marking seed to matter");
+    let (rd, _) = run_records(&a, Some(a.fabric.seed + 1));
+    assert_ne!(ra, rd, "another marking seed on the same flows must change some FCT");
+}
+
+// ---- 8. ECMP -------------------------------------------------------------------------------
+
+/// On the 2×2 leaf-spine, every leaf has two equal-cost uplinks. Hashing the 5-tuple of 64
+/// cross-leaf flows must put traffic on both (each well above a 20% share; a fair coin gives
+/// fewer than 13 of 64 heads with probability ~1e-6), and both spines must forward it down.
+#[test]
+fn ecmp_uses_both_spines() {
+    let topo = Topology::leaf_spine(2, 2, 8, G100, BitsPerSec::from_gbps(400), Nanos(1000)).unwrap();
+    let mut cfg = FabricConfig::new(topo);
+    cfg.window_start = Nanos(0);
+    cfg.window_end = Nanos(MS);
+    cfg.stop_at = Nanos(20 * MS);
+    let mut flows = Vec::new();
+    for s in 0..8 {
+        for d in 8..16 {
+            flows.push(flow(s, d, 100_000, (s * 8 + (d - 8)) as u64 * 1_000));
+        }
+    }
+    let mut sim = Simulator::new(cfg, flows).unwrap();
+    assert!(sim.run(|_| {}));
+    let tel = sim.take_telemetry();
+    let bytes = |sw: &str, peer: &str| -> u64 {
+        let q = queue_towards(&sim, sw, peer);
+        samples_of(&tel, &sim, q).map(|s| s.tx_bytes).sum()
+    };
+    let up = [bytes("leaf0", "spine0"), bytes("leaf0", "spine1")];
+    let down = [bytes("spine0", "leaf1"), bytes("spine1", "leaf1")];
+    eprintln!("ECMP: leaf0 uplinks {up:?} B, spine downlinks to leaf1 {down:?} B");
+    let total: u64 = up.iter().sum();
+    assert!(total >= 64 * 100 * MTU_WIRE, "all data must leave leaf0 upwards");
+    for (i, b) in up.iter().enumerate() {
+        assert!(*b * 5 > total, "leaf0 uplink to spine{i} carries {b} of {total} B");
+    }
+    assert_eq!(up, down, "each spine forwards to leaf1 what it received from leaf0");
+}
