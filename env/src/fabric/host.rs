@@ -40,7 +40,7 @@ impl Simulator {
             self.schedule_ready(port, t);
             return;
         }
-        if let Some(ctrl) = self.ports[port as usize].queues[0].pop_front() {
+        if let Some(ctrl) = self.ports[port as usize].dequeue(0) {
             self.transmit(port, ctrl);
             self.schedule_ready(port, self.ports[port as usize].busy_until);
             return;
@@ -89,6 +89,8 @@ impl Simulator {
             flow: fi,
             seq: f.snd_nxt as u32,
             in_port: port,
+            dst: f.spec.dst,
+            ecmp: f.key_fwd,
             size: size as u16,
             payload: payload as u16,
             kind: PacketKind::Data,
@@ -152,6 +154,8 @@ impl Simulator {
             flow: pkt.flow,
             seq: f.rcv_expected as u32,
             in_port: port,
+            dst: f.spec.src,
+            ecmp: f.key_rev,
             size: ACK_BYTES as u16,
             payload: 0,
             kind,
@@ -166,7 +170,7 @@ impl Simulator {
             // Stand-alone CNPs get the strict-priority queue, as deployments configure them.
             let cnp = Packet { size: CNP_BYTES as u16, kind: PacketKind::Cnp, cnp: true, prio: 0, ..ack };
             let id = self.pool.alloc(cnp);
-            self.ports[port as usize].queues[0].push_back(id);
+            self.ports[port as usize].enqueue(0, id);
         }
         self.send_control(port, ack);
     }

@@ -218,8 +218,11 @@ pub(crate) struct Port {
     pub busy_until: u64,
     /// Earliest pending `PortReady` event, `u64::MAX` if none.
     pub ready_at: u64,
-    /// Egress queues by priority (switch ports; hosts use queue 0 for ACKs).
+    /// Egress queues by priority (switch ports; hosts use queue 0 for ACKs). Change them
+    /// through [`Port::enqueue`] and [`Port::dequeue`], which keep `backlog` in step.
     pub queues: [VecDeque<u32>; 8],
+    /// Bit p set: `queues[p]` is non-empty.
+    pub backlog: u8,
     /// Bytes waiting per priority (the depth ECN marking looks at).
     pub queued_bytes: [u64; 8],
     /// Priorities paused by the peer's PFC.
@@ -233,6 +236,40 @@ pub(crate) struct Port {
     /// When each priority's current pause began (`u64::MAX`: not paused), for the
     /// fabric-wide paused time.
     pub pause_began: [u64; 8],
+}
+
+impl Port {
+    /// Append a packet to priority `prio`.
+    #[inline]
+    pub fn enqueue(&mut self, prio: usize, pkt: u32) {
+        self.queues[prio].push_back(pkt);
+        self.backlog |= 1 << prio;
+    }
+
+    /// Take the head of priority `prio`.
+    #[inline]
+    pub fn dequeue(&mut self, prio: usize) -> Option<u32> {
+        let pkt = self.queues[prio].pop_front();
+        if self.queues[prio].is_empty() {
+            self.backlog &= !(1 << prio);
+        }
+        pkt
+    }
+
+    /// The next queue to serve: 0 if it has packets (strict priority), else the next
+    /// non-empty, non-paused data priority after the last one served (round-robin).
+    #[inline]
+    pub fn next_queue(&self) -> Option<usize> {
+        if self.backlog & 1 != 0 {
+            return Some(0);
+        }
+        let eligible = self.backlog & !self.paused & 0xFE;
+        if eligible == 0 {
+            return None;
+        }
+        let from = (self.rr_last as u32 + 1) % 8;
+        Some(((from + eligible.rotate_right(from).trailing_zeros()) % 8) as usize)
+    }
 }
 
 /// Sender and receiver state of one flow (queue pair).
@@ -360,6 +397,7 @@ impl Simulator {
                     busy_until: 0,
                     ready_at: u64::MAX,
                     queues: Default::default(),
+                    backlog: 0,
                     queued_bytes: [0; 8],
                     paused: 0,
                     rr_last: 0,
@@ -598,11 +636,7 @@ impl Simulator {
     /// stop, whichever is earlier).
     pub fn run_until(&mut self, t: Nanos) {
         let t = t.0.min(self.cfg.stop_at.0);
-        while let Some(et) = self.events.peek_time() {
-            if et > t {
-                break;
-            }
-            let (time, ev) = self.events.pop().expect("peeked");
+        while let Some((time, ev)) = self.events.pop_until(t) {
             self.now = time;
             self.events_processed += 1;
             self.dispatch(ev);
@@ -616,11 +650,7 @@ impl Simulator {
         let stop = self.cfg.stop_at.0;
         let mut next_report = 0u64;
         while !self.all_flows_done() {
-            let Some(et) = self.events.peek_time() else { break };
-            if et > stop {
-                break;
-            }
-            let (time, ev) = self.events.pop().expect("peeked");
+            let Some((time, ev)) = self.events.pop_until(stop) else { break };
             self.now = time;
             self.events_processed += 1;
             self.dispatch(ev);
@@ -715,7 +745,7 @@ impl Simulator {
     /// Queue a control frame (ACK, CNP, PFC) on priority 0 of `port` and try to send it.
     fn send_control(&mut self, port: u32, pkt: Packet) {
         let id = self.pool.alloc(pkt);
-        self.ports[port as usize].queues[0].push_back(id);
+        self.ports[port as usize].enqueue(0, id);
         self.try_send(port);
     }
 

@@ -29,6 +29,10 @@ pub struct Packet {
     pub seq: u32,
     /// Ingress port at the current switch, for buffer accounting.
     pub in_port: u32,
+    /// Destination node, so switches route without looking the flow up.
+    pub dst: u32,
+    /// The flow's ECMP key for this direction (a hash of the 5-tuple).
+    pub ecmp: u64,
     /// Bytes on the wire.
     pub size: u16,
     /// Payload bytes (data only).

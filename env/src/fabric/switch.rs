@@ -19,11 +19,7 @@ impl Simulator {
             _ => {}
         }
         let node = self.ports[port as usize].node as usize;
-        let flow = &self.flows[pkt.flow as usize];
-        let (dst, key) = match pkt.kind {
-            PacketKind::Data => (flow.spec.dst, flow.key_fwd),
-            _ => (flow.spec.src, flow.key_rev),
-        };
+        let (dst, key) = (pkt.dst, pkt.ecmp);
         let ri = node * self.n_nodes + dst as usize;
         let n = self.route_len[ri] as u32;
         if n == 0 {
@@ -60,7 +56,7 @@ impl Simulator {
             p.queued_bytes[prio] += size;
             st.after_depth_change(p.queued_bytes[prio]);
         }
-        p.queues[prio].push_back(pkt_id);
+        p.enqueue(prio, pkt_id);
         self.switch_try_send(egress);
     }
 
@@ -73,32 +69,17 @@ impl Simulator {
             self.schedule_ready(port, t);
             return;
         }
-        let prio = if !p.queues[0].is_empty() {
-            0
-        } else {
-            let mut chosen = None;
-            for k in 1..=8u8 {
-                let q = (p.rr_last + k) % 8;
-                if q != 0 && p.paused & (1 << q) == 0 && !p.queues[q as usize].is_empty() {
-                    chosen = Some(q);
-                    break;
-                }
-            }
-            match chosen {
-                Some(q) => {
-                    p.rr_last = q;
-                    q as usize
-                }
-                None => return,
-            }
-        };
-        let pkt_id = p.queues[prio].pop_front().expect("non-empty queue");
+        let Some(prio) = p.next_queue() else { return };
+        if prio != 0 {
+            p.rr_last = prio as u8;
+        }
+        let pkt_id = p.dequeue(prio).expect("non-empty queue");
         if prio != 0 {
             self.dequeue_data(port, prio, pkt_id);
         }
         self.transmit(port, pkt_id);
         let p = &self.ports[port as usize];
-        if p.queues.iter().any(|q| !q.is_empty()) {
+        if p.backlog != 0 {
             let t = p.busy_until;
             self.schedule_ready(port, t);
         }
@@ -146,6 +127,8 @@ impl Simulator {
             flow: u32::MAX,
             seq: 0,
             in_port: port,
+            dst: u32::MAX,
+            ecmp: 0,
             size: PFC_FRAME_BYTES as u16,
             payload: 0,
             kind,
