@@ -39,8 +39,14 @@ pub fn summary_table(s: &Summary) -> String {
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "utilization (host downlinks)  {:.1}%", s.utilization * 100.0);
-    let _ = writeln!(out, "queue depth avg / p99         {:.1} KB / {:.1} KB", s.queue_bytes.avg / 1e3, s.queue_bytes.p99 / 1e3);
-    let _ = writeln!(out, "PFC pause frames / paused     {} / {:.1} us", s.pfc.pause_frames, s.pfc.paused_ns as f64 / 1e3);
+    let _ = writeln!(
+        out,
+        "queue depth avg / p99         {:.1} KB / {:.1} KB",
+        s.queue_bytes.avg / 1e3,
+        s.queue_bytes.p99 / 1e3
+    );
+    let _ =
+        writeln!(out, "PFC pause frames / paused     {} / {:.1} us", s.pfc.pause_frames, s.pfc.paused_ns as f64 / 1e3);
     let _ = writeln!(out, "ECN marks / drops             {} / {}", s.ecn_marks, s.drops);
     out
 }
@@ -55,6 +61,7 @@ pub fn write_outputs(dir: &Path, sim: &mut Simulator, summary: &Summary) -> Resu
     let telemetry = sim.take_telemetry();
     io::write_telemetry_parquet(&dir.join("telemetry.parquet"), &telemetry).map_err(|e| fail(&e))?;
     let json = serde_json::to_string_pretty(summary).map_err(|e| fail(&e))?;
-    std::fs::write(dir.join("summary.json"), json + "\n").map_err(|e| fail(&format!("{}: {e}", dir.join("summary.json").display())))?;
+    std::fs::write(dir.join("summary.json"), json + "\n")
+        .map_err(|e| fail(&format!("{}: {e}", dir.join("summary.json").display())))?;
     Ok(())
 }

@@ -49,18 +49,8 @@ pub const TELEMETRY_COLUMNS: [&str; 18] = [
 ];
 
 /// Flow-record column names in file order (= [`FlowRecord`] field order).
-pub const FLOW_COLUMNS: [&str; 10] = [
-    "src",
-    "dst",
-    "sport",
-    "dport",
-    "priority",
-    "size_bytes",
-    "start_ns",
-    "fct_ns",
-    "ideal_ns",
-    "slowdown",
-];
+pub const FLOW_COLUMNS: [&str; 10] =
+    ["src", "dst", "sport", "dport", "priority", "size_bytes", "start_ns", "fct_ns", "ideal_ns", "slowdown"];
 
 /// Priority that HPCC's FCT file leaves implicit: its RDMA flows all run on priority group 3.
 pub const HPCC_PRIORITY: u8 = 3;
@@ -157,18 +147,11 @@ pub enum IoError {
 
 impl IoError {
     fn io(path: &Path, action: &'static str, err: std::io::Error) -> Self {
-        IoError::Io {
-            path: path.to_path_buf(),
-            action,
-            err,
-        }
+        IoError::Io { path: path.to_path_buf(), action, err }
     }
 
     fn parquet(path: &Path, message: impl Display) -> Self {
-        IoError::Parquet {
-            path: path.to_path_buf(),
-            message: one_line(&message.to_string()),
-        }
+        IoError::Parquet { path: path.to_path_buf(), message: one_line(&message.to_string()) }
     }
 }
 
@@ -218,9 +201,7 @@ fn write_atomically(
         let file = File::create(&tmp).map_err(|e| IoError::io(path, "create temporary file", e))?;
         let mut w = BufWriter::new(file);
         body(&mut w)?;
-        let file = w
-            .into_inner()
-            .map_err(|e| IoError::io(path, "write", e.into_error()))?;
+        let file = w.into_inner().map_err(|e| IoError::io(path, "write", e.into_error()))?;
         file.sync_all().map_err(|e| IoError::io(path, "sync", e))?;
         fs::rename(&tmp, path).map_err(|e| IoError::io(path, "rename temporary file into place", e))
     })();
@@ -231,11 +212,7 @@ fn write_atomically(
     result
 }
 
-fn write_parquet_frame(
-    path: &Path,
-    mut df: DataFrame,
-    kv: Option<KeyValueMetadata>,
-) -> Result<(), IoError> {
+fn write_parquet_frame(path: &Path, mut df: DataFrame, kv: Option<KeyValueMetadata>) -> Result<(), IoError> {
     write_atomically(path, |w| {
         guarded(path, || {
             ParquetWriter::new(w)
@@ -277,10 +254,7 @@ impl<'a> ParquetFile<'a> {
     }
 
     fn metadata(&self, key: &str) -> Option<&str> {
-        self.kv
-            .iter()
-            .find(|(k, _)| k == key)
-            .and_then(|(_, v)| v.as_deref())
+        self.kv.iter().find(|(k, _)| k == key).and_then(|(_, v)| v.as_deref())
     }
 
     fn rows(&self) -> usize {
@@ -288,10 +262,10 @@ impl<'a> ParquetFile<'a> {
     }
 
     fn column(&self, name: &str, expected: &DataType) -> Result<&Column, IoError> {
-        let col = self.df.column(name).map_err(|_| IoError::MissingColumn {
-            path: self.path.to_path_buf(),
-            column: name.to_string(),
-        })?;
+        let col = self
+            .df
+            .column(name)
+            .map_err(|_| IoError::MissingColumn { path: self.path.to_path_buf(), column: name.to_string() })?;
         if col.dtype() != expected {
             return Err(IoError::WrongType {
                 path: self.path.to_path_buf(),
@@ -304,15 +278,9 @@ impl<'a> ParquetFile<'a> {
     }
 
     /// A numeric column with nulls kept, for the schema's nullable columns.
-    fn nullable<T: PolarsNumericType>(
-        &self,
-        name: &str,
-    ) -> Result<Vec<Option<T::Native>>, IoError> {
+    fn nullable<T: PolarsNumericType>(&self, name: &str) -> Result<Vec<Option<T::Native>>, IoError> {
         let col = self.column(name, &T::get_static_dtype())?;
-        let ca = col
-            .as_materialized_series()
-            .unpack::<T>()
-            .map_err(|e| IoError::parquet(self.path, e))?;
+        let ca = col.as_materialized_series().unpack::<T>().map_err(|e| IoError::parquet(self.path, e))?;
         Ok(ca.iter().collect())
     }
 
@@ -333,11 +301,7 @@ impl<'a> ParquetFile<'a> {
             .into_iter()
             .enumerate()
             .map(|(row, v)| {
-                v.ok_or_else(|| IoError::Null {
-                    path: self.path.to_path_buf(),
-                    column: name.to_string(),
-                    row,
-                })
+                v.ok_or_else(|| IoError::Null { path: self.path.to_path_buf(), column: name.to_string(), row })
             })
             .collect()
     }
@@ -350,24 +314,15 @@ impl<'a> ParquetFile<'a> {
 /// by construction.
 macro_rules! field_column {
     ($rows:expr, $field:ident) => {
-        Column::new(
-            stringify!($field).into(),
-            $rows.iter().map(|r| r.$field).collect::<Vec<_>>(),
-        )
+        Column::new(stringify!($field).into(), $rows.iter().map(|r| r.$field).collect::<Vec<_>>())
     };
 }
 
 fn telemetry_frame(rows: &[TelemetrySample]) -> PolarsResult<DataFrame> {
     let columns = vec![
         field_column!(rows, ts_ns),
-        Column::new(
-            "switch".into(),
-            rows.iter().map(|r| r.switch.as_str()).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "port".into(),
-            rows.iter().map(|r| r.port.as_str()).collect::<Vec<_>>(),
-        ),
+        Column::new("switch".into(), rows.iter().map(|r| r.switch.as_str()).collect::<Vec<_>>()),
+        Column::new("port".into(), rows.iter().map(|r| r.port.as_str()).collect::<Vec<_>>()),
         field_column!(rows, queue),
         field_column!(rows, link_bps),
         field_column!(rows, queue_bytes),
@@ -394,10 +349,8 @@ fn telemetry_frame(rows: &[TelemetrySample]) -> PolarsResult<DataFrame> {
 /// The file appears atomically: it is written to `<path>.tmp` and renamed into place.
 pub fn write_telemetry_parquet(path: &Path, rows: &[TelemetrySample]) -> Result<(), IoError> {
     let df = guarded(path, || telemetry_frame(rows))?;
-    let kv = KeyValueMetadata::from_static(vec![(
-        TELEMETRY_SCHEMA_KEY.to_string(),
-        TELEMETRY_SCHEMA_VERSION.to_string(),
-    )]);
+    let kv =
+        KeyValueMetadata::from_static(vec![(TELEMETRY_SCHEMA_KEY.to_string(), TELEMETRY_SCHEMA_VERSION.to_string())]);
     write_parquet_frame(path, df, Some(kv))
 }
 
@@ -595,50 +548,25 @@ pub fn read_flows_hpcc_fct(path: &Path) -> Result<Vec<FlowRecord>, IoError> {
         if line.trim().is_empty() {
             continue;
         }
-        let bad = |message: String| IoError::BadLine {
-            path: path.to_path_buf(),
-            line: idx + 1,
-            message,
-        };
+        let bad = |message: String| IoError::BadLine { path: path.to_path_buf(), line: idx + 1, message };
         out.push(parse_hpcc_fct_line(&line).map_err(bad)?);
     }
     Ok(out)
 }
 
 fn parse_hpcc_fct_line(line: &str) -> Result<FlowRecord, String> {
-    const FIELDS: [&str; 8] = [
-        "sip",
-        "dip",
-        "sport",
-        "dport",
-        "size",
-        "start_ns",
-        "fct_ns",
-        "standalone_ns",
-    ];
+    const FIELDS: [&str; 8] = ["sip", "dip", "sport", "dport", "size", "start_ns", "fct_ns", "standalone_ns"];
     let parts: Vec<&str> = line.split_whitespace().collect();
     if parts.len() != FIELDS.len() {
-        return Err(format!(
-            "expected {} fields ({}), found {}",
-            FIELDS.len(),
-            FIELDS.join(" "),
-            parts.len()
-        ));
+        return Err(format!("expected {} fields ({}), found {}", FIELDS.len(), FIELDS.join(" "), parts.len()));
     }
     let node = |i: usize| -> Result<u32, String> {
         let ip = u32::from_str_radix(parts[i], 16)
             .map_err(|_| format!("{} `{}` is not an 8-hex-digit address", FIELDS[i], parts[i]))?;
-        hpcc_ip_node(ip).ok_or_else(|| {
-            format!(
-                "{} `{}` is not an HPCC host address 11.0.X.1",
-                FIELDS[i], parts[i]
-            )
-        })
+        hpcc_ip_node(ip).ok_or_else(|| format!("{} `{}` is not an HPCC host address 11.0.X.1", FIELDS[i], parts[i]))
     };
     fn num<T: std::str::FromStr>(parts: &[&str], i: usize) -> Result<T, String> {
-        parts[i]
-            .parse()
-            .map_err(|_| format!("{} `{}` is not a valid number", FIELDS[i], parts[i]))
+        parts[i].parse().map_err(|_| format!("{} `{}` is not a valid number", FIELDS[i], parts[i]))
     }
     let fct: u64 = num(&parts, 6)?;
     let ideal: u64 = num(&parts, 7)?;
@@ -754,12 +682,7 @@ mod tests {
         fn new(name: &str) -> Self {
             static COUNTER: AtomicUsize = AtomicUsize::new(0);
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let dir = std::env::temp_dir().join(format!(
-                "ecn-datasets-{}-{}-{}",
-                std::process::id(),
-                n,
-                name
-            ));
+            let dir = std::env::temp_dir().join(format!("ecn-datasets-{}-{}-{}", std::process::id(), n, name));
             fs::create_dir_all(&dir).unwrap();
             TempDir(dir)
         }
@@ -778,11 +701,7 @@ mod tests {
         TelemetrySample {
             ts_ns: 1_000 * i,
             switch: format!("leaf{i}"),
-            port: if i == 1 {
-                "eth,1 \"x\"".to_string()
-            } else {
-                format!("eth{i}")
-            },
+            port: if i == 1 { "eth,1 \"x\"".to_string() } else { format!("eth{i}") },
             queue: (i % 8) as u8,
             link_bps: 100_000_000_000,
             queue_bytes: 10 * i,
@@ -820,10 +739,7 @@ mod tests {
 
     fn write_frame(path: &Path, mut df: DataFrame, kv: Option<KeyValueMetadata>) {
         let mut f = File::create(path).unwrap();
-        ParquetWriter::new(&mut f)
-            .with_key_value_metadata(kv)
-            .finish(&mut df)
-            .unwrap();
+        ParquetWriter::new(&mut f).with_key_value_metadata(kv).finish(&mut df).unwrap();
     }
 
     #[test]
@@ -834,10 +750,7 @@ mod tests {
         write_telemetry_parquet(&path, &rows).unwrap();
         assert!(!tmp_path(&path).exists(), "temporary file left behind");
         assert_eq!(read_telemetry_parquet(&path).unwrap(), rows);
-        assert_eq!(
-            telemetry_schema_version(&path).unwrap().as_deref(),
-            Some(TELEMETRY_SCHEMA_VERSION)
-        );
+        assert_eq!(telemetry_schema_version(&path).unwrap().as_deref(), Some(TELEMETRY_SCHEMA_VERSION));
 
         // Types as documented, so that other tools see the same schema.
         let f = ParquetFile::open(&path).unwrap();
@@ -885,24 +798,15 @@ mod tests {
         let _ = df.drop_in_place("tx_pkts").unwrap();
         write_frame(&path, df, None);
         let err = read_telemetry_parquet(&path).unwrap_err();
-        assert!(
-            matches!(&err, IoError::MissingColumn { column, .. } if column == "tx_pkts"),
-            "{err}"
-        );
+        assert!(matches!(&err, IoError::MissingColumn { column, .. } if column == "tx_pkts"), "{err}");
         let msg = err.to_string();
-        assert!(
-            msg.contains("t.parquet") && msg.contains("tx_pkts"),
-            "{msg}"
-        );
+        assert!(msg.contains("t.parquet") && msg.contains("tx_pkts"), "{msg}");
 
         // A flows file is not a telemetry file.
         let flows = dir.join("f.parquet");
         write_flows_parquet(&flows, &[flow(1, true)]).unwrap();
         let err = read_telemetry_parquet(&flows).unwrap_err();
-        assert!(
-            matches!(&err, IoError::MissingColumn { column, .. } if column == "ts_ns"),
-            "{err}"
-        );
+        assert!(matches!(&err, IoError::MissingColumn { column, .. } if column == "ts_ns"), "{err}");
     }
 
     #[test]
@@ -910,14 +814,10 @@ mod tests {
         let dir = TempDir::new("wrongtype");
         let path = dir.join("t.parquet");
         let mut df = telemetry_frame(&[sample(1), sample(2)]).unwrap();
-        df.with_column(Column::new("ts_ns".into(), vec![1i64, 2]))
-            .unwrap();
+        df.with_column(Column::new("ts_ns".into(), vec![1i64, 2])).unwrap();
         write_frame(&path, df, None);
         let err = read_telemetry_parquet(&path).unwrap_err();
-        assert!(
-            matches!(&err, IoError::WrongType { column, .. } if column == "ts_ns"),
-            "{err}"
-        );
+        assert!(matches!(&err, IoError::WrongType { column, .. } if column == "ts_ns"), "{err}");
         assert!(err.to_string().contains("i64"), "{err}");
     }
 
@@ -926,27 +826,19 @@ mod tests {
         let dir = TempDir::new("null");
         let path = dir.join("t.parquet");
         let mut df = telemetry_frame(&[sample(0), sample(1), sample(2)]).unwrap();
-        df.with_column(Column::new("drops".into(), vec![Some(0u64), Some(0), None]))
-            .unwrap();
+        df.with_column(Column::new("drops".into(), vec![Some(0u64), Some(0), None])).unwrap();
         write_frame(&path, df, None);
         let err = read_telemetry_parquet(&path).unwrap_err();
-        assert!(
-            matches!(&err, IoError::Null { column, row: 2, .. } if column == "drops"),
-            "{err}"
-        );
+        assert!(matches!(&err, IoError::Null { column, row: 2, .. } if column == "drops"), "{err}");
         assert!(err.to_string().contains("row 2"), "{err}");
 
         // Nulls are fine where the schema allows them, and only there.
         let flows = dir.join("f.parquet");
         let mut df = flows_frame(&[flow(1, true), flow(2, true)]).unwrap();
-        df.with_column(Column::new("ideal_ns".into(), vec![None, Some(1u64)]))
-            .unwrap();
+        df.with_column(Column::new("ideal_ns".into(), vec![None, Some(1u64)])).unwrap();
         write_frame(&flows, df, None);
         let err = read_flows_parquet(&flows).unwrap_err();
-        assert!(
-            matches!(&err, IoError::Null { column, row: 0, .. } if column == "ideal_ns"),
-            "{err}"
-        );
+        assert!(matches!(&err, IoError::Null { column, row: 0, .. } if column == "ideal_ns"), "{err}");
     }
 
     #[test]
@@ -1035,23 +927,14 @@ mod tests {
         write_flows_hpcc_fct(&path, &rows).unwrap();
         let text = fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 9, "incomplete flows are not written");
-        assert!(
-            text.lines()
-                .next()
-                .unwrap()
-                .starts_with("0b000001 0b000501 10000 100 1 "),
-            "{text}"
-        );
+        assert!(text.lines().next().unwrap().starts_with("0b000001 0b000501 10000 100 1 "), "{text}");
         let completed: Vec<_> = rows.into_iter().filter(|r| r.fct_ns.is_some()).collect();
         assert_eq!(read_flows_hpcc_fct(&path).unwrap(), completed);
 
         let mut too_big = flow(1, true);
         too_big.dst = 70_000;
         let err = write_flows_hpcc_fct(&path, &[flow(0, true), too_big]).unwrap_err();
-        assert!(
-            matches!(&err, IoError::BadValue { column, row: 1, .. } if column == "dst"),
-            "{err}"
-        );
+        assert!(matches!(&err, IoError::BadValue { column, row: 1, .. } if column == "dst"), "{err}");
         // The failed write left the previous file intact.
         assert_eq!(fs::read_to_string(&path).unwrap(), text);
     }
@@ -1062,30 +945,12 @@ mod tests {
         let path = dir.join("fct.txt");
         let good = "0b000901 0b000401 10000 100 21531 2000008282 9935 10006";
         for (bad, needle) in [
-            (
-                "0b000901 0b000401 10000 100 21531 2000008282 9935",
-                "8 fields",
-            ),
-            (
-                "0b000901 0b000401 10000 100 abc 2000008282 9935 10006",
-                "size",
-            ),
-            (
-                "zz000901 0b000401 10000 100 21531 2000008282 9935 10006",
-                "sip",
-            ),
-            (
-                "0a000901 0b000401 10000 100 21531 2000008282 9935 10006",
-                "HPCC host",
-            ),
-            (
-                "0b000901 0b000401 70000 100 21531 2000008282 9935 10006",
-                "sport",
-            ),
-            (
-                "0b000901 0b000401 10000 100 21531 2000008282 9935 0",
-                "standalone",
-            ),
+            ("0b000901 0b000401 10000 100 21531 2000008282 9935", "8 fields"),
+            ("0b000901 0b000401 10000 100 abc 2000008282 9935 10006", "size"),
+            ("zz000901 0b000401 10000 100 21531 2000008282 9935 10006", "sip"),
+            ("0a000901 0b000401 10000 100 21531 2000008282 9935 10006", "HPCC host"),
+            ("0b000901 0b000401 70000 100 21531 2000008282 9935 10006", "sport"),
+            ("0b000901 0b000401 10000 100 21531 2000008282 9935 0", "standalone"),
         ] {
             fs::write(&path, format!("{good}\n\n{bad}\n")).unwrap();
             let err = read_flows_hpcc_fct(&path).unwrap_err();
@@ -1097,16 +962,12 @@ mod tests {
         fs::write(&path, format!("{good}\n")).unwrap();
         let r = &read_flows_hpcc_fct(&path).unwrap()[0];
         assert_eq!((r.src, r.dst, r.sport, r.dport), (9, 4, 10_000, 100));
-        assert_eq!(
-            (r.fct_ns, r.ideal_ns, r.slowdown, r.priority),
-            (Some(9_935), 10_006, Some(1.0), 3)
-        );
+        assert_eq!((r.fct_ns, r.ideal_ns, r.slowdown, r.priority), (Some(9_935), 10_006, Some(1.0), 3));
     }
 
     #[test]
     fn reference_hpcc_fct_parses() {
-        let path =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/ls16/fct.txt");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/ls16/fct.txt");
         assert!(
             path.exists(),
             "reference file {} is missing: the tests expect the shared/ directory beside the \
@@ -1131,15 +992,8 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
         assert_eq!(lines[0], TELEMETRY_COLUMNS.join(","));
-        assert_eq!(
-            lines[1],
-            "0,leaf0,eth0,0,100000000000,0,0,0,0,0,0,0,0,0,0,100000,400000,0.2"
-        );
-        assert!(
-            lines[2].starts_with("1000,leaf1,\"eth,1 \"\"x\"\"\",1,"),
-            "{}",
-            lines[2]
-        );
+        assert_eq!(lines[1], "0,leaf0,eth0,0,100000000000,0,0,0,0,0,0,0,0,0,0,100000,400000,0.2");
+        assert!(lines[2].starts_with("1000,leaf1,\"eth,1 \"\"x\"\"\",1,"), "{}", lines[2]);
 
         let f = dir.join("f.csv");
         write_flows_csv(&f, &[flow(1, false), flow(2, true)]).unwrap();
@@ -1148,10 +1002,6 @@ mod tests {
         assert_eq!(lines[0], FLOW_COLUMNS.join(","));
         assert_eq!(lines[1], "1,6,10001,100,3,1001,2000000001,,10001,");
         assert_eq!(lines[2].split(',').count(), FLOW_COLUMNS.len());
-        assert!(
-            lines[2].starts_with("2,7,10002,100,3,2001,2000000002,15000,10002,1.49"),
-            "{}",
-            lines[2]
-        );
+        assert!(lines[2].starts_with("2,7,10002,100,3,2001,2000000002,15000,10002,1.49"), "{}", lines[2]);
     }
 }

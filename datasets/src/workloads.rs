@@ -63,9 +63,9 @@ pub const BUILTIN_CDFS: &[BuiltinCdf] = &[
 
 /// Look a built-in CDF up by name or alias (case-insensitive).
 pub fn builtin_cdf(name: &str) -> Option<&'static BuiltinCdf> {
-    BUILTIN_CDFS.iter().find(|c| {
-        c.name.eq_ignore_ascii_case(name) || c.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
-    })
+    BUILTIN_CDFS
+        .iter()
+        .find(|c| c.name.eq_ignore_ascii_case(name) || c.aliases.iter().any(|a| a.eq_ignore_ascii_case(name)))
 }
 
 #[cfg(test)]
@@ -82,15 +82,10 @@ mod tests {
                 let parts: Vec<&str> = l.split_whitespace().collect();
                 match parts[..] {
                     [size, pct] => Ok((
-                        size.parse()
-                            .map_err(|_| format!("line {}: bad size `{size}`", i + 1))?,
-                        pct.parse()
-                            .map_err(|_| format!("line {}: bad percent `{pct}`", i + 1))?,
+                        size.parse().map_err(|_| format!("line {}: bad size `{size}`", i + 1))?,
+                        pct.parse().map_err(|_| format!("line {}: bad percent `{pct}`", i + 1))?,
                     )),
-                    _ => Err(format!(
-                        "line {}: expected `size percent`, got `{l}`",
-                        i + 1
-                    )),
+                    _ => Err(format!("line {}: expected `size percent`, got `{l}`", i + 1)),
                 }
             })
             .collect()
@@ -102,25 +97,12 @@ mod tests {
             let points = parse(cdf.text).unwrap_or_else(|e| panic!("{}: {e}", cdf.name));
             assert!(points.len() >= 2, "{}: too few points", cdf.name);
             assert_eq!(points[0], (0, 0.0), "{}: must start at `0 0`", cdf.name);
-            assert_eq!(
-                points.last().unwrap().1,
-                100.0,
-                "{}: must end at 100",
-                cdf.name
-            );
+            assert_eq!(points.last().unwrap().1, 100.0, "{}: must end at 100", cdf.name);
             for w in points.windows(2) {
                 let ((s0, p0), (s1, p1)) = (w[0], w[1]);
-                assert!(
-                    s1 > s0,
-                    "{}: sizes not increasing at {s0} -> {s1}",
-                    cdf.name
-                );
+                assert!(s1 > s0, "{}: sizes not increasing at {s0} -> {s1}", cdf.name);
                 assert!(p1 >= p0, "{}: percent decreasing at size {s1}", cdf.name);
-                assert!(
-                    (0.0..=100.0).contains(&p1),
-                    "{}: percent {p1} out of range",
-                    cdf.name
-                );
+                assert!((0.0..=100.0).contains(&p1), "{}: percent {p1} out of range", cdf.name);
             }
         }
     }
@@ -128,10 +110,7 @@ mod tests {
     #[test]
     fn lookup_by_name_and_alias() {
         assert_eq!(builtin_cdf("WEBSEARCH").unwrap().name, "websearch");
-        assert_eq!(
-            builtin_cdf("FbHdp_distribution.txt").unwrap().name,
-            "hadoop"
-        );
+        assert_eq!(builtin_cdf("FbHdp_distribution.txt").unwrap().name, "hadoop");
         assert!(builtin_cdf("nope").is_none());
     }
 }

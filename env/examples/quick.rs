@@ -14,7 +14,17 @@ fn main() {
     if let Some(out) = std::env::args().nth(2) {
         let mut o = String::new();
         for r in sim.flow_records() {
-            o += &format!("{} {} {} {} {} {} {} {}\n", r.src, r.dst, r.sport, r.dport, r.size_bytes, r.start_ns, r.fct_ns.unwrap_or(0), r.ideal_ns);
+            o += &format!(
+                "{} {} {} {} {} {} {} {}\n",
+                r.src,
+                r.dst,
+                r.sport,
+                r.dport,
+                r.size_bytes,
+                r.start_ns,
+                r.fct_ns.unwrap_or(0),
+                r.ideal_ns
+            );
         }
         std::fs::write(out, o).unwrap();
     }

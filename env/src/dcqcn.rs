@@ -310,7 +310,7 @@ mod tests {
         let check = s.on_cnp(Nanos(1000), &p).unwrap();
         assert_eq!(check, Nanos(1000 + 4000 + 1));
         assert_eq!(s.rate_bps, 100e9); // RATE_ON_FIRST_CNP = 1
-        // Four α slots pass without a CNP: α = (1-g)^4.
+                                       // Four α slots pass without a CNP: α = (1-g)^4.
         let inc = s.on_decrease_check(check, &p).unwrap();
         let alpha = (1.0f64 - 1.0 / 256.0).powi(4);
         assert!((s.rate_bps - 100e9 * (1.0 - alpha / 2.0)).abs() < 1.0);

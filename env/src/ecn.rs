@@ -44,10 +44,7 @@ impl EcnSetting {
             return Err(EcnError::PmaxOutOfRange(self.pmax));
         }
         if self.kmin_bytes >= self.kmax_bytes {
-            return Err(EcnError::KminNotBelowKmax {
-                kmin: Bytes(self.kmin_bytes),
-                kmax: Bytes(self.kmax_bytes),
-            });
+            return Err(EcnError::KminNotBelowKmax { kmin: Bytes(self.kmin_bytes), kmax: Bytes(self.kmax_bytes) });
         }
         Ok(())
     }

@@ -269,7 +269,12 @@ impl Scenario {
     }
 
     /// Import an HPCC simulator `config.txt` with its topology and flow files.
-    pub fn from_hpcc_config(text: &str, source: &str, dir: &Path, seed: Option<u64>) -> Result<Scenario, ScenarioError> {
+    pub fn from_hpcc_config(
+        text: &str,
+        source: &str,
+        dir: &Path,
+        seed: Option<u64>,
+    ) -> Result<Scenario, ScenarioError> {
         let mut kv = std::collections::BTreeMap::new();
         for line in text.lines() {
             let mut it = line.split_whitespace();
@@ -299,7 +304,8 @@ impl Scenario {
         let flow_path = dir.join(need("FLOW_FILE")?);
         let topo_text = std::fs::read_to_string(&topo_path)
             .map_err(|e| err(&topo_path.display().to_string(), "file", e.to_string()))?;
-        let topology = Topology::parse_hpcc(&topo_text).map_err(|e| err(&topo_path.display().to_string(), "topology", e.to_string()))?;
+        let topology = Topology::parse_hpcc(&topo_text)
+            .map_err(|e| err(&topo_path.display().to_string(), "topology", e.to_string()))?;
         let flow_text = std::fs::read_to_string(&flow_path)
             .map_err(|e| err(&flow_path.display().to_string(), "file", e.to_string()))?;
         let flows = parse_flow_file(&flow_text, &flow_path, &topology)?;
@@ -350,7 +356,11 @@ impl Scenario {
         // K maps: `n rate1 k1 rate2 k2 ...`, K in units of 1000 bytes.
         let map = |k: &str| -> Result<Vec<(u64, f64)>, ScenarioError> {
             let Some(v) = kv.get(k) else { return Ok(Vec::new()) };
-            let vals: Vec<f64> = v.iter().map(|x| x.parse::<f64>()).collect::<Result<_, _>>().map_err(|_| err(source, k, "not a list of numbers"))?;
+            let vals: Vec<f64> = v
+                .iter()
+                .map(|x| x.parse::<f64>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| err(source, k, "not a list of numbers"))?;
             let n = *vals.first().unwrap_or(&0.0) as usize;
             if vals.len() != 1 + 2 * n {
                 return Err(err(source, k, format!("expected {n} rate/value pairs")));
@@ -362,7 +372,10 @@ impl Scenario {
             let mut per_rate = Vec::new();
             for (r, kmin_k) in &kmin {
                 let find = |m: &Vec<(u64, f64)>, k: &str| {
-                    m.iter().find(|(rr, _)| rr == r).map(|(_, v)| *v).ok_or_else(|| err(source, k, format!("no entry for rate {r}")))
+                    m.iter()
+                        .find(|(rr, _)| rr == r)
+                        .map(|(_, v)| *v)
+                        .ok_or_else(|| err(source, k, format!("no entry for rate {r}")))
                 };
                 let s = EcnSetting {
                     kmin_bytes: (kmin_k * 1000.0) as u64,
@@ -408,7 +421,13 @@ fn parse_flow_file(text: &str, path: &Path, topology: &Topology) -> Result<Vec<F
 }
 
 /// Merge a file over its base (field by field) and build the scenario.
-fn resolve(file: ScenarioFile, base: Option<ScenarioFile>, source: &str, dir: &Path, seed_override: Option<u64>) -> Result<Scenario, ScenarioError> {
+fn resolve(
+    file: ScenarioFile,
+    base: Option<ScenarioFile>,
+    source: &str,
+    dir: &Path,
+    seed_override: Option<u64>,
+) -> Result<Scenario, ScenarioError> {
     let base = base.unwrap_or_default();
     let name = file.name.or(base.name).unwrap_or_else(|| {
         Path::new(source).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into())
@@ -452,7 +471,8 @@ fn resolve(file: ScenarioFile, base: Option<ScenarioFile>, source: &str, dir: &P
         "hpcc" => {
             let p = t.path.as_deref().ok_or_else(|| err(source, "topology.path", "required with kind = \"hpcc\""))?;
             let path = dir.join(p);
-            let text = std::fs::read_to_string(&path).map_err(|e| err(source, "topology.path", format!("{}: {e}", path.display())))?;
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| err(source, "topology.path", format!("{}: {e}", path.display())))?;
             Topology::parse_hpcc(&text).map_err(|e| err(&path.display().to_string(), "topology", e.to_string()))?
         }
         other => return Err(err(source, "topology.kind", format!("'{other}' is not one of leaf-spine, hpcc"))),
@@ -507,7 +527,11 @@ fn resolve(file: ScenarioFile, base: Option<ScenarioFile>, source: &str, dir: &P
     for (k, v) in dc_table {
         if !merged.contains_key(&k) {
             let keys: Vec<&String> = merged.keys().collect();
-            return Err(err(source, format!("dcqcn.{k}"), format!("unknown key (known: {})", keys.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "))));
+            return Err(err(
+                source,
+                format!("dcqcn.{k}"),
+                format!("unknown key (known: {})", keys.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")),
+            ));
         }
         merged.insert(k, v);
     }
@@ -558,11 +582,23 @@ fn resolve(file: ScenarioFile, base: Option<ScenarioFile>, source: &str, dir: &P
                     return Err(err(source, field("load"), format!("{load} must be within (0, 1]")));
                 }
                 let cdf = load_cdf(&cdf, dir).map_err(|m| err(source, field("cdf"), m))?;
-                flows.extend(workload::poisson(&hosts, &cdf, load, line, window(start, stop)?, prio(priority)?, &mut rng));
+                flows.extend(workload::poisson(
+                    &hosts,
+                    &cdf,
+                    load,
+                    line,
+                    window(start, stop)?,
+                    prio(priority)?,
+                    &mut rng,
+                ));
             }
             WorkloadFile::Incast { fan_in, flow_size, load, count, at, start, stop, priority } => {
                 if fan_in == 0 || fan_in as usize >= hosts.len() {
-                    return Err(err(source, field("fan_in"), format!("{fan_in} must be within 1..={}", hosts.len() - 1)));
+                    return Err(err(
+                        source,
+                        field("fan_in"),
+                        format!("{fan_in} must be within 1..={}", hosts.len() - 1),
+                    ));
                 }
                 if flow_size.0 == 0 || flow_size.0 > u32::MAX as u64 {
                     return Err(err(source, field("flow_size"), "must be between 1 B and 4 GB"));
@@ -584,11 +620,21 @@ fn resolve(file: ScenarioFile, base: Option<ScenarioFile>, source: &str, dir: &P
                     _ => return Err(err(source, format!("workload[{i}]"), "give exactly one of load, count or at")),
                 };
                 let w = window(start, stop)?;
-                flows.extend(workload::incast(&hosts, fan_in, flow_size.0, &schedule, line, w, prio(priority)?, &mut rng));
+                flows.extend(workload::incast(
+                    &hosts,
+                    fan_in,
+                    flow_size.0,
+                    &schedule,
+                    line,
+                    w,
+                    prio(priority)?,
+                    &mut rng,
+                ));
             }
             WorkloadFile::Flows { path, start, stop } => {
                 let p = dir.join(&path);
-                let text = std::fs::read_to_string(&p).map_err(|e| err(source, field("path"), format!("{}: {e}", p.display())))?;
+                let text = std::fs::read_to_string(&p)
+                    .map_err(|e| err(source, field("path"), format!("{}: {e}", p.display())))?;
                 let mut fs = parse_flow_file(&text, &p, &fabric.topology)?;
                 // Replay keeps the file's spacing but moves its first flow to `start`
                 // (HPCC files conventionally begin at 2 s).
@@ -658,7 +704,9 @@ mod tests {
         assert!(e.message.contains("teleport"), "{e}");
         let e = parse("[switch]\necn = { kmin = \"2MB\", kmax = \"1MB\", pmax = 0.2 }\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n").unwrap_err();
         assert_eq!(e.field, "switch.ecn");
-        let e = parse("[dcqcn]\nrp_timr = \"300us\"\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n").unwrap_err();
+        let e =
+            parse("[dcqcn]\nrp_timr = \"300us\"\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n")
+                .unwrap_err();
         assert_eq!(e.field, "dcqcn.rp_timr");
         let e = parse("duration = \"20 parsecs\"\n").unwrap_err();
         assert!(e.to_string().starts_with("test.toml: line 1:"), "{e}");

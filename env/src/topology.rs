@@ -79,9 +79,7 @@ impl Topology {
         delay: Nanos,
     ) -> Result<Self, TopologyError> {
         if leaves == 0 || spines == 0 || hosts_per_leaf == 0 {
-            return Err(TopologyError::Invalid(
-                "leaves, spines and hosts_per_leaf must all be at least 1".into(),
-            ));
+            return Err(TopologyError::Invalid("leaves, spines and hosts_per_leaf must all be at least 1".into()));
         }
         let hosts = leaves * hosts_per_leaf;
         let mut t = Topology::default();
@@ -109,11 +107,7 @@ impl Topology {
     /// Parse the HPCC simulator's topology format (REFERENCE.md §4): `nodes switches links`,
     /// the switch ids, then `src dst rate delay error_rate` per link.
     pub fn parse_hpcc(text: &str) -> Result<Self, TopologyError> {
-        let mut lines = text
-            .lines()
-            .enumerate()
-            .map(|(i, l)| (i + 1, l.trim()))
-            .filter(|(_, l)| !l.is_empty());
+        let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty());
         let perr = |line: usize, why: String| TopologyError::Parse { line, why };
         let (ln, header) = lines.next().ok_or_else(|| perr(1, "empty file".into()))?;
         let nums: Vec<u64> = header
@@ -283,13 +277,17 @@ mod tests {
 
     #[test]
     fn leaf_spine_matches_ls16_layout() {
-        let t = Topology::leaf_spine(2, 2, 8, BitsPerSec::from_gbps(100), BitsPerSec::from_gbps(400), Nanos(1000))
-            .unwrap();
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference/ls16/topology.txt"))
-            .expect("shared/reference/ls16 must sit beside the checkout");
+        let t =
+            Topology::leaf_spine(2, 2, 8, BitsPerSec::from_gbps(100), BitsPerSec::from_gbps(400), Nanos(1000)).unwrap();
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference/ls16/topology.txt"))
+                .expect("shared/reference/ls16 must sit beside the checkout");
         let r = Topology::parse_hpcc(&text).unwrap();
         assert_eq!(t.links, r.links);
-        assert_eq!(t.nodes.iter().map(|n| n.kind).collect::<Vec<_>>(), r.nodes.iter().map(|n| n.kind).collect::<Vec<_>>());
+        assert_eq!(
+            t.nodes.iter().map(|n| n.kind).collect::<Vec<_>>(),
+            r.nodes.iter().map(|n| n.kind).collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -78,11 +78,7 @@ fn split_number(text: &str) -> Option<(f64, &str)> {
 
 fn to_u64(kind: &'static str, text: &str, v: f64) -> Result<u64, UnitError> {
     if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
-        return Err(UnitError {
-            kind,
-            text: text.into(),
-            why: "must be a finite, non-negative number".into(),
-        });
+        return Err(UnitError { kind, text: text.into(), why: "must be a finite, non-negative number".into() });
     }
     Ok(v.round() as u64)
 }

@@ -225,12 +225,15 @@ fn parse_seconds_exact(s: &str) -> Option<u64> {
 
 /// Parse an HPCC flow file (REFERENCE.md §4): the flow count, then
 /// `src dst priority dport size_bytes start_time_s` per flow.
-pub fn parse_hpcc_flows(text: &str, n_nodes: usize, is_host: impl Fn(NodeId) -> bool) -> Result<Vec<FlowSpec>, LineError> {
+pub fn parse_hpcc_flows(
+    text: &str,
+    n_nodes: usize,
+    is_host: impl Fn(NodeId) -> bool,
+) -> Result<Vec<FlowSpec>, LineError> {
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty());
     let (ln, first) = lines.next().ok_or(LineError { line: 1, why: "empty file".into() })?;
-    let count: usize = first
-        .parse()
-        .map_err(|_| LineError { line: ln, why: format!("expected the flow count, got '{first}'") })?;
+    let count: usize =
+        first.parse().map_err(|_| LineError { line: ln, why: format!("expected the flow count, got '{first}'") })?;
     let mut flows = Vec::with_capacity(count.min(1 << 20));
     for (line, l) in lines {
         let err = |why: String| LineError { line, why };
@@ -259,7 +262,8 @@ pub fn parse_hpcc_flows(text: &str, n_nodes: usize, is_host: impl Fn(NodeId) -> 
         if size_bytes == 0 || size_bytes > u32::MAX as u64 {
             return Err(err(format!("size {size_bytes} must be within 1..=4294967295")));
         }
-        let start = parse_seconds_exact(f[5]).ok_or_else(|| err(format!("start '{}' is not a time in seconds", f[5])))?;
+        let start =
+            parse_seconds_exact(f[5]).ok_or_else(|| err(format!("start '{}' is not a time in seconds", f[5])))?;
         flows.push(FlowSpec { src, dst, size_bytes, start: Nanos(start), priority, dport });
     }
     if flows.len() != count {
@@ -336,7 +340,10 @@ mod tests {
         assert_eq!(parse_seconds_exact("0.5"), Some(500_000_000));
         assert_eq!(parse_seconds_exact("x"), None);
         let f = parse_hpcc_flows("1\n1 8 3 100 2282913 2.000006935\n", 20, |n| n < 16).unwrap();
-        assert_eq!(f[0], FlowSpec { src: 1, dst: 8, size_bytes: 2282913, start: Nanos(2_000_006_935), priority: 3, dport: 100 });
+        assert_eq!(
+            f[0],
+            FlowSpec { src: 1, dst: 8, size_bytes: 2282913, start: Nanos(2_000_006_935), priority: 3, dport: 100 }
+        );
         let e = parse_hpcc_flows("1\n1 18 3 100 5 2.0\n", 20, |n| n < 16).unwrap_err();
         assert_eq!(e.line, 2);
     }

@@ -15,8 +15,8 @@ pub struct ScenariosArgs {
 /// List built-in scenarios with their size, or print one.
 pub fn run(args: ScenariosArgs) -> Result<(), CliError> {
     if let Some(name) = args.show {
-        let text = builtin(&name)
-            .ok_or_else(|| CliError::BadInput(format!("--show '{name}': not a built-in scenario")))?;
+        let text =
+            builtin(&name).ok_or_else(|| CliError::BadInput(format!("--show '{name}': not a built-in scenario")))?;
         print!("{text}");
         return Ok(());
     }

@@ -43,8 +43,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
     }
     let policy_name = policy.map(|p| p.to_string()).unwrap_or_else(|| "scenario".into());
     if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
     }
     info!(
         scenario = %scenario.name,

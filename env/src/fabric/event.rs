@@ -219,10 +219,7 @@ mod tests {
         q.push(3, Event::Rto(2));
         q.push(5, Event::Rto(3));
         q.push(3, Event::Rto(4));
-        assert_eq!(
-            drain(&mut q),
-            vec![(3, Event::Rto(2)), (3, Event::Rto(4)), (5, Event::Rto(1)), (5, Event::Rto(3))]
-        );
+        assert_eq!(drain(&mut q), vec![(3, Event::Rto(2)), (3, Event::Rto(4)), (5, Event::Rto(1)), (5, Event::Rto(3))]);
     }
 
     #[test]

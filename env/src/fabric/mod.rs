@@ -855,13 +855,8 @@ impl Simulator {
         let mut max = self.depth_max_samples.clone();
         avg.retain(|x| x.is_finite());
         max.sort_by(f64::total_cmp);
-        let ongoing: u64 = self
-            .ports
-            .iter()
-            .flat_map(|p| p.pause_began)
-            .filter(|&t| t != u64::MAX)
-            .map(|t| self.now - t)
-            .sum();
+        let ongoing: u64 =
+            self.ports.iter().flat_map(|p| p.pause_began).filter(|&t| t != u64::MAX).map(|t| self.now - t).sum();
         FabricCounters {
             pause_frames: self.pause_frames,
             paused_ns: self.paused_ns_total + ongoing,

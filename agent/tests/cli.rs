@@ -1,0 +1,161 @@
+//! End-to-end tests of the `ecn-tuner` binary: the CLI contract of PRODUCT.md (exit codes,
+//! JSON keys, output files) and the reference-simulator comparison through the CLI.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn ecn_tuner(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
+        .args(args)
+        .env("ECN_TUNER_LOG", "warn")
+        .output()
+        .expect("run ecn-tuner")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ecn-tuner-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+const SMALL: &str = "base = \"websearch-50\"\nduration = \"3ms\"\ndrain = \"20ms\"\n";
+
+#[test]
+fn sim_json_follows_the_contract() {
+    let dir = temp_dir("json");
+    let scenario = write(&dir, "small.toml", SMALL);
+    let out = ecn_tuner(&["sim", "--scenario", &scenario, "--policy", "baseline:hpcc-alibaba", "--seed", "3", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document on stdout");
+    assert_eq!(v["scenario"], "websearch-50");
+    assert_eq!(v["policy"], "baseline:hpcc-alibaba");
+    assert_eq!(v["seed"], 3);
+    let total = v["flows"]["total"].as_u64().unwrap();
+    assert!(total > 50);
+    assert_eq!(v["flows"]["completed"].as_u64().unwrap(), total);
+    for bucket in ["all", "lt_10KB", "10KB_100KB", "100KB_1MB", "ge_1MB"] {
+        for p in ["p50", "p95", "p99"] {
+            let x = &v["slowdown"][bucket][p];
+            assert!(x.is_null() || x.as_f64().unwrap() >= 1.0, "{bucket}.{p} = {x}");
+        }
+    }
+    for key in ["pause_frames", "paused_ns"] {
+        assert!(v["pfc"][key].is_u64(), "pfc.{key}");
+    }
+    for key in ["drops", "sim_ns", "events"] {
+        assert!(v[key].is_u64(), "{key}");
+    }
+    assert!(v["utilization"].as_f64().unwrap() > 0.0);
+    assert!(v["queue_bytes"]["avg"].is_number() && v["queue_bytes"]["p99"].is_number());
+    assert!(v["wall_seconds"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn sim_out_writes_flows_fct_and_telemetry() {
+    let dir = temp_dir("out");
+    let scenario = write(&dir, "small.toml", SMALL);
+    let out_dir = dir.join("run");
+    let out = ecn_tuner(&["sim", "--scenario", &scenario, "--out", out_dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("slowdown") && table.contains("<10KB"), "{table}");
+
+    let flows = ecn_datasets::io::read_flows_parquet(&out_dir.join("flows.parquet")).unwrap();
+    let fct = ecn_datasets::io::read_flows_hpcc_fct(&out_dir.join("fct.txt")).unwrap();
+    assert!(!flows.is_empty());
+    assert_eq!(fct.len(), flows.iter().filter(|f| f.fct_ns.is_some()).count());
+    assert!(flows.iter().all(|f| f.slowdown.unwrap() >= 1.0));
+    let telemetry = ecn_datasets::io::read_telemetry_parquet(&out_dir.join("telemetry.parquet")).unwrap();
+    assert!(!telemetry.is_empty());
+    // 100 µs samples of every switch data queue, with the configured ECN setting.
+    assert_eq!(telemetry[0].ts_ns, 100_000);
+    assert!(telemetry.iter().all(|t| t.kmin_bytes < t.kmax_bytes && t.queue == 3));
+    assert!(telemetry.iter().map(|t| t.tx_bytes).sum::<u64>() > 0);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["flows"]["total"].as_u64().unwrap() as usize, flows.len());
+}
+
+fn assert_bad_input(args: &[&str], must_name: &[&str]) {
+    let out = ecn_tuner(args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(lines.len(), 1, "one error line expected: {err}");
+    for s in must_name {
+        assert!(lines[0].contains(s), "{args:?}: '{}' does not name '{s}'", lines[0]);
+    }
+}
+
+#[test]
+fn bad_scenario_files_exit_2_naming_file_and_field() {
+    let dir = temp_dir("bad");
+    let cases = [
+        ("load.toml", "[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 1.7\n", "workload[0].load"),
+        ("kind.toml", "[[workload]]\nkind = \"wormhole\"\nload = 0.5\n", "workload[0]"),
+        (
+            "ecn.toml",
+            "[switch]\necn = { kmin = \"1600KB\", kmax = \"400KB\", pmax = 0.2 }\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n",
+            "switch.ecn",
+        ),
+        ("cdf.toml", "[[workload]]\nkind = \"poisson\"\ncdf = \"nope.txt\"\nload = 0.5\n", "workload[0].cdf"),
+        ("typo.toml", "[switch]\nbufer = \"1MB\"\n", "bufer"),
+        ("syntax.toml", "duration = \n", "line 1"),
+    ];
+    for (name, text, field) in cases {
+        let path = write(&dir, name, text);
+        assert_bad_input(&["sim", "--scenario", &path], &[&path, field]);
+    }
+    assert_bad_input(&["sim", "--scenario", "no-such-scenario"], &["no-such-scenario"]);
+    assert_bad_input(&["sim", "--scenario", "websearch-50", "--policy", "static:2MB,1MB,0.1"], &["--policy", "kmin"]);
+    assert_bad_input(&["sim", "--scenario", "websearch-50", "--policy", "baseline:magic"], &["--policy"]);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(ecn_tuner(&["sim"]).status.code(), Some(2));
+    assert_eq!(ecn_tuner(&["frobnicate"]).status.code(), Some(2));
+}
+
+#[test]
+fn scenarios_lists_and_shows_builtins() {
+    let out = ecn_tuner(&["scenarios"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for name in ["websearch-50", "hadoop-50", "incast-15", "mixed"] {
+        assert!(text.contains(name), "{text}");
+    }
+    let out = ecn_tuner(&["scenarios", "--show", "mixed"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("kind = \"incast\""));
+}
+
+/// The acceptance check against the HPCC ns-3 simulator, through the CLI exactly as a user runs
+/// it: same topology, flows and configuration; every flow completes; overall median slowdown
+/// within 15% and p99 within 25% of the reference.
+#[test]
+fn ls16_matches_the_reference_simulator() {
+    let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference/ls16");
+    let config = format!("{base}/config.txt");
+    assert!(Path::new(&config).exists(), "{config} is missing: shared/ must sit beside the checkout");
+    let out = ecn_tuner(&["sim", "--scenario", &config, "--policy", "baseline:hpcc-alibaba", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ours: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{base}/summary.json")).unwrap()).unwrap();
+    assert_eq!(ours["flows"]["total"], 1137);
+    assert_eq!(ours["flows"]["completed"], 1137);
+    let get = |v: &serde_json::Value, p: &str| v["slowdown"]["all"][p].as_f64().unwrap();
+    let (p50, p99) = (get(&ours, "p50"), get(&ours, "p99"));
+    let (r50, r99) = (get(&reference, "p50"), get(&reference, "p99"));
+    eprintln!("ls16: p50 {p50:.3} (ref {r50:.3}), p99 {p99:.3} (ref {r99:.3})");
+    assert!((p50 - r50).abs() / r50 <= 0.15, "median {p50} vs {r50}");
+    assert!((p99 - r99).abs() / r99 <= 0.25, "p99 {p99} vs {r99}");
+    assert_eq!(ours["drops"], 0);
+}
