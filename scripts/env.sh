@@ -7,7 +7,7 @@ if ! command -v cargo >/dev/null 2>&1; then
   done
 fi
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "error: cargo not found. Install Rust 1.85 or newer (https://rustup.rs) and rerun." >&2
+  echo "error: cargo not found. Install Rust 1.87 or newer (https://rustup.rs) and rerun." >&2
   exit 1
 fi
 mkdir -p "$CARGO_TARGET_DIR"

@@ -31,7 +31,8 @@ const SMALL: &str = "base = \"websearch-50\"\nduration = \"3ms\"\ndrain = \"20ms
 fn sim_json_follows_the_contract() {
     let dir = temp_dir("json");
     let scenario = write(&dir, "small.toml", SMALL);
-    let out = ecn_tuner(&["sim", "--scenario", &scenario, "--policy", "baseline:hpcc-alibaba", "--seed", "3", "--json"]);
+    let out =
+        ecn_tuner(&["sim", "--scenario", &scenario, "--policy", "baseline:hpcc-alibaba", "--seed", "3", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document on stdout");
     assert_eq!(v["scenario"], "websearch-50");

@@ -7,11 +7,11 @@
 
 use crate::dcqcn::{DcqcnParams, DcqcnVariant};
 use crate::ecn::{Baseline, EcnSetting};
-use crate::fabric::{EcnPlan, FabricConfig};
+use crate::fabric::{AckQueue, EcnPlan, FabricConfig, NicWakeup};
 use crate::rng::Rng;
 use crate::topology::{NodeKind, Topology};
 use crate::units::{BitsPerSec, Bytes, Nanos};
-use crate::workload::{self, Cdf, FlowSpec, IncastSchedule};
+use crate::workload::{self, Cdf, FlowSpec, Incast, IncastSchedule};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -161,6 +161,7 @@ struct SwitchFile {
     reserve: Option<Bytes>,
     resume_offset: Option<Bytes>,
     pfc_shift: Option<u32>,
+    ack_queue: Option<AckQueue>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -175,6 +176,7 @@ enum EcnFile {
 struct NicFile {
     mtu: Option<u32>,
     rto: Option<Nanos>,
+    wakeup: Option<NicWakeup>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -490,6 +492,7 @@ fn resolve(
     fabric.reserve = sw.reserve.or(bsw.reserve).unwrap_or(fabric.reserve);
     fabric.resume_offset = sw.resume_offset.or(bsw.resume_offset).unwrap_or(fabric.resume_offset);
     fabric.pfc_shift = sw.pfc_shift.or(bsw.pfc_shift).unwrap_or(fabric.pfc_shift);
+    fabric.ack_queue = sw.ack_queue.or(bsw.ack_queue).unwrap_or_default();
     if fabric.pfc_shift > 16 {
         return Err(err(source, "switch.pfc_shift", "must be at most 16"));
     }
@@ -545,6 +548,7 @@ fn resolve(
     if fabric.mtu_payload == 0 || fabric.mtu_payload > 9000 {
         return Err(err(source, "nic.mtu", "must be within 1..=9000 bytes"));
     }
+    fabric.nic_wakeup = nic.wakeup.or(bnic.wakeup).unwrap_or_default();
     // Lossless fabrics need no transport timer; lossy ones recover tail losses with it.
     fabric.rto = nic.rto.or(bnic.rto).or(if fabric.pfc { None } else { Some(Nanos::from_millis(1)) });
 
@@ -620,16 +624,8 @@ fn resolve(
                     _ => return Err(err(source, format!("workload[{i}]"), "give exactly one of load, count or at")),
                 };
                 let w = window(start, stop)?;
-                flows.extend(workload::incast(
-                    &hosts,
-                    fan_in,
-                    flow_size.0,
-                    &schedule,
-                    line,
-                    w,
-                    prio(priority)?,
-                    &mut rng,
-                ));
+                let pattern = Incast { fan_in, flow_size: flow_size.0, schedule };
+                flows.extend(workload::incast(&hosts, &pattern, line, w, prio(priority)?, &mut rng));
             }
             WorkloadFile::Flows { path, start, stop } => {
                 let p = dir.join(&path);

@@ -139,7 +139,7 @@ impl FromStr for BitsPerSec {
 impl fmt::Display for Bytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0;
-        if b >= 1000 && b % 1000 == 0 {
+        if b >= 1000 && b.is_multiple_of(1000) {
             write!(f, "{}KB", b / 1000)
         } else {
             write!(f, "{b}B")
@@ -150,11 +150,11 @@ impl fmt::Display for Bytes {
 impl fmt::Display for Nanos {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0;
-        if n != 0 && n % 1_000_000_000 == 0 {
+        if n != 0 && n.is_multiple_of(1_000_000_000) {
             write!(f, "{}s", n / 1_000_000_000)
-        } else if n != 0 && n % 1_000_000 == 0 {
+        } else if n != 0 && n.is_multiple_of(1_000_000) {
             write!(f, "{}ms", n / 1_000_000)
-        } else if n != 0 && n % 1_000 == 0 {
+        } else if n != 0 && n.is_multiple_of(1_000) {
             write!(f, "{}us", n / 1_000)
         } else {
             write!(f, "{n}ns")
@@ -165,9 +165,9 @@ impl fmt::Display for Nanos {
 impl fmt::Display for BitsPerSec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let r = self.0;
-        if r != 0 && r % 1_000_000_000 == 0 {
+        if r != 0 && r.is_multiple_of(1_000_000_000) {
             write!(f, "{}Gbps", r / 1_000_000_000)
-        } else if r != 0 && r % 1_000_000 == 0 {
+        } else if r != 0 && r.is_multiple_of(1_000_000) {
             write!(f, "{}Mbps", r / 1_000_000)
         } else {
             write!(f, "{r}bps")

@@ -154,18 +154,28 @@ pub enum IncastSchedule {
     At(Vec<Nanos>),
 }
 
-/// Incast events: `fan_in` distinct senders each start a `flow_size` flow to one random
-/// receiver at the same instant.
+/// An incast pattern: `fan_in` distinct senders each start a `flow_size` flow to one random
+/// receiver at the same instant, at the times `schedule` gives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Incast {
+    /// Senders per event.
+    pub fan_in: u32,
+    /// Bytes each sender sends.
+    pub flow_size: u64,
+    /// When events happen.
+    pub schedule: IncastSchedule,
+}
+
+/// The flows of an incast pattern over `window`.
 pub fn incast(
     hosts: &[NodeId],
-    fan_in: u32,
-    flow_size: u64,
-    schedule: &IncastSchedule,
+    pattern: &Incast,
     host_bw: BitsPerSec,
     window: (Nanos, Nanos),
     priority: u8,
     rng: &mut Rng,
 ) -> Vec<FlowSpec> {
+    let Incast { fan_in, flow_size, ref schedule } = *pattern;
     let (t0, t1) = (window.0 .0, window.1 .0);
     let times: Vec<u64> = match schedule {
         IncastSchedule::Load(load) if *load > 0.0 => {
@@ -317,7 +327,8 @@ mod tests {
         let hosts: Vec<u32> = (0..16).collect();
         let mut rng = Rng::new(1, 0);
         let w = (Nanos(0), Nanos::from_millis(1));
-        let f = incast(&hosts, 15, 500_000, &IncastSchedule::Count(1), BitsPerSec::from_gbps(100), w, 3, &mut rng);
+        let pattern = Incast { fan_in: 15, flow_size: 500_000, schedule: IncastSchedule::Count(1) };
+        let f = incast(&hosts, &pattern, BitsPerSec::from_gbps(100), w, 3, &mut rng);
         assert_eq!(f.len(), 15);
         let mut srcs: Vec<u32> = f.iter().map(|f| f.src).collect();
         srcs.sort();

@@ -113,12 +113,18 @@ fn two_dcqcn_flows_share_a_bottleneck_fairly() {
 /// Long flows into one 100G port with a static RED/ECN profile. DCQCN can only stop growing
 /// its rate when it receives marks, and marks need q > Kmin; once q ≥ Kmax every packet is
 /// marked and all senders cut hard. The long-run queue therefore settles inside
-/// [Kmin, Kmax] (± one packet of quantisation). It is not trivially empty: with the sum of
-/// the senders' rates held at the line rate, an empty queue would mean no marks, and then
-/// every sender keeps increasing, so the average stays well above Kmin/2.
+/// [Kmin, Kmax] (± one packet of quantisation). It is not trivially empty: the senders keep
+/// the link busy and only back off on marks, so the average stays well above Kmin/2.
+///
+/// The ramp is gentle (Pmax 1%), as in the DCQCN paper. With the HPCC DCQCN timers
+/// (RP_TIMER 300 µs, decrease checks every 4 µs) and a steep Pmax such as 20%, DCQCN is in a
+/// limit cycle rather than at its fixed point: once the queue crosses Kmin, several 4 µs
+/// decrease checks in a row cut each sender by ~10% in total, the queue drains to empty, and
+/// it stays low until the next 300 µs increase. With 100 KB / 400 KB / 20% the time-averaged
+/// depth is then ~41 KB, below Kmin, which is physics, not a simulator error.
 #[test]
 fn queue_settles_between_kmin_and_kmax() {
-    let setting = EcnSetting { kmin_bytes: 100_000, kmax_bytes: 400_000, pmax: 0.2 };
+    let setting = EcnSetting { kmin_bytes: 100_000, kmax_bytes: 400_000, pmax: 0.01 };
     let mut cfg = FabricConfig::new(star(5));
     cfg.ecn = EcnPlan::Fixed(setting);
     cfg.window_start = Nanos(0);
@@ -233,7 +239,8 @@ fn should_mark_follows_the_red_law() {
     for (i, s) in settings.iter().enumerate() {
         let (a, b) = (s.kmin_bytes, s.kmax_bytes);
         let span = b - a;
-        let depths = [0, a / 2, a - 1, a, a + 1, a + span / 10, a + span / 2, a + 9 * span / 10, b - 1, b, b + 1, 2 * b];
+        let depths =
+            [0, a / 2, a - 1, a, a + 1, a + span / 10, a + span / 2, a + 9 * span / 10, b - 1, b, b + 1, 2 * b];
         for (j, &q) in depths.iter().enumerate() {
             let p = reference_probability(s, q);
             assert!(
@@ -250,7 +257,11 @@ fn should_mark_follows_the_red_law() {
                 assert_eq!(marks, N, "{s:?}: q = {q} ≥ Kmax must always mark");
             } else {
                 let sd = (p * (1.0 - p) / N as f64).sqrt();
-                assert!((frac - p).abs() <= 4.0 * sd, "{s:?}: q = {q}: marked {frac:.5}, expected {p:.5} ± {:.5}", 4.0 * sd);
+                assert!(
+                    (frac - p).abs() <= 4.0 * sd,
+                    "{s:?}: q = {q}: marked {frac:.5}, expected {p:.5} ± {:.5}",
+                    4.0 * sd
+                );
             }
         }
     }
@@ -315,7 +326,9 @@ fn check_builtin(name: &str, text: Option<&str>) {
     let mut dist_cache = std::collections::HashMap::new();
     let mut min_ratio = f64::INFINITY;
     for r in &recs {
-        let (Some(fct), Some(sd)) = (r.fct_ns, r.slowdown) else { continue };
+        let (Some(fct), Some(sd)) = (r.fct_ns, r.slowdown) else {
+            continue;
+        };
         assert!(sd >= 1.0, "{name}: slowdown {sd} < 1: {r:?}");
         let raw = fct as f64 / r.ideal_ns as f64;
         assert!((sd - raw.max(1.0)).abs() < 1e-12, "{name}: slowdown is not max(1, fct/ideal): {r:?}");

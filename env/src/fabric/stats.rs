@@ -75,15 +75,15 @@ impl QueueStats {
     }
 }
 
-/// Percentile by linear interpolation between closest ranks (numpy's default), of sorted data.
+/// The p-th percentile of sorted data as the HPCC analysis scripts compute it (and the
+/// reference `summary.json` with them): `sorted[min(n - 1, floor(p/100 · n))]`, no
+/// interpolation. Using the same estimator keeps our figures comparable with the reference's.
 pub fn percentile_sorted(sorted: &[f64], p: f64) -> Option<f64> {
     if sorted.is_empty() {
         return None;
     }
-    let rank = p / 100.0 * (sorted.len() - 1) as f64;
-    let lo = rank.floor() as usize;
-    let hi = rank.ceil() as usize;
-    Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64))
+    let i = ((p / 100.0 * sorted.len() as f64).floor() as usize).min(sorted.len() - 1);
+    Some(sorted[i])
 }
 
 #[cfg(test)]
@@ -102,11 +102,12 @@ mod tests {
     }
 
     #[test]
-    fn percentiles_interpolate() {
-        let v = [1.0, 2.0, 3.0, 4.0, 5.0];
-        assert_eq!(percentile_sorted(&v, 50.0), Some(3.0));
-        assert_eq!(percentile_sorted(&v, 100.0), Some(5.0));
-        assert_eq!(percentile_sorted(&v, 25.0), Some(2.0));
+    fn percentiles_are_nearest_rank_floor() {
+        let v: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert_eq!(percentile_sorted(&v, 50.0), Some(6.0));
+        assert_eq!(percentile_sorted(&v, 99.0), Some(10.0));
+        assert_eq!(percentile_sorted(&v, 100.0), Some(10.0));
+        assert_eq!(percentile_sorted(&v, 0.0), Some(1.0));
         assert_eq!(percentile_sorted(&[], 50.0), None);
     }
 }

@@ -98,12 +98,10 @@ impl Simulator {
         st.tx_bytes += size;
         st.tx_pkts += 1;
         // Dequeue marking on the queue left behind (REFERENCE.md §1).
-        if pkt.kind == PacketKind::Data {
-            if p.ecn[prio].should_mark(p.queued_bytes[prio], &mut self.mark_rng) {
-                self.pool.get_mut(pkt_id).ecn = true;
-                st.marked += 1;
-                self.ecn_marks += 1;
-            }
+        if pkt.kind == PacketKind::Data && p.ecn[prio].should_mark(p.queued_bytes[prio], &mut self.mark_rng) {
+            self.pool.get_mut(pkt_id).ecn = true;
+            st.marked += 1;
+            self.ecn_marks += 1;
         }
         let in_port = pkt.in_port as usize;
         let node = self.ports[in_port].node as usize;
