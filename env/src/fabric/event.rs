@@ -42,6 +42,15 @@ pub enum Event {
     Rto(u32),
     /// Close the telemetry interval.
     Sample,
+    /// An injected PFC frame arrives at `port` for `prio` (fault injection).
+    InjectedPfc {
+        /// Receiving port.
+        port: u32,
+        /// Priority.
+        prio: u8,
+        /// XOFF if true, XON otherwise.
+        pause: bool,
+    },
 }
 
 /// Slots in the wheel (one per nanosecond): its horizon.

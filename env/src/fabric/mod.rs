@@ -27,7 +27,7 @@ use crate::workload::FlowSpec;
 use buffer::{IngressState, SharedBuffer};
 use ecn_datasets::{FlowRecord, TelemetrySample};
 use event::{Event, EventQueue};
-use packet::{Packet, PacketPool};
+use packet::{Packet, PacketKind, PacketPool};
 use stats::QueueStats;
 use std::collections::VecDeque;
 
@@ -696,6 +696,23 @@ impl Simulator {
             Event::DecreaseCheck(f) => self.decrease_check(f),
             Event::IncreaseTimer { flow, gen } => self.increase_timer(flow, gen),
             Event::Rto(f) => self.rto(f),
+            Event::InjectedPfc { port, prio, pause } => {
+                let kind = if pause { PacketKind::Pause } else { PacketKind::Resume };
+                let frame = Packet {
+                    flow: u32::MAX,
+                    seq: 0,
+                    in_port: port,
+                    dst: u32::MAX,
+                    ecmp: 0,
+                    size: PFC_FRAME_BYTES as u16,
+                    payload: 0,
+                    kind,
+                    prio,
+                    ecn: false,
+                    cnp: false,
+                };
+                self.receive_pfc(port, frame);
+            }
             Event::Sample => {
                 self.close_interval();
                 let next = self.now + self.cfg.sample_interval.0;
@@ -815,6 +832,17 @@ impl Simulator {
         setting.validate()?;
         let info = self.data_queues.get(q).ok_or(SimError::UnknownQueue(q))?;
         self.ports[info.port_id as usize].ecn[info.queue as usize] = setting;
+        Ok(())
+    }
+
+    /// Fault injection: from now on, the device downstream of data queue `q` holds PFC PAUSE
+    /// on the queue's priority for `duration`, as a NIC stuck in a PFC storm does. The queue
+    /// stops, its buffer fills and pauses spread upstream; telemetry shows the pauses.
+    pub fn inject_pause_storm(&mut self, q: usize, duration: Nanos) -> Result<(), SimError> {
+        let info = self.data_queues.get(q).ok_or(SimError::UnknownQueue(q))?;
+        let (port, prio) = (info.port_id, info.queue);
+        self.events.push(self.now, Event::InjectedPfc { port, prio, pause: true });
+        self.events.push(self.now + duration.0, Event::InjectedPfc { port, prio, pause: false });
         Ok(())
     }
 
