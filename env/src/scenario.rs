@@ -549,8 +549,10 @@ fn resolve(
         return Err(err(source, "nic.mtu", "must be within 1..=9000 bytes"));
     }
     fabric.nic_wakeup = nic.wakeup.or(bnic.wakeup).unwrap_or_default();
-    // Lossless fabrics need no transport timer; lossy ones recover tail losses with it.
-    fabric.rto = nic.rto.or(bnic.rto).or(if fabric.pfc { None } else { Some(Nanos::from_millis(1)) });
+    // The transport timer recovers tail losses. Lossless fabrics should never need it, so it
+    // is long there (a PFC storm must not trigger spurious retransmissions).
+    let rto_default = if fabric.pfc { Nanos::from_millis(10) } else { Nanos::from_millis(1) };
+    fabric.rto = nic.rto.or(bnic.rto).or(Some(rto_default));
 
     // Workloads.
     let workloads = file.workload.or(base.workload).unwrap_or_default();

@@ -468,6 +468,6 @@ fn injected_pause_storm_stalls_and_recovers() {
     assert!(stalled.iter().map(|s| s.paused_ns).sum::<u64>() >= 4_500_000);
     assert!(sim.counters().pause_frames > 0, "the stall spreads upstream as PFC");
     let done = sim.run(|_| {});
-    assert!(done, "flows complete after the storm");
+    assert!(done, "flows complete after the storm: {:?} at {} {:?}", sim.flow_counts(), sim.now(), sim.counters());
     assert_eq!(sim.counters().drops, 0);
 }

@@ -40,12 +40,17 @@ impl Simulator {
             self.schedule_ready(port, t);
             return;
         }
-        if let Some(ctrl) = self.ports[port as usize].dequeue(0) {
+        // Control frames first. An ACK travels on its flow's priority, so PFC holds it like the
+        // flow's data: the reference NIC sends ACKs through a pause, which overruns the
+        // switch's headroom during long pauses (zero drops under PFC requires this).
+        let paused = self.ports[port as usize].paused;
+        let q = &self.ports[port as usize].queues[0];
+        if let Some(i) = q.iter().position(|&id| paused & (1 << self.pool.get(id).prio) == 0) {
+            let ctrl = self.ports[port as usize].dequeue_at(0, i).expect("position is in range");
             self.transmit(port, ctrl);
             self.schedule_ready(port, self.ports[port as usize].busy_until);
             return;
         }
-        let paused = self.ports[port as usize].paused;
         let nic_idx = self.node_nic[self.ports[port as usize].node as usize] as usize;
         let nic = &mut self.nics[nic_idx];
         let n = nic.active.len();

@@ -249,7 +249,13 @@ impl Port {
     /// Take the head of priority `prio`.
     #[inline]
     pub fn dequeue(&mut self, prio: usize) -> Option<u32> {
-        let pkt = self.queues[prio].pop_front();
+        self.dequeue_at(prio, 0)
+    }
+
+    /// Take the packet at position `index` of priority `prio`.
+    #[inline]
+    pub fn dequeue_at(&mut self, prio: usize, index: usize) -> Option<u32> {
+        let pkt = if index == 0 { self.queues[prio].pop_front() } else { self.queues[prio].remove(index) };
         if self.queues[prio].is_empty() {
             self.backlog &= !(1 << prio);
         }
