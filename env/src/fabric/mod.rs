@@ -841,6 +841,23 @@ impl Simulator {
         Ok(())
     }
 
+    /// The PFC XOFF level of the ingress port feeding queue `q`'s switch from the same link,
+    /// at an empty shared buffer: reserve plus the dynamic threshold. An ECN Kmax above it lets
+    /// PFC fire before ECN can act (REFERENCE.md §1).
+    pub fn pfc_xoff_bytes(&self, q: usize) -> Result<u64, SimError> {
+        let info = self.data_queues.get(q).ok_or(SimError::UnknownQueue(q))?;
+        let port = info.port_id as usize;
+        let node = self.ports[port].node as usize;
+        let b = &self.buffers[self.node_buffer[node] as usize];
+        let idle = SharedBuffer { shared_used: 0, ..b.clone() };
+        Ok(b.reserve + idle.pfc_threshold(self.ingress[port].shift))
+    }
+
+    /// Shared buffer size per switch.
+    pub fn buffer_bytes(&self) -> u64 {
+        self.cfg.buffer.0
+    }
+
     /// Fault injection: from now on, the device downstream of data queue `q` holds PFC PAUSE
     /// on the queue's priority for `duration`, as a NIC stuck in a PFC storm does. The queue
     /// stops, its buffer fills and pauses spread upstream; telemetry shows the pauses.
