@@ -3,7 +3,9 @@
 //! Subcommands live in [`commands`]; each returns a [`CliError`] whose kind decides the exit
 //! code. Logs go to stderr (`ECN_TUNER_LOG` sets the filter), results to stdout.
 
+mod actuator;
 mod commands;
+mod controller;
 mod error;
 mod policy;
 mod report;
@@ -28,6 +30,12 @@ enum Command {
     Sim(commands::sim::SimArgs),
     /// List the built-in scenarios, or print one as TOML to start your own from.
     Scenarios(commands::scenarios::ScenariosArgs),
+    /// Serve a fabric's ECN settings over gRPC (sim or dry-run backend), with switch-side
+    /// safety: validation, a single writer, commit-confirm with automatic revert, a journal.
+    Actuator(commands::actuator::ActuatorArgs),
+    /// The online controller: watch an actuator's telemetry and decide ECN settings, in shadow
+    /// mode (log only) or enforce mode (apply, health-check, confirm or roll back).
+    Run(commands::run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +52,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(a) => commands::sim::run(a),
         Command::Scenarios(a) => commands::scenarios::run(a),
+        Command::Actuator(a) => commands::actuator::run(a),
+        Command::Run(a) => commands::run::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,7 +4,7 @@
 
 use crate::error::CliError;
 use ecn_env::fabric::EcnPlan;
-use ecn_env::{Baseline, Bytes, EcnSetting};
+use ecn_env::{Baseline, BitsPerSec, Bytes, EcnSetting};
 use std::fmt;
 
 /// A parsed `--policy`.
@@ -38,6 +38,15 @@ impl Policy {
             }),
             _ => Err(bad(FORMS.into())),
         }
+    }
+
+    /// The setting this policy proposes for a queue on a port of the given speed. Static forms
+    /// always propose the same; `None` would mean the policy has no usable answer.
+    pub fn propose(&self, link: BitsPerSec) -> Option<EcnSetting> {
+        Some(match self {
+            Policy::Static(s) => *s,
+            Policy::Baseline(b) => b.setting(link),
+        })
     }
 
     /// The initial ECN plan this policy puts on every data queue.

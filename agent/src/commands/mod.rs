@@ -1,4 +1,6 @@
 //! One module per subcommand.
 
+pub mod actuator;
+pub mod run;
 pub mod scenarios;
 pub mod sim;

@@ -1,0 +1,128 @@
+//! What the gRPC service needs from whatever owns the ECN settings: a switch, a simulated
+//! fabric, or nothing at all (dry-run).
+//!
+//! The service does everything that is the same for every backend (generations,
+//! commit-confirm, the writer lease, validation, the journal), so a backend only has to say
+//! what it controls, read and write a complete set of settings, and publish telemetry.
+
+use ecn_env::EcnSetting;
+use ecn_proto::v1::TelemetryBatch;
+use std::fmt;
+use std::sync::Arc;
+use tokio::sync::broadcast;
+
+/// One egress queue: switch, port, priority. The identity the wire contract uses.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueueKey {
+    /// Switch name, e.g. `leaf0`.
+    pub switch: String,
+    /// Port name on that switch, e.g. `eth3`.
+    pub port: String,
+    /// Priority (egress queue index).
+    pub queue: u32,
+}
+
+impl fmt::Display for QueueKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.switch, self.port, self.queue)
+    }
+}
+
+/// A queue the backend controls, with what the safety checks need to know about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueCap {
+    /// Identity.
+    pub key: QueueKey,
+    /// Line rate of the port, bits per second.
+    pub link_bps: u64,
+    /// PFC XOFF level of the ingress feeding this queue, bytes; 0 when unknown.
+    pub pfc_xoff_bytes: u64,
+}
+
+/// Limits every setting must respect (the wire `Bounds`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    /// Smallest Kmin accepted, bytes.
+    pub kmin_min_bytes: u64,
+    /// Largest Kmax accepted, bytes.
+    pub kmax_max_bytes: u64,
+    /// Smallest Pmax accepted.
+    pub pmax_min: f64,
+    /// Largest Pmax accepted.
+    pub pmax_max: f64,
+    /// Kmin and Kmax must be multiples of this (1 = any byte count).
+    pub granularity_bytes: u64,
+}
+
+impl Bounds {
+    /// Limits for a fabric with the given per-switch buffer: any Kmin from 1 KB, any Kmax up to
+    /// the buffer (a queue cannot grow beyond it), any Pmax in [0, 1], byte granularity.
+    ///
+    /// 1 KB is about one MTU-sized packet: a lower Kmin marks nearly every packet, which is a
+    /// configuration mistake rather than a tuning choice.
+    pub fn for_buffer(buffer_bytes: u64) -> Bounds {
+        Bounds {
+            kmin_min_bytes: 1_000,
+            kmax_max_bytes: if buffer_bytes == 0 { u64::MAX } else { buffer_bytes },
+            pmax_min: 0.0,
+            pmax_max: 1.0,
+            granularity_bytes: 1,
+        }
+    }
+}
+
+/// What a backend controls and within which limits (the wire `Capabilities`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendCaps {
+    /// Backend kind for `Capabilities.backend`: `sim`, `dry-run`, ...
+    pub backend: String,
+    /// The queues, in a stable order; settings vectors are indexed the same way.
+    pub queues: Vec<QueueCap>,
+    /// Shared buffer per switch, bytes; 0 when unknown.
+    pub buffer_bytes: u64,
+    /// Limits on every setting.
+    pub bounds: Bounds,
+    /// Native telemetry interval in the telemetry's own clock (`ts_ns`); 0 = no telemetry.
+    pub min_telemetry_interval_ns: u64,
+}
+
+/// A backend could not do what was asked.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct BackendError(pub String);
+
+/// Why a backend cannot serve telemetry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoTelemetry {
+    /// It has no telemetry source at all (`UNIMPLEMENTED`); the text says how to get one.
+    NoSource(String),
+    /// Its source has stopped (`UNAVAILABLE`), e.g. the simulator thread died.
+    Stopped(String),
+}
+
+/// Receiving end of a backend's telemetry: one batch (a sample per queue) per native interval.
+pub type TelemetryReceiver = broadcast::Receiver<Arc<TelemetryBatch>>;
+
+/// The device side of the actuator.
+///
+/// Implementations must be cheap to call from async code: [`Backend::apply`] and
+/// [`Backend::read_settings`] run under the service's state lock, so they must not block for
+/// long (hand work to a thread instead, as the simulator backend does).
+pub trait Backend: Send + Sync + 'static {
+    /// What this backend controls. Fixed for the backend's lifetime.
+    fn capabilities(&self) -> &BackendCaps;
+
+    /// The settings in effect, one per queue of [`BackendCaps::queues`], in that order.
+    fn read_settings(&self) -> Vec<EcnSetting>;
+
+    /// Put a complete set of settings (one per queue, already validated) in effect at once.
+    ///
+    /// All-or-nothing: on error nothing may have changed.
+    fn apply(&self, settings: &[EcnSetting]) -> Result<(), BackendError>;
+
+    /// A new subscription to the telemetry stream, or why there is none.
+    fn subscribe_telemetry(&self) -> Result<TelemetryReceiver, NoTelemetry>;
+
+    /// Stop background work. Called once when the server stops; the default does nothing.
+    fn shutdown(&self) {}
+}

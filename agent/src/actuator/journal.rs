@@ -1,0 +1,201 @@
+//! The actuator journal: an append-only record of every change, revert and refusal
+//! (PRODUCT.md "JSON outputs").
+//!
+//! One JSON object per line, written with a single `write` on a file opened for appending,
+//! so lines from one actuator never interleave and a crash loses at most the line being
+//! written. Fields:
+//! - `ts`: RFC 3339 UTC time with milliseconds, e.g. `2025-01-31T12:00:00.123Z`;
+//! - `ts_unix_ms`: the same instant as Unix milliseconds (easier to compare in scripts);
+//! - `event`: `apply`, `confirm`, `revert` (a confirm deadline passed, or the actuator stopped
+//!   with a change unconfirmed), `rollback` (one was requested) or `reject`;
+//! - `generation`: the generation the event produced (for `reject`, the unchanged current one);
+//! - `confirmed_generation`: the last confirmed generation after the event;
+//! - `queues`: the settings involved, each `{switch, port, queue, kmin_bytes, kmax_bytes,
+//!   pmax}`: for `apply` and `reject` the requested changes; for `confirm` the queues that
+//!   differ from the previously confirmed generation; for `revert` and `rollback` the queues
+//!   that changed back, with the settings they returned to;
+//! - `detail`: the reason given, the error text, or what happened;
+//! - `controller`: the writer's controller id, when known;
+//! - `confirm_deadline_unix_ms`: for an unconfirmed `apply`, when it reverts.
+
+use super::backend::{BackendCaps, QueueKey};
+use ecn_env::EcnSetting;
+use serde::Serialize;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The kind of a journal line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventKind {
+    /// Settings changed by an Apply.
+    Apply,
+    /// A generation was confirmed.
+    Confirm,
+    /// An unconfirmed generation reverted by itself.
+    Revert,
+    /// A rollback was requested and done.
+    Rollback,
+    /// A change was refused; nothing changed.
+    Reject,
+}
+
+/// One queue's setting in a journal line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueEntry {
+    /// Switch name.
+    pub switch: String,
+    /// Port name.
+    pub port: String,
+    /// Priority.
+    pub queue: u32,
+    /// Kmin, bytes.
+    pub kmin_bytes: u64,
+    /// Kmax, bytes.
+    pub kmax_bytes: u64,
+    /// Pmax (`null` if the request carried a non-finite number).
+    pub pmax: f64,
+}
+
+impl QueueEntry {
+    /// Entry for a queue and a setting.
+    pub fn new(key: &QueueKey, s: &EcnSetting) -> QueueEntry {
+        QueueEntry {
+            switch: key.switch.clone(),
+            port: key.port.clone(),
+            queue: key.queue,
+            kmin_bytes: s.kmin_bytes,
+            kmax_bytes: s.kmax_bytes,
+            pmax: s.pmax,
+        }
+    }
+
+    /// Entries for (queue index, setting) pairs of a backend.
+    pub fn list(caps: &BackendCaps, changes: &[(usize, EcnSetting)]) -> Vec<QueueEntry> {
+        changes.iter().map(|(q, s)| QueueEntry::new(&caps.queues[*q].key, s)).collect()
+    }
+}
+
+/// One journal line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    /// RFC 3339 UTC, milliseconds.
+    pub ts: String,
+    /// Unix milliseconds.
+    pub ts_unix_ms: u64,
+    /// What happened.
+    pub event: EventKind,
+    /// Generation produced (or current, for a reject).
+    pub generation: u64,
+    /// Last confirmed generation after the event.
+    pub confirmed_generation: u64,
+    /// Settings involved.
+    pub queues: Vec<QueueEntry>,
+    /// Reason, error or explanation.
+    pub detail: String,
+    /// Writer's controller id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub controller: Option<String>,
+    /// Revert deadline of an unconfirmed apply.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirm_deadline_unix_ms: Option<u64>,
+}
+
+impl Event {
+    /// An event stamped now.
+    pub fn now(event: EventKind, generation: u64, confirmed_generation: u64, queues: Vec<QueueEntry>) -> Event {
+        let t = SystemTime::now();
+        Event {
+            ts: humantime::format_rfc3339_millis(t).to_string(),
+            ts_unix_ms: unix_ms(t),
+            event,
+            generation,
+            confirmed_generation,
+            queues,
+            detail: String::new(),
+            controller: None,
+            confirm_deadline_unix_ms: None,
+        }
+    }
+
+    /// Set the detail text.
+    pub fn detail(mut self, detail: impl Into<String>) -> Event {
+        self.detail = detail.into();
+        self
+    }
+
+    /// Set the controller id.
+    pub fn controller(mut self, id: Option<&str>) -> Event {
+        self.controller = id.map(str::to_string);
+        self
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Where journal lines go: a file, or nowhere (events are logged either way).
+#[derive(Debug, Default)]
+pub struct Journal {
+    file: Option<(File, PathBuf)>,
+}
+
+impl Journal {
+    /// No file: events only reach the log.
+    pub fn none() -> Journal {
+        Journal { file: None }
+    }
+
+    /// Open (create) `path` for appending.
+    pub fn open(path: &Path) -> std::io::Result<Journal> {
+        let f = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Journal { file: Some((f, path.to_path_buf())) })
+    }
+
+    /// Append one event as one line. Logs it too, so a journal-less actuator still leaves a
+    /// trace.
+    pub fn write(&mut self, e: &Event) -> std::io::Result<()> {
+        let mut line = serde_json::to_string(e).map_err(std::io::Error::other)?;
+        tracing::info!(target: "journal", event = ?e.event, generation = e.generation, detail = %e.detail, "{line}");
+        if let Some((f, path)) = &mut self.file {
+            line.push('\n');
+            // One write call per line: with O_APPEND the line lands whole at the end.
+            f.write_all(line.as_bytes())
+                .and_then(|_| f.flush())
+                .map_err(|err| std::io::Error::new(err.kind(), format!("journal {}: {err}", path.display())))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_have_the_contract_fields() {
+        let dir = std::env::temp_dir().join(format!("ecn-journal-test-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let mut j = Journal::open(&dir).unwrap();
+        let key = QueueKey { switch: "leaf0".into(), port: "eth1".into(), queue: 3 };
+        let s = EcnSetting { kmin_bytes: 1, kmax_bytes: 2, pmax: f64::NAN };
+        j.write(&Event::now(EventKind::Reject, 4, 3, vec![QueueEntry::new(&key, &s)]).detail("bad")).unwrap();
+        j.write(&Event::now(EventKind::Apply, 5, 5, vec![]).controller(Some("c1"))).unwrap();
+        let text = std::fs::read_to_string(&dir).unwrap();
+        std::fs::remove_file(&dir).unwrap();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 2);
+        for k in ["ts", "event", "generation", "queues", "detail"] {
+            assert!(lines[0].get(k).is_some(), "{k}");
+        }
+        assert_eq!(lines[0]["event"], "reject");
+        assert_eq!(lines[0]["queues"][0]["switch"], "leaf0");
+        assert!(lines[0]["queues"][0]["pmax"].is_null());
+        assert!(lines[0]["ts"].as_str().unwrap().ends_with('Z'));
+        assert_eq!(lines[1]["controller"], "c1");
+    }
+}

@@ -1,0 +1,249 @@
+//! The actuator: the gRPC server (`ecn_tuner.v1.Actuator`) that owns a fabric's ECN settings
+//! and enforces safety on the switch side, whatever the controller sends.
+//!
+//! - [`backend`]: what the server needs from a device, and its two implementations:
+//!   [`sim`] (a simulated fabric in scaled wall-clock time) and [`dry_run`] (settings in
+//!   memory, telemetry only from a recording, see [`replay`]);
+//! - [`service`]: the gRPC service, generic over the backend: lease, validation,
+//!   generations and commit-confirm, journal;
+//! - [`validate`], [`ledger`], [`lease`], [`journal`]: the rules, each unit-tested alone;
+//! - [`security`]: loopback by default, TLS and a bearer token otherwise;
+//! - [`telemetry`], [`pacer`]: telemetry conversion and coarsening, scaled-time pacing.
+//!
+//! Start one with [`serve`] (any backend), [`serve_sim`] or [`serve_dry_run`]; each returns an
+//! [`ActuatorHandle`] once the socket is bound.
+
+pub mod backend;
+pub mod dry_run;
+pub mod journal;
+pub mod lease;
+pub mod ledger;
+pub mod pacer;
+pub mod replay;
+pub mod security;
+pub mod service;
+pub mod sim;
+pub mod telemetry;
+pub mod validate;
+
+pub use backend::Backend;
+pub use dry_run::{DryRunBackend, DryRunOptions};
+pub use security::TlsFiles;
+pub use service::ActuatorService;
+pub use sim::{SimBackend, SimControl, SimOptions, StormSpec};
+
+use crate::error::CliError;
+use ecn_proto::v1::actuator_server::ActuatorServer;
+use journal::Journal;
+use security::BearerAuth;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::{info, warn};
+
+/// Default `--listen`: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
+
+/// How long a stopping server waits for open calls before it drops them.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// Why an actuator could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ActuatorError {
+    /// A flag, file or option is wrong (exit code 2).
+    #[error("{0}")]
+    BadInput(String),
+    /// Anything else (exit code 1).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<ActuatorError> for CliError {
+    fn from(e: ActuatorError) -> CliError {
+        match e {
+            ActuatorError::BadInput(m) => CliError::BadInput(m),
+            ActuatorError::Failed(m) => CliError::Failed(m),
+        }
+    }
+}
+
+/// Where and how to serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeOptions {
+    /// Address to bind; port 0 picks a free port (see [`ActuatorHandle::local_addr`]).
+    pub listen: SocketAddr,
+    /// Append journal lines here.
+    pub journal: Option<PathBuf>,
+    /// Serve over TLS with this certificate and key.
+    pub tls: Option<TlsFiles>,
+    /// Require `authorization: Bearer <token>` on every call.
+    pub token: Option<String>,
+}
+
+#[allow(dead_code)] // constructors for the embedded controller (`ecn-tuner run --target sim`)
+impl ServeOptions {
+    /// Plain gRPC on `listen`, no journal, no TLS, no token (loopback only).
+    pub fn new(listen: SocketAddr) -> ServeOptions {
+        ServeOptions { listen, journal: None, tls: None, token: None }
+    }
+
+    /// Loopback on a free port: what an in-process actuator for `--target sim` wants.
+    pub fn loopback() -> ServeOptions {
+        ServeOptions::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+}
+
+/// A running actuator. Dropping it stops the server (pending changes revert).
+pub struct ActuatorHandle {
+    addr: SocketAddr,
+    tls: bool,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<Result<(), ActuatorError>>>,
+    sim: Option<SimControl>,
+}
+
+#[allow(dead_code)] // parts are for the embedded controller (`ecn-tuner run --target sim`)
+impl ActuatorHandle {
+    /// The bound address (the real port when asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A URL a client can connect to: `http://ADDR`, or `https://ADDR` with TLS.
+    pub fn url(&self) -> String {
+        format!("{}://{}", if self.tls { "https" } else { "http" }, self.addr)
+    }
+
+    /// In-process controls of the simulated fabric, for a `sim` backend.
+    pub fn sim(&self) -> Option<&SimControl> {
+        self.sim.as_ref()
+    }
+
+    /// Wait until the server stops by itself (an error), without asking it to.
+    pub async fn finished(&mut self) -> Result<(), ActuatorError> {
+        match self.task.as_mut() {
+            Some(t) => {
+                let r = t.await.map_err(|e| ActuatorError::Failed(format!("actuator task: {e}")))?;
+                self.task = None;
+                r
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Stop serving: open calls get a grace period, an unconfirmed change reverts (and is
+    /// journaled), the backend stops.
+    pub async fn shutdown(mut self) -> Result<(), ActuatorError> {
+        let _ = self.stop.send(true);
+        match self.task.take() {
+            Some(t) => t.await.map_err(|e| ActuatorError::Failed(format!("actuator task: {e}")))?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ActuatorHandle {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Serve `backend` until the handle is shut down or dropped.
+///
+/// Refuses (as bad input) a non-loopback address without both TLS and a token, unreadable TLS
+/// files and an unwritable journal. Returns once the socket is bound.
+pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<ActuatorHandle, ActuatorError> {
+    security::check_exposure(opts.listen, opts.tls.is_some(), opts.token.is_some())?;
+    let tls = opts.tls.as_ref().map(TlsFiles::load).transpose()?;
+    let journal = match &opts.journal {
+        Some(p) => Journal::open(p).map_err(|e| ActuatorError::BadInput(format!("--journal {}: {e}", p.display())))?,
+        None => Journal::none(),
+    };
+    let listener = TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| ActuatorError::Failed(format!("--listen {}: cannot bind: {e}", opts.listen)))?;
+    let addr = listener.local_addr().map_err(|e| ActuatorError::Failed(format!("--listen {}: {e}", opts.listen)))?;
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let caps = backend.capabilities().clone();
+    let service = ActuatorService::new(backend, journal, stop_rx.clone());
+    tokio::spawn(service.clone().watch_deadlines());
+
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(t) = tls {
+        builder = builder
+            .tls_config(t)
+            .map_err(|e| ActuatorError::BadInput(format!("--tls-cert/--tls-key: unusable: {e}")))?;
+    }
+    let router =
+        builder.add_service(ActuatorServer::with_interceptor(service.clone(), BearerAuth::new(opts.token.clone())));
+    info!(
+        %addr,
+        backend = %caps.backend,
+        queues = caps.queues.len(),
+        tls = opts.tls.is_some(),
+        token = opts.token.is_some(),
+        journal = ?opts.journal,
+        "actuator serving"
+    );
+    let mut stopped = stop_rx.clone();
+    let task = tokio::spawn(async move {
+        let signal = async move {
+            while !*stopped.borrow_and_update() {
+                if stopped.changed().await.is_err() {
+                    break;
+                }
+            }
+        };
+        let serving = router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
+        // Graceful shutdown waits for open calls; a client that never closes its connection
+        // must not keep the actuator (and its pending revert) from stopping.
+        let mut grace = stop_rx;
+        let result = tokio::select! {
+            r = serving => r.map_err(|e| ActuatorError::Failed(format!("gRPC server: {e}"))),
+            _ = async {
+                while !*grace.borrow_and_update() {
+                    if grace.changed().await.is_err() { break; }
+                }
+                tokio::time::sleep(GRACE).await;
+            } => {
+                warn!("open calls did not finish within {GRACE:?}; stopping anyway");
+                Ok(())
+            }
+        };
+        let svc = service.clone();
+        tokio::task::spawn_blocking(move || svc.stop())
+            .await
+            .map_err(|e| ActuatorError::Failed(format!("actuator stop: {e}")))?;
+        info!("actuator stopped");
+        result
+    });
+    Ok(ActuatorHandle { addr, tls: opts.tls.is_some(), stop: stop_tx, task: Some(task), sim: None })
+}
+
+/// Start a simulated fabric behind an actuator (what `ecn-tuner run --target sim` embeds).
+///
+/// The scenario loads and the simulator starts before the socket is bound; the handle's
+/// [`ActuatorHandle::sim`] gives in-process controls (completed-run summaries, pause storms).
+pub async fn serve_sim(sim: SimOptions, opts: ServeOptions) -> Result<ActuatorHandle, ActuatorError> {
+    // Loading a scenario generates its flows: CPU work, kept off the async workers.
+    let backend = tokio::task::spawn_blocking(move || SimBackend::start(sim))
+        .await
+        .map_err(|e| ActuatorError::Failed(format!("simulator start: {e}")))??;
+    let control = backend.control();
+    let mut handle = serve(backend, opts).await?;
+    handle.sim = Some(control);
+    Ok(handle)
+}
+
+/// Start a dry-run actuator.
+pub async fn serve_dry_run(dry: DryRunOptions, opts: ServeOptions) -> Result<ActuatorHandle, ActuatorError> {
+    let backend = tokio::task::spawn_blocking(move || DryRunBackend::start(dry))
+        .await
+        .map_err(|e| ActuatorError::Failed(format!("dry-run start: {e}")))??;
+    serve(backend, opts).await
+}

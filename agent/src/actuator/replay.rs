@@ -1,0 +1,71 @@
+//! Replay of a recorded telemetry file, the dry-run backend's only telemetry source.
+//!
+//! A dry-run actuator has no fabric, so it has no telemetry of its own; inventing numbers
+//! would mislead whoever watches them. What it can honestly serve is a recording (for example
+//! `ecn-tuner sim --out DIR` writes `telemetry.parquet`): the rows exactly as recorded,
+//! including the ECN setting that was in effect then, which dry-run changes do not affect.
+//! The recording loops; timestamps keep growing across loops.
+
+use super::pacer::Pacer;
+use super::telemetry::batches_from_rows;
+use super::ActuatorError;
+use ecn_datasets::TelemetrySample;
+use ecn_proto::v1::TelemetryBatch;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::sync::broadcast;
+use tracing::debug;
+
+/// A loaded recording.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    /// Rows in time order.
+    pub rows: Vec<TelemetrySample>,
+    /// Native interval: the smallest gap between consecutive timestamps.
+    pub interval_ns: u64,
+}
+
+impl Recording {
+    /// Read a telemetry Parquet file.
+    pub fn load(path: &Path) -> Result<Recording, ActuatorError> {
+        let bad = |why: String| ActuatorError::BadInput(format!("--telemetry {}: {why}", path.display()));
+        let mut rows = ecn_datasets::io::read_telemetry_parquet(path).map_err(|e| bad(e.to_string()))?;
+        if rows.is_empty() {
+            return Err(bad("no telemetry rows".into()));
+        }
+        rows.sort_by_key(|r| r.ts_ns);
+        let interval_ns = rows.windows(2).map(|w| w[1].ts_ns - w[0].ts_ns).filter(|d| *d > 0).min().unwrap_or(0);
+        if interval_ns == 0 {
+            return Err(bad("a single timestamp: a replay needs at least two sample intervals".into()));
+        }
+        Ok(Recording { rows, interval_ns })
+    }
+}
+
+/// Play `rec` on `tx` in scaled time until `stop` is set.
+pub fn play(rec: Recording, time_scale: f64, tx: broadcast::Sender<Arc<TelemetryBatch>>, stop: Arc<AtomicBool>) {
+    let first = rec.rows[0].ts_ns;
+    let last = rec.rows[rec.rows.len() - 1].ts_ns;
+    // Timestamps start near zero in every loop: shift the first row to one interval.
+    let span = last - first + rec.interval_ns;
+    let batches = batches_from_rows(&rec.rows, 0);
+    let mut pacer = Pacer::new(time_scale, 0);
+    let mut base = 0u64;
+    'outer: while !stop.load(Ordering::Relaxed) {
+        for b in &batches {
+            let ts = base + (b.ts_ns - first) + rec.interval_ns;
+            if !pacer.wait_until(ts, &stop) {
+                break 'outer;
+            }
+            let mut b = b.clone();
+            b.ts_ns = ts;
+            for s in &mut b.samples {
+                s.ts_ns = ts;
+            }
+            let _ = tx.send(Arc::new(b));
+        }
+        base += span;
+        debug!(loop_start_ns = base, "telemetry recording looped");
+    }
+}

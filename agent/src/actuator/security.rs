@@ -1,0 +1,148 @@
+//! Who may talk to the actuator: loopback by default; TLS and a bearer token for anything else.
+//!
+//! The actuator can change a fabric's congestion control, so an open, unauthenticated port on
+//! a network interface is refused outright rather than merely warned about.
+
+use super::ActuatorError;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tonic::transport::{Identity, ServerTlsConfig};
+use tonic::{Request, Status};
+
+/// PEM files of the server's certificate chain and private key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// Certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Private key (PEM).
+    pub key: PathBuf,
+}
+
+impl TlsFiles {
+    /// Read both files into a tonic server TLS configuration.
+    pub fn load(&self) -> Result<ServerTlsConfig, ActuatorError> {
+        let read = |flag: &str, p: &Path| {
+            std::fs::read(p).map_err(|e| ActuatorError::BadInput(format!("{flag} {}: {e}", p.display())))
+        };
+        let cert = read("--tls-cert", &self.cert)?;
+        let key = read("--tls-key", &self.key)?;
+        if !String::from_utf8_lossy(&cert).contains("-----BEGIN CERTIFICATE-----") {
+            return Err(ActuatorError::BadInput(format!(
+                "--tls-cert {}: no PEM certificate found",
+                self.cert.display()
+            )));
+        }
+        if !String::from_utf8_lossy(&key).contains("PRIVATE KEY-----") {
+            return Err(ActuatorError::BadInput(format!("--tls-key {}: no PEM private key found", self.key.display())));
+        }
+        Ok(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))
+    }
+}
+
+/// Read a bearer token from a file: its content, surrounding whitespace removed.
+pub fn read_token_file(path: &Path) -> Result<String, ActuatorError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ActuatorError::BadInput(format!("--token-file {}: {e}", path.display())))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(ActuatorError::BadInput(format!("--token-file {}: the file is empty", path.display())));
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ActuatorError::BadInput(format!(
+            "--token-file {}: the token must be one line without spaces",
+            path.display()
+        )));
+    }
+    Ok(token.to_string())
+}
+
+/// Refuse to serve on a non-loopback address unless both TLS and a token protect it.
+pub fn check_exposure(addr: SocketAddr, tls: bool, token: bool) -> Result<(), ActuatorError> {
+    if addr.ip().is_loopback() || (tls && token) {
+        return Ok(());
+    }
+    let missing = match (tls, token) {
+        (false, false) => "--tls-cert/--tls-key and --token-file",
+        (false, true) => "--tls-cert/--tls-key",
+        _ => "--token-file",
+    };
+    Err(ActuatorError::BadInput(format!(
+        "--listen {addr}: a non-loopback address needs TLS and a bearer token; add {missing}, or listen on 127.0.0.1"
+    )))
+}
+
+/// The gRPC interceptor that checks `authorization: Bearer <token>` on every call, when a
+/// token is configured.
+#[derive(Clone, Default)]
+pub struct BearerAuth {
+    token: Option<Arc<str>>,
+}
+
+impl BearerAuth {
+    /// Check for `token`, or let everything through when `None` (loopback without a token).
+    pub fn new(token: Option<String>) -> BearerAuth {
+        BearerAuth { token: token.map(Arc::from) }
+    }
+}
+
+impl tonic::service::Interceptor for BearerAuth {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        let Some(expected) = &self.token else { return Ok(req) };
+        let given = req.metadata().get("authorization").and_then(|v| v.to_str().ok());
+        let presented = given.and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+        match presented {
+            Some(t) if constant_time_eq(t.trim().as_bytes(), expected.as_bytes()) => Ok(req),
+            Some(_) => {
+                tracing::warn!("refused a call with a wrong bearer token");
+                Err(Status::unauthenticated("invalid bearer token"))
+            }
+            None => Err(Status::unauthenticated("missing 'authorization: Bearer <token>' metadata")),
+        }
+    }
+}
+
+/// Compare without an early exit, so response time does not leak how much of a guess matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::service::Interceptor;
+
+    #[test]
+    fn exposure_rules() {
+        let lo: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let lo6: SocketAddr = "[::1]:1".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:1".parse().unwrap();
+        assert!(check_exposure(lo, false, false).is_ok());
+        assert!(check_exposure(lo6, false, false).is_ok());
+        assert!(check_exposure(any, true, true).is_ok());
+        for (tls, tok) in [(false, false), (true, false), (false, true)] {
+            let e = check_exposure(any, tls, tok).unwrap_err().to_string();
+            assert!(e.contains("--listen"), "{e}");
+        }
+    }
+
+    #[test]
+    fn bearer_token_checks() {
+        let mut auth = BearerAuth::new(Some("s3cret".into()));
+        let with = |v: Option<&str>| {
+            let mut r = Request::new(());
+            if let Some(v) = v {
+                r.metadata_mut().insert("authorization", v.parse().unwrap());
+            }
+            r
+        };
+        assert!(auth.call(with(Some("Bearer s3cret"))).is_ok());
+        assert_eq!(auth.call(with(None)).unwrap_err().code(), tonic::Code::Unauthenticated);
+        assert_eq!(auth.call(with(Some("Bearer nope"))).unwrap_err().code(), tonic::Code::Unauthenticated);
+        assert_eq!(auth.call(with(Some("s3cret"))).unwrap_err().code(), tonic::Code::Unauthenticated);
+        assert!(BearerAuth::new(None).call(with(None)).is_ok());
+    }
+}

@@ -1,0 +1,540 @@
+//! The gRPC service (`ecn_tuner.v1.Actuator`) over any [`Backend`].
+//!
+//! Everything that makes the actuator safe lives here, the same for every backend:
+//! - the single-writer lease ([`super::lease`]);
+//! - validation of every change set before anything changes ([`super::validate`]);
+//! - generations and commit-confirm ([`super::ledger`]), with a server-side timer that reverts
+//!   an unconfirmed change when its deadline passes, whether or not its client is still there;
+//! - the journal ([`super::journal`]).
+//!
+//! All state sits behind one mutex, held only for short synchronous sections (backend calls
+//! are quick by contract, and the journal write is one append), so changes, reverts and their
+//! journal lines are totally ordered.
+
+use super::backend::{Backend, BackendCaps, NoTelemetry};
+use super::journal::{unix_ms, Event, EventKind, Journal, QueueEntry};
+use super::lease::{LeaseError, LeaseTable, DEFAULT_TTL, MAX_TTL};
+use super::ledger::{Deadline, Ledger, LedgerError};
+use super::telemetry::Coarsener;
+use super::validate::{check_changes, check_setting, QueueIndex};
+use ecn_env::EcnSetting;
+use ecn_proto::v1 as pb;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::{broadcast, mpsc, watch, Notify};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+use tracing::{debug, error, info, warn};
+
+/// Longest confirm deadline accepted: an unconfirmed change must not linger for days.
+pub const MAX_CONFIRM_WITHIN: Duration = Duration::from_secs(3600);
+
+/// Mutable state, behind one lock.
+struct State {
+    ledger: Ledger,
+    leases: LeaseTable,
+    journal: Journal,
+}
+
+struct Inner<B> {
+    backend: B,
+    caps: BackendCaps,
+    index: QueueIndex,
+    state: Mutex<State>,
+    /// Wakes the deadline watcher when the pending deadline changes.
+    deadline_changed: Notify,
+    /// Flips to true when the server stops; ends telemetry streams and the watcher.
+    stopping: watch::Receiver<bool>,
+}
+
+/// The actuator service. Cheap to clone (shared state).
+pub struct ActuatorService<B> {
+    inner: Arc<Inner<B>>,
+}
+
+impl<B> Clone for ActuatorService<B> {
+    fn clone(&self) -> Self {
+        ActuatorService { inner: self.inner.clone() }
+    }
+}
+
+impl<B: Backend> ActuatorService<B> {
+    /// Serve `backend`, starting at generation 1 with the settings it has now.
+    pub fn new(backend: B, journal: Journal, stopping: watch::Receiver<bool>) -> ActuatorService<B> {
+        let caps = backend.capabilities().clone();
+        let initial = backend.read_settings();
+        for (cap, s) in caps.queues.iter().zip(&initial) {
+            // The device's own starting point is not ours to refuse, but it should be known.
+            if let Err(e) = check_setting(cap, &caps.bounds, s) {
+                warn!("initial setting violates the actuator's safety checks: {e}");
+            }
+        }
+        let index = QueueIndex::new(&caps);
+        let state = State { ledger: Ledger::new(initial), leases: LeaseTable::default(), journal };
+        ActuatorService {
+            inner: Arc::new(Inner {
+                backend,
+                caps,
+                index,
+                state: Mutex::new(state),
+                deadline_changed: Notify::new(),
+                stopping,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock would leave the state as it was before the failed
+        // operation (every mutation comes last), so a poisoned lock is still usable.
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn entries(&self, changes: &[(usize, EcnSetting)]) -> Vec<QueueEntry> {
+        QueueEntry::list(&self.inner.caps, changes)
+    }
+
+    /// Journal a refusal and turn it into the gRPC status.
+    fn reject(&self, st: &mut State, status: Status, queues: Vec<QueueEntry>, controller: Option<&str>) -> Status {
+        let e = Event::now(EventKind::Reject, st.ledger.current(), st.ledger.confirmed(), queues)
+            .detail(format!("{:?}: {}", status.code(), status.message()))
+            .controller(controller);
+        if let Err(err) = st.journal.write(&e) {
+            error!("{err}");
+        }
+        warn!(code = ?status.code(), "refused: {}", status.message());
+        status
+    }
+
+    fn check_lease(&self, st: &mut State, lease_id: &str, queues: &[QueueEntry]) -> Result<String, Status> {
+        match st.leases.check(lease_id, Instant::now()) {
+            Ok(l) => Ok(l.controller_id.clone()),
+            Err(e) => Err(self.reject(st, Status::permission_denied(e.to_string()), queues.to_vec(), None)),
+        }
+    }
+
+    fn do_acquire(&self, req: pb::AcquireWriterRequest) -> Result<pb::WriterLease, Status> {
+        if req.controller_id.trim().is_empty() {
+            return Err(Status::invalid_argument("controller_id: must not be empty"));
+        }
+        let ttl = match req.ttl_ms {
+            0 => DEFAULT_TTL,
+            ms if Duration::from_millis(ms) > MAX_TTL => {
+                return Err(Status::invalid_argument(format!(
+                    "ttl_ms ({ms}) is above the maximum ({})",
+                    MAX_TTL.as_millis()
+                )))
+            }
+            ms => Duration::from_millis(ms),
+        };
+        let mut st = self.lock();
+        let now_ms = unix_ms(SystemTime::now());
+        match st.leases.acquire(&req.controller_id, ttl, Instant::now(), now_ms, new_lease_id) {
+            Ok(l) => {
+                debug!(controller = %l.controller_id, ttl_ms = ttl.as_millis() as u64, "writer lease granted");
+                Ok(pb::WriterLease { lease_id: l.id, expires_unix_ms: l.expires_unix_ms })
+            }
+            Err(e @ LeaseError::HeldByOther { .. }) => {
+                warn!(controller = %req.controller_id, "writer role refused: {e}");
+                Err(Status::failed_precondition(e.to_string()))
+            }
+            Err(e) => Err(Status::internal(e.to_string())),
+        }
+    }
+
+    fn do_release(&self, req: pb::ReleaseWriterRequest) -> pb::ReleaseWriterResponse {
+        if let Some(c) = self.lock().leases.release(&req.lease_id) {
+            info!(controller = %c, "writer lease released");
+        }
+        pb::ReleaseWriterResponse {}
+    }
+
+    fn do_apply(&self, req: pb::ApplyRequest) -> Result<pb::ApplyResponse, Status> {
+        let mut st = self.lock();
+        let requested: Vec<QueueEntry> = req.changes.iter().map(raw_entry).collect();
+        // validate_only changes nothing, so it needs no lease (a shadow-mode controller may
+        // check its proposals) and leaves no journal line (the journal records changes and
+        // refused changes, not questions).
+        let controller =
+            if req.validate_only { None } else { Some(self.check_lease(&mut st, &req.lease_id, &requested)?) };
+        let ctl = controller.as_deref();
+        let refuse = |this: &Self, st: &mut State, s: Status| {
+            if req.validate_only {
+                debug!(code = ?s.code(), "validate_only refused: {}", s.message());
+                s
+            } else {
+                this.reject(st, s, requested.clone(), ctl)
+            }
+        };
+        if let Some(expected) = req.expected_generation {
+            if expected != st.ledger.current() {
+                let s = Status::aborted(format!(
+                    "expected_generation {expected} is stale: the current generation is {}",
+                    st.ledger.current()
+                ));
+                return Err(refuse(self, &mut st, s));
+            }
+        }
+        let changes = match check_changes(&self.inner.caps, &self.inner.index, &req.changes) {
+            Ok(c) => c,
+            Err(msg) => return Err(refuse(self, &mut st, Status::invalid_argument(msg))),
+        };
+        let within = Duration::from_millis(req.confirm_within_ms);
+        if within > MAX_CONFIRM_WITHIN {
+            let s = Status::invalid_argument(format!(
+                "confirm_within_ms ({}) is above the maximum ({})",
+                req.confirm_within_ms,
+                MAX_CONFIRM_WITHIN.as_millis()
+            ));
+            return Err(refuse(self, &mut st, s));
+        }
+        if req.validate_only {
+            let (current, confirmed) = (st.ledger.current(), st.ledger.confirmed());
+            return Ok(pb::ApplyResponse {
+                generation: current,
+                confirmed: current == confirmed,
+                confirm_deadline_unix_ms: st.ledger.deadline().map_or(0, |d| d.unix_ms),
+            });
+        }
+        let staged = st.ledger.staged(&changes);
+        let before = st.ledger.current_settings();
+        if let Err(e) = self.inner.backend.apply(&staged) {
+            let s = Status::internal(format!("the {} backend failed to apply: {e}", self.inner.caps.backend));
+            return Err(self.reject(&mut st, s, requested, ctl));
+        }
+        let deadline = (!within.is_zero()).then(|| {
+            let now = SystemTime::now();
+            Deadline { at: Instant::now() + within, unix_ms: unix_ms(now) + within.as_millis() as u64 }
+        });
+        let generation = st.ledger.next();
+        let confirmed_after = if deadline.is_some() { st.ledger.confirmed() } else { generation };
+        let mut e = Event::now(EventKind::Apply, generation, confirmed_after, self.entries(&changes))
+            .detail(if req.reason.is_empty() { "apply".to_string() } else { req.reason.clone() })
+            .controller(ctl);
+        e.confirm_deadline_unix_ms = deadline.map(|d| d.unix_ms);
+        if let Err(err) = st.journal.write(&e) {
+            // Nothing may change without its journal line: undo on the device and refuse.
+            if let Err(undo) = self.inner.backend.apply(&before) {
+                error!("journal failed and the undo failed too: {undo}");
+            }
+            error!("{err}");
+            return Err(Status::unavailable(format!("{err}; the change was undone")));
+        }
+        st.ledger.commit(staged, deadline);
+        if deadline.is_some() {
+            self.inner.deadline_changed.notify_one();
+        }
+        info!(
+            generation,
+            queues = changes.len(),
+            controller = ctl.unwrap_or(""),
+            confirm_within_ms = req.confirm_within_ms,
+            "applied"
+        );
+        Ok(pb::ApplyResponse {
+            generation,
+            confirmed: deadline.is_none(),
+            confirm_deadline_unix_ms: deadline.map_or(0, |d| d.unix_ms),
+        })
+    }
+
+    fn do_confirm(&self, req: pb::ConfirmRequest) -> Result<pb::ConfirmResponse, Status> {
+        let mut st = self.lock();
+        let ctl = self.check_lease(&mut st, &req.lease_id, &[])?;
+        let mut plan = st.ledger.clone();
+        let done = match plan.confirm(req.generation) {
+            Ok(c) => c,
+            Err(e) => {
+                let s = ledger_status(&e);
+                return Err(self.reject(&mut st, s, Vec::new(), Some(&ctl)));
+            }
+        };
+        if !done.already {
+            let e = Event::now(EventKind::Confirm, req.generation, req.generation, self.entries(&done.changed))
+                .detail(format!("generation {} confirmed (previously confirmed: {})", req.generation, done.previous))
+                .controller(Some(&ctl));
+            if let Err(err) = st.journal.write(&e) {
+                // Refusing is the safe side: the change reverts at its deadline.
+                error!("{err}");
+                return Err(Status::unavailable(format!("{err}; not confirmed")));
+            }
+            info!(generation = req.generation, controller = %ctl, "confirmed");
+        }
+        let pending_before = st.ledger.deadline();
+        st.ledger = plan;
+        if st.ledger.deadline() != pending_before {
+            self.inner.deadline_changed.notify_one();
+        }
+        Ok(pb::ConfirmResponse { confirmed_generation: st.ledger.confirmed() })
+    }
+
+    fn do_rollback(&self, req: pb::RollbackRequest) -> Result<pb::RollbackResponse, Status> {
+        let mut st = self.lock();
+        let ctl = self.check_lease(&mut st, &req.lease_id, &[])?;
+        let target = req.to_generation.unwrap_or(st.ledger.confirmed());
+        let settings = match st.ledger.settings_of(target) {
+            Ok(s) => s,
+            Err(e) => return Err(self.reject(&mut st, ledger_status(&e), Vec::new(), Some(&ctl))),
+        };
+        let what = format!("rollback to generation {target}");
+        let reason = if req.reason.is_empty() { what } else { format!("{what}: {}", req.reason) };
+        let generation = self.restore(&mut st, target, &settings, EventKind::Rollback, &reason, Some(&ctl))?;
+        Ok(pb::RollbackResponse { generation })
+    }
+
+    /// Put `settings` (those of generation `target`) back as a new confirmed generation:
+    /// device first, then journal, then ledger.
+    fn restore(
+        &self,
+        st: &mut State,
+        target: u64,
+        settings: &[EcnSetting],
+        kind: EventKind,
+        detail: &str,
+        ctl: Option<&str>,
+    ) -> Result<u64, Status> {
+        let before = st.ledger.current_settings();
+        if let Err(e) = self.inner.backend.apply(settings) {
+            let s = Status::internal(format!(
+                "the {} backend failed to restore generation {target}: {e}",
+                self.inner.caps.backend
+            ));
+            return Err(self.reject(st, s, Vec::new(), ctl));
+        }
+        let generation = st.ledger.next();
+        let changed = super::ledger::diff(&before, settings);
+        let e = Event::now(kind, generation, generation, self.entries(&changed)).detail(detail).controller(ctl);
+        if let Err(err) = st.journal.write(&e) {
+            error!("{err}");
+            if kind == EventKind::Rollback {
+                if let Err(undo) = self.inner.backend.apply(&before) {
+                    error!("journal failed and the undo failed too: {undo}");
+                }
+                return Err(Status::unavailable(format!("{err}; nothing rolled back")));
+            }
+            // A revert goes ahead without its journal line: safety before bookkeeping.
+        }
+        let (g, _) = st.ledger.restore(Some(target)).map_err(|e| Status::internal(e.to_string()))?;
+        debug_assert_eq!(g, generation);
+        self.inner.deadline_changed.notify_one();
+        info!(generation, target, event = ?kind, queues = changed.len(), "{detail}");
+        Ok(generation)
+    }
+
+    /// Revert the unconfirmed stack if its deadline has passed (or unconditionally, with
+    /// `why`, at shutdown). Returns false if the backend failed and it must be retried.
+    fn revert_if_due(&self, now: Instant, why: Option<&str>) -> bool {
+        let mut st = self.lock();
+        let Some(d) = st.ledger.deadline() else { return true };
+        if why.is_none() && d.at > now {
+            return true;
+        }
+        let (current, confirmed) = (st.ledger.current(), st.ledger.confirmed());
+        let settings = st.ledger.confirmed_settings();
+        let detail = match why {
+            Some(w) => format!("{w}: generation {current} was unconfirmed; back to confirmed generation {confirmed}"),
+            None => {
+                format!("confirm deadline of generation {current} passed; back to confirmed generation {confirmed}")
+            }
+        };
+        self.restore(&mut st, confirmed, &settings, EventKind::Revert, &detail, None).is_ok()
+    }
+
+    /// Reverts unconfirmed changes when their deadline passes. Runs until the server stops.
+    pub async fn watch_deadlines(self) {
+        let mut stopping = self.inner.stopping.clone();
+        loop {
+            let next = self.lock().ledger.deadline().map(|d| d.at);
+            let sleep = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = sleep => {
+                    if !self.revert_if_due(Instant::now(), None) {
+                        // The backend refused the revert: try again shortly rather than spin.
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+                _ = self.inner.deadline_changed.notified() => {}
+                r = stopping.changed() => if r.is_err() || *stopping.borrow() { break },
+            }
+        }
+    }
+
+    /// At shutdown: nobody will be left to confirm or revert a pending change, so revert it
+    /// now; then stop the backend.
+    pub fn stop(&self) {
+        self.revert_if_due(Instant::now(), Some("actuator stopping"));
+        self.inner.backend.shutdown();
+    }
+}
+
+/// A requested change as given on the wire, for the journal (even if it names no known queue).
+fn raw_entry(c: &pb::QueueSetting) -> QueueEntry {
+    let id = c.id.clone().unwrap_or_default();
+    let s = c.setting.unwrap_or_default();
+    QueueEntry {
+        switch: id.switch,
+        port: id.port,
+        queue: id.queue,
+        kmin_bytes: s.kmin_bytes,
+        kmax_bytes: s.kmax_bytes,
+        pmax: s.pmax,
+    }
+}
+
+fn ledger_status(e: &LedgerError) -> Status {
+    match e {
+        LedgerError::Unknown { .. } | LedgerError::Forgotten { .. } => Status::not_found(e.to_string()),
+        LedgerError::NotPending { .. } => Status::failed_precondition(e.to_string()),
+    }
+}
+
+/// A lease id: 128 bits from the standard library's randomly keyed SipHash. It fences
+/// writers; it is not a credential (the bearer token is).
+fn new_lease_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos() as u64;
+    let part = |salt: u64| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(n);
+        h.write_u64(t);
+        h.write_u64(salt);
+        h.finish()
+    };
+    format!("{:016x}{:016x}", part(1), part(2))
+}
+
+fn settings_to_wire(caps: &BackendCaps, settings: &[EcnSetting]) -> Vec<pb::QueueSetting> {
+    caps.queues
+        .iter()
+        .zip(settings)
+        .map(|(q, s)| pb::QueueSetting {
+            id: Some(pb::QueueId { switch: q.key.switch.clone(), port: q.key.port.clone(), queue: q.key.queue }),
+            setting: Some(pb::EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }),
+        })
+        .collect()
+}
+
+type TelemetryStream = ReceiverStream<Result<pb::TelemetryBatch, Status>>;
+
+#[tonic::async_trait]
+impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
+    async fn get_capabilities(
+        &self,
+        _req: Request<pb::GetCapabilitiesRequest>,
+    ) -> Result<Response<pb::Capabilities>, Status> {
+        let c = &self.inner.caps;
+        Ok(Response::new(pb::Capabilities {
+            backend: c.backend.clone(),
+            queues: c
+                .queues
+                .iter()
+                .map(|q| pb::QueueCapability {
+                    id: Some(pb::QueueId {
+                        switch: q.key.switch.clone(),
+                        port: q.key.port.clone(),
+                        queue: q.key.queue,
+                    }),
+                    link_bps: q.link_bps,
+                    pfc_xoff_bytes: q.pfc_xoff_bytes,
+                })
+                .collect(),
+            buffer_bytes: c.buffer_bytes,
+            bounds: Some(pb::Bounds {
+                kmin_min_bytes: c.bounds.kmin_min_bytes,
+                kmax_max_bytes: c.bounds.kmax_max_bytes,
+                pmax_min: c.bounds.pmax_min,
+                pmax_max: c.bounds.pmax_max,
+                granularity_bytes: c.bounds.granularity_bytes,
+            }),
+            min_telemetry_interval_ns: c.min_telemetry_interval_ns,
+        }))
+    }
+
+    async fn get_config(&self, _req: Request<pb::GetConfigRequest>) -> Result<Response<pb::Config>, Status> {
+        let st = self.lock();
+        Ok(Response::new(pb::Config {
+            generation: st.ledger.current(),
+            confirmed_generation: st.ledger.confirmed(),
+            queues: settings_to_wire(&self.inner.caps, &st.ledger.current_settings()),
+            confirm_deadline_unix_ms: st.ledger.deadline().map_or(0, |d| d.unix_ms),
+        }))
+    }
+
+    async fn acquire_writer(
+        &self,
+        req: Request<pb::AcquireWriterRequest>,
+    ) -> Result<Response<pb::WriterLease>, Status> {
+        self.do_acquire(req.into_inner()).map(Response::new)
+    }
+
+    async fn release_writer(
+        &self,
+        req: Request<pb::ReleaseWriterRequest>,
+    ) -> Result<Response<pb::ReleaseWriterResponse>, Status> {
+        Ok(Response::new(self.do_release(req.into_inner())))
+    }
+
+    async fn apply(&self, req: Request<pb::ApplyRequest>) -> Result<Response<pb::ApplyResponse>, Status> {
+        self.do_apply(req.into_inner()).map(Response::new)
+    }
+
+    async fn confirm(&self, req: Request<pb::ConfirmRequest>) -> Result<Response<pb::ConfirmResponse>, Status> {
+        self.do_confirm(req.into_inner()).map(Response::new)
+    }
+
+    async fn rollback(&self, req: Request<pb::RollbackRequest>) -> Result<Response<pb::RollbackResponse>, Status> {
+        self.do_rollback(req.into_inner()).map(Response::new)
+    }
+
+    type StreamTelemetryStream = TelemetryStream;
+
+    async fn stream_telemetry(
+        &self,
+        req: Request<pb::StreamTelemetryRequest>,
+    ) -> Result<Response<Self::StreamTelemetryStream>, Status> {
+        let caps = &self.inner.caps;
+        let mut source = match self.inner.backend.subscribe_telemetry() {
+            Ok(s) => s,
+            Err(NoTelemetry::NoSource(why)) => return Err(Status::unimplemented(why)),
+            Err(NoTelemetry::Stopped(why)) => return Err(Status::unavailable(why)),
+        };
+        let native = caps.min_telemetry_interval_ns.max(1);
+        let asked = req.into_inner().interval_ns;
+        // Whole multiples of the native interval, never below it (the contract's promise).
+        let factor = if asked <= native { 1 } else { asked.div_ceil(native).min(u64::from(u32::MAX)) as u32 };
+        debug!(interval_ns = native * u64::from(factor), "telemetry subscriber");
+        let (tx, rx) = mpsc::channel(16);
+        let mut stopping = self.inner.stopping.clone();
+        tokio::spawn(async move {
+            let mut coarse = Coarsener::new(factor);
+            loop {
+                let batch = tokio::select! {
+                    r = source.recv() => r,
+                    _ = tx.closed() => break,
+                    _ = stopping.changed() => break,
+                };
+                match batch {
+                    Ok(b) => {
+                        let Some(out) = coarse.push(&b) else { continue };
+                        tokio::select! {
+                            r = tx.send(Ok(out)) => if r.is_err() { break },
+                            _ = stopping.changed() => break,
+                        }
+                    }
+                    // A slow subscriber skips ahead; the gap shows in ts_ns.
+                    Err(broadcast::error::RecvError::Lagged(n)) => warn!(skipped = n, "telemetry subscriber lagged"),
+                    Err(broadcast::error::RecvError::Closed) => break,
+                }
+            }
+            debug!("telemetry subscriber gone");
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}

@@ -1,0 +1,440 @@
+//! The `sim` backend: a scenario of the packet-level simulator running in scaled wall-clock
+//! time behind the actuator, standing in for a real fabric.
+//!
+//! The simulator runs on its own thread, one sample interval at a time, paced so that
+//! `time_scale` simulated nanoseconds pass per wall-clock nanosecond. After each interval it
+//! publishes the telemetry rows as one batch (a sample per data queue, in capabilities order).
+//! ECN changes from the service are picked up between intervals, all queues at once, so an
+//! apply is atomic in simulated time.
+//!
+//! When the scenario ends (all flows done, or its hard stop), the next run starts at once with
+//! the next seed and the current ECN settings, so a long-running controller keeps getting
+//! traffic. Telemetry timestamps (`ts_ns`) are simulated nanoseconds since the backend started
+//! and keep growing across runs.
+
+use super::backend::{Backend, BackendCaps, BackendError, Bounds, NoTelemetry, QueueCap, QueueKey, TelemetryReceiver};
+use super::pacer::Pacer;
+use super::telemetry::batches_from_rows;
+use super::ActuatorError;
+use ecn_env::scenario::Scenario;
+use ecn_env::summary::Summary;
+use ecn_env::{EcnSetting, Nanos, Simulator};
+use ecn_proto::v1::TelemetryBatch;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+use tokio::sync::broadcast;
+use tracing::{debug, error, info, warn};
+
+/// Completed-run summaries kept in memory.
+const RUNS_KEPT: usize = 100;
+/// Telemetry batches buffered for slow subscribers before they skip ahead.
+const TELEMETRY_BUFFER: usize = 1024;
+
+/// How to run the simulated fabric.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimOptions {
+    /// Built-in scenario name or scenario file.
+    pub scenario: String,
+    /// Seed of the first run (default: the scenario's); each restart uses the next one.
+    pub seed: Option<u64>,
+    /// Simulated nanoseconds per wall-clock nanosecond (0.01 = 100 times slower than real
+    /// time). The simulator cannot run faster than its own speed; when asked to, it runs as fast
+    /// as it can.
+    pub time_scale: f64,
+    /// Pause storms to inject (a test and demo knob).
+    pub storms: Vec<StormSpec>,
+}
+
+#[allow(dead_code)] // for the embedded controller (`ecn-tuner run --target sim`)
+impl SimOptions {
+    /// A scenario at the default time scale, no storms.
+    pub fn new(scenario: impl Into<String>) -> SimOptions {
+        SimOptions { scenario: scenario.into(), seed: None, time_scale: DEFAULT_TIME_SCALE, storms: Vec::new() }
+    }
+}
+
+/// Default `--time-scale`: 100 times slower than real time, so a 100 µs sample interval
+/// arrives every 10 ms of wall-clock time, which a loaded laptop keeps up with.
+pub const DEFAULT_TIME_SCALE: f64 = 0.01;
+
+/// Fault injection, for tests and demos: from simulated time `at` (since the backend
+/// started, the clock of telemetry `ts_ns`), the device downstream of queue `queue` (an
+/// index into the capabilities' queue list) holds PFC PAUSE on it for `duration`. A storm
+/// still running when the scenario restarts ends with that run.
+///
+/// Command-line form: `QUEUE@SIMTIME:DURATION`, e.g. `3@5ms:20ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StormSpec {
+    /// Queue index in capabilities order.
+    pub queue: usize,
+    /// Simulated time of onset.
+    pub at: Nanos,
+    /// How long the pause holds.
+    pub duration: Nanos,
+}
+
+impl FromStr for StormSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<StormSpec, String> {
+        let form = || format!("'{s}': expected QUEUE@SIMTIME:DURATION, e.g. 3@5ms:20ms");
+        let (q, rest) = s.split_once('@').ok_or_else(form)?;
+        let (at, dur) = rest.split_once(':').ok_or_else(form)?;
+        let queue = q.trim().parse().map_err(|_| format!("'{s}': QUEUE '{q}' is not a queue index"))?;
+        let at: Nanos = at.trim().parse().map_err(|e| format!("'{s}': SIMTIME: {e}"))?;
+        let duration: Nanos = dur.trim().parse().map_err(|e| format!("'{s}': DURATION: {e}"))?;
+        if duration.0 == 0 {
+            return Err(format!("'{s}': DURATION must be positive"));
+        }
+        Ok(StormSpec { queue, at, duration })
+    }
+}
+
+/// State shared between the service side and the simulator thread.
+#[derive(Debug)]
+struct Shared {
+    /// The settings the service wants, and a version bumped by every apply.
+    settings: Mutex<(Vec<EcnSetting>, u64)>,
+    /// Storms to inject at the next interval boundary (from [`SimControl`]).
+    storms_now: Mutex<Vec<(usize, Nanos)>>,
+    runs: Mutex<Vec<Summary>>,
+    stop: AtomicBool,
+    queue_count: usize,
+}
+
+/// In-process controls of a running simulated fabric, for the embedded demo and tests.
+#[derive(Debug, Clone)]
+pub struct SimControl {
+    shared: Arc<Shared>,
+}
+
+#[allow(dead_code)] // used by the embedded controller (`ecn-tuner run --target sim`)
+impl SimControl {
+    /// Summaries of the scenario runs completed so far (the last 100), oldest first.
+    pub fn completed_runs(&self) -> Vec<Summary> {
+        self.shared.runs.lock().expect("sim runs lock").clone()
+    }
+
+    /// Start a pause storm on queue `queue` (capabilities order) at the next interval boundary.
+    pub fn inject_pause_storm(&self, queue: usize, duration: Nanos) -> Result<(), ActuatorError> {
+        if queue >= self.shared.queue_count {
+            return Err(ActuatorError::BadInput(format!(
+                "pause storm: queue {queue} does not exist (the fabric has {} queues)",
+                self.shared.queue_count
+            )));
+        }
+        self.shared.storms_now.lock().expect("sim storms lock").push((queue, duration));
+        Ok(())
+    }
+}
+
+/// The simulated fabric behind the actuator.
+pub struct SimBackend {
+    caps: BackendCaps,
+    shared: Arc<Shared>,
+    /// Weak, so that the channel closes (and subscribers see the stream end) if the simulator
+    /// thread dies: the thread holds the only strong sender.
+    telemetry: broadcast::WeakSender<Arc<TelemetryBatch>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl SimBackend {
+    /// Load the scenario, build the simulator and start its thread.
+    pub fn start(opts: SimOptions) -> Result<SimBackend, ActuatorError> {
+        if !(opts.time_scale.is_finite() && opts.time_scale > 0.0) {
+            return Err(ActuatorError::BadInput(format!(
+                "--time-scale {}: must be a positive number (simulated ns per wall-clock ns)",
+                opts.time_scale
+            )));
+        }
+        let scenario = Scenario::load(&opts.scenario, opts.seed).map_err(|e| ActuatorError::BadInput(e.to_string()))?;
+        let sim = build(&scenario).map_err(ActuatorError::BadInput)?;
+        let caps = capabilities(&sim);
+        for s in &opts.storms {
+            if s.queue >= caps.queues.len() {
+                return Err(ActuatorError::BadInput(format!(
+                    "--inject-storm {}@{}:{}: queue {} does not exist (scenario {} has {} queues, 0..{})",
+                    s.queue,
+                    s.at,
+                    s.duration,
+                    s.queue,
+                    scenario.name,
+                    caps.queues.len(),
+                    caps.queues.len() - 1
+                )));
+            }
+        }
+        let initial: Vec<EcnSetting> = (0..caps.queues.len()).map(|q| sim.ecn(q).expect("queue index")).collect();
+        let shared = Arc::new(Shared {
+            settings: Mutex::new((initial, 0)),
+            storms_now: Mutex::new(Vec::new()),
+            runs: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            queue_count: caps.queues.len(),
+        });
+        let (telemetry, _) = broadcast::channel(TELEMETRY_BUFFER);
+        info!(
+            scenario = %scenario.name,
+            source = %scenario.source,
+            seed = scenario.seed,
+            queues = caps.queues.len(),
+            sample_interval = %scenario.fabric.sample_interval,
+            time_scale = opts.time_scale,
+            storms = opts.storms.len(),
+            "simulated fabric starting"
+        );
+        let mut storms = opts.storms.clone();
+        storms.sort_by_key(|s| s.at);
+        let weak = telemetry.downgrade();
+        let runner = Runner {
+            source: opts.scenario.clone(),
+            scenario,
+            sim,
+            shared: shared.clone(),
+            telemetry,
+            time_scale: opts.time_scale,
+            storms,
+        };
+        let thread = std::thread::Builder::new()
+            .name("ecn-sim".into())
+            .spawn(move || runner.run())
+            .map_err(|e| ActuatorError::Failed(format!("cannot start the simulator thread: {e}")))?;
+        Ok(SimBackend { caps, shared, telemetry: weak, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// True while the simulator thread runs.
+    fn running(&self) -> bool {
+        !self.shared.stop.load(Ordering::Relaxed)
+            && self.thread.lock().expect("sim thread lock").as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// In-process controls (run summaries, pause storms).
+    pub fn control(&self) -> SimControl {
+        SimControl { shared: self.shared.clone() }
+    }
+}
+
+impl Backend for SimBackend {
+    fn capabilities(&self) -> &BackendCaps {
+        &self.caps
+    }
+
+    fn read_settings(&self) -> Vec<EcnSetting> {
+        self.shared.settings.lock().expect("sim settings lock").0.clone()
+    }
+
+    fn apply(&self, settings: &[EcnSetting]) -> Result<(), BackendError> {
+        if settings.len() != self.caps.queues.len() {
+            return Err(BackendError(format!("expected {} settings, got {}", self.caps.queues.len(), settings.len())));
+        }
+        if let Some((q, e)) = settings.iter().enumerate().find_map(|(q, s)| s.validate().err().map(|e| (q, e))) {
+            return Err(BackendError(format!("queue {}: {e}", self.caps.queues[q].key)));
+        }
+        if !self.running() {
+            return Err(BackendError("the simulator has stopped (see the log)".into()));
+        }
+        let mut slot = self.shared.settings.lock().expect("sim settings lock");
+        slot.0 = settings.to_vec();
+        slot.1 += 1;
+        Ok(())
+    }
+
+    fn subscribe_telemetry(&self) -> Result<TelemetryReceiver, NoTelemetry> {
+        self.telemetry
+            .upgrade()
+            .map(|t| t.subscribe())
+            .ok_or_else(|| NoTelemetry::Stopped("the simulator has stopped (see the actuator's log)".into()))
+    }
+
+    fn shutdown(&self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.lock().expect("sim thread lock").take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for SimBackend {
+    fn drop(&mut self) {
+        // Never leave the thread running without a server in front of it.
+        self.shared.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn build(scenario: &Scenario) -> Result<Simulator, String> {
+    Simulator::new(scenario.fabric.clone(), scenario.flows.clone()).map_err(|e| format!("{}: {e}", scenario.source))
+}
+
+/// Capabilities of a simulated fabric (also what dry-run advertises for a scenario).
+pub fn capabilities(sim: &Simulator) -> BackendCaps {
+    let queues = sim
+        .queues()
+        .iter()
+        .enumerate()
+        .map(|(i, q)| QueueCap {
+            key: QueueKey { switch: q.switch.clone(), port: q.port.clone(), queue: u32::from(q.queue) },
+            link_bps: q.link.0,
+            pfc_xoff_bytes: sim.pfc_xoff_bytes(i).unwrap_or(0),
+        })
+        .collect();
+    BackendCaps {
+        backend: "sim".into(),
+        queues,
+        buffer_bytes: sim.buffer_bytes(),
+        bounds: Bounds::for_buffer(sim.buffer_bytes()),
+        min_telemetry_interval_ns: sim.config().sample_interval.0,
+    }
+}
+
+/// The simulator thread.
+struct Runner {
+    source: String,
+    scenario: Scenario,
+    sim: Simulator,
+    shared: Arc<Shared>,
+    telemetry: broadcast::Sender<Arc<TelemetryBatch>>,
+    time_scale: f64,
+    /// Scheduled storms not yet started, by onset.
+    storms: Vec<StormSpec>,
+}
+
+impl Runner {
+    fn run(mut self) {
+        let interval = self.sim.config().sample_interval.0.max(1);
+        // Simulated time (backend clock) at which the current run started.
+        let mut offset = 0u64;
+        let mut version = 0u64;
+        let mut pacer = Pacer::new(self.time_scale, 0);
+        let mut run_wall = Instant::now();
+        let mut runs = 0u64;
+        loop {
+            if self.shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            version = self.sync_settings(version, false);
+            let local = self.sim.now().0;
+            self.start_due_storms(offset + local);
+            let stop_at = self.sim.config().stop_at.0;
+            let mut target = (local / interval + 1) * interval;
+            if let Some(s) = self.storms.first() {
+                target = target.min(s.at.0.saturating_sub(offset).max(local + 1));
+            }
+            let target = target.min(stop_at.max(local + 1));
+            if !pacer.wait_until(offset + target, &self.shared.stop) {
+                break;
+            }
+            self.sim.run_until(Nanos(target));
+            let rows = self.sim.take_telemetry();
+            for b in batches_from_rows(&rows, offset) {
+                // No subscriber is not an error: telemetry of an unwatched fabric is dropped.
+                let _ = self.telemetry.send(Arc::new(b));
+            }
+            let all_done = self.sim.all_flows_done() && !self.scenario.flows.is_empty();
+            if all_done || self.sim.now().0 >= stop_at {
+                runs += 1;
+                let s = Summary::new(
+                    &self.sim,
+                    &self.scenario.name,
+                    "actuator",
+                    self.scenario.seed,
+                    run_wall.elapsed().as_secs_f64(),
+                );
+                info!(
+                    run = runs,
+                    seed = s.seed,
+                    flows = s.flows.total,
+                    completed = s.flows.completed,
+                    p99_slowdown = s.slowdown.all.p99,
+                    pause_frames = s.pfc.pause_frames,
+                    "scenario run finished; restarting with the next seed"
+                );
+                {
+                    let mut r = self.shared.runs.lock().expect("sim runs lock");
+                    r.push(s);
+                    if r.len() > RUNS_KEPT {
+                        r.remove(0);
+                    }
+                }
+                offset += self.sim.now().0.max(interval);
+                self.restart();
+                version = self.sync_settings(version, true);
+                run_wall = Instant::now();
+            }
+        }
+        debug!("simulator thread stopped");
+    }
+
+    /// Put the wanted settings in effect if they changed (or always, on a fresh simulator).
+    fn sync_settings(&mut self, seen: u64, force: bool) -> u64 {
+        let slot = self.shared.settings.lock().expect("sim settings lock");
+        if slot.1 == seen && !force {
+            return seen;
+        }
+        for (q, s) in slot.0.iter().enumerate() {
+            if let Err(e) = self.sim.set_ecn(q, *s) {
+                // The service validated the set; this would be a bug, not bad input.
+                error!(queue = q, "cannot set ECN in the simulator: {e}");
+            }
+        }
+        debug!(version = slot.1, at_ns = self.sim.now().0, "ECN settings in effect");
+        slot.1
+    }
+
+    fn start_due_storms(&mut self, now: u64) {
+        let adhoc: Vec<(usize, Nanos)> = std::mem::take(&mut *self.shared.storms_now.lock().expect("sim storms lock"));
+        while self.storms.first().is_some_and(|s| s.at.0 <= now) {
+            let s = self.storms.remove(0);
+            self.storm(s.queue, s.duration, now);
+        }
+        for (q, d) in adhoc {
+            self.storm(q, d, now);
+        }
+    }
+
+    fn storm(&mut self, q: usize, duration: Nanos, now: u64) {
+        match self.sim.inject_pause_storm(q, duration) {
+            Ok(()) => warn!(queue = q, at_ns = now, duration = %duration, "injected a PFC pause storm"),
+            Err(e) => error!(queue = q, "cannot inject a pause storm: {e}"),
+        }
+    }
+
+    /// A fresh simulator for the next seed; on any problem, the same scenario again.
+    fn restart(&mut self) {
+        let seed = self.scenario.seed.wrapping_add(1);
+        match Scenario::load(&self.source, Some(seed)) {
+            Ok(next) => match build(&next) {
+                Ok(sim) if sim.queues().len() == self.shared.queue_count => {
+                    self.scenario = next;
+                    self.sim = sim;
+                    return;
+                }
+                Ok(_) => error!(source = %self.source, "the scenario's queues changed; repeating the previous run"),
+                Err(e) => error!("cannot build the next run: {e}; repeating the previous run"),
+            },
+            Err(e) => error!("cannot reload the scenario: {e}; repeating the previous run"),
+        }
+        match build(&self.scenario) {
+            Ok(sim) => self.sim = sim,
+            Err(e) => {
+                error!("cannot rebuild the simulator: {e}; telemetry stops");
+                self.shared.stop.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storm_specs() {
+        let s: StormSpec = "3@5ms:20ms".parse().unwrap();
+        assert_eq!(s, StormSpec { queue: 3, at: Nanos(5_000_000), duration: Nanos(20_000_000) });
+        for bad in ["3", "x@1ms:1ms", "3@1:1ms", "3@1ms:0ms", "3@1ms"] {
+            assert!(bad.parse::<StormSpec>().is_err(), "{bad}");
+        }
+    }
+}

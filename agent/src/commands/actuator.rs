@@ -1,0 +1,157 @@
+//! `ecn-tuner actuator`: serve a fabric's ECN settings over gRPC, with switch-side safety.
+
+use crate::actuator::{self, DryRunOptions, ServeOptions, SimOptions, StormSpec, TlsFiles};
+use crate::error::CliError;
+use clap::{Args, ValueEnum};
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use tracing::info;
+
+/// Which device the actuator drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// A simulated fabric running a scenario in scaled wall-clock time.
+    Sim,
+    /// Settings kept in memory; nothing is touched.
+    DryRun,
+}
+
+/// Arguments of `actuator`.
+#[derive(Args)]
+pub struct ActuatorArgs {
+    /// The device: `sim` (a scenario on the simulator) or `dry-run` (settings in memory).
+    #[arg(long, value_enum)]
+    backend: BackendKind,
+    /// Scenario (built-in name or TOML file): the simulated fabric for `sim`; the queues and
+    /// initial settings for `dry-run`. Default: websearch-50 (for dry-run with --telemetry:
+    /// the recording's queues).
+    #[arg(long, value_name = "NAME|FILE")]
+    scenario: Option<String>,
+    /// Seed of the first scenario run (default: the scenario's); each restart takes the next.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Address to serve on. Anything but loopback needs --tls-cert/--tls-key and --token-file.
+    /// Port 0 picks a free port; the first stdout line says which (`listening on ADDR`).
+    #[arg(long, value_name = "ADDR", default_value = actuator::DEFAULT_LISTEN)]
+    listen: String,
+    /// Append every apply, confirm, revert, rollback and refusal here, one JSON object per line.
+    #[arg(long, value_name = "FILE")]
+    journal: Option<PathBuf>,
+    /// Simulated nanoseconds per wall-clock nanosecond (1 = real time, 0.01 = 100 times slower).
+    #[arg(long, value_name = "X", default_value_t = actuator::sim::DEFAULT_TIME_SCALE)]
+    time_scale: f64,
+    /// Test and demo knob (sim only): a PFC pause storm on queue QUEUE (index in
+    /// GetCapabilities order) from simulated time SIMTIME for DURATION, e.g. 3@5ms:20ms.
+    /// Repeatable.
+    #[arg(long = "inject-storm", value_name = "QUEUE@SIMTIME:DURATION")]
+    inject_storm: Vec<String>,
+    /// Dry-run only: replay this recorded telemetry (Parquet, e.g. from `sim --out`) as the
+    /// telemetry stream, looping. Without it a dry-run actuator serves no telemetry.
+    #[arg(long, value_name = "FILE")]
+    telemetry: Option<PathBuf>,
+    /// TLS certificate chain (PEM). Needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM). Needs --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require `authorization: Bearer <token>` on every call; the file holds the token.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+}
+
+/// Parse `--listen`: an IP:PORT, or HOST:PORT resolved once.
+fn parse_listen(s: &str) -> Result<SocketAddr, CliError> {
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    let bad = |why: String| CliError::BadInput(format!("--listen {s}: {why}"));
+    let mut addrs = s.to_socket_addrs().map_err(|e| bad(format!("expected HOST:PORT ({e})")))?;
+    addrs.next().ok_or_else(|| bad("resolves to no address".into()))
+}
+
+/// Run the actuator until SIGINT or SIGTERM.
+pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
+    let listen = parse_listen(&args.listen)?;
+    let storms = args
+        .inject_storm
+        .iter()
+        .map(|s| s.parse::<StormSpec>().map_err(|e| CliError::BadInput(format!("--inject-storm {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    if args.backend != BackendKind::Sim && !storms.is_empty() {
+        return Err(CliError::BadInput("--inject-storm: only the sim backend has a fabric to storm".into()));
+    }
+    if args.backend != BackendKind::DryRun && args.telemetry.is_some() {
+        return Err(CliError::BadInput("--telemetry: only the dry-run backend replays a recording".into()));
+    }
+    let token = args.token_file.as_deref().map(actuator::security::read_token_file).transpose()?;
+    let tls = match (args.tls_cert, args.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        _ => None,
+    };
+    let opts = ServeOptions { listen, journal: args.journal, tls, token };
+    // Refuse an exposed, unprotected address before loading anything.
+    actuator::security::check_exposure(listen, opts.tls.is_some(), opts.token.is_some())?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Failed(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async move {
+        let mut handle = match args.backend {
+            BackendKind::Sim => {
+                let sim = SimOptions {
+                    scenario: args.scenario.unwrap_or_else(|| actuator::dry_run::DEFAULT_SCENARIO.into()),
+                    seed: args.seed,
+                    time_scale: args.time_scale,
+                    storms,
+                };
+                actuator::serve_sim(sim, opts).await?
+            }
+            BackendKind::DryRun => {
+                let dry = DryRunOptions {
+                    scenario: args.scenario,
+                    seed: args.seed,
+                    telemetry: args.telemetry,
+                    time_scale: args.time_scale,
+                };
+                actuator::serve_dry_run(dry, opts).await?
+            }
+        };
+        // Scripts and tests read the real address (port 0) from this first stdout line.
+        let mut out = std::io::stdout();
+        writeln!(out, "listening on {}", handle.local_addr())
+            .and_then(|_| out.flush())
+            .map_err(|e| CliError::Failed(format!("stdout: {e}")))?;
+        tokio::select! {
+            r = handle.finished() => return r.map_err(CliError::from),
+            s = shutdown_signal() => info!("{s}: stopping"),
+        }
+        handle.shutdown().await.map_err(CliError::from)
+    })
+}
+
+/// Resolves on SIGINT or SIGTERM, naming which.
+async fn shutdown_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+                _ = term.recv() => "SIGTERM",
+            },
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                "SIGINT"
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "interrupt"
+    }
+}

@@ -1,0 +1,333 @@
+//! Guardrails: what stands between a policy's proposal and a switch.
+//!
+//! Every proposal passes through [`Guardrails::check`], whatever produced it. In order:
+//! 1. a non-finite or invalid proposal, or telemetry that is stale, missing or invalid, falls
+//!    back to the queue's baseline setting (known good, applied as is);
+//! 2. a queue changed less than `min_dwell` ago keeps its setting;
+//! 3. each threshold moves at most `max_step_ratio` times up or down per step, Pmax at most
+//!    `max_pmax_step`;
+//! 4. the result is clamped into the actuator's bounds, below the PFC XOFF level, with
+//!    Kmin < Kmax, rounded to the granularity;
+//! 5. a global budget of `max_changes_per_minute` queue changes keeps the rest unchanged.
+
+use ecn_env::EcnSetting;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// Limits on what a policy may do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuardrailConfig {
+    /// Smallest Kmin allowed.
+    pub kmin_min_bytes: u64,
+    /// Largest Kmax allowed.
+    pub kmax_max_bytes: u64,
+    /// Pmax range.
+    pub pmax_min: f64,
+    /// Pmax range.
+    pub pmax_max: f64,
+    /// Thresholds are multiples of this.
+    pub granularity_bytes: u64,
+    /// A threshold may be at most multiplied or divided by this per step.
+    pub max_step_ratio: f64,
+    /// Pmax may move at most this much per step.
+    pub max_pmax_step: f64,
+    /// Minimum time between two changes of one queue.
+    pub min_dwell: Duration,
+    /// Most queue changes per minute, all queues together.
+    pub max_changes_per_minute: u32,
+    /// Telemetry older than this is stale.
+    pub stale_after: Duration,
+}
+
+impl Default for GuardrailConfig {
+    fn default() -> Self {
+        GuardrailConfig {
+            kmin_min_bytes: 1_000,
+            kmax_max_bytes: 64_000_000,
+            pmax_min: 0.0,
+            pmax_max: 1.0,
+            granularity_bytes: 1,
+            max_step_ratio: 2.0,
+            max_pmax_step: 0.25,
+            min_dwell: Duration::from_secs(1),
+            max_changes_per_minute: 600,
+            stale_after: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Why a guardrail changed or blocked a proposal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clamp {
+    /// Telemetry stale or missing: baseline.
+    StaleTelemetry,
+    /// Telemetry invalid (NaN, negative, inconsistent): baseline.
+    InvalidTelemetry,
+    /// The policy's output was not a finite, valid setting: baseline.
+    InvalidProposal,
+    /// Changed too recently: kept.
+    Dwell,
+    /// Moved further than one step allows: limited.
+    Step,
+    /// Outside the bounds or above the XOFF level: clamped.
+    Bounds,
+    /// Change budget exhausted: kept.
+    RateLimit,
+}
+
+impl Clamp {
+    /// Label for metrics and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Clamp::StaleTelemetry => "stale_telemetry",
+            Clamp::InvalidTelemetry => "invalid_telemetry",
+            Clamp::InvalidProposal => "invalid_proposal",
+            Clamp::Dwell => "dwell",
+            Clamp::Step => "step",
+            Clamp::Bounds => "bounds",
+            Clamp::RateLimit => "rate_limit",
+        }
+    }
+}
+
+/// What the guardrails know about one queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueContext {
+    /// Setting in effect.
+    pub current: EcnSetting,
+    /// Known-good fallback.
+    pub baseline: EcnSetting,
+    /// PFC XOFF level of the queue, if known: Kmax stays below it.
+    pub xoff_bytes: Option<u64>,
+    /// When the queue was last changed.
+    pub last_change: Option<Instant>,
+    /// Telemetry state for this queue.
+    pub telemetry: TelemetryHealth,
+}
+
+/// Whether the telemetry behind a decision can be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TelemetryHealth {
+    /// Fresh and valid.
+    Good,
+    /// Older than `stale_after`, frozen, or absent.
+    Stale,
+    /// Present but impossible (NaN, negative, max below average ...).
+    Invalid,
+}
+
+/// The guardrails' verdict on one proposal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// The setting that may be applied.
+    pub setting: EcnSetting,
+    /// Every guardrail that intervened.
+    pub clamps: Vec<Clamp>,
+}
+
+/// Stateful guardrails (the change budget lives here).
+#[derive(Debug)]
+pub struct Guardrails {
+    cfg: GuardrailConfig,
+    recent_changes: std::collections::VecDeque<Instant>,
+}
+
+impl Guardrails {
+    /// Guardrails with the given limits.
+    pub fn new(cfg: GuardrailConfig) -> Self {
+        Guardrails { cfg, recent_changes: Default::default() }
+    }
+
+    /// Check one proposal. `now` is injected so that tests control time. Call
+    /// [`Guardrails::record_change`] for every verdict that is actually applied.
+    pub fn check(&mut self, proposed: Option<EcnSetting>, q: &QueueContext, now: Instant) -> Verdict {
+        let mut clamps = Vec::new();
+        let fallback = match (q.telemetry, proposed) {
+            (TelemetryHealth::Stale, _) => Some(Clamp::StaleTelemetry),
+            (TelemetryHealth::Invalid, _) => Some(Clamp::InvalidTelemetry),
+            (_, None) => Some(Clamp::InvalidProposal),
+            (_, Some(p)) if p.validate().is_err() || !p.pmax.is_finite() => Some(Clamp::InvalidProposal),
+            _ => None,
+        };
+        if let Some(why) = fallback {
+            clamps.push(why);
+            let setting = self.clamp_bounds(q.baseline, q.xoff_bytes, &mut clamps);
+            return self.budget(setting, q, now, clamps);
+        }
+        let proposed = proposed.expect("checked above");
+        if proposed == q.current {
+            return Verdict { setting: proposed, clamps };
+        }
+        if let Some(t) = q.last_change {
+            if now.saturating_duration_since(t) < self.cfg.min_dwell {
+                clamps.push(Clamp::Dwell);
+                return Verdict { setting: q.current, clamps };
+            }
+        }
+        let stepped = self.limit_step(proposed, q.current, &mut clamps);
+        let bounded = self.clamp_bounds(stepped, q.xoff_bytes, &mut clamps);
+        self.budget(bounded, q, now, clamps)
+    }
+
+    /// Count an applied change against the budget.
+    pub fn record_change(&mut self, now: Instant) {
+        self.recent_changes.push_back(now);
+    }
+
+    fn budget(&mut self, setting: EcnSetting, q: &QueueContext, now: Instant, mut clamps: Vec<Clamp>) -> Verdict {
+        if setting == q.current {
+            return Verdict { setting, clamps };
+        }
+        while self.recent_changes.front().is_some_and(|t| now.saturating_duration_since(*t) >= Duration::from_secs(60))
+        {
+            self.recent_changes.pop_front();
+        }
+        if self.recent_changes.len() as u32 >= self.cfg.max_changes_per_minute {
+            clamps.push(Clamp::RateLimit);
+            return Verdict { setting: q.current, clamps };
+        }
+        Verdict { setting, clamps }
+    }
+
+    fn limit_step(&self, p: EcnSetting, cur: EcnSetting, clamps: &mut Vec<Clamp>) -> EcnSetting {
+        let r = self.cfg.max_step_ratio.max(1.0);
+        let step = |want: u64, have: u64| -> u64 {
+            let (lo, hi) = ((have as f64 / r).floor() as u64, (have as f64 * r).ceil() as u64);
+            want.clamp(lo.max(1), hi.max(1))
+        };
+        let out = EcnSetting {
+            kmin_bytes: step(p.kmin_bytes, cur.kmin_bytes),
+            kmax_bytes: step(p.kmax_bytes, cur.kmax_bytes),
+            pmax: p.pmax.clamp(cur.pmax - self.cfg.max_pmax_step, cur.pmax + self.cfg.max_pmax_step),
+        };
+        if out != p {
+            clamps.push(Clamp::Step);
+        }
+        out
+    }
+
+    fn clamp_bounds(&self, s: EcnSetting, xoff: Option<u64>, clamps: &mut Vec<Clamp>) -> EcnSetting {
+        let g = self.cfg.granularity_bytes.max(1);
+        let round_down = |x: u64| x / g * g;
+        let round_up = |x: u64| x.div_ceil(g) * g;
+        // Kmax strictly below XOFF (and the configured maximum), on the granularity grid.
+        let mut kmax_cap = self.cfg.kmax_max_bytes;
+        if let Some(x) = xoff.filter(|&x| x > 0) {
+            kmax_cap = kmax_cap.min(x.saturating_sub(1));
+        }
+        let kmax_cap = round_down(kmax_cap).max(round_up(self.cfg.kmin_min_bytes) + g);
+        let kmin_floor = round_up(self.cfg.kmin_min_bytes);
+        let kmax = round_down(s.kmax_bytes.min(kmax_cap)).max(kmin_floor + g);
+        let kmin = round_down(s.kmin_bytes).clamp(kmin_floor, kmax - g);
+        let pmax =
+            if s.pmax.is_finite() { s.pmax.clamp(self.cfg.pmax_min, self.cfg.pmax_max) } else { self.cfg.pmax_min };
+        let out = EcnSetting { kmin_bytes: kmin, kmax_bytes: kmax, pmax };
+        if out != s {
+            clamps.push(Clamp::Bounds);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(kmin: u64, kmax: u64, pmax: f64) -> EcnSetting {
+        EcnSetting { kmin_bytes: kmin, kmax_bytes: kmax, pmax }
+    }
+
+    fn ctx(current: EcnSetting) -> QueueContext {
+        QueueContext {
+            current,
+            baseline: s(400_000, 1_600_000, 0.2),
+            xoff_bytes: Some(4_000_000),
+            last_change: None,
+            telemetry: TelemetryHealth::Good,
+        }
+    }
+
+    #[test]
+    fn steps_are_limited() {
+        let mut g = Guardrails::new(GuardrailConfig::default());
+        let v = g.check(Some(s(10_000, 100_000, 0.9)), &ctx(s(400_000, 1_600_000, 0.2)), Instant::now());
+        assert_eq!(v.setting, s(200_000, 800_000, 0.45));
+        assert_eq!(v.clamps, vec![Clamp::Step]);
+    }
+
+    #[test]
+    fn bad_inputs_fall_back_to_baseline() {
+        let mut g = Guardrails::new(GuardrailConfig::default());
+        let cur = s(50_000, 100_000, 0.5);
+        for (prop, tel, why) in [
+            (Some(s(1, 2, f64::NAN)), TelemetryHealth::Good, Clamp::InvalidProposal),
+            (None, TelemetryHealth::Good, Clamp::InvalidProposal),
+            (Some(s(60_000, 120_000, 0.5)), TelemetryHealth::Stale, Clamp::StaleTelemetry),
+            (Some(s(60_000, 120_000, 0.5)), TelemetryHealth::Invalid, Clamp::InvalidTelemetry),
+        ] {
+            let mut q = ctx(cur);
+            q.telemetry = tel;
+            let v = g.check(prop, &q, Instant::now());
+            assert_eq!(v.setting, q.baseline);
+            assert_eq!(v.clamps, vec![why]);
+        }
+    }
+
+    #[test]
+    fn dwell_and_rate_limit_keep_the_current_setting() {
+        let cfg = GuardrailConfig { max_changes_per_minute: 1, ..Default::default() };
+        let mut g = Guardrails::new(cfg);
+        let now = Instant::now();
+        let mut q = ctx(s(400_000, 1_600_000, 0.2));
+        q.last_change = Some(now);
+        let v = g.check(Some(s(300_000, 1_600_000, 0.2)), &q, now);
+        assert_eq!((v.setting, v.clamps), (q.current, vec![Clamp::Dwell]));
+        q.last_change = None;
+        g.record_change(now);
+        let v = g.check(Some(s(300_000, 1_600_000, 0.2)), &q, now);
+        assert_eq!((v.setting, v.clamps), (q.current, vec![Clamp::RateLimit]));
+        let v = g.check(Some(s(300_000, 1_600_000, 0.2)), &q, now + Duration::from_secs(61));
+        assert_eq!(v.setting, s(300_000, 1_600_000, 0.2));
+    }
+
+    proptest::proptest! {
+        /// Whatever a policy outputs (NaN, zero, huge, inverted) and whatever the state, the
+        /// verdict is a valid setting inside the bounds and below the XOFF level.
+        #[test]
+        fn verdicts_never_leave_the_bounds(
+            kmin in proptest::prelude::any::<u64>(),
+            kmax in proptest::prelude::any::<u64>(),
+            pmax in proptest::prelude::any::<f64>(),
+            cur_kmin in 1_000u64..10_000_000,
+            cur_span in 1_000u64..10_000_000,
+            xoff in proptest::option::of(10_000u64..100_000_000),
+            tel in 0u8..3,
+            granularity in 1u64..4096,
+        ) {
+            let cfg = GuardrailConfig { granularity_bytes: granularity, ..Default::default() };
+            let mut g = Guardrails::new(cfg.clone());
+            let mut q = ctx(s(cur_kmin, cur_kmin + cur_span, 0.3));
+            q.xoff_bytes = xoff;
+            q.telemetry = [TelemetryHealth::Good, TelemetryHealth::Stale, TelemetryHealth::Invalid][tel as usize];
+            let v = g.check(Some(s(kmin, kmax, pmax)), &q, Instant::now());
+            let out = v.setting;
+            if out != q.current {
+                proptest::prop_assert!(out.validate().is_ok(), "{out:?}");
+                proptest::prop_assert!(out.kmin_bytes >= cfg.kmin_min_bytes && out.kmax_bytes <= cfg.kmax_max_bytes);
+                proptest::prop_assert!(out.kmin_bytes.is_multiple_of(granularity) && out.kmax_bytes.is_multiple_of(granularity));
+                if let Some(x) = xoff {
+                    proptest::prop_assert!(out.kmax_bytes < x.max(cfg.kmin_min_bytes + 2 * granularity), "{out:?} xoff {x}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn kmax_stays_below_xoff() {
+        let mut g = Guardrails::new(GuardrailConfig { max_step_ratio: 100.0, ..Default::default() });
+        let v = g.check(Some(s(3_000_000, 8_000_000, 0.2)), &ctx(s(2_000_000, 3_000_000, 0.2)), Instant::now());
+        assert!(v.setting.kmax_bytes < 4_000_000 && v.setting.kmin_bytes < v.setting.kmax_bytes, "{v:?}");
+        assert!(v.clamps.contains(&Clamp::Bounds));
+    }
+}

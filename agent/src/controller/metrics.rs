@@ -1,0 +1,126 @@
+//! Prometheus metrics of the online controller, served at `GET /metrics`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+/// Labels of a per-queue metric.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    /// Switch name.
+    pub switch: String,
+    /// Port name.
+    pub port: String,
+    /// Queue index.
+    pub queue: u32,
+}
+
+/// Labels carrying a reason or rule name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// Reason or rule.
+    pub reason: String,
+}
+
+/// Every metric the controller exports.
+#[derive(Clone)]
+pub struct Metrics {
+    /// Decisions made (one per queue per decision round).
+    pub decisions: Counter,
+    /// Apply calls that succeeded.
+    pub applies: Counter,
+    /// Changes confirmed after their health check.
+    pub confirms: Counter,
+    /// Rollbacks, by reason.
+    pub rollbacks: Family<ReasonLabels, Counter>,
+    /// Guardrail interventions, by rule.
+    pub clamps: Family<ReasonLabels, Counter>,
+    /// Telemetry arrival to decision, seconds.
+    pub decision_latency_seconds: Histogram,
+    /// Seconds since the last telemetry batch.
+    pub telemetry_age_seconds: Gauge<f64, AtomicU64>,
+    /// Current Kmin per queue.
+    pub kmin_bytes: Family<QueueLabels, Gauge>,
+    /// Current Kmax per queue.
+    pub kmax_bytes: Family<QueueLabels, Gauge>,
+    /// Current Pmax per queue.
+    pub pmax: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    registry: Arc<Mutex<Registry>>,
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered under the `ecn_tuner_` prefix.
+    pub fn new() -> Self {
+        let mut r = Registry::with_prefix("ecn_tuner");
+        let m = Metrics {
+            decisions: Counter::default(),
+            applies: Counter::default(),
+            confirms: Counter::default(),
+            rollbacks: Family::default(),
+            clamps: Family::default(),
+            decision_latency_seconds: Histogram::new(exponential_buckets(1e-5, 2.0, 20)),
+            telemetry_age_seconds: Gauge::default(),
+            kmin_bytes: Family::default(),
+            kmax_bytes: Family::default(),
+            pmax: Family::default(),
+            registry: Arc::new(Mutex::new(Registry::default())),
+        };
+        r.register("decisions", "Decisions made (one per queue per round)", m.decisions.clone());
+        r.register("applies", "Changes applied to the actuator", m.applies.clone());
+        r.register("confirms", "Changes confirmed after a healthy check", m.confirms.clone());
+        r.register("rollbacks", "Changes rolled back, by reason", m.rollbacks.clone());
+        r.register("guardrail_clamps", "Guardrail interventions, by rule", m.clamps.clone());
+        r.register(
+            "decision_latency_seconds",
+            "Time from a telemetry batch's arrival to the decision it triggers",
+            m.decision_latency_seconds.clone(),
+        );
+        r.register("telemetry_age_seconds", "Seconds since the last telemetry batch", m.telemetry_age_seconds.clone());
+        r.register("queue_kmin_bytes", "ECN Kmin in effect", m.kmin_bytes.clone());
+        r.register("queue_kmax_bytes", "ECN Kmax in effect", m.kmax_bytes.clone());
+        r.register("queue_pmax", "ECN Pmax in effect", m.pmax.clone());
+        *m.registry.lock().expect("fresh mutex") = r;
+        m
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        // Encoding into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &r);
+        out
+    }
+
+    /// Serve `/metrics` on `addr` until the process ends; returns the bound address.
+    pub async fn serve(&self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        let me = self.clone();
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let me = me.clone();
+                async move { me.render() }
+            }),
+        );
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::warn!(error = %e, "metrics server stopped");
+            }
+        });
+        Ok(bound)
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

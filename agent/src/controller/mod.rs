@@ -1,0 +1,668 @@
+//! The online controller: watch telemetry, decide per-queue ECN settings, and (in enforce
+//! mode) apply them through an actuator with commit-confirm, health checks and rollback.
+//!
+//! One decision round per `interval`:
+//! 1. the policy proposes a setting for every queue;
+//! 2. [`guardrails`] bound it, or fall back to the baseline on bad telemetry;
+//! 3. shadow mode logs the decision; enforce mode applies the changed queues in one atomic
+//!    Apply with a confirm deadline, then watches [`health`] for `window` telemetry intervals
+//!    and confirms, or rolls back and keeps the rolled-back queues on their known-good setting
+//!    for a quarantine period.
+//!
+//! The actuator enforces its own limits and reverts unconfirmed changes by itself, so a
+//! controller that dies or hangs leaves the last confirmed settings in place.
+
+pub mod guardrails;
+pub mod health;
+pub mod log;
+pub mod metrics;
+pub mod telemetry;
+
+use crate::error::CliError;
+use crate::policy::Policy;
+use ecn_env::EcnSetting;
+use ecn_proto::v1 as pb;
+use guardrails::{Clamp, GuardrailConfig, Guardrails, QueueContext, TelemetryHealth};
+use health::{HealthConfig, IntervalStats, WindowStats};
+use log::{unix_ms, Decision, DecisionLog};
+use metrics::{Metrics, QueueLabels, ReasonLabels};
+use pb::actuator_client::ActuatorClient;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use telemetry::QueueWatch;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+use tracing::{info, warn};
+
+/// Watch only, or write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Decide and log; never write.
+    Shadow,
+    /// Decide, apply with commit-confirm, check health, confirm or roll back.
+    Enforce,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Shadow => "shadow",
+            Mode::Enforce => "enforce",
+        }
+    }
+}
+
+/// Everything `ecn-tuner run` configures.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// Actuator URL (`http://127.0.0.1:50051`, `https://...`).
+    pub target: String,
+    /// Shadow or enforce.
+    pub mode: Mode,
+    /// What proposes settings.
+    pub policy: Policy,
+    /// The known-good fallback for every queue, scaled to its speed.
+    pub baseline: ecn_env::Baseline,
+    /// Time between decision rounds.
+    pub interval: Duration,
+    /// Unconfirmed changes revert after this.
+    pub confirm_within: Duration,
+    /// Stop after this long (None: until interrupted).
+    pub duration: Option<Duration>,
+    /// Decision log file.
+    pub decision_log: Option<PathBuf>,
+    /// Engage the kill switch while this file exists.
+    pub kill_file: Option<PathBuf>,
+    /// Prometheus endpoint.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Bearer token for the actuator.
+    pub token: Option<String>,
+    /// CA certificate (PEM) to trust for `https` targets.
+    pub tls_ca: Option<Vec<u8>>,
+    /// Guardrail limits (bounds are tightened to the actuator's).
+    pub guardrails: GuardrailConfig,
+    /// Health-check thresholds.
+    pub health: HealthConfig,
+    /// After a rollback, a queue keeps its known-good setting for this long.
+    pub quarantine: Duration,
+    /// Name used for the writer lease and the journal.
+    pub controller_id: String,
+}
+
+/// What a run did, for the caller's summary.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunReport {
+    /// Decision rounds.
+    pub rounds: u64,
+    /// Apply calls.
+    pub applies: u64,
+    /// Confirmed changes.
+    pub confirms: u64,
+    /// Rolled-back changes.
+    pub rollbacks: u64,
+}
+
+/// Adds the bearer token to every request.
+#[derive(Clone)]
+pub struct Auth(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Auth {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// A connected actuator client.
+pub type Client = ActuatorClient<InterceptedService<Channel, Auth>>;
+
+/// Connect to an actuator, with TLS and a bearer token when configured.
+pub async fn connect(target: &str, token: Option<&str>, tls_ca: Option<&[u8]>) -> Result<Client, CliError> {
+    let bad = |e: &dyn std::fmt::Display| CliError::BadInput(format!("--target {target}: {e}"));
+    let mut endpoint = Channel::from_shared(target.to_string()).map_err(|e| bad(&e))?;
+    endpoint = endpoint.connect_timeout(Duration::from_secs(5));
+    if let Some(ca) = tls_ca {
+        let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(ca));
+        endpoint = endpoint.tls_config(tls).map_err(|e| bad(&e))?;
+    }
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| CliError::Failed(format!("cannot reach the actuator at {target}: {e}")))?;
+    let header = match token {
+        Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| bad(&"the token is not valid header text"))?),
+        None => None,
+    };
+    Ok(ActuatorClient::with_interceptor(channel, Auth(header)))
+}
+
+fn to_setting(s: Option<&pb::EcnSetting>) -> Option<EcnSetting> {
+    s.map(|s| EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax })
+}
+
+fn to_pb(s: EcnSetting) -> pb::EcnSetting {
+    pb::EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }
+}
+
+fn queue_key(id: &pb::QueueId) -> String {
+    format!("{}/{}/{}", id.switch, id.port, id.queue)
+}
+
+fn setting_json(s: EcnSetting) -> serde_json::Value {
+    serde_json::json!({"kmin_bytes": s.kmin_bytes, "kmax_bytes": s.kmax_bytes, "pmax": s.pmax})
+}
+
+/// Per-queue controller state.
+struct QueueState {
+    id: pb::QueueId,
+    link_bps: u64,
+    xoff: Option<u64>,
+    current: EcnSetting,
+    baseline: EcnSetting,
+    last_change: Option<Instant>,
+    quarantine_until: Option<Instant>,
+    watch: QueueWatch,
+}
+
+/// A change under health watch: per changed queue, its window before the change and the
+/// intervals seen since.
+struct Pending {
+    generation: u64,
+    queues: Vec<usize>,
+    before: Vec<WindowStats>,
+    after: Vec<Vec<IntervalStats>>,
+    deadline: Instant,
+    previous: Vec<(usize, EcnSetting)>,
+}
+
+/// Run the controller until `duration`, SIGINT/SIGTERM, or a fatal error.
+pub async fn run(cfg: ControllerConfig) -> Result<RunReport, CliError> {
+    let mut client = connect(&cfg.target, cfg.token.as_deref(), cfg.tls_ca.as_deref()).await?;
+    let status = |what: &str, s: tonic::Status| CliError::Failed(format!("{what}: {}: {}", s.code(), s.message()));
+    let caps =
+        client.get_capabilities(pb::GetCapabilitiesRequest {}).await.map_err(|s| status("GetCapabilities", s))?;
+    let caps = caps.into_inner();
+    let config = client.get_config(pb::GetConfigRequest {}).await.map_err(|s| status("GetConfig", s))?.into_inner();
+    let mut generation = config.generation;
+
+    let mut guard_cfg = cfg.guardrails.clone();
+    if let Some(b) = &caps.bounds {
+        guard_cfg.kmin_min_bytes = guard_cfg.kmin_min_bytes.max(b.kmin_min_bytes);
+        if b.kmax_max_bytes > 0 {
+            guard_cfg.kmax_max_bytes = guard_cfg.kmax_max_bytes.min(b.kmax_max_bytes);
+        }
+        guard_cfg.pmax_min = guard_cfg.pmax_min.max(b.pmax_min);
+        if b.pmax_max > 0.0 {
+            guard_cfg.pmax_max = guard_cfg.pmax_max.min(b.pmax_max);
+        }
+        guard_cfg.granularity_bytes = guard_cfg.granularity_bytes.max(b.granularity_bytes);
+    }
+    let stale_after = guard_cfg.stale_after;
+    let mut guardrails = Guardrails::new(guard_cfg);
+
+    let current: HashMap<String, EcnSetting> = config
+        .queues
+        .iter()
+        .filter_map(|q| Some((queue_key(q.id.as_ref()?), to_setting(q.setting.as_ref())?)))
+        .collect();
+    let mut queues: Vec<QueueState> = Vec::new();
+    for c in &caps.queues {
+        let Some(id) = c.id.clone() else { continue };
+        let link = ecn_env::BitsPerSec(c.link_bps);
+        let baseline = cfg.baseline.setting(link);
+        let current = current.get(&queue_key(&id)).copied().unwrap_or(baseline);
+        queues.push(QueueState {
+            xoff: (c.pfc_xoff_bytes > 0).then_some(c.pfc_xoff_bytes),
+            link_bps: c.link_bps,
+            current,
+            baseline,
+            last_change: None,
+            quarantine_until: None,
+            watch: QueueWatch::default(),
+            id,
+        });
+    }
+    let index: HashMap<String, usize> = queues.iter().enumerate().map(|(i, q)| (queue_key(&q.id), i)).collect();
+    if queues.is_empty() {
+        return Err(CliError::Failed(format!("the actuator at {} reports no queues", cfg.target)));
+    }
+
+    let metrics = Metrics::new();
+    if let Some(addr) = cfg.metrics {
+        let bound = metrics.serve(addr).await.map_err(|e| CliError::BadInput(format!("--metrics {addr}: {e}")))?;
+        info!(%bound, "serving Prometheus metrics at /metrics");
+    }
+    for q in &queues {
+        set_queue_metrics(&metrics, q);
+    }
+    let mut log = DecisionLog::open(cfg.decision_log.as_deref())
+        .map_err(|e| CliError::BadInput(format!("--decision-log: {e}")))?;
+
+    let mut lease = None;
+    if cfg.mode == Mode::Enforce {
+        warn!(
+            target = %cfg.target,
+            backend = %caps.backend,
+            queues = queues.len(),
+            "ENFORCE mode: ecn-tuner will write ECN settings on this actuator"
+        );
+        let ttl = (cfg.interval * 10).max(Duration::from_secs(10));
+        let l = client
+            .acquire_writer(pb::AcquireWriterRequest {
+                controller_id: cfg.controller_id.clone(),
+                ttl_ms: ttl.as_millis() as u64,
+            })
+            .await
+            .map_err(|s| status("AcquireWriter", s))?
+            .into_inner();
+        lease = Some((l.lease_id, ttl));
+    } else {
+        info!(target = %cfg.target, backend = %caps.backend, queues = queues.len(), "shadow mode: nothing will be written");
+    }
+
+    let mut stream = client
+        .stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 })
+        .await
+        .map_err(|s| status("StreamTelemetry", s))?
+        .into_inner();
+
+    let started = Instant::now();
+    let mut report = RunReport::default();
+    let mut ticker = tokio::time::interval(cfg.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_batch_at = Instant::now();
+    let mut last_renew = Instant::now();
+    let mut pending: Option<Pending> = None;
+    let mut killed = false;
+    let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sigusr1 = signal(tokio::signal::unix::SignalKind::user_defined1())?;
+    let mut stream_open = true;
+
+    let mut last_round: Option<Instant> = None;
+    loop {
+        // Wait for something to do; decisions follow the first telemetry batch of each interval,
+        // and the ticker keeps deciding (and falling back) when telemetry stops.
+        let arrived = tokio::select! {
+            _ = tokio::signal::ctrl_c() => { info!("interrupted"); break; }
+            _ = sigterm.recv() => { info!("terminated"); break; }
+            _ = sigusr1.recv() => { killed = true; None }
+            msg = stream.message(), if stream_open => {
+                match msg {
+                    Ok(Some(batch)) => {
+                        last_batch_at = Instant::now();
+                        for s in &batch.samples {
+                            let Some(i) = s.id.as_ref().and_then(|id| index.get(&queue_key(id))) else { continue };
+                            queues[*i].watch.push(s);
+                        }
+                        if let Some(p) = &mut pending {
+                            for (k, &i) in p.queues.iter().enumerate() {
+                                p.after[k].extend(queues[i].watch.last_interval());
+                            }
+                        }
+                        Some(last_batch_at)
+                    }
+                    Ok(None) => { warn!("the actuator closed the telemetry stream"); stream_open = false; None }
+                    Err(s) => { warn!(code = ?s.code(), message = s.message(), "telemetry stream failed"); stream_open = false; None }
+                }
+            }
+            _ = ticker.tick() => None,
+        };
+        if cfg.duration.is_some_and(|d| started.elapsed() >= d) {
+            info!("duration reached");
+            break;
+        }
+        let now = Instant::now();
+        metrics.telemetry_age_seconds.set(now.duration_since(last_batch_at).as_secs_f64());
+        if let Some((id, ttl)) = &lease {
+            if now.duration_since(last_renew) >= *ttl / 3 {
+                let req = pb::AcquireWriterRequest {
+                    controller_id: cfg.controller_id.clone(),
+                    ttl_ms: ttl.as_millis() as u64,
+                };
+                match client.acquire_writer(req).await {
+                    Ok(l) if l.get_ref().lease_id == *id => last_renew = now,
+                    Ok(_) => return Err(CliError::Failed("the writer lease changed hands".into())),
+                    Err(s) => warn!(code = ?s.code(), message = s.message(), "could not renew the writer lease"),
+                }
+            }
+        }
+        if let Some(p) = pending.take() {
+            match finish_health_check(
+                &cfg,
+                &mut client,
+                lease.as_ref(),
+                &mut queues,
+                p,
+                &metrics,
+                &mut log,
+                &mut report,
+            )
+            .await?
+            {
+                Some(p) => {
+                    pending = Some(p);
+                    continue;
+                }
+                None => {
+                    generation = current_generation(&mut client).await.unwrap_or(generation);
+                }
+            }
+        }
+        let kill_file = cfg.kill_file.as_ref().is_some_and(|f| f.exists());
+        if killed || kill_file {
+            kill_switch(&cfg, &mut client, lease.as_ref(), &mut queues, &mut generation, &metrics, &mut log).await?;
+            continue;
+        }
+        if last_round.is_some_and(|t| now.duration_since(t) < cfg.interval) {
+            continue;
+        }
+        last_round = Some(now);
+        report.rounds += 1;
+        let round = decide(&cfg, &mut guardrails, &mut queues, now, stale_after, last_batch_at, &metrics, &mut log)?;
+        if let Some(t) = arrived {
+            metrics.decision_latency_seconds.observe(t.elapsed().as_secs_f64());
+        }
+        if cfg.mode == Mode::Enforce && !round.is_empty() {
+            let Some((lease_id, _)) = &lease else { continue };
+            let previous: Vec<(usize, EcnSetting)> = round.iter().map(|(i, _)| (*i, queues[*i].current)).collect();
+            match apply(&cfg, &mut client, lease_id, generation, &round, &mut queues).await {
+                Ok((g, deadline)) => {
+                    report.applies += 1;
+                    metrics.applies.inc();
+                    generation = g;
+                    for (i, _) in &round {
+                        guardrails.record_change(now);
+                        set_queue_metrics(&metrics, &queues[*i]);
+                    }
+                    let idx: Vec<usize> = round.iter().map(|(i, _)| *i).collect();
+                    let before =
+                        idx.iter().map(|&i| WindowStats::of(queues[i].watch.recent(cfg.health.window))).collect();
+                    let after = vec![Vec::new(); idx.len()];
+                    pending = Some(Pending { generation: g, queues: idx, before, after, deadline, previous });
+                }
+                Err(e) => warn!(error = %e, "apply refused; settings unchanged"),
+            }
+        }
+    }
+
+    // Leave only confirmed settings behind.
+    if let (Some(p), Some((lease_id, _))) = (pending.take(), &lease) {
+        let req = pb::RollbackRequest {
+            lease_id: lease_id.clone(),
+            to_generation: None,
+            reason: format!("controller stopping; generation {} was never confirmed", p.generation),
+        };
+        match client.rollback(req).await {
+            Ok(_) => {
+                report.rollbacks += 1;
+                metrics.rollbacks.get_or_create(&ReasonLabels { reason: "shutdown".into() }).inc();
+            }
+            Err(s) => warn!(code = ?s.code(), "rollback at shutdown failed; the actuator's deadline will revert it"),
+        }
+    }
+    if let Some((lease_id, _)) = lease {
+        let _ = client.release_writer(pb::ReleaseWriterRequest { lease_id }).await;
+    }
+    Ok(report)
+}
+
+fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal, CliError> {
+    tokio::signal::unix::signal(kind).map_err(|e| CliError::Failed(format!("cannot install a signal handler: {e}")))
+}
+
+async fn current_generation(client: &mut Client) -> Option<u64> {
+    client.get_config(pb::GetConfigRequest {}).await.ok().map(|c| c.into_inner().generation)
+}
+
+fn set_queue_metrics(m: &Metrics, q: &QueueState) {
+    let labels = QueueLabels { switch: q.id.switch.clone(), port: q.id.port.clone(), queue: q.id.queue };
+    m.kmin_bytes.get_or_create(&labels).set(q.current.kmin_bytes as i64);
+    m.kmax_bytes.get_or_create(&labels).set(q.current.kmax_bytes as i64);
+    m.pmax.get_or_create(&labels).set(q.current.pmax);
+}
+
+/// One decision round: logs a decision per queue and returns the queues to change with their
+/// new settings (`queues[i].current` changes only once an apply succeeds).
+#[allow(clippy::too_many_arguments)]
+fn decide(
+    cfg: &ControllerConfig,
+    guardrails: &mut Guardrails,
+    queues: &mut [QueueState],
+    now: Instant,
+    stale_after: Duration,
+    last_batch_at: Instant,
+    metrics: &Metrics,
+    log: &mut DecisionLog,
+) -> Result<Vec<(usize, EcnSetting)>, CliError> {
+    let mut changes = Vec::new();
+    let stream_stale = now.duration_since(last_batch_at) > stale_after;
+    for (i, q) in queues.iter_mut().enumerate() {
+        metrics.decisions.inc();
+        let telemetry =
+            if stream_stale { guardrails::TelemetryHealth::Stale } else { q.watch.health(now, stale_after) };
+        let quarantined = q.quarantine_until.is_some_and(|t| now < t);
+        let proposed = if quarantined { Some(q.current) } else { cfg.policy.propose(ecn_env::BitsPerSec(q.link_bps)) };
+        let ctx = QueueContext {
+            current: q.current,
+            baseline: q.baseline,
+            xoff_bytes: q.xoff,
+            last_change: q.last_change,
+            telemetry,
+        };
+        let verdict = guardrails.check(proposed, &ctx, now);
+        for c in &verdict.clamps {
+            metrics.clamps.get_or_create(&ReasonLabels { reason: c.name().into() }).inc();
+        }
+        let change = verdict.setting != q.current;
+        let mut reason = format!("policy {}", cfg.policy);
+        if quarantined {
+            reason.push_str("; quarantined after a rollback, keeping the known-good setting");
+        }
+        if !verdict.clamps.is_empty() {
+            let names: Vec<&str> = verdict.clamps.iter().map(|c: &Clamp| c.name()).collect();
+            reason.push_str(&format!("; guardrails: {}", names.join(", ")));
+        }
+        if !change {
+            reason.push_str("; no change");
+        }
+        log.write(&Decision {
+            ts: unix_ms(),
+            mode: cfg.mode.name(),
+            queue: queue_key(&q.id),
+            observation: q.watch.observation(),
+            proposed: proposed.map(setting_json),
+            after_guardrails: setting_json(verdict.setting),
+            applied: change && cfg.mode == Mode::Enforce,
+            reason,
+        })
+        .map_err(|e| CliError::Failed(format!("decision log: {e}")))?;
+        if change {
+            changes.push((i, verdict.setting));
+        }
+    }
+    Ok(changes)
+}
+
+/// Apply the round's changes in one atomic call with a confirm deadline. On success the
+/// queues' `current` become the new settings; returns the new generation and the deadline.
+async fn apply(
+    cfg: &ControllerConfig,
+    client: &mut Client,
+    lease_id: &str,
+    generation: u64,
+    round: &[(usize, EcnSetting)],
+    queues: &mut [QueueState],
+) -> Result<(u64, Instant), String> {
+    let changes = round
+        .iter()
+        .map(|(i, s)| pb::QueueSetting { id: Some(queues[*i].id.clone()), setting: Some(to_pb(*s)) })
+        .collect();
+    let req = pb::ApplyRequest {
+        lease_id: lease_id.to_string(),
+        changes,
+        validate_only: false,
+        expected_generation: Some(generation),
+        confirm_within_ms: cfg.confirm_within.as_millis() as u64,
+        reason: format!("policy {}", cfg.policy),
+    };
+    let resp = client.apply(req).await.map_err(|s| format!("{:?}: {}", s.code(), s.message()))?.into_inner();
+    let now = Instant::now();
+    for (i, s) in round {
+        queues[*i].current = *s;
+        queues[*i].last_change = Some(now);
+    }
+    Ok((resp.generation, now + cfg.confirm_within))
+}
+
+/// Judge a pending change once its window is complete (or its deadline is near): confirm it,
+/// or roll it back and quarantine its queues. Returns the change if it is still being watched.
+#[allow(clippy::too_many_arguments)]
+async fn finish_health_check(
+    cfg: &ControllerConfig,
+    client: &mut Client,
+    lease: Option<&(String, Duration)>,
+    queues: &mut [QueueState],
+    p: Pending,
+    metrics: &Metrics,
+    log: &mut DecisionLog,
+    report: &mut RunReport,
+) -> Result<Option<Pending>, CliError> {
+    let window = cfg.health.window;
+    let now = Instant::now();
+    let near_deadline = now + cfg.interval * 2 >= p.deadline;
+    let complete = p.after.iter().all(|a| a.len() >= window);
+    // Health cannot be confirmed without trustworthy telemetry: judge at once if it went bad.
+    let blind =
+        p.queues.iter().any(|&i| queues[i].watch.health(now, cfg.guardrails.stale_after) != TelemetryHealth::Good);
+    let Some((lease_id, _)) = lease else { return Ok(None) };
+    let verdict = if blind {
+        Err(vec!["telemetry of a changed queue became stale or invalid during the health check".into()])
+    } else {
+        let mut why = Vec::new();
+        for (k, &i) in p.queues.iter().enumerate() {
+            let after = WindowStats::of(&p.after[k]);
+            let judged = if complete {
+                health::judge(&cfg.health, &p.before[k], &after)
+            } else {
+                health::judge_strong(&cfg.health, &p.before[k], &after)
+            };
+            if let Err(w) = judged {
+                why.extend(w.into_iter().map(|w| format!("{}: {w}", queue_key(&queues[i].id))));
+            }
+        }
+        if complete {
+            let util = |w: &[WindowStats]| w.iter().map(|x| x.utilization).sum::<f64>() / w.len().max(1) as f64;
+            let after: Vec<WindowStats> = p.after.iter().map(WindowStats::of).collect();
+            if let Err(w) = health::judge_utilization(&cfg.health, util(&p.before), util(&after)) {
+                why.push(w);
+            }
+        } else if why.is_empty() && !near_deadline {
+            return Ok(Some(p));
+        } else if why.is_empty() {
+            why.push(format!("fewer than {window} telemetry intervals arrived before the confirm deadline"));
+        }
+        if why.is_empty() {
+            Ok(())
+        } else {
+            Err(why)
+        }
+    };
+    match verdict {
+        Ok(()) => {
+            let req = pb::ConfirmRequest { lease_id: lease_id.clone(), generation: p.generation };
+            match client.confirm(req).await {
+                Ok(_) => {
+                    report.confirms += 1;
+                    metrics.confirms.inc();
+                    info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed");
+                }
+                Err(s) => {
+                    // The deadline passed first: the actuator reverted by itself.
+                    warn!(code = ?s.code(), message = s.message(), "confirm refused; the actuator reverted the change");
+                    for (i, old) in &p.previous {
+                        queues[*i].current = *old;
+                    }
+                }
+            }
+        }
+        Err(why) => {
+            let reason = why.join("; ");
+            warn!(generation = p.generation, %reason, "degraded: rolling back");
+            let req = pb::RollbackRequest { lease_id: lease_id.clone(), to_generation: None, reason: reason.clone() };
+            client.rollback(req).await.map_err(|s| CliError::Failed(format!("Rollback: {}", s.message())))?;
+            report.rollbacks += 1;
+            metrics.rollbacks.get_or_create(&ReasonLabels { reason: "health".into() }).inc();
+            let until = Instant::now() + cfg.quarantine;
+            for (k, (i, old)) in p.previous.iter().enumerate() {
+                let q = &mut queues[*i];
+                q.current = *old;
+                q.quarantine_until = Some(until);
+                set_queue_metrics(metrics, q);
+                log.write(&Decision {
+                    ts: unix_ms(),
+                    mode: cfg.mode.name(),
+                    queue: queue_key(&q.id),
+                    observation: serde_json::json!({"before": p.before[k], "after": WindowStats::of(&p.after[k])}),
+                    proposed: None,
+                    after_guardrails: setting_json(*old),
+                    applied: true,
+                    reason: format!("rolled back generation {}: {reason}", p.generation),
+                })
+                .map_err(|e| CliError::Failed(format!("decision log: {e}")))?;
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Kill switch: every queue back to its baseline, confirmed at once; no further changes.
+async fn kill_switch(
+    cfg: &ControllerConfig,
+    client: &mut Client,
+    lease: Option<&(String, Duration)>,
+    queues: &mut [QueueState],
+    generation: &mut u64,
+    metrics: &Metrics,
+    log: &mut DecisionLog,
+) -> Result<(), CliError> {
+    let off_baseline: Vec<usize> = (0..queues.len()).filter(|&i| queues[i].current != queues[i].baseline).collect();
+    if off_baseline.is_empty() {
+        return Ok(());
+    }
+    let Some((lease_id, _)) = lease else { return Ok(()) };
+    warn!(queues = off_baseline.len(), "kill switch engaged: returning every queue to its baseline");
+    let changes = off_baseline
+        .iter()
+        .map(|&i| pb::QueueSetting { id: Some(queues[i].id.clone()), setting: Some(to_pb(queues[i].baseline)) })
+        .collect();
+    let req = pb::ApplyRequest {
+        lease_id: lease_id.clone(),
+        changes,
+        validate_only: false,
+        expected_generation: None,
+        confirm_within_ms: 0,
+        reason: "kill switch".into(),
+    };
+    let resp = client.apply(req).await.map_err(|s| CliError::Failed(format!("kill switch apply: {}", s.message())))?;
+    *generation = resp.into_inner().generation;
+    for i in off_baseline {
+        let q = &mut queues[i];
+        q.current = q.baseline;
+        set_queue_metrics(metrics, q);
+        log.write(&Decision {
+            ts: unix_ms(),
+            mode: cfg.mode.name(),
+            queue: queue_key(&q.id),
+            observation: q.watch.observation(),
+            proposed: None,
+            after_guardrails: setting_json(q.baseline),
+            applied: true,
+            reason: "kill switch: baseline".into(),
+        })
+        .map_err(|e| CliError::Failed(format!("decision log: {e}")))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! Per-queue telemetry as the controller sees it: validation, staleness, and the recent
+//! intervals that health checks compare.
+
+use super::guardrails::TelemetryHealth;
+use super::health::IntervalStats;
+use ecn_proto::v1 as pb;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Intervals kept per queue.
+const HISTORY: usize = 64;
+
+/// The controller's view of one queue's telemetry.
+#[derive(Debug, Default)]
+pub struct QueueWatch {
+    history: VecDeque<IntervalStats>,
+    last: Option<pb::TelemetrySample>,
+    last_valid: bool,
+    last_problem: Option<String>,
+    /// When a sample last arrived, and when its timestamp last moved forward.
+    arrived_at: Option<Instant>,
+    advanced_at: Option<Instant>,
+}
+
+/// Why a sample cannot be trusted, or `None`.
+pub fn problem(s: &pb::TelemetrySample, span_ns: Option<u64>) -> Option<String> {
+    if !s.queue_bytes_avg.is_finite() {
+        return Some(format!("queue_bytes_avg is {}", s.queue_bytes_avg));
+    }
+    if s.queue_bytes_avg < 0.0 {
+        return Some(format!("queue_bytes_avg is negative ({})", s.queue_bytes_avg));
+    }
+    if (s.queue_bytes_max as f64) + 1.0 < s.queue_bytes_avg {
+        return Some(format!("queue_bytes_max {} is below queue_bytes_avg {}", s.queue_bytes_max, s.queue_bytes_avg));
+    }
+    if s.link_bps == 0 {
+        return Some("link_bps is 0".into());
+    }
+    if let Some(span) = span_ns.filter(|&n| n > 0) {
+        // More bytes than the line can carry in the interval (plus one jumbo frame in flight).
+        let cap = s.link_bps as f64 * span as f64 * 1e-9 / 8.0 * 1.05 + 9000.0;
+        if s.tx_bytes as f64 > cap {
+            return Some(format!("tx_bytes {} exceed the line rate over {span} ns", s.tx_bytes));
+        }
+    }
+    if let Some(e) = &s.ecn {
+        if !(e.pmax.is_finite() && e.kmin_bytes < e.kmax_bytes) {
+            return Some("the reported ECN setting is invalid".into());
+        }
+    }
+    None
+}
+
+impl QueueWatch {
+    /// Take in one sample.
+    pub fn push(&mut self, s: &pb::TelemetrySample) {
+        let now = Instant::now();
+        let prev_ts = self.last.as_ref().map(|p| p.ts_ns);
+        let advanced = prev_ts.is_none_or(|t| s.ts_ns > t);
+        let span = prev_ts.filter(|&t| s.ts_ns > t).map(|t| s.ts_ns - t);
+        let issue = problem(s, span);
+        self.last_valid = issue.is_none();
+        self.last_problem = issue;
+        self.arrived_at = Some(now);
+        if advanced {
+            self.advanced_at = Some(now);
+        }
+        if let (Some(span), true) = (span, self.last_valid) {
+            if self.history.len() == HISTORY {
+                self.history.pop_front();
+            }
+            self.history.push_back(IntervalStats {
+                span_ns: span,
+                tx_bytes: s.tx_bytes,
+                link_bps: s.link_bps,
+                queue_bytes_avg: s.queue_bytes_avg,
+                pauses: s.pfc_pause_rx + s.pfc_pause_tx,
+                paused_ns: s.paused_ns,
+                drops: s.drops,
+            });
+        }
+        self.last = Some(s.clone());
+    }
+
+    /// Fresh and valid, stale (absent, late or frozen), or invalid.
+    pub fn health(&self, now: Instant, stale_after: Duration) -> TelemetryHealth {
+        let (Some(arrived), Some(advanced)) = (self.arrived_at, self.advanced_at) else {
+            return TelemetryHealth::Stale;
+        };
+        if now.duration_since(arrived) > stale_after || now.duration_since(advanced) > stale_after {
+            return TelemetryHealth::Stale;
+        }
+        if !self.last_valid {
+            return TelemetryHealth::Invalid;
+        }
+        TelemetryHealth::Good
+    }
+
+    /// The most recent complete interval.
+    pub fn last_interval(&self) -> Option<IntervalStats> {
+        if self.last_valid {
+            self.history.back().copied()
+        } else {
+            None
+        }
+    }
+
+    /// The last `n` intervals.
+    pub fn recent(&self, n: usize) -> impl Iterator<Item = &IntervalStats> {
+        self.history.iter().skip(self.history.len().saturating_sub(n))
+    }
+
+    /// What the decision log records as the observation.
+    pub fn observation(&self) -> serde_json::Value {
+        match (&self.last, self.history.back()) {
+            (Some(s), Some(i)) => serde_json::json!({
+                "ts_ns": s.ts_ns,
+                "queue_bytes": s.queue_bytes,
+                "queue_bytes_avg": s.queue_bytes_avg,
+                "queue_bytes_max": s.queue_bytes_max,
+                "utilization": i.utilization(),
+                "ecn_mark_fraction": if s.tx_pkts > 0 { s.ecn_marked_pkts as f64 / s.tx_pkts as f64 } else { 0.0 },
+                "pfc_pause_rx": s.pfc_pause_rx,
+                "pfc_pause_tx": s.pfc_pause_tx,
+                "drops": s.drops,
+                "valid": self.last_valid,
+                "problem": self.last_problem,
+            }),
+            (Some(s), None) => {
+                serde_json::json!({"ts_ns": s.ts_ns, "valid": self.last_valid, "problem": self.last_problem})
+            }
+            _ => serde_json::Value::Null,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(ts: u64, avg: f64, tx: u64) -> pb::TelemetrySample {
+        pb::TelemetrySample {
+            ts_ns: ts,
+            link_bps: 100_000_000_000,
+            queue_bytes_avg: avg,
+            queue_bytes_max: avg.max(0.0) as u64 + 10,
+            tx_bytes: tx,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn nan_negative_and_impossible_samples_are_invalid() {
+        assert!(problem(&sample(1, f64::NAN, 0), None).is_some());
+        assert!(problem(&sample(1, -5.0, 0), None).is_some());
+        assert!(problem(&sample(1, 10.0, 2_000_000), Some(100_000)).is_some());
+        assert!(problem(&sample(1, 10.0, 1_000_000), Some(100_000)).is_none());
+    }
+
+    #[test]
+    fn health_tracks_validity_and_freshness() {
+        let mut w = QueueWatch::default();
+        let t = Duration::from_secs(1);
+        assert_eq!(w.health(Instant::now(), t), TelemetryHealth::Stale);
+        w.push(&sample(100, 5.0, 0));
+        w.push(&sample(200, 5.0, 100));
+        assert_eq!(w.health(Instant::now(), t), TelemetryHealth::Good);
+        assert_eq!(w.recent(5).count(), 1);
+        w.push(&sample(300, f64::NAN, 100));
+        assert_eq!(w.health(Instant::now(), t), TelemetryHealth::Invalid);
+        assert_eq!(w.health(Instant::now() + Duration::from_secs(2), t), TelemetryHealth::Stale);
+    }
+}

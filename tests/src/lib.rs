@@ -1,0 +1,202 @@
+//! # ecn-tests
+//!
+//! End-to-end tests across crates, over real sockets: they start `ecn-tuner` as a child
+//! process (as an operator would) and talk gRPC to it on loopback. This library holds the
+//! shared helpers; the tests are in `tests/`.
+//!
+//! The `ecn-tuner` binary must be built first (`cargo build -p ecn-agent`, or
+//! `scripts/test`, which builds the whole workspace before testing): a test cannot depend on
+//! another package's binary through Cargo.
+
+use serde_json::Value;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tonic::transport::Channel;
+
+pub use ecn_proto::v1 as pb;
+
+/// A plain-text gRPC client of the actuator.
+pub type Client = pb::actuator_client::ActuatorClient<Channel>;
+
+/// How long a child gets to bind its socket (a cold start on a loaded machine is slow).
+pub const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Path of the `ecn-tuner` binary in the target directory the tests were built into:
+/// `<target>/<profile>/deps/<test>-<hash>` → `<target>/<profile>/ecn-tuner`.
+pub fn ecn_tuner_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("path of the test executable");
+    let mut dir = exe.parent().expect("test executable directory").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let bin = dir.join(format!("ecn-tuner{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} does not exist: build it first with `cargo build -p ecn-agent` (scripts/test does this)",
+        bin.display()
+    );
+    bin
+}
+
+/// An `ecn-tuner actuator` child process, killed when dropped.
+pub struct Actuator {
+    /// The bound address, read from the first stdout line.
+    pub addr: SocketAddr,
+    /// The journal file (`--journal`), inside [`Actuator::dir`].
+    pub journal: PathBuf,
+    /// The child's stderr (its logs).
+    pub log: PathBuf,
+    /// A scratch directory for this actuator, removed on drop.
+    pub dir: TempDir,
+    child: Child,
+}
+
+impl Actuator {
+    /// Start `ecn-tuner actuator ARGS`, on `127.0.0.1:0` and with a journal in a scratch
+    /// directory unless `args` say otherwise. Panics with the child's log if it does not start.
+    pub async fn start(args: &[&str]) -> Actuator {
+        let dir = tempfile::Builder::new().prefix("ecn-actuator-").tempdir().expect("scratch directory");
+        Self::start_in(dir, args).await
+    }
+
+    /// As [`Actuator::start`], in a given scratch directory (to put files there first).
+    pub async fn start_in(dir: TempDir, args: &[&str]) -> Actuator {
+        let journal = dir.path().join("journal.jsonl");
+        let log = dir.path().join("actuator.log");
+        let mut cmd = Command::new(ecn_tuner_bin());
+        cmd.arg("actuator").args(args);
+        if !args.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        if !args.contains(&"--journal") {
+            cmd.arg("--journal").arg(&journal);
+        }
+        let log_file = std::fs::File::create(&log).expect("log file");
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::from(log_file)).kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn ecn-tuner");
+        let stdout = child.stdout.take().expect("child stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await;
+        let line = match first {
+            Ok(Ok(Some(l))) => l,
+            other => panic!(
+                "ecn-tuner actuator {args:?} did not start ({other:?}); its log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            ),
+        };
+        let addr = line
+            .strip_prefix("listening on ")
+            .and_then(|a| a.trim().parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first stdout line: {line:?}"));
+        // Keep the pipe drained so the child never blocks on stdout.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Actuator { addr, journal, log, dir, child }
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A new plain-text client.
+    pub async fn client(&self) -> Client {
+        connect(&self.url()).await
+    }
+
+    /// The journal lines so far, parsed.
+    pub fn journal(&self) -> Vec<Value> {
+        read_journal(&self.journal)
+    }
+
+    /// The child's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Ask the child to stop (SIGTERM) and wait for it: its exit code and final journal.
+    pub async fn stop(mut self) -> (Option<i32>, Vec<Value>) {
+        if let Some(pid) = self.child.id() {
+            // The standard library can only SIGKILL; the `kill` utility sends SIGTERM.
+            let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        }
+        let code = match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
+            Ok(Ok(status)) => status.code(),
+            _ => None,
+        };
+        (code, self.journal())
+    }
+}
+
+/// Connect a plain-text client, retrying briefly (the server is up once its address is
+/// printed, but a loaded machine may be slow to accept).
+pub async fn connect(url: &str) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match Client::connect(url.to_string()).await {
+            Ok(c) => return c,
+            Err(e) if Instant::now() > deadline => panic!("cannot connect to {url}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Every line of a JSON-lines journal, parsed (an absent file has none).
+pub fn read_journal(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("journal line is not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// Journal lines of one event kind.
+pub fn events<'a>(journal: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    journal.iter().filter(|e| e["event"] == kind).collect()
+}
+
+/// Poll `f` until it returns `Some`, or panic after `timeout` naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Run `ecn-tuner ARGS` to completion; (exit code, stdout, stderr).
+pub async fn run_cli(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = tokio::time::timeout(
+        START_TIMEOUT,
+        Command::new(ecn_tuner_bin()).args(args).stdin(Stdio::null()).kill_on_drop(true).output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("ecn-tuner {args:?} did not finish"))
+    .expect("run ecn-tuner");
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// A queue-setting change for a request.
+pub fn change(id: &pb::QueueId, kmin: u64, kmax: u64, pmax: f64) -> pb::QueueSetting {
+    pb::QueueSetting {
+        id: Some(id.clone()),
+        setting: Some(pb::EcnSetting { kmin_bytes: kmin, kmax_bytes: kmax, pmax }),
+    }
+}
+
+/// `switch/port/queue`, as error messages and logs name a queue.
+pub fn queue_name(id: &pb::QueueId) -> String {
+    format!("{}/{}/{}", id.switch, id.port, id.queue)
+}

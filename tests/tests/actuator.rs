@@ -1,0 +1,564 @@
+//! The actuator over real gRPC on loopback: `ecn-tuner actuator` runs as a child process.
+//!
+//! Timing: every deadline is generous and every wait polls with a timeout, so that a loaded
+//! two-core machine slows the tests down without failing them.
+
+use ecn_tests::pb;
+use ecn_tests::{change, events, eventually, queue_name, run_cli, Actuator, Client};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio_stream::StreamExt;
+use tonic::Code;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn caps(c: &mut Client) -> pb::Capabilities {
+    c.get_capabilities(pb::GetCapabilitiesRequest {}).await.expect("GetCapabilities").into_inner()
+}
+
+async fn config(c: &mut Client) -> pb::Config {
+    c.get_config(pb::GetConfigRequest {}).await.expect("GetConfig").into_inner()
+}
+
+async fn lease(c: &mut Client, controller: &str) -> String {
+    c.acquire_writer(pb::AcquireWriterRequest { controller_id: controller.into(), ttl_ms: 120_000 })
+        .await
+        .expect("AcquireWriter")
+        .into_inner()
+        .lease_id
+}
+
+fn ids(caps: &pb::Capabilities) -> Vec<pb::QueueId> {
+    caps.queues.iter().map(|q| q.id.clone().expect("queue id")).collect()
+}
+
+fn setting_of(cfg: &pb::Config, id: &pb::QueueId) -> pb::EcnSetting {
+    cfg.queues.iter().find(|q| q.id.as_ref() == Some(id)).and_then(|q| q.setting).expect("queue in config")
+}
+
+async fn apply(c: &mut Client, lease_id: &str, changes: Vec<pb::QueueSetting>, within_ms: u64) -> pb::ApplyResponse {
+    c.apply(pb::ApplyRequest {
+        lease_id: lease_id.into(),
+        changes,
+        confirm_within_ms: within_ms,
+        reason: "test".into(),
+        ..Default::default()
+    })
+    .await
+    .expect("Apply")
+    .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_applies_are_refused_whole_and_nothing_changes() {
+    let a = Actuator::start(&["--backend", "dry-run"]).await;
+    let mut c = a.client().await;
+    let q = ids(&caps(&mut c).await);
+    let l = lease(&mut c, "ctl-a").await;
+    let before = config(&mut c).await;
+    assert_eq!((before.generation, before.confirmed_generation), (1, 1));
+
+    let good = change(&q[0], 100_000, 1_000_000, 0.3);
+    let unknown = pb::QueueId { switch: "leaf9".into(), port: "eth77".into(), queue: 3 };
+    let cases: Vec<(Vec<pb::QueueSetting>, String, &str)> = vec![
+        (vec![good.clone(), change(&q[1], 2_000_000, 1_000_000, 0.2)], queue_name(&q[1]), "kmin_bytes"),
+        (vec![good.clone(), change(&q[1], 100_000, 1_000_000, 1.5)], queue_name(&q[1]), "pmax"),
+        (vec![change(&q[2], 100_000, 1_000_000, -0.1), good.clone()], queue_name(&q[2]), "pmax"),
+        (vec![good.clone(), change(&unknown, 100_000, 1_000_000, 0.2)], "leaf9/eth77/3".into(), "unknown queue"),
+    ];
+    for (changes, queue, field) in cases {
+        let e = c
+            .apply(pb::ApplyRequest { lease_id: l.clone(), changes, ..Default::default() })
+            .await
+            .expect_err("a bad set must be refused");
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains(&queue), "message names the queue {queue}: {}", e.message());
+        assert!(e.message().contains(field), "message names the field {field}: {}", e.message());
+        assert_eq!(config(&mut c).await, before, "nothing changed");
+    }
+
+    let stale = c
+        .apply(pb::ApplyRequest {
+            lease_id: l.clone(),
+            changes: vec![good.clone()],
+            expected_generation: Some(before.generation + 5),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a stale expected_generation must be refused");
+    assert_eq!(stale.code(), Code::Aborted, "{stale:?}");
+    assert!(stale.message().contains("expected_generation"), "{}", stale.message());
+    assert_eq!(config(&mut c).await, before, "nothing changed");
+
+    // The right expected_generation goes through.
+    let ok = c
+        .apply(pb::ApplyRequest {
+            lease_id: l.clone(),
+            changes: vec![good],
+            expected_generation: Some(before.generation),
+            ..Default::default()
+        })
+        .await
+        .expect("Apply with the current generation")
+        .into_inner();
+    assert_eq!((ok.generation, ok.confirmed), (2, true));
+
+    let j = a.journal();
+    assert_eq!(events(&j, "reject").len(), 5, "{j:#?}");
+    assert_eq!(events(&j, "apply").len(), 1, "{j:#?}");
+    for e in events(&j, "reject") {
+        assert_eq!(e["generation"], 1);
+        assert!(e["detail"].as_str().unwrap().contains("Invalid") || e["detail"].as_str().unwrap().contains("Aborted"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_only_changes_nothing_and_needs_no_lease() {
+    let a = Actuator::start(&["--backend", "dry-run"]).await;
+    let mut c = a.client().await;
+    let q = ids(&caps(&mut c).await);
+    let before = config(&mut c).await;
+    let ask = |changes, lease_id: &str| pb::ApplyRequest {
+        lease_id: lease_id.into(),
+        changes,
+        validate_only: true,
+        confirm_within_ms: 5_000,
+        ..Default::default()
+    };
+    let r = c.apply(ask(vec![change(&q[0], 100_000, 1_000_000, 0.3)], "")).await.expect("validate_only").into_inner();
+    assert_eq!((r.generation, r.confirmed), (before.generation, true));
+    let e = c.apply(ask(vec![change(&q[0], 1_000_000, 100_000, 0.3)], "")).await.expect_err("invalid");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let l = lease(&mut c, "ctl-a").await;
+    c.apply(ask(vec![change(&q[1], 100_000, 1_000_000, 0.3)], &l)).await.expect("validate_only with a lease");
+    assert_eq!(config(&mut c).await, before);
+    assert!(a.journal().is_empty(), "validate_only leaves no journal line: {:#?}", a.journal());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_writer() {
+    let a = Actuator::start(&["--backend", "dry-run"]).await;
+    let (mut ca, mut cb) = (a.client().await, a.client().await);
+    let q = ids(&caps(&mut ca).await);
+    let la = lease(&mut ca, "ctl-a").await;
+
+    let refused = cb
+        .acquire_writer(pb::AcquireWriterRequest { controller_id: "ctl-b".into(), ttl_ms: 60_000 })
+        .await
+        .expect_err("a second controller must be refused");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("ctl-a"), "{}", refused.message());
+
+    for lease_id in ["", "not-a-lease"] {
+        let e = cb
+            .apply(pb::ApplyRequest {
+                lease_id: lease_id.into(),
+                changes: vec![change(&q[0], 100_000, 1_000_000, 0.3)],
+                ..Default::default()
+            })
+            .await
+            .expect_err("writes without the lease are refused");
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    }
+    let e = cb
+        .rollback(pb::RollbackRequest { lease_id: "x".into(), to_generation: Some(1), ..Default::default() })
+        .await
+        .expect_err("rollback without the lease");
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let e = cb.confirm(pb::ConfirmRequest { lease_id: "x".into(), generation: 1 }).await.expect_err("confirm");
+    assert_eq!(e.code(), Code::PermissionDenied);
+
+    // The holder renews (same lease) and writes.
+    assert_eq!(lease(&mut ca, "ctl-a").await, la);
+    apply(&mut ca, &la, vec![change(&q[0], 100_000, 1_000_000, 0.3)], 0).await;
+
+    // A short lease lapses: the role frees up, the confirmed setting stays.
+    ca.acquire_writer(pb::AcquireWriterRequest { controller_id: "ctl-a".into(), ttl_ms: 300 }).await.expect("renew");
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let e = ca
+        .apply(pb::ApplyRequest {
+            lease_id: la.clone(),
+            changes: vec![change(&q[1], 100_000, 1_000_000, 0.3)],
+            ..Default::default()
+        })
+        .await
+        .expect_err("a lapsed lease cannot write");
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let lb = lease(&mut cb, "ctl-b").await;
+    assert_ne!(lb, la);
+    let cfg = config(&mut cb).await;
+    assert_eq!(setting_of(&cfg, &q[0]), pb::EcnSetting { kmin_bytes: 100_000, kmax_bytes: 1_000_000, pmax: 0.3 });
+    assert_eq!((cfg.generation, cfg.confirmed_generation), (2, 2));
+
+    // Releasing frees the role at once.
+    cb.release_writer(pb::ReleaseWriterRequest { lease_id: lb }).await.expect("release");
+    lease(&mut ca, "ctl-a").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unconfirmed_apply_reverts_after_its_client_vanishes() {
+    let a = Actuator::start(&["--backend", "dry-run"]).await;
+    let mut watcher = a.client().await;
+    let q = ids(&caps(&mut watcher).await);
+    let before = config(&mut watcher).await;
+    let applied = {
+        let mut c = a.client().await;
+        let l = lease(&mut c, "ctl-gone").await;
+        let r = apply(&mut c, &l, vec![change(&q[0], 100_000, 1_000_000, 0.5)], 3_000).await;
+        assert!(!r.confirmed && r.confirm_deadline_unix_ms > 0, "{r:?}");
+        r.generation
+        // The client (and its connection) is dropped here, without confirming.
+    };
+    let cfg = eventually("the revert", WAIT, || {
+        let mut w = watcher.clone();
+        async move { Some(config(&mut w).await).filter(|c| c.generation > applied) }
+    })
+    .await;
+    assert_eq!(cfg.generation, applied + 1, "a revert is a new generation");
+    assert_eq!(cfg.confirmed_generation, cfg.generation);
+    assert_eq!(cfg.confirm_deadline_unix_ms, 0);
+    assert_eq!(cfg.queues, before.queues, "back to the confirmed settings");
+    let j = a.journal();
+    let reverts = events(&j, "revert");
+    assert_eq!(reverts.len(), 1, "{j:#?}");
+    assert_eq!(reverts[0]["generation"], applied + 1);
+    assert_eq!(reverts[0]["queues"][0]["port"], q[0].port.as_str());
+    assert!(reverts[0]["detail"].as_str().unwrap().contains("deadline"), "{}", reverts[0]);
+    assert_eq!(events(&j, "apply")[0]["confirm_deadline_unix_ms"].as_u64().map(|d| d > 0), Some(true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_writer_process_is_reverted_by_the_actuator() {
+    let a = Actuator::start(&["--backend", "dry-run"]).await;
+    let mut watcher = a.client().await;
+    let before = config(&mut watcher).await;
+    let mut writer = tokio::process::Command::new(env!("CARGO_BIN_EXE_ecn-test-writer"))
+        .args([&a.url(), "ctl-doomed", "2000"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn ecn-test-writer");
+    let mut lines = BufReader::new(writer.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(WAIT, lines.next_line()).await.expect("writer output").unwrap().unwrap();
+    let applied: u64 = line.strip_prefix("applied generation ").and_then(|g| g.parse().ok()).expect(&line);
+    writer.start_kill().expect("SIGKILL the writer");
+    writer.wait().await.expect("reap the writer");
+
+    let cfg = eventually("the revert", WAIT, || {
+        let mut w = watcher.clone();
+        async move { Some(config(&mut w).await).filter(|c| c.generation > applied) }
+    })
+    .await;
+    assert_eq!(cfg.queues, before.queues);
+    let j = a.journal();
+    assert_eq!(events(&j, "apply").len(), 1);
+    assert_eq!(events(&j, "apply")[0]["controller"], "ctl-doomed");
+    assert_eq!(events(&j, "revert").len(), 1, "{j:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirm_makes_a_change_stick_past_its_deadline() {
+    let a = Actuator::start(&["--backend", "dry-run"]).await;
+    let mut c = a.client().await;
+    let q = ids(&caps(&mut c).await);
+    let l = lease(&mut c, "ctl-a").await;
+    let wanted = pb::EcnSetting { kmin_bytes: 100_000, kmax_bytes: 1_000_000, pmax: 0.5 };
+    let r = apply(&mut c, &l, vec![change(&q[0], 100_000, 1_000_000, 0.5)], 2_000).await;
+    let cfg = config(&mut c).await;
+    assert_eq!((cfg.generation, cfg.confirmed_generation), (r.generation, 1));
+    let done = c.confirm(pb::ConfirmRequest { lease_id: l.clone(), generation: r.generation }).await;
+    let done = done.expect("Confirm within the deadline").into_inner();
+    assert_eq!(done.confirmed_generation, r.generation);
+    // Wait well past the deadline.
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let cfg = config(&mut c).await;
+    assert_eq!(
+        (cfg.generation, cfg.confirmed_generation, cfg.confirm_deadline_unix_ms),
+        (r.generation, r.generation, 0)
+    );
+    assert_eq!(setting_of(&cfg, &q[0]), wanted);
+    // Confirming a generation that does not exist is refused.
+    let e = c.confirm(pb::ConfirmRequest { lease_id: l, generation: 99 }).await.expect_err("unknown generation");
+    assert_eq!(e.code(), Code::NotFound);
+    let j = a.journal();
+    assert_eq!(events(&j, "confirm").len(), 1, "{j:#?}");
+    assert_eq!(events(&j, "confirm")[0]["queues"][0]["kmin_bytes"], 100_000);
+    assert!(events(&j, "revert").is_empty(), "{j:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_to_a_named_generation_and_to_the_confirmed_one() {
+    let a = Actuator::start(&["--backend", "dry-run"]).await;
+    let mut c = a.client().await;
+    let q = ids(&caps(&mut c).await);
+    let l = lease(&mut c, "ctl-a").await;
+    let g1 = config(&mut c).await;
+    let g2 = apply(&mut c, &l, vec![change(&q[0], 100_000, 1_000_000, 0.5)], 0).await.generation;
+    let cfg2 = config(&mut c).await;
+    let g3 = apply(&mut c, &l, vec![change(&q[1], 200_000, 2_000_000, 0.1)], 0).await.generation;
+    assert_eq!((g2, g3), (2, 3));
+
+    let r = c
+        .rollback(pb::RollbackRequest { lease_id: l.clone(), to_generation: Some(g2), reason: "test".into() })
+        .await
+        .expect("Rollback to generation 2")
+        .into_inner();
+    assert_eq!(r.generation, 4);
+    let cfg = config(&mut c).await;
+    assert_eq!((cfg.generation, cfg.confirmed_generation), (4, 4));
+    assert_eq!(cfg.queues, cfg2.queues);
+
+    // An unconfirmed change, then a rollback to the last confirmed generation.
+    apply(&mut c, &l, vec![change(&q[2], 100_000, 1_000_000, 0.9)], 60_000).await;
+    let r = c.rollback(pb::RollbackRequest { lease_id: l.clone(), ..Default::default() }).await.expect("Rollback");
+    assert_eq!(r.into_inner().generation, 6);
+    let cfg = config(&mut c).await;
+    assert_eq!((cfg.confirmed_generation, cfg.confirm_deadline_unix_ms), (6, 0));
+    assert_eq!(cfg.queues, cfg2.queues);
+
+    c.rollback(pb::RollbackRequest { lease_id: l.clone(), to_generation: Some(1), ..Default::default() })
+        .await
+        .expect("Rollback to the start");
+    assert_eq!(config(&mut c).await.queues, g1.queues);
+    let e = c
+        .rollback(pb::RollbackRequest { lease_id: l, to_generation: Some(99), ..Default::default() })
+        .await
+        .expect_err("no such generation");
+    assert_eq!(e.code(), Code::NotFound);
+
+    let j = a.journal();
+    let rb = events(&j, "rollback");
+    assert_eq!(rb.len(), 3, "{j:#?}");
+    assert_eq!(rb[0]["generation"], 4);
+    assert!(rb[0]["detail"].as_str().unwrap().contains("generation 2"), "{}", rb[0]);
+    assert_eq!(rb[0]["queues"][0]["port"], q[1].port.as_str(), "the queue that changed back");
+    assert_eq!(events(&j, "reject").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bearer_token_is_required_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    let a = Actuator::start(&["--backend", "dry-run", "--token-file", token_file.to_str().unwrap()]).await;
+    let channel = tonic::transport::Channel::from_shared(a.url()).unwrap().connect().await.expect("connect");
+
+    let mut none = pb::actuator_client::ActuatorClient::new(channel.clone());
+    let e = none.get_config(pb::GetConfigRequest {}).await.expect_err("no token");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+
+    for (token, ok) in [("Bearer wrong", false), ("Bearer s3cret-token", true)] {
+        let value: tonic::metadata::MetadataValue<_> = token.parse().unwrap();
+        let mut c =
+            pb::actuator_client::ActuatorClient::with_interceptor(channel.clone(), move |mut r: tonic::Request<()>| {
+                r.metadata_mut().insert("authorization", value.clone());
+                Ok(r)
+            });
+        let r = c.get_config(pb::GetConfigRequest {}).await;
+        match ok {
+            true => assert_eq!(r.expect("the right token").into_inner().generation, 1),
+            false => assert_eq!(r.expect_err("a wrong token").code(), Code::Unauthenticated),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_self_signed_certificate() {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("self-signed cert");
+    let dir = tempfile::Builder::new().prefix("ecn-actuator-tls-").tempdir().unwrap();
+    let (cert_pem, key_pem) = (cert.cert.pem(), cert.signing_key.serialize_pem());
+    let (cert_path, key_path, token_path) =
+        (dir.path().join("cert.pem"), dir.path().join("key.pem"), dir.path().join("token"));
+    std::fs::write(&cert_path, &cert_pem).unwrap();
+    std::fs::write(&key_path, &key_pem).unwrap();
+    std::fs::write(&token_path, "tls-token").unwrap();
+    let a = Actuator::start_in(
+        dir,
+        &[
+            "--backend",
+            "dry-run",
+            "--tls-cert",
+            cert_path.to_str().unwrap(),
+            "--tls-key",
+            key_path.to_str().unwrap(),
+            "--token-file",
+            token_path.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(&cert_pem))
+        .domain_name("localhost");
+    let channel = tonic::transport::Channel::from_shared(format!("https://{}", a.addr))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .expect("TLS connect");
+    let mut c = pb::actuator_client::ActuatorClient::with_interceptor(channel, |mut r: tonic::Request<()>| {
+        r.metadata_mut().insert("authorization", "Bearer tls-token".parse().unwrap());
+        Ok(r)
+    });
+    let caps = c.get_capabilities(pb::GetCapabilitiesRequest {}).await.expect("GetCapabilities over TLS");
+    assert_eq!(caps.into_inner().backend, "dry-run");
+
+    // Plain text to a TLS port fails.
+    let plain = tonic::transport::Channel::from_shared(a.url()).unwrap().connect().await;
+    if let Ok(ch) = plain {
+        let mut p = pb::actuator_client::ActuatorClient::new(ch);
+        assert!(p.get_config(pb::GetConfigRequest {}).await.is_err(), "plain text must not work on a TLS port");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_command_lines_exit_2_naming_the_flag() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--backend", "dry-run", "--listen", "0.0.0.0:0"], "--listen"),
+        (&["--backend", "dry-run", "--listen", "not an address"], "--listen"),
+        (&["--backend", "sim", "--scenario", "no-such-scenario"], "no-such-scenario"),
+        (&["--backend", "sim", "--inject-storm", "3@soon:1ms"], "--inject-storm"),
+        (&["--backend", "sim", "--inject-storm", "9999@1ms:1ms"], "--inject-storm"),
+        (&["--backend", "sim", "--time-scale", "0"], "--time-scale"),
+        (&["--backend", "dry-run", "--token-file", "/nonexistent/token"], "--token-file"),
+        (&["--backend", "dry-run", "--tls-cert", "/nonexistent/c", "--tls-key", "/nonexistent/k"], "--tls-cert"),
+        (&["--backend", "dry-run", "--journal", "/nonexistent/dir/j.jsonl"], "--journal"),
+    ];
+    for (args, flag) in cases {
+        let mut full = vec!["actuator"];
+        full.extend_from_slice(args);
+        if !args.contains(&"--listen") {
+            full.extend_from_slice(&["--listen", "127.0.0.1:0"]);
+        }
+        let (code, _, stderr) = run_cli(&full).await;
+        assert_eq!(code, Some(2), "{full:?}: {stderr}");
+        assert!(stderr.contains(flag), "{full:?} should name {flag}: {stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_cleanly_and_reverts_a_pending_change() {
+    let a = Actuator::start(&["--backend", "dry-run"]).await;
+    let mut c = a.client().await;
+    let q = ids(&caps(&mut c).await);
+    let l = lease(&mut c, "ctl-a").await;
+    apply(&mut c, &l, vec![change(&q[0], 100_000, 1_000_000, 0.5)], 600_000).await;
+    drop(c);
+    let (code, j) = a.stop().await;
+    assert_eq!(code, Some(0));
+    let reverts = events(&j, "revert");
+    assert_eq!(reverts.len(), 1, "{j:#?}");
+    assert!(reverts[0]["detail"].as_str().unwrap().contains("stopping"), "{}", reverts[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_streams_one_sample_per_queue_and_applies_settings() {
+    let a = Actuator::start(&["--backend", "sim", "--scenario", "websearch-50", "--time-scale", "0.02"]).await;
+    let mut c = a.client().await;
+    let caps = caps(&mut c).await;
+    assert_eq!(caps.backend, "sim");
+    let q = ids(&caps);
+    assert!(!q.is_empty());
+    assert!(caps.queues.iter().all(|q| q.link_bps > 0 && q.pfc_xoff_bytes > 0), "{caps:?}");
+    let native = caps.min_telemetry_interval_ns;
+    assert!(native > 0);
+
+    let mut stream =
+        c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect("stream").into_inner();
+    let mut last_ts = 0;
+    for _ in 0..5 {
+        let b = tokio::time::timeout(WAIT, stream.next()).await.expect("a batch in time").expect("open").expect("ok");
+        assert_eq!(b.samples.len(), q.len(), "one sample per queue");
+        let got: Vec<pb::QueueId> = b.samples.iter().map(|s| s.id.clone().unwrap()).collect();
+        assert_eq!(got, q, "samples in capabilities order");
+        assert!(b.samples.iter().all(|s| s.ts_ns == b.ts_ns && s.ecn.is_some()));
+        assert!(b.ts_ns > last_ts);
+        last_ts = b.ts_ns;
+    }
+
+    // A coarser interval merges native batches.
+    let mut coarse =
+        c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 3 * native }).await.expect("stream").into_inner();
+    let b1 = tokio::time::timeout(WAIT, coarse.next()).await.unwrap().unwrap().unwrap();
+    let b2 = tokio::time::timeout(WAIT, coarse.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(b1.samples.len(), q.len());
+    assert_eq!(b2.ts_ns - b1.ts_ns, 3 * native);
+
+    // An applied setting shows in the telemetry of that queue.
+    let l = lease(&mut c, "ctl-a").await;
+    apply(&mut c, &l, vec![change(&q[0], 200_000, 800_000, 0.5)], 0).await;
+    let want = pb::EcnSetting { kmin_bytes: 200_000, kmax_bytes: 800_000, pmax: 0.5 };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let b = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("the new setting in telemetry")
+            .unwrap()
+            .unwrap();
+        if b.samples[0].ecn == Some(want) {
+            break;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_pause_storm_shows_in_telemetry() {
+    // Queue 0 stalls from 2 ms of simulated time (0.2 s of wall time at this scale) for 20 ms.
+    let a = Actuator::start(&[
+        "--backend",
+        "sim",
+        "--scenario",
+        "websearch-50",
+        "--time-scale",
+        "0.01",
+        "--inject-storm",
+        "0@2ms:20ms",
+    ])
+    .await;
+    let mut c = a.client().await;
+    let mut stream =
+        c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect("stream").into_inner();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let b =
+            tokio::time::timeout_at(deadline, stream.next()).await.expect("paused time on queue 0").unwrap().unwrap();
+        if b.samples[0].paused_ns > 0 {
+            assert!(b.ts_ns > 2_000_000, "the storm starts at 2 ms: {}", b.ts_ns);
+            break;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_has_no_telemetry_without_a_recording() {
+    let a = Actuator::start(&["--backend", "dry-run"]).await;
+    let mut c = a.client().await;
+    let e = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect_err("no telemetry");
+    assert_eq!(e.code(), Code::Unimplemented, "{e:?}");
+    assert!(e.message().contains("--telemetry"), "{}", e.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_replays_a_recording_as_its_telemetry() {
+    let dir = tempfile::Builder::new().prefix("ecn-actuator-replay-").tempdir().unwrap();
+    let out = dir.path().join("rec");
+    let (code, _, stderr) = run_cli(&["sim", "--scenario", "incast-15", "--out", out.to_str().unwrap()]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let rec = out.join("telemetry.parquet");
+    let a =
+        Actuator::start_in(dir, &["--backend", "dry-run", "--telemetry", rec.to_str().unwrap(), "--time-scale", "0.1"])
+            .await;
+    let mut c = a.client().await;
+    let caps = caps(&mut c).await;
+    assert_eq!(caps.backend, "dry-run");
+    assert!(caps.min_telemetry_interval_ns > 0);
+    let mut stream =
+        c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect("stream").into_inner();
+    let mut last = 0;
+    for _ in 0..3 {
+        let b = tokio::time::timeout(WAIT, stream.next()).await.expect("a batch").unwrap().unwrap();
+        assert_eq!(b.samples.len(), caps.queues.len());
+        assert!(b.ts_ns > last);
+        last = b.ts_ns;
+    }
+}

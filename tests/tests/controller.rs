@@ -1,0 +1,217 @@
+//! End-to-end: the real controller (`ecn-tuner run`) against the real actuator
+//! (`ecn-tuner actuator --backend sim`) over gRPC on loopback.
+
+use ecn_tests::{events, eventually, pb, queue_name, Actuator};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::process::{Child, Command};
+
+/// An 8-host fabric at 30% load: small enough for a debug build to keep pace with the clock.
+const SCENARIO: &str = "base = \"websearch-50\"\nduration = \"20ms\"\ndrain = \"20ms\"\n\
+[topology]\nhosts_per_leaf = 4\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.3\n";
+
+async fn sim_actuator(extra: &[&str]) -> Actuator {
+    let dir = tempfile::Builder::new().prefix("ecn-ctl-").tempdir().unwrap();
+    let scenario = dir.path().join("small.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let scenario = scenario.display().to_string();
+    let mut args = vec!["--backend", "sim", "--scenario", scenario.as_str(), "--time-scale", "0.02"];
+    args.extend_from_slice(extra);
+    Actuator::start_in(dir, &args).await
+}
+
+fn controller(act: &Actuator, name: &str, args: &[&str]) -> (Child, std::path::PathBuf) {
+    let log = act.dir.path().join(format!("{name}-decisions.jsonl"));
+    let stderr = std::fs::File::create(act.dir.path().join(format!("{name}.log"))).unwrap();
+    let child = Command::new(ecn_tests::ecn_tuner_bin())
+        .args(["run", "--target", &act.url(), "--controller-id", name, "--decision-log"])
+        .arg(&log)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(stderr))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    (child, log)
+}
+
+fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    ecn_tests::read_journal(path)
+}
+
+async fn settings(act: &Actuator) -> Vec<(String, (u64, u64, f64))> {
+    let cfg = act.client().await.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
+    cfg.queues
+        .iter()
+        .map(|q| {
+            let s = q.setting.as_ref().unwrap();
+            (queue_name(q.id.as_ref().unwrap()), (s.kmin_bytes, s.kmax_bytes, s.pmax))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shadow_over_a_full_scenario_makes_no_writes() {
+    let act = sim_actuator(&[]).await;
+    let before = settings(&act).await;
+    let (child, log) = controller(
+        &act,
+        "shadow",
+        &["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--interval", "100ms", "--duration", "4s"],
+    );
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success(), "controller failed");
+    let d = lines(&log);
+    assert!(d.len() > 20, "decisions were logged");
+    assert!(d.iter().all(|x| x["mode"] == "shadow" && x["applied"] == false));
+    assert!(d.iter().any(|x| x["after_guardrails"]["kmin_bytes"] != 400_000), "it would have changed something");
+    // 4 s at time scale 0.02 is 80 ms of simulated time: at least one whole scenario run.
+    assert!(act.log_text().contains("scenario run finished"), "{}", act.log_text());
+    let journal = act.journal();
+    for kind in ["apply", "confirm", "revert", "rollback"] {
+        assert!(events(&journal, kind).is_empty(), "shadow mode wrote: {journal:?}");
+    }
+    assert_eq!(settings(&act).await, before);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn enforce_applies_bounded_settings_and_confirms_them() {
+    let act = sim_actuator(&[]).await;
+    let (child, log) = controller(
+        &act,
+        "enforce",
+        &[
+            "--mode",
+            "enforce",
+            "--allow-writes",
+            "--policy",
+            "static:100KB,400KB,0.5",
+            "--interval",
+            "200ms",
+            "--min-dwell",
+            "0s",
+            "--confirm-within",
+            "20s",
+            "--health-window",
+            "5",
+            "--duration",
+            "6s",
+        ],
+    );
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success());
+    let journal = act.journal();
+    assert!(!events(&journal, "apply").is_empty(), "{journal:?}");
+    assert!(!events(&journal, "confirm").is_empty(), "{journal:?}");
+    // Step limits take it there in two moves: 400→200→100 KB, 1600→800→400 KB.
+    for (q, s) in settings(&act).await {
+        assert_eq!(s, (100_000, 400_000, 0.5), "{q}");
+    }
+    for x in lines(&log).iter().filter(|x| x["applied"] == true) {
+        let a = &x["after_guardrails"];
+        let (kmin, kmax) = (a["kmin_bytes"].as_u64().unwrap(), a["kmax_bytes"].as_u64().unwrap());
+        assert!(kmin >= 1000 && kmin < kmax && kmax <= 32 << 20, "{x}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pause_storm_after_a_change_is_rolled_back() {
+    // The storm starts at 60 ms of simulated time (3 s of wall time), after the first apply;
+    // the health window (2000 intervals) is still open then.
+    let act = sim_actuator(&["--inject-storm", "0@60ms:100ms"]).await;
+    let before = settings(&act).await;
+    let (child, log) = controller(
+        &act,
+        "health",
+        &[
+            "--mode",
+            "enforce",
+            "--allow-writes",
+            "--policy",
+            "static:200KB,800KB,0.3",
+            "--interval",
+            "200ms",
+            "--confirm-within",
+            "60s",
+            "--health-window",
+            "2000",
+            "--duration",
+            "8s",
+        ],
+    );
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success());
+    let journal = act.journal();
+    let applies = events(&journal, "apply");
+    let rollbacks = events(&journal, "rollback");
+    assert!(!applies.is_empty() && !rollbacks.is_empty(), "{journal:?}");
+    assert!(events(&journal, "confirm").is_empty(), "{journal:?}");
+    let reasons: Vec<String> = lines(&log).iter().map(|x| x["reason"].as_str().unwrap().to_string()).collect();
+    assert!(reasons.iter().any(|r| r.contains("rolled back") && r.contains("paused")), "{reasons:?}");
+    assert_eq!(settings(&act).await, before, "back on the known-good settings");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_controller_leaves_only_confirmed_settings() {
+    let act = sim_actuator(&[]).await;
+    let before = settings(&act).await;
+    let (mut child, _) = controller(
+        &act,
+        "victim",
+        &[
+            "--mode",
+            "enforce",
+            "--allow-writes",
+            "--policy",
+            "static:200KB,800KB,0.3",
+            "--interval",
+            "200ms",
+            "--confirm-within",
+            "3s",
+            "--health-window",
+            "1000000",
+        ],
+    );
+    eventually("an apply in the journal", Duration::from_secs(60), || {
+        let j = act.journal();
+        async move { (!events(&j, "apply").is_empty()).then_some(()) }
+    })
+    .await;
+    child.kill().await.unwrap(); // SIGKILL: no chance to clean up
+    let journal = eventually("the actuator's own revert", Duration::from_secs(30), || {
+        let j = act.journal();
+        async move { (!events(&j, "revert").is_empty()).then_some(j) }
+    })
+    .await;
+    assert!(events(&journal, "confirm").is_empty());
+    assert_eq!(settings(&act).await, before);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_controller_cannot_write() {
+    let act = sim_actuator(&[]).await;
+    let mut args = vec!["--mode", "enforce", "--allow-writes", "--interval", "200ms", "--duration", "60s"];
+    args.extend(["--policy", "static:200KB,800KB,0.3"]);
+    let (_first, _) = controller(&act, "first", &args);
+    // An apply in the journal proves the first controller holds the writer lease.
+    eventually("the first controller's apply", Duration::from_secs(60), || {
+        let j = act.journal();
+        async move { (!events(&j, "apply").is_empty()).then_some(()) }
+    })
+    .await;
+    let (second, _) = controller(&act, "second", &args);
+    let out = tokio::time::timeout(Duration::from_secs(60), second.wait_with_output()).await.unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(1), "the second controller must be refused");
+    let log = std::fs::read_to_string(act.dir.path().join("second.log")).unwrap();
+    assert!(log.contains("writer role held by controller 'first'"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn enforce_needs_an_explicit_flag() {
+    let act = sim_actuator(&[]).await;
+    let (child, _) = controller(&act, "careless", &["--mode", "enforce"]);
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(act.journal().is_empty());
+}
