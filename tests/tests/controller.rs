@@ -215,3 +215,44 @@ async fn enforce_needs_an_explicit_flag() {
     assert_eq!(out.status.code(), Some(2));
     assert!(act.journal().is_empty());
 }
+
+/// A minimal HTTP/1.0 GET; `None` until the server answers.
+async fn http_get(addr: &str, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await.ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.ok()?;
+    Some(body)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_controller_serves_two_actuators_and_exports_metrics() {
+    let (a, b) = (sim_actuator(&[]).await, sim_actuator(&[]).await);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let metrics = format!("127.0.0.1:{port}");
+    let (child, log) = controller(
+        &a,
+        "multi",
+        &["--target", &b.url(), "--mode", "shadow", "--interval", "100ms", "--duration", "4s", "--metrics", &metrics],
+    );
+    let text = eventually("metrics with decisions", Duration::from_secs(60), || {
+        let m = metrics.clone();
+        async move {
+            let t = tokio::time::timeout(Duration::from_secs(5), http_get(&m, "/metrics")).await.ok()??;
+            t.contains("ecn_tuner_decisions_total").then_some(t)
+        }
+    })
+    .await;
+    for name in ["ecn_tuner_telemetry_age_seconds", "ecn_tuner_queue_kmin_bytes", "ecn_tuner_decision_latency_seconds"]
+    {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    assert!(text.contains(&a.url()) && text.contains(&b.url()), "per-target labels:\n{text}");
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success());
+    let d = lines(&log);
+    for url in [a.url(), b.url()] {
+        assert!(d.iter().any(|x| x["target"] == url.as_str()), "no decision for {url}");
+    }
+}

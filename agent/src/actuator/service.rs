@@ -150,6 +150,7 @@ impl<B: Backend> ActuatorService<B> {
 
     fn do_apply(&self, req: pb::ApplyRequest) -> Result<pb::ApplyResponse, Status> {
         let mut st = self.lock();
+        self.revert_locked(&mut st, Instant::now(), None);
         let requested: Vec<QueueEntry> = req.changes.iter().map(raw_entry).collect();
         // validate_only changes nothing, so it needs no lease (a shadow-mode controller may
         // check its proposals) and leaves no journal line (the journal records changes and
@@ -239,6 +240,7 @@ impl<B: Backend> ActuatorService<B> {
 
     fn do_confirm(&self, req: pb::ConfirmRequest) -> Result<pb::ConfirmResponse, Status> {
         let mut st = self.lock();
+        self.revert_locked(&mut st, Instant::now(), None);
         let ctl = self.check_lease(&mut st, &req.lease_id, &[])?;
         let mut plan = st.ledger.clone();
         let done = match plan.confirm(req.generation) {
@@ -269,6 +271,7 @@ impl<B: Backend> ActuatorService<B> {
 
     fn do_rollback(&self, req: pb::RollbackRequest) -> Result<pb::RollbackResponse, Status> {
         let mut st = self.lock();
+        self.revert_locked(&mut st, Instant::now(), None);
         let ctl = self.check_lease(&mut st, &req.lease_id, &[])?;
         let target = req.to_generation.unwrap_or(st.ledger.confirmed());
         let settings = match st.ledger.settings_of(target) {
@@ -324,6 +327,13 @@ impl<B: Backend> ActuatorService<B> {
     /// `why`, at shutdown). Returns false if the backend failed and it must be retried.
     fn revert_if_due(&self, now: Instant, why: Option<&str>) -> bool {
         let mut st = self.lock();
+        self.revert_locked(&mut st, now, why)
+    }
+
+    /// [`Self::revert_if_due`] with the lock held. Every change calls it first: a deadline
+    /// that passed moments ago must not let a late confirm keep the change, nor a late apply
+    /// carry it along, just because the timer task has not run yet.
+    fn revert_locked(&self, st: &mut State, now: Instant, why: Option<&str>) -> bool {
         let Some(d) = st.ledger.deadline() else { return true };
         if why.is_none() && d.at > now {
             return true;
@@ -336,7 +346,7 @@ impl<B: Backend> ActuatorService<B> {
                 format!("confirm deadline of generation {current} passed; back to confirmed generation {confirmed}")
             }
         };
-        self.restore(&mut st, confirmed, &settings, EventKind::Revert, &detail, None).is_ok()
+        self.restore(st, confirmed, &settings, EventKind::Revert, &detail, None).is_ok()
     }
 
     /// Reverts unconfirmed changes when their deadline passes. Runs until the server stops.
@@ -536,5 +546,121 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
             debug!("telemetry subscriber gone");
         });
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::backend::{Bounds, QueueCap, QueueKey, TelemetryReceiver};
+    use super::*;
+    use crate::actuator::backend::BackendError;
+
+    /// Settings in memory; `fail` makes every apply fail.
+    struct Mem {
+        caps: BackendCaps,
+        settings: Mutex<Vec<EcnSetting>>,
+        fail: bool,
+    }
+
+    impl Backend for Mem {
+        fn capabilities(&self) -> &BackendCaps {
+            &self.caps
+        }
+        fn read_settings(&self) -> Vec<EcnSetting> {
+            self.settings.lock().unwrap().clone()
+        }
+        fn apply(&self, s: &[EcnSetting]) -> Result<(), BackendError> {
+            if self.fail {
+                return Err(BackendError("device unreachable".into()));
+            }
+            *self.settings.lock().unwrap() = s.to_vec();
+            Ok(())
+        }
+        fn subscribe_telemetry(&self) -> Result<TelemetryReceiver, NoTelemetry> {
+            Err(NoTelemetry::NoSource("none".into()))
+        }
+    }
+
+    const START: EcnSetting = EcnSetting { kmin_bytes: 400_000, kmax_bytes: 1_600_000, pmax: 0.2 };
+
+    fn service(fail: bool) -> (ActuatorService<Mem>, watch::Sender<bool>) {
+        let caps = BackendCaps {
+            backend: "mem".into(),
+            queues: vec![QueueCap {
+                key: QueueKey { switch: "leaf0".into(), port: "eth1".into(), queue: 3 },
+                link_bps: 100_000_000_000,
+                pfc_xoff_bytes: 0,
+            }],
+            buffer_bytes: 32_000_000,
+            bounds: Bounds::for_buffer(32_000_000),
+            min_telemetry_interval_ns: 0,
+        };
+        let mem = Mem { caps, settings: Mutex::new(vec![START]), fail };
+        let (tx, rx) = watch::channel(false);
+        (ActuatorService::new(mem, Journal::none(), rx), tx)
+    }
+
+    fn lease(s: &ActuatorService<Mem>) -> String {
+        s.do_acquire(pb::AcquireWriterRequest { controller_id: "c".into(), ttl_ms: 60_000 }).unwrap().lease_id
+    }
+
+    fn apply_req(lease_id: &str, within_ms: u64) -> pb::ApplyRequest {
+        pb::ApplyRequest {
+            lease_id: lease_id.into(),
+            changes: vec![pb::QueueSetting {
+                id: Some(pb::QueueId { switch: "leaf0".into(), port: "eth1".into(), queue: 3 }),
+                setting: Some(pb::EcnSetting { kmin_bytes: 100_000, kmax_bytes: 1_000_000, pmax: 0.5 }),
+            }],
+            confirm_within_ms: within_ms,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_late_confirm_is_refused_and_the_change_reverted() {
+        let (s, _stop) = service(false);
+        let l = lease(&s);
+        let r = s.do_apply(apply_req(&l, 1)).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        // The timer task is not running here: the confirm itself must notice the deadline.
+        let e = s.do_confirm(pb::ConfirmRequest { lease_id: l, generation: r.generation }).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert_eq!(s.inner.backend.read_settings(), vec![START]);
+        let st = s.lock();
+        assert_eq!((st.ledger.current(), st.ledger.confirmed()), (3, 3));
+    }
+
+    #[test]
+    fn a_late_apply_does_not_carry_an_expired_change_along() {
+        let (s, _stop) = service(false);
+        let l = lease(&s);
+        s.do_apply(apply_req(&l, 1)).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let mut other = apply_req(&l, 60_000);
+        other.changes[0].setting.as_mut().unwrap().pmax = 0.7;
+        let r = s.do_apply(other).unwrap();
+        assert_eq!(r.generation, 4, "2 applied, 3 reverted it, 4 is the new apply");
+        assert_eq!(s.lock().ledger.confirmed(), 3);
+    }
+
+    #[test]
+    fn a_failing_backend_changes_nothing() {
+        let (s, _stop) = service(true);
+        let l = lease(&s);
+        let e = s.do_apply(apply_req(&l, 0)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Internal);
+        assert!(e.message().contains("device unreachable"), "{}", e.message());
+        let st = s.lock();
+        assert_eq!((st.ledger.current(), &*st.ledger.current_settings()), (1, &[START][..]));
+    }
+
+    #[test]
+    fn stopping_reverts_a_pending_change() {
+        let (s, _stop) = service(false);
+        let l = lease(&s);
+        s.do_apply(apply_req(&l, 600_000)).unwrap();
+        assert_ne!(s.inner.backend.read_settings(), vec![START]);
+        s.stop();
+        assert_eq!(s.inner.backend.read_settings(), vec![START]);
     }
 }

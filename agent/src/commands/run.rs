@@ -13,9 +13,10 @@ use std::time::Duration;
 /// Arguments of `run`.
 #[derive(Args)]
 pub struct RunArgs {
-    /// Actuator URL, e.g. http://127.0.0.1:50051 (https with --tls-ca).
-    #[arg(long, value_name = "URL")]
-    target: String,
+    /// Actuator URL, e.g. http://127.0.0.1:50051 (https with --tls-ca). Repeat it to control
+    /// several actuators from one process.
+    #[arg(long, value_name = "URL", required = true)]
+    target: Vec<String>,
     /// shadow: decide and log, never write. enforce: apply with commit-confirm and health checks.
     #[arg(long, value_enum)]
     mode: Mode,
@@ -84,7 +85,7 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
     if a.mode == Mode::Enforce && !a.allow_writes {
         return Err(CliError::BadInput(format!(
             "--mode enforce writes ECN settings on {}; add --allow-writes to proceed (or use --mode shadow)",
-            a.target
+            a.target.join(", ")
         )));
     }
     let baseline = Baseline::from_name(&a.baseline)
@@ -94,7 +95,7 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
         None => None,
     };
     let cfg = ControllerConfig {
-        target: a.target.clone(),
+        target: String::new(),
         mode: a.mode,
         policy: Policy::parse(&a.policy)?,
         baseline,
@@ -123,7 +124,7 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::Failed(format!("tokio runtime: {e}")))?;
-    let report = rt.block_on(controller::run(cfg))?;
+    let report = rt.block_on(controller::run_all(cfg, a.target))?;
     println!(
         "{}",
         serde_json::json!({

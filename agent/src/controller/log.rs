@@ -4,12 +4,15 @@ use serde::Serialize;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 /// One decision about one queue.
 #[derive(Debug, Clone, Serialize)]
 pub struct Decision<'a> {
     /// Unix milliseconds.
     pub ts: u64,
+    /// The actuator the queue belongs to.
+    pub target: &'a str,
     /// `shadow` or `enforce`.
     pub mode: &'a str,
     /// `switch/port/queue`.
@@ -26,26 +29,32 @@ pub struct Decision<'a> {
     pub reason: String,
 }
 
-/// Append-only JSON-lines writer; each line is flushed so a crash loses nothing written.
+/// Append-only JSON-lines writer, shared by every actuator's control loop; each line is
+/// written whole and flushed, so a crash loses nothing written.
+#[derive(Clone)]
 pub struct DecisionLog {
-    out: Option<BufWriter<File>>,
+    out: Option<Arc<Mutex<BufWriter<File>>>>,
 }
 
 impl DecisionLog {
     /// Log to `path` (appending), or nowhere.
     pub fn open(path: Option<&Path>) -> std::io::Result<Self> {
         let out = match path {
-            Some(p) => Some(BufWriter::new(std::fs::OpenOptions::new().create(true).append(true).open(p)?)),
+            Some(p) => Some(Arc::new(Mutex::new(BufWriter::new(
+                std::fs::OpenOptions::new().create(true).append(true).open(p)?,
+            )))),
             None => None,
         };
         Ok(DecisionLog { out })
     }
 
     /// Write one decision.
-    pub fn write(&mut self, d: &Decision<'_>) -> std::io::Result<()> {
-        if let Some(out) = &mut self.out {
-            serde_json::to_writer(&mut *out, d)?;
-            out.write_all(b"\n")?;
+    pub fn write(&self, d: &Decision<'_>) -> std::io::Result<()> {
+        if let Some(out) = &self.out {
+            let mut line = serde_json::to_vec(d)?;
+            line.push(b'\n');
+            let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+            out.write_all(&line)?;
             out.flush()?;
         }
         Ok(())

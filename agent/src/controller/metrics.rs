@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex};
 /// Labels of a per-queue metric.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
+    /// Actuator URL.
+    pub target: String,
     /// Switch name.
     pub switch: String,
     /// Port name.

@@ -178,8 +178,35 @@ struct Pending {
     previous: Vec<(usize, EcnSetting)>,
 }
 
-/// Run the controller until `duration`, SIGINT/SIGTERM, or a fatal error.
-pub async fn run(cfg: ControllerConfig) -> Result<RunReport, CliError> {
+/// Run one control loop per target in this process, sharing the metrics endpoint and the
+/// decision log, until `duration`, SIGINT/SIGTERM, or a fatal error in any loop.
+pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunReport, CliError> {
+    let metrics = Metrics::new();
+    if let Some(addr) = cfg.metrics {
+        let bound = metrics.serve(addr).await.map_err(|e| CliError::BadInput(format!("--metrics {addr}: {e}")))?;
+        info!(%bound, "serving Prometheus metrics at /metrics");
+    }
+    let decisions = DecisionLog::open(cfg.decision_log.as_deref())
+        .map_err(|e| CliError::BadInput(format!("--decision-log: {e}")))?;
+    let mut tasks = tokio::task::JoinSet::new();
+    for target in targets {
+        let cfg = ControllerConfig { target, ..cfg.clone() };
+        let (metrics, decisions) = (metrics.clone(), decisions.clone());
+        tasks.spawn(async move { run(cfg, metrics, decisions).await });
+    }
+    let mut total = RunReport::default();
+    while let Some(done) = tasks.join_next().await {
+        let r = done.map_err(|e| CliError::Failed(format!("a control loop panicked: {e}")))??;
+        total.rounds += r.rounds;
+        total.applies += r.applies;
+        total.confirms += r.confirms;
+        total.rollbacks += r.rollbacks;
+    }
+    Ok(total)
+}
+
+/// Run the control loop of one actuator until `duration`, SIGINT/SIGTERM, or a fatal error.
+pub async fn run(cfg: ControllerConfig, metrics: Metrics, log: DecisionLog) -> Result<RunReport, CliError> {
     let mut client = connect(&cfg.target, cfg.token.as_deref(), cfg.tls_ca.as_deref()).await?;
     let status = |what: &str, s: tonic::Status| CliError::Failed(format!("{what}: {}: {}", s.code(), s.message()));
     let caps =
@@ -230,16 +257,9 @@ pub async fn run(cfg: ControllerConfig) -> Result<RunReport, CliError> {
         return Err(CliError::Failed(format!("the actuator at {} reports no queues", cfg.target)));
     }
 
-    let metrics = Metrics::new();
-    if let Some(addr) = cfg.metrics {
-        let bound = metrics.serve(addr).await.map_err(|e| CliError::BadInput(format!("--metrics {addr}: {e}")))?;
-        info!(%bound, "serving Prometheus metrics at /metrics");
-    }
     for q in &queues {
-        set_queue_metrics(&metrics, q);
+        set_queue_metrics(&metrics, &cfg.target, q);
     }
-    let mut log = DecisionLog::open(cfg.decision_log.as_deref())
-        .map_err(|e| CliError::BadInput(format!("--decision-log: {e}")))?;
 
     let mut lease = None;
     if cfg.mode == Mode::Enforce {
@@ -330,17 +350,8 @@ pub async fn run(cfg: ControllerConfig) -> Result<RunReport, CliError> {
             }
         }
         if let Some(p) = pending.take() {
-            match finish_health_check(
-                &cfg,
-                &mut client,
-                lease.as_ref(),
-                &mut queues,
-                p,
-                &metrics,
-                &mut log,
-                &mut report,
-            )
-            .await?
+            match finish_health_check(&cfg, &mut client, lease.as_ref(), &mut queues, p, &metrics, &log, &mut report)
+                .await?
             {
                 Some(p) => {
                     pending = Some(p);
@@ -353,7 +364,7 @@ pub async fn run(cfg: ControllerConfig) -> Result<RunReport, CliError> {
         }
         let kill_file = cfg.kill_file.as_ref().is_some_and(|f| f.exists());
         if killed || kill_file {
-            kill_switch(&cfg, &mut client, lease.as_ref(), &mut queues, &mut generation, &metrics, &mut log).await?;
+            kill_switch(&cfg, &mut client, lease.as_ref(), &mut queues, &mut generation, &metrics, &log).await?;
             continue;
         }
         if last_round.is_some_and(|t| now.duration_since(t) < cfg.interval) {
@@ -361,7 +372,7 @@ pub async fn run(cfg: ControllerConfig) -> Result<RunReport, CliError> {
         }
         last_round = Some(now);
         report.rounds += 1;
-        let round = decide(&cfg, &mut guardrails, &mut queues, now, stale_after, last_batch_at, &metrics, &mut log)?;
+        let round = decide(&cfg, &mut guardrails, &mut queues, now, stale_after, last_batch_at, &metrics, &log)?;
         if let Some(t) = arrived {
             metrics.decision_latency_seconds.observe(t.elapsed().as_secs_f64());
         }
@@ -375,7 +386,7 @@ pub async fn run(cfg: ControllerConfig) -> Result<RunReport, CliError> {
                     generation = g;
                     for (i, _) in &round {
                         guardrails.record_change(now);
-                        set_queue_metrics(&metrics, &queues[*i]);
+                        set_queue_metrics(&metrics, &cfg.target, &queues[*i]);
                     }
                     let idx: Vec<usize> = round.iter().map(|(i, _)| *i).collect();
                     let before =
@@ -417,8 +428,13 @@ async fn current_generation(client: &mut Client) -> Option<u64> {
     client.get_config(pb::GetConfigRequest {}).await.ok().map(|c| c.into_inner().generation)
 }
 
-fn set_queue_metrics(m: &Metrics, q: &QueueState) {
-    let labels = QueueLabels { switch: q.id.switch.clone(), port: q.id.port.clone(), queue: q.id.queue };
+fn set_queue_metrics(m: &Metrics, target: &str, q: &QueueState) {
+    let labels = QueueLabels {
+        target: target.to_string(),
+        switch: q.id.switch.clone(),
+        port: q.id.port.clone(),
+        queue: q.id.queue,
+    };
     m.kmin_bytes.get_or_create(&labels).set(q.current.kmin_bytes as i64);
     m.kmax_bytes.get_or_create(&labels).set(q.current.kmax_bytes as i64);
     m.pmax.get_or_create(&labels).set(q.current.pmax);
@@ -435,7 +451,7 @@ fn decide(
     stale_after: Duration,
     last_batch_at: Instant,
     metrics: &Metrics,
-    log: &mut DecisionLog,
+    log: &DecisionLog,
 ) -> Result<Vec<(usize, EcnSetting)>, CliError> {
     let mut changes = Vec::new();
     let stream_stale = now.duration_since(last_batch_at) > stale_after;
@@ -470,6 +486,7 @@ fn decide(
         }
         log.write(&Decision {
             ts: unix_ms(),
+            target: &cfg.target,
             mode: cfg.mode.name(),
             queue: queue_key(&q.id),
             observation: q.watch.observation(),
@@ -527,7 +544,7 @@ async fn finish_health_check(
     queues: &mut [QueueState],
     p: Pending,
     metrics: &Metrics,
-    log: &mut DecisionLog,
+    log: &DecisionLog,
     report: &mut RunReport,
 ) -> Result<Option<Pending>, CliError> {
     let window = cfg.health.window;
@@ -600,9 +617,10 @@ async fn finish_health_check(
                 let q = &mut queues[*i];
                 q.current = *old;
                 q.quarantine_until = Some(until);
-                set_queue_metrics(metrics, q);
+                set_queue_metrics(metrics, &cfg.target, q);
                 log.write(&Decision {
                     ts: unix_ms(),
+                    target: &cfg.target,
                     mode: cfg.mode.name(),
                     queue: queue_key(&q.id),
                     observation: serde_json::json!({"before": p.before[k], "after": WindowStats::of(&p.after[k])}),
@@ -626,7 +644,7 @@ async fn kill_switch(
     queues: &mut [QueueState],
     generation: &mut u64,
     metrics: &Metrics,
-    log: &mut DecisionLog,
+    log: &DecisionLog,
 ) -> Result<(), CliError> {
     let off_baseline: Vec<usize> = (0..queues.len()).filter(|&i| queues[i].current != queues[i].baseline).collect();
     if off_baseline.is_empty() {
@@ -651,9 +669,10 @@ async fn kill_switch(
     for i in off_baseline {
         let q = &mut queues[i];
         q.current = q.baseline;
-        set_queue_metrics(metrics, q);
+        set_queue_metrics(metrics, &cfg.target, q);
         log.write(&Decision {
             ts: unix_ms(),
+            target: &cfg.target,
             mode: cfg.mode.name(),
             queue: queue_key(&q.id),
             observation: q.watch.observation(),
