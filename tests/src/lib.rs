@@ -99,6 +99,11 @@ impl Actuator {
         Actuator { addr, journal, log, dir, child }
     }
 
+    /// The child's process id (`None` once it has been reaped).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// `http://ADDR`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)

@@ -84,7 +84,6 @@ pub struct ServeOptions {
     pub token: Option<String>,
 }
 
-#[allow(dead_code)] // constructors for the embedded controller (`ecn-tuner run --target sim`)
 impl ServeOptions {
     /// Plain gRPC on `listen`, no journal, no TLS, no token (loopback only).
     pub fn new(listen: SocketAddr) -> ServeOptions {
@@ -106,7 +105,6 @@ pub struct ActuatorHandle {
     sim: Option<SimControl>,
 }
 
-#[allow(dead_code)] // parts are for the embedded controller (`ecn-tuner run --target sim`)
 impl ActuatorHandle {
     /// The bound address (the real port when asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {

@@ -48,14 +48,6 @@ pub struct SimOptions {
     pub storms: Vec<StormSpec>,
 }
 
-#[allow(dead_code)] // for the embedded controller (`ecn-tuner run --target sim`)
-impl SimOptions {
-    /// A scenario at the default time scale, no storms.
-    pub fn new(scenario: impl Into<String>) -> SimOptions {
-        SimOptions { scenario: scenario.into(), seed: None, time_scale: DEFAULT_TIME_SCALE, storms: Vec::new() }
-    }
-}
-
 /// Default `--time-scale`: 100 times slower than real time, so a 100 µs sample interval
 /// arrives every 10 ms of wall-clock time, which a loaded laptop keeps up with.
 pub const DEFAULT_TIME_SCALE: f64 = 0.01;
@@ -97,8 +89,6 @@ impl FromStr for StormSpec {
 struct Shared {
     /// The settings the service wants, and a version bumped by every apply.
     settings: Mutex<(Vec<EcnSetting>, u64)>,
-    /// Storms to inject at the next interval boundary (from [`SimControl`]).
-    storms_now: Mutex<Vec<(usize, Nanos)>>,
     runs: Mutex<Vec<Summary>>,
     stop: AtomicBool,
     queue_count: usize,
@@ -110,23 +100,10 @@ pub struct SimControl {
     shared: Arc<Shared>,
 }
 
-#[allow(dead_code)] // used by the embedded controller (`ecn-tuner run --target sim`)
 impl SimControl {
     /// Summaries of the scenario runs completed so far (the last 100), oldest first.
     pub fn completed_runs(&self) -> Vec<Summary> {
         self.shared.runs.lock().expect("sim runs lock").clone()
-    }
-
-    /// Start a pause storm on queue `queue` (capabilities order) at the next interval boundary.
-    pub fn inject_pause_storm(&self, queue: usize, duration: Nanos) -> Result<(), ActuatorError> {
-        if queue >= self.shared.queue_count {
-            return Err(ActuatorError::BadInput(format!(
-                "pause storm: queue {queue} does not exist (the fabric has {} queues)",
-                self.shared.queue_count
-            )));
-        }
-        self.shared.storms_now.lock().expect("sim storms lock").push((queue, duration));
-        Ok(())
     }
 }
 
@@ -169,7 +146,6 @@ impl SimBackend {
         let initial: Vec<EcnSetting> = (0..caps.queues.len()).map(|q| sim.ecn(q).expect("queue index")).collect();
         let shared = Arc::new(Shared {
             settings: Mutex::new((initial, 0)),
-            storms_now: Mutex::new(Vec::new()),
             runs: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             queue_count: caps.queues.len(),
@@ -383,13 +359,9 @@ impl Runner {
     }
 
     fn start_due_storms(&mut self, now: u64) {
-        let adhoc: Vec<(usize, Nanos)> = std::mem::take(&mut *self.shared.storms_now.lock().expect("sim storms lock"));
         while self.storms.first().is_some_and(|s| s.at.0 <= now) {
             let s = self.storms.remove(0);
             self.storm(s.queue, s.duration, now);
-        }
-        for (q, d) in adhoc {
-            self.storm(q, d, now);
         }
     }
 

@@ -1,22 +1,41 @@
 //! `ecn-tuner run`: the online controller, in shadow or enforce mode.
 
+use crate::actuator::{self, ServeOptions, SimOptions};
 use crate::controller::guardrails::GuardrailConfig;
 use crate::controller::health::HealthConfig;
 use crate::controller::{self, ControllerConfig, Mode};
 use crate::error::CliError;
 use crate::policy::Policy;
 use clap::Args;
-use ecn_env::{Baseline, Nanos};
+use ecn_env::fabric::EcnPlan;
+use ecn_env::scenario::Scenario;
+use ecn_env::summary::Summary;
+use ecn_env::{Baseline, Nanos, Simulator};
 use std::path::PathBuf;
 use std::time::Duration;
+use tracing::info;
 
 /// Arguments of `run`.
 #[derive(Args)]
 pub struct RunArgs {
     /// Actuator URL, e.g. http://127.0.0.1:50051 (https with --tls-ca). Repeat it to control
-    /// several actuators from one process.
-    #[arg(long, value_name = "URL", required = true)]
+    /// several actuators from one process. `sim` starts the fabric simulator behind an actuator
+    /// inside this process (see --scenario) and ends with a before/after FCT comparison.
+    #[arg(long, value_name = "URL|sim", required = true)]
     target: Vec<String>,
+    /// With --target sim: the scenario the embedded fabric runs (restarting with the next seed
+    /// whenever it ends).
+    #[arg(long, value_name = "NAME|FILE", default_value = "websearch-50")]
+    scenario: String,
+    /// With --target sim: seed of the first scenario run.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// With --target sim: simulated ns per wall-clock ns.
+    #[arg(long, value_name = "X", default_value_t = crate::actuator::sim::DEFAULT_TIME_SCALE)]
+    time_scale: f64,
+    /// With --target sim: the embedded actuator's journal.
+    #[arg(long, value_name = "FILE")]
+    journal: Option<PathBuf>,
     /// shadow: decide and log, never write. enforce: apply with commit-confirm and health checks.
     #[arg(long, value_enum)]
     mode: Mode,
@@ -124,13 +143,93 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::Failed(format!("tokio runtime: {e}")))?;
+    if a.target.iter().any(|t| t == "sim") {
+        if a.target.len() != 1 {
+            return Err(CliError::BadInput("--target sim cannot be combined with other targets".into()));
+        }
+        let sim = SimOptions { scenario: a.scenario, seed: a.seed, time_scale: a.time_scale, storms: Vec::new() };
+        return rt.block_on(run_embedded(cfg, sim, a.journal));
+    }
     let report = rt.block_on(controller::run_all(cfg, a.target))?;
-    println!(
-        "{}",
-        serde_json::json!({
-            "rounds": report.rounds, "applies": report.applies,
-            "confirms": report.confirms, "rollbacks": report.rollbacks
-        })
-    );
+    println!("{}", report_json(&report, None));
     Ok(())
+}
+
+fn report_json(r: &controller::RunReport, comparison: Option<serde_json::Value>) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "rounds": r.rounds, "applies": r.applies, "confirms": r.confirms, "rollbacks": r.rollbacks
+    });
+    if let Some(c) = comparison {
+        v["comparison"] = c;
+    }
+    v
+}
+
+/// `--target sim`: a simulated fabric behind an in-process actuator, the controller against
+/// it, and at the end every completed scenario run compared with the same seed under the
+/// static baseline.
+async fn run_embedded(cfg: ControllerConfig, sim: SimOptions, journal: Option<PathBuf>) -> Result<(), CliError> {
+    let scenario = sim.scenario.clone();
+    let opts = ServeOptions { journal, ..ServeOptions::loopback() };
+    let handle = actuator::serve_sim(sim, opts).await?;
+    info!(url = %handle.url(), %scenario, "simulated fabric running behind an embedded actuator");
+    let baseline = cfg.baseline;
+    let policy = cfg.policy.to_string();
+    let report = controller::run_all(cfg, vec![handle.url()]).await?;
+    let runs = handle.sim().map(|s| s.completed_runs()).unwrap_or_default();
+    handle.shutdown().await?;
+    let mut rows = Vec::new();
+    for run in &runs {
+        let mut sc = Scenario::load(&scenario, Some(run.seed))?;
+        sc.fabric.ecn = EcnPlan::Baseline(baseline);
+        let mut sim = Simulator::new(sc.fabric, sc.flows).map_err(|e| CliError::Failed(e.to_string()))?;
+        sim.set_record_telemetry(false);
+        sim.run(|_| {});
+        let base = Summary::new(&sim, &sc.name, &format!("baseline:{}", baseline.name()), run.seed, 0.0);
+        rows.push((run.clone(), base));
+    }
+    eprint!("{}", comparison_table(&policy, baseline, &rows));
+    let comparison = serde_json::json!(rows
+        .iter()
+        .map(|(ours, base)| serde_json::json!({"seed": ours.seed, "controlled": ours, "baseline": base}))
+        .collect::<Vec<_>>());
+    println!("{}", report_json(&report, Some(comparison)));
+    Ok(())
+}
+
+fn comparison_table(policy: &str, baseline: Baseline, rows: &[(Summary, Summary)]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    if rows.is_empty() {
+        let _ = writeln!(out, "no scenario run completed while the controller ran: run longer (--duration)");
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\nFCT slowdown per completed scenario run: controlled ({policy}) vs baseline:{}",
+        baseline.name()
+    );
+    let _ = writeln!(out, "(the first run starts on the baseline until the controller's first change)");
+    let _ = writeln!(
+        out,
+        "{:>6}  {:>17}  {:>17}  {:>17}  {:>13}",
+        "seed", "<10KB p99", "10-100KB p99", ">=1MB p50", "pause frames"
+    );
+    let f = |v: Option<f64>| v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
+    for (c, b) in rows {
+        let _ = writeln!(
+            out,
+            "{:>6}  {:>8} / {:<6}  {:>8} / {:<6}  {:>8} / {:<6}  {:>6} / {:<6}",
+            c.seed,
+            f(c.slowdown.lt_10kb.p99),
+            f(b.slowdown.lt_10kb.p99),
+            f(c.slowdown.kb10_kb100.p99),
+            f(b.slowdown.kb10_kb100.p99),
+            f(c.slowdown.ge_1mb.p50),
+            f(b.slowdown.ge_1mb.p50),
+            c.pfc.pause_frames,
+            b.pfc.pause_frames
+        );
+    }
+    out
 }

@@ -526,6 +526,15 @@ async fn apply(
         reason: format!("policy {}", cfg.policy),
     };
     let resp = client.apply(req).await.map_err(|s| format!("{:?}: {}", s.code(), s.message()))?.into_inner();
+    let (i, s) = round[0];
+    let first = &queues[i];
+    info!(
+        generation = resp.generation,
+        queues = round.len(),
+        first = %format!("{} {}/{}/{} -> {}/{}/{}", queue_key(&first.id), first.current.kmin_bytes, first.current.kmax_bytes,
+            first.current.pmax, s.kmin_bytes, s.kmax_bytes, s.pmax),
+        "applied; watching health before confirming"
+    );
     let now = Instant::now();
     for (i, s) in round {
         queues[*i].current = *s;
