@@ -35,7 +35,7 @@ enum Command {
     Actuator(commands::actuator::ActuatorArgs),
     /// The online controller: watch an actuator's telemetry and decide ECN settings, in shadow
     /// mode (log only) or enforce mode (apply, health-check, confirm or roll back).
-    Run(commands::run::RunArgs),
+    Run(Box<commands::run::RunArgs>),
 }
 
 fn main() -> ExitCode {
@@ -53,7 +53,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => commands::sim::run(a),
         Command::Scenarios(a) => commands::scenarios::run(a),
         Command::Actuator(a) => commands::actuator::run(a),
-        Command::Run(a) => commands::run::run(a),
+        Command::Run(a) => commands::run::run(*a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
