@@ -256,3 +256,49 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
         assert!(d.iter().any(|x| x["target"] == url.as_str()), "no decision for {url}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kill_switch_returns_every_queue_to_the_baseline() {
+    let act = sim_actuator(&[]).await;
+    let before = settings(&act).await; // the actuator starts on the hpcc-alibaba baseline
+    let kill = act.dir.path().join("KILL");
+    let kill_arg = kill.display().to_string();
+    let (child, _) = controller(
+        &act,
+        "killable",
+        &[
+            "--mode",
+            "enforce",
+            "--allow-writes",
+            "--policy",
+            "static:200KB,800KB,0.3",
+            "--interval",
+            "200ms",
+            "--min-dwell",
+            "0s",
+            "--health-window",
+            "3",
+            "--duration",
+            "30s",
+            "--kill-file",
+            &kill_arg,
+        ],
+    );
+    eventually("a confirmed change", Duration::from_secs(60), || {
+        let j = act.journal();
+        async move { (!events(&j, "confirm").is_empty()).then_some(()) }
+    })
+    .await;
+    assert_ne!(settings(&act).await, before);
+    std::fs::write(&kill, "stop").unwrap();
+    eventually("every queue back on the baseline", Duration::from_secs(60), || {
+        let a = &act;
+        let before = before.clone();
+        async move { (settings(a).await == before).then_some(()) }
+    })
+    .await;
+    // It stays there while the file exists.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(settings(&act).await, before);
+    drop(child);
+}
