@@ -428,6 +428,31 @@ async fn current_generation(client: &mut Client) -> Option<u64> {
     client.get_config(pb::GetConfigRequest {}).await.ok().map(|c| c.into_inner().generation)
 }
 
+/// A decision about queue `q` that left it on `after`; callers adjust the rest.
+fn decision<'a>(
+    cfg: &'a ControllerConfig,
+    q: &QueueState,
+    after: EcnSetting,
+    applied: bool,
+    reason: String,
+) -> Decision<'a> {
+    Decision {
+        ts: unix_ms(),
+        target: &cfg.target,
+        mode: cfg.mode.name(),
+        queue: queue_key(&q.id),
+        observation: q.watch.observation(),
+        proposed: None,
+        after_guardrails: setting_json(after),
+        applied,
+        reason,
+    }
+}
+
+fn record(log: &DecisionLog, d: &Decision<'_>) -> Result<(), CliError> {
+    log.write(d).map_err(|e| CliError::Failed(format!("decision log: {e}")))
+}
+
 fn set_queue_metrics(m: &Metrics, target: &str, q: &QueueState) {
     let labels = QueueLabels {
         target: target.to_string(),
@@ -484,18 +509,11 @@ fn decide(
         if !change {
             reason.push_str("; no change");
         }
-        log.write(&Decision {
-            ts: unix_ms(),
-            target: &cfg.target,
-            mode: cfg.mode.name(),
-            queue: queue_key(&q.id),
-            observation: q.watch.observation(),
-            proposed: proposed.map(setting_json),
-            after_guardrails: setting_json(verdict.setting),
-            applied: change && cfg.mode == Mode::Enforce,
-            reason,
-        })
-        .map_err(|e| CliError::Failed(format!("decision log: {e}")))?;
+        let applied = change && cfg.mode == Mode::Enforce;
+        record(
+            log,
+            &Decision { proposed: proposed.map(setting_json), ..decision(cfg, q, verdict.setting, applied, reason) },
+        )?;
         if change {
             changes.push((i, verdict.setting));
         }
@@ -627,18 +645,9 @@ async fn finish_health_check(
                 q.current = *old;
                 q.quarantine_until = Some(until);
                 set_queue_metrics(metrics, &cfg.target, q);
-                log.write(&Decision {
-                    ts: unix_ms(),
-                    target: &cfg.target,
-                    mode: cfg.mode.name(),
-                    queue: queue_key(&q.id),
-                    observation: serde_json::json!({"before": p.before[k], "after": WindowStats::of(&p.after[k])}),
-                    proposed: None,
-                    after_guardrails: setting_json(*old),
-                    applied: true,
-                    reason: format!("rolled back generation {}: {reason}", p.generation),
-                })
-                .map_err(|e| CliError::Failed(format!("decision log: {e}")))?;
+                let observation = serde_json::json!({"before": p.before[k], "after": WindowStats::of(&p.after[k])});
+                let reason = format!("rolled back generation {}: {reason}", p.generation);
+                record(log, &Decision { observation, ..decision(cfg, q, *old, true, reason) })?;
             }
         }
     }
@@ -679,18 +688,7 @@ async fn kill_switch(
         let q = &mut queues[i];
         q.current = q.baseline;
         set_queue_metrics(metrics, &cfg.target, q);
-        log.write(&Decision {
-            ts: unix_ms(),
-            target: &cfg.target,
-            mode: cfg.mode.name(),
-            queue: queue_key(&q.id),
-            observation: q.watch.observation(),
-            proposed: None,
-            after_guardrails: setting_json(q.baseline),
-            applied: true,
-            reason: "kill switch: baseline".into(),
-        })
-        .map_err(|e| CliError::Failed(format!("decision log: {e}")))?;
+        record(log, &decision(cfg, q, q.baseline, true, "kill switch: baseline".into()))?;
     }
     Ok(())
 }

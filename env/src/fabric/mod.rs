@@ -27,7 +27,7 @@ use crate::workload::FlowSpec;
 use buffer::{IngressState, SharedBuffer};
 use ecn_datasets::{FlowRecord, TelemetrySample};
 use event::{Event, EventQueue};
-use packet::{Packet, PacketKind, PacketPool};
+use packet::{Packet, PacketPool};
 use stats::QueueStats;
 use std::collections::VecDeque;
 
@@ -702,23 +702,7 @@ impl Simulator {
             Event::DecreaseCheck(f) => self.decrease_check(f),
             Event::IncreaseTimer { flow, gen } => self.increase_timer(flow, gen),
             Event::Rto(f) => self.rto(f),
-            Event::InjectedPfc { port, prio, pause } => {
-                let kind = if pause { PacketKind::Pause } else { PacketKind::Resume };
-                let frame = Packet {
-                    flow: u32::MAX,
-                    seq: 0,
-                    in_port: port,
-                    dst: u32::MAX,
-                    ecmp: 0,
-                    size: PFC_FRAME_BYTES as u16,
-                    payload: 0,
-                    kind,
-                    prio,
-                    ecn: false,
-                    cnp: false,
-                };
-                self.receive_pfc(port, frame);
-            }
+            Event::InjectedPfc { port, prio, pause } => self.receive_pfc(port, Packet::pfc(port, prio, pause)),
             Event::Sample => {
                 self.close_interval();
                 let next = self.now + self.cfg.sample_interval.0;

@@ -47,6 +47,25 @@ pub struct Packet {
     pub cnp: bool,
 }
 
+impl Packet {
+    /// A PFC frame (XOFF if `pause`, else XON) for priority `prio`, leaving or reaching `port`.
+    pub fn pfc(port: u32, prio: u8, pause: bool) -> Packet {
+        Packet {
+            flow: u32::MAX,
+            seq: 0,
+            in_port: port,
+            dst: u32::MAX,
+            ecmp: 0,
+            size: super::PFC_FRAME_BYTES as u16,
+            payload: 0,
+            kind: if pause { PacketKind::Pause } else { PacketKind::Resume },
+            prio,
+            ecn: false,
+            cnp: false,
+        }
+    }
+}
+
 /// Free-list allocator of packets.
 #[derive(Debug, Default)]
 pub struct PacketPool {

@@ -3,7 +3,7 @@
 //! (REFERENCE.md §1, §3).
 
 use super::packet::{Packet, PacketKind};
-use super::{Simulator, PFC_FRAME_BYTES};
+use super::Simulator;
 use crate::rng::mix_hash;
 
 impl Simulator {
@@ -120,21 +120,7 @@ impl Simulator {
             self.pause_frames += 1;
             self.queue_stats[port as usize * 8 + prio as usize].pause_tx += 1;
         }
-        let kind = if pause { PacketKind::Pause } else { PacketKind::Resume };
-        let frame = Packet {
-            flow: u32::MAX,
-            seq: 0,
-            in_port: port,
-            dst: u32::MAX,
-            ecmp: 0,
-            size: PFC_FRAME_BYTES as u16,
-            payload: 0,
-            kind,
-            prio,
-            ecn: false,
-            cnp: false,
-        };
-        self.send_control(port, frame);
+        self.send_control(port, Packet::pfc(port, prio, pause));
     }
 
     /// A PFC frame arrived on `port` (switch or host): pause or resume that egress priority.
