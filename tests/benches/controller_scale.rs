@@ -9,9 +9,13 @@
 //! controller's Prometheus histogram over the steady-state window).
 //!
 //! ```text
-//! cargo build --release -p ecn-agent --bin ecn-tuner      # the benchmark builds it if absent
 //! cargo bench -p ecn-tests --bench controller_scale [-- --actuators N --seconds S --cpus LIST]
 //! ```
+//!
+//! Under Cargo it first runs `cargo build --release -p ecn-agent --bin ecn-tuner` (a no-op when
+//! fresh) and uses `<target>/release/ecn-tuner`; run directly, it needs that binary built.
+//! Mind `ulimit -n` (it checks: about 4 descriptors per actuator) and memory (it checks:
+//! about 17 MiB RSS per actuator, some 3.4 GiB at 200).
 //!
 //! It prints figures; it asserts nothing about speed. Linux only (it reads /proc).
 
@@ -111,8 +115,9 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // Children are killed when their handles drop; an interrupt skips the drops, so kill them here.
-    let children = Arc::new(Mutex::new(Vec::<u32>::new()));
+    // Children are killed and scratch directories removed when their handles drop; an
+    // interrupt skips the drops, so do both here.
+    let children = Arc::new(Mutex::new(Cleanup::default()));
     let on_signal = children.clone();
     tokio::spawn(async move {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM");
@@ -120,9 +125,13 @@ async fn main() -> ExitCode {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-        let pids: Vec<String> = on_signal.lock().unwrap().iter().map(u32::to_string).collect();
+        let cleanup = on_signal.lock().unwrap_or_else(|e| e.into_inner());
+        let pids: Vec<String> = cleanup.pids.iter().map(u32::to_string).collect();
         if !pids.is_empty() {
             let _ = std::process::Command::new("kill").arg("-KILL").args(&pids).status();
+        }
+        for d in &cleanup.dirs {
+            let _ = std::fs::remove_dir_all(d);
         }
         eprintln!("controller_scale: interrupted; killed {} child processes", pids.len());
         std::process::exit(130);
@@ -136,8 +145,24 @@ async fn main() -> ExitCode {
     }
 }
 
+/// What an interrupt must undo: child processes and scratch directories.
+#[derive(Default)]
+struct Cleanup {
+    pids: Vec<u32>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Cleanup {
+    fn actuator(&mut self, a: &Actuator) {
+        self.pids.extend(a.pid());
+        self.dirs.push(a.dir.path().to_path_buf());
+    }
+}
+
 /// `<target>/release/ecn-tuner`, next to this benchmark's executable
-/// (`<target>/release/deps/controller_scale-<hash>`); built first if absent.
+/// (`<target>/release/deps/controller_scale-<hash>`). Under Cargo (`$CARGO` set) it is built
+/// first, a no-op when fresh, so that the figures are those of the current source; a benchmark
+/// cannot depend on another package's binary through Cargo.
 fn ecn_tuner_bin() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("path of the benchmark executable: {e}"))?;
     let mut dir = exe.parent().ok_or("benchmark executable directory")?.to_path_buf();
@@ -145,30 +170,26 @@ fn ecn_tuner_bin() -> Result<PathBuf, String> {
         dir.pop();
     }
     let bin = dir.join(format!("ecn-tuner{}", std::env::consts::EXE_SUFFIX));
-    if bin.exists() {
-        return Ok(bin);
-    }
-    let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    if profile != "release" {
-        return Err(format!("{} does not exist: build it first", bin.display()));
-    }
-    let target = dir.parent().ok_or("target directory")?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("{} is absent: building it (cargo build --release -p ecn-agent --bin ecn-tuner)", bin.display());
-    let ok = std::process::Command::new(&cargo)
+    let build = "cargo build --release -p ecn-agent --bin ecn-tuner";
+    let cargo = std::env::var_os("CARGO");
+    let release = dir.file_name().is_some_and(|n| n == "release");
+    let (Some(cargo), true, Some(target)) = (cargo, release, dir.parent()) else {
+        return if bin.exists() {
+            Ok(bin)
+        } else {
+            Err(format!("{} does not exist: build it first ({build})", bin.display()))
+        };
+    };
+    eprintln!("building ecn-tuner ({build})");
+    let ok = std::process::Command::new(cargo)
         .args(["build", "--release", "-p", "ecn-agent", "--bin", "ecn-tuner"])
         .env("CARGO_TARGET_DIR", target)
         .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
+        .is_ok_and(|s| s.success());
     if ok && bin.exists() {
         Ok(bin)
     } else {
-        Err(format!(
-            "could not build {}: run `cargo build --release -p ecn-agent --bin ecn-tuner` (with the same \
-             CARGO_TARGET_DIR) and rerun",
-            bin.display()
-        ))
+        Err(format!("could not build {}: run `{build}` with the same CARGO_TARGET_DIR and rerun", bin.display()))
     }
 }
 
@@ -202,15 +223,12 @@ fn clock_ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// Busy and total jiffies of the whole machine (/proc/stat `cpu` line).
-fn machine_ticks() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = text.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    // user nice system idle iowait irq softirq steal (guest time is already in user).
-    let total: u64 = v.iter().take(8).sum();
-    let idle = v.get(3)? + v.get(4).unwrap_or(&0);
-    Some((total - idle, total))
+/// The 1-minute load average: other work on the machine shows here before the benchmark starts.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|t| t.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
 }
 
 /// The soft and hard `Max open files` of this process.
@@ -226,13 +244,12 @@ fn mem_available_kib() -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix("MemAvailable:")?.split_whitespace().next()?.parse().ok())
 }
 
-/// CPU time of the controller, of every actuator, of this process, and of the machine.
+/// CPU time of the controller, of every actuator, and of this process.
 struct Snapshot {
     at: Instant,
     controller: u64,
     actuators: u64,
     bench: u64,
-    machine: Option<(u64, u64)>,
 }
 
 fn snapshot(controller: u32, actuators: &[u32]) -> Snapshot {
@@ -241,7 +258,6 @@ fn snapshot(controller: u32, actuators: &[u32]) -> Snapshot {
         controller: cpu_ticks(controller).unwrap_or(0),
         actuators: actuators.iter().filter_map(|&p| cpu_ticks(p)).sum(),
         bench: cpu_ticks(std::process::id()).unwrap_or(0),
-        machine: machine_ticks(),
     }
 }
 
@@ -349,12 +365,14 @@ fn fmt_secs(s: f64) -> String {
 
 // ---- the benchmark ---------------------------------------------------------------------------
 
-async fn bench(opts: Opts, children: Arc<Mutex<Vec<u32>>>) -> Result<(), String> {
+async fn bench(opts: Opts, children: Arc<Mutex<Cleanup>>) -> Result<(), String> {
     let n = opts.actuators;
     let bin = ecn_tuner_bin()?;
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let tck = clock_ticks_per_second();
+    let load_before = load_average();
     let scratch = tempfile::Builder::new().prefix("ecn-controller-scale-").tempdir().map_err(|e| e.to_string())?;
+    children.lock().unwrap().dirs.push(scratch.path().to_path_buf());
 
     // File descriptors: each actuator costs this process a pipe (and tokio a pidfd), and the
     // controller a socket or two; both inherit this soft limit.
@@ -403,7 +421,7 @@ async fn bench(opts: Opts, children: Arc<Mutex<Vec<u32>>>) -> Result<(), String>
     let started_at = Instant::now();
     let mut actuators: Vec<Actuator> = Vec::with_capacity(n);
     actuators.push(start_actuator(&telemetry, time_scale).await?);
-    children.lock().unwrap().extend(actuators[0].pid());
+    children.lock().unwrap().actuator(&actuators[0]);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let one_rss = actuators[0].pid().and_then(|p| status_number(p, "VmRSS")).unwrap_or(0);
     if let Some(avail) = mem_available_kib() {
@@ -424,7 +442,7 @@ async fn bench(opts: Opts, children: Arc<Mutex<Vec<u32>>>) -> Result<(), String>
         starting.spawn(async move {
             let _permit = sem.acquire_owned().await.expect("semaphore");
             let a = start_actuator(&telemetry, time_scale).await?;
-            children.lock().unwrap().extend(a.pid());
+            children.lock().unwrap().actuator(&a);
             Ok::<_, String>((i, a))
         });
     }
@@ -459,7 +477,7 @@ async fn bench(opts: Opts, children: Arc<Mutex<Vec<u32>>>) -> Result<(), String>
     let mut controller = cmd.spawn().map_err(|e| format!("spawn the controller: {e}"))?;
     let ctl_start = Instant::now();
     let ctl_pid = controller.id().ok_or("controller pid")?;
-    children.lock().unwrap().push(ctl_pid);
+    children.lock().unwrap().pids.push(ctl_pid);
     let log_tail = || {
         let t = std::fs::read_to_string(&log_path).unwrap_or_default();
         let lines: Vec<&str> = t.lines().collect();
@@ -499,6 +517,7 @@ async fn bench(opts: Opts, children: Arc<Mutex<Vec<u32>>>) -> Result<(), String>
     }
     tokio::time::sleep_until(end.into()).await;
     let s1 = snapshot(ctl_pid, &actuator_pids);
+    let load_end = load_average();
     let ctl_rss = status_number(ctl_pid, "VmRSS").unwrap_or(0);
     let ctl_threads = status_number(ctl_pid, "Threads").unwrap_or(0);
     let ctl_cpus = status_field(&ctl_pid.to_string(), "Cpus_allowed_list").unwrap_or_default();
@@ -516,6 +535,8 @@ async fn bench(opts: Opts, children: Arc<Mutex<Vec<u32>>>) -> Result<(), String>
         (controller.wait().await, stdout)
     })
     .await;
+    // Reaped (or about to be killed on drop): an interrupt must not signal a reused pid.
+    children.lock().unwrap().pids.retain(|&p| p != ctl_pid);
     let (exit, report) = match out {
         Ok((Ok(status), stdout)) => (status.to_string(), stdout.trim().to_string()),
         Ok((Err(e), _)) => (format!("wait failed: {e}"), String::new()),
@@ -528,10 +549,6 @@ async fn bench(opts: Opts, children: Arc<Mutex<Vec<u32>>>) -> Result<(), String>
     let ctl_pct = pct(s1.controller - s0.controller);
     let act_pct = pct(s1.actuators - s0.actuators);
     let bench_pct = pct(s1.bench - s0.bench);
-    let machine_pct = match (s0.machine, s1.machine) {
-        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => Some((b1 - b0) as f64 / (t1 - t0) as f64 * 100.0),
-        _ => None,
-    };
     let d = m1.minus(&m0);
     let per_sec = 1.0 / INTERVAL.as_secs_f64();
     let expected_decisions = (n * queues) as f64 * per_sec;
@@ -555,9 +572,7 @@ async fn bench(opts: Opts, children: Arc<Mutex<Vec<u32>>>) -> Result<(), String>
         format!("{act_pct:.1} % of one core ({:.2} % each)", act_pct / actuator_pids.len().max(1) as f64),
     );
     row("benchmark process CPU", format!("{bench_pct:.1} % of one core"));
-    if let Some(m) = machine_pct {
-        row("machine busy", format!("{m:.1} % of {cores} cores"));
-    }
+    row("load average (1 min): before / at the end", format!("{load_before} / {load_end}"));
     row(
         "decisions / s",
         format!("{decisions:.0} (expected {expected_decisions:.0}: {:.1} %)", {

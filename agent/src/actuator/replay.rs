@@ -22,7 +22,8 @@ use tracing::debug;
 pub struct Recording {
     /// Rows in time order.
     pub rows: Vec<TelemetrySample>,
-    /// Native interval: the smallest gap between consecutive timestamps.
+    /// Native interval: the most common gap between consecutive timestamps. (Not the smallest:
+    /// a run that ends early closes with a short, partial interval.)
     pub interval_ns: u64,
 }
 
@@ -35,7 +36,12 @@ impl Recording {
             return Err(bad("no telemetry rows".into()));
         }
         rows.sort_by_key(|r| r.ts_ns);
-        let interval_ns = rows.windows(2).map(|w| w[1].ts_ns - w[0].ts_ns).filter(|d| *d > 0).min().unwrap_or(0);
+        let mut gaps: std::collections::BTreeMap<u64, usize> = Default::default();
+        for w in rows.windows(2).filter(|w| w[1].ts_ns > w[0].ts_ns) {
+            *gaps.entry(w[1].ts_ns - w[0].ts_ns).or_default() += 1;
+        }
+        // Most frequent gap; ties go to the smaller one.
+        let interval_ns = gaps.iter().max_by_key(|(g, n)| (**n, std::cmp::Reverse(**g))).map(|(g, _)| *g).unwrap_or(0);
         if interval_ns == 0 {
             return Err(bad("a single timestamp: a replay needs at least two sample intervals".into()));
         }

@@ -301,7 +301,7 @@ pub async fn run(cfg: ControllerConfig, metrics: Metrics, log: DecisionLog) -> R
     let mut sigusr1 = signal(tokio::signal::unix::SignalKind::user_defined1())?;
     let mut stream_open = true;
 
-    let mut last_round: Option<Instant> = None;
+    let mut next_due: Option<Instant> = None;
     loop {
         // Wait for something to do; decisions follow the first telemetry batch of each interval,
         // and the ticker keeps deciding (and falling back) when telemetry stops.
@@ -367,10 +367,21 @@ pub async fn run(cfg: ControllerConfig, metrics: Metrics, log: DecisionLog) -> R
             kill_switch(&cfg, &mut client, lease.as_ref(), &mut queues, &mut generation, &metrics, &log).await?;
             continue;
         }
-        if last_round.is_some_and(|t| now.duration_since(t) < cfg.interval) {
+        // Rounds sit on a grid of `interval`; a batch may trigger its round up to half an
+        // interval early (arrival jitter), the ticker only half an interval late (no telemetry).
+        let half = cfg.interval / 2;
+        let due = match next_due {
+            None => true,
+            Some(d) if arrived.is_some() => now + half >= d,
+            Some(d) => now >= d + half,
+        };
+        if !due {
             continue;
         }
-        last_round = Some(now);
+        next_due = Some(match next_due {
+            Some(d) if now < d + cfg.interval => d + cfg.interval,
+            _ => now + cfg.interval,
+        });
         report.rounds += 1;
         let round = decide(&cfg, &mut guardrails, &mut queues, now, stale_after, last_batch_at, &metrics, &log)?;
         if let Some(t) = arrived {
