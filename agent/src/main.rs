@@ -35,6 +35,9 @@ enum Command {
     Actuator(commands::actuator::ActuatorArgs),
     /// The online controller: watch an actuator's telemetry and decide ECN settings, in shadow
     /// mode (log only) or enforce mode (apply, health-check, confirm or roll back).
+    // A later occurrence of a flag overrides an earlier one, so wrappers such as
+    // scripts/quickstart can set defaults that the user's own flags replace.
+    #[command(args_override_self = true)]
     Run(Box<commands::run::RunArgs>),
 }
 
