@@ -48,6 +48,11 @@ impl DecisionLog {
         Ok(DecisionLog { out })
     }
 
+    /// Whether decisions go anywhere (callers skip building them otherwise).
+    pub fn enabled(&self) -> bool {
+        self.out.is_some()
+    }
+
     /// Write one decision.
     pub fn write(&self, d: &Decision<'_>) -> std::io::Result<()> {
         if let Some(out) = &self.out {

@@ -509,22 +509,23 @@ fn decide(
             metrics.clamps.get_or_create(&ReasonLabels { reason: c.name().into() }).inc();
         }
         let change = verdict.setting != q.current;
-        let mut reason = format!("policy {}", cfg.policy);
-        if quarantined {
-            reason.push_str("; quarantined after a rollback, keeping the known-good setting");
+        // The log line costs a JSON observation and a reason string: build them only if kept.
+        if log.enabled() {
+            let mut reason = format!("policy {}", cfg.policy);
+            if quarantined {
+                reason.push_str("; quarantined after a rollback, keeping the known-good setting");
+            }
+            if !verdict.clamps.is_empty() {
+                let names: Vec<&str> = verdict.clamps.iter().map(|c: &Clamp| c.name()).collect();
+                reason.push_str(&format!("; guardrails: {}", names.join(", ")));
+            }
+            if !change {
+                reason.push_str("; no change");
+            }
+            let applied = change && cfg.mode == Mode::Enforce;
+            let d = decision(cfg, q, verdict.setting, applied, reason);
+            record(log, &Decision { proposed: proposed.map(setting_json), ..d })?;
         }
-        if !verdict.clamps.is_empty() {
-            let names: Vec<&str> = verdict.clamps.iter().map(|c: &Clamp| c.name()).collect();
-            reason.push_str(&format!("; guardrails: {}", names.join(", ")));
-        }
-        if !change {
-            reason.push_str("; no change");
-        }
-        let applied = change && cfg.mode == Mode::Enforce;
-        record(
-            log,
-            &Decision { proposed: proposed.map(setting_json), ..decision(cfg, q, verdict.setting, applied, reason) },
-        )?;
         if change {
             changes.push((i, verdict.setting));
         }
