@@ -207,228 +207,64 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
 
 /// Run the control loop of one actuator until `duration`, SIGINT/SIGTERM, or a fatal error.
 pub async fn run(cfg: ControllerConfig, metrics: Metrics, log: DecisionLog) -> Result<RunReport, CliError> {
-    let mut client = connect(&cfg.target, cfg.token.as_deref(), cfg.tls_ca.as_deref()).await?;
-    let status = |what: &str, s: tonic::Status| CliError::Failed(format!("{what}: {}: {}", s.code(), s.message()));
-    let caps =
-        client.get_capabilities(pb::GetCapabilitiesRequest {}).await.map_err(|s| status("GetCapabilities", s))?;
-    let caps = caps.into_inner();
-    let config = client.get_config(pb::GetConfigRequest {}).await.map_err(|s| status("GetConfig", s))?.into_inner();
-    let mut generation = config.generation;
-
-    let mut guard_cfg = cfg.guardrails.clone();
-    if let Some(b) = &caps.bounds {
-        guard_cfg.kmin_min_bytes = guard_cfg.kmin_min_bytes.max(b.kmin_min_bytes);
-        if b.kmax_max_bytes > 0 {
-            guard_cfg.kmax_max_bytes = guard_cfg.kmax_max_bytes.min(b.kmax_max_bytes);
-        }
-        guard_cfg.pmax_min = guard_cfg.pmax_min.max(b.pmax_min);
-        if b.pmax_max > 0.0 {
-            guard_cfg.pmax_max = guard_cfg.pmax_max.min(b.pmax_max);
-        }
-        guard_cfg.granularity_bytes = guard_cfg.granularity_bytes.max(b.granularity_bytes);
-    }
-    let stale_after = guard_cfg.stale_after;
-    let mut guardrails = Guardrails::new(guard_cfg);
-
-    let current: HashMap<String, EcnSetting> = config
-        .queues
-        .iter()
-        .filter_map(|q| Some((queue_key(q.id.as_ref()?), to_setting(q.setting.as_ref())?)))
-        .collect();
-    let mut queues: Vec<QueueState> = Vec::new();
-    for c in &caps.queues {
-        let Some(id) = c.id.clone() else { continue };
-        let link = ecn_env::BitsPerSec(c.link_bps);
-        let baseline = cfg.baseline.setting(link);
-        let current = current.get(&queue_key(&id)).copied().unwrap_or(baseline);
-        queues.push(QueueState {
-            xoff: (c.pfc_xoff_bytes > 0).then_some(c.pfc_xoff_bytes),
-            link_bps: c.link_bps,
-            current,
-            baseline,
-            last_change: None,
-            quarantine_until: None,
-            watch: QueueWatch::default(),
-            id,
-        });
-    }
-    let index: HashMap<String, usize> = queues.iter().enumerate().map(|(i, q)| (queue_key(&q.id), i)).collect();
-    if queues.is_empty() {
-        return Err(CliError::Failed(format!("the actuator at {} reports no queues", cfg.target)));
-    }
-
-    for q in &queues {
-        set_queue_metrics(&metrics, &cfg.target, q);
-    }
-
-    let mut lease = None;
-    if cfg.mode == Mode::Enforce {
-        warn!(
-            target = %cfg.target,
-            backend = %caps.backend,
-            queues = queues.len(),
-            "ENFORCE mode: ecn-tuner will write ECN settings on this actuator"
-        );
-        let ttl = (cfg.interval * 10).max(Duration::from_secs(10));
-        let l = client
-            .acquire_writer(pb::AcquireWriterRequest {
-                controller_id: cfg.controller_id.clone(),
-                ttl_ms: ttl.as_millis() as u64,
-            })
-            .await
-            .map_err(|s| status("AcquireWriter", s))?
-            .into_inner();
-        lease = Some((l.lease_id, ttl));
-    } else {
-        info!(target = %cfg.target, backend = %caps.backend, queues = queues.len(), "shadow mode: nothing will be written");
-    }
-
-    let mut stream = client
-        .stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 })
-        .await
-        .map_err(|s| status("StreamTelemetry", s))?
-        .into_inner();
+    let mut lp = ControlLoop::start(cfg, metrics, log).await?;
+    let mut stream = lp.open_stream().await?;
 
     let started = Instant::now();
-    let mut report = RunReport::default();
-    let mut ticker = tokio::time::interval(cfg.interval);
+    let mut ticker = tokio::time::interval(lp.cfg.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_batch_at = Instant::now();
-    let mut last_renew = Instant::now();
-    let mut pending: Option<Pending> = None;
-    let mut killed = false;
     let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut sigusr1 = signal(tokio::signal::unix::SignalKind::user_defined1())?;
     let mut stream_open = true;
 
-    let mut next_due: Option<Instant> = None;
     loop {
         // Wait for something to do; decisions follow the first telemetry batch of each interval,
         // and the ticker keeps deciding (and falling back) when telemetry stops.
         let arrived = tokio::select! {
             _ = tokio::signal::ctrl_c() => { info!("interrupted"); break; }
             _ = sigterm.recv() => { info!("terminated"); break; }
-            _ = sigusr1.recv() => { killed = true; None }
+            _ = sigusr1.recv() => { lp.killed = true; None }
             msg = stream.message(), if stream_open => {
                 match msg {
-                    Ok(Some(batch)) => {
-                        last_batch_at = Instant::now();
-                        for s in &batch.samples {
-                            let Some(i) = s.id.as_ref().and_then(|id| index.get(&queue_key(id))) else { continue };
-                            queues[*i].watch.push(s);
-                        }
-                        if let Some(p) = &mut pending {
-                            for (k, &i) in p.queues.iter().enumerate() {
-                                p.after[k].extend(queues[i].watch.last_interval());
-                            }
-                        }
-                        Some(last_batch_at)
-                    }
+                    Ok(Some(batch)) => Some(lp.take_batch(&batch)),
                     Ok(None) => { warn!("the actuator closed the telemetry stream"); stream_open = false; None }
                     Err(s) => { warn!(code = ?s.code(), message = s.message(), "telemetry stream failed"); stream_open = false; None }
                 }
             }
             _ = ticker.tick() => None,
         };
-        if cfg.duration.is_some_and(|d| started.elapsed() >= d) {
+        if lp.cfg.duration.is_some_and(|d| started.elapsed() >= d) {
             info!("duration reached");
             break;
         }
         let now = Instant::now();
-        metrics.telemetry_age_seconds.set(now.duration_since(last_batch_at).as_secs_f64());
-        if let Some((id, ttl)) = &lease {
-            if now.duration_since(last_renew) >= *ttl / 3 {
-                let req = pb::AcquireWriterRequest {
-                    controller_id: cfg.controller_id.clone(),
-                    ttl_ms: ttl.as_millis() as u64,
-                };
-                match client.acquire_writer(req).await {
-                    Ok(l) if l.get_ref().lease_id == *id => last_renew = now,
-                    Ok(_) => return Err(CliError::Failed("the writer lease changed hands".into())),
-                    Err(s) => warn!(code = ?s.code(), message = s.message(), "could not renew the writer lease"),
-                }
-            }
-        }
-        if let Some(p) = pending.take() {
-            match finish_health_check(&cfg, &mut client, lease.as_ref(), &mut queues, p, &metrics, &log, &mut report)
-                .await?
-            {
-                Some(p) => {
-                    pending = Some(p);
-                    continue;
-                }
-                None => {
-                    generation = current_generation(&mut client).await.unwrap_or(generation);
-                }
-            }
-        }
-        let kill_file = cfg.kill_file.as_ref().is_some_and(|f| f.exists());
-        if killed || kill_file {
-            kill_switch(&cfg, &mut client, lease.as_ref(), &mut queues, &mut generation, &metrics, &log).await?;
+        lp.metrics.telemetry_age_seconds.set(now.duration_since(lp.last_batch_at).as_secs_f64());
+        lp.renew_lease(now).await?;
+        if lp.check_pending().await? {
             continue;
         }
-        // Rounds sit on a grid of `interval`; a batch may trigger its round up to half an
-        // interval early (arrival jitter), the ticker only half an interval late (no telemetry).
-        let half = cfg.interval / 2;
-        let due = match next_due {
-            None => true,
-            Some(d) if arrived.is_some() => now + half >= d,
-            Some(d) => now >= d + half,
-        };
-        if !due {
+        if lp.kill_requested() {
+            lp.kill_switch().await?;
             continue;
         }
-        next_due = Some(match next_due {
-            Some(d) if now < d + cfg.interval => d + cfg.interval,
-            _ => now + cfg.interval,
-        });
-        report.rounds += 1;
-        let round = decide(&cfg, &mut guardrails, &mut queues, now, stale_after, last_batch_at, &metrics, &log)?;
+        if !lp.round_due(now, arrived.is_some()) {
+            continue;
+        }
+        lp.report.rounds += 1;
+        let round = lp.decide(now)?;
         if let Some(t) = arrived {
-            metrics.decision_latency_seconds.observe(t.elapsed().as_secs_f64());
+            lp.metrics.decision_latency_seconds.observe(t.elapsed().as_secs_f64());
         }
-        if cfg.mode == Mode::Enforce && !round.is_empty() {
-            let Some((lease_id, _)) = &lease else { continue };
-            let previous: Vec<(usize, EcnSetting)> = round.iter().map(|(i, _)| (*i, queues[*i].current)).collect();
-            match apply(&cfg, &mut client, lease_id, generation, &round, &mut queues).await {
-                Ok((g, deadline)) => {
-                    report.applies += 1;
-                    metrics.applies.inc();
-                    generation = g;
-                    for (i, _) in &round {
-                        guardrails.record_change(now);
-                        set_queue_metrics(&metrics, &cfg.target, &queues[*i]);
-                    }
-                    let idx: Vec<usize> = round.iter().map(|(i, _)| *i).collect();
-                    let before =
-                        idx.iter().map(|&i| WindowStats::of(queues[i].watch.recent(cfg.health.window))).collect();
-                    let after = vec![Vec::new(); idx.len()];
-                    pending = Some(Pending { generation: g, queues: idx, before, after, deadline, previous });
-                }
-                Err(e) => warn!(error = %e, "apply refused; settings unchanged"),
-            }
+        if lp.cfg.mode == Mode::Enforce && !round.is_empty() {
+            lp.apply_round(now, round).await;
         }
     }
 
-    // Leave only confirmed settings behind.
-    if let (Some(p), Some((lease_id, _))) = (pending.take(), &lease) {
-        let req = pb::RollbackRequest {
-            lease_id: lease_id.clone(),
-            to_generation: None,
-            reason: format!("controller stopping; generation {} was never confirmed", p.generation),
-        };
-        match client.rollback(req).await {
-            Ok(_) => {
-                report.rollbacks += 1;
-                metrics.rollbacks.get_or_create(&ReasonLabels { reason: "shutdown".into() }).inc();
-            }
-            Err(s) => warn!(code = ?s.code(), "rollback at shutdown failed; the actuator's deadline will revert it"),
-        }
-    }
-    if let Some((lease_id, _)) = lease {
-        let _ = client.release_writer(pb::ReleaseWriterRequest { lease_id }).await;
-    }
-    Ok(report)
+    lp.shutdown().await
+}
+
+fn status(what: &str, s: tonic::Status) -> CliError {
+    CliError::Failed(format!("{what}: {}: {}", s.code(), s.message()))
 }
 
 fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal, CliError> {
@@ -476,231 +312,465 @@ fn set_queue_metrics(m: &Metrics, target: &str, q: &QueueState) {
     m.pmax.get_or_create(&labels).set(q.current.pmax);
 }
 
-/// One decision round: logs a decision per queue and returns the queues to change with their
-/// new settings (`queues[i].current` changes only once an apply succeeds).
-#[allow(clippy::too_many_arguments)]
-fn decide(
-    cfg: &ControllerConfig,
-    guardrails: &mut Guardrails,
-    queues: &mut [QueueState],
-    now: Instant,
+/// The state of one actuator's control loop.
+struct ControlLoop {
+    cfg: ControllerConfig,
+    client: Client,
+    metrics: Metrics,
+    log: DecisionLog,
+    guardrails: Guardrails,
+    /// The guardrails' staleness limit (after tightening to the actuator's bounds).
     stale_after: Duration,
-    last_batch_at: Instant,
-    metrics: &Metrics,
-    log: &DecisionLog,
-) -> Result<Vec<(usize, EcnSetting)>, CliError> {
-    let mut changes = Vec::new();
-    let stream_stale = now.duration_since(last_batch_at) > stale_after;
-    for (i, q) in queues.iter_mut().enumerate() {
-        metrics.decisions.inc();
-        let telemetry =
-            if stream_stale { guardrails::TelemetryHealth::Stale } else { q.watch.health(now, stale_after) };
-        let quarantined = q.quarantine_until.is_some_and(|t| now < t);
-        let proposed = if quarantined { Some(q.current) } else { cfg.policy.propose(ecn_env::BitsPerSec(q.link_bps)) };
-        let ctx = QueueContext {
-            current: q.current,
-            baseline: q.baseline,
-            xoff_bytes: q.xoff,
-            last_change: q.last_change,
-            telemetry,
-        };
-        let verdict = guardrails.check(proposed, &ctx, now);
-        for c in &verdict.clamps {
-            metrics.clamps.get_or_create(&ReasonLabels { reason: c.name().into() }).inc();
-        }
-        let change = verdict.setting != q.current;
-        // The log line costs a JSON observation and a reason string: build them only if kept.
-        if log.enabled() {
-            let mut reason = format!("policy {}", cfg.policy);
-            if quarantined {
-                reason.push_str("; quarantined after a rollback, keeping the known-good setting");
-            }
-            if !verdict.clamps.is_empty() {
-                let names: Vec<&str> = verdict.clamps.iter().map(|c: &Clamp| c.name()).collect();
-                reason.push_str(&format!("; guardrails: {}", names.join(", ")));
-            }
-            if !change {
-                reason.push_str("; no change");
-            }
-            let applied = change && cfg.mode == Mode::Enforce;
-            let d = decision(cfg, q, verdict.setting, applied, reason);
-            record(log, &Decision { proposed: proposed.map(setting_json), ..d })?;
-        }
-        if change {
-            changes.push((i, verdict.setting));
-        }
-    }
-    Ok(changes)
-}
-
-/// Apply the round's changes in one atomic call with a confirm deadline. On success the
-/// queues' `current` become the new settings; returns the new generation and the deadline.
-async fn apply(
-    cfg: &ControllerConfig,
-    client: &mut Client,
-    lease_id: &str,
+    queues: Vec<QueueState>,
+    index: HashMap<String, usize>,
+    /// Writer lease id and TTL; enforce mode only.
+    lease: Option<(String, Duration)>,
     generation: u64,
-    round: &[(usize, EcnSetting)],
-    queues: &mut [QueueState],
-) -> Result<(u64, Instant), String> {
-    let changes = round
-        .iter()
-        .map(|(i, s)| pb::QueueSetting { id: Some(queues[*i].id.clone()), setting: Some(to_pb(*s)) })
-        .collect();
-    let req = pb::ApplyRequest {
-        lease_id: lease_id.to_string(),
-        changes,
-        validate_only: false,
-        expected_generation: Some(generation),
-        confirm_within_ms: cfg.confirm_within.as_millis() as u64,
-        reason: format!("policy {}", cfg.policy),
-    };
-    let resp = client.apply(req).await.map_err(|s| format!("{:?}: {}", s.code(), s.message()))?.into_inner();
-    let (i, s) = round[0];
-    let first = &queues[i];
-    info!(
-        generation = resp.generation,
-        queues = round.len(),
-        first = %format!("{} {}/{}/{} -> {}/{}/{}", queue_key(&first.id), first.current.kmin_bytes, first.current.kmax_bytes,
-            first.current.pmax, s.kmin_bytes, s.kmax_bytes, s.pmax),
-        "applied; watching health before confirming"
-    );
-    let now = Instant::now();
-    for (i, s) in round {
-        queues[*i].current = *s;
-        queues[*i].last_change = Some(now);
-    }
-    Ok((resp.generation, now + cfg.confirm_within))
+    pending: Option<Pending>,
+    report: RunReport,
+    last_batch_at: Instant,
+    last_renew: Instant,
+    killed: bool,
+    next_due: Option<Instant>,
 }
 
-/// Judge a pending change once its window is complete (or its deadline is near): confirm it,
-/// or roll it back and quarantine its queues. Returns the change if it is still being watched.
-#[allow(clippy::too_many_arguments)]
-async fn finish_health_check(
-    cfg: &ControllerConfig,
-    client: &mut Client,
-    lease: Option<&(String, Duration)>,
-    queues: &mut [QueueState],
-    p: Pending,
-    metrics: &Metrics,
-    log: &DecisionLog,
-    report: &mut RunReport,
-) -> Result<Option<Pending>, CliError> {
-    let window = cfg.health.window;
-    let now = Instant::now();
-    let near_deadline = now + cfg.interval * 2 >= p.deadline;
-    let complete = p.after.iter().all(|a| a.len() >= window);
-    // Health cannot be confirmed without trustworthy telemetry: judge at once if it went bad.
-    let blind =
-        p.queues.iter().any(|&i| queues[i].watch.health(now, cfg.guardrails.stale_after) != TelemetryHealth::Good);
-    let Some((lease_id, _)) = lease else { return Ok(None) };
-    let verdict = if blind {
-        Err(vec!["telemetry of a changed queue became stale or invalid during the health check".into()])
-    } else {
-        let mut why = Vec::new();
-        for (k, &i) in p.queues.iter().enumerate() {
-            let after = WindowStats::of(&p.after[k]);
-            let judged = if complete {
-                health::judge(&cfg.health, &p.before[k], &after)
-            } else {
-                health::judge_strong(&cfg.health, &p.before[k], &after)
-            };
-            if let Err(w) = judged {
-                why.extend(w.into_iter().map(|w| format!("{}: {w}", queue_key(&queues[i].id))));
+impl ControlLoop {
+    /// Connect, read the actuator's capabilities and config, tighten the guardrails to its
+    /// bounds, and (in enforce mode) take the writer lease.
+    async fn start(cfg: ControllerConfig, metrics: Metrics, log: DecisionLog) -> Result<Self, CliError> {
+        let mut client = connect(&cfg.target, cfg.token.as_deref(), cfg.tls_ca.as_deref()).await?;
+        let caps =
+            client.get_capabilities(pb::GetCapabilitiesRequest {}).await.map_err(|s| status("GetCapabilities", s))?;
+        let caps = caps.into_inner();
+        let config = client.get_config(pb::GetConfigRequest {}).await.map_err(|s| status("GetConfig", s))?.into_inner();
+        let generation = config.generation;
+
+        let mut guard_cfg = cfg.guardrails.clone();
+        if let Some(b) = &caps.bounds {
+            guard_cfg.kmin_min_bytes = guard_cfg.kmin_min_bytes.max(b.kmin_min_bytes);
+            if b.kmax_max_bytes > 0 {
+                guard_cfg.kmax_max_bytes = guard_cfg.kmax_max_bytes.min(b.kmax_max_bytes);
             }
-        }
-        if complete {
-            let util = |w: &[WindowStats]| w.iter().map(|x| x.utilization).sum::<f64>() / w.len().max(1) as f64;
-            let after: Vec<WindowStats> = p.after.iter().map(WindowStats::of).collect();
-            if let Err(w) = health::judge_utilization(&cfg.health, util(&p.before), util(&after)) {
-                why.push(w);
+            guard_cfg.pmax_min = guard_cfg.pmax_min.max(b.pmax_min);
+            if b.pmax_max > 0.0 {
+                guard_cfg.pmax_max = guard_cfg.pmax_max.min(b.pmax_max);
             }
-        } else if why.is_empty() && !near_deadline {
-            return Ok(Some(p));
-        } else if why.is_empty() {
-            why.push(format!("fewer than {window} telemetry intervals arrived before the confirm deadline"));
+            guard_cfg.granularity_bytes = guard_cfg.granularity_bytes.max(b.granularity_bytes);
         }
-        if why.is_empty() {
-            Ok(())
+        let stale_after = guard_cfg.stale_after;
+        let guardrails = Guardrails::new(guard_cfg);
+
+        let current: HashMap<String, EcnSetting> = config
+            .queues
+            .iter()
+            .filter_map(|q| Some((queue_key(q.id.as_ref()?), to_setting(q.setting.as_ref())?)))
+            .collect();
+        let mut queues: Vec<QueueState> = Vec::new();
+        for c in &caps.queues {
+            let Some(id) = c.id.clone() else { continue };
+            let link = ecn_env::BitsPerSec(c.link_bps);
+            let baseline = cfg.baseline.setting(link);
+            let current = current.get(&queue_key(&id)).copied().unwrap_or(baseline);
+            queues.push(QueueState {
+                xoff: (c.pfc_xoff_bytes > 0).then_some(c.pfc_xoff_bytes),
+                link_bps: c.link_bps,
+                current,
+                baseline,
+                last_change: None,
+                quarantine_until: None,
+                watch: QueueWatch::default(),
+                id,
+            });
+        }
+        let index: HashMap<String, usize> = queues.iter().enumerate().map(|(i, q)| (queue_key(&q.id), i)).collect();
+        if queues.is_empty() {
+            return Err(CliError::Failed(format!("the actuator at {} reports no queues", cfg.target)));
+        }
+
+        for q in &queues {
+            set_queue_metrics(&metrics, &cfg.target, q);
+        }
+
+        let mut lease = None;
+        if cfg.mode == Mode::Enforce {
+            warn!(
+                target = %cfg.target,
+                backend = %caps.backend,
+                queues = queues.len(),
+                "ENFORCE mode: ecn-tuner will write ECN settings on this actuator"
+            );
+            let ttl = (cfg.interval * 10).max(Duration::from_secs(10));
+            let l = client
+                .acquire_writer(pb::AcquireWriterRequest {
+                    controller_id: cfg.controller_id.clone(),
+                    ttl_ms: ttl.as_millis() as u64,
+                })
+                .await
+                .map_err(|s| status("AcquireWriter", s))?
+                .into_inner();
+            lease = Some((l.lease_id, ttl));
         } else {
-            Err(why)
+            info!(target = %cfg.target, backend = %caps.backend, queues = queues.len(), "shadow mode: nothing will be written");
         }
-    };
-    match verdict {
-        Ok(()) => {
-            let req = pb::ConfirmRequest { lease_id: lease_id.clone(), generation: p.generation };
-            match client.confirm(req).await {
-                Ok(_) => {
-                    report.confirms += 1;
-                    metrics.confirms.inc();
-                    info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed");
+
+        let now = Instant::now();
+        Ok(ControlLoop {
+            cfg,
+            client,
+            metrics,
+            log,
+            guardrails,
+            stale_after,
+            queues,
+            index,
+            lease,
+            generation,
+            pending: None,
+            report: RunReport::default(),
+            last_batch_at: now,
+            last_renew: now,
+            killed: false,
+            next_due: None,
+        })
+    }
+
+    /// Open the telemetry stream; the telemetry-age and lease-renewal clocks start here.
+    async fn open_stream(&mut self) -> Result<tonic::Streaming<pb::TelemetryBatch>, CliError> {
+        let stream = self
+            .client
+            .stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 })
+            .await
+            .map_err(|s| status("StreamTelemetry", s))?
+            .into_inner();
+        let now = Instant::now();
+        self.last_batch_at = now;
+        self.last_renew = now;
+        Ok(stream)
+    }
+
+    /// Feed a telemetry batch to the queues (and to the pending change's health window);
+    /// returns its arrival time.
+    fn take_batch(&mut self, batch: &pb::TelemetryBatch) -> Instant {
+        self.last_batch_at = Instant::now();
+        for s in &batch.samples {
+            let Some(i) = s.id.as_ref().and_then(|id| self.index.get(&queue_key(id))) else { continue };
+            self.queues[*i].watch.push(s);
+        }
+        if let Some(p) = &mut self.pending {
+            for (k, &i) in p.queues.iter().enumerate() {
+                p.after[k].extend(self.queues[i].watch.last_interval());
+            }
+        }
+        self.last_batch_at
+    }
+
+    /// Renew the writer lease every third of its TTL; losing it to another writer is fatal.
+    async fn renew_lease(&mut self, now: Instant) -> Result<(), CliError> {
+        if let Some((id, ttl)) = &self.lease {
+            if now.duration_since(self.last_renew) >= *ttl / 3 {
+                let req = pb::AcquireWriterRequest {
+                    controller_id: self.cfg.controller_id.clone(),
+                    ttl_ms: ttl.as_millis() as u64,
+                };
+                match self.client.acquire_writer(req).await {
+                    Ok(l) if l.get_ref().lease_id == *id => self.last_renew = now,
+                    Ok(_) => return Err(CliError::Failed("the writer lease changed hands".into())),
+                    Err(s) => warn!(code = ?s.code(), message = s.message(), "could not renew the writer lease"),
                 }
-                Err(s) => {
-                    // The deadline passed first: the actuator reverted by itself.
-                    warn!(code = ?s.code(), message = s.message(), "confirm refused; the actuator reverted the change");
-                    for (i, old) in &p.previous {
-                        queues[*i].current = *old;
+            }
+        }
+        Ok(())
+    }
+
+    /// Judge the pending change, if any. Returns true while it is still being watched (no new
+    /// round until it is judged).
+    async fn check_pending(&mut self) -> Result<bool, CliError> {
+        let Some(p) = self.pending.take() else { return Ok(false) };
+        if let Some(p) = self.finish_health_check(p).await? {
+            self.pending = Some(p);
+            return Ok(true);
+        }
+        self.generation = current_generation(&mut self.client).await.unwrap_or(self.generation);
+        Ok(false)
+    }
+
+    /// SIGUSR1 was received or the kill file exists.
+    fn kill_requested(&self) -> bool {
+        let kill_file = self.cfg.kill_file.as_ref().is_some_and(|f| f.exists());
+        self.killed || kill_file
+    }
+
+    /// Whether a decision round is due now; if so, schedules the next one.
+    fn round_due(&mut self, now: Instant, arrived: bool) -> bool {
+        // Rounds sit on a grid of `interval`; a batch may trigger its round up to half an
+        // interval early (arrival jitter), the ticker only half an interval late (no telemetry).
+        let half = self.cfg.interval / 2;
+        let due = match self.next_due {
+            None => true,
+            Some(d) if arrived => now + half >= d,
+            Some(d) => now >= d + half,
+        };
+        if !due {
+            return false;
+        }
+        self.next_due = Some(match self.next_due {
+            Some(d) if now < d + self.cfg.interval => d + self.cfg.interval,
+            _ => now + self.cfg.interval,
+        });
+        true
+    }
+
+    /// One decision round: logs a decision per queue and returns the queues to change with their
+    /// new settings (`queues[i].current` changes only once an apply succeeds).
+    fn decide(&mut self, now: Instant) -> Result<Vec<(usize, EcnSetting)>, CliError> {
+        let (cfg, metrics, log, stale_after) = (&self.cfg, &self.metrics, &self.log, self.stale_after);
+        let mut changes = Vec::new();
+        let stream_stale = now.duration_since(self.last_batch_at) > stale_after;
+        for (i, q) in self.queues.iter_mut().enumerate() {
+            metrics.decisions.inc();
+            let telemetry =
+                if stream_stale { guardrails::TelemetryHealth::Stale } else { q.watch.health(now, stale_after) };
+            let quarantined = q.quarantine_until.is_some_and(|t| now < t);
+            let proposed =
+                if quarantined { Some(q.current) } else { cfg.policy.propose(ecn_env::BitsPerSec(q.link_bps)) };
+            let ctx = QueueContext {
+                current: q.current,
+                baseline: q.baseline,
+                xoff_bytes: q.xoff,
+                last_change: q.last_change,
+                telemetry,
+            };
+            let verdict = self.guardrails.check(proposed, &ctx, now);
+            for c in &verdict.clamps {
+                metrics.clamps.get_or_create(&ReasonLabels { reason: c.name().into() }).inc();
+            }
+            let change = verdict.setting != q.current;
+            // The log line costs a JSON observation and a reason string: build them only if kept.
+            if log.enabled() {
+                let mut reason = format!("policy {}", cfg.policy);
+                if quarantined {
+                    reason.push_str("; quarantined after a rollback, keeping the known-good setting");
+                }
+                if !verdict.clamps.is_empty() {
+                    let names: Vec<&str> = verdict.clamps.iter().map(|c: &Clamp| c.name()).collect();
+                    reason.push_str(&format!("; guardrails: {}", names.join(", ")));
+                }
+                if !change {
+                    reason.push_str("; no change");
+                }
+                let applied = change && cfg.mode == Mode::Enforce;
+                let d = decision(cfg, q, verdict.setting, applied, reason);
+                record(log, &Decision { proposed: proposed.map(setting_json), ..d })?;
+            }
+            if change {
+                changes.push((i, verdict.setting));
+            }
+        }
+        Ok(changes)
+    }
+
+    /// Apply a round's changes and put them under health watch; a refused apply leaves the
+    /// settings unchanged.
+    async fn apply_round(&mut self, now: Instant, round: Vec<(usize, EcnSetting)>) {
+        let Some((lease_id, _)) = &self.lease else { return };
+        let lease_id = lease_id.clone();
+        let previous: Vec<(usize, EcnSetting)> = round.iter().map(|(i, _)| (*i, self.queues[*i].current)).collect();
+        match self.apply(&lease_id, &round).await {
+            Ok((g, deadline)) => {
+                self.report.applies += 1;
+                self.metrics.applies.inc();
+                self.generation = g;
+                for (i, _) in &round {
+                    self.guardrails.record_change(now);
+                    set_queue_metrics(&self.metrics, &self.cfg.target, &self.queues[*i]);
+                }
+                let idx: Vec<usize> = round.iter().map(|(i, _)| *i).collect();
+                let before =
+                    idx.iter().map(|&i| WindowStats::of(self.queues[i].watch.recent(self.cfg.health.window))).collect();
+                let after = vec![Vec::new(); idx.len()];
+                self.pending = Some(Pending { generation: g, queues: idx, before, after, deadline, previous });
+            }
+            Err(e) => warn!(error = %e, "apply refused; settings unchanged"),
+        }
+    }
+
+    /// Apply the round's changes in one atomic call with a confirm deadline. On success the
+    /// queues' `current` become the new settings; returns the new generation and the deadline.
+    async fn apply(&mut self, lease_id: &str, round: &[(usize, EcnSetting)]) -> Result<(u64, Instant), String> {
+        let changes = round
+            .iter()
+            .map(|(i, s)| pb::QueueSetting { id: Some(self.queues[*i].id.clone()), setting: Some(to_pb(*s)) })
+            .collect();
+        let req = pb::ApplyRequest {
+            lease_id: lease_id.to_string(),
+            changes,
+            validate_only: false,
+            expected_generation: Some(self.generation),
+            confirm_within_ms: self.cfg.confirm_within.as_millis() as u64,
+            reason: format!("policy {}", self.cfg.policy),
+        };
+        let resp = self.client.apply(req).await.map_err(|s| format!("{:?}: {}", s.code(), s.message()))?.into_inner();
+        let (i, s) = round[0];
+        let first = &self.queues[i];
+        info!(
+            generation = resp.generation,
+            queues = round.len(),
+            first = %format!("{} {}/{}/{} -> {}/{}/{}", queue_key(&first.id), first.current.kmin_bytes, first.current.kmax_bytes,
+                first.current.pmax, s.kmin_bytes, s.kmax_bytes, s.pmax),
+            "applied; watching health before confirming"
+        );
+        let now = Instant::now();
+        for (i, s) in round {
+            self.queues[*i].current = *s;
+            self.queues[*i].last_change = Some(now);
+        }
+        Ok((resp.generation, now + self.cfg.confirm_within))
+    }
+
+    /// Judge a pending change once its window is complete (or its deadline is near): confirm it,
+    /// or roll it back and quarantine its queues. Returns the change if it is still being watched.
+    async fn finish_health_check(&mut self, p: Pending) -> Result<Option<Pending>, CliError> {
+        let cfg = &self.cfg;
+        let window = cfg.health.window;
+        let now = Instant::now();
+        let near_deadline = now + cfg.interval * 2 >= p.deadline;
+        let complete = p.after.iter().all(|a| a.len() >= window);
+        // Health cannot be confirmed without trustworthy telemetry: judge at once if it went bad.
+        let blind = p
+            .queues
+            .iter()
+            .any(|&i| self.queues[i].watch.health(now, cfg.guardrails.stale_after) != TelemetryHealth::Good);
+        let Some((lease_id, _)) = &self.lease else { return Ok(None) };
+        let verdict = if blind {
+            Err(vec!["telemetry of a changed queue became stale or invalid during the health check".into()])
+        } else {
+            let mut why = Vec::new();
+            for (k, &i) in p.queues.iter().enumerate() {
+                let after = WindowStats::of(&p.after[k]);
+                let judged = if complete {
+                    health::judge(&cfg.health, &p.before[k], &after)
+                } else {
+                    health::judge_strong(&cfg.health, &p.before[k], &after)
+                };
+                if let Err(w) = judged {
+                    why.extend(w.into_iter().map(|w| format!("{}: {w}", queue_key(&self.queues[i].id))));
+                }
+            }
+            if complete {
+                let util = |w: &[WindowStats]| w.iter().map(|x| x.utilization).sum::<f64>() / w.len().max(1) as f64;
+                let after: Vec<WindowStats> = p.after.iter().map(WindowStats::of).collect();
+                if let Err(w) = health::judge_utilization(&cfg.health, util(&p.before), util(&after)) {
+                    why.push(w);
+                }
+            } else if why.is_empty() && !near_deadline {
+                return Ok(Some(p));
+            } else if why.is_empty() {
+                why.push(format!("fewer than {window} telemetry intervals arrived before the confirm deadline"));
+            }
+            if why.is_empty() {
+                Ok(())
+            } else {
+                Err(why)
+            }
+        };
+        match verdict {
+            Ok(()) => {
+                let req = pb::ConfirmRequest { lease_id: lease_id.clone(), generation: p.generation };
+                match self.client.confirm(req).await {
+                    Ok(_) => {
+                        self.report.confirms += 1;
+                        self.metrics.confirms.inc();
+                        info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed");
+                    }
+                    Err(s) => {
+                        // The deadline passed first: the actuator reverted by itself.
+                        warn!(code = ?s.code(), message = s.message(), "confirm refused; the actuator reverted the change");
+                        for (i, old) in &p.previous {
+                            self.queues[*i].current = *old;
+                        }
                     }
                 }
             }
-        }
-        Err(why) => {
-            let reason = why.join("; ");
-            warn!(generation = p.generation, %reason, "degraded: rolling back");
-            let req = pb::RollbackRequest { lease_id: lease_id.clone(), to_generation: None, reason: reason.clone() };
-            client.rollback(req).await.map_err(|s| CliError::Failed(format!("Rollback: {}", s.message())))?;
-            report.rollbacks += 1;
-            metrics.rollbacks.get_or_create(&ReasonLabels { reason: "health".into() }).inc();
-            let until = Instant::now() + cfg.quarantine;
-            for (k, (i, old)) in p.previous.iter().enumerate() {
-                let q = &mut queues[*i];
-                q.current = *old;
-                q.quarantine_until = Some(until);
-                set_queue_metrics(metrics, &cfg.target, q);
-                let observation = serde_json::json!({"before": p.before[k], "after": WindowStats::of(&p.after[k])});
-                let reason = format!("rolled back generation {}: {reason}", p.generation);
-                record(log, &Decision { observation, ..decision(cfg, q, *old, true, reason) })?;
+            Err(why) => {
+                let reason = why.join("; ");
+                warn!(generation = p.generation, %reason, "degraded: rolling back");
+                let req =
+                    pb::RollbackRequest { lease_id: lease_id.clone(), to_generation: None, reason: reason.clone() };
+                self.client.rollback(req).await.map_err(|s| CliError::Failed(format!("Rollback: {}", s.message())))?;
+                self.report.rollbacks += 1;
+                self.metrics.rollbacks.get_or_create(&ReasonLabels { reason: "health".into() }).inc();
+                let until = Instant::now() + cfg.quarantine;
+                for (k, (i, old)) in p.previous.iter().enumerate() {
+                    let q = &mut self.queues[*i];
+                    q.current = *old;
+                    q.quarantine_until = Some(until);
+                    set_queue_metrics(&self.metrics, &cfg.target, q);
+                    let observation = serde_json::json!({"before": p.before[k], "after": WindowStats::of(&p.after[k])});
+                    let reason = format!("rolled back generation {}: {reason}", p.generation);
+                    record(&self.log, &Decision { observation, ..decision(cfg, q, *old, true, reason) })?;
+                }
             }
         }
+        Ok(None)
     }
-    Ok(None)
-}
 
-/// Kill switch: every queue back to its baseline, confirmed at once; no further changes.
-async fn kill_switch(
-    cfg: &ControllerConfig,
-    client: &mut Client,
-    lease: Option<&(String, Duration)>,
-    queues: &mut [QueueState],
-    generation: &mut u64,
-    metrics: &Metrics,
-    log: &DecisionLog,
-) -> Result<(), CliError> {
-    let off_baseline: Vec<usize> = (0..queues.len()).filter(|&i| queues[i].current != queues[i].baseline).collect();
-    if off_baseline.is_empty() {
-        return Ok(());
+    /// Kill switch: every queue back to its baseline, confirmed at once; no further changes.
+    async fn kill_switch(&mut self) -> Result<(), CliError> {
+        let queues = &mut self.queues;
+        let off_baseline: Vec<usize> = (0..queues.len()).filter(|&i| queues[i].current != queues[i].baseline).collect();
+        if off_baseline.is_empty() {
+            return Ok(());
+        }
+        let Some((lease_id, _)) = &self.lease else { return Ok(()) };
+        warn!(queues = off_baseline.len(), "kill switch engaged: returning every queue to its baseline");
+        let changes = off_baseline
+            .iter()
+            .map(|&i| pb::QueueSetting { id: Some(queues[i].id.clone()), setting: Some(to_pb(queues[i].baseline)) })
+            .collect();
+        let req = pb::ApplyRequest {
+            lease_id: lease_id.clone(),
+            changes,
+            validate_only: false,
+            expected_generation: None,
+            confirm_within_ms: 0,
+            reason: "kill switch".into(),
+        };
+        let resp = self
+            .client
+            .apply(req)
+            .await
+            .map_err(|s| CliError::Failed(format!("kill switch apply: {}", s.message())))?;
+        self.generation = resp.into_inner().generation;
+        for i in off_baseline {
+            let q = &mut queues[i];
+            q.current = q.baseline;
+            set_queue_metrics(&self.metrics, &self.cfg.target, q);
+            record(&self.log, &decision(&self.cfg, q, q.baseline, true, "kill switch: baseline".into()))?;
+        }
+        Ok(())
     }
-    let Some((lease_id, _)) = lease else { return Ok(()) };
-    warn!(queues = off_baseline.len(), "kill switch engaged: returning every queue to its baseline");
-    let changes = off_baseline
-        .iter()
-        .map(|&i| pb::QueueSetting { id: Some(queues[i].id.clone()), setting: Some(to_pb(queues[i].baseline)) })
-        .collect();
-    let req = pb::ApplyRequest {
-        lease_id: lease_id.clone(),
-        changes,
-        validate_only: false,
-        expected_generation: None,
-        confirm_within_ms: 0,
-        reason: "kill switch".into(),
-    };
-    let resp = client.apply(req).await.map_err(|s| CliError::Failed(format!("kill switch apply: {}", s.message())))?;
-    *generation = resp.into_inner().generation;
-    for i in off_baseline {
-        let q = &mut queues[i];
-        q.current = q.baseline;
-        set_queue_metrics(metrics, &cfg.target, q);
-        record(log, &decision(cfg, q, q.baseline, true, "kill switch: baseline".into()))?;
+
+    /// Leave only confirmed settings behind, and give the writer lease back.
+    async fn shutdown(mut self) -> Result<RunReport, CliError> {
+        if let (Some(p), Some((lease_id, _))) = (self.pending.take(), &self.lease) {
+            let req = pb::RollbackRequest {
+                lease_id: lease_id.clone(),
+                to_generation: None,
+                reason: format!("controller stopping; generation {} was never confirmed", p.generation),
+            };
+            match self.client.rollback(req).await {
+                Ok(_) => {
+                    self.report.rollbacks += 1;
+                    self.metrics.rollbacks.get_or_create(&ReasonLabels { reason: "shutdown".into() }).inc();
+                }
+                Err(s) => {
+                    warn!(code = ?s.code(), "rollback at shutdown failed; the actuator's deadline will revert it")
+                }
+            }
+        }
+        if let Some((lease_id, _)) = self.lease {
+            let _ = self.client.release_writer(pb::ReleaseWriterRequest { lease_id }).await;
+        }
+        Ok(self.report)
     }
-    Ok(())
 }
