@@ -313,7 +313,7 @@ impl Scenario {
         let flows = parse_flow_file(&flow_text, &flow_path, &topology)?;
 
         let mut fabric = FabricConfig::new(topology);
-        let line = host_rate(&fabric.topology);
+        let line = fabric.topology.nic_rate();
         let mut dc = DcqcnParams::hpcc(line);
         let us = |v: f64| Nanos((v * 1000.0).round() as u64);
         if let Some(v) = num("ALPHA_RESUME_INTERVAL")? {
@@ -408,15 +408,6 @@ impl Scenario {
     }
 }
 
-fn host_rate(t: &Topology) -> BitsPerSec {
-    t.links
-        .iter()
-        .filter(|l| t.nodes[l.a as usize].kind == NodeKind::Host || t.nodes[l.b as usize].kind == NodeKind::Host)
-        .map(|l| l.rate)
-        .min()
-        .unwrap_or(BitsPerSec::from_gbps(100))
-}
-
 fn parse_flow_file(text: &str, path: &Path, topology: &Topology) -> Result<Vec<FlowSpec>, ScenarioError> {
     workload::parse_hpcc_flows(text, topology.nodes.len(), |n| topology.nodes[n as usize].kind == NodeKind::Host)
         .map_err(|e| err(&path.display().to_string(), format!("line {}", e.line), e.why))
@@ -479,7 +470,7 @@ fn resolve(
         }
         other => return Err(err(source, "topology.kind", format!("'{other}' is not one of leaf-spine, hpcc"))),
     };
-    let line = host_rate(&topology);
+    let line = topology.nic_rate();
     let mut fabric = FabricConfig::new(topology);
 
     // Switch.

@@ -222,6 +222,18 @@ impl Topology {
         (0..self.nodes.len() as u32).filter(|&i| self.nodes[i as usize].kind == NodeKind::Host).collect()
     }
 
+    /// The NIC speed: the slowest host link (100 Gb/s for an empty fabric). DCQCN's
+    /// bandwidth-scaled defaults and the PFC threshold shifts are relative to it.
+    pub fn nic_rate(&self) -> BitsPerSec {
+        let is_host = |n: NodeId| self.nodes[n as usize].kind == NodeKind::Host;
+        self.links
+            .iter()
+            .filter(|l| is_host(l.a) || is_host(l.b))
+            .map(|l| l.rate)
+            .min()
+            .unwrap_or(BitsPerSec::from_gbps(100))
+    }
+
     /// Links of each node, in link order: `(link index, neighbour)`.
     pub fn adjacency(&self) -> Vec<Vec<(usize, NodeId)>> {
         let mut adj = vec![Vec::new(); self.nodes.len()];

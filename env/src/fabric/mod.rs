@@ -145,7 +145,7 @@ pub struct FabricConfig {
 impl FabricConfig {
     /// Defaults of REFERENCE.md §2–3 around a topology.
     pub fn new(topology: Topology) -> Self {
-        let line = topology.links.iter().map(|l| l.rate).min().unwrap_or(BitsPerSec::from_gbps(100));
+        let line = topology.nic_rate();
         FabricConfig {
             topology,
             buffer: Bytes(32 * 1024 * 1024),
@@ -339,7 +339,6 @@ pub struct Simulator {
     flows_done: usize,
     mark_rng: Rng,
     data_queues: Vec<QueueInfo>,
-    data_prios: u8,
     telemetry: Vec<TelemetrySample>,
     interval_start: u64,
     depth_avg_samples: Vec<f64>,
@@ -415,13 +414,7 @@ impl Simulator {
         }
 
         // Switch buffers and per-ingress headroom/shift.
-        let nic_rate = topo
-            .links
-            .iter()
-            .filter(|l| node_kind[l.a as usize] == NodeKind::Host || node_kind[l.b as usize] == NodeKind::Host)
-            .map(|l| l.rate)
-            .min()
-            .unwrap_or(BitsPerSec::from_gbps(100));
+        let nic_rate = topo.nic_rate();
         let mut ingress = vec![IngressState::default(); ports.len()];
         let mut buffers = Vec::new();
         let mut node_buffer = vec![u32::MAX; n_nodes];
@@ -587,7 +580,6 @@ impl Simulator {
             flows_done: 0,
             mark_rng: Rng::new(cfg.seed, 0xEC4),
             data_queues,
-            data_prios,
             telemetry: Vec::new(),
             interval_start: cfg.window_start.0,
             depth_avg_samples: Vec::new(),
@@ -886,9 +878,9 @@ impl Simulator {
             cap += q.link.0 as f64 * window as f64 * 1e-9;
         }
         // Host downlinks may be listed once per data priority; both sums double alike.
-        let mut avg = self.depth_avg_samples.clone();
+        let finite_avg = || self.depth_avg_samples.iter().filter(|x| x.is_finite());
+        let (avg_sum, avg_n) = (finite_avg().sum::<f64>(), finite_avg().count());
         let mut max = self.depth_max_samples.clone();
-        avg.retain(|x| x.is_finite());
         max.sort_by(f64::total_cmp);
         let ongoing: u64 =
             self.ports.iter().flat_map(|p| p.pause_began).filter(|&t| t != u64::MAX).map(|t| self.now - t).sum();
@@ -898,7 +890,7 @@ impl Simulator {
             drops: self.drops,
             ecn_marks: self.ecn_marks,
             utilization: if cap > 0.0 { bytes / cap } else { 0.0 },
-            queue_bytes_avg: if avg.is_empty() { 0.0 } else { avg.iter().sum::<f64>() / avg.len() as f64 },
+            queue_bytes_avg: if avg_n == 0 { 0.0 } else { avg_sum / avg_n as f64 },
             queue_bytes_p99: stats::percentile_sorted(&max, 99.0).unwrap_or(0.0),
             peak_packets_in_flight: self.pool.capacity_used(),
         }
@@ -915,16 +907,6 @@ impl Simulator {
                 finished: f.finished_at.is_some(),
             })
             .collect()
-    }
-
-    /// Number of nodes (for sizing external tables).
-    pub fn node_count(&self) -> usize {
-        self.n_nodes
-    }
-
-    /// Priorities carrying data, as a bit mask.
-    pub fn data_priorities(&self) -> u8 {
-        self.data_prios
     }
 }
 
