@@ -11,3 +11,16 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 mkdir -p "$CARGO_TARGET_DIR"
+
+# libtorch for tch: PyTorch 2.13.0 from PyPI in a virtualenv cached outside the checkout
+# (tch 0.26 checks the version). torch-sys finds it through LIBTORCH_USE_PYTORCH, and the
+# crates that link it (models, agent) bake its lib directory into their rpath (their build.rs).
+export ECN_TUNER_TORCH_VENV="${ECN_TUNER_TORCH_VENV:-$HOME/.cache/ecn-tuner/torch-venv}"
+if ! "$ECN_TUNER_TORCH_VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then
+  echo "installing PyTorch 2.13.0 (libtorch for tch) into $ECN_TUNER_TORCH_VENV; this happens once" >&2
+  python3 -m venv "$ECN_TUNER_TORCH_VENV" || { echo "error: python3 -m venv failed; install python3-venv" >&2; exit 1; }
+  "$ECN_TUNER_TORCH_VENV/bin/pip" install --quiet torch==2.13.0 || { echo "error: pip install torch==2.13.0 failed" >&2; exit 1; }
+fi
+export VIRTUAL_ENV="$ECN_TUNER_TORCH_VENV"
+export PATH="$ECN_TUNER_TORCH_VENV/bin:$PATH"
+export LIBTORCH_USE_PYTORCH=1

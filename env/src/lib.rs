@@ -14,6 +14,7 @@ pub mod rng;
 pub mod scenario;
 pub mod summary;
 pub mod topology;
+pub mod tuning;
 pub mod units;
 pub mod workload;
 

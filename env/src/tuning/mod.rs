@@ -1,0 +1,407 @@
+//! The tuning environment: the simulator as a multi-agent reinforcement-learning problem.
+//!
+//! Every data egress queue of every switch is an agent, and all agents share one policy, as
+//! in ACC (REFERENCE.md §6). The shape is Gymnasium's: [`TuningEnv::reset`] with a seed,
+//! [`TuningEnv::step`] with one action per agent, returning observations, rewards,
+//! `terminated`, `truncated` and an info record, and declared spaces
+//! ([`TuningEnv::observation_space`], [`TuningEnv::action_space`]).
+//!
+//! - [`observation`]: per-queue features, normalized by line rate and a reference BDP.
+//! - [`action`]: discrete templates of (Kmin, Kmax, Pmax), scaled by speed and bounded.
+//! - [`reward`]: per-queue, per-interval rewards from telemetry alone.
+//! - [`scenarios`]: the randomized training distribution.
+
+pub mod action;
+pub mod objective;
+pub mod observation;
+pub mod reward;
+pub mod scenarios;
+
+pub use action::{ActionTemplate, Bounds, TemplateKind};
+pub use objective::FctMetrics;
+pub use observation::{FeatureSet, QueueHistory, QueueInterval, OBSERVATION_SCHEMA};
+pub use reward::Reward;
+pub use scenarios::TrainingMix;
+
+use crate::ecn::EcnSetting;
+use crate::fabric::{SimError, Simulator};
+use crate::scenario::{Scenario, ScenarioError};
+use crate::units::Nanos;
+use ecn_datasets::TelemetrySample;
+use serde::{Deserialize, Serialize};
+
+/// Everything that defines the MDP. A model card stores it, so a learned policy always runs
+/// with the features, template and interval it was trained with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TuningConfig {
+    /// Which features.
+    pub features: FeatureSet,
+    /// Intervals of history in each observation (ACC uses 3).
+    pub history: usize,
+    /// Which action template.
+    pub template: TemplateKind,
+    /// How intervals are scored.
+    pub reward: Reward,
+    /// Limits no action may leave.
+    pub bounds: Bounds,
+    /// Time between decisions.
+    pub control_interval: Nanos,
+}
+
+impl Default for TuningConfig {
+    fn default() -> Self {
+        TuningConfig {
+            features: FeatureSet::Tuner,
+            history: 3,
+            template: TemplateKind::Tuner,
+            reward: Reward::TUNER,
+            bounds: Bounds::default(),
+            control_interval: Nanos::from_micros(100),
+        }
+    }
+}
+
+impl TuningConfig {
+    /// ACC as REFERENCE.md §6 describes it: its features, template and linear reward.
+    pub fn acc() -> Self {
+        TuningConfig {
+            features: FeatureSet::Acc,
+            template: TemplateKind::Acc,
+            reward: Reward::ACC,
+            ..TuningConfig::default()
+        }
+    }
+
+    /// Length of one agent's observation.
+    pub fn observation_dim(&self) -> usize {
+        self.features.dim(self.history)
+    }
+}
+
+/// A declared space, as in Gymnasium.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Space {
+    /// Real vectors of this length (features are normalized but not hard-bounded).
+    Box {
+        /// Vector length.
+        dim: usize,
+    },
+    /// Integers `0..n`.
+    Discrete(usize),
+}
+
+/// Where episodes come from.
+#[derive(Debug, Clone)]
+pub enum EpisodeSource {
+    /// One scenario (a built-in name or file); the reset seed regenerates its flows.
+    Scenario(String),
+    /// A fresh draw of the training distribution per reset seed.
+    Training(TrainingMix),
+}
+
+/// Why the environment could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    /// The scenario could not be loaded.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    /// The simulator refused the scenario or a setting.
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    /// `step` got the wrong number of actions or an index outside the action space.
+    #[error("{0}")]
+    BadAction(String),
+    /// `step` before `reset`, or after the episode ended.
+    #[error("the episode is not running: call reset")]
+    NotRunning,
+}
+
+/// What `reset` and `step` report beside observations and rewards.
+#[derive(Debug, Clone, Default)]
+pub struct StepInfo {
+    /// Simulated time.
+    pub now: Nanos,
+    /// Flows completed and in total.
+    pub flows_done: usize,
+    /// Flows in total.
+    pub flows_total: usize,
+    /// The setting now in effect on every agent's queue.
+    pub settings: Vec<EcnSetting>,
+}
+
+/// The result of one `step`: per-agent observations (row-major, `agents × dim`) and
+/// rewards, and whether the episode ended.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// Next observations, `agents × observation_dim` values.
+    pub observations: Vec<f32>,
+    /// One reward per agent for the interval just simulated.
+    pub rewards: Vec<f32>,
+    /// The episode reached its natural end: every flow completed.
+    pub terminated: bool,
+    /// The episode was cut: the time limit passed with flows still running.
+    pub truncated: bool,
+    /// Extra information.
+    pub info: StepInfo,
+}
+
+/// The simulator wrapped as a multi-agent environment.
+pub struct TuningEnv {
+    cfg: TuningConfig,
+    template: ActionTemplate,
+    source: EpisodeSource,
+    /// Stop an episode this long after its arrival window closes (`None`: run every flow to
+    /// completion or the scenario's hard stop).
+    pub tail: Option<Nanos>,
+    /// Keep every telemetry row (for `sim --out`); off by default.
+    pub keep_telemetry: bool,
+    sim: Option<Simulator>,
+    scenario: Option<Scenario>,
+    histories: Vec<QueueHistory>,
+    telemetry: Vec<TelemetrySample>,
+    next_decision: u64,
+    initial_action: Option<usize>,
+}
+
+impl TuningEnv {
+    /// An environment over `source`. No episode runs until [`TuningEnv::reset`].
+    pub fn new(cfg: TuningConfig, source: EpisodeSource) -> Self {
+        let template = ActionTemplate::new(cfg.template);
+        TuningEnv {
+            cfg,
+            template,
+            source,
+            tail: None,
+            keep_telemetry: false,
+            sim: None,
+            scenario: None,
+            histories: Vec::new(),
+            telemetry: Vec::new(),
+            next_decision: 0,
+            initial_action: None,
+        }
+    }
+
+    /// Start every episode from this template action on every queue instead of the
+    /// scenario's own setting (training uses varied starts).
+    pub fn set_initial_action(&mut self, action: Option<usize>) {
+        self.initial_action = action;
+    }
+
+    /// The MDP definition.
+    pub fn config(&self) -> &TuningConfig {
+        &self.cfg
+    }
+
+    /// The action template.
+    pub fn template(&self) -> &ActionTemplate {
+        &self.template
+    }
+
+    /// One agent's observation space.
+    pub fn observation_space(&self) -> Space {
+        Space::Box { dim: self.cfg.observation_dim() }
+    }
+
+    /// One agent's action space.
+    pub fn action_space(&self) -> Space {
+        Space::Discrete(self.template.len())
+    }
+
+    /// Agents in the current episode (data queues of every switch).
+    pub fn agents(&self) -> usize {
+        self.histories.len()
+    }
+
+    /// The simulator of the current episode.
+    pub fn simulator(&self) -> Option<&Simulator> {
+        self.sim.as_ref()
+    }
+
+    /// The scenario of the current episode.
+    pub fn scenario(&self) -> Option<&Scenario> {
+        self.scenario.as_ref()
+    }
+
+    /// Telemetry kept so far (with `keep_telemetry`), handed over.
+    pub fn take_telemetry(&mut self) -> Vec<TelemetrySample> {
+        std::mem::take(&mut self.telemetry)
+    }
+
+    /// Start an episode. The seed picks the scenario draw (or regenerates the named
+    /// scenario's flows) and the marking randomness. Returns the first observations, after
+    /// one interval under the initial setting.
+    pub fn reset(&mut self, seed: u64) -> Result<(Vec<f32>, StepInfo), EnvError> {
+        let scenario = match &self.source {
+            EpisodeSource::Scenario(name) => Scenario::load(name, Some(seed))?,
+            EpisodeSource::Training(mix) => mix.sample(seed)?,
+        };
+        self.start(scenario)
+    }
+
+    /// Start an episode on a scenario that is already loaded.
+    pub fn start(&mut self, mut scenario: Scenario) -> Result<(Vec<f32>, StepInfo), EnvError> {
+        scenario.fabric.sample_interval = self.cfg.control_interval;
+        let mut sim = Simulator::new(scenario.fabric.clone(), scenario.flows.clone())?;
+        if let Some(a) = self.initial_action {
+            for (q, info) in sim.queues().to_vec().iter().enumerate() {
+                let s = self.template.setting(a, info.link, &self.cfg.bounds).ok_or_else(|| {
+                    EnvError::BadAction(format!("initial action {a} is outside 0..{}", self.template.len()))
+                })?;
+                sim.set_ecn(q, s)?;
+            }
+        }
+        self.histories = vec![QueueHistory::default(); sim.queues().len()];
+        self.telemetry.clear();
+        self.next_decision = scenario.fabric.window_start.0;
+        self.sim = Some(sim);
+        self.scenario = Some(scenario);
+        let (obs, _, info) = self.advance()?;
+        Ok((obs, info))
+    }
+
+    /// Apply one action per agent (indices into the template), simulate one control
+    /// interval, and report.
+    pub fn step(&mut self, actions: &[usize]) -> Result<Step, EnvError> {
+        let sim = self.sim.as_mut().ok_or(EnvError::NotRunning)?;
+        if actions.len() != self.histories.len() {
+            return Err(EnvError::BadAction(format!("{} actions for {} agents", actions.len(), self.histories.len())));
+        }
+        for (q, &a) in actions.iter().enumerate() {
+            let link = sim.queues()[q].link;
+            let s = self.template.setting(a, link, &self.cfg.bounds).ok_or_else(|| {
+                EnvError::BadAction(format!("action {a} for agent {q} is outside 0..{}", self.template.len()))
+            })?;
+            sim.set_ecn(q, s)?;
+        }
+        let (observations, rewards, info) = self.advance()?;
+        let sim = self.sim.as_ref().expect("running");
+        let cfg = sim.config();
+        let window_over = sim.now() >= cfg.window_end;
+        let terminated = window_over && sim.all_flows_done();
+        let limit = match self.tail {
+            Some(t) => Nanos(cfg.window_end.0 + t.0).min(cfg.stop_at),
+            None => cfg.stop_at,
+        };
+        let truncated = !terminated && sim.now() >= limit;
+        Ok(Step { observations, rewards, terminated, truncated, info })
+    }
+
+    /// Simulate to the next decision point; build observations and rewards from the
+    /// interval's telemetry.
+    fn advance(&mut self) -> Result<(Vec<f32>, Vec<f32>, StepInfo), EnvError> {
+        let sim = self.sim.as_mut().ok_or(EnvError::NotRunning)?;
+        let interval = self.cfg.control_interval.0;
+        self.next_decision += interval;
+        sim.run_until(Nanos(self.next_decision));
+        let rows = sim.take_telemetry();
+        let agents = self.histories.len();
+        let mut rewards = vec![0f32; agents];
+        // One row per queue per interval, in queue order; at the hard stop the last interval
+        // may be missing, and then the previous observation stands.
+        for chunk in rows.chunks(agents) {
+            if chunk.len() != agents {
+                break;
+            }
+            for (q, row) in chunk.iter().enumerate() {
+                let iv = QueueInterval::from_sample(row, interval);
+                rewards[q] = self.cfg.reward.of(&iv) as f32;
+                self.histories[q].push(iv, self.cfg.history);
+            }
+        }
+        if self.keep_telemetry {
+            self.telemetry.extend(rows);
+        }
+        let dim = self.cfg.observation_dim();
+        let mut obs = Vec::with_capacity(agents * dim);
+        for h in &self.histories {
+            if !h.observe(self.cfg.features, self.cfg.history, &mut obs) {
+                obs.extend(std::iter::repeat_n(0.0, dim));
+            }
+        }
+        let (_, done, total) = sim.flow_counts();
+        let settings = (0..agents).map(|q| sim.ecn(q)).collect::<Result<Vec<_>, _>>()?;
+        Ok((obs, rewards, StepInfo { now: sim.now(), flows_done: done, flows_total: total, settings }))
+    }
+
+    /// Finish the episode's bookkeeping: close the last partial telemetry interval, so the
+    /// simulator's summary counts every byte. Call after the last `step`.
+    pub fn finish(&mut self) -> Option<&mut Simulator> {
+        let sim = self.sim.as_mut()?;
+        sim.run(|_| {});
+        if self.keep_telemetry {
+            self.telemetry.extend(sim.take_telemetry());
+        }
+        Some(sim)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small_env(cfg: TuningConfig) -> TuningEnv {
+        let mut env =
+            TuningEnv::new(cfg, EpisodeSource::Training(TrainingMix { duration_ms: 2, ..Default::default() }));
+        env.tail = Some(Nanos::from_millis(1));
+        env
+    }
+
+    #[test]
+    fn reset_and_step_follow_the_declared_spaces() {
+        let mut env = small_env(TuningConfig::default());
+        let Space::Box { dim } = env.observation_space() else { panic!() };
+        let Space::Discrete(n) = env.action_space() else { panic!() };
+        let (obs, info) = env.reset(7).unwrap();
+        let agents = env.agents();
+        assert!(agents >= 16, "{agents}");
+        assert_eq!(obs.len(), agents * dim);
+        assert_eq!(info.settings.len(), agents);
+        let mut steps = 0;
+        loop {
+            let actions: Vec<usize> = (0..agents).map(|q| (q + steps) % n).collect();
+            let s = env.step(&actions).unwrap();
+            steps += 1;
+            assert_eq!(s.observations.len(), agents * dim);
+            assert_eq!(s.rewards.len(), agents);
+            assert!(s.observations.iter().chain(&s.rewards).all(|x| x.is_finite()));
+            for (q, &a) in actions.iter().enumerate() {
+                let want = env.template().setting(a, env.simulator().unwrap().queues()[q].link, &env.config().bounds);
+                assert_eq!(Some(s.info.settings[q]), want, "the action is in effect");
+            }
+            if s.terminated || s.truncated {
+                break;
+            }
+            assert!(steps < 100, "2 ms + 1 ms tail at 100 µs is 30 steps");
+        }
+        assert!((25..=32).contains(&steps), "{steps}");
+    }
+
+    #[test]
+    fn bad_actions_are_errors() {
+        let mut env = small_env(TuningConfig::default());
+        assert!(matches!(env.step(&[0]), Err(EnvError::NotRunning)));
+        env.reset(1).unwrap();
+        assert!(matches!(env.step(&[0]), Err(EnvError::BadAction(_))));
+        let too_big = vec![env.template().len(); env.agents()];
+        assert!(matches!(env.step(&too_big), Err(EnvError::BadAction(_))));
+    }
+
+    #[test]
+    fn episodes_are_deterministic_by_seed() {
+        let run = |seed| {
+            let mut env = small_env(TuningConfig::acc());
+            let (mut obs, _) = env.reset(seed).unwrap();
+            let mut total = 0.0f64;
+            for i in 0..10 {
+                let actions = vec![i % env.template().len(); env.agents()];
+                let s = env.step(&actions).unwrap();
+                total += s.rewards.iter().map(|&r| r as f64).sum::<f64>();
+                obs = s.observations;
+            }
+            (obs, total)
+        };
+        assert_eq!(run(3), run(3));
+        assert_ne!(run(3).1, run(4).1);
+    }
+}

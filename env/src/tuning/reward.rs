@@ -1,0 +1,84 @@
+//! Rewards: one number per queue per control interval, computed from that interval's
+//! telemetry alone, so that training in the simulator, training on recorded telemetry and
+//! the online controller all score the same way.
+
+use super::observation::QueueInterval;
+use serde::{Deserialize, Serialize};
+
+/// How to score an interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Reward {
+    /// ecn-tuner's reward:
+    ///
+    /// `r = utilization − depth·(depth_avg/BDP) − depth_max·(depth_max/BDP)
+    ///      − pause·(paused_fraction + pauses_sent_per_100µs) − drop·[drops > 0]`
+    ///
+    /// Depth in BDPs is queueing delay in units of the reference RTT, which is what a small
+    /// flow's slowdown is made of; utilization is what a large flow's slowdown is made of;
+    /// pauses and drops are penalised outright. The weights are chosen by the reward sanity
+    /// check (README "Reward"), which ranks static settings by mean reward and by FCT.
+    Tuner {
+        /// Weight of utilization.
+        utilization: f64,
+        /// Weight of mean depth in BDPs.
+        depth: f64,
+        /// Weight of maximum depth in BDPs.
+        depth_max: f64,
+        /// Weight of pause activity.
+        pause: f64,
+        /// Weight of an interval with drops.
+        drop: f64,
+    },
+    /// ACC's linear reward (REFERENCE.md §6): `w1·utilization + w2·D(queue length)`, where D
+    /// falls by 0.1 per step of the grid 20 KB·2ⁿ (1 at or below 20 KB, 0 above 10.24 MB).
+    AccLinear {
+        /// w1.
+        utilization: f64,
+        /// w2.
+        queue: f64,
+    },
+}
+
+impl Reward {
+    /// ecn-tuner's default weights.
+    pub const TUNER: Reward = Reward::Tuner { utilization: 3.0, depth: 1.0, depth_max: 0.05, pause: 3.0, drop: 3.0 };
+    /// ACC with the 0.5/0.5 weights of its reimplementations.
+    pub const ACC: Reward = Reward::AccLinear { utilization: 0.5, queue: 0.5 };
+
+    /// The reward of one queue over one interval.
+    pub fn of(&self, iv: &QueueInterval) -> f64 {
+        match *self {
+            Reward::Tuner { utilization, depth, depth_max, pause, drop } => {
+                utilization * iv.utilization()
+                    - depth * iv.depth_avg_bdp()
+                    - depth_max * iv.depth_max_bdp()
+                    - pause * (iv.paused_fraction() + iv.pause_tx_rate())
+                    - if iv.drops > 0 { drop } else { 0.0 }
+            }
+            Reward::AccLinear { utilization, queue } => {
+                utilization * iv.utilization() + queue * acc_queue_score(iv.queue_bytes_avg)
+            }
+        }
+    }
+}
+
+/// ACC's D(q): 1 − n/10, where n is the first grid step 20 KB·2ⁿ that holds `q`.
+fn acc_queue_score(queue_bytes: f64) -> f64 {
+    let n = (0..10).find(|&n| queue_bytes <= (20_000u64 << n) as f64).unwrap_or(10);
+    1.0 - n as f64 / 10.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acc_queue_score_steps_down_the_exponential_grid() {
+        assert_eq!(acc_queue_score(0.0), 1.0);
+        assert_eq!(acc_queue_score(20_000.0), 1.0);
+        assert!((acc_queue_score(20_001.0) - 0.9).abs() < 1e-12);
+        assert!((acc_queue_score(10_240_000.0) - 0.1).abs() < 1e-12);
+        assert_eq!(acc_queue_score(1e9), 0.0);
+    }
+}

@@ -1,0 +1,72 @@
+//! Checkpoints on disk: `NAME.safetensors` holds the weights, `NAME.card.json` beside it
+//! holds the [`ModelCard`]. Loading reads and checks the card first, then the weights.
+
+use crate::card::{CardError, ModelCard};
+use crate::qnet::QNetwork;
+use std::path::{Path, PathBuf};
+use tch::Device;
+
+/// A network with its card.
+pub struct Checkpoint {
+    /// What the network means.
+    pub card: ModelCard,
+    /// The network.
+    pub net: QNetwork,
+}
+
+/// Where the card of weights at `weights` lives.
+pub fn card_path(weights: &Path) -> PathBuf {
+    let stem = weights.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    weights.with_file_name(format!("{stem}.card.json"))
+}
+
+/// The shipped model for `model:NAME` shorthands (`default`, `acc-baseline`): the
+/// checkpoints directory of this crate, or `$ECN_TUNER_MODELS` when set.
+pub fn default_model_path(name: &str) -> PathBuf {
+    let dir = std::env::var_os("ECN_TUNER_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("checkpoints"));
+    dir.join(format!("{name}.safetensors"))
+}
+
+impl Checkpoint {
+    /// Write weights (safetensors) and card (JSON) side by side.
+    pub fn save(&self, weights: &Path) -> Result<(), CardError> {
+        let io =
+            |field: &str, e: String| CardError { path: weights.display().to_string(), field: field.into(), message: e };
+        if let Some(dir) = weights.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| io("directory", e.to_string()))?;
+        }
+        if weights.extension().is_none_or(|e| e != "safetensors") {
+            return Err(io("path", "a model path must end in .safetensors".into()));
+        }
+        self.net.var_store().save(weights).map_err(|e| io("weights", e.to_string()))?;
+        let card = serde_json::to_string_pretty(&self.card).map_err(|e| io("card", e.to_string()))?;
+        std::fs::write(card_path(weights), card + "\n").map_err(|e| io("card", e.to_string()))
+    }
+
+    /// Read and check the card beside `weights`, then load the weights onto `device`.
+    pub fn load(weights: &Path, device: Device) -> Result<Checkpoint, CardError> {
+        let card_file = card_path(weights);
+        let card_name = card_file.display().to_string();
+        let err =
+            |path: &str, field: &str, message: String| CardError { path: path.into(), field: field.into(), message };
+        let text = std::fs::read_to_string(&card_file)
+            .map_err(|e| err(&card_name, "file", format!("{e} (every model needs its card beside the weights)")))?;
+        let card: ModelCard = serde_json::from_str(&text).map_err(|e| err(&card_name, "json", e.to_string()))?;
+        card.check(&card_name)?;
+        let weights_name = weights.display().to_string();
+        if !weights.is_file() {
+            return Err(err(&weights_name, "file", "no such file".into()));
+        }
+        let mut net = QNetwork::new(device, card.network.obs_dim, &card.network.hidden, card.network.actions);
+        // libtorch reports malformed files and shape mismatches as errors, never as panics
+        // across the FFI boundary, but be defensive: a corrupt user file must not abort us.
+        let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| net.var_store_mut().load(weights)));
+        match loaded {
+            Ok(Ok(())) => Ok(Checkpoint { card, net }),
+            Ok(Err(e)) => Err(err(&weights_name, "weights", format!("{e} (do the weights belong to this card?)"))),
+            Err(_) => Err(err(&weights_name, "weights", "unreadable safetensors file".into())),
+        }
+    }
+}

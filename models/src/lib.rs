@@ -1,0 +1,24 @@
+//! # ecn-models
+//!
+//! The networks of ecn-tuner and their checkpoint format.
+//!
+//! - [`qnet`]: the Q-network, a small MLP from one queue's observation to one value per
+//!   template action, on CPU or CUDA.
+//! - [`card`]: the JSON model card that sits beside the weights (PRODUCT.md "Data
+//!   contracts") and the checks that a card matches this build.
+//! - [`checkpoint`]: save and load, safetensors weights plus card.
+//!
+//! Networks run wherever libtorch can: [`default_device`] picks CUDA when present.
+
+pub mod card;
+pub mod checkpoint;
+pub mod qnet;
+
+pub use card::{CardError, ModelCard, NetworkSpec, TrainingRecord};
+pub use checkpoint::{default_model_path, Checkpoint};
+pub use qnet::{greedy, QNetwork};
+
+/// CUDA if libtorch sees a GPU, else the CPU.
+pub fn default_device() -> tch::Device {
+    tch::Device::cuda_if_available()
+}

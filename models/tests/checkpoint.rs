@@ -1,0 +1,125 @@
+//! Checkpoints: a loaded network acts as the saved one did, a card that does not match this
+//! build is refused with a clear error, and no network output can leave the bounds.
+
+use ecn_env::tuning::{ActionTemplate, Bounds, TuningConfig};
+use ecn_env::BitsPerSec;
+use ecn_models::{greedy, Checkpoint, ModelCard, QNetwork, TrainingRecord};
+use proptest::prelude::*;
+use std::path::{Path, PathBuf};
+use tch::Device;
+
+fn training() -> TrainingRecord {
+    TrainingRecord {
+        algorithm: "ddqn".into(),
+        scenarios: vec!["test".into()],
+        seed: 1,
+        env_steps: 0,
+        updates: 0,
+        wall_seconds: 0.0,
+        hyperparameters: serde_json::json!({}),
+        data: vec![],
+    }
+}
+
+fn checkpoint(tuning: TuningConfig) -> Checkpoint {
+    tch::manual_seed(7);
+    let card = ModelCard::new("test", tuning, vec![32, 32], training());
+    let net = QNetwork::new(Device::Cpu, card.network.obs_dim, &card.network.hidden, card.network.actions);
+    Checkpoint { card, net }
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ecn-models-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("model.safetensors")
+}
+
+fn observations(dim: usize, n: usize) -> Vec<f32> {
+    (0..dim * n).map(|i| ((i * 7919) % 101) as f32 / 50.0 - 1.0).collect()
+}
+
+#[test]
+fn a_loaded_checkpoint_acts_like_the_saved_one() {
+    for tuning in [TuningConfig::default(), TuningConfig::acc()] {
+        let ck = checkpoint(tuning);
+        let path = tmp(&format!("{:?}", ck.card.tuning.template));
+        ck.save(&path).unwrap();
+        let loaded = Checkpoint::load(&path, Device::Cpu).unwrap();
+        assert_eq!(loaded.card, ck.card);
+        let obs = observations(ck.card.network.obs_dim, 64);
+        assert_eq!(ck.net.q_values(&obs), loaded.net.q_values(&obs));
+        let actions = loaded.net.act(&obs);
+        assert_eq!(ck.net.act(&obs), actions);
+        let distinct: std::collections::HashSet<_> = actions.iter().collect();
+        assert!(distinct.len() > 1, "a random network should not be constant: {actions:?}");
+    }
+}
+
+fn rewrite_card(path: &Path, edit: impl Fn(&mut serde_json::Value)) {
+    let card = ecn_models::checkpoint::card_path(path);
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&card).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&card, serde_json::to_string(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn a_card_that_does_not_match_this_build_fails_to_load() {
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit)> = vec![
+        ("observation_schema", Box::new(|v| v["observation_schema"] = "ecn-tuner/obs-v0".into())),
+        ("action_template", Box::new(|v| v["action_template"][0]["kmin_bytes"] = 3.into())),
+        ("network.obs_dim", Box::new(|v| v["network"]["obs_dim"] = 5.into())),
+        ("observation_features", Box::new(|v| v["tuning"]["history"] = 2.into())),
+        ("format", Box::new(|v| v["format"] = "something-else".into())),
+        ("json", Box::new(|v| v["tuning"]["template"] = "no-such-template".into())),
+    ];
+    for (i, (field, edit)) in cases.into_iter().enumerate() {
+        let path = tmp(&format!("mismatch{i}"));
+        checkpoint(TuningConfig::default()).save(&path).unwrap();
+        rewrite_card(&path, edit);
+        let e = Checkpoint::load(&path, Device::Cpu).err().expect("must refuse");
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.to_string().contains("card.json"), "the message names the card file: {e}");
+    }
+}
+
+#[test]
+fn weights_that_do_not_fit_the_card_or_are_corrupt_fail_cleanly() {
+    let path = tmp("corrupt");
+    checkpoint(TuningConfig::default()).save(&path).unwrap();
+    rewrite_card(&path, |v| v["network"]["hidden"] = serde_json::json!([16, 16]));
+    let e = Checkpoint::load(&path, Device::Cpu).err().expect("shape mismatch");
+    assert_eq!(e.field, "weights", "{e}");
+
+    checkpoint(TuningConfig::default()).save(&path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let e = Checkpoint::load(&path, Device::Cpu).err().expect("truncated");
+    assert_eq!(e.field, "weights", "{e}");
+
+    std::fs::remove_file(ecn_models::checkpoint::card_path(&path)).unwrap();
+    let e = Checkpoint::load(&path, Device::Cpu).err().expect("no card");
+    assert!(e.to_string().contains("card"), "{e}");
+}
+
+proptest! {
+    /// Whatever the network outputs (NaN, infinities, huge values), the chosen setting is
+    /// inside the bounds, or there is no choice and the caller falls back to its baseline.
+    #[test]
+    fn an_action_never_leaves_its_bounds(
+        q in prop::collection::vec(prop_oneof![any::<f32>(), Just(f32::NAN), Just(f32::INFINITY), -1e30f32..1e30], 54),
+        gbps in 1u64..800,
+        kmin_min in 1u64..100_000,
+        span in 2u64..50_000_000,
+    ) {
+        let template = ActionTemplate::new(TuningConfig::default().template);
+        let bounds = Bounds { kmin_min_bytes: kmin_min, kmax_max_bytes: kmin_min + span, pmax_min: 0.01, pmax_max: 0.5 };
+        match greedy(&q) {
+            Some(a) => {
+                let s = template.setting(a, BitsPerSec(gbps * 1_000_000_000), &bounds).expect("greedy index is in range");
+                prop_assert!(bounds.contains(&s), "{s:?} outside {bounds:?}");
+            }
+            None => prop_assert!(q.iter().any(|v| !v.is_finite())),
+        }
+    }
+}
