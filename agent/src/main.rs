@@ -7,8 +7,10 @@ mod actuator;
 mod commands;
 mod controller;
 mod error;
+mod plot;
 mod policy;
 mod report;
+mod rollout;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -28,6 +30,8 @@ struct Cli {
 enum Command {
     /// Run one scenario on the packet-level simulator and report FCT slowdown, pauses and queues.
     Sim(commands::sim::SimArgs),
+    /// Compare policies: every policy on every scenario over several seeds, in parallel.
+    Eval(commands::eval::EvalArgs),
     /// List the built-in scenarios, or print one as TOML to start your own from.
     Scenarios(commands::scenarios::ScenariosArgs),
     /// Serve a fabric's ECN settings over gRPC (sim or dry-run backend), with switch-side
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
 
     let result = match cli.command {
         Command::Sim(a) => commands::sim::run(a),
+        Command::Eval(a) => commands::eval::run(a),
         Command::Scenarios(a) => commands::scenarios::run(a),
         Command::Actuator(a) => commands::actuator::run(a),
         Command::Run(a) => commands::run::run(*a),

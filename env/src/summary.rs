@@ -49,12 +49,16 @@ pub struct SlowdownBuckets {
     /// 1 MB and more.
     #[serde(rename = "ge_1MB")]
     pub ge_1mb: Percentiles,
+    /// Every flow under 100 KB (the two small buckets together): its p99 is the headline
+    /// "small-flow p99".
+    #[serde(rename = "lt_100KB")]
+    pub lt_100kb: Percentiles,
 }
 
 impl SlowdownBuckets {
     /// Bucket the completed flows of `records` (SI sizes: 10 KB = 10 000 bytes).
     pub fn from_records(records: &[FlowRecord]) -> Self {
-        let mut b: [Vec<f64>; 5] = Default::default();
+        let mut b: [Vec<f64>; 6] = Default::default();
         for r in records {
             let Some(s) = r.slowdown else { continue };
             b[0].push(s);
@@ -65,14 +69,18 @@ impl SlowdownBuckets {
                 _ => 4,
             };
             b[i].push(s);
+            if r.size_bytes < 100_000 {
+                b[5].push(s);
+            }
         }
-        let [all, a, c, d, e] = b;
+        let [all, a, c, d, e, small] = b;
         SlowdownBuckets {
             all: Percentiles::of(all),
             lt_10kb: Percentiles::of(a),
             kb10_kb100: Percentiles::of(c),
             kb100_mb1: Percentiles::of(d),
             ge_1mb: Percentiles::of(e),
+            lt_100kb: Percentiles::of(small),
         }
     }
 }
@@ -157,6 +165,47 @@ impl Summary {
             sim_ns: sim.now().0,
             events: sim.events_processed(),
             wall_seconds,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(size_bytes: u64, slowdown: Option<f64>) -> FlowRecord {
+        FlowRecord {
+            src: 0,
+            dst: 1,
+            sport: 10_000,
+            dport: 100,
+            priority: 3,
+            size_bytes,
+            start_ns: 0,
+            fct_ns: slowdown.map(|s| (s * 1_000.0) as u64),
+            ideal_ns: 1_000,
+            slowdown,
+        }
+    }
+
+    #[test]
+    fn lt_100kb_holds_every_completed_flow_under_100kb() {
+        let records = [
+            record(1_000, Some(2.0)),
+            record(9_999, Some(3.0)),
+            record(10_000, Some(4.0)),
+            record(99_999, Some(5.0)),
+            record(50_000, None),
+            record(100_000, Some(6.0)),
+            record(2_000_000, Some(7.0)),
+        ];
+        let b = SlowdownBuckets::from_records(&records);
+        assert_eq!((b.all.n, b.lt_10kb.n, b.kb10_kb100.n, b.kb100_mb1.n, b.ge_1mb.n), (6, 2, 2, 1, 1));
+        assert_eq!(b.lt_100kb.n, b.lt_10kb.n + b.kb10_kb100.n);
+        assert_eq!(b.lt_100kb.p99, Some(5.0));
+        let json = serde_json::to_value(&b).unwrap();
+        for key in ["all", "lt_10KB", "10KB_100KB", "100KB_1MB", "ge_1MB", "lt_100KB"] {
+            assert!(json[key]["p99"].is_number(), "{key}");
         }
     }
 }

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod actuator;
+pub mod eval;
 pub mod run;
 pub mod scenarios;
 pub mod sim;

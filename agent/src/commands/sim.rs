@@ -3,13 +3,11 @@
 use crate::error::CliError;
 use crate::policy::Policy;
 use crate::report;
+use crate::rollout::{self, Outcome};
 use clap::Args;
 use ecn_env::scenario::Scenario;
-use ecn_env::summary::Summary;
-use ecn_env::Simulator;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
-use std::time::Instant;
 use tracing::info;
 
 /// Arguments of `sim`.
@@ -37,11 +35,8 @@ pub struct SimArgs {
 /// Run the simulation and report.
 pub fn run(args: SimArgs) -> Result<(), CliError> {
     let policy = args.policy.as_deref().map(Policy::parse).transpose()?;
-    let mut scenario = Scenario::load(&args.scenario, args.seed)?;
-    if let Some(p) = &policy {
-        scenario.fabric.ecn = p.plan();
-    }
-    let policy_name = policy.map(|p| p.to_string()).unwrap_or_else(|| "scenario".into());
+    let scenario = Scenario::load(&args.scenario, args.seed)?;
+    let policy_name = policy.as_ref().map(|p| p.to_string()).unwrap_or_else(|| "scenario".into());
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
     }
@@ -54,25 +49,18 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
         seed = scenario.seed,
         "simulating"
     );
-    let mut sim = Simulator::new(scenario.fabric.clone(), scenario.flows.clone())
-        .map_err(|e| CliError::BadInput(format!("{}: {e}", scenario.source)))?;
-    sim.set_record_telemetry(args.out.is_some());
-
     let bar = ProgressBar::new(scenario.flows.len() as u64).with_style(
         ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} flows done ({elapsed})")
             .expect("static template")
             .progress_chars("=> "),
     );
-    let started = Instant::now();
-    sim.run(|s| {
-        let (_, done, _) = s.flow_counts();
-        bar.set_position(done as u64);
-        bar.set_message(format!("t={:.3} ms", s.now().0 as f64 / 1e6));
-    });
+    let outcome = match &policy {
+        Some(p) => rollout::simulate(&scenario, p, &policy_name, Some(&bar))?,
+        None => rollout::simulate_as_configured(&scenario, &policy_name, Some(&bar))?,
+    };
     bar.finish_and_clear();
-    let wall = started.elapsed().as_secs_f64();
-    let summary = Summary::new(&sim, &scenario.name, &policy_name, scenario.seed, wall);
-    info!(events = summary.events, wall_seconds = wall, "done");
+    let Outcome { summary, mut sim } = outcome;
+    info!(events = summary.events, wall_seconds = summary.wall_seconds, "done");
 
     if let Some(dir) = &args.out {
         report::write_outputs(dir, &mut sim, &summary)?;

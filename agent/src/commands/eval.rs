@@ -1,0 +1,416 @@
+//! `ecn-tuner eval`: every policy on every scenario over several seeds, in parallel, compared
+//! in Markdown tables (or one JSON document) and, with `--out`, PNG charts.
+
+use crate::error::CliError;
+use crate::plot::{self, BucketSeries};
+use crate::policy::Policy;
+use crate::rollout;
+use clap::Args;
+use ecn_env::scenario::Scenario;
+use ecn_env::summary::{Percentiles, Summary};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+use tracing::info;
+
+/// Arguments of `eval`.
+#[derive(Args)]
+pub struct EvalArgs {
+    /// Scenarios to run: built-in names (see `ecn-tuner scenarios`), scenario TOML files or HPCC
+    /// config.txt files. Repeat the flag or give several values.
+    #[arg(long, value_name = "NAME|FILE", required = true, num_args = 1..)]
+    scenario: Vec<String>,
+    /// Policies to compare: static:<KMIN>,<KMAX>,<PMAX> or baseline:<name>. Repeat the flag or
+    /// give several values.
+    #[arg(long, value_name = "POLICY", required = true, num_args = 1..)]
+    policy: Vec<String>,
+    /// Seeds per scenario and policy: S, S+1, ..., S+N-1 with S = --seed-base.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    seeds: u64,
+    /// First seed.
+    #[arg(long, value_name = "S", default_value_t = 101)]
+    seed_base: u64,
+    /// Write eval.md (the tables), eval.json (the runs) and slowdown_<scenario>.png here.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Print one JSON document on stdout, {"runs": [...]}, instead of the tables.
+    #[arg(long)]
+    json: bool,
+    /// Simulations run at once (default: the number of CPUs).
+    #[arg(long, value_name = "J", value_parser = clap::value_parser!(u64).range(1..))]
+    jobs: Option<u64>,
+}
+
+/// The `eval --json` document (PRODUCT.md "JSON outputs"): one `sim --json` summary per
+/// scenario × policy × seed, scenario-major, then policy, then seed.
+#[derive(Serialize)]
+struct Runs<'a> {
+    runs: &'a [Summary],
+}
+
+/// One simulation to run.
+struct Job<'a> {
+    scenario: &'a Scenario,
+    policy: &'a Policy,
+    label: &'a str,
+}
+
+/// Run every combination and report.
+pub fn run(args: EvalArgs) -> Result<(), CliError> {
+    // Bad input fails here, before any simulation starts.
+    let policies: Vec<Policy> = args.policy.iter().map(|p| Policy::parse(p)).collect::<Result<_, _>>()?;
+    let labels: Vec<String> = policies.iter().map(Policy::to_string).collect();
+    let seeds: Vec<u64> =
+        (0..args.seeds).map(|i| args.seed_base.checked_add(i)).collect::<Option<_>>().ok_or_else(|| {
+            CliError::BadInput(format!("--seed-base {}: too large for --seeds {}", args.seed_base, args.seeds))
+        })?;
+    // scenarios[s][k]: scenario argument s with seed k.
+    let scenarios: Vec<Vec<Scenario>> = args
+        .scenario
+        .iter()
+        .map(|name| seeds.iter().map(|&seed| Scenario::load(name, Some(seed))).collect::<Result<_, _>>())
+        .collect::<Result<_, _>>()?;
+    let names = scenario_labels(&args.scenario, &scenarios);
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
+    }
+
+    let mut jobs = Vec::new();
+    for per_seed in &scenarios {
+        for (policy, label) in policies.iter().zip(&labels) {
+            for scenario in per_seed {
+                jobs.push(Job { scenario, policy, label });
+            }
+        }
+    }
+    let threads = args
+        .jobs
+        .map(|j| j as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .min(jobs.len());
+    info!(
+        scenarios = scenarios.len(),
+        policies = policies.len(),
+        seeds = seeds.len(),
+        runs = jobs.len(),
+        threads,
+        "evaluating"
+    );
+    let started = Instant::now();
+    let runs = run_all(&jobs, threads)?;
+    info!(runs = runs.len(), wall_seconds = started.elapsed().as_secs_f64(), "done");
+
+    let table = Table::new(&names, &labels, seeds.len(), &runs);
+    let markdown = table.markdown(&seeds);
+    let json = serde_json::to_string(&Runs { runs: &runs }).map_err(|e| CliError::Failed(e.to_string()))?;
+    if let Some(dir) = &args.out {
+        write_outputs(dir, &table, &markdown, &json)?;
+    }
+    if args.json {
+        println!("{json}");
+    } else {
+        print!("{markdown}");
+    }
+    Ok(())
+}
+
+/// Run `jobs` on `threads` threads; summaries in the order of `jobs`. After the first failure
+/// no new run starts, and the failure of the earliest job is returned.
+fn run_all(jobs: &[Job], threads: usize) -> Result<Vec<Summary>, CliError> {
+    let bar = if std::io::stderr().is_terminal() { ProgressBar::new(jobs.len() as u64) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} runs ({elapsed}, ETA {eta}) {msg}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let results: Mutex<Vec<Option<Result<Summary, CliError>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(job) = jobs.get(i) else { break };
+                    let result = rollout::simulate(job.scenario, job.policy, job.label, None).map(|o| o.summary);
+                    match &result {
+                        Ok(s) => bar.suspend(|| {
+                            info!(
+                                scenario = %s.scenario,
+                                policy = %s.policy,
+                                seed = s.seed,
+                                lt_100kb_p99 = %num(s.slowdown.lt_100kb.p99, 2),
+                                ge_1mb_p50 = %num(s.slowdown.ge_1mb.p50, 2),
+                                wall_seconds = %format!("{:.2}", s.wall_seconds),
+                                "run finished"
+                            )
+                        }),
+                        Err(_) => stop.store(true, Ordering::Relaxed),
+                    }
+                    results.lock().expect("no worker panics while holding the lock")[i] = Some(result);
+                    bar.inc(1);
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    let results = results.into_inner().expect("no worker panicked");
+    let mut runs = Vec::with_capacity(jobs.len());
+    // Jobs start in index order, so the runs that started are a prefix of `jobs`: the first
+    // failure comes before any job that never ran.
+    for r in results {
+        match r {
+            Some(Ok(s)) => runs.push(s),
+            Some(Err(e)) => return Err(e),
+            None => break,
+        }
+    }
+    if runs.len() == jobs.len() {
+        Ok(runs)
+    } else {
+        Err(CliError::Failed(format!("only {} of {} runs finished", runs.len(), jobs.len())))
+    }
+}
+
+/// A row label per scenario argument: the scenario's name, or the argument itself where two
+/// arguments resolve to the same name (two files with the same `base`, say).
+fn scenario_labels(args: &[String], scenarios: &[Vec<Scenario>]) -> Vec<String> {
+    let names: Vec<&str> = scenarios.iter().map(|s| s[0].name.as_str()).collect();
+    names
+        .iter()
+        .zip(args)
+        .map(|(name, arg)| if names.iter().filter(|n| *n == name).count() > 1 { arg.clone() } else { name.to_string() })
+        .collect()
+}
+
+/// Mean of the values present; `None` if there are none.
+fn mean(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+    let (sum, n) = values.into_iter().flatten().fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+/// Per-seed means of one (scenario, policy): the numbers of one table row.
+#[derive(Clone)]
+struct Row {
+    /// <10KB, 10KB–100KB, 100KB–1MB, ≥1MB, then <100KB and all: [p50, p95, p99].
+    buckets: [[Option<f64>; 3]; 6],
+    utilization: Option<f64>,
+    queue_avg_bytes: Option<f64>,
+    pause_frames: Option<f64>,
+    drops: Option<f64>,
+    completed: usize,
+    total: usize,
+}
+
+const SMALL: usize = 4;
+const ALL: usize = 5;
+
+impl Row {
+    fn of(runs: &[&Summary]) -> Row {
+        let pick = |f: fn(&Summary) -> &Percentiles| {
+            [
+                mean(runs.iter().map(|s| f(s).p50)),
+                mean(runs.iter().map(|s| f(s).p95)),
+                mean(runs.iter().map(|s| f(s).p99)),
+            ]
+        };
+        Row {
+            buckets: [
+                pick(|s| &s.slowdown.lt_10kb),
+                pick(|s| &s.slowdown.kb10_kb100),
+                pick(|s| &s.slowdown.kb100_mb1),
+                pick(|s| &s.slowdown.ge_1mb),
+                pick(|s| &s.slowdown.lt_100kb),
+                pick(|s| &s.slowdown.all),
+            ],
+            utilization: mean(runs.iter().map(|s| Some(s.utilization))),
+            queue_avg_bytes: mean(runs.iter().map(|s| Some(s.queue_bytes.avg))),
+            pause_frames: mean(runs.iter().map(|s| Some(s.pfc.pause_frames as f64))),
+            drops: mean(runs.iter().map(|s| Some(s.drops as f64))),
+            completed: runs.iter().map(|s| s.flows.completed).sum(),
+            total: runs.iter().map(|s| s.flows.total).sum(),
+        }
+    }
+
+    /// The mean of rows (over scenarios); flow counts add up.
+    fn mean_of(rows: &[&Row]) -> Row {
+        let mut buckets = [[None; 3]; 6];
+        for (b, bucket) in buckets.iter_mut().enumerate() {
+            for (p, cell) in bucket.iter_mut().enumerate() {
+                *cell = mean(rows.iter().map(|r| r.buckets[b][p]));
+            }
+        }
+        Row {
+            buckets,
+            utilization: mean(rows.iter().map(|r| r.utilization)),
+            queue_avg_bytes: mean(rows.iter().map(|r| r.queue_avg_bytes)),
+            pause_frames: mean(rows.iter().map(|r| r.pause_frames)),
+            drops: mean(rows.iter().map(|r| r.drops)),
+            completed: rows.iter().map(|r| r.completed).sum(),
+            total: rows.iter().map(|r| r.total).sum(),
+        }
+    }
+}
+
+/// The results arranged by scenario and policy.
+struct Table<'a> {
+    scenarios: &'a [String],
+    policies: &'a [String],
+    /// Seeds per (scenario, policy).
+    seeds: usize,
+    /// rows[s][p]
+    rows: Vec<Vec<Row>>,
+}
+
+fn num(v: Option<f64>, decimals: usize) -> String {
+    v.map(|x| format!("{x:.decimals$}")).unwrap_or_else(|| "-".into())
+}
+
+impl<'a> Table<'a> {
+    /// `runs` in job order: scenario-major, then policy, then `seeds` seeds.
+    fn new(scenarios: &'a [String], policies: &'a [String], seeds: usize, runs: &[Summary]) -> Self {
+        let mut chunks = runs.chunks(seeds);
+        let rows = scenarios
+            .iter()
+            .map(|_| {
+                policies
+                    .iter()
+                    .map(|_| Row::of(&chunks.next().unwrap_or_default().iter().collect::<Vec<_>>()))
+                    .collect()
+            })
+            .collect();
+        Table { scenarios, policies, seeds, rows }
+    }
+
+    fn markdown(&self, seeds: &[u64]) -> String {
+        let mut out = String::new();
+        let seed_text = match seeds {
+            [one] => format!("seed {one}"),
+            _ => format!("seeds {}–{}", seeds[0], seeds[seeds.len() - 1]),
+        };
+        let _ = writeln!(out, "# ecn-tuner eval\n");
+        let _ = writeln!(
+            out,
+            "{} scenario(s) × {} policy(ies), {seed_text}. Each cell is the mean over seeds of that run's \
+             figure. Slowdown = FCT / ideal FCT; pN = N-th percentile over a run's completed flows.\n",
+            self.scenarios.len(),
+            self.policies.len()
+        );
+        let _ = writeln!(out, "## Headline\n");
+        let _ = writeln!(
+            out,
+            "| scenario | policy | <100KB p99 | ≥1MB p50 | all p99 | utilization | avg queue (KB) | pause frames \
+             | drops | completed / total |"
+        );
+        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let headline = |out: &mut String, scenario: &str, policy: &str, r: &Row| {
+            let _ = writeln!(
+                out,
+                "| {scenario} | {policy} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
+                num(r.buckets[SMALL][2], 2),
+                num(r.buckets[3][0], 2),
+                num(r.buckets[ALL][2], 2),
+                r.utilization.map(|u| format!("{:.1}%", u * 100.0)).unwrap_or_else(|| "-".into()),
+                num(r.queue_avg_bytes.map(|b| b / 1e3), 1),
+                num(r.pause_frames, 1),
+                num(r.drops, 1),
+                r.completed,
+                r.total
+            );
+        };
+        for (s, scenario) in self.scenarios.iter().enumerate() {
+            for (p, policy) in self.policies.iter().enumerate() {
+                headline(&mut out, scenario, policy, &self.rows[s][p]);
+            }
+        }
+        if self.scenarios.len() > 1 {
+            for (p, policy) in self.policies.iter().enumerate() {
+                let rows: Vec<&Row> = self.rows.iter().map(|r| &r[p]).collect();
+                headline(&mut out, "**mean over scenarios**", policy, &Row::mean_of(&rows));
+            }
+        }
+        let _ = writeln!(out, "\n## Slowdown by flow size (p50 / p95 / p99)\n");
+        let _ = writeln!(out, "| scenario | policy | <10KB | 10KB–100KB | 100KB–1MB | ≥1MB | <100KB | all |");
+        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|");
+        for (s, scenario) in self.scenarios.iter().enumerate() {
+            for (p, policy) in self.policies.iter().enumerate() {
+                let cells: Vec<String> =
+                    self.rows[s][p].buckets.iter().map(|b| b.map(|v| num(v, 2)).join(" / ")).collect();
+                let _ = writeln!(out, "| {scenario} | {policy} | {} |", cells.join(" | "));
+            }
+        }
+        out
+    }
+
+    /// One chart per scenario: p50 and p99 by bucket, one line per policy.
+    fn plots(&self, dir: &Path) -> Result<Vec<PathBuf>, CliError> {
+        let mut used = HashSet::new();
+        let mut written = Vec::new();
+        for (s, scenario) in self.scenarios.iter().enumerate() {
+            let series: Vec<BucketSeries> = self
+                .policies
+                .iter()
+                .zip(&self.rows[s])
+                .map(|(policy, row)| BucketSeries {
+                    name: policy,
+                    p50: std::array::from_fn(|b| row.buckets[b][0]),
+                    p99: std::array::from_fn(|b| row.buckets[b][2]),
+                })
+                .collect();
+            let mut file = format!("slowdown_{}.png", file_safe(scenario));
+            if !used.insert(file.clone()) {
+                file = format!("slowdown_{}_{}.png", file_safe(scenario), s + 1);
+                used.insert(file.clone());
+            }
+            let path = dir.join(file);
+            let title = format!("{scenario}: FCT slowdown by flow size (mean over {} seed(s))", self.seeds);
+            plot::slowdown_by_bucket(&path, &title, &series)?;
+            written.push(path);
+        }
+        Ok(written)
+    }
+}
+
+/// A scenario label as part of a file name: letters, digits, `.`, `_` and `-` kept, anything
+/// else (path separators included) replaced by `_`.
+fn file_safe(name: &str) -> String {
+    let base = Path::new(name).file_stem().and_then(|s| s.to_str()).filter(|_| name.contains('/')).unwrap_or(name);
+    base.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect()
+}
+
+fn write_outputs(dir: &Path, table: &Table, markdown: &str, json: &str) -> Result<(), CliError> {
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|e| CliError::Failed(format!("{}: {e}", path.display())))
+    };
+    write("eval.md", markdown)?;
+    write("eval.json", &format!("{json}\n"))?;
+    let plots = table.plots(dir)?;
+    info!(dir = %dir.display(), plots = plots.len(), "wrote eval.md, eval.json and slowdown_<scenario>.png");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mean_skips_missing_values() {
+        assert_eq!(mean([Some(1.0), None, Some(3.0)]), Some(2.0));
+        assert_eq!(mean([None, None]), None);
+        assert_eq!(mean(std::iter::empty()), None);
+    }
+
+    #[test]
+    fn file_names_are_safe() {
+        assert_eq!(file_safe("websearch-50"), "websearch-50");
+        assert_eq!(file_safe("/tmp/x/my scenario.toml"), "my_scenario");
+        assert_eq!(file_safe("a/b:c"), "b_c");
+    }
+}

@@ -1,0 +1,82 @@
+//! One simulated run of a scenario under a policy, to completion: what `sim` reports and what
+//! `eval` repeats over scenarios, policies and seeds.
+
+use crate::error::CliError;
+use crate::policy::Policy;
+use ecn_env::fabric::FabricConfig;
+use ecn_env::scenario::Scenario;
+use ecn_env::summary::Summary;
+use ecn_env::Simulator;
+use indicatif::ProgressBar;
+use std::time::Instant;
+
+/// The result of [`simulate`].
+pub struct Outcome {
+    /// The run's summary (`sim --json`).
+    pub summary: Summary,
+    /// The finished simulator, kept so that callers can write its flow records and telemetry.
+    pub sim: Simulator,
+}
+
+/// Run `scenario` under `policy` until every flow has completed or the scenario's hard stop.
+///
+/// `label` names the policy in the summary (normally `policy.to_string()`). `progress`, if
+/// given, is set to the number of completed flows as the run goes (its length should be the
+/// scenario's flow count). Telemetry rows are recorded; use [`Simulator::take_telemetry`] on
+/// the outcome to get them.
+///
+/// Errors: a fabric the simulator refuses is [`CliError::BadInput`], naming the scenario's
+/// source.
+pub fn simulate(
+    scenario: &Scenario,
+    policy: &Policy,
+    label: &str,
+    progress: Option<&ProgressBar>,
+) -> Result<Outcome, CliError> {
+    let started = Instant::now();
+    let sim = match policy {
+        // Static policies set every data queue once, before the first packet, and never again.
+        Policy::Static(_) | Policy::Baseline(_) => {
+            let mut fabric = scenario.fabric.clone();
+            fabric.ecn = policy.plan();
+            run_to_completion(scenario, fabric, progress)?
+        }
+    };
+    Ok(finish(scenario, sim, label, started))
+}
+
+/// As [`simulate`], with the ECN settings the scenario itself configures (its `[switch] ecn`,
+/// or an HPCC config's K maps): `sim` without `--policy`.
+pub fn simulate_as_configured(
+    scenario: &Scenario,
+    label: &str,
+    progress: Option<&ProgressBar>,
+) -> Result<Outcome, CliError> {
+    let started = Instant::now();
+    let sim = run_to_completion(scenario, scenario.fabric.clone(), progress)?;
+    Ok(finish(scenario, sim, label, started))
+}
+
+/// Build a simulator for `fabric` and the scenario's flows and run it to the end.
+fn run_to_completion(
+    scenario: &Scenario,
+    fabric: FabricConfig,
+    progress: Option<&ProgressBar>,
+) -> Result<Simulator, CliError> {
+    let mut sim = Simulator::new(fabric, scenario.flows.clone())
+        .map_err(|e| CliError::BadInput(format!("{}: {e}", scenario.source)))?;
+    sim.run(|s| {
+        if let Some(bar) = progress {
+            let (_, done, _) = s.flow_counts();
+            bar.set_position(done as u64);
+            bar.set_message(format!("t={:.3} ms", s.now().0 as f64 / 1e6));
+        }
+    });
+    Ok(sim)
+}
+
+fn finish(scenario: &Scenario, sim: Simulator, label: &str, started: Instant) -> Outcome {
+    let wall = started.elapsed().as_secs_f64();
+    let summary = Summary::new(&sim, &scenario.name, label, scenario.seed, wall);
+    Outcome { summary, sim }
+}

@@ -1,0 +1,179 @@
+//! End-to-end: `ecn-tuner eval` over two small scenarios, two policies and two seeds: the JSON
+//! document of PRODUCT.md "JSON outputs", the files of `--out`, determinism across runs and
+//! thread counts, and bad input.
+
+use ecn_tests::run_cli;
+use serde_json::Value;
+use std::path::Path;
+
+/// Two small fabrics' worth of traffic: each run takes a fraction of a second.
+const TINY: &str = "base = \"websearch-50\"\nname = \"tiny\"\nduration = \"3ms\"\ndrain = \"20ms\"\n";
+const TINY_HADOOP: &str = "base = \"hadoop-50\"\nname = \"tiny-hadoop\"\nduration = \"2ms\"\ndrain = \"20ms\"\n\
+[topology]\nhosts_per_leaf = 4\n";
+
+const POLICIES: [&str; 2] = ["baseline:huawei-latency", "static:400KB,1600KB,0.2"];
+const BUCKETS: [&str; 6] = ["all", "lt_10KB", "10KB_100KB", "100KB_1MB", "ge_1MB", "lt_100KB"];
+const PNG_SIGNATURE: [u8; 8] = [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n'];
+
+/// `eval` over both scenarios in `dir` with `extra` flags; the parsed stdout document.
+async fn eval(dir: &Path, extra: &[&str]) -> Value {
+    let tiny = dir.join("tiny.toml").display().to_string();
+    let hadoop = dir.join("tiny-hadoop.toml").display().to_string();
+    let mut args = vec!["eval", "--scenario", &tiny, "--scenario", &hadoop, "--seeds", "2", "--json"];
+    for p in POLICIES {
+        args.extend(["--policy", p]);
+    }
+    args.extend_from_slice(extra);
+    let (code, stdout, stderr) = run_cli(&args).await;
+    assert_eq!(code, Some(0), "eval failed:\n{stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}"))
+}
+
+/// What must not change between two evaluations: everything but the wall-clock time.
+fn results(doc: &Value) -> Vec<Value> {
+    doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            serde_json::json!([
+                r["scenario"],
+                r["policy"],
+                r["seed"],
+                r["flows"],
+                r["slowdown"],
+                r["pfc"],
+                r["drops"],
+                r["utilization"],
+                r["queue_bytes"],
+                r["events"]
+            ])
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn eval_runs_every_combination_deterministically_and_writes_its_files() {
+    let dir = tempfile::Builder::new().prefix("ecn-eval-").tempdir().unwrap();
+    std::fs::write(dir.path().join("tiny.toml"), TINY).unwrap();
+    std::fs::write(dir.path().join("tiny-hadoop.toml"), TINY_HADOOP).unwrap();
+    let out = dir.path().join("out");
+    let out_arg = out.display().to_string();
+
+    let doc = eval(dir.path(), &["--out", &out_arg, "--jobs", "2"]).await;
+    let runs = doc["runs"].as_array().expect("runs is an array");
+    assert_eq!(runs.len(), 2 * 2 * 2, "scenarios × policies × seeds");
+
+    // Scenario-major, then policy, then seed.
+    let mut i = 0;
+    for scenario in ["tiny", "tiny-hadoop"] {
+        for policy in POLICIES {
+            for seed in [101, 102] {
+                let r = &runs[i];
+                assert_eq!((r["scenario"].as_str(), r["policy"].as_str()), (Some(scenario), Some(policy)), "run {i}");
+                assert_eq!(r["seed"], seed, "run {i}");
+                i += 1;
+            }
+        }
+    }
+    for r in runs {
+        let total = r["flows"]["total"].as_u64().unwrap();
+        assert!(total > 20, "{r}");
+        assert_eq!(r["flows"]["completed"].as_u64(), Some(total), "every flow completes: {r}");
+        for bucket in BUCKETS {
+            for p in ["p50", "p95", "p99"] {
+                let x = &r["slowdown"][bucket][p];
+                assert!(x.is_null() || x.as_f64().unwrap() >= 1.0, "{bucket}.{p} = {x}");
+            }
+        }
+        let small =
+            r["slowdown"]["lt_10KB"]["n"].as_u64().unwrap() + r["slowdown"]["10KB_100KB"]["n"].as_u64().unwrap();
+        assert_eq!(r["slowdown"]["lt_100KB"]["n"].as_u64(), Some(small), "lt_100KB = the two small buckets");
+        assert!(r["slowdown"]["lt_100KB"]["p99"].as_f64().is_some());
+        for key in ["pause_frames", "paused_ns"] {
+            assert!(r["pfc"][key].is_u64(), "pfc.{key}");
+        }
+        for key in ["drops", "ecn_marks", "sim_ns", "events"] {
+            assert!(r[key].is_u64(), "{key}");
+        }
+        assert!(r["utilization"].as_f64().unwrap() > 0.0);
+        assert!(r["queue_bytes"]["avg"].is_number() && r["queue_bytes"]["p99"].is_number());
+        assert!(r["wall_seconds"].is_number());
+    }
+    // Two seeds give two different workloads.
+    assert_ne!(runs[0]["flows"], runs[1]["flows"], "seeds 101 and 102 differ");
+
+    // --out: the same runs document, the tables, one chart per scenario.
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(out.join("eval.json")).unwrap()).unwrap();
+    assert_eq!(results(&file), results(&doc));
+    let md = std::fs::read_to_string(out.join("eval.md")).unwrap();
+    for needle in ["<100KB p99", "≥1MB p50", "mean over scenarios", "| tiny-hadoop | static:400KB,1600KB,0.2 |"] {
+        assert!(md.contains(needle), "eval.md lacks {needle:?}:\n{md}");
+    }
+    for scenario in ["tiny", "tiny-hadoop"] {
+        let png = std::fs::read(out.join(format!("slowdown_{scenario}.png"))).unwrap();
+        assert!(png.len() > 1000 && png[..8] == PNG_SIGNATURE, "slowdown_{scenario}.png is not a PNG");
+    }
+
+    // The same evaluation on one thread gives the same numbers in the same order.
+    let again = eval(dir.path(), &["--jobs", "1"]).await;
+    assert_eq!(results(&again), results(&doc));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn eval_prints_the_tables_without_json() {
+    let dir = tempfile::Builder::new().prefix("ecn-eval-").tempdir().unwrap();
+    let tiny = dir.path().join("tiny.toml");
+    std::fs::write(&tiny, TINY).unwrap();
+    let (code, stdout, stderr) = run_cli(&[
+        "eval",
+        "--scenario",
+        tiny.to_str().unwrap(),
+        "--policy",
+        POLICIES[0],
+        "--seeds",
+        "1",
+        "--seed-base",
+        "7",
+    ])
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("| tiny | baseline:huawei-latency |"), "{stdout}");
+    assert!(stdout.contains("seed 7"), "{stdout}");
+    assert!(!stdout.contains("mean over scenarios"), "one scenario has no mean row:\n{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn eval_bad_input_exits_2_before_running() {
+    let dir = tempfile::Builder::new().prefix("ecn-eval-").tempdir().unwrap();
+    let tiny = dir.path().join("tiny.toml");
+    std::fs::write(&tiny, TINY).unwrap();
+    let tiny = tiny.to_str().unwrap();
+    let out = dir.path().join("out");
+
+    let (code, stdout, stderr) = run_cli(&[
+        "eval",
+        "--scenario",
+        tiny,
+        "--policy",
+        POLICIES[0],
+        "--policy",
+        "static:2MB,1MB,0.2",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--policy") && stderr.contains("static:2MB,1MB,0.2"), "{stderr}");
+    assert!(stdout.is_empty(), "nothing on stdout: {stdout}");
+    assert!(!out.exists(), "nothing written before the input is checked");
+
+    let (code, _, stderr) = run_cli(&["eval", "--scenario", "no-such-scenario", "--policy", POLICIES[0]]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("no-such-scenario"), "{stderr}");
+
+    let (code, _, stderr) = run_cli(&["eval", "--scenario", tiny, "--policy", POLICIES[0], "--seeds", "0"]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--seeds"), "{stderr}");
+}
