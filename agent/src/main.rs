@@ -7,6 +7,8 @@ mod actuator;
 mod commands;
 mod controller;
 mod error;
+mod learn;
+mod learned;
 mod plot;
 mod policy;
 mod report;
@@ -32,6 +34,9 @@ enum Command {
     Sim(commands::sim::SimArgs),
     /// Compare policies: every policy on every scenario over several seeds, in parallel.
     Eval(commands::eval::EvalArgs),
+    /// Learn a policy with Double DQN in the simulator and write a checkpoint, its model card
+    /// and its training curve.
+    Train(Box<commands::train::TrainArgs>),
     /// List the built-in scenarios, or print one as TOML to start your own from.
     Scenarios(commands::scenarios::ScenariosArgs),
     /// Serve a fabric's ECN settings over gRPC (sim or dry-run backend), with switch-side
@@ -56,9 +61,14 @@ fn main() -> ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
 
+    // Networks here are small: one libtorch thread per caller beats a thread pool that
+    // spins against the simulators for the same cores.
+    tch::set_num_threads(1);
+    tch::set_num_interop_threads(1);
     let result = match cli.command {
         Command::Sim(a) => commands::sim::run(a),
         Command::Eval(a) => commands::eval::run(a),
+        Command::Train(a) => commands::train::run(*a),
         Command::Scenarios(a) => commands::scenarios::run(a),
         Command::Actuator(a) => commands::actuator::run(a),
         Command::Run(a) => commands::run::run(*a),

@@ -137,8 +137,6 @@ pub fn slowdown_by_bucket(path: &Path, title: &str, series: &[BucketSeries]) -> 
 
 /// Write a PNG line chart of several named series sharing an x axis (e.g. training step), with
 /// a legend. Non-finite points are left out; an empty chart still gets its axes and title.
-// For `train`'s learning curves; only the tests call it until then.
-#[allow(dead_code)]
 pub fn training_curve(
     path: &Path,
     title: &str,

@@ -1,19 +1,36 @@
 //! The `<POLICY>` argument (PRODUCT.md "The CLI contract").
 //!
-//! Static forms are available today: `static:<KMIN>,<KMAX>,<PMAX>` and `baseline:<name>`.
+//! Forms: `static:<KMIN>,<KMAX>,<PMAX>`, `baseline:<name>`, and `model:<NAME|PATH>` (a
+//! learned policy; `model:default` is the shipped checkpoint). `explore` is not available
+//! yet.
 
 use crate::error::CliError;
+use crate::learned::LearnedModel;
 use ecn_env::fabric::EcnPlan;
 use ecn_env::{Baseline, BitsPerSec, Bytes, EcnSetting};
 use std::fmt;
+use std::sync::Arc;
 
 /// A parsed `--policy`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Policy {
     /// One fixed setting on every data queue.
     Static(EcnSetting),
     /// A REFERENCE.md §5 row, scaled to each port's speed.
     Baseline(Baseline),
+    /// A learned checkpoint, deciding from telemetry in closed loop.
+    Model(Arc<LearnedModel>),
+}
+
+impl PartialEq for Policy {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Policy::Static(a), Policy::Static(b)) => a == b,
+            (Policy::Baseline(a), Policy::Baseline(b)) => a == b,
+            (Policy::Model(a), Policy::Model(b)) => a.path == b.path,
+            _ => false,
+        }
+    }
 }
 
 impl Policy {
@@ -36,35 +53,49 @@ impl Policy {
                 let names: Vec<&str> = Baseline::ALL.iter().map(|b| b.name()).collect();
                 bad(format!("unknown baseline (one of: {})", names.join(", ")))
             }),
+            "model" if !arg.is_empty() => Ok(Policy::Model(Arc::new(LearnedModel::load(arg)?))),
             _ => Err(bad(FORMS.into())),
         }
     }
 
-    /// The setting this policy proposes for a queue on a port of the given speed. Static forms
-    /// always propose the same; `None` would mean the policy has no usable answer.
+    /// The setting a static form proposes for a queue on a port of the given speed; `None`
+    /// for a learned policy, which decides from observations
+    /// ([`LearnedModel::propose`]).
     pub fn propose(&self, link: BitsPerSec) -> Option<EcnSetting> {
-        Some(match self {
-            Policy::Static(s) => *s,
-            Policy::Baseline(b) => b.setting(link),
-        })
+        match self {
+            Policy::Static(s) => Some(*s),
+            Policy::Baseline(b) => Some(b.setting(link)),
+            Policy::Model(_) => None,
+        }
     }
 
-    /// The initial ECN plan this policy puts on every data queue.
+    /// The initial ECN plan this policy puts on every data queue. A learned policy starts
+    /// from its fallback baseline until its first decision.
     pub fn plan(&self) -> EcnPlan {
         match self {
             Policy::Static(s) => EcnPlan::Fixed(*s),
             Policy::Baseline(b) => EcnPlan::Baseline(*b),
+            Policy::Model(_) => EcnPlan::Baseline(crate::learn::trainer::REFERENCE_BASELINE),
+        }
+    }
+
+    /// The learned model, if this is one.
+    pub fn model(&self) -> Option<&Arc<LearnedModel>> {
+        match self {
+            Policy::Model(m) => Some(m),
+            _ => None,
         }
     }
 }
 
-const FORMS: &str = "expected static:<KMIN>,<KMAX>,<PMAX> or baseline:<name>";
+const FORMS: &str = "expected static:<KMIN>,<KMAX>,<PMAX>, baseline:<name> or model:<default|PATH>";
 
 impl fmt::Display for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Policy::Static(s) => write!(f, "static:{},{},{}", Bytes(s.kmin_bytes), Bytes(s.kmax_bytes), s.pmax),
             Policy::Baseline(b) => write!(f, "baseline:{}", b.name()),
+            Policy::Model(m) => write!(f, "model:{}", m.spec),
         }
     }
 }
@@ -83,7 +114,16 @@ mod tests {
 
     #[test]
     fn rejects_bad_policies_as_bad_input() {
-        for s in ["static:2MB,1MB,0.2", "static:1KB,2KB,1.5", "static:1KB", "baseline:nope", "magic", "x:y"] {
+        for s in [
+            "static:2MB,1MB,0.2",
+            "static:1KB,2KB,1.5",
+            "static:1KB",
+            "baseline:nope",
+            "magic",
+            "x:y",
+            "model:",
+            "model:/no/such/model.safetensors",
+        ] {
             let e = Policy::parse(s).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{s}");
             assert!(e.to_string().contains("--policy"), "{e}");

@@ -41,6 +41,21 @@ pub fn simulate(
             fabric.ecn = policy.plan();
             run_to_completion(scenario, fabric, progress)?
         }
+        // A learned policy decides at its card's control interval, in closed loop, from the
+        // telemetry of the interval just ended.
+        Policy::Model(model) => {
+            let mut sc = scenario.clone();
+            sc.fabric.ecn = policy.plan();
+            let runs = crate::learn::trainer::run_closed_loop(model.tuning(), vec![sc], true, |obs, links| {
+                model.decide(obs, links)
+            })?;
+            let (mut sim, telemetry) = runs.into_iter().next().expect("one scenario, one run");
+            sim.restore_telemetry(telemetry);
+            if let Some(bar) = progress {
+                bar.set_position(sim.flow_counts().1 as u64);
+            }
+            sim
+        }
     };
     Ok(finish(scenario, sim, label, started))
 }

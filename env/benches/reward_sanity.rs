@@ -58,14 +58,15 @@ fn run(scenario: &str, seed: u64, setting: EcnSetting) -> (RunStats, FctMetrics)
     let mut s = RunStats::default();
     let mut n = 0.0;
     for row in sim.take_telemetry().iter().filter(|r| r.ts_ns <= window_end) {
+        // A static setting never changes, so no interval pays the change term.
         let iv = QueueInterval::from_sample(row, interval.0);
         s.utilization += iv.utilization();
         s.depth += iv.depth_avg_bdp();
         s.depth_max += iv.depth_max_bdp();
         s.pause += iv.paused_fraction() + iv.pause_tx_rate();
         s.drops += (iv.drops > 0) as u8 as f64;
-        s.reward_tuner += Reward::TUNER.of(&iv);
-        s.reward_acc += Reward::ACC.of(&iv);
+        s.reward_tuner += Reward::TUNER.of(&iv, None);
+        s.reward_acc += Reward::ACC.of(&iv, None);
         n += 1.0;
     }
     for x in [

@@ -5,3 +5,4 @@ pub mod eval;
 pub mod run;
 pub mod scenarios;
 pub mod sim;
+pub mod train;

@@ -42,9 +42,12 @@ pub struct RunArgs {
     /// Required with --mode enforce: this controller will change ECN settings on the target.
     #[arg(long)]
     allow_writes: bool,
-    /// Policy: static:<KMIN>,<KMAX>,<PMAX> or baseline:<name>.
+    /// Policy: static:<KMIN>,<KMAX>,<PMAX>, baseline:<name>, or model:<default|PATH>.
     #[arg(long, value_name = "POLICY", default_value = "baseline:hpcc-alibaba")]
     policy: String,
+    /// Shorthand for --policy model:M.
+    #[arg(long, value_name = "M", conflicts_with = "policy")]
+    model: Option<String>,
     /// Known-good fallback on stale or invalid telemetry, and the kill switch's target.
     #[arg(long, value_name = "NAME", default_value = "hpcc-alibaba")]
     baseline: String,
@@ -116,7 +119,10 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
     let cfg = ControllerConfig {
         target: String::new(),
         mode: a.mode,
-        policy: Policy::parse(&a.policy)?,
+        policy: match &a.model {
+            Some(m) => Policy::parse(&format!("model:{m}"))?,
+            None => Policy::parse(&a.policy)?,
+        },
         baseline,
         interval: duration("interval", &a.interval)?,
         confirm_within: duration("confirm-within", &a.confirm_within)?,

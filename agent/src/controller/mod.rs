@@ -526,13 +526,25 @@ impl ControlLoop {
         let (cfg, metrics, log, stale_after) = (&self.cfg, &self.metrics, &self.log, self.stale_after);
         let mut changes = Vec::new();
         let stream_stale = now.duration_since(self.last_batch_at) > stale_after;
+        // A learned policy decides for every queue in one batch, from the same features it
+        // was trained on; a queue with no history yet gets no proposal (guardrails fall back).
+        let learned: Option<Vec<Option<EcnSetting>>> = cfg.policy.model().map(|m| {
+            let queues: Vec<_> =
+                self.queues.iter().map(|q| (ecn_env::BitsPerSec(q.link_bps), q.watch.features())).collect();
+            m.propose(&queues)
+        });
         for (i, q) in self.queues.iter_mut().enumerate() {
             metrics.decisions.inc();
             let telemetry =
                 if stream_stale { guardrails::TelemetryHealth::Stale } else { q.watch.health(now, stale_after) };
             let quarantined = q.quarantine_until.is_some_and(|t| now < t);
-            let proposed =
-                if quarantined { Some(q.current) } else { cfg.policy.propose(ecn_env::BitsPerSec(q.link_bps)) };
+            let proposed = if quarantined {
+                Some(q.current)
+            } else if let Some(l) = &learned {
+                l[i]
+            } else {
+                cfg.policy.propose(ecn_env::BitsPerSec(q.link_bps))
+            };
             let ctx = QueueContext {
                 current: q.current,
                 baseline: q.baseline,

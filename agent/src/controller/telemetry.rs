@@ -3,6 +3,8 @@
 
 use super::guardrails::TelemetryHealth;
 use super::health::IntervalStats;
+use ecn_env::tuning::{QueueHistory, QueueInterval};
+use ecn_env::EcnSetting;
 use ecn_proto::v1 as pb;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -20,7 +22,12 @@ pub struct QueueWatch {
     /// When a sample last arrived, and when its timestamp last moved forward.
     arrived_at: Option<Instant>,
     advanced_at: Option<Instant>,
+    /// What a learned policy observes: the same per-interval features as in training.
+    features: QueueHistory,
 }
+
+/// Intervals of feature history kept for learned policies (enough for any card's history).
+const FEATURE_HISTORY: usize = 8;
 
 /// Why a sample cannot be trusted, or `None`.
 pub fn problem(s: &pb::TelemetrySample, span_ns: Option<u64>) -> Option<String> {
@@ -51,6 +58,26 @@ pub fn problem(s: &pb::TelemetrySample, span_ns: Option<u64>) -> Option<String> 
     None
 }
 
+/// A valid sample covering `span_ns`, as the tuning environment's interval record.
+fn interval(s: &pb::TelemetrySample, span_ns: u64) -> QueueInterval {
+    let setting =
+        s.ecn.as_ref().map(|e| EcnSetting { kmin_bytes: e.kmin_bytes, kmax_bytes: e.kmax_bytes, pmax: e.pmax });
+    QueueInterval {
+        interval_ns: span_ns,
+        link_bps: s.link_bps,
+        queue_bytes_avg: s.queue_bytes_avg,
+        queue_bytes_max: s.queue_bytes_max,
+        tx_bytes: s.tx_bytes,
+        tx_pkts: s.tx_pkts,
+        ecn_marked_pkts: s.ecn_marked_pkts,
+        pfc_pause_rx: s.pfc_pause_rx,
+        pfc_pause_tx: s.pfc_pause_tx,
+        paused_ns: s.paused_ns,
+        drops: s.drops,
+        setting: setting.unwrap_or(EcnSetting { kmin_bytes: 0, kmax_bytes: 1, pmax: 0.0 }),
+    }
+}
+
 impl QueueWatch {
     /// Take in one sample.
     pub fn push(&mut self, s: &pb::TelemetrySample) {
@@ -66,6 +93,7 @@ impl QueueWatch {
             self.advanced_at = Some(now);
         }
         if let (Some(span), true) = (span, self.last_valid) {
+            self.features.push(interval(s, span), FEATURE_HISTORY);
             if self.history.len() == HISTORY {
                 self.history.pop_front();
             }
@@ -80,6 +108,11 @@ impl QueueWatch {
             });
         }
         self.last = Some(s.clone());
+    }
+
+    /// The feature history a learned policy observes.
+    pub fn features(&self) -> &QueueHistory {
+        &self.features
     }
 
     /// Fresh and valid, stale (absent, late or frozen), or invalid.

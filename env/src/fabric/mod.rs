@@ -795,6 +795,14 @@ impl Simulator {
         std::mem::take(&mut self.telemetry)
     }
 
+    /// Hand back rows taken with [`Simulator::take_telemetry`], ahead of any produced since,
+    /// so that a later reader sees the whole recording (the tuning environment reads every
+    /// interval as it goes, and `sim --out` still writes them all).
+    pub fn restore_telemetry(&mut self, mut rows: Vec<TelemetrySample>) {
+        rows.append(&mut self.telemetry);
+        self.telemetry = rows;
+    }
+
     // ---- control ---------------------------------------------------------------------------
 
     /// The data egress queues of every switch, in a stable order; indices into this list

@@ -182,6 +182,11 @@ impl TuningEnv {
         }
     }
 
+    /// Draw later episodes from `source`.
+    pub fn set_source(&mut self, source: EpisodeSource) {
+        self.source = source;
+    }
+
     /// Start every episode from this template action on every queue instead of the
     /// scenario's own setting (training uses varied starts).
     pub fn set_initial_action(&mut self, action: Option<usize>) {
@@ -305,7 +310,7 @@ impl TuningEnv {
             }
             for (q, row) in chunk.iter().enumerate() {
                 let iv = QueueInterval::from_sample(row, interval);
-                rewards[q] = self.cfg.reward.of(&iv) as f32;
+                rewards[q] = self.cfg.reward.of(&iv, self.histories[q].latest()) as f32;
                 self.histories[q].push(iv, self.cfg.history);
             }
         }
@@ -322,6 +327,11 @@ impl TuningEnv {
         let (_, done, total) = sim.flow_counts();
         let settings = (0..agents).map(|q| sim.ecn(q)).collect::<Result<Vec<_>, _>>()?;
         Ok((obs, rewards, StepInfo { now: sim.now(), flows_done: done, flows_total: total, settings }))
+    }
+
+    /// Hand over the simulator of the current episode, ending it.
+    pub fn into_simulator(self) -> Option<Simulator> {
+        self.sim
     }
 
     /// Finish the episode's bookkeeping: close the last partial telemetry interval, so the

@@ -12,12 +12,15 @@ pub enum Reward {
     /// ecn-tuner's reward:
     ///
     /// `r = utilization − depth·(depth_avg/BDP) − depth_max·(depth_max/BDP)
-    ///      − pause·(paused_fraction + pauses_sent_per_100µs) − drop·[drops > 0]`
+    ///      − pause·(paused_fraction + pauses_sent_per_100µs) − drop·[drops > 0]
+    ///      − change·[the setting differs from the previous interval's]`
     ///
     /// Depth in BDPs is queueing delay in units of the reference RTT, which is what a small
     /// flow's slowdown is made of; utilization is what a large flow's slowdown is made of;
     /// pauses and drops are penalised outright. The weights are chosen by the reward sanity
-    /// check (README "Reward"), which ranks static settings by mean reward and by FCT.
+    /// check (README "Reward"), which ranks static settings by mean reward and by FCT. The
+    /// change term, which static settings never pay, discourages flapping between settings
+    /// that score alike: every change restarts DCQCN's reaction to a new marking curve.
     Tuner {
         /// Weight of utilization.
         utilization: f64,
@@ -29,6 +32,8 @@ pub enum Reward {
         pause: f64,
         /// Weight of an interval with drops.
         drop: f64,
+        /// Cost of changing the setting.
+        change: f64,
     },
     /// ACC's linear reward (REFERENCE.md §6): `w1·utilization + w2·D(queue length)`, where D
     /// falls by 0.1 per step of the grid 20 KB·2ⁿ (1 at or below 20 KB, 0 above 10.24 MB).
@@ -42,19 +47,22 @@ pub enum Reward {
 
 impl Reward {
     /// ecn-tuner's default weights.
-    pub const TUNER: Reward = Reward::Tuner { utilization: 3.0, depth: 1.0, depth_max: 0.05, pause: 3.0, drop: 3.0 };
+    pub const TUNER: Reward =
+        Reward::Tuner { utilization: 3.0, depth: 1.0, depth_max: 0.05, pause: 3.0, drop: 3.0, change: 0.05 };
     /// ACC with the 0.5/0.5 weights of its reimplementations.
     pub const ACC: Reward = Reward::AccLinear { utilization: 0.5, queue: 0.5 };
 
-    /// The reward of one queue over one interval.
-    pub fn of(&self, iv: &QueueInterval) -> f64 {
+    /// The reward of one queue over one interval; `previous` is the interval before, if any.
+    pub fn of(&self, iv: &QueueInterval, previous: Option<&QueueInterval>) -> f64 {
         match *self {
-            Reward::Tuner { utilization, depth, depth_max, pause, drop } => {
+            Reward::Tuner { utilization, depth, depth_max, pause, drop, change } => {
+                let changed = previous.is_some_and(|p| p.setting != iv.setting);
                 utilization * iv.utilization()
                     - depth * iv.depth_avg_bdp()
                     - depth_max * iv.depth_max_bdp()
                     - pause * (iv.paused_fraction() + iv.pause_tx_rate())
                     - if iv.drops > 0 { drop } else { 0.0 }
+                    - if changed { change } else { 0.0 }
             }
             Reward::AccLinear { utilization, queue } => {
                 utilization * iv.utilization() + queue * acc_queue_score(iv.queue_bytes_avg)

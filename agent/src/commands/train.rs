@@ -1,0 +1,208 @@
+//! `ecn-tuner train`: learn a policy with Double DQN in the simulator and write a checkpoint
+//! (weights, model card), its training curve (CSV and PNG).
+
+use crate::error::CliError;
+use crate::learn::ddqn::DdqnConfig;
+use crate::learn::trainer::{self, TrainConfig};
+use crate::plot;
+use clap::{Args, ValueEnum};
+use ecn_env::scenario::Scenario;
+use ecn_env::tuning::{EpisodeSource, TrainingMix, TuningConfig};
+use ecn_env::Nanos;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use tracing::info;
+
+/// The name that selects the randomized training distribution.
+const TRAINING_MIX: &str = "training-mix";
+
+/// What to learn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Preset {
+    /// ecn-tuner: its features, template and FCT-ranked reward.
+    Tuner,
+    /// The ACC-style baseline agent: ACC's features, template and linear reward
+    /// (REFERENCE.md §6), trained the same way.
+    Acc,
+}
+
+/// Where the networks run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DeviceArg {
+    /// CUDA if present, else the CPU.
+    Auto,
+    /// The CPU.
+    Cpu,
+    /// The first CUDA GPU.
+    Cuda,
+}
+
+/// Arguments of `train`.
+#[derive(Args)]
+pub struct TrainArgs {
+    /// Scenarios to train on, used in turn: built-in names, TOML files, or `training-mix`
+    /// (the default), a fresh randomized scenario per episode (workload, load 0.2–0.8,
+    /// incast, regime changes).
+    #[arg(long, value_name = "NAME|FILE", num_args = 1.., default_value = TRAINING_MIX)]
+    scenario: Vec<String>,
+    /// Where to write the weights (must end in .safetensors); the card goes beside it as
+    /// NAME.card.json, the curve as NAME.training.csv and NAME.training.png.
+    #[arg(long, value_name = "MODEL")]
+    out: PathBuf,
+    /// Seed for network initialization, exploration and episode draws.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Environment steps (decisions for every queue of one fabric) in total.
+    #[arg(long, default_value_t = 40_000)]
+    steps: u64,
+    /// Features, action template and reward.
+    #[arg(long, value_enum, default_value_t = Preset::Tuner)]
+    preset: Preset,
+    /// Simulators stepping in parallel.
+    #[arg(long, default_value_t = 2)]
+    envs: usize,
+    /// Environment steps between greedy evaluations (default: steps/20).
+    #[arg(long)]
+    eval_every: Option<u64>,
+    /// Scenarios of the periodic evaluation.
+    #[arg(long, value_name = "NAME|FILE", num_args = 1.., default_values_t = ["websearch-50".to_string(), "hadoop-50".to_string(), "mixed".to_string()])]
+    eval_scenario: Vec<String>,
+    /// Seeds of the periodic evaluation (keep them apart from the seeds you report on).
+    #[arg(long, num_args = 1.., default_values_t = [9001u64, 9002])]
+    eval_seed: Vec<u64>,
+    /// Control interval: time between decisions.
+    #[arg(long, value_name = "DUR", default_value = "100us")]
+    interval: String,
+    /// Where the networks run.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    device: DeviceArg,
+}
+
+/// Train and write the checkpoint.
+pub fn run(args: TrainArgs) -> Result<(), CliError> {
+    if args.out.extension().is_none_or(|e| e != "safetensors") {
+        return Err(CliError::BadInput(format!("--out {}: a model path must end in .safetensors", args.out.display())));
+    }
+    if args.steps == 0 || args.envs == 0 {
+        return Err(CliError::BadInput("--steps and --envs must be at least 1".into()));
+    }
+    let interval: Nanos =
+        args.interval.parse().map_err(|e| CliError::BadInput(format!("--interval '{}': {e}", args.interval)))?;
+    if interval.0 == 0 {
+        return Err(CliError::BadInput("--interval must be greater than 0".into()));
+    }
+    let mut sources = Vec::new();
+    for name in &args.scenario {
+        if name == TRAINING_MIX {
+            sources.push(EpisodeSource::Training(TrainingMix::default()));
+        } else {
+            Scenario::load(name, None)?;
+            sources.push(EpisodeSource::Scenario(name.clone()));
+        }
+    }
+    for name in &args.eval_scenario {
+        Scenario::load(name, None)?;
+    }
+    let device = match args.device {
+        DeviceArg::Auto => ecn_models::default_device(),
+        DeviceArg::Cpu => tch::Device::Cpu,
+        DeviceArg::Cuda if tch::Cuda::is_available() => tch::Device::Cuda(0),
+        DeviceArg::Cuda => return Err(CliError::BadInput("--device cuda: libtorch sees no CUDA device".into())),
+    };
+    // One libtorch thread: the other cores run simulators.
+    tch::set_num_threads(1);
+    let tuning = match args.preset {
+        Preset::Tuner => TuningConfig { control_interval: interval, ..TuningConfig::default() },
+        Preset::Acc => TuningConfig { control_interval: interval, ..TuningConfig::acc() },
+    };
+    let name = args.out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    let cfg = TrainConfig {
+        name: name.clone(),
+        tuning,
+        ddqn: DdqnConfig::default(),
+        sources,
+        source_names: args.scenario.clone(),
+        seed: args.seed,
+        steps: args.steps,
+        envs: args.envs,
+        eval_every: args.eval_every.unwrap_or((args.steps / 20).max(1)),
+        eval_scenarios: args.eval_scenario.clone(),
+        eval_seeds: args.eval_seed.clone(),
+        episode_tail: Nanos::from_millis(2),
+        device,
+    };
+    info!(preset = ?args.preset, steps = args.steps, envs = args.envs, device = ?device, out = %args.out.display(), "training");
+    let bar = ProgressBar::new(args.steps).with_style(
+        ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} steps ({elapsed}, eta {eta}) {msg}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    if !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    let trained = trainer::train(&cfg, &bar)?;
+    bar.finish_and_clear();
+
+    trained.checkpoint.save(&args.out).map_err(|e| CliError::Failed(e.to_string()))?;
+    let csv = sibling(&args.out, "training.csv");
+    write_curve_csv(&csv, &trained.curve)?;
+    let png = sibling(&args.out, "training.png");
+    let pts = |f: fn(&trainer::CurvePoint) -> f64| trained.curve.iter().map(|p| (p.env_steps as f64, f(p))).collect();
+    plot::training_curve(
+        &png,
+        &format!("{name}: greedy evaluation every {} steps", cfg.eval_every),
+        "environment steps",
+        &[
+            ("eval small-flow p99 slowdown", pts(|p| p.eval_small_p99)),
+            ("eval ≥1MB p50 slowdown", pts(|p| p.eval_large_p50)),
+            ("eval FCT cost", pts(|p| p.eval_cost)),
+            ("train reward ×10", pts(|p| p.train_reward * 10.0)),
+        ],
+    )?;
+    let sel = &trained.checkpoint.card.evaluation["selected"];
+    println!(
+        "wrote {} (+ {}), {}, {}",
+        args.out.display(),
+        ecn_models::checkpoint::card_path(&args.out).display(),
+        csv.display(),
+        png.display()
+    );
+    println!(
+        "selected: step {} eval small-flow p99 {:.2}, ≥1MB p50 {:.2}, cost {:.2} (reference {}: cost {:.2})",
+        sel["env_steps"],
+        sel["eval_small_p99"].as_f64().unwrap_or(f64::NAN),
+        sel["eval_large_p50"].as_f64().unwrap_or(f64::NAN),
+        sel["eval_cost"].as_f64().unwrap_or(f64::NAN),
+        trainer::REFERENCE_BASELINE.name(),
+        trained.reference.iter().map(|m| m.small_p99).sum::<f64>() / trained.reference.len().max(1) as f64,
+    );
+    Ok(())
+}
+
+/// `dir/stem.suffix` for the model at `model`.
+fn sibling(model: &Path, suffix: &str) -> PathBuf {
+    let stem = model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    model.with_file_name(format!("{stem}.{suffix}"))
+}
+
+fn write_curve_csv(path: &Path, curve: &[trainer::CurvePoint]) -> Result<(), CliError> {
+    let mut s = String::from(
+        "env_steps,episodes,epsilon,loss,train_reward,eval_small_p99,eval_large_p50,eval_cost,wall_seconds\n",
+    );
+    for p in curve {
+        s.push_str(&format!(
+            "{},{},{:.4},{:.6},{:.6},{:.4},{:.4},{:.4},{:.1}\n",
+            p.env_steps,
+            p.episodes,
+            p.epsilon,
+            p.loss,
+            p.train_reward,
+            p.eval_small_p99,
+            p.eval_large_p50,
+            p.eval_cost,
+            p.wall_seconds
+        ));
+    }
+    std::fs::write(path, s).map_err(|e| CliError::Failed(format!("{}: {e}", path.display())))
+}

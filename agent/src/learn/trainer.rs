@@ -1,0 +1,360 @@
+//! The training loop behind `ecn-tuner train`: Double DQN over several parallel simulator
+//! instances, periodic greedy evaluation on held-out seeds, the training curve, and the
+//! best checkpoint by the FCT objective.
+
+use super::ddqn::{Ddqn, DdqnConfig};
+use super::lockstep;
+use super::replay::ReplayBuffer;
+use crate::error::CliError;
+use ecn_datasets::TelemetrySample;
+use ecn_env::fabric::EcnPlan;
+use ecn_env::scenario::Scenario;
+use ecn_env::tuning::{ActionTemplate, EpisodeSource, FctMetrics, TuningConfig, TuningEnv};
+use ecn_env::{Baseline, BitsPerSec, Nanos, Simulator};
+use ecn_models::{greedy, Checkpoint, ModelCard, QNetwork, TrainingRecord};
+use indicatif::ProgressBar;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use std::time::Instant;
+use tch::Device;
+use tracing::info;
+
+/// The static setting that learned policies are measured against during training (the best
+/// single REFERENCE.md §5 row on the standard scenarios) and fall back to.
+pub const REFERENCE_BASELINE: Baseline = Baseline::HuaweiLatency;
+
+/// Everything a training run needs.
+#[derive(Debug, Clone)]
+pub struct TrainConfig {
+    /// Model name for the card.
+    pub name: String,
+    /// The MDP.
+    pub tuning: TuningConfig,
+    /// The learner.
+    pub ddqn: DdqnConfig,
+    /// Where episodes come from, used in turn.
+    pub sources: Vec<EpisodeSource>,
+    /// Their names, for the card.
+    pub source_names: Vec<String>,
+    /// Seeds networks, exploration and episode draws.
+    pub seed: u64,
+    /// Environment steps in total (one step = one decision for every queue of one fabric).
+    pub steps: u64,
+    /// Simulators stepping in parallel.
+    pub envs: usize,
+    /// Environment steps between evaluations.
+    pub eval_every: u64,
+    /// Scenarios of the periodic evaluation.
+    pub eval_scenarios: Vec<String>,
+    /// Their seeds (keep them away from the seeds final results are reported on).
+    pub eval_seeds: Vec<u64>,
+    /// Training episodes stop this long after their arrival window.
+    pub episode_tail: Nanos,
+    /// Where the networks live.
+    pub device: Device,
+}
+
+/// One row of the training curve.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CurvePoint {
+    /// Environment steps so far.
+    pub env_steps: u64,
+    /// Episodes finished.
+    pub episodes: u64,
+    /// Exploration rate.
+    pub epsilon: f64,
+    /// Mean Huber loss since the last point.
+    pub loss: f64,
+    /// Mean reward per queue per interval since the last point.
+    pub train_reward: f64,
+    /// Greedy evaluation: mean small-flow (<100 KB) p99 slowdown over the evaluation scenarios.
+    pub eval_small_p99: f64,
+    /// Greedy evaluation: mean ≥1 MB median slowdown.
+    pub eval_large_p50: f64,
+    /// Greedy evaluation: mean FCT cost against the reference baseline (lower is better).
+    pub eval_cost: f64,
+    /// Wall-clock seconds since the start.
+    pub wall_seconds: f64,
+}
+
+/// What training produced.
+pub struct Trained {
+    /// The best network by evaluation cost, with its card.
+    pub checkpoint: Checkpoint,
+    /// The training curve.
+    pub curve: Vec<CurvePoint>,
+    /// The reference baseline's cost on the evaluation scenarios (always 1 × its p99).
+    pub reference: Vec<FctMetrics>,
+}
+
+fn env_err(e: ecn_env::tuning::EnvError) -> CliError {
+    match e {
+        ecn_env::tuning::EnvError::Scenario(e) => CliError::BadInput(e.to_string()),
+        other => CliError::Failed(other.to_string()),
+    }
+}
+
+fn torch_err(e: tch::TchError) -> CliError {
+    CliError::Failed(format!("libtorch: {e}"))
+}
+
+/// The fallback action on a port of this speed: the template entry nearest to the
+/// reference baseline.
+fn fallback_action(template: &ActionTemplate, link: BitsPerSec) -> usize {
+    template.nearest(&REFERENCE_BASELINE.setting(link), link)
+}
+
+/// Greedy actions for a batch, with the fallback wherever the network's output is not
+/// finite.
+pub fn greedy_or_fallback(net: &QNetwork, template: &ActionTemplate, obs: &[f32], links: &[BitsPerSec]) -> Vec<usize> {
+    let q = net.q_values(obs);
+    q.chunks(net.actions().max(1))
+        .zip(links)
+        .map(|(q, &link)| greedy(q).unwrap_or_else(|| fallback_action(template, link)))
+        .collect()
+}
+
+/// Run every scenario to its end in closed loop, in parallel, with `decide` choosing one
+/// action per observation row given the row's port speed. Returns the finished simulators,
+/// with their telemetry when `keep_telemetry`.
+pub fn run_closed_loop(
+    tuning: &TuningConfig,
+    scenarios: Vec<Scenario>,
+    keep_telemetry: bool,
+    mut decide: impl FnMut(&[f32], &[BitsPerSec]) -> Vec<usize>,
+) -> Result<Vec<(Simulator, Vec<TelemetrySample>)>, CliError> {
+    let mut envs: Vec<TuningEnv> = Vec::new();
+    let mut first = Vec::new();
+    for sc in scenarios {
+        let mut env = TuningEnv::new(tuning.clone(), EpisodeSource::Scenario(sc.name.clone()));
+        env.keep_telemetry = keep_telemetry;
+        let (obs, _) = env.start(sc).map_err(env_err)?;
+        first.push(obs);
+        envs.push(env);
+    }
+    let links: Vec<Vec<BitsPerSec>> = envs
+        .iter()
+        .map(|e| e.simulator().map(|s| s.queues().iter().map(|q| q.link).collect()).unwrap_or_default())
+        .collect();
+    lockstep::run_episodes(&mut envs, first, |obs, owner| {
+        let mut row_links = Vec::with_capacity(owner.len());
+        let mut seen = vec![0usize; links.len()];
+        for &i in owner {
+            row_links.push(links[i][seen[i]]);
+            seen[i] += 1;
+        }
+        decide(obs, &row_links)
+    })
+    .map_err(env_err)?;
+    let mut out = Vec::new();
+    for mut env in envs {
+        env.finish();
+        let telemetry = env.take_telemetry();
+        let sim = env.into_simulator().ok_or_else(|| CliError::Failed("closed loop: no simulator".into()))?;
+        out.push((sim, telemetry));
+    }
+    Ok(out)
+}
+
+/// Every (scenario, seed) pair of the periodic evaluation.
+fn eval_runs(cfg: &TrainConfig) -> Vec<(String, u64)> {
+    cfg.eval_scenarios.iter().flat_map(|s| cfg.eval_seeds.iter().map(move |&seed| (s.clone(), seed))).collect()
+}
+
+/// The reference baseline's metrics on the evaluation runs.
+fn reference_metrics(runs: &[(String, u64)]) -> Result<Vec<FctMetrics>, CliError> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = runs
+            .iter()
+            .map(|(name, seed)| {
+                let seed = *seed;
+                scope.spawn(move || -> Result<FctMetrics, CliError> {
+                    let mut sc = Scenario::load(name, Some(seed))?;
+                    sc.fabric.ecn = EcnPlan::Baseline(REFERENCE_BASELINE);
+                    let mut sim =
+                        Simulator::new(sc.fabric, sc.flows).map_err(|e| CliError::BadInput(format!("{name}: {e}")))?;
+                    sim.set_record_telemetry(false);
+                    sim.run(|_| {});
+                    Ok(FctMetrics::of(&sim))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("reference run panicked")).collect()
+    })
+}
+
+/// Mean (small p99, large p50, cost) of a greedy evaluation.
+fn evaluate(net: &QNetwork, cfg: &TrainConfig, reference: &[FctMetrics]) -> Result<(f64, f64, f64), CliError> {
+    let scenarios =
+        eval_runs(cfg).iter().map(|(n, seed)| Scenario::load(n, Some(*seed))).collect::<Result<Vec<_>, _>>()?;
+    let template = ActionTemplate::new(cfg.tuning.template);
+    let runs =
+        run_closed_loop(&cfg.tuning, scenarios, false, |obs, links| greedy_or_fallback(net, &template, obs, links))?;
+    let n = runs.len().max(1) as f64;
+    let (mut small, mut large, mut cost) = (0.0, 0.0, 0.0);
+    for ((sim, _), r) in runs.iter().zip(reference) {
+        let m = FctMetrics::of(sim);
+        small += m.small_p99;
+        large += m.large_p50;
+        cost += m.cost(r);
+    }
+    Ok((small / n, large / n, cost / n))
+}
+
+/// Train. The progress bar counts environment steps.
+pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> {
+    let started = Instant::now();
+    tch::manual_seed(cfg.seed as i64);
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let template = ActionTemplate::new(cfg.tuning.template);
+    let obs_dim = cfg.tuning.observation_dim();
+    let mut agent = Ddqn::new(cfg.ddqn.clone(), cfg.device, obs_dim, template.len()).map_err(torch_err)?;
+    let mut best = QNetwork::new(cfg.device, obs_dim, &cfg.ddqn.hidden, template.len());
+    let mut best_cost = f64::INFINITY;
+    let mut replay = ReplayBuffer::new(obs_dim, cfg.ddqn.replay_capacity);
+
+    let reference = reference_metrics(&eval_runs(cfg))?;
+    info!(scenarios = ?cfg.eval_scenarios, seeds = ?cfg.eval_seeds, "reference baseline {} measured", REFERENCE_BASELINE.name());
+
+    // Episode seeds live far from the seeds that evaluation and reports use.
+    let mut episode = 0u64;
+    // Sources take turns episode by episode, so every simulator sees all of them.
+    let mut next_episode = |env: &mut TuningEnv, rng: &mut ChaCha8Rng| {
+        env.set_source(cfg.sources[(episode % cfg.sources.len() as u64) as usize].clone());
+        env.set_initial_action(Some(rng.gen_range(0..template.len())));
+        let seed = 1_000_000 + cfg.seed * 100_000 + episode;
+        episode += 1;
+        env.reset(seed)
+    };
+    let mut envs: Vec<TuningEnv> = (0..cfg.envs.max(1))
+        .map(|_| {
+            let mut env = TuningEnv::new(cfg.tuning.clone(), cfg.sources[0].clone());
+            env.tail = Some(cfg.episode_tail);
+            env
+        })
+        .collect();
+    let mut obs = Vec::new();
+    for env in envs.iter_mut() {
+        obs.push(next_episode(env, &mut rng).map_err(env_err)?.0);
+    }
+
+    let mut curve = Vec::new();
+    let (mut loss_sum, mut loss_n, mut reward_sum, mut reward_n) = (0.0, 0u64, 0.0, 0u64);
+    let mut episodes_done = 0u64;
+    let mut env_steps = 0u64;
+    let mut next_eval = cfg.eval_every;
+    while env_steps < cfg.steps {
+        let epsilon = cfg.ddqn.epsilon(env_steps, cfg.steps);
+        let batch: Vec<f32> = obs.concat();
+        let actions = agent.act(&batch, epsilon, &mut rng);
+        let mut per_env: Vec<Option<Vec<usize>>> = Vec::new();
+        let mut offset = 0;
+        for env in &envs {
+            per_env.push(Some(actions[offset..offset + env.agents()].to_vec()));
+            offset += env.agents();
+        }
+        // Learn while the simulators run: the gradient steps use transitions already held.
+        let samples: Vec<_> = if replay.len() >= cfg.ddqn.warmup {
+            (0..cfg.ddqn.updates_per_step).map(|_| replay.sample(cfg.ddqn.batch_size, &mut rng)).collect()
+        } else {
+            Vec::new()
+        };
+        let (results, losses) = std::thread::scope(|scope| {
+            let handles: Vec<_> = envs
+                .iter_mut()
+                .zip(&per_env)
+                .map(|(env, a)| {
+                    let a = a.as_ref().expect("every env acts");
+                    scope.spawn(move || env.step(a))
+                })
+                .collect();
+            let losses: Vec<Result<f64, tch::TchError>> = samples.iter().map(|b| agent.update(b)).collect();
+            let results: Vec<_> = handles.into_iter().map(|h| h.join().expect("environment step panicked")).collect();
+            (results, losses)
+        });
+        for l in losses {
+            loss_sum += l.map_err(torch_err)?;
+            loss_n += 1;
+        }
+        for (i, result) in results.into_iter().enumerate() {
+            let step = result.map_err(env_err)?;
+            let a = per_env[i].as_ref().expect("acted");
+            for q in 0..a.len() {
+                let o = &obs[i][q * obs_dim..(q + 1) * obs_dim];
+                let n = &step.observations[q * obs_dim..(q + 1) * obs_dim];
+                replay.push(o, a[q], step.rewards[q], n, step.terminated);
+                reward_sum += step.rewards[q] as f64;
+                reward_n += 1;
+            }
+            if step.terminated || step.truncated {
+                episodes_done += 1;
+                obs[i] = next_episode(&mut envs[i], &mut rng).map_err(env_err)?.0;
+            } else {
+                obs[i] = step.observations;
+            }
+            env_steps += 1;
+        }
+        bar.set_position(env_steps.min(cfg.steps));
+        if env_steps >= next_eval || env_steps >= cfg.steps {
+            next_eval += cfg.eval_every;
+            let (small, large, cost) = evaluate(agent.online(), cfg, &reference)?;
+            let point = CurvePoint {
+                env_steps,
+                episodes: episodes_done,
+                epsilon,
+                loss: if loss_n > 0 { loss_sum / loss_n as f64 } else { f64::NAN },
+                train_reward: if reward_n > 0 { reward_sum / reward_n as f64 } else { f64::NAN },
+                eval_small_p99: small,
+                eval_large_p50: large,
+                eval_cost: cost,
+                wall_seconds: started.elapsed().as_secs_f64(),
+            };
+            (loss_sum, loss_n, reward_sum, reward_n) = (0.0, 0, 0.0, 0);
+            if cost < best_cost {
+                best_cost = cost;
+                best.var_store_mut().copy(agent.online().var_store()).map_err(torch_err)?;
+            }
+            info!(
+                steps = env_steps,
+                episodes = episodes_done,
+                epsilon = format!("{epsilon:.3}"),
+                loss = format!("{:.4}", point.loss),
+                reward = format!("{:.4}", point.train_reward),
+                small_p99 = format!("{small:.2}"),
+                large_p50 = format!("{large:.2}"),
+                cost = format!("{cost:.2}"),
+                "evaluation"
+            );
+            bar.set_message(format!("eval cost {cost:.2} (best {best_cost:.2}), ε {epsilon:.2}"));
+            curve.push(point);
+        }
+    }
+    let training = TrainingRecord {
+        algorithm: "ddqn".into(),
+        scenarios: cfg.source_names.clone(),
+        seed: cfg.seed,
+        env_steps,
+        updates: agent.updates(),
+        wall_seconds: started.elapsed().as_secs_f64(),
+        hyperparameters: serde_json::json!({
+            "ddqn": cfg.ddqn,
+            "parallel_envs": cfg.envs,
+            "episode_tail_ns": cfg.episode_tail.0,
+            "eval_scenarios": cfg.eval_scenarios,
+            "eval_seeds": cfg.eval_seeds,
+            "selection": "the evaluation with the lowest FCT cost",
+        }),
+        data: vec![],
+    };
+    let mut card = ModelCard::new(&cfg.name, cfg.tuning.clone(), cfg.ddqn.hidden.clone(), training);
+    let best_point = curve.iter().min_by(|a, b| a.eval_cost.total_cmp(&b.eval_cost)).copied();
+    card.evaluation = serde_json::json!({
+        "scenarios": cfg.eval_scenarios,
+        "seeds": cfg.eval_seeds,
+        "reference": REFERENCE_BASELINE.name(),
+        "reference_metrics": reference,
+        "selected": best_point,
+    });
+    Ok(Trained { checkpoint: Checkpoint { card, net: best }, curve, reference })
+}

@@ -1,0 +1,87 @@
+//! Learned policies (`model:default`, `model:PATH`): a checkpoint that decides every queue's
+//! setting from its recent telemetry, in closed loop at its card's control interval.
+
+use crate::error::CliError;
+use crate::learn::trainer;
+use ecn_env::tuning::{ActionTemplate, FeatureSet, QueueHistory, TuningConfig};
+use ecn_env::{BitsPerSec, EcnSetting};
+use ecn_models::{Checkpoint, ModelCard, QNetwork};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// A loaded checkpoint, shareable between threads (decisions take a short lock).
+pub struct LearnedModel {
+    /// As the user wrote it after `model:`.
+    pub spec: String,
+    /// The weights file.
+    pub path: PathBuf,
+    /// Its card.
+    pub card: ModelCard,
+    template: ActionTemplate,
+    net: Mutex<QNetwork>,
+}
+
+impl fmt::Debug for LearnedModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LearnedModel").field("spec", &self.spec).field("path", &self.path).finish()
+    }
+}
+
+impl LearnedModel {
+    /// Load `model:SPEC`: a shipped name (`default`, `acc-baseline`) or a path to a
+    /// `.safetensors` file with its card beside it. Inference runs on the CPU: one decision
+    /// is a few hundred small rows, where a GPU round trip costs more than it saves.
+    pub fn load(spec: &str) -> Result<LearnedModel, CliError> {
+        let path = if spec.ends_with(".safetensors") || spec.contains('/') {
+            PathBuf::from(spec)
+        } else {
+            ecn_models::default_model_path(spec)
+        };
+        let ck = Checkpoint::load(&path, tch::Device::Cpu)
+            .map_err(|e| CliError::BadInput(format!("--policy model:{spec}: {e}")))?;
+        Ok(LearnedModel {
+            spec: spec.to_string(),
+            path,
+            template: ActionTemplate::new(ck.card.tuning.template),
+            card: ck.card,
+            net: Mutex::new(ck.net),
+        })
+    }
+
+    /// The MDP the model was trained on (features, template, bounds, control interval).
+    pub fn tuning(&self) -> &TuningConfig {
+        &self.card.tuning
+    }
+
+    /// One action per observation row (row-major), falling back to the template entry
+    /// nearest the reference baseline wherever the network's output is not finite.
+    pub fn decide(&self, obs: &[f32], links: &[BitsPerSec]) -> Vec<usize> {
+        let net = self.net.lock().unwrap_or_else(|p| p.into_inner());
+        trainer::greedy_or_fallback(&net, &self.template, obs, links)
+    }
+
+    /// Settings for queues given their telemetry histories; `None` for a queue with no
+    /// usable history yet (the caller's guardrails then fall back to the baseline).
+    pub fn propose(&self, queues: &[(BitsPerSec, &QueueHistory)]) -> Vec<Option<EcnSetting>> {
+        let tuning = self.tuning();
+        let (features, history): (FeatureSet, usize) = (tuning.features, tuning.history);
+        let mut obs = Vec::new();
+        let mut rows = Vec::new();
+        let mut links = Vec::new();
+        for (i, (link, h)) in queues.iter().enumerate() {
+            if h.observe(features, history, &mut obs) {
+                rows.push(i);
+                links.push(*link);
+            }
+        }
+        let mut out = vec![None; queues.len()];
+        if rows.is_empty() {
+            return out;
+        }
+        for (&i, a) in rows.iter().zip(self.decide(&obs, &links)) {
+            out[i] = self.template.setting(a, queues[i].0, &tuning.bounds);
+        }
+        out
+    }
+}
