@@ -7,6 +7,7 @@ mod actuator;
 mod commands;
 mod controller;
 mod error;
+mod explore;
 mod learn;
 mod learned;
 mod plot;

@@ -1,10 +1,11 @@
 //! The `<POLICY>` argument (PRODUCT.md "The CLI contract").
 //!
-//! Forms: `static:<KMIN>,<KMAX>,<PMAX>`, `baseline:<name>`, and `model:<NAME|PATH>` (a
-//! learned policy; `model:default` is the shipped checkpoint). `explore` is not available
-//! yet.
+//! Forms: `static:<KMIN>,<KMAX>,<PMAX>`, `baseline:<name>`, `model:<NAME|PATH>` (a learned
+//! policy; `model:default` is the shipped checkpoint) and `explore[:SEED]` (a safe
+//! exploratory behaviour, for recording data).
 
 use crate::error::CliError;
+use crate::explore::Explore;
 use crate::learned::LearnedModel;
 use ecn_env::fabric::EcnPlan;
 use ecn_env::{Baseline, BitsPerSec, Bytes, EcnSetting};
@@ -20,6 +21,8 @@ pub enum Policy {
     Baseline(Baseline),
     /// A learned checkpoint, deciding from telemetry in closed loop.
     Model(Arc<LearnedModel>),
+    /// Seeded exploration of the action template inside the bounds.
+    Explore(Explore),
 }
 
 impl PartialEq for Policy {
@@ -28,6 +31,7 @@ impl PartialEq for Policy {
             (Policy::Static(a), Policy::Static(b)) => a == b,
             (Policy::Baseline(a), Policy::Baseline(b)) => a == b,
             (Policy::Model(a), Policy::Model(b)) => a.path == b.path,
+            (Policy::Explore(a), Policy::Explore(b)) => a == b,
             _ => false,
         }
     }
@@ -37,6 +41,9 @@ impl Policy {
     /// Parse the command-line form.
     pub fn parse(s: &str) -> Result<Policy, CliError> {
         let bad = |why: String| CliError::BadInput(format!("--policy '{s}': {why}"));
+        if s == "explore" {
+            return Ok(Policy::Explore(Explore::new(0)));
+        }
         let (kind, arg) = s.split_once(':').ok_or_else(|| bad(FORMS.into()))?;
         match kind {
             "static" => {
@@ -54,18 +61,23 @@ impl Policy {
                 bad(format!("unknown baseline (one of: {})", names.join(", ")))
             }),
             "model" if !arg.is_empty() => Ok(Policy::Model(Arc::new(LearnedModel::load(arg)?))),
+            "explore" => {
+                let seed = arg.parse().map_err(|_| bad(format!("SEED '{arg}' is not a non-negative integer")))?;
+                Ok(Policy::Explore(Explore::new(seed)))
+            }
             _ => Err(bad(FORMS.into())),
         }
     }
 
     /// The setting a static form proposes for a queue on a port of the given speed; `None`
-    /// for a learned policy, which decides from observations
-    /// ([`LearnedModel::propose`]).
+    /// for a learned policy, which decides from observations ([`LearnedModel::propose`]),
+    /// and for exploration, which depends on the queue and the decision
+    /// ([`Explore::setting`]).
     pub fn propose(&self, link: BitsPerSec) -> Option<EcnSetting> {
         match self {
             Policy::Static(s) => Some(*s),
             Policy::Baseline(b) => Some(b.setting(link)),
-            Policy::Model(_) => None,
+            Policy::Model(_) | Policy::Explore(_) => None,
         }
     }
 
@@ -75,7 +87,7 @@ impl Policy {
         match self {
             Policy::Static(s) => EcnPlan::Fixed(*s),
             Policy::Baseline(b) => EcnPlan::Baseline(*b),
-            Policy::Model(_) => EcnPlan::Baseline(crate::learn::trainer::REFERENCE_BASELINE),
+            Policy::Model(_) | Policy::Explore(_) => EcnPlan::Baseline(crate::learn::trainer::REFERENCE_BASELINE),
         }
     }
 
@@ -88,7 +100,7 @@ impl Policy {
     }
 }
 
-const FORMS: &str = "expected static:<KMIN>,<KMAX>,<PMAX>, baseline:<name> or model:<default|PATH>";
+const FORMS: &str = "expected static:<KMIN>,<KMAX>,<PMAX>, baseline:<name>, model:<default|PATH> or explore[:SEED]";
 
 impl fmt::Display for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -96,6 +108,7 @@ impl fmt::Display for Policy {
             Policy::Static(s) => write!(f, "static:{},{},{}", Bytes(s.kmin_bytes), Bytes(s.kmax_bytes), s.pmax),
             Policy::Baseline(b) => write!(f, "baseline:{}", b.name()),
             Policy::Model(m) => write!(f, "model:{}", m.spec),
+            Policy::Explore(e) => write!(f, "explore:{}", e.seed),
         }
     }
 }
@@ -110,6 +123,8 @@ mod tests {
         assert_eq!(p, Policy::Static(EcnSetting { kmin_bytes: 400_000, kmax_bytes: 1_600_000, pmax: 0.2 }));
         assert_eq!(p.to_string(), "static:400KB,1600KB,0.2");
         assert_eq!(Policy::parse("baseline:hpcc-alibaba").unwrap(), Policy::Baseline(Baseline::HpccAlibaba));
+        assert_eq!(Policy::parse("explore").unwrap().to_string(), "explore:0");
+        assert_eq!(Policy::parse("explore:9").unwrap(), Policy::Explore(Explore::new(9)));
     }
 
     #[test]
@@ -123,6 +138,7 @@ mod tests {
             "x:y",
             "model:",
             "model:/no/such/model.safetensors",
+            "explore:-1",
         ] {
             let e = Policy::parse(s).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{s}");

@@ -6,7 +6,8 @@ use crate::policy::Policy;
 use ecn_env::fabric::FabricConfig;
 use ecn_env::scenario::Scenario;
 use ecn_env::summary::Summary;
-use ecn_env::Simulator;
+use ecn_env::tuning::TuningConfig;
+use ecn_env::{BitsPerSec, Simulator};
 use indicatif::ProgressBar;
 use std::time::Instant;
 
@@ -44,20 +45,39 @@ pub fn simulate(
         // A learned policy decides at its card's control interval, in closed loop, from the
         // telemetry of the interval just ended.
         Policy::Model(model) => {
-            let mut sc = scenario.clone();
-            sc.fabric.ecn = policy.plan();
-            let runs = crate::learn::trainer::run_closed_loop(model.tuning(), vec![sc], true, |obs, links| {
-                model.decide(obs, links)
-            })?;
-            let (mut sim, telemetry) = runs.into_iter().next().expect("one scenario, one run");
-            sim.restore_telemetry(telemetry);
-            if let Some(bar) = progress {
-                bar.set_position(sim.flow_counts().1 as u64);
-            }
-            sim
+            closed_loop(scenario, policy, model.tuning(), progress, |obs, links| model.decide(obs, links))?
+        }
+        // Exploration changes settings at the default control interval, each queue on its
+        // own seeded schedule.
+        Policy::Explore(explore) => {
+            let mut decision = 0u64;
+            closed_loop(scenario, policy, &TuningConfig::default(), progress, |_, links| {
+                decision += 1;
+                (0..links.len()).map(|q| explore.action(q, decision)).collect()
+            })?
         }
     };
     Ok(finish(scenario, sim, label, started))
+}
+
+/// Run `scenario` to its end with `decide` choosing every queue's template action each
+/// control interval; the simulator keeps the whole telemetry recording.
+fn closed_loop(
+    scenario: &Scenario,
+    policy: &Policy,
+    tuning: &TuningConfig,
+    progress: Option<&ProgressBar>,
+    decide: impl FnMut(&[f32], &[BitsPerSec]) -> Vec<usize>,
+) -> Result<Simulator, CliError> {
+    let mut sc = scenario.clone();
+    sc.fabric.ecn = policy.plan();
+    let runs = crate::learn::trainer::run_closed_loop(tuning, vec![sc], true, decide)?;
+    let (mut sim, telemetry) = runs.into_iter().next().expect("one scenario, one run");
+    sim.restore_telemetry(telemetry);
+    if let Some(bar) = progress {
+        bar.set_position(sim.flow_counts().1 as u64);
+    }
+    Ok(sim)
 }
 
 /// As [`simulate`], with the ECN settings the scenario itself configures (its `[switch] ecn`,

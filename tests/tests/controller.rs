@@ -302,3 +302,43 @@ async fn the_kill_switch_returns_every_queue_to_the_baseline() {
     assert_eq!(settings(&act).await, before);
     drop(child);
 }
+
+/// The shipped learned policy drives enforce mode: it proposes settings from each queue's
+/// telemetry, the guardrails bound them, and the applied ones come from its action template.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shipped_model_decides_from_telemetry_in_enforce_mode() {
+    let act = sim_actuator(&[]).await;
+    let (child, log) = controller(
+        &act,
+        "model",
+        &[
+            "--mode",
+            "enforce",
+            "--allow-writes",
+            "--model",
+            "default",
+            "--interval",
+            "200ms",
+            "--min-dwell",
+            "0s",
+            "--confirm-within",
+            "20s",
+            "--duration",
+            "5s",
+        ],
+    );
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success(), "{}", std::fs::read_to_string(act.dir.path().join("model.log")).unwrap());
+    let d = lines(&log);
+    assert!(d.iter().all(|x| x["reason"].as_str().unwrap().contains("policy model:default")));
+    let proposed: Vec<&serde_json::Value> = d.iter().map(|x| &x["proposed"]).filter(|p| !p.is_null()).collect();
+    assert!(!proposed.is_empty(), "the model proposed settings once telemetry arrived");
+    let distinct: std::collections::HashSet<String> = proposed.iter().map(|p| p.to_string()).collect();
+    assert!(distinct.len() > 1, "decisions depend on each queue's state: {distinct:?}");
+    assert!(!events(&act.journal(), "apply").is_empty(), "{:?}", act.journal());
+    for x in d.iter().filter(|x| x["applied"] == true) {
+        let a = &x["after_guardrails"];
+        let (kmin, kmax) = (a["kmin_bytes"].as_u64().unwrap(), a["kmax_bytes"].as_u64().unwrap());
+        assert!(kmin >= 1000 && kmin < kmax && kmax <= 32 << 20, "{x}");
+    }
+}

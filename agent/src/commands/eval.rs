@@ -26,7 +26,7 @@ pub struct EvalArgs {
     /// config.txt files. Repeat the flag or give several values.
     #[arg(long, value_name = "NAME|FILE", required = true, num_args = 1..)]
     scenario: Vec<String>,
-    /// Policies to compare: static:<KMIN>,<KMAX>,<PMAX> or baseline:<name>. Repeat the flag or
+    /// Policies to compare: static:<KMIN>,<KMAX>,<PMAX>, baseline:<name> or model:<default|PATH>. Repeat the flag or
     /// give several values.
     #[arg(long, value_name = "POLICY", required = true, num_args = 1..)]
     policy: Vec<String>,

@@ -17,7 +17,8 @@ pub struct SimArgs {
     /// simulator config.txt.
     #[arg(long, value_name = "NAME|FILE")]
     scenario: String,
-    /// ECN policy on every data queue: static:<KMIN>,<KMAX>,<PMAX> or baseline:<name>.
+    /// ECN policy: static:<KMIN>,<KMAX>,<PMAX>, baseline:<name>, or model:<default|PATH> (a learned
+    /// policy in closed loop).
     /// Default: the scenario's own setting.
     #[arg(long, value_name = "POLICY")]
     policy: Option<String>,

@@ -77,6 +77,12 @@ pub struct TrainArgs {
     /// Where the networks run.
     #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
     device: DeviceArg,
+    /// Discount per control interval (default: the learner's, 0.8).
+    #[arg(long)]
+    gamma: Option<f64>,
+    /// Adam learning rate (default 5e-4).
+    #[arg(long)]
+    learning_rate: Option<f64>,
 }
 
 /// Train and write the checkpoint.
@@ -116,11 +122,24 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         Preset::Tuner => TuningConfig { control_interval: interval, ..TuningConfig::default() },
         Preset::Acc => TuningConfig { control_interval: interval, ..TuningConfig::acc() },
     };
+    let mut ddqn = DdqnConfig::default();
+    if let Some(g) = args.gamma {
+        if !(0.0..1.0).contains(&g) {
+            return Err(CliError::BadInput(format!("--gamma {g}: must be in [0, 1)")));
+        }
+        ddqn.gamma = g;
+    }
+    if let Some(lr) = args.learning_rate {
+        if !(lr > 0.0 && lr < 1.0) {
+            return Err(CliError::BadInput(format!("--learning-rate {lr}: must be in (0, 1)")));
+        }
+        ddqn.learning_rate = lr;
+    }
     let name = args.out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
     let cfg = TrainConfig {
         name: name.clone(),
         tuning,
-        ddqn: DdqnConfig::default(),
+        ddqn,
         sources,
         source_names: args.scenario.clone(),
         seed: args.seed,
@@ -149,6 +168,10 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     write_curve_csv(&csv, &trained.curve)?;
     let png = sibling(&args.out, "training.png");
     let pts = |f: fn(&trainer::CurvePoint) -> f64| trained.curve.iter().map(|p| (p.env_steps as f64, f(p))).collect();
+    // The reference's cost is its own small-flow p99 (nothing to penalise against itself).
+    let reference_cost =
+        trained.reference.iter().map(|m| m.small_p99).sum::<f64>() / trained.reference.len().max(1) as f64;
+    let reference_line = trained.curve.iter().map(|p| (p.env_steps as f64, reference_cost)).collect();
     plot::training_curve(
         &png,
         &format!("{name}: greedy evaluation every {} steps", cfg.eval_every),
@@ -158,6 +181,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
             ("eval ≥1MB p50 slowdown", pts(|p| p.eval_large_p50)),
             ("eval FCT cost", pts(|p| p.eval_cost)),
             ("train reward ×10", pts(|p| p.train_reward * 10.0)),
+            (&format!("{} cost (reference)", trainer::REFERENCE_BASELINE.name()), reference_line),
         ],
     )?;
     let sel = &trained.checkpoint.card.evaluation["selected"];
@@ -175,7 +199,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         sel["eval_large_p50"].as_f64().unwrap_or(f64::NAN),
         sel["eval_cost"].as_f64().unwrap_or(f64::NAN),
         trainer::REFERENCE_BASELINE.name(),
-        trained.reference.iter().map(|m| m.small_p99).sum::<f64>() / trained.reference.len().max(1) as f64,
+        reference_cost,
     );
     Ok(())
 }

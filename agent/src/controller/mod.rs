@@ -542,6 +542,8 @@ impl ControlLoop {
                 Some(q.current)
             } else if let Some(l) = &learned {
                 l[i]
+            } else if let Policy::Explore(e) = &cfg.policy {
+                Some(e.setting(i, self.report.rounds, ecn_env::BitsPerSec(q.link_bps)))
             } else {
                 cfg.policy.propose(ecn_env::BitsPerSec(q.link_bps))
             };
