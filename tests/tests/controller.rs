@@ -240,7 +240,9 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
         let m = metrics.clone();
         async move {
             let t = tokio::time::timeout(Duration::from_secs(5), http_get(&m, "/metrics")).await.ok()??;
-            t.contains("ecn_tuner_decisions_total").then_some(t)
+            // The endpoint serves before the first round; wait for decisions and per-queue series.
+            let decided = t.contains("ecn_tuner_decisions_total") && !t.contains("ecn_tuner_decisions_total 0\n");
+            (decided && t.contains("ecn_tuner_queue_kmin_bytes")).then_some(t)
         }
     })
     .await;

@@ -9,6 +9,7 @@
 //! - [`observation`]: per-queue features, normalized by line rate and a reference BDP.
 //! - [`action`]: discrete templates of (Kmin, Kmax, Pmax), scaled by speed and bounded.
 //! - [`reward`]: per-queue, per-interval rewards from telemetry alone.
+//! - [`objective`]: the FCT objective that rewards are checked against.
 //! - [`scenarios`]: the randomized training distribution.
 
 pub mod action;
