@@ -236,13 +236,16 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
         "multi",
         &["--target", &b.url(), "--mode", "shadow", "--interval", "100ms", "--duration", "4s", "--metrics", &metrics],
     );
+    let (url_a, url_b) = (a.url(), b.url());
     let text = eventually("metrics with decisions", Duration::from_secs(60), || {
         let m = metrics.clone();
+        let (url_a, url_b) = (url_a.clone(), url_b.clone());
         async move {
             let t = tokio::time::timeout(Duration::from_secs(5), http_get(&m, "/metrics")).await.ok()??;
-            // The endpoint serves before the first round; wait for decisions and per-queue series.
-            let decided = t.contains("ecn_tuner_decisions_total") && !t.contains("ecn_tuner_decisions_total 0\n");
-            (decided && t.contains("ecn_tuner_queue_kmin_bytes")).then_some(t)
+            // The endpoint serves before the first round, and the two targets' first rounds
+            // come in either order: wait for per-queue series of both.
+            let both = t.contains(&url_a) && t.contains(&url_b);
+            (both && t.contains("ecn_tuner_queue_kmin_bytes")).then_some(t)
         }
     })
     .await;
