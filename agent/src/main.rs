@@ -38,6 +38,9 @@ enum Command {
     /// Learn a policy with Double DQN in the simulator and write a checkpoint, its model card
     /// and its training curve.
     Train(Box<commands::train::TrainArgs>),
+    /// Run a scenario under a behaviour policy (default: explore) and write its telemetry as
+    /// Parquet, for offline learning.
+    Record(commands::record::RecordArgs),
     /// List the built-in scenarios, or print one as TOML to start your own from.
     Scenarios(commands::scenarios::ScenariosArgs),
     /// Serve a fabric's ECN settings over gRPC (sim or dry-run backend), with switch-side
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => commands::sim::run(a),
         Command::Eval(a) => commands::eval::run(a),
         Command::Train(a) => commands::train::run(*a),
+        Command::Record(a) => commands::record::run(a),
         Command::Scenarios(a) => commands::scenarios::run(a),
         Command::Actuator(a) => commands::actuator::run(a),
         Command::Run(a) => commands::run::run(*a),

@@ -122,3 +122,26 @@ async fn bad_training_input_exits_2_naming_the_problem() {
     }
     assert!(!Path::new(&out).exists(), "nothing is written on bad input");
 }
+
+/// `record` writes the telemetry of a run under the exploratory behaviour: every queue every
+/// interval, with the settings exploration put in effect, all inside the bounds.
+#[tokio::test(flavor = "multi_thread")]
+async fn record_writes_exploratory_telemetry_as_parquet() {
+    let dir = tempfile::Builder::new().prefix("ecn-record-").tempdir().unwrap();
+    std::fs::write(dir.path().join("tiny.toml"), TINY).unwrap();
+    let tiny = dir.path().join("tiny.toml").display().to_string();
+    let out = dir.path().join("rec/explore.parquet");
+    let (code, stdout, stderr) =
+        run_cli(&["record", "--scenario", &tiny, "--policy", "explore:4", "--out", &out.display().to_string()]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("under explore:4"), "{stdout}");
+    let rows = ecn_datasets::io::read_telemetry_parquet(&out).unwrap();
+    assert!(rows.len() > 100, "{}", rows.len());
+    let settings: std::collections::HashSet<(u64, u64)> = rows.iter().map(|r| (r.kmin_bytes, r.kmax_bytes)).collect();
+    assert!(settings.len() > 5, "exploration visits many settings: {settings:?}");
+    assert!(rows.iter().all(|r| r.kmin_bytes >= 1000 && r.kmin_bytes < r.kmax_bytes && r.pmax > 0.0 && r.pmax <= 1.0));
+
+    let (code, _, stderr) = run_cli(&["record", "--scenario", &tiny, "--out", "x.csv"]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--out"), "{stderr}");
+}
