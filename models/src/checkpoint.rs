@@ -14,10 +14,16 @@ pub struct Checkpoint {
     pub net: QNetwork,
 }
 
+/// `DIR/STEM.suffix` beside the weights at `DIR/STEM.safetensors`: the card, the training
+/// curve, and anything else that belongs to one model.
+pub fn sibling(weights: &Path, suffix: &str) -> PathBuf {
+    let stem = weights.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    weights.with_file_name(format!("{stem}.{suffix}"))
+}
+
 /// Where the card of weights at `weights` lives.
 pub fn card_path(weights: &Path) -> PathBuf {
-    let stem = weights.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    weights.with_file_name(format!("{stem}.card.json"))
+    sibling(weights, "card.json")
 }
 
 /// The shipped model for `model:NAME` shorthands (`default`, `acc-baseline`): the

@@ -164,9 +164,9 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     bar.finish_and_clear();
 
     trained.checkpoint.save(&args.out).map_err(|e| CliError::Failed(e.to_string()))?;
-    let csv = sibling(&args.out, "training.csv");
+    let csv = ecn_models::checkpoint::sibling(&args.out, "training.csv");
     write_curve_csv(&csv, &trained.curve)?;
-    let png = sibling(&args.out, "training.png");
+    let png = ecn_models::checkpoint::sibling(&args.out, "training.png");
     let pts = |f: fn(&trainer::CurvePoint) -> f64| trained.curve.iter().map(|p| (p.env_steps as f64, f(p))).collect();
     // The reference's cost is its own small-flow p99 (nothing to penalise against itself).
     let reference_cost =
@@ -202,12 +202,6 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         reference_cost,
     );
     Ok(())
-}
-
-/// `dir/stem.suffix` for the model at `model`.
-fn sibling(model: &Path, suffix: &str) -> PathBuf {
-    let stem = model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    model.with_file_name(format!("{stem}.{suffix}"))
 }
 
 fn write_curve_csv(path: &Path, curve: &[trainer::CurvePoint]) -> Result<(), CliError> {

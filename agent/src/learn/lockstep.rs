@@ -4,16 +4,26 @@
 
 use ecn_env::tuning::{EnvError, Step, TuningEnv};
 
-/// Step every environment that has actions (`Some`) in parallel; environments given `None`
-/// are left alone and get `None` back.
-pub fn step_all(envs: &mut [TuningEnv], actions: &[Option<Vec<usize>>]) -> Vec<Option<Result<Step, EnvError>>> {
+/// The result of stepping one environment, `None` where it was given no actions.
+pub type StepResults = Vec<Option<Result<Step, EnvError>>>;
+
+/// Step every environment that has actions (`Some`) in parallel, running `during` on the
+/// calling thread meanwhile (the learner's gradient steps); environments given `None` are
+/// left alone and get `None` back.
+pub fn step_all<R>(
+    envs: &mut [TuningEnv],
+    actions: &[Option<Vec<usize>>],
+    during: impl FnOnce() -> R,
+) -> (StepResults, R) {
     if envs.len() == 1 {
-        return vec![actions[0].as_ref().map(|a| envs[0].step(a))];
+        let result = actions[0].as_ref().map(|a| envs[0].step(a));
+        return (vec![result], during());
     }
     std::thread::scope(|scope| {
         let handles: Vec<_> =
             envs.iter_mut().zip(actions).map(|(env, a)| a.as_ref().map(|a| scope.spawn(move || env.step(a)))).collect();
-        handles.into_iter().map(|h| h.map(|h| h.join().expect("environment step panicked"))).collect()
+        let r = during();
+        (handles.into_iter().map(|h| h.map(|h| h.join().expect("environment step panicked"))).collect(), r)
     })
 }
 
@@ -43,7 +53,7 @@ pub fn run_episodes(
         for (a, &i) in chosen.into_iter().zip(&owner) {
             actions[i].get_or_insert_with(Vec::new).push(a);
         }
-        for (i, result) in step_all(envs, &actions).into_iter().enumerate() {
+        for (i, result) in step_all(envs, &actions, || ()).0.into_iter().enumerate() {
             let Some(result) = result else { continue };
             let step = result?;
             obs[i] = (!step.terminated && !step.truncated).then_some(step.observations);

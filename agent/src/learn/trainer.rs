@@ -6,8 +6,9 @@ use super::ddqn::{Ddqn, DdqnConfig};
 use super::lockstep;
 use super::replay::ReplayBuffer;
 use crate::error::CliError;
+use crate::policy::Policy;
+use crate::rollout;
 use ecn_datasets::TelemetrySample;
-use ecn_env::fabric::EcnPlan;
 use ecn_env::scenario::Scenario;
 use ecn_env::tuning::{ActionTemplate, EpisodeSource, FctMetrics, TuningConfig, TuningEnv};
 use ecn_env::{Baseline, BitsPerSec, Nanos, Simulator};
@@ -170,13 +171,10 @@ fn reference_metrics(runs: &[(String, u64)]) -> Result<Vec<FctMetrics>, CliError
             .map(|(name, seed)| {
                 let seed = *seed;
                 scope.spawn(move || -> Result<FctMetrics, CliError> {
-                    let mut sc = Scenario::load(name, Some(seed))?;
-                    sc.fabric.ecn = EcnPlan::Baseline(REFERENCE_BASELINE);
-                    let mut sim =
-                        Simulator::new(sc.fabric, sc.flows).map_err(|e| CliError::BadInput(format!("{name}: {e}")))?;
-                    sim.set_record_telemetry(false);
-                    sim.run(|_| {});
-                    Ok(FctMetrics::of(&sim))
+                    let sc = Scenario::load(name, Some(seed))?;
+                    let policy = Policy::Baseline(REFERENCE_BASELINE);
+                    let outcome = rollout::simulate(&sc, &policy, &policy.to_string(), None)?;
+                    Ok(FctMetrics::of(&outcome.sim))
                 })
             })
             .collect();
@@ -260,25 +258,15 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
         } else {
             Vec::new()
         };
-        let (results, losses) = std::thread::scope(|scope| {
-            let handles: Vec<_> = envs
-                .iter_mut()
-                .zip(&per_env)
-                .map(|(env, a)| {
-                    let a = a.as_ref().expect("every env acts");
-                    scope.spawn(move || env.step(a))
-                })
-                .collect();
-            let losses: Vec<Result<f64, tch::TchError>> = samples.iter().map(|b| agent.update(b)).collect();
-            let results: Vec<_> = handles.into_iter().map(|h| h.join().expect("environment step panicked")).collect();
-            (results, losses)
+        let (results, losses) = lockstep::step_all(&mut envs, &per_env, || {
+            samples.iter().map(|b| agent.update(b)).collect::<Vec<Result<f64, tch::TchError>>>()
         });
         for l in losses {
             loss_sum += l.map_err(torch_err)?;
             loss_n += 1;
         }
         for (i, result) in results.into_iter().enumerate() {
-            let step = result.map_err(env_err)?;
+            let step = result.expect("every env acts").map_err(env_err)?;
             let a = per_env[i].as_ref().expect("acted");
             for q in 0..a.len() {
                 let o = &obs[i][q * obs_dim..(q + 1) * obs_dim];
