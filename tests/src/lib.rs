@@ -28,8 +28,13 @@ pub type Client = pb::actuator_client::ActuatorClient<Channel>;
 pub const START_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Path of the `ecn-tuner` binary in the target directory the tests were built into:
-/// `<target>/<profile>/deps/<test>-<hash>` → `<target>/<profile>/ecn-tuner`.
+/// `<target>/<profile>/deps/<test>-<hash>` → `<target>/<profile>/ecn-tuner`, unless
+/// `ECN_TUNER_BIN` names another one (checkouts that share a target directory overwrite each
+/// other's binary there).
 pub fn ecn_tuner_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("ECN_TUNER_BIN") {
+        return PathBuf::from(bin);
+    }
     let exe = std::env::current_exe().expect("path of the test executable");
     let mut dir = exe.parent().expect("test executable directory").to_path_buf();
     if dir.ends_with("deps") {
