@@ -40,18 +40,35 @@ impl LearnedModel {
         };
         let ck = Checkpoint::load(&path, tch::Device::Cpu)
             .map_err(|e| CliError::BadInput(format!("--policy model:{spec}: {e}")))?;
-        Ok(LearnedModel {
+        Ok(LearnedModel::from_checkpoint(spec, path, ck))
+    }
+
+    /// A model from a checkpoint already in memory.
+    pub fn from_checkpoint(spec: &str, path: PathBuf, ck: Checkpoint) -> LearnedModel {
+        LearnedModel {
             spec: spec.to_string(),
             path,
             template: ActionTemplate::new(ck.card.tuning.template),
             card: ck.card,
             net: Mutex::new(ck.net),
-        })
+        }
     }
 
     /// The MDP the model was trained on (features, template, bounds, control interval).
     pub fn tuning(&self) -> &TuningConfig {
         &self.card.tuning
+    }
+
+    /// The Q-value of every template action for each observation row (row-major).
+    pub fn q_values(&self, obs: &[f32]) -> Vec<f32> {
+        self.net.lock().unwrap_or_else(|p| p.into_inner()).q_values(obs)
+    }
+
+    /// The discount the model was trained with (its Q-values are sums discounted by it).
+    pub fn gamma(&self) -> f64 {
+        self.card.training.hyperparameters["ddqn"]["gamma"]
+            .as_f64()
+            .unwrap_or(crate::learn::ddqn::DdqnConfig::default().gamma)
     }
 
     /// One action per observation row (row-major), falling back to the template entry

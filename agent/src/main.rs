@@ -4,6 +4,7 @@
 //! code. Logs go to stderr (`ECN_TUNER_LOG` sets the filter), results to stdout.
 
 mod actuator;
+mod capture;
 mod commands;
 mod controller;
 mod error;
@@ -12,8 +13,10 @@ mod learn;
 mod learned;
 mod plot;
 mod policy;
+mod recommend;
 mod report;
 mod rollout;
+mod telemetry_input;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -38,9 +41,12 @@ enum Command {
     /// Learn a policy with Double DQN in the simulator and write a checkpoint, its model card
     /// and its training curve.
     Train(Box<commands::train::TrainArgs>),
-    /// Run a scenario under a behaviour policy (default: explore) and write its telemetry as
-    /// Parquet, for offline learning.
+    /// Write telemetry as Parquet for offline learning: from a scenario under a behaviour policy
+    /// (default: explore), or from a live actuator for a duration.
     Record(commands::record::RecordArgs),
+    /// Recommend a setting for every queue from recorded or live telemetry, with the expected
+    /// effect and a confidence; keeps the current setting when unsure. Writes nothing.
+    Recommend(commands::recommend::RecommendArgs),
     /// List the built-in scenarios, or print one as TOML to start your own from.
     Scenarios(commands::scenarios::ScenariosArgs),
     /// Serve a fabric's ECN settings over gRPC (sim or dry-run backend), with switch-side
@@ -74,6 +80,7 @@ fn main() -> ExitCode {
         Command::Eval(a) => commands::eval::run(a),
         Command::Train(a) => commands::train::run(*a),
         Command::Record(a) => commands::record::run(a),
+        Command::Recommend(a) => commands::recommend::run(a),
         Command::Scenarios(a) => commands::scenarios::run(a),
         Command::Actuator(a) => commands::actuator::run(a),
         Command::Run(a) => commands::run::run(*a),

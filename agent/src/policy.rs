@@ -62,8 +62,15 @@ impl Policy {
             }),
             "model" if !arg.is_empty() => Ok(Policy::Model(Arc::new(LearnedModel::load(arg)?))),
             "explore" => {
-                let seed = arg.parse().map_err(|_| bad(format!("SEED '{arg}' is not a non-negative integer")))?;
-                Ok(Policy::Explore(Explore::new(seed)))
+                let (seed, hold) = arg.split_once(':').unwrap_or((arg, ""));
+                let seed = seed.parse().map_err(|_| bad(format!("SEED '{seed}' is not a non-negative integer")))?;
+                if hold.is_empty() {
+                    return Ok(Policy::Explore(Explore::new(seed)));
+                }
+                match hold.parse::<u64>() {
+                    Ok(h) if h >= 1 => Ok(Policy::Explore(Explore::with_hold(seed, h))),
+                    _ => Err(bad(format!("HOLD '{hold}' is not a whole number of decisions ≥ 1"))),
+                }
             }
             _ => Err(bad(FORMS.into())),
         }
@@ -100,7 +107,7 @@ impl Policy {
     }
 }
 
-const FORMS: &str = "expected static:<KMIN>,<KMAX>,<PMAX>, baseline:<name>, model:<default|PATH> or explore[:SEED]";
+const FORMS: &str = "expected static:<KMIN>,<KMAX>,<PMAX>, baseline:<name>, model:<default|PATH> or explore[:SEED[:HOLD]]";
 
 impl fmt::Display for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -108,7 +115,8 @@ impl fmt::Display for Policy {
             Policy::Static(s) => write!(f, "static:{},{},{}", Bytes(s.kmin_bytes), Bytes(s.kmax_bytes), s.pmax),
             Policy::Baseline(b) => write!(f, "baseline:{}", b.name()),
             Policy::Model(m) => write!(f, "model:{}", m.spec),
-            Policy::Explore(e) => write!(f, "explore:{}", e.seed),
+            Policy::Explore(e) if e.hold == crate::explore::DEFAULT_HOLD_DECISIONS => write!(f, "explore:{}", e.seed),
+            Policy::Explore(e) => write!(f, "explore:{}:{}", e.seed, e.hold),
         }
     }
 }
@@ -125,6 +133,7 @@ mod tests {
         assert_eq!(Policy::parse("baseline:hpcc-alibaba").unwrap(), Policy::Baseline(Baseline::HpccAlibaba));
         assert_eq!(Policy::parse("explore").unwrap().to_string(), "explore:0");
         assert_eq!(Policy::parse("explore:9").unwrap(), Policy::Explore(Explore::new(9)));
+        assert_eq!(Policy::parse("explore:9:2").unwrap().to_string(), "explore:9:2");
     }
 
     #[test]
@@ -139,6 +148,8 @@ mod tests {
             "model:",
             "model:/no/such/model.safetensors",
             "explore:-1",
+            "explore:1:0",
+            "explore:1:x",
         ] {
             let e = Policy::parse(s).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{s}");

@@ -69,6 +69,72 @@ pub struct ModelCard {
     /// Evaluation results recorded at training time.
     #[serde(default)]
     pub evaluation: serde_json::Value,
+    /// What the training data looked like and how noisy the Q-values are, so that
+    /// `recommend` can tell an unfamiliar situation and an unsure model from a confident one.
+    /// Absent in cards written before it existed; `recommend` then refuses to change anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
+}
+
+/// The training distribution of the observations, feature by feature, and the Q-value noise.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// Observations the statistics come from.
+    pub samples: u64,
+    /// Per-feature mean, in input order.
+    pub mean: Vec<f32>,
+    /// Per-feature standard deviation.
+    pub std: Vec<f32>,
+    /// Per-feature 0.1st percentile: below it, a value is rarer than 1 in 1000 in training.
+    pub low: Vec<f32>,
+    /// Per-feature 99.9th percentile.
+    pub high: Vec<f32>,
+    /// Root-mean-square temporal-difference error of the final network on training
+    /// transitions: how far apart two Q-values must be before their order means something.
+    pub td_error_rms: f64,
+}
+
+impl Calibration {
+    /// Statistics of `obs` (row-major, `dim` features per row) with the given TD error.
+    pub fn of(obs: &[f32], dim: usize, td_error_rms: f64) -> Calibration {
+        let rows = if dim == 0 { 0 } else { obs.len() / dim };
+        let mut mean = vec![0f32; dim];
+        let mut std = vec![0f32; dim];
+        let mut low = vec![0f32; dim];
+        let mut high = vec![0f32; dim];
+        let mut column = Vec::with_capacity(rows);
+        for f in 0..dim {
+            column.clear();
+            column.extend((0..rows).map(|r| obs[r * dim + f]).filter(|v| v.is_finite()));
+            if column.is_empty() {
+                continue;
+            }
+            column.sort_by(f32::total_cmp);
+            let n = column.len() as f64;
+            let m = column.iter().map(|&v| v as f64).sum::<f64>() / n;
+            let var = column.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / n;
+            let pick = |q: f64| column[((q * (n - 1.0)).round() as usize).min(column.len() - 1)];
+            mean[f] = m as f32;
+            std[f] = var.sqrt() as f32;
+            low[f] = pick(0.001);
+            high[f] = pick(0.999);
+        }
+        Calibration { samples: rows as u64, mean, std, low, high, td_error_rms }
+    }
+
+    /// The features of `row` that lie outside the training range by more than `margin`
+    /// standard deviations (at least `margin` × 0.05 absolute, for features that hardly
+    /// varied in training): (index, value, low, high).
+    pub fn out_of_range(&self, row: &[f32], margin: f32) -> Vec<(usize, f32, f32, f32)> {
+        row.iter()
+            .enumerate()
+            .filter_map(|(i, &v)| {
+                let (lo, hi) = (*self.low.get(i)?, *self.high.get(i)?);
+                let slack = margin * self.std.get(i).copied().unwrap_or(0.0).max(0.05);
+                (!v.is_finite() || v < lo - slack || v > hi + slack).then_some((i, v, lo, hi))
+            })
+            .collect()
+    }
 }
 
 /// Why a card cannot be used with this build.
@@ -103,6 +169,7 @@ impl ModelCard {
             tuning,
             training,
             evaluation: serde_json::Value::Null,
+            calibration: None,
         }
     }
 
@@ -156,6 +223,12 @@ impl ModelCard {
         }
         if self.tuning.control_interval.0 == 0 {
             return fail("tuning.control_interval", "must be greater than 0".into());
+        }
+        if let Some(c) = &self.calibration {
+            let dim = self.network.obs_dim;
+            if [c.mean.len(), c.std.len(), c.low.len(), c.high.len()].iter().any(|&l| l != dim) {
+                return fail("calibration", format!("its statistics do not have {dim} features"));
+            }
         }
         Ok(())
     }

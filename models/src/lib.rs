@@ -14,7 +14,7 @@ pub mod card;
 pub mod checkpoint;
 pub mod qnet;
 
-pub use card::{CardError, ModelCard, NetworkSpec, TrainingRecord};
+pub use card::{Calibration, CardError, ModelCard, NetworkSpec, TrainingRecord};
 pub use checkpoint::{default_model_path, Checkpoint};
 pub use qnet::{greedy, QNetwork};
 

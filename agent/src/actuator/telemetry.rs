@@ -25,6 +25,33 @@ pub fn sample_to_wire(r: &TelemetrySample, ts_offset_ns: u64) -> pb::TelemetrySa
     }
 }
 
+/// A wire sample as a telemetry row (the inverse of [`sample_to_wire`]); `None` without a
+/// queue id or a priority beyond 255. A sample without its ECN setting takes `setting`.
+pub fn sample_from_wire(s: &pb::TelemetrySample, setting: Option<&pb::EcnSetting>) -> Option<TelemetrySample> {
+    let id = s.id.as_ref()?;
+    let ecn = s.ecn.as_ref().or(setting)?;
+    Some(TelemetrySample {
+        ts_ns: s.ts_ns,
+        switch: id.switch.clone(),
+        port: id.port.clone(),
+        queue: u8::try_from(id.queue).ok()?,
+        link_bps: s.link_bps,
+        queue_bytes: s.queue_bytes,
+        queue_bytes_avg: s.queue_bytes_avg,
+        queue_bytes_max: s.queue_bytes_max,
+        tx_bytes: s.tx_bytes,
+        tx_pkts: s.tx_pkts,
+        ecn_marked_pkts: s.ecn_marked_pkts,
+        pfc_pause_rx: s.pfc_pause_rx,
+        pfc_pause_tx: s.pfc_pause_tx,
+        paused_ns: s.paused_ns,
+        drops: s.drops,
+        kmin_bytes: ecn.kmin_bytes,
+        kmax_bytes: ecn.kmax_bytes,
+        pmax: ecn.pmax,
+    })
+}
+
 /// Group rows (already in time order) into one batch per timestamp.
 pub fn batches_from_rows(rows: &[TelemetrySample], ts_offset_ns: u64) -> Vec<pb::TelemetryBatch> {
     let mut out: Vec<pb::TelemetryBatch> = Vec::new();

@@ -2,6 +2,7 @@
 
 pub mod actuator;
 pub mod eval;
+pub mod recommend;
 pub mod record;
 pub mod run;
 pub mod scenarios;

@@ -1,8 +1,12 @@
-//! `ecn-tuner record`: run a scenario under a behaviour policy and write its telemetry as
-//! Parquet (README "Telemetry schema"), the input of offline learning. `explore` is the
-//! default behaviour: it visits the whole action template inside the bounds, so the data
-//! covers more than one setting per state.
+//! `ecn-tuner record`: write telemetry as Parquet (README "Telemetry schema"), the input of
+//! offline learning:
+//! - `--scenario`: run a scenario under a behaviour policy. `explore` is the default
+//!   behaviour: it visits the whole action template inside the bounds, so the data covers more
+//!   than one setting per state;
+//! - `--target URL --duration D`: read a live actuator's telemetry for a while, under whatever
+//!   controls it (read only: no writer lease is taken).
 
+use crate::capture::{self, Target, Until};
 use crate::error::CliError;
 use crate::policy::Policy;
 use crate::rollout;
@@ -16,8 +20,20 @@ use tracing::info;
 #[derive(Args)]
 pub struct RecordArgs {
     /// Built-in scenario name, scenario TOML file, or HPCC config.txt.
-    #[arg(long, value_name = "NAME|FILE")]
-    scenario: String,
+    #[arg(long, value_name = "NAME|FILE", required_unless_present = "target", conflicts_with = "target")]
+    scenario: Option<String>,
+    /// Record from a live actuator instead (read only), for --duration.
+    #[arg(long, value_name = "URL", requires = "duration")]
+    target: Option<String>,
+    /// With --target: how long to record, e.g. 30s.
+    #[arg(long, value_name = "DUR")]
+    duration: Option<String>,
+    /// With --target: file holding the actuator's bearer token.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// With --target: CA certificate (PEM) for an https URL.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
     /// Behaviour policy: explore[:SEED] (default), static:, baseline: or model:.
     #[arg(long, value_name = "POLICY", default_value = "explore")]
     policy: String,
@@ -34,11 +50,12 @@ pub fn run(args: RecordArgs) -> Result<(), CliError> {
     if args.out.extension().is_none_or(|e| e != "parquet") {
         return Err(CliError::BadInput(format!("--out {}: the file must end in .parquet", args.out.display())));
     }
-    let policy = Policy::parse(&args.policy)?;
-    let scenario = Scenario::load(&args.scenario, args.seed)?;
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
     }
+    let Some(name) = &args.scenario else { return record_target(&args) };
+    let policy = Policy::parse(&args.policy)?;
+    let scenario = Scenario::load(name, args.seed)?;
     info!(scenario = %scenario.name, policy = %policy, seed = scenario.seed, "recording");
     let mut outcome = rollout::simulate(&scenario, &policy, &policy.to_string(), None)?;
     let rows = outcome.sim.take_telemetry();
@@ -52,6 +69,33 @@ pub fn run(args: RecordArgs) -> Result<(), CliError> {
         rows.len() / queues.max(1),
         scenario.name,
         policy
+    );
+    Ok(())
+}
+
+/// `record --target URL --duration D`.
+fn record_target(args: &RecordArgs) -> Result<(), CliError> {
+    let url = args.target.clone().expect("clap: --scenario or --target");
+    let text = args.duration.as_deref().expect("clap: --target requires --duration");
+    let duration = humantime::parse_duration(text)
+        .map_err(|e| CliError::BadInput(format!("--duration '{text}': {e} (e.g. 30s, 5m)")))?;
+    if duration.is_zero() {
+        return Err(CliError::BadInput("--duration must be greater than 0".into()));
+    }
+    let target = Target::from_flags(&url, args.token_file.as_deref(), args.tls_ca.as_deref())?;
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| CliError::Failed(format!("tokio: {e}")))?;
+    let captured = runtime.block_on(capture::capture(&target, Until::Elapsed(duration)))?;
+    if captured.rows.is_empty() {
+        return Err(CliError::Failed(format!("{url}: no telemetry arrived in {text}")));
+    }
+    io::write_telemetry_parquet(&args.out, &captured.rows).map_err(|e| CliError::Failed(e.to_string()))?;
+    println!(
+        "wrote {}: {} rows ({} queues × {} batches) from {url} ({} backend) over {text}",
+        args.out.display(),
+        captured.rows.len(),
+        captured.queues,
+        captured.batches,
+        captured.backend
     );
     Ok(())
 }

@@ -1,10 +1,13 @@
-//! `ecn-tuner train`: learn a policy with Double DQN in the simulator and write a checkpoint
-//! (weights, model card), its training curve (CSV and PNG).
+//! `ecn-tuner train`: learn a policy with Double DQN in the simulator, or with discrete CQL
+//! from recorded telemetry (`--telemetry`), and write a checkpoint (weights, model card) and
+//! its training curve (CSV and PNG).
 
 use crate::error::CliError;
 use crate::learn::ddqn::DdqnConfig;
+use crate::learn::offline::{self, DataFileRecord, LoggedData, OfflineConfig};
 use crate::learn::trainer::{self, TrainConfig};
 use crate::plot;
+use crate::telemetry_input;
 use clap::{Args, ValueEnum};
 use ecn_env::scenario::Scenario;
 use ecn_env::tuning::{EpisodeSource, TrainingMix, TuningConfig};
@@ -46,6 +49,13 @@ pub struct TrainArgs {
     /// incast, regime changes).
     #[arg(long, value_name = "NAME|FILE", num_args = 1.., default_value = TRAINING_MIX)]
     scenario: Vec<String>,
+    /// Learn offline from these telemetry files instead of the simulator (discrete CQL);
+    /// `--steps` then counts gradient updates.
+    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with = "scenario")]
+    telemetry: Vec<PathBuf>,
+    /// Offline only: weight of CQL's conservative term (0 = plain Double DQN on the logs).
+    #[arg(long, default_value_t = 1.0)]
+    conservative_alpha: f64,
     /// Where to write the weights (must end in .safetensors); the card goes beside it as
     /// NAME.card.json, the curve as NAME.training.csv and NAME.training.png.
     #[arg(long, value_name = "MODEL")]
@@ -98,6 +108,9 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     if interval.0 == 0 {
         return Err(CliError::BadInput("--interval must be greater than 0".into()));
     }
+    if !args.telemetry.is_empty() {
+        return run_offline(&args);
+    }
     let mut sources = Vec::new();
     for name in &args.scenario {
         if name == TRAINING_MIX {
@@ -110,32 +123,12 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     for name in &args.eval_scenario {
         Scenario::load(name, None)?;
     }
-    let device = match args.device {
-        DeviceArg::Auto => ecn_models::default_device(),
-        DeviceArg::Cpu => tch::Device::Cpu,
-        DeviceArg::Cuda if tch::Cuda::is_available() => tch::Device::Cuda(0),
-        DeviceArg::Cuda => return Err(CliError::BadInput("--device cuda: libtorch sees no CUDA device".into())),
-    };
+    let device = device(args.device)?;
     // One libtorch thread: the other cores run simulators.
     tch::set_num_threads(1);
-    let tuning = match args.preset {
-        Preset::Tuner => TuningConfig { control_interval: interval, ..TuningConfig::default() },
-        Preset::Acc => TuningConfig { control_interval: interval, ..TuningConfig::acc() },
-    };
-    let mut ddqn = DdqnConfig::default();
-    if let Some(g) = args.gamma {
-        if !(0.0..1.0).contains(&g) {
-            return Err(CliError::BadInput(format!("--gamma {g}: must be in [0, 1)")));
-        }
-        ddqn.gamma = g;
-    }
-    if let Some(lr) = args.learning_rate {
-        if !(lr > 0.0 && lr < 1.0) {
-            return Err(CliError::BadInput(format!("--learning-rate {lr}: must be in (0, 1)")));
-        }
-        ddqn.learning_rate = lr;
-    }
-    let name = args.out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    let tuning = tuning(args.preset, interval);
+    let ddqn = learner(&args)?;
+    let name = model_name(&args.out);
     let cfg = TrainConfig {
         name: name.clone(),
         tuning,
@@ -152,14 +145,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         device,
     };
     info!(preset = ?args.preset, steps = args.steps, envs = args.envs, device = ?device, out = %args.out.display(), "training");
-    let bar = ProgressBar::new(args.steps).with_style(
-        ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} steps ({elapsed}, eta {eta}) {msg}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
-    if !std::io::stderr().is_terminal() {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    }
+    let bar = progress_bar(args.steps, "steps");
     let trained = trainer::train(&cfg, &bar)?;
     bar.finish_and_clear();
 
@@ -185,13 +171,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         ],
     )?;
     let sel = &trained.checkpoint.card.evaluation["selected"];
-    println!(
-        "wrote {} (+ {}), {}, {}",
-        args.out.display(),
-        ecn_models::checkpoint::card_path(&args.out).display(),
-        csv.display(),
-        png.display()
-    );
+    print_written(&args.out, &csv, &png);
     println!(
         "selected: step {} eval small-flow p99 {:.2}, ≥1MB p50 {:.2}, cost {:.2} (reference {}: cost {:.2})",
         sel["env_steps"],
@@ -202,6 +182,150 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         reference_cost,
     );
     Ok(())
+}
+
+/// `train --telemetry`: discrete CQL on logged transitions.
+fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
+    if !(args.conservative_alpha >= 0.0 && args.conservative_alpha.is_finite()) {
+        return Err(CliError::BadInput(format!("--conservative-alpha {}: must be ≥ 0", args.conservative_alpha)));
+    }
+    let device = device(args.device)?;
+    let mut files = Vec::new();
+    for path in &args.telemetry {
+        files.push((path, telemetry_input::read(path)?));
+    }
+    // The model decides once per sample, so its control interval is the data's.
+    let interval_ns = files[0].1.interval_ns;
+    if let Some((p, f)) = files.iter().find(|(_, f)| f.interval_ns != interval_ns) {
+        return Err(CliError::BadInput(format!(
+            "{}: sample interval {} ns, but {} has {interval_ns} ns; train on files of one interval",
+            p.display(),
+            f.interval_ns,
+            files[0].0.display()
+        )));
+    }
+    let tuning = tuning(args.preset, Nanos(interval_ns));
+    let mut ddqn = learner(args)?;
+    ddqn.conservative_alpha = args.conservative_alpha;
+    let capacity: usize = files.iter().map(|(_, f)| f.rows as usize).sum();
+    let mut data = LoggedData::new(&tuning, capacity.max(1));
+    for (path, file) in &files {
+        let transitions = offline::add_transitions(&file.series, &tuning, &mut data);
+        data.files.push(DataFileRecord {
+            path: path.display().to_string(),
+            sha256: telemetry_input::sha256(path)?,
+            rows: file.rows,
+            queues: file.series.len() as u64,
+            transitions,
+        });
+        info!(file = %path.display(), rows = file.rows, queues = file.series.len(), transitions, "telemetry read");
+    }
+    if data.off_template > 0 {
+        info!(
+            transitions = data.off_template,
+            "logged settings off the action template were mapped to the nearest template entry"
+        );
+    }
+    let cfg = OfflineConfig { name: model_name(&args.out), tuning, ddqn, seed: args.seed, updates: args.steps, device };
+    info!(transitions = data.replay.len(), updates = cfg.updates, device = ?device, "offline training (CQL)");
+    let bar = progress_bar(cfg.updates, "updates");
+    let trained = offline::train(&cfg, &data, &bar)?;
+    bar.finish_and_clear();
+    trained.checkpoint.save(&args.out).map_err(|e| CliError::Failed(e.to_string()))?;
+    let csv = ecn_models::checkpoint::sibling(&args.out, "training.csv");
+    let mut s = String::from("updates,loss,td_error_rms,agrees_with_logged,wall_seconds\n");
+    for p in &trained.curve {
+        s.push_str(&format!(
+            "{},{:.6},{:.6},{:.4},{:.1}\n",
+            p.updates, p.loss, p.td_error_rms, p.agrees_with_logged, p.wall_seconds
+        ));
+    }
+    std::fs::write(&csv, s).map_err(|e| CliError::Failed(format!("{}: {e}", csv.display())))?;
+    let png = ecn_models::checkpoint::sibling(&args.out, "training.png");
+    let pts = |f: fn(&offline::OfflinePoint) -> f64| trained.curve.iter().map(|p| (p.updates as f64, f(p))).collect();
+    plot::training_curve(
+        &png,
+        &format!("{}: offline CQL on {} transitions", cfg.name, data.replay.len()),
+        "gradient updates",
+        &[
+            ("loss", pts(|p| p.loss)),
+            ("RMS TD error", pts(|p| p.td_error_rms)),
+            ("greedy = logged action", pts(|p| p.agrees_with_logged)),
+        ],
+    )?;
+    print_written(&args.out, &csv, &png);
+    let last = trained.curve.last().expect("at least one point");
+    println!(
+        "trained on {} transitions from {} file(s): final loss {:.4}, RMS TD error {:.4}, greedy = logged {:.0}%",
+        data.replay.len(),
+        data.files.len(),
+        last.loss,
+        last.td_error_rms,
+        last.agrees_with_logged * 100.0
+    );
+    Ok(())
+}
+
+fn print_written(out: &Path, csv: &Path, png: &Path) {
+    println!(
+        "wrote {} (+ {}), {}, {}",
+        out.display(),
+        ecn_models::checkpoint::card_path(out).display(),
+        csv.display(),
+        png.display()
+    );
+}
+
+fn model_name(out: &Path) -> String {
+    out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
+}
+
+fn progress_bar(len: u64, unit: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len).with_style(
+        ProgressStyle::with_template(&format!(
+            "{{spinner}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{elapsed}}, eta {{eta}}) {{msg}}"
+        ))
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    if !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
+fn device(arg: DeviceArg) -> Result<tch::Device, CliError> {
+    Ok(match arg {
+        DeviceArg::Auto => ecn_models::default_device(),
+        DeviceArg::Cpu => tch::Device::Cpu,
+        DeviceArg::Cuda if tch::Cuda::is_available() => tch::Device::Cuda(0),
+        DeviceArg::Cuda => return Err(CliError::BadInput("--device cuda: libtorch sees no CUDA device".into())),
+    })
+}
+
+fn tuning(preset: Preset, interval: Nanos) -> TuningConfig {
+    match preset {
+        Preset::Tuner => TuningConfig { control_interval: interval, ..TuningConfig::default() },
+        Preset::Acc => TuningConfig { control_interval: interval, ..TuningConfig::acc() },
+    }
+}
+
+/// The learner's settings from the flags.
+fn learner(args: &TrainArgs) -> Result<DdqnConfig, CliError> {
+    let mut ddqn = DdqnConfig::default();
+    if let Some(g) = args.gamma {
+        if !(0.0..1.0).contains(&g) {
+            return Err(CliError::BadInput(format!("--gamma {g}: must be in [0, 1)")));
+        }
+        ddqn.gamma = g;
+    }
+    if let Some(lr) = args.learning_rate {
+        if !(lr > 0.0 && lr < 1.0) {
+            return Err(CliError::BadInput(format!("--learning-rate {lr}: must be in (0, 1)")));
+        }
+        ddqn.learning_rate = lr;
+    }
+    Ok(ddqn)
 }
 
 fn write_curve_csv(path: &Path, curve: &[trainer::CurvePoint]) -> Result<(), CliError> {

@@ -1,5 +1,10 @@
 //! Double DQN (van Hasselt et al. 2016), as ACC uses it: an online network picks the next
 //! action, a slowly synchronized target network values it; Huber loss, Adam, ε-greedy.
+//!
+//! With `conservative_alpha > 0` it becomes discrete conservative Q-learning (CQL(H), Kumar et
+//! al. 2020) for learning from logged data: the loss also pushes down the log-sum-exp of all
+//! Q-values of a state while pushing up the Q-value of the action that was logged, so actions
+//! the data never tried in a situation cannot look better than the ones it did.
 
 use super::replay::Batch;
 use ecn_models::QNetwork;
@@ -35,6 +40,9 @@ pub struct DdqnConfig {
     pub updates_per_step: usize,
     /// Gradient norm clip.
     pub max_grad_norm: f64,
+    /// Weight of the CQL regularizer; 0 is plain Double DQN (online learning).
+    #[serde(default)]
+    pub conservative_alpha: f64,
 }
 
 impl Default for DdqnConfig {
@@ -52,6 +60,7 @@ impl Default for DdqnConfig {
             epsilon_decay_fraction: 0.5,
             updates_per_step: 2,
             max_grad_norm: 10.0,
+            conservative_alpha: 0.0,
         }
     }
 }
@@ -109,8 +118,8 @@ impl Ddqn {
             .collect()
     }
 
-    /// One gradient step on `batch`; returns the Huber loss.
-    pub fn update(&mut self, batch: &Batch) -> Result<f64, tch::TchError> {
+    /// The batch as tensors on the networks' device: (obs, actions as n×1, TD targets).
+    fn tensors(&self, batch: &Batch) -> (Tensor, Tensor, Tensor) {
         let device = self.online.device();
         let n = batch.actions.len() as i64;
         let dim = self.online.obs_dim() as i64;
@@ -119,15 +128,36 @@ impl Ddqn {
         let actions = Tensor::from_slice(&batch.actions).view([n, 1]).to_device(device);
         let rewards = Tensor::from_slice(&batch.rewards).to_device(device);
         let not_terminal = 1.0 - Tensor::from_slice(&batch.terminal).to_device(device);
-
         let target = tch::no_grad(|| {
             // Double DQN: the online network chooses, the target network evaluates.
             let next_action = self.online.forward(&next_obs).argmax(1, true);
             let next_value = self.target.forward(&next_obs).gather(1, &next_action, false).squeeze_dim(1);
             rewards + not_terminal * next_value * self.cfg.gamma
         });
-        let q = self.online.forward(&obs).gather(1, &actions, false).squeeze_dim(1);
-        let loss = q.huber_loss(&target, Reduction::Mean, 1.0);
+        (obs, actions, target)
+    }
+
+    /// Root-mean-square TD error of `net` on `batch` against this learner's targets,
+    /// without learning.
+    pub fn td_error_rms(&self, net: &QNetwork, batch: &Batch) -> f64 {
+        let (obs, actions, target) = self.tensors(batch);
+        tch::no_grad(|| {
+            let q = net.forward(&obs).gather(1, &actions, false).squeeze_dim(1);
+            (q - target).square().mean(Kind::Float).sqrt().to_kind(Kind::Double).double_value(&[])
+        })
+    }
+
+    /// One gradient step on `batch`; returns the loss (Huber, plus the CQL term when
+    /// `conservative_alpha > 0`).
+    pub fn update(&mut self, batch: &Batch) -> Result<f64, tch::TchError> {
+        let (obs, actions, target) = self.tensors(batch);
+        let q_all = self.online.forward(&obs);
+        let q = q_all.gather(1, &actions, false).squeeze_dim(1);
+        let mut loss = q.huber_loss(&target, Reduction::Mean, 1.0);
+        if self.cfg.conservative_alpha > 0.0 {
+            let gap = (q_all.logsumexp([1i64].as_slice(), false) - &q).mean(Kind::Float);
+            loss = loss + gap * self.cfg.conservative_alpha;
+        }
         self.opt.zero_grad();
         loss.backward();
         self.opt.clip_grad_norm(self.cfg.max_grad_norm);

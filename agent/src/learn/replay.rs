@@ -57,6 +57,11 @@ impl ReplayBuffer {
         self.len == 0
     }
 
+    /// Every observation held, row-major (in ring order, not time order).
+    pub fn observations(&self) -> &[f32] {
+        &self.obs[..self.len * self.dim]
+    }
+
     /// Add one transition, overwriting the oldest when full.
     pub fn push(&mut self, obs: &[f32], action: usize, reward: f32, next_obs: &[f32], terminal: bool) {
         let (i, d) = (self.next, self.dim);

@@ -12,7 +12,7 @@ use ecn_datasets::TelemetrySample;
 use ecn_env::scenario::Scenario;
 use ecn_env::tuning::{ActionTemplate, EpisodeSource, FctMetrics, TuningConfig, TuningEnv};
 use ecn_env::{Baseline, BitsPerSec, Nanos, Simulator};
-use ecn_models::{greedy, Checkpoint, ModelCard, QNetwork, TrainingRecord};
+use ecn_models::{greedy, Calibration, Checkpoint, ModelCard, QNetwork, TrainingRecord};
 use indicatif::ProgressBar;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -336,6 +336,9 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
         data: vec![],
     };
     let mut card = ModelCard::new(&cfg.name, cfg.tuning.clone(), cfg.ddqn.hidden.clone(), training);
+    // Drawn after training, so the network does not depend on it.
+    let held = replay.sample(4096.min(replay.len()), &mut rng);
+    card.calibration = Some(Calibration::of(replay.observations(), obs_dim, agent.td_error_rms(&best, &held)));
     let best_point = curve.iter().min_by(|a, b| a.eval_cost.total_cmp(&b.eval_cost)).copied();
     card.evaluation = serde_json::json!({
         "scenarios": cfg.eval_scenarios,

@@ -1,0 +1,119 @@
+//! Reading telemetry from a live actuator without controlling it, for `record --target` and
+//! `recommend --target`. Nothing here writes: no writer lease is taken.
+
+use crate::actuator::telemetry::sample_from_wire;
+use crate::controller;
+use crate::error::CliError;
+use ecn_datasets::TelemetrySample;
+use ecn_proto::v1 as pb;
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::time::Instant;
+use tracing::info;
+
+/// How to reach the actuator.
+#[derive(Debug, Clone, Default)]
+pub struct Target {
+    /// Its URL.
+    pub url: String,
+    /// Bearer token, if it requires one.
+    pub token: Option<String>,
+    /// CA certificate (PEM) for https.
+    pub tls_ca: Option<Vec<u8>>,
+}
+
+impl Target {
+    /// From the command-line flags `--target`, `--token-file` and `--tls-ca`.
+    pub fn from_flags(
+        url: &str,
+        token_file: Option<&std::path::Path>,
+        tls_ca: Option<&std::path::Path>,
+    ) -> Result<Target, CliError> {
+        let read = |flag: &str, p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| CliError::BadInput(format!("--{flag} {}: {e}", p.display())))
+        };
+        Ok(Target {
+            url: url.to_string(),
+            token: token_file
+                .map(|p| read("token-file", p).map(|b| String::from_utf8_lossy(&b).trim().to_string()))
+                .transpose()?,
+            tls_ca: tls_ca.map(|p| read("tls-ca", p)).transpose()?,
+        })
+    }
+}
+
+/// When to stop reading.
+#[derive(Debug, Clone, Copy)]
+pub enum Until {
+    /// After this many telemetry batches.
+    Batches(usize),
+    /// After this much wall-clock time.
+    Elapsed(Duration),
+}
+
+/// What was read.
+pub struct Captured {
+    /// Every sample, in arrival order, with each queue's setting as reported.
+    pub rows: Vec<TelemetrySample>,
+    /// The actuator's backend kind.
+    pub backend: String,
+    /// Queues it controls.
+    pub queues: usize,
+    /// Batches received.
+    pub batches: usize,
+}
+
+/// A batch must come within this, or the actuator counts as silent.
+const SILENCE: Duration = Duration::from_secs(30);
+
+/// Read telemetry from `target` until `until`.
+pub async fn capture(target: &Target, until: Until) -> Result<Captured, CliError> {
+    let status = |what: &str, s: tonic::Status| CliError::Failed(format!("{}: {what}: {}", target.url, s.message()));
+    let mut client = controller::connect(&target.url, target.token.as_deref(), target.tls_ca.as_deref()).await?;
+    let caps =
+        client.get_capabilities(pb::GetCapabilitiesRequest {}).await.map_err(|s| status("GetCapabilities", s))?;
+    let caps = caps.into_inner();
+    let config = client.get_config(pb::GetConfigRequest {}).await.map_err(|s| status("GetConfig", s))?.into_inner();
+    // Samples normally carry their queue's setting; the config stands in where one does not.
+    let settings: HashMap<String, pb::EcnSetting> = config
+        .queues
+        .iter()
+        .filter_map(|q| {
+            let id = q.id.as_ref()?;
+            Some((format!("{}/{}/{}", id.switch, id.port, id.queue), q.setting?))
+        })
+        .collect();
+    let mut stream = client
+        .stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 })
+        .await
+        .map_err(|s| status("StreamTelemetry", s))?
+        .into_inner();
+    info!(target = %target.url, backend = %caps.backend, queues = caps.queues.len(), "reading telemetry");
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    let mut batches = 0;
+    loop {
+        let wait = match until {
+            Until::Batches(n) if batches >= n => break,
+            Until::Batches(_) => SILENCE,
+            Until::Elapsed(d) => match d.checked_sub(started.elapsed()) {
+                Some(left) if !left.is_zero() => left.min(SILENCE),
+                _ => break,
+            },
+        };
+        let next = match tokio::time::timeout(wait, stream.message()).await {
+            Ok(r) => r.map_err(|s| status("StreamTelemetry", s))?,
+            Err(_) if matches!(until, Until::Elapsed(d) if started.elapsed() >= d) => break,
+            Err(_) => return Err(CliError::Failed(format!("{}: no telemetry for {SILENCE:?}", target.url))),
+        };
+        let Some(batch) = next else {
+            return Err(CliError::Failed(format!("{}: the telemetry stream ended", target.url)));
+        };
+        for s in &batch.samples {
+            let key = s.id.as_ref().map(|id| format!("{}/{}/{}", id.switch, id.port, id.queue)).unwrap_or_default();
+            rows.extend(sample_from_wire(s, settings.get(&key)));
+        }
+        batches += 1;
+    }
+    Ok(Captured { rows, backend: caps.backend, queues: caps.queues.len(), batches })
+}

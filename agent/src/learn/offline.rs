@@ -1,0 +1,308 @@
+//! Offline learning from recorded telemetry (`ecn-tuner train --telemetry`).
+//!
+//! Logged data turns into the same transitions the simulator gives online learning:
+//! - the observation is built from a queue's last intervals exactly as online
+//!   ([`QueueHistory`]), so a model trained here reads live telemetry the same way;
+//! - the action is the logged setting of the next interval, mapped to the nearest entry of
+//!   the action template at the port's speed;
+//! - the reward is computed from that next interval with the same [`Reward`] definition as
+//!   online (`TuningConfig::reward`).
+//!
+//! A queue's history never spans a continuity break (a gap, a dropped sample): the series
+//! restarts after it, as the online environment does at the start of an episode.
+//!
+//! The learner is discrete CQL ([`super::ddqn`] with `conservative_alpha > 0`). Logged data
+//! covers only some actions in each situation; plain Q-learning then trusts the Q-values of
+//! actions nobody tried, and picks them exactly because their errors are optimistic. CQL keeps
+//! the values of unseen actions low, so the policy improves on the behaviour where the data
+//! shows how, and stays near it elsewhere. BCQ gets the same effect with a behaviour-cloning
+//! filter, but needs a second network and a threshold that is harder to choose than one α.
+//! The final network is kept: there is no simulator in the loop to select checkpoints with,
+//! which is the point of offline learning.
+
+use super::ddqn::{Ddqn, DdqnConfig};
+use super::replay::ReplayBuffer;
+use crate::error::CliError;
+use ecn_datasets::TelemetrySample;
+use ecn_env::tuning::{ActionTemplate, QueueHistory, QueueInterval, TuningConfig};
+use ecn_env::{BitsPerSec, EcnSetting};
+use ecn_models::{Calibration, Checkpoint, ModelCard, QNetwork, TrainingRecord};
+use indicatif::ProgressBar;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use std::time::Instant;
+use tch::Device;
+use tracing::info;
+
+/// One queue's samples in time order, with the places where continuity breaks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueSeries {
+    /// `switch/port/queue`, for messages.
+    pub name: String,
+    /// The samples, oldest first, all one sample interval apart except across a break.
+    pub samples: Vec<TelemetrySample>,
+    /// Indices `i` where sample `i` does not follow sample `i - 1` (a gap or a dropped sample).
+    pub breaks: Vec<usize>,
+}
+
+impl QueueSeries {
+    /// Index ranges of the unbroken stretches.
+    pub fn segments(&self) -> Vec<std::ops::Range<usize>> {
+        let mut cuts = vec![0];
+        cuts.extend(self.breaks.iter().copied().filter(|&b| b > 0 && b < self.samples.len()));
+        cuts.push(self.samples.len());
+        cuts.dedup();
+        cuts.windows(2).map(|w| w[0]..w[1]).collect()
+    }
+}
+
+/// What one data file contributed, for the model card.
+#[derive(Debug, Clone, Serialize)]
+pub struct DataFileRecord {
+    /// The file as given.
+    pub path: String,
+    /// SHA-256 of its bytes.
+    pub sha256: String,
+    /// Rows read.
+    pub rows: u64,
+    /// Queues in it.
+    pub queues: u64,
+    /// Transitions made from it.
+    pub transitions: u64,
+}
+
+/// Logged transitions ready to learn from.
+pub struct LoggedData {
+    /// Every transition.
+    pub replay: ReplayBuffer,
+    /// Per-file provenance.
+    pub files: Vec<DataFileRecord>,
+    /// How many transitions took each template action (the behaviour's coverage).
+    pub action_counts: Vec<u64>,
+    /// Transitions whose logged setting was not a template entry (mapped to the nearest).
+    pub off_template: u64,
+}
+
+/// Turn per-queue series into transitions (see the module docs), appending to `data`.
+/// Returns the number of transitions added.
+pub fn add_transitions(series: &[QueueSeries], tuning: &TuningConfig, data: &mut LoggedData) -> u64 {
+    let template = ActionTemplate::new(tuning.template);
+    let interval = tuning.control_interval.0;
+    let dim = tuning.observation_dim();
+    let (mut obs, mut next_obs) = (Vec::with_capacity(dim), Vec::with_capacity(dim));
+    let mut added = 0;
+    for s in series {
+        for seg in s.segments() {
+            let mut history = QueueHistory::default();
+            for row in &s.samples[seg] {
+                let iv = QueueInterval::from_sample(row, interval);
+                obs.clear();
+                if history.observe(tuning.features, tuning.history, &mut obs) {
+                    let link = BitsPerSec(row.link_bps);
+                    let logged = EcnSetting { kmin_bytes: row.kmin_bytes, kmax_bytes: row.kmax_bytes, pmax: row.pmax };
+                    let action = template.nearest(&logged, link);
+                    if template.setting(action, link, &tuning.bounds) != Some(logged) {
+                        data.off_template += 1;
+                    }
+                    let reward = tuning.reward.of(&iv, history.latest()) as f32;
+                    history.push(iv, tuning.history);
+                    next_obs.clear();
+                    history.observe(tuning.features, tuning.history, &mut next_obs);
+                    // Continuing task: a stretch ends by truncation, never by termination.
+                    data.replay.push(&obs, action, reward, &next_obs, false);
+                    data.action_counts[action] += 1;
+                    added += 1;
+                } else {
+                    history.push(iv, tuning.history);
+                }
+            }
+        }
+    }
+    added
+}
+
+impl LoggedData {
+    /// An empty set for `tuning`, holding up to `capacity` transitions.
+    pub fn new(tuning: &TuningConfig, capacity: usize) -> Self {
+        LoggedData {
+            replay: ReplayBuffer::new(tuning.observation_dim(), capacity),
+            files: Vec::new(),
+            action_counts: vec![0; ActionTemplate::new(tuning.template).len()],
+            off_template: 0,
+        }
+    }
+}
+
+/// Everything an offline run needs.
+#[derive(Debug, Clone)]
+pub struct OfflineConfig {
+    /// Model name for the card.
+    pub name: String,
+    /// The MDP (its control interval is the data's sample interval).
+    pub tuning: TuningConfig,
+    /// The learner; `conservative_alpha` should be positive.
+    pub ddqn: DdqnConfig,
+    /// Seeds the network and the batch draws.
+    pub seed: u64,
+    /// Gradient updates in total.
+    pub updates: u64,
+    /// Where the networks live.
+    pub device: Device,
+}
+
+/// One row of the offline training curve.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct OfflinePoint {
+    /// Gradient updates so far.
+    pub updates: u64,
+    /// Mean loss since the last point.
+    pub loss: f64,
+    /// RMS TD error on a held batch.
+    pub td_error_rms: f64,
+    /// Fraction of a held batch where the greedy action is the logged one.
+    pub agrees_with_logged: f64,
+    /// Wall-clock seconds since the start.
+    pub wall_seconds: f64,
+}
+
+/// What offline training produced.
+pub struct OfflineTrained {
+    /// The final network with its card (data provenance and calibration included).
+    pub checkpoint: Checkpoint,
+    /// The curve.
+    pub curve: Vec<OfflinePoint>,
+}
+
+/// Learn from `data`. The progress bar counts gradient updates.
+pub fn train(cfg: &OfflineConfig, data: &LoggedData, bar: &ProgressBar) -> Result<OfflineTrained, CliError> {
+    let torch = |e: tch::TchError| CliError::Failed(format!("libtorch: {e}"));
+    if data.replay.len() < cfg.ddqn.batch_size {
+        return Err(CliError::BadInput(format!(
+            "--telemetry: {} transitions, fewer than one batch ({}); record longer or more queues",
+            data.replay.len(),
+            cfg.ddqn.batch_size
+        )));
+    }
+    let started = Instant::now();
+    tch::manual_seed(cfg.seed as i64);
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let dim = cfg.tuning.observation_dim();
+    let actions = ActionTemplate::new(cfg.tuning.template).len();
+    let mut agent = Ddqn::new(cfg.ddqn.clone(), cfg.device, dim, actions).map_err(torch)?;
+    let held = data.replay.sample(4096.min(data.replay.len()), &mut rng);
+    let every = (cfg.updates / 50).max(1);
+    let (mut loss_sum, mut loss_n) = (0.0, 0u64);
+    let mut curve = Vec::new();
+    for u in 1..=cfg.updates {
+        loss_sum += agent.update(&data.replay.sample(cfg.ddqn.batch_size, &mut rng)).map_err(torch)?;
+        loss_n += 1;
+        if u % every == 0 || u == cfg.updates {
+            let greedy = agent.online().act(&held.obs);
+            let agree = greedy.iter().zip(&held.actions).filter(|(g, &a)| **g == Some(a as usize)).count();
+            let point = OfflinePoint {
+                updates: u,
+                loss: loss_sum / loss_n as f64,
+                td_error_rms: agent.td_error_rms(agent.online(), &held),
+                agrees_with_logged: agree as f64 / held.actions.len() as f64,
+                wall_seconds: started.elapsed().as_secs_f64(),
+            };
+            (loss_sum, loss_n) = (0.0, 0);
+            bar.set_message(format!("loss {:.4}, agrees with logged {:.2}", point.loss, point.agrees_with_logged));
+            curve.push(point);
+        }
+        bar.set_position(u);
+    }
+    let last = curve.last().copied().expect("at least one point");
+    info!(
+        loss = last.loss,
+        td_error_rms = last.td_error_rms,
+        agrees = last.agrees_with_logged,
+        "offline training done"
+    );
+    let mut net = QNetwork::new(cfg.device, dim, &cfg.ddqn.hidden, actions);
+    net.var_store_mut().copy(agent.online().var_store()).map_err(torch)?;
+    let training = TrainingRecord {
+        algorithm: "cql".into(),
+        scenarios: data.files.iter().map(|f| f.path.clone()).collect(),
+        seed: cfg.seed,
+        env_steps: data.replay.len() as u64,
+        updates: agent.updates(),
+        wall_seconds: started.elapsed().as_secs_f64(),
+        hyperparameters: serde_json::json!({
+            "ddqn": cfg.ddqn,
+            "action_counts": data.action_counts,
+            "off_template_transitions": data.off_template,
+            "selection": "the final network (offline: no simulator in the loop)",
+        }),
+        data: data.files.iter().map(|f| serde_json::to_value(f).expect("plain struct")).collect(),
+    };
+    let mut card = ModelCard::new(&cfg.name, cfg.tuning.clone(), cfg.ddqn.hidden.clone(), training);
+    card.calibration = Some(Calibration::of(data.replay.observations(), dim, last.td_error_rms));
+    Ok(OfflineTrained { checkpoint: Checkpoint { card, net }, curve })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(ts_ns: u64, kmax_bytes: u64, queue_bytes_avg: f64) -> TelemetrySample {
+        TelemetrySample {
+            ts_ns,
+            switch: "leaf0".into(),
+            port: "eth0".into(),
+            queue: 3,
+            link_bps: 100_000_000_000,
+            queue_bytes: 0,
+            queue_bytes_avg,
+            queue_bytes_max: queue_bytes_avg as u64,
+            tx_bytes: 1_000_000,
+            tx_pkts: 1_000,
+            ecn_marked_pkts: 10,
+            pfc_pause_rx: 0,
+            pfc_pause_tx: 0,
+            paused_ns: 0,
+            drops: 0,
+            kmin_bytes: 2_000,
+            kmax_bytes,
+            pmax: 0.1,
+        }
+    }
+
+    #[test]
+    fn transitions_follow_the_logged_settings_and_stop_at_breaks() {
+        let tuning = TuningConfig::default();
+        let template = ActionTemplate::new(tuning.template);
+        let link = BitsPerSec(100_000_000_000);
+        let (a, b) = (template.settings()[0], template.settings()[5]);
+        let rows: Vec<_> = (0..6u64)
+            .map(|i| {
+                let s = if i < 3 { a } else { b };
+                TelemetrySample {
+                    kmin_bytes: s.kmin_bytes,
+                    kmax_bytes: s.kmax_bytes,
+                    pmax: s.pmax,
+                    ..sample(i * 100_000, 0, 1_000.0 * i as f64)
+                }
+            })
+            .collect();
+        // A break before row 4: stretches 0..4 and 4..6 give 3 + 1 transitions.
+        let series = QueueSeries { name: "leaf0/eth0/3".into(), samples: rows, breaks: vec![4] };
+        let mut data = LoggedData::new(&tuning, 100);
+        assert_eq!(add_transitions(std::slice::from_ref(&series), &tuning, &mut data), 4);
+        assert_eq!(data.off_template, 0);
+        assert_eq!(data.action_counts[template.nearest(&a, link)], 2);
+        assert_eq!(data.action_counts[template.nearest(&b, link)], 2);
+        assert_eq!(series.segments(), vec![0..4, 4..6]);
+    }
+
+    #[test]
+    fn settings_off_the_template_are_counted() {
+        let tuning = TuningConfig::default();
+        let rows: Vec<_> = (0..3u64).map(|i| sample(i * 100_000, 1_234_567, 0.0)).collect();
+        let series = QueueSeries { name: "q".into(), samples: rows, breaks: vec![] };
+        let mut data = LoggedData::new(&tuning, 100);
+        assert_eq!(add_transitions(&[series], &tuning, &mut data), 2);
+        assert_eq!(data.off_template, 2);
+    }
+}

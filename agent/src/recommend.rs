@@ -1,0 +1,423 @@
+//! One-shot recommendations: for every queue, the setting a learned model would choose from
+//! the queue's recent telemetry, how much better it expects that to be than keeping the current
+//! setting, and how sure it is; or "keep", with the reason, when it is not.
+//!
+//! A recommendation is only made when all of these hold, otherwise the current setting is kept:
+//! - the queue has `history` unbroken intervals of telemetry (the model's whole input);
+//! - every feature lies inside the range the model was trained on (the card's calibration):
+//!   outside it, a Q-network extrapolates, and its numbers mean nothing;
+//! - the model prefers another setting by a margin that its own noise cannot explain: the
+//!   confidence `1 − exp(−gap / td_error_rms)` reaches the threshold, where the gap is the
+//!   Q-value of the recommendation minus that of keeping the current setting, and
+//!   `td_error_rms` is the card's temporal-difference error (how far apart two Q-values must
+//!   be before their order means something);
+//! - the guardrails of the online controller (step limit, bounds) leave a change.
+//!
+//! The proposal passes the same [`Guardrails`] as in enforce mode, so a recommendation is
+//! what the controller's first step would apply, never an unbounded output.
+
+use crate::controller::guardrails::{Clamp, GuardrailConfig, Guardrails, QueueContext, TelemetryHealth};
+use crate::learn::trainer::REFERENCE_BASELINE;
+use crate::learned::LearnedModel;
+use ecn_env::tuning::{ActionTemplate, QueueHistory};
+use ecn_env::{BitsPerSec, EcnSetting};
+use serde::Serialize;
+use std::time::Instant;
+
+/// Confidence needed before a change is recommended (the gap is then 1.6 TD errors).
+pub const DEFAULT_MIN_CONFIDENCE: f64 = 0.8;
+
+/// How far outside the training range, in training standard deviations, a feature may lie
+/// before the input counts as out of distribution.
+pub const OOD_MARGIN_STD: f32 = 1.0;
+
+/// What is known about one queue.
+#[derive(Debug, Clone)]
+pub struct QueueState {
+    /// Switch name.
+    pub switch: String,
+    /// Port name.
+    pub port: String,
+    /// Priority.
+    pub queue: u32,
+    /// Port speed.
+    pub link: BitsPerSec,
+    /// The setting in effect now.
+    pub current: EcnSetting,
+    /// The queue's recent intervals since the last continuity break, newest first.
+    pub history: QueueHistory,
+    /// How many intervals `history` holds (it keeps at most the model's history).
+    pub intervals: usize,
+}
+
+/// Keep or change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// Apply the recommended setting.
+    Change,
+    /// Keep the current setting (see the reason).
+    Keep,
+}
+
+/// The model's valuation of a few settings for one queue.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExpectedEffect {
+    /// Q-value of the model's choice.
+    pub q_choice: f64,
+    /// Q-value of keeping the current setting (its nearest template entry).
+    pub q_current: f64,
+    /// Expected reward gain per control interval of the choice over the current setting:
+    /// (Q difference) × (1 − γ), in the units of the card's reward.
+    pub reward_gain_per_interval: f64,
+    /// In words: what the change does to marking and what it should do to the queue.
+    pub summary: String,
+}
+
+/// The static setting every recommendation is compared with.
+#[derive(Debug, Clone, Serialize)]
+pub struct BaselineComparison {
+    /// REFERENCE.md §5 row.
+    pub name: String,
+    /// Its setting at this port's speed.
+    pub setting: EcnSetting,
+    /// Expected reward gain per interval of the recommendation over this baseline.
+    pub reward_gain_per_interval: Option<f64>,
+}
+
+/// One queue's recommendation (PRODUCT.md "JSON outputs": `recommend --json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Recommendation {
+    /// Switch name.
+    pub switch: String,
+    /// Port name.
+    pub port: String,
+    /// Priority.
+    pub queue: u32,
+    /// The setting in effect.
+    pub current: EcnSetting,
+    /// What to apply: the current setting when the decision is `keep`.
+    pub recommended: EcnSetting,
+    /// Change or keep.
+    pub decision: Decision,
+    /// How sure the model is that its choice beats the current setting, in [0, 1].
+    pub confidence: f64,
+    /// Why.
+    pub reason: String,
+    /// The model's unclamped choice, if it made one.
+    pub proposed: Option<EcnSetting>,
+    /// Guardrails that changed the proposal.
+    pub clamps: Vec<Clamp>,
+    /// The model's numbers, when it was asked.
+    pub expected_effect: Option<ExpectedEffect>,
+    /// The reference static setting.
+    pub baseline: BaselineComparison,
+}
+
+/// Knobs of [`recommend`].
+#[derive(Debug, Clone)]
+pub struct RecommendConfig {
+    /// Confidence needed for a change.
+    pub min_confidence: f64,
+    /// Out-of-distribution margin, in training standard deviations.
+    pub ood_margin_std: f32,
+    /// Step limits and bounds, as in enforce mode.
+    pub guardrails: GuardrailConfig,
+}
+
+impl RecommendConfig {
+    /// Defaults for `model`: its bounds, the controller's step limits.
+    pub fn for_model(model: &LearnedModel) -> Self {
+        let b = model.tuning().bounds;
+        RecommendConfig {
+            min_confidence: DEFAULT_MIN_CONFIDENCE,
+            ood_margin_std: OOD_MARGIN_STD,
+            guardrails: GuardrailConfig {
+                kmin_min_bytes: b.kmin_min_bytes,
+                kmax_max_bytes: b.kmax_max_bytes,
+                pmax_min: b.pmax_min,
+                pmax_max: b.pmax_max,
+                ..GuardrailConfig::default()
+            },
+        }
+    }
+}
+
+/// Confidence that a Q-value gap is real, given the model's TD noise.
+pub fn confidence(gap: f64, td_error_rms: f64) -> f64 {
+    if !gap.is_finite() || gap <= 0.0 {
+        return 0.0;
+    }
+    1.0 - (-gap / td_error_rms.max(1e-9)).exp()
+}
+
+fn summary(from: &EcnSetting, to: &EcnSetting) -> String {
+    let earlier = (to.kmin_bytes < from.kmin_bytes) as i32 + (to.kmax_bytes < from.kmax_bytes) as i32
+        - (to.kmin_bytes > from.kmin_bytes) as i32
+        - (to.kmax_bytes > from.kmax_bytes) as i32
+        + (to.pmax > from.pmax) as i32
+        - (to.pmax < from.pmax) as i32;
+    let what = match earlier.signum() {
+        1 => "marks earlier and harder: shallower queue, lower small-flow latency, less PFC risk",
+        -1 => "marks later and softer: more throughput headroom for large flows, deeper queue",
+        _ => "reshapes the marking curve",
+    };
+    format!(
+        "Kmin {} → {} B, Kmax {} → {} B, Pmax {:.2} → {:.2}: {what}",
+        from.kmin_bytes, to.kmin_bytes, from.kmax_bytes, to.kmax_bytes, from.pmax, to.pmax
+    )
+}
+
+/// Recommend a setting for every queue.
+pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendConfig) -> Vec<Recommendation> {
+    let tuning = model.tuning();
+    let template = ActionTemplate::new(tuning.template);
+    let gamma = model.gamma();
+    let calibration = model.card.calibration.as_ref();
+    let mut guardrails = Guardrails::new(cfg.guardrails.clone());
+    let bounds = tuning.bounds;
+    let now = Instant::now();
+    queues
+        .iter()
+        .map(|q| {
+            let baseline_setting = bounds.clamp(REFERENCE_BASELINE.setting(q.link));
+            let mut rec = Recommendation {
+                switch: q.switch.clone(),
+                port: q.port.clone(),
+                queue: q.queue,
+                current: q.current,
+                recommended: q.current,
+                decision: Decision::Keep,
+                confidence: 0.0,
+                reason: String::new(),
+                proposed: None,
+                clamps: Vec::new(),
+                expected_effect: None,
+                baseline: BaselineComparison {
+                    name: REFERENCE_BASELINE.name().into(),
+                    setting: baseline_setting,
+                    reward_gain_per_interval: None,
+                },
+            };
+            // A current setting outside the bounds is a fault to fix whatever the model says.
+            if !bounds.contains(&q.current) {
+                rec.recommended = bounds.clamp(q.current);
+                rec.decision = Decision::Change;
+                rec.confidence = 1.0;
+                rec.clamps.push(Clamp::Bounds);
+                rec.reason = "the current setting is outside the bounds; clamped into them".into();
+                return rec;
+            }
+            let Some(calibration) = calibration else {
+                rec.reason = "the model card has no calibration (training-data range and Q-value noise); \
+                              retrain the model with this ecn-tuner to get recommendations from it"
+                    .into();
+                return rec;
+            };
+            if q.intervals < tuning.history {
+                rec.reason = format!(
+                    "only {} unbroken interval(s) of telemetry, the model needs {}",
+                    q.intervals, tuning.history
+                );
+                return rec;
+            }
+            let mut obs = Vec::new();
+            if !q.history.observe(tuning.features, tuning.history, &mut obs) {
+                rec.reason = "no telemetry".into();
+                return rec;
+            }
+            let outside = calibration.out_of_range(&obs, cfg.ood_margin_std);
+            if !outside.is_empty() {
+                let names = tuning.features.names(tuning.history);
+                let list: Vec<String> = outside
+                    .iter()
+                    .take(3)
+                    .map(|&(i, v, lo, hi)| format!("{} = {v:.3} (trained on {lo:.3}..{hi:.3})", names[i]))
+                    .collect();
+                rec.reason = format!("out of the training distribution: {}", list.join(", "));
+                return rec;
+            }
+            let qv = model.q_values(&obs);
+            if qv.iter().any(|v| !v.is_finite()) {
+                rec.reason = "the model's output is not finite".into();
+                return rec;
+            }
+            let choice = (0..qv.len()).max_by(|&a, &b| qv[a].total_cmp(&qv[b])).expect("non-empty template");
+            let keep = template.nearest(&q.current, q.link);
+            let base = template.nearest(&baseline_setting, q.link);
+            let gain = |a: usize, b: usize| (qv[a] - qv[b]) as f64 * (1.0 - gamma);
+            rec.baseline.reward_gain_per_interval = Some(gain(choice, base));
+            let Some(proposed) = template.setting(choice, q.link, &bounds) else {
+                rec.reason = "the model chose an action outside its template".into();
+                return rec;
+            };
+            rec.proposed = Some(proposed);
+            rec.expected_effect = Some(ExpectedEffect {
+                q_choice: qv[choice] as f64,
+                q_current: qv[keep] as f64,
+                reward_gain_per_interval: gain(choice, keep),
+                summary: summary(&q.current, &proposed),
+            });
+            if choice == keep {
+                let runner_up = (0..qv.len())
+                    .filter(|&a| a != keep)
+                    .max_by(|&a, &b| qv[a].total_cmp(&qv[b]))
+                    .map(|a| (qv[keep] - qv[a]) as f64)
+                    .unwrap_or(0.0);
+                rec.confidence = confidence(runner_up, calibration.td_error_rms);
+                rec.reason = "the model's choice is the current setting".into();
+                return rec;
+            }
+            rec.confidence = confidence((qv[choice] - qv[keep]) as f64, calibration.td_error_rms);
+            if rec.confidence < cfg.min_confidence {
+                rec.reason = format!(
+                    "unsure: the expected gain is within the model's noise (confidence {:.2} < {:.2})",
+                    rec.confidence, cfg.min_confidence
+                );
+                return rec;
+            }
+            let ctx = QueueContext {
+                current: q.current,
+                baseline: baseline_setting,
+                xoff_bytes: None,
+                last_change: None,
+                telemetry: TelemetryHealth::Good,
+            };
+            let verdict = guardrails.check(Some(proposed), &ctx, now);
+            rec.clamps = verdict.clamps;
+            rec.recommended = verdict.setting;
+            if verdict.setting == q.current {
+                rec.reason = "the guardrails hold the current setting".into();
+                return rec;
+            }
+            rec.decision = Decision::Change;
+            rec.reason = if rec.clamps.is_empty() {
+                "the model expects a better reward from this setting".into()
+            } else {
+                "the model expects a better reward; the guardrails limited the step".into()
+            };
+            rec
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ecn_env::tuning::{Bounds, QueueInterval, TuningConfig};
+    use ecn_models::{Calibration, Checkpoint, ModelCard, QNetwork, TrainingRecord};
+    use proptest::prelude::*;
+
+    /// A model with random weights and a calibration wide enough to accept any input, so that
+    /// every branch up to the guardrails is reached.
+    fn model(seed: i64, bounds: Bounds, td_error_rms: f64) -> LearnedModel {
+        tch::manual_seed(seed);
+        let tuning = TuningConfig { bounds, ..TuningConfig::default() };
+        let dim = tuning.observation_dim();
+        let actions = ActionTemplate::new(tuning.template).len();
+        let net = QNetwork::new(tch::Device::Cpu, dim, &[16], actions);
+        let training = TrainingRecord {
+            algorithm: "cql".into(),
+            scenarios: vec![],
+            seed: 0,
+            env_steps: 0,
+            updates: 0,
+            wall_seconds: 0.0,
+            hyperparameters: serde_json::json!({"ddqn": {"gamma": 0.8}}),
+            data: vec![],
+        };
+        let mut card = ModelCard::new("test", tuning, vec![16], training);
+        card.calibration = Some(Calibration {
+            samples: 1,
+            mean: vec![0.0; dim],
+            std: vec![1.0; dim],
+            low: vec![-1e6; dim],
+            high: vec![1e6; dim],
+            td_error_rms,
+        });
+        LearnedModel::from_checkpoint("test", "test.safetensors".into(), Checkpoint { card, net })
+    }
+
+    fn state(current: EcnSetting, link_gbps: u64, depth: f64, intervals: usize) -> QueueState {
+        let link = BitsPerSec(link_gbps * 1_000_000_000);
+        let mut history = QueueHistory::default();
+        for i in 0..intervals {
+            history.push(
+                QueueInterval {
+                    interval_ns: 100_000,
+                    link_bps: link.0,
+                    queue_bytes_avg: depth * (i + 1) as f64,
+                    queue_bytes_max: (depth * 2.0 * (i + 1) as f64) as u64,
+                    tx_bytes: link.0 / 80_000 / 2,
+                    tx_pkts: 600,
+                    ecn_marked_pkts: 30,
+                    pfc_pause_rx: 0,
+                    pfc_pause_tx: i as u64,
+                    paused_ns: 0,
+                    drops: 0,
+                    setting: current,
+                },
+                3,
+            );
+        }
+        QueueState { switch: "s".into(), port: "p".into(), queue: 3, link, current, history, intervals }
+    }
+
+    #[test]
+    fn short_history_and_missing_calibration_keep_the_current_setting() {
+        let b = Bounds::default();
+        let m = model(1, b, 1e-6);
+        let cur = EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.2 };
+        let cfg = RecommendConfig::for_model(&m);
+        let r = &recommend(&m, &[state(cur, 100, 1_000.0, 2)], &cfg)[0];
+        assert_eq!((r.decision, r.recommended), (Decision::Keep, cur));
+        assert!(r.reason.contains("only 2 unbroken"), "{}", r.reason);
+
+        let mut bare = model(1, b, 1e-6);
+        bare.card.calibration = None;
+        let r = &recommend(&bare, &[state(cur, 100, 1_000.0, 3)], &cfg)[0];
+        assert_eq!(r.decision, Decision::Keep);
+        assert!(r.reason.contains("no calibration"), "{}", r.reason);
+    }
+
+    #[test]
+    fn confidence_grows_with_the_gap_in_units_of_td_error() {
+        assert_eq!(confidence(0.0, 1.0), 0.0);
+        assert_eq!(confidence(f64::NAN, 1.0), 0.0);
+        assert!((confidence(1.0, 1.0) - 0.632).abs() < 1e-3);
+        assert!(confidence(3.0, 1.0) > 0.95 && confidence(3.0, 1.0) < 1.0);
+        assert!(confidence(0.1, 1.0) < confidence(0.1, 0.1));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+        /// Whatever the network, the telemetry and the current setting, a recommendation stays
+        /// inside the bounds: a change goes through the guardrails, and a current setting
+        /// outside the bounds is clamped rather than kept.
+        #[test]
+        fn recommendations_never_leave_the_bounds(
+            seed in 0i64..1000,
+            kmin_min in 1_000u64..20_000,
+            span in 50_000u64..10_000_000,
+            pmin in 0.001f64..0.3,
+            pspan in 0.0f64..0.7,
+            cur_kmin in 1u64..5_000_000,
+            cur_span in 1u64..10_000_000,
+            cur_pmax in 0.0f64..1.0,
+            gbps in prop::sample::select(vec![10u64, 25, 40, 100, 200, 400]),
+            depth in 0.0f64..5_000_000.0,
+            intervals in 0usize..5,
+            td in prop::sample::select(vec![1e-9, 1e-3, 1.0]),
+        ) {
+            let bounds = Bounds { kmin_min_bytes: kmin_min, kmax_max_bytes: kmin_min + span, pmax_min: pmin, pmax_max: (pmin + pspan).min(1.0) };
+            let m = model(seed, bounds, td);
+            let cur = EcnSetting { kmin_bytes: cur_kmin, kmax_bytes: cur_kmin + cur_span, pmax: cur_pmax };
+            let cfg = RecommendConfig::for_model(&m);
+            for r in recommend(&m, &[state(cur, gbps, depth, intervals)], &cfg) {
+                prop_assert!(bounds.contains(&r.recommended), "{:?} outside {:?}: {}", r.recommended, bounds, r.reason);
+                prop_assert!((0.0..=1.0).contains(&r.confidence));
+                prop_assert!(r.decision == Decision::Change || r.recommended == r.current);
+            }
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! End-to-end: offline learning and recommendations.
+//! - `train --telemetry` learns from recorded files, reproducibly by seed, and its card records
+//!   the data (file hashes, row counts) and the calibration `recommend` relies on;
+//! - `recommend` gives a valid setting for every queue (JSON and table), keeps the current
+//!   setting when the input is out of the model's training distribution, and reads a live
+//!   actuator with `--target`;
+//! - `record --target` records a live actuator's telemetry.
+
+use ecn_tests::{run_cli, Actuator};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+/// A small fabric with a short arrival window.
+const TINY: &str = "base = \"incast-15\"\nname = \"tiny-incast\"\nduration = \"3ms\"\ndrain = \"10ms\"\n";
+
+fn path(dir: &Path, name: &str) -> String {
+    dir.join(name).display().to_string()
+}
+
+async fn ok(args: &[&str]) -> String {
+    let (code, stdout, stderr) = run_cli(args).await;
+    assert_eq!(code, Some(0), "ecn-tuner {args:?} failed:\n{stderr}");
+    stdout
+}
+
+/// Two exploratory recordings of the tiny scenario.
+async fn record_two(dir: &Path) -> (String, String) {
+    std::fs::write(dir.join("tiny.toml"), TINY).unwrap();
+    let tiny = path(dir, "tiny.toml");
+    let (a, b) = (path(dir, "a.parquet"), path(dir, "b.parquet"));
+    ok(&["record", "--scenario", &tiny, "--seed", "3", "--policy", "explore:3:1", "--out", &a]).await;
+    ok(&["record", "--scenario", &tiny, "--seed", "4", "--policy", "explore:4:2", "--out", &b]).await;
+    (a, b)
+}
+
+async fn train(files: &[&str], out: &str, seed: &str) {
+    let mut args = vec!["train", "--telemetry"];
+    args.extend_from_slice(files);
+    args.extend_from_slice(&["--steps", "300", "--seed", seed, "--out", out]);
+    let stdout = ok(&args).await;
+    assert!(stdout.contains("trained on"), "{stdout}");
+}
+
+fn sha256(p: &str) -> String {
+    Sha256::digest(std::fs::read(p).unwrap()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn card(model: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(PathBuf::from(model).with_extension("card.json")).unwrap()).unwrap()
+}
+
+fn setting_in_bounds(s: &Value) -> bool {
+    let (kmin, kmax, pmax) = (s["kmin_bytes"].as_u64().unwrap(), s["kmax_bytes"].as_u64().unwrap(), s["pmax"].as_f64().unwrap());
+    // The default bounds of the tuning environment (README "Safety model").
+    kmin >= 1_000 && kmin < kmax && kmax <= 16_000_000 && (0.001..=1.0).contains(&pmax)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn offline_training_is_reproducible_and_records_its_data() {
+    let dir = tempfile::Builder::new().prefix("ecn-offline-").tempdir().unwrap();
+    let (a, b) = record_two(dir.path()).await;
+    let (m1, m2, m3) = (path(dir.path(), "m1.safetensors"), path(dir.path(), "m2.safetensors"), path(dir.path(), "m3.safetensors"));
+    train(&[&a, &b], &m1, "5").await;
+    train(&[&a, &b], &m2, "5").await;
+    train(&[&a, &b], &m3, "6").await;
+    let bytes = |p: &str| std::fs::read(p).unwrap();
+    assert_eq!(bytes(&m1), bytes(&m2), "the same data and seed give the same weights");
+    assert_ne!(bytes(&m1), bytes(&m3), "another seed gives other weights");
+
+    let c = card(&m1);
+    assert_eq!(c["training"]["algorithm"], "cql");
+    let data = c["training"]["data"].as_array().unwrap();
+    assert_eq!(data.len(), 2);
+    for (entry, file) in data.iter().zip([&a, &b]) {
+        assert_eq!(entry["path"], file.as_str());
+        assert_eq!(entry["sha256"], sha256(file));
+        let rows = ecn_datasets::io::read_telemetry_parquet(Path::new(file)).unwrap().len() as u64;
+        assert_eq!(entry["rows"], rows);
+        assert!(entry["transitions"].as_u64().unwrap() > 0);
+    }
+    let dim = c["network"]["obs_dim"].as_u64().unwrap() as usize;
+    assert_eq!(c["calibration"]["mean"].as_array().unwrap().len(), dim);
+    assert!(c["calibration"]["td_error_rms"].as_f64().unwrap() > 0.0);
+    // The sample interval of the data is the model's control interval.
+    assert_eq!(c["tuning"]["control_interval"], "100us");
+    let csv = std::fs::read_to_string(dir.path().join("m1.training.csv")).unwrap();
+    assert!(csv.starts_with("updates,loss,td_error_rms,agrees_with_logged"), "{csv}");
+    assert!(dir.path().join("m1.training.png").exists());
+
+    // The result runs in closed loop like any model.
+    let tiny = path(dir.path(), "tiny.toml");
+    let stdout = ok(&["sim", "--scenario", &tiny, "--policy", &format!("model:{m1}"), "--json"]).await;
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["flows"]["completed"], summary["flows"]["total"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn recommend_gives_bounded_settings_and_keeps_when_out_of_distribution() {
+    let dir = tempfile::Builder::new().prefix("ecn-recommend-").tempdir().unwrap();
+    let (a, b) = record_two(dir.path()).await;
+    let model = path(dir.path(), "m.safetensors");
+    train(&[&a, &b], &model, "5").await;
+
+    let stdout = ok(&["recommend", "--telemetry", &a, "--model", &model, "--json"]).await;
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    let queues = doc["queues"].as_array().unwrap();
+    let rows = ecn_datasets::io::read_telemetry_parquet(Path::new(&a)).unwrap();
+    let names: std::collections::BTreeSet<String> =
+        rows.iter().map(|r| format!("{}/{}/{}", r.switch, r.port, r.queue)).collect();
+    assert_eq!(queues.len(), names.len(), "one recommendation per queue");
+    for q in queues {
+        assert!(setting_in_bounds(&q["recommended"]), "{q}");
+        assert!(setting_in_bounds(&q["current"]), "{q}");
+        let conf = q["confidence"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&conf), "{q}");
+        assert!(!q["reason"].as_str().unwrap().is_empty());
+        match q["decision"].as_str().unwrap() {
+            "keep" => assert_eq!(q["recommended"], q["current"], "{q}"),
+            "change" => assert!(conf >= 0.8, "a change needs the confidence threshold: {q}"),
+            other => panic!("decision {other}"),
+        }
+        assert_eq!(q["baseline"]["name"], "huawei-latency");
+    }
+
+    // The same file with every queue 50× deeper than anything in training: the model must not
+    // guess.
+    let deep: Vec<_> = rows
+        .iter()
+        .map(|r| ecn_datasets::TelemetrySample {
+            queue_bytes_avg: 30_000_000.0,
+            queue_bytes_max: 32_000_000,
+            queue_bytes: 31_000_000,
+            ..r.clone()
+        })
+        .collect();
+    let deep_path = dir.path().join("deep.parquet");
+    ecn_datasets::io::write_telemetry_parquet(&deep_path, &deep).unwrap();
+    let stdout = ok(&["recommend", "--telemetry", &deep_path.display().to_string(), "--model", &model, "--json"]).await;
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    for q in doc["queues"].as_array().unwrap() {
+        assert_eq!(q["decision"], "keep", "{q}");
+        assert_eq!(q["recommended"], q["current"]);
+        assert!(q["reason"].as_str().unwrap().contains("out of the training distribution"), "{q}");
+    }
+
+    // The table names every queue.
+    let table = ok(&["recommend", "--telemetry", &a, "--model", &model]).await;
+    for n in &names {
+        assert!(table.contains(n.as_str()), "{n} missing from:\n{table}");
+    }
+
+    // Bad input: exit 2, naming the problem; a missing model, a file that is not Parquet.
+    let junk = dir.path().join("junk.parquet");
+    std::fs::write(&junk, b"PAR1 not really").unwrap();
+    for (args, needle) in [
+        (vec!["recommend", "--telemetry", &a, "--model", "/nonexistent/x.safetensors"], "x.safetensors"),
+        (vec!["recommend", "--telemetry", junk.to_str().unwrap(), "--model", &model], "junk.parquet"),
+        (vec!["recommend", "--telemetry", &a, "--model", &model, "--min-confidence", "1.5"], "--min-confidence"),
+        (vec!["train", "--telemetry", "/nonexistent.parquet", "--out", &model], "nonexistent.parquet"),
+    ] {
+        let (code, _, stderr) = run_cli(&args).await;
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn record_and_recommend_read_a_live_actuator() {
+    let dir = tempfile::Builder::new().prefix("ecn-live-").tempdir().unwrap();
+    let (a, b) = record_two(dir.path()).await;
+    let model = path(dir.path(), "m.safetensors");
+    train(&[&a, &b], &model, "5").await;
+
+    let actuator = Actuator::start(&["--backend", "sim", "--scenario", "websearch-50"]).await;
+    let url = actuator.url();
+    let out = path(dir.path(), "live.parquet");
+    let stdout = ok(&["record", "--target", &url, "--duration", "2s", "--out", &out]).await;
+    assert!(stdout.contains("(sim backend)"), "{stdout}");
+    let rows = ecn_datasets::io::read_telemetry_parquet(Path::new(&out)).unwrap();
+    let queues: std::collections::BTreeSet<String> =
+        rows.iter().map(|r| format!("{}/{}/{}", r.switch, r.port, r.queue)).collect();
+    assert!(queues.len() > 1 && rows.len() >= 2 * queues.len(), "{} rows for {} queues", rows.len(), queues.len());
+
+    let stdout = ok(&["recommend", "--target", &url, "--model", &model, "--json"]).await;
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["queues"].as_array().unwrap().len(), queues.len());
+    for q in doc["queues"].as_array().unwrap() {
+        assert!(setting_in_bounds(&q["recommended"]), "{q}");
+    }
+    // Reading wrote nothing: the actuator's journal holds no apply.
+    let journal = std::fs::read_to_string(&actuator.journal).unwrap_or_default();
+    assert!(!journal.contains("\"apply\""), "{journal}");
+
+    let (code, _, stderr) = run_cli(&["record", "--target", &url, "--duration", "soon", "--out", &out]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--duration"), "{stderr}");
+}
