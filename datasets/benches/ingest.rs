@@ -43,8 +43,9 @@ fn status_mib(field: &str) -> f64 {
 
 fn generate(path: &Path, rows: u64) {
     let mut w = TelemetryParquetWriter::create(path, CounterMode::Delta).expect("create");
-    let names: Vec<(String, String, u8)> =
-        (0..QUEUES).map(|q| (format!("leaf{}", q / 16), format!("eth{}", (q / 2) % 8 + 1), 3 + (q % 2) as u8)).collect();
+    let names: Vec<(String, String, u8)> = (0..QUEUES)
+        .map(|q| (format!("leaf{}", q / 16), format!("eth{}", (q / 2) % 8 + 1), 3 + (q % 2) as u8))
+        .collect();
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         state ^= state << 13;
@@ -129,11 +130,8 @@ fn main() {
         child(&args[i + 1], Path::new(&args[i + 2]));
         return;
     }
-    let rows: u64 = args
-        .iter()
-        .position(|a| a == "--rows")
-        .and_then(|i| args.get(i + 1)?.parse().ok())
-        .unwrap_or(8 * 1024 * 1024);
+    let rows: u64 =
+        args.iter().position(|a| a == "--rows").and_then(|i| args.get(i + 1)?.parse().ok()).unwrap_or(8 * 1024 * 1024);
 
     let dir = std::env::temp_dir().join(format!("ecn-ingest-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");

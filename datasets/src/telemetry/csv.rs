@@ -91,7 +91,8 @@ impl CsvSource {
                 return None;
             }
         }
-        let names: Vec<String> = (0..src.ends.len()).map(|f| String::from_utf8_lossy(src.field(f)).into_owned()).collect();
+        let names: Vec<String> =
+            (0..src.ends.len()).map(|f| String::from_utf8_lossy(src.field(f)).into_owned()).collect();
         src.header_fields = names.len();
         for (c, column) in TELEMETRY_COLUMNS.iter().enumerate() {
             // A spreadsheet may save a byte-order mark before the first name.

@@ -36,8 +36,8 @@ use std::sync::Arc;
 use crate::counters::CounterWidth;
 use crate::records::TelemetrySample;
 
-pub use problem::{Problem, ProblemKind, RepairReport, TelemetryError};
 use problem::Collector;
+pub use problem::{Problem, ProblemKind, RepairReport, TelemetryError};
 use rows::{check_rows, Batch, Interner};
 use track::{Track, TrackContext};
 
