@@ -58,6 +58,9 @@ enum Command {
     // scripts/quickstart can set defaults that the user's own flags replace.
     #[command(args_override_self = true)]
     Run(Box<commands::run::RunArgs>),
+    /// Check telemetry files (Parquet or CSV) against the schema and the validation rules;
+    /// with --repair, fix what can safely be fixed and optionally write the result.
+    Validate(commands::validate::ValidateArgs),
 }
 
 fn main() -> ExitCode {
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         Command::Scenarios(a) => commands::scenarios::run(a),
         Command::Actuator(a) => commands::actuator::run(a),
         Command::Run(a) => commands::run::run(*a),
+        Command::Validate(a) => commands::validate::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

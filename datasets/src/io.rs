@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use polars::prelude::*;
 
 use crate::records::{FlowRecord, TelemetrySample, TELEMETRY_SCHEMA_VERSION};
+use crate::telemetry::{CounterMode, COUNTERS_KEY};
 
 /// Parquet key-value metadata key under which [`write_telemetry_parquet`] records
 /// [`TELEMETRY_SCHEMA_VERSION`]; the schema version travels inside the file so that a file
@@ -164,16 +165,21 @@ fn one_line(s: &str) -> String {
 /// the Parquet decoder reads untrusted bytes and has been known to panic on corrupt input,
 /// and the readers promise an error, not a crash.
 fn guarded<T>(path: &Path, f: impl FnOnce() -> PolarsResult<T>) -> Result<T, IoError> {
+    guarded_message(f).map_err(|message| IoError::Parquet { path: path.to_path_buf(), message })
+}
+
+/// As [`guarded`], with the error as a one-line message for callers with their own error type.
+pub(crate) fn guarded_message<T>(f: impl FnOnce() -> PolarsResult<T>) -> Result<T, String> {
     match panic::catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(IoError::parquet(path, e)),
+        Ok(Err(e)) => Err(one_line(&e.to_string())),
         Err(payload) => {
             let what = payload
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".to_string());
-            Err(IoError::parquet(path, format!("decoder panicked: {what}")))
+            Err(one_line(&format!("decoder panicked: {what}")))
         }
     }
 }
@@ -212,11 +218,17 @@ fn write_atomically(
     result
 }
 
+/// Rows per Parquet row group in the files we write: the unit the streaming reader holds in
+/// memory (64 Ki rows of telemetry decode to about 10 MB), and large enough that per-group
+/// overhead does not slow reading.
+pub const PARQUET_ROW_GROUP_ROWS: usize = 65_536;
+
 fn write_parquet_frame(path: &Path, mut df: DataFrame, kv: Option<KeyValueMetadata>) -> Result<(), IoError> {
     write_atomically(path, |w| {
         guarded(path, || {
             ParquetWriter::new(w)
                 .with_compression(ParquetCompression::Zstd(None))
+                .with_row_group_size(Some(PARQUET_ROW_GROUP_ROWS))
                 .with_key_value_metadata(kv)
                 .finish(&mut df)
         })?;
@@ -318,7 +330,9 @@ macro_rules! field_column {
     };
 }
 
-fn telemetry_frame(rows: &[TelemetrySample]) -> PolarsResult<DataFrame> {
+/// The frame [`write_telemetry_parquet`] writes; public so that tests and converters can alter a
+/// column (type, values) before writing a variant file.
+pub fn telemetry_frame(rows: &[TelemetrySample]) -> PolarsResult<DataFrame> {
     let columns = vec![
         field_column!(rows, ts_ns),
         Column::new("switch".into(), rows.iter().map(|r| r.switch.as_str()).collect::<Vec<_>>()),
@@ -347,11 +361,102 @@ fn telemetry_frame(rows: &[TelemetrySample]) -> PolarsResult<DataFrame> {
 /// [`TELEMETRY_SCHEMA_VERSION`] under the key-value metadata key [`TELEMETRY_SCHEMA_KEY`].
 ///
 /// The file appears atomically: it is written to `<path>.tmp` and renamed into place.
+/// Row groups hold [`PARQUET_ROW_GROUP_ROWS`] rows, so that the streaming reader
+/// ([`crate::telemetry::stream_telemetry`]) needs only one group's worth of memory.
 pub fn write_telemetry_parquet(path: &Path, rows: &[TelemetrySample]) -> Result<(), IoError> {
+    write_telemetry_parquet_with(path, rows, CounterMode::Delta)
+}
+
+/// As [`write_telemetry_parquet`], recording how the counter columns are given under the
+/// metadata key [`COUNTERS_KEY`] (for files of cumulative counters; readers treat a file
+/// without the key as deltas).
+pub fn write_telemetry_parquet_with(
+    path: &Path,
+    rows: &[TelemetrySample],
+    counters: CounterMode,
+) -> Result<(), IoError> {
     let df = guarded(path, || telemetry_frame(rows))?;
-    let kv =
-        KeyValueMetadata::from_static(vec![(TELEMETRY_SCHEMA_KEY.to_string(), TELEMETRY_SCHEMA_VERSION.to_string())]);
-    write_parquet_frame(path, df, Some(kv))
+    let mut kv = vec![(TELEMETRY_SCHEMA_KEY.to_string(), TELEMETRY_SCHEMA_VERSION.to_string())];
+    if counters != CounterMode::Delta {
+        kv.push((COUNTERS_KEY.to_string(), counters.as_str().to_string()));
+    }
+    write_parquet_frame(path, df, Some(KeyValueMetadata::from_static(kv)))
+}
+
+/// Writes a telemetry Parquet file of any size a row group at a time: rows are buffered up
+/// to [`PARQUET_ROW_GROUP_ROWS`] and then encoded, so memory stays bounded however many rows
+/// pass through (for recordings and test files larger than memory). Same schema, metadata and
+/// atomic `<path>.tmp` rename as [`write_telemetry_parquet`]; nothing appears under `path`
+/// unless [`TelemetryParquetWriter::finish`] succeeds.
+pub struct TelemetryParquetWriter {
+    path: PathBuf,
+    file: File,
+    writer: polars::io::parquet::write::BatchedWriter<File>,
+    pending: Vec<TelemetrySample>,
+    rows: u64,
+}
+
+impl TelemetryParquetWriter {
+    /// Starts `<path>.tmp`.
+    pub fn create(path: &Path, counters: CounterMode) -> Result<Self, IoError> {
+        let tmp = tmp_path(path);
+        let file = File::create(&tmp).map_err(|e| IoError::io(path, "create temporary file", e))?;
+        let handle = file.try_clone().map_err(|e| IoError::io(path, "open", e))?;
+        let mut kv = vec![(TELEMETRY_SCHEMA_KEY.to_string(), TELEMETRY_SCHEMA_VERSION.to_string())];
+        if counters != CounterMode::Delta {
+            kv.push((COUNTERS_KEY.to_string(), counters.as_str().to_string()));
+        }
+        let writer = guarded(path, || {
+            let schema = telemetry_frame(&[])?.schema().as_ref().clone();
+            ParquetWriter::new(handle)
+                .with_compression(ParquetCompression::Zstd(None))
+                .with_key_value_metadata(Some(KeyValueMetadata::from_static(kv)))
+                .batched(&schema)
+        })
+        .inspect_err(|_| {
+            let _ = fs::remove_file(&tmp);
+        })?;
+        Ok(TelemetryParquetWriter { path: path.to_path_buf(), file, writer, pending: Vec::new(), rows: 0 })
+    }
+
+    /// Adds rows; a row group is written whenever enough are buffered.
+    pub fn write(&mut self, rows: &[TelemetrySample]) -> Result<(), IoError> {
+        for chunk in rows.chunks(PARQUET_ROW_GROUP_ROWS) {
+            self.pending.extend_from_slice(chunk);
+            if self.pending.len() >= PARQUET_ROW_GROUP_ROWS {
+                self.flush_group()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_group(&mut self) -> Result<(), IoError> {
+        let take = self.pending.len().min(PARQUET_ROW_GROUP_ROWS);
+        let group: Vec<TelemetrySample> = self.pending.drain(..take).collect();
+        let writer = &mut self.writer;
+        guarded(&self.path, || writer.write_batch(&telemetry_frame(&group)?))?;
+        self.rows += group.len() as u64;
+        Ok(())
+    }
+
+    /// Writes the last row group and the footer, syncs, and renames the file into place.
+    /// Returns the number of rows written.
+    pub fn finish(mut self) -> Result<u64, IoError> {
+        let path = self.path.clone();
+        let result = (|| {
+            while !self.pending.is_empty() {
+                self.flush_group()?;
+            }
+            let writer = &self.writer;
+            guarded(&path, || writer.finish())?;
+            self.file.sync_all().map_err(|e| IoError::io(&path, "sync", e))?;
+            fs::rename(tmp_path(&path), &path).map_err(|e| IoError::io(&path, "rename temporary file into place", e))
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(tmp_path(&path));
+        }
+        result.map(|()| self.rows)
+    }
 }
 
 /// The telemetry schema version recorded in a Parquet file, or `None` if the file carries none
@@ -370,7 +475,8 @@ pub fn telemetry_schema_version(path: &Path) -> Result<Option<String>, IoError> 
     })
 }
 
-fn major(version: &str) -> &str {
+/// The major part of a schema version (`1` of `1.0`).
+pub(crate) fn schema_major(version: &str) -> &str {
     version.split('.').next().unwrap_or(version)
 }
 
@@ -383,7 +489,7 @@ fn major(version: &str) -> &str {
 pub fn read_telemetry_parquet(path: &Path) -> Result<Vec<TelemetrySample>, IoError> {
     let f = ParquetFile::open(path)?;
     if let Some(found) = f.metadata(TELEMETRY_SCHEMA_KEY) {
-        if major(found) != major(TELEMETRY_SCHEMA_VERSION) {
+        if schema_major(found) != schema_major(TELEMETRY_SCHEMA_VERSION) {
             return Err(IoError::SchemaVersion {
                 path: path.to_path_buf(),
                 found: found.to_string(),

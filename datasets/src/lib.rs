@@ -11,5 +11,7 @@ pub mod workloads;
 
 #[cfg(feature = "io")]
 pub mod io;
+#[cfg(feature = "io")]
+pub mod telemetry;
 
 pub use records::{FlowRecord, TelemetrySample, TELEMETRY_SCHEMA_VERSION};

@@ -8,3 +8,4 @@ pub mod run;
 pub mod scenarios;
 pub mod sim;
 pub mod train;
+pub mod validate;

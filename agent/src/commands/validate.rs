@@ -1,0 +1,181 @@
+//! `ecn-tuner validate`: check telemetry files against the schema and the validation rules
+//! (README "Validation and repair"), optionally repair them and write the repaired file.
+//!
+//! Without `--repair` the check streams (bounded memory, any file size). With `--repair` a
+//! file is loaded in memory, because repair sorts rows.
+
+use crate::error::CliError;
+use clap::Args;
+use ecn_datasets::io;
+use ecn_datasets::telemetry::{
+    load_telemetry, stream_telemetry, CounterMode, ReadOptions, RepairReport, TelemetryError,
+};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use tracing::info;
+
+/// Arguments of `validate`.
+#[derive(Args)]
+pub struct ValidateArgs {
+    /// Telemetry files (.parquet or .csv) to check.
+    #[arg(long, value_name = "FILE", required = true, num_args = 1..)]
+    telemetry: Vec<PathBuf>,
+    /// How counters are given: delta (per interval) or cumulative. Default: the file's
+    /// `ecn_tuner.counters` metadata key, else delta.
+    #[arg(long, value_name = "delta|cumulative", value_parser = parse_counters)]
+    counters: Option<CounterMode>,
+    /// A step longer than this many sample intervals between two samples of a queue is a gap.
+    #[arg(long, value_name = "N", default_value_t = 1.5)]
+    max_gap: f64,
+    /// Repair what can safely be repaired: sort, drop exact duplicates, drop samples across
+    /// counter resets or with implausible deltas, mark gaps. Everything else stays an error.
+    #[arg(long)]
+    repair: bool,
+    /// Write the repaired telemetry here (Parquet, per-interval deltas); needs --repair and a
+    /// single --telemetry file.
+    #[arg(long, value_name = "FIXED.parquet", requires = "repair")]
+    out: Option<PathBuf>,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_counters(s: &str) -> Result<CounterMode, String> {
+    CounterMode::parse(s).ok_or_else(|| format!("`{s}` is not delta or cumulative"))
+}
+
+/// What one file gave.
+struct Checked {
+    path: PathBuf,
+    outcome: Result<Summary, TelemetryError>,
+}
+
+struct Summary {
+    rows: u64,
+    queues: usize,
+    samples: u64,
+    counters: CounterMode,
+    report: RepairReport,
+}
+
+/// Check every file and report.
+pub fn run(args: ValidateArgs) -> Result<(), CliError> {
+    if !(args.max_gap.is_finite() && args.max_gap >= 1.0) {
+        return Err(CliError::BadInput(format!("--max-gap {}: must be a number of intervals >= 1", args.max_gap)));
+    }
+    if args.out.is_some() && args.telemetry.len() != 1 {
+        return Err(CliError::BadInput("--out: give exactly one --telemetry file to repair into it".into()));
+    }
+    if let Some(out) = &args.out {
+        if out.extension().is_none_or(|e| e != "parquet") {
+            return Err(CliError::BadInput(format!("--out {}: the file must end in .parquet", out.display())));
+        }
+    }
+    let opts = ReadOptions {
+        counters: args.counters,
+        max_gap_intervals: args.max_gap,
+        repair: args.repair,
+        ..ReadOptions::default()
+    };
+    let mut checked = Vec::with_capacity(args.telemetry.len());
+    for path in &args.telemetry {
+        info!(file = %path.display(), repair = args.repair, "validating");
+        checked.push(Checked { path: path.clone(), outcome: check(path, &opts, args.out.as_deref())? });
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&to_json(&checked)).expect("JSON of plain values"));
+    } else {
+        for c in &checked {
+            if let Ok(s) = &c.outcome {
+                print_summary(&c.path, s, args.repair);
+            }
+        }
+    }
+    let failed: Vec<String> = checked.iter().filter_map(|c| c.outcome.as_ref().err().map(|e| e.to_string())).collect();
+    if failed.is_empty() {
+        Ok(())
+    } else if args.json {
+        Err(CliError::BadInput(format!("{} of {} telemetry files have problems", failed.len(), checked.len())))
+    } else {
+        Err(CliError::BadInput(failed.join("\n")))
+    }
+}
+
+/// Validates one file; an `Err` of the outer result is a failure to write `--out`.
+fn check(path: &Path, opts: &ReadOptions, out: Option<&Path>) -> Result<Result<Summary, TelemetryError>, CliError> {
+    if !opts.repair {
+        let outcome = stream_telemetry(path, opts, |_, _, _, _| {}).map(|s| Summary {
+            rows: s.rows,
+            queues: s.queues.len(),
+            samples: s.samples,
+            counters: s.counters,
+            report: s.report,
+        });
+        return Ok(outcome);
+    }
+    let data = match load_telemetry(path, opts) {
+        Ok(d) => d,
+        Err(e) => return Ok(Err(e)),
+    };
+    if let Some(out) = out {
+        let rows = data.to_rows();
+        io::write_telemetry_parquet(out, &rows).map_err(|e| CliError::Failed(e.to_string()))?;
+        info!(file = %out.display(), rows = rows.len(), "wrote repaired telemetry");
+    }
+    Ok(Ok(Summary {
+        rows: data.rows,
+        queues: data.queues.len(),
+        samples: data.samples() as u64,
+        counters: data.counters,
+        report: data.report,
+    }))
+}
+
+fn print_summary(path: &Path, s: &Summary, repair: bool) {
+    let mut line = format!(
+        "{}: ok: {} rows, {} queues, {} samples, {} counters",
+        path.display(),
+        s.rows,
+        s.queues,
+        s.samples,
+        s.counters.as_str()
+    );
+    if repair {
+        line.push_str(&format!("; repaired: {}", s.report));
+    }
+    if s.report.baseline_samples > 0 {
+        line.push_str(&format!("; {} cumulative baseline samples", s.report.baseline_samples));
+    }
+    println!("{line}");
+}
+
+fn to_json(checked: &[Checked]) -> Value {
+    let files: Vec<Value> = checked
+        .iter()
+        .map(|c| match &c.outcome {
+            Ok(s) => json!({
+                "path": c.path.display().to_string(),
+                "ok": true,
+                "rows": s.rows,
+                "queues": s.queues,
+                "samples": s.samples,
+                "counters": s.counters.as_str(),
+                "repaired": s.report.repaired,
+                "baseline_samples": s.report.baseline_samples,
+            }),
+            Err(e) => json!({
+                "path": c.path.display().to_string(),
+                "ok": false,
+                "problems_total": e.total,
+                "problem_counts": e.counts,
+                "problems": e.problems.iter().map(|p| json!({
+                    "row": p.row,
+                    "column": p.column,
+                    "kind": p.kind.tag(),
+                    "message": p.kind.to_string(),
+                })).collect::<Vec<_>>(),
+            }),
+        })
+        .collect();
+    json!({ "files": files })
+}

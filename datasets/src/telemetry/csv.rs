@@ -1,0 +1,311 @@
+//! CSV source: RFC 4180 records (quoted fields may hold commas, quotes and newlines), read a
+//! chunk of rows at a time so that memory stays bounded. Cells are parsed strictly, each
+//! failure a problem naming its row and column.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use super::problem::{Collector, ProblemKind};
+use super::rows::{check_float, queue_index, Batch, Interner};
+use crate::io::TELEMETRY_COLUMNS;
+
+/// Rows per batch.
+const CHUNK_ROWS: usize = 65_536;
+
+pub(crate) struct CsvSource {
+    reader: BufReader<File>,
+    /// Position of each telemetry column in a record.
+    index: [usize; 18],
+    header_fields: usize,
+    next_row: u64,
+    line: Vec<u8>,
+    /// The current record's unquoted field bytes, back to back, and where each field ends.
+    scratch: Vec<u8>,
+    ends: Vec<usize>,
+    done: bool,
+}
+
+/// Splits one record (without its line terminator) into fields, undoing quoting.
+fn split_record(line: &[u8], scratch: &mut Vec<u8>, ends: &mut Vec<usize>) {
+    scratch.clear();
+    ends.clear();
+    let mut i = 0;
+    loop {
+        if line.get(i) == Some(&b'"') {
+            i += 1;
+            while i < line.len() {
+                if line[i] == b'"' {
+                    if line.get(i + 1) == Some(&b'"') {
+                        scratch.push(b'"');
+                        i += 2;
+                        continue;
+                    }
+                    i += 1;
+                    break;
+                }
+                scratch.push(line[i]);
+                i += 1;
+            }
+        }
+        while i < line.len() && line[i] != b',' {
+            scratch.push(line[i]);
+            i += 1;
+        }
+        ends.push(scratch.len());
+        if i >= line.len() {
+            break;
+        }
+        i += 1;
+    }
+}
+
+impl CsvSource {
+    /// Opens the file and reads its header; missing columns are all reported.
+    pub(crate) fn open(path: &Path, problems: &mut Collector) -> Option<Self> {
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) => {
+                problems.push(None, None, ProblemKind::Unreadable(format!("cannot open: {e}")), false);
+                return None;
+            }
+        };
+        let mut src = CsvSource {
+            reader: BufReader::with_capacity(1 << 20, file),
+            index: [0; 18],
+            header_fields: 0,
+            next_row: 1,
+            line: Vec::new(),
+            scratch: Vec::new(),
+            ends: Vec::new(),
+            done: false,
+        };
+        match src.read_record() {
+            Ok(true) => {}
+            Ok(false) => {
+                problems.push(None, None, ProblemKind::Empty, false);
+                return None;
+            }
+            Err(e) => {
+                problems.push(None, None, ProblemKind::Unreadable(format!("cannot read: {e}")), false);
+                return None;
+            }
+        }
+        let names: Vec<String> =
+            (0..src.ends.len()).map(|f| String::from_utf8_lossy(src.field(f)).into_owned()).collect();
+        src.header_fields = names.len();
+        for (c, column) in TELEMETRY_COLUMNS.iter().enumerate() {
+            // A spreadsheet may save a byte-order mark before the first name.
+            match names.iter().position(|n| n.trim_start_matches('\u{feff}').trim() == *column) {
+                Some(p) => src.index[c] = p,
+                None => problems.push(None, Some(column), ProblemKind::MissingColumn, false),
+            }
+        }
+        if problems.failed() {
+            return None;
+        }
+        Some(src)
+    }
+
+    fn field(&self, f: usize) -> &[u8] {
+        let start = if f == 0 { 0 } else { self.ends[f - 1] };
+        &self.scratch[start..self.ends[f]]
+    }
+
+    /// Reads the next record into `scratch`/`ends`; `false` at the end of the file. A quoted
+    /// field may span lines, so lines are joined while a quote is open.
+    fn read_record(&mut self) -> std::io::Result<bool> {
+        self.line.clear();
+        loop {
+            let n = self.reader.read_until(b'\n', &mut self.line)?;
+            if n == 0 && self.line.is_empty() {
+                return Ok(false);
+            }
+            let quotes = self.line.iter().filter(|&&b| b == b'"').count();
+            if quotes % 2 == 0 || n == 0 {
+                break;
+            }
+        }
+        while matches!(self.line.last(), Some(b'\n' | b'\r')) {
+            self.line.pop();
+        }
+        split_record(&self.line, &mut self.scratch, &mut self.ends);
+        Ok(true)
+    }
+
+    /// Reads up to [`CHUNK_ROWS`] rows into `batch`; `false` when there was nothing left.
+    pub(crate) fn next_batch(&mut self, batch: &mut Batch, interner: &mut Interner, problems: &mut Collector) -> bool {
+        if self.done {
+            return false;
+        }
+        batch.reset(self.next_row, 0);
+        while batch.len() < CHUNK_ROWS {
+            match self.read_record() {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.done = true;
+                    break;
+                }
+                Err(e) => {
+                    let m = format!("cannot read after row {}: {e}", self.next_row - 1);
+                    problems.push(None, None, ProblemKind::Unreadable(m), false);
+                    self.done = true;
+                    return false;
+                }
+            }
+            // A blank line (often the last one) is not a row.
+            if self.line.is_empty() {
+                continue;
+            }
+            let i = batch.push_row();
+            self.next_row += 1;
+            self.parse_row(batch, i, interner, problems);
+        }
+        batch.len() > 0
+    }
+
+    fn parse_row(&self, batch: &mut Batch, i: usize, interner: &mut Interner, problems: &mut Collector) {
+        if self.ends.len() != self.header_fields {
+            let m = format!("{} fields, but the header has {}", self.ends.len(), self.header_fields);
+            batch.ok[i] = false;
+            problems.push(Some(batch.row(i)), None, ProblemKind::Unreadable(m), false);
+            return;
+        }
+        let cell = |c: usize| self.field(self.index[c]);
+        let mut ints = [0u64; 18];
+        let mut floats = [0f64; 18];
+        for (c, column) in TELEMETRY_COLUMNS.iter().enumerate() {
+            let parsed = match *column {
+                "switch" | "port" => Ok(()),
+                "queue_bytes_avg" | "pmax" => parse_float(cell(c)).map(|v| floats[c] = v),
+                _ => parse_int(cell(c)).map(|v| ints[c] = v),
+            };
+            if let Err(kind) = parsed {
+                batch.reject(i, column, kind, problems);
+            }
+        }
+        let queue = match queue_index(ints[3]) {
+            Ok(q) => q,
+            Err(kind) => {
+                batch.reject(i, "queue", kind, problems);
+                0
+            }
+        };
+        let mut names = ["", ""];
+        for (n, c) in [1usize, 2].into_iter().enumerate() {
+            match std::str::from_utf8(cell(c)) {
+                Ok("") => batch.reject(i, TELEMETRY_COLUMNS[c], ProblemKind::Null, problems),
+                Ok(s) => names[n] = s,
+                Err(_) => {
+                    let kind = ProblemKind::WrongType { found: "invalid UTF-8".into(), expected: "a string" };
+                    batch.reject(i, TELEMETRY_COLUMNS[c], kind, problems);
+                }
+            }
+        }
+        if !batch.ok[i] {
+            return;
+        }
+        let s = &mut batch.samples[i];
+        s.ts_ns = ints[0];
+        s.link_bps = ints[4];
+        s.queue_bytes = ints[5];
+        s.queue_bytes_avg = floats[6];
+        s.queue_bytes_max = ints[7];
+        s.tx_bytes = ints[8];
+        s.tx_pkts = ints[9];
+        s.ecn_marked_pkts = ints[10];
+        s.pfc_pause_rx = ints[11];
+        s.pfc_pause_tx = ints[12];
+        s.paused_ns = ints[13];
+        s.drops = ints[14];
+        s.kmin_bytes = ints[15];
+        s.kmax_bytes = ints[16];
+        s.pmax = floats[17];
+        batch.queues[i] = queue;
+        batch.ids[i] = interner.id(names[0], names[1], queue).0;
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(b);
+    if s.chars().count() > 40 {
+        format!("text `{}...`", s.chars().take(40).collect::<String>())
+    } else {
+        format!("text `{s}`")
+    }
+}
+
+/// An unsigned integer cell. A float-looking cell is a wrong type (NaN and infinities are
+/// reported as such), a negative integer is a negative value.
+fn parse_int(b: &[u8]) -> Result<u64, ProblemKind> {
+    let t = std::str::from_utf8(b).map(str::trim).unwrap_or("\u{fffd}");
+    if t.is_empty() {
+        return Err(ProblemKind::Null);
+    }
+    if let Ok(v) = t.parse::<u64>() {
+        return Ok(v);
+    }
+    if let Ok(v) = t.parse::<i64>() {
+        return Err(ProblemKind::Negative(v as f64));
+    }
+    if t.bytes().all(|c| c.is_ascii_digit()) {
+        return Err(ProblemKind::OutOfRange(format!("{t} does not fit in 64 bits")));
+    }
+    match t.parse::<f64>() {
+        Ok(v) if !v.is_finite() => Err(ProblemKind::NotFinite(v)),
+        _ => Err(ProblemKind::WrongType { found: text(b), expected: "an integer" }),
+    }
+}
+
+/// A float cell: finite, not negative.
+fn parse_float(b: &[u8]) -> Result<f64, ProblemKind> {
+    let t = std::str::from_utf8(b).map(str::trim).unwrap_or("\u{fffd}");
+    if t.is_empty() {
+        return Err(ProblemKind::Null);
+    }
+    let v = t.parse::<f64>().map_err(|_| ProblemKind::WrongType { found: text(b), expected: "a number" })?;
+    match check_float(v) {
+        None => Ok(v),
+        Some(kind) => Err(kind),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(line: &str) -> Vec<String> {
+        let (mut scratch, mut ends) = (Vec::new(), Vec::new());
+        split_record(line.as_bytes(), &mut scratch, &mut ends);
+        let mut start = 0;
+        ends.iter()
+            .map(|&e| {
+                let f = String::from_utf8(scratch[start..e].to_vec()).unwrap();
+                start = e;
+                f
+            })
+            .collect()
+    }
+
+    #[test]
+    fn records_split_with_quotes() {
+        assert_eq!(fields("a,b,,c"), ["a", "b", "", "c"]);
+        assert_eq!(fields("\"eth,1 \"\"x\"\"\",2"), ["eth,1 \"x\"", "2"]);
+        assert_eq!(fields(""), [""]);
+    }
+
+    #[test]
+    fn cells_parse_strictly() {
+        assert_eq!(parse_int(b"42"), Ok(42));
+        assert_eq!(parse_int(b"-3"), Err(ProblemKind::Negative(-3.0)));
+        assert_eq!(parse_int(b""), Err(ProblemKind::Null));
+        assert!(matches!(parse_int(b"1.5"), Err(ProblemKind::WrongType { .. })));
+        assert!(matches!(parse_int(b"abc"), Err(ProblemKind::WrongType { .. })));
+        assert!(matches!(parse_int(b"nan"), Err(ProblemKind::NotFinite(_))));
+        assert!(matches!(parse_int(b"99999999999999999999999"), Err(ProblemKind::OutOfRange(_))));
+        assert_eq!(parse_float(b"0.25"), Ok(0.25));
+        assert!(matches!(parse_float(b"NaN"), Err(ProblemKind::NotFinite(_))));
+        assert!(matches!(parse_float(b"-1"), Err(ProblemKind::Negative(_))));
+        assert!(matches!(parse_float(b"x"), Err(ProblemKind::WrongType { .. })));
+    }
+}

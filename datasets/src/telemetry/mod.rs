@@ -1,0 +1,588 @@
+//! Validated telemetry ingest: Parquet or CSV files of the telemetry schema (README
+//! "Telemetry schema") into per-queue time series, with every problem reported by file, row
+//! and column, and an explicit repair policy.
+//!
+//! Two entry points:
+//! - [`load_telemetry`] reads a file that fits in memory into one [`QueueSeries`] per queue;
+//! - [`stream_telemetry`] reads a file of any size one Parquet row group (or 64 Ki CSV rows)
+//!   at a time and hands each sample to a callback, keeping only per-queue state.
+//!
+//! **Problems** (each located by 1-based data row and column where one applies): unreadable
+//! or truncated file, empty file, other schema major version, missing column, wrong type, null,
+//! NaN or infinity, negative value, queue index above 7, zero link rate, duplicate rows (exact
+//! or conflicting), rows out of order within a queue, gaps longer than
+//! [`ReadOptions::max_gap_intervals`] sample intervals, implausible per-interval deltas
+//! (beyond line rate × interval with 25% slack), counter resets (cumulative files), unknown
+//! queues, and an ECN setting that contradicts itself or the bounds.
+//!
+//! **Repair** ([`ReadOptions::repair`]) fixes only what has one safe answer: it sorts rows
+//! into time order (in memory only), drops exact duplicates, drops a sample across a counter
+//! reset or with an implausible delta, and marks gaps; a dropped sample or a gap is a
+//! continuity break ([`Continuity`], [`QueueSeries::segment_starts`]) so that no history is
+//! built across it. Everything else stays an error. Streaming cannot sort a file larger than
+//! memory, so there an out-of-order row stays an error even with repair.
+
+mod csv;
+mod parquet;
+pub mod problem;
+mod rows;
+mod track;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::counters::CounterWidth;
+use crate::records::TelemetrySample;
+
+use problem::Collector;
+pub use problem::{Problem, ProblemKind, RepairReport, TelemetryError};
+use rows::{check_rows, Batch, Interner};
+use track::{Track, TrackContext};
+
+/// Parquet key-value metadata key saying how the file's counters are given: `delta` (the
+/// schema's default when the key is absent) or `cumulative`.
+pub const COUNTERS_KEY: &str = "ecn_tuner.counters";
+
+/// How counter columns are given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CounterMode {
+    /// Per-interval deltas (the schema's default).
+    #[default]
+    Delta,
+    /// Cumulative hardware counters, turned into deltas with wrap and reset handling.
+    Cumulative,
+}
+
+impl CounterMode {
+    /// `delta` or `cumulative`, as in the metadata key and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CounterMode::Delta => "delta",
+            CounterMode::Cumulative => "cumulative",
+        }
+    }
+
+    /// Parses `delta` or `cumulative`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "delta" => Some(CounterMode::Delta),
+            "cumulative" => Some(CounterMode::Cumulative),
+            _ => None,
+        }
+    }
+}
+
+/// Bounds on the ECN setting in effect, checked on every row when given (mirrors
+/// `ecn_env::tuning::Bounds`, which this crate cannot depend on).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SettingBounds {
+    /// Smallest Kmin.
+    pub kmin_min_bytes: u64,
+    /// Largest Kmax.
+    pub kmax_max_bytes: u64,
+    /// Smallest Pmax.
+    pub pmax_min: f64,
+    /// Largest Pmax.
+    pub pmax_max: f64,
+}
+
+/// How to read and check a telemetry file.
+#[derive(Debug, Clone)]
+pub struct ReadOptions {
+    /// Counter mode; `None` follows the file's [`COUNTERS_KEY`] (delta when absent). Asking for
+    /// one mode when the file's key says the other is a problem.
+    pub counters: Option<CounterMode>,
+    /// Width of cumulative counters, for wrap detection (64 for SAI; 32 for SNMP `ifInOctets`).
+    pub counter_width: CounterWidth,
+    /// A step between two samples of a queue longer than this many sample intervals is a gap.
+    pub max_gap_intervals: f64,
+    /// The sample interval; `None` infers it per queue as the median of its first 32 steps.
+    pub interval_ns: Option<u64>,
+    /// The queues the caller knows; a row of any other queue is a problem. `None` accepts all.
+    pub known_queues: Option<HashSet<QueueKey>>,
+    /// Bounds the setting in effect must respect, besides `kmin <= kmax` and `pmax in [0, 1]`.
+    pub bounds: Option<SettingBounds>,
+    /// Repair what can safely be repaired (see the module documentation).
+    pub repair: bool,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            counters: None,
+            counter_width: CounterWidth::SAI,
+            max_gap_intervals: 1.5,
+            interval_ns: None,
+            known_queues: None,
+            bounds: None,
+            repair: false,
+        }
+    }
+}
+
+/// A queue's identity. The names are shared (`Arc`), so cloning a key allocates nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueueKey {
+    /// Switch name.
+    pub switch: Arc<str>,
+    /// Egress port name.
+    pub port: Arc<str>,
+    /// Priority 0–7.
+    pub queue: u8,
+}
+
+impl QueueKey {
+    /// A key from plain names.
+    pub fn new(switch: &str, port: &str, queue: u8) -> Self {
+        QueueKey { switch: switch.into(), port: port.into(), queue }
+    }
+}
+
+impl fmt::Display for QueueKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.switch, self.port, self.queue)
+    }
+}
+
+/// One validated sample of one queue: a [`TelemetrySample`] without the identity columns.
+/// Counters are always per-interval deltas here, whatever the file held.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct QueueSample {
+    /// End of the interval, ns.
+    pub ts_ns: u64,
+    /// Line rate, b/s.
+    pub link_bps: u64,
+    /// Depth at the end of the interval, bytes.
+    pub queue_bytes: u64,
+    /// Time-weighted mean depth, bytes.
+    pub queue_bytes_avg: f64,
+    /// Maximum depth, bytes.
+    pub queue_bytes_max: u64,
+    /// Bytes sent in the interval.
+    pub tx_bytes: u64,
+    /// Packets sent in the interval.
+    pub tx_pkts: u64,
+    /// Packets CE-marked in the interval.
+    pub ecn_marked_pkts: u64,
+    /// PAUSE frames received in the interval.
+    pub pfc_pause_rx: u64,
+    /// PAUSE frames sent in the interval.
+    pub pfc_pause_tx: u64,
+    /// Paused time in the interval, ns.
+    pub paused_ns: u64,
+    /// Admission drops in the interval.
+    pub drops: u64,
+    /// Kmin in effect, bytes.
+    pub kmin_bytes: u64,
+    /// Kmax in effect, bytes.
+    pub kmax_bytes: u64,
+    /// Pmax in effect.
+    pub pmax: f64,
+}
+
+impl QueueSample {
+    /// The full row, with its queue's identity.
+    pub fn to_row(&self, key: &QueueKey) -> TelemetrySample {
+        TelemetrySample {
+            ts_ns: self.ts_ns,
+            switch: key.switch.to_string(),
+            port: key.port.to_string(),
+            queue: key.queue,
+            link_bps: self.link_bps,
+            queue_bytes: self.queue_bytes,
+            queue_bytes_avg: self.queue_bytes_avg,
+            queue_bytes_max: self.queue_bytes_max,
+            tx_bytes: self.tx_bytes,
+            tx_pkts: self.tx_pkts,
+            ecn_marked_pkts: self.ecn_marked_pkts,
+            pfc_pause_rx: self.pfc_pause_rx,
+            pfc_pause_tx: self.pfc_pause_tx,
+            paused_ns: self.paused_ns,
+            drops: self.drops,
+            kmin_bytes: self.kmin_bytes,
+            kmax_bytes: self.kmax_bytes,
+            pmax: self.pmax,
+        }
+    }
+
+    /// The sample part of a full row.
+    pub fn from_row(r: &TelemetrySample) -> Self {
+        QueueSample {
+            ts_ns: r.ts_ns,
+            link_bps: r.link_bps,
+            queue_bytes: r.queue_bytes,
+            queue_bytes_avg: r.queue_bytes_avg,
+            queue_bytes_max: r.queue_bytes_max,
+            tx_bytes: r.tx_bytes,
+            tx_pkts: r.tx_pkts,
+            ecn_marked_pkts: r.ecn_marked_pkts,
+            pfc_pause_rx: r.pfc_pause_rx,
+            pfc_pause_tx: r.pfc_pause_tx,
+            paused_ns: r.paused_ns,
+            drops: r.drops,
+            kmin_bytes: r.kmin_bytes,
+            kmax_bytes: r.kmax_bytes,
+            pmax: r.pmax,
+        }
+    }
+}
+
+/// How a delivered sample relates to the previous delivered sample of its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Continuity {
+    /// The queue's first sample.
+    First,
+    /// Directly follows the previous sample: history may be built across.
+    Continues,
+    /// Follows a gap in the recording (repaired): start the history again.
+    AfterGap,
+    /// Follows a dropped sample (counter reset, implausible delta; repaired): start again.
+    AfterDrop,
+}
+
+impl Continuity {
+    /// True if the sample starts a new continuous segment.
+    pub fn is_break(self) -> bool {
+        self != Continuity::Continues
+    }
+}
+
+/// Dense id of a queue within one read: an index into [`StreamSummary::queues`], in order of
+/// first appearance, so per-queue state can live in a `Vec`.
+pub type QueueId = u32;
+
+/// One queue's validated history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueSeries {
+    /// The queue.
+    pub key: QueueKey,
+    /// Its sample interval (given or inferred); `None` for a queue with a single sample.
+    pub interval_ns: Option<u64>,
+    /// Samples in time order, counters as per-interval deltas.
+    pub samples: Vec<QueueSample>,
+    /// Index of the first sample of each continuous segment (always `0` first when there are
+    /// samples): a history must not be built across a segment start.
+    pub segment_starts: Vec<usize>,
+}
+
+impl QueueSeries {
+    /// The continuous segments, in order.
+    pub fn segments(&self) -> impl Iterator<Item = &[QueueSample]> + '_ {
+        let ends = self.segment_starts.iter().skip(1).copied().chain(std::iter::once(self.samples.len()));
+        self.segment_starts.iter().zip(ends).map(move |(&a, b)| &self.samples[a..b])
+    }
+}
+
+/// A file read by [`load_telemetry`].
+#[derive(Debug, Clone)]
+pub struct TelemetryData {
+    /// The file.
+    pub path: PathBuf,
+    /// How its counters were given.
+    pub counters: CounterMode,
+    /// One series per queue, ordered by (switch, port, queue).
+    pub queues: Vec<QueueSeries>,
+    /// Data rows in the file.
+    pub rows: u64,
+    /// What repair changed.
+    pub report: RepairReport,
+}
+
+impl TelemetryData {
+    /// Number of samples over all queues.
+    pub fn samples(&self) -> usize {
+        self.queues.iter().map(|q| q.samples.len()).sum()
+    }
+
+    /// All samples as rows, ordered by time and then queue (how the simulator writes them), for
+    /// writing a repaired file.
+    pub fn to_rows(&self) -> Vec<TelemetrySample> {
+        let mut order: Vec<(u64, usize, usize)> = Vec::with_capacity(self.samples());
+        for (q, series) in self.queues.iter().enumerate() {
+            order.extend(series.samples.iter().enumerate().map(|(i, s)| (s.ts_ns, q, i)));
+        }
+        order.sort_unstable();
+        order.into_iter().map(|(_, q, i)| self.queues[q].samples[i].to_row(&self.queues[q].key)).collect()
+    }
+}
+
+/// What [`stream_telemetry`] read.
+#[derive(Debug, Clone)]
+pub struct StreamSummary {
+    /// The file.
+    pub path: PathBuf,
+    /// How its counters were given.
+    pub counters: CounterMode,
+    /// Every queue, indexed by [`QueueId`].
+    pub queues: Vec<QueueKey>,
+    /// Each queue's sample interval (given or inferred), indexed by [`QueueId`].
+    pub intervals_ns: Vec<Option<u64>>,
+    /// Data rows in the file.
+    pub rows: u64,
+    /// Samples delivered to the callback.
+    pub samples: u64,
+    /// What repair changed.
+    pub report: RepairReport,
+}
+
+/// The file's format, from its extension.
+enum Format {
+    Parquet,
+    Csv,
+}
+
+fn format_of(path: &Path) -> Option<Format> {
+    match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+        "parquet" | "pq" => Some(Format::Parquet),
+        "csv" => Some(Format::Csv),
+        _ => None,
+    }
+}
+
+/// Either source.
+enum Source {
+    Parquet(parquet::ParquetSource),
+    Csv(csv::CsvSource),
+}
+
+impl Source {
+    fn next_batch(&mut self, batch: &mut Batch, interner: &mut Interner, problems: &mut Collector) -> bool {
+        match self {
+            Source::Parquet(s) => s.next_batch(batch, interner, problems),
+            Source::Csv(s) => s.next_batch(batch, interner, problems),
+        }
+    }
+}
+
+/// Opens the file and settles the counter mode; `None` after a problem that stops reading.
+fn open(path: &Path, opts: &ReadOptions, problems: &mut Collector) -> Option<(Source, CounterMode)> {
+    let (source, key) = match format_of(path) {
+        Some(Format::Parquet) => {
+            let s = parquet::ParquetSource::open(path, problems)?;
+            let key = s.counters_key.clone();
+            (Source::Parquet(s), key)
+        }
+        Some(Format::Csv) => (Source::Csv(csv::CsvSource::open(path, problems)?), None),
+        None => {
+            let m = "unknown file type: the name must end in .parquet or .csv".to_string();
+            problems.push(None, None, ProblemKind::Unreadable(m), false);
+            return None;
+        }
+    };
+    let file_mode = match key.as_deref() {
+        None => None,
+        Some(v) => match CounterMode::parse(v) {
+            Some(m) => Some(m),
+            None => {
+                let m = format!("metadata key {COUNTERS_KEY} is `{v}`, expected `delta` or `cumulative`");
+                problems.push(None, None, ProblemKind::Unreadable(m), false);
+                return None;
+            }
+        },
+    };
+    let mode = match (opts.counters, file_mode) {
+        (Some(asked), Some(file)) if asked != file => {
+            let kind = ProblemKind::CounterModeConflict { file: file.as_str().into(), requested: asked.as_str() };
+            problems.push(None, None, kind, false);
+            return None;
+        }
+        (Some(asked), _) => asked,
+        (None, file) => file.unwrap_or_default(),
+    };
+    Some((source, mode))
+}
+
+/// What [`scan`] hands on.
+enum Scanned {
+    /// The next queue id was seen for the first time; `known` unless the caller's set of
+    /// known queues lacks it.
+    Queue { known: bool },
+    /// A row that passed the row-level checks.
+    Row { id: QueueId, row: u64, sample: QueueSample },
+}
+
+/// Reads the file batch by batch, checks each row, and hands on new queues and good rows.
+/// Returns the number of data rows.
+fn scan(
+    source: &mut Source,
+    opts: &ReadOptions,
+    interner: &mut Interner,
+    problems: &mut Collector,
+    mut on: impl FnMut(&Interner, Scanned, &mut Collector),
+) -> u64 {
+    let mut batch = Batch::default();
+    let mut rows = 0;
+    let mut queues = 0usize;
+    while source.next_batch(&mut batch, interner, problems) {
+        rows += batch.len() as u64;
+        check_rows(&mut batch, opts, problems);
+        for i in 0..batch.len() {
+            if !batch.ok[i] {
+                continue;
+            }
+            let id = batch.ids[i];
+            while queues <= id as usize {
+                // Ids are dense and handed out in order, so each new one is the next index.
+                let key = &interner.keys[queues];
+                let known = opts.known_queues.as_ref().is_none_or(|k| k.contains(key));
+                if !known {
+                    problems.push(Some(batch.row(i)), Some("queue"), ProblemKind::UnknownQueue(key.to_string()), false);
+                }
+                on(interner, Scanned::Queue { known }, problems);
+                queues += 1;
+            }
+            on(interner, Scanned::Row { id, row: batch.row(i), sample: batch.samples[i] }, problems);
+        }
+    }
+    rows
+}
+
+/// Reads a telemetry file (Parquet or CSV, by extension) that fits in memory into one
+/// validated series per queue.
+///
+/// Every problem in the file is reported in the error, not just the first. With
+/// [`ReadOptions::repair`], repairable problems are repaired (rows sorted, exact duplicates
+/// dropped, samples across a reset or with an implausible delta dropped, gaps marked) and
+/// counted in [`TelemetryData::report`]; the others still fail the read.
+pub fn load_telemetry(path: &Path, opts: &ReadOptions) -> Result<TelemetryData, TelemetryError> {
+    let mut problems = Collector::new(path, opts.repair);
+    let Some((mut source, counters)) = open(path, opts, &mut problems) else {
+        return Err(problems.into_error());
+    };
+    let mut interner = Interner::default();
+    // Rows per queue in file order, with their row numbers, and whether a sort is needed.
+    struct Pending {
+        rows: Vec<u64>,
+        samples: Vec<QueueSample>,
+        unsorted: bool,
+        known: bool,
+    }
+    let mut pending: Vec<Pending> = Vec::new();
+    let rows = scan(&mut source, opts, &mut interner, &mut problems, |_, scanned, problems| match scanned {
+        Scanned::Queue { known } => {
+            pending.push(Pending { rows: Vec::new(), samples: Vec::new(), unsorted: false, known })
+        }
+        Scanned::Row { id, row, sample } => {
+            let p = &mut pending[id as usize];
+            if !p.known {
+                return;
+            }
+            if let (Some(last), Some(&last_row)) = (p.samples.last(), p.rows.last()) {
+                if sample.ts_ns < last.ts_ns {
+                    let kind = ProblemKind::OutOfOrder { previous_row: last_row };
+                    problems.push(Some(row), Some("ts_ns"), kind, true);
+                    p.unsorted = true;
+                }
+            }
+            p.rows.push(row);
+            p.samples.push(sample);
+        }
+    });
+    if rows == 0 && !problems.failed() {
+        problems.push(None, None, ProblemKind::Empty, false);
+    }
+    let cx = TrackContext { opts, counters, streaming: false };
+    let mut queues = Vec::with_capacity(pending.len());
+    for (id, p) in pending.into_iter().enumerate() {
+        if !p.known {
+            continue;
+        }
+        let mut order: Vec<usize> = (0..p.samples.len()).collect();
+        if p.unsorted {
+            // Stable, so that of two rows with one timestamp the earlier row is kept.
+            order.sort_by_key(|&i| p.samples[i].ts_ns);
+        }
+        let mut track = Track::new(opts.interval_ns);
+        let mut samples = Vec::with_capacity(p.samples.len());
+        let mut segment_starts = Vec::new();
+        let mut sink = |s: &QueueSample, c: Continuity| {
+            if c.is_break() {
+                segment_starts.push(samples.len());
+            }
+            samples.push(*s);
+        };
+        for i in order {
+            track.push(p.rows[i], p.samples[i], &cx, &mut problems, &mut sink);
+        }
+        track.finish(&cx, &mut problems, &mut sink);
+        queues.push(QueueSeries {
+            key: interner.keys[id].clone(),
+            interval_ns: track.interval_ns,
+            samples,
+            segment_starts,
+        });
+    }
+    let report = problems.finish()?;
+    queues.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(TelemetryData { path: path.to_path_buf(), counters, queues, rows, report })
+}
+
+/// Streams a telemetry file of any size (Parquet or CSV, by extension) through `on_sample`,
+/// holding one row group (Parquet; our writer makes them 64 Ki rows) or 64 Ki rows (CSV) and
+/// per-queue state, never the whole file.
+///
+/// Each queue's samples arrive in time order with their [`Continuity`]; samples of different
+/// queues interleave roughly in file order (a queue's first 33 samples are held back to infer
+/// its interval unless [`ReadOptions::interval_ns`] is given). Checks and repairs are those of
+/// [`load_telemetry`], except that rows cannot be sorted: a row out of order within its queue
+/// is an error even with repair.
+///
+/// Every problem is collected and the whole file is scanned, but after the first problem that
+/// stays an error the callback is not called again; on `Err`, discard what it built.
+pub fn stream_telemetry<F>(path: &Path, opts: &ReadOptions, mut on_sample: F) -> Result<StreamSummary, TelemetryError>
+where
+    F: FnMut(QueueId, &QueueKey, &QueueSample, Continuity),
+{
+    let mut problems = Collector::new(path, opts.repair);
+    let Some((mut source, counters)) = open(path, opts, &mut problems) else {
+        return Err(problems.into_error());
+    };
+    let mut interner = Interner::default();
+    let cx = TrackContext { opts, counters, streaming: true };
+    let mut tracks: Vec<Track> = Vec::new();
+    let mut delivered = 0u64;
+    let rows = scan(&mut source, opts, &mut interner, &mut problems, |interner, scanned, problems| match scanned {
+        Scanned::Queue { known } => {
+            let mut t = Track::new(opts.interval_ns);
+            t.rejected = !known;
+            tracks.push(t);
+        }
+        Scanned::Row { id, row, sample } => {
+            let track = &mut tracks[id as usize];
+            if track.rejected {
+                return;
+            }
+            let key = &interner.keys[id as usize];
+            track.push(row, sample, &cx, problems, &mut |s, c| {
+                delivered += 1;
+                on_sample(id, key, s, c)
+            });
+        }
+    });
+    if rows == 0 && !problems.failed() {
+        problems.push(None, None, ProblemKind::Empty, false);
+    }
+    for (id, track) in tracks.iter_mut().enumerate() {
+        if track.rejected {
+            continue;
+        }
+        let key = &interner.keys[id];
+        track.finish(&cx, &mut problems, &mut |s, c| {
+            delivered += 1;
+            on_sample(id as QueueId, key, s, c)
+        });
+    }
+    let report = problems.finish()?;
+    Ok(StreamSummary {
+        path: path.to_path_buf(),
+        counters,
+        intervals_ns: tracks.iter().map(|t| t.interval_ns).collect(),
+        queues: interner.keys,
+        rows,
+        samples: delivered,
+        report,
+    })
+}

@@ -1,0 +1,335 @@
+//! What can be wrong with a telemetry file, which of it `repair` may fix, and the error that
+//! lists every problem found.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// How many problems an error keeps in full; the rest are only counted (a file of ten million
+/// NaN rows must not need ten million messages in memory).
+pub const MAX_KEPT_PROBLEMS: usize = 1_000;
+
+/// How many problems the error's `Display` prints before summing up the rest.
+pub const SHOWN_PROBLEMS: usize = 20;
+
+/// One thing wrong with a telemetry file.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ProblemKind {
+    /// The file cannot be opened or decoded: I/O error, truncated or corrupt Parquet, unknown
+    /// extension.
+    Unreadable(String),
+    /// The file is 0 bytes long or has no data rows.
+    Empty,
+    /// The file records a telemetry schema of another major version.
+    SchemaVersion {
+        /// Version found in the file.
+        found: String,
+    },
+    /// The caller asked for one counter mode and the file's metadata says the other.
+    CounterModeConflict {
+        /// What the file's `ecn_tuner.counters` key says.
+        file: String,
+        /// What the caller asked for.
+        requested: &'static str,
+    },
+    /// A required column is absent.
+    MissingColumn,
+    /// A column (Parquet) or a cell (CSV) has a type the schema does not allow.
+    WrongType {
+        /// What was found: a type name, or the offending CSV text.
+        found: String,
+        /// What the schema requires.
+        expected: &'static str,
+    },
+    /// An empty cell or a null value.
+    Null,
+    /// NaN or an infinity.
+    NotFinite(f64),
+    /// A negative number where the schema has an unsigned quantity.
+    Negative(f64),
+    /// A value outside what the schema allows (queue index above 7, zero link rate).
+    OutOfRange(String),
+    /// The same (ts, switch, port, queue) row again with identical values.
+    Duplicate {
+        /// Row of the copy that is kept.
+        first_row: u64,
+    },
+    /// The same (ts, switch, port, queue) again with different values: which one is true is
+    /// unknowable.
+    ConflictingDuplicate {
+        /// Row of the other copy.
+        first_row: u64,
+    },
+    /// A timestamp earlier than an earlier row of the same queue.
+    OutOfOrder {
+        /// The earlier row with the later timestamp.
+        previous_row: u64,
+    },
+    /// More than the allowed number of sample intervals between two samples of a queue.
+    Gap {
+        /// Nanoseconds between the two samples.
+        step_ns: u64,
+        /// The queue's sample interval.
+        interval_ns: u64,
+    },
+    /// A per-interval delta the link could not have produced (how a wrapped counter shows up
+    /// in a delta file).
+    ImplausibleDelta {
+        /// The delta.
+        value: u64,
+        /// The largest plausible delta.
+        max: u64,
+    },
+    /// A cumulative counter went down (or jumped implausibly far): reset, so the interval's
+    /// delta is unknown.
+    CounterReset {
+        /// The previous cumulative value.
+        previous: u64,
+        /// This row's cumulative value.
+        current: u64,
+    },
+    /// The queue is not among the queues the caller knows.
+    UnknownQueue(String),
+    /// The ECN setting in effect contradicts itself or the bounds.
+    BadSetting(String),
+}
+
+impl ProblemKind {
+    /// A short stable name, used as the key of per-kind counts (`--json`, the repair report).
+    pub fn tag(&self) -> &'static str {
+        match self {
+            ProblemKind::Unreadable(_) => "unreadable",
+            ProblemKind::Empty => "empty",
+            ProblemKind::SchemaVersion { .. } => "schema_version",
+            ProblemKind::CounterModeConflict { .. } => "counter_mode",
+            ProblemKind::MissingColumn => "missing_column",
+            ProblemKind::WrongType { .. } => "wrong_type",
+            ProblemKind::Null => "null",
+            ProblemKind::NotFinite(_) => "not_finite",
+            ProblemKind::Negative(_) => "negative",
+            ProblemKind::OutOfRange(_) => "out_of_range",
+            ProblemKind::Duplicate { .. } => "duplicate",
+            ProblemKind::ConflictingDuplicate { .. } => "conflicting_duplicate",
+            ProblemKind::OutOfOrder { .. } => "out_of_order",
+            ProblemKind::Gap { .. } => "gap",
+            ProblemKind::ImplausibleDelta { .. } => "implausible_delta",
+            ProblemKind::CounterReset { .. } => "counter_reset",
+            ProblemKind::UnknownQueue(_) => "unknown_queue",
+            ProblemKind::BadSetting(_) => "bad_setting",
+        }
+    }
+}
+
+impl fmt::Display for ProblemKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProblemKind::Unreadable(m) => write!(f, "{m}"),
+            ProblemKind::Empty => write!(f, "the file has no data rows"),
+            ProblemKind::SchemaVersion { found } => write!(
+                f,
+                "telemetry schema version {found}, but this build reads version {}",
+                crate::TELEMETRY_SCHEMA_VERSION
+            ),
+            ProblemKind::CounterModeConflict { file, requested } => {
+                write!(f, "the file says its counters are {file}, but {requested} was requested")
+            }
+            ProblemKind::MissingColumn => write!(f, "missing column"),
+            ProblemKind::WrongType { found, expected } => write!(f, "found {found}, expected {expected}"),
+            ProblemKind::Null => write!(f, "empty value"),
+            ProblemKind::NotFinite(v) => write!(f, "{v} is not a finite number"),
+            ProblemKind::Negative(v) => write!(f, "negative value {v}"),
+            ProblemKind::OutOfRange(m) => write!(f, "{m}"),
+            ProblemKind::Duplicate { first_row } => write!(f, "duplicate of row {first_row}"),
+            ProblemKind::ConflictingDuplicate { first_row } => {
+                write!(f, "same timestamp and queue as row {first_row} but a different value")
+            }
+            ProblemKind::OutOfOrder { previous_row } => {
+                write!(f, "timestamp earlier than row {previous_row} of the same queue")
+            }
+            ProblemKind::Gap { step_ns, interval_ns } => write!(
+                f,
+                "gap of {step_ns} ns since the queue's previous sample ({:.1} intervals of {interval_ns} ns)",
+                *step_ns as f64 / (*interval_ns).max(1) as f64
+            ),
+            ProblemKind::ImplausibleDelta { value, max } => {
+                write!(f, "per-interval delta {value} exceeds the plausible {max} (a wrapped counter?)")
+            }
+            ProblemKind::CounterReset { previous, current } => {
+                write!(f, "cumulative counter went from {previous} to {current} (reset)")
+            }
+            ProblemKind::UnknownQueue(q) => write!(f, "queue {q} is not among the known queues"),
+            ProblemKind::BadSetting(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+/// One problem, located: the row is the 1-based data row (the header does not count; in a
+/// CSV file data row N is line N + 1), the column is one of
+/// [`TELEMETRY_COLUMNS`](crate::io::TELEMETRY_COLUMNS).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    /// 1-based data row, if the problem belongs to one.
+    pub row: Option<u64>,
+    /// Column name, if the problem belongs to one.
+    pub column: Option<&'static str>,
+    /// What is wrong.
+    pub kind: ProblemKind,
+}
+
+impl Problem {
+    /// Writes `PATH: row R, column C: message`, leaving out what does not apply.
+    pub fn fmt_in(&self, path: &Path, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", path.display())?;
+        if let Some(row) = self.row {
+            write!(f, "row {row}, ")?;
+        }
+        if let Some(column) = self.column {
+            write!(f, "column `{column}`: ")?;
+        }
+        write!(f, "{}", self.kind)
+    }
+}
+
+/// Every problem found in one file. `Display` prints one line per problem (each naming the
+/// file) for the first [`SHOWN_PROBLEMS`], then a line with the count of the rest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryError {
+    /// The file.
+    pub path: PathBuf,
+    /// The first [`MAX_KEPT_PROBLEMS`] problems, in the order found.
+    pub problems: Vec<Problem>,
+    /// How many problems there were in all.
+    pub total: u64,
+    /// Count per [`ProblemKind::tag`].
+    pub counts: BTreeMap<&'static str, u64>,
+}
+
+impl fmt::Display for TelemetryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.problems.iter().take(SHOWN_PROBLEMS).enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            p.fmt_in(&self.path, f)?;
+        }
+        let shown = self.problems.len().min(SHOWN_PROBLEMS) as u64;
+        if self.total > shown {
+            let counts: Vec<String> = self.counts.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+            write!(
+                f,
+                "\n{}: ... and {} more problems ({} in all; {}; rows are 1-based data rows)",
+                self.path.display(),
+                self.total - shown,
+                self.total,
+                counts.join(", ")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for TelemetryError {}
+
+/// What `repair` changed, as counts per [`ProblemKind::tag`] (`out_of_order`: rows moved by
+/// the sort; `duplicate`: exact copies dropped; `counter_reset` and `implausible_delta`:
+/// samples dropped, each a continuity break; `gap`: continuity breaks marked), plus the
+/// baseline samples of cumulative counters (the first sample of a queue and the first after a
+/// break only set the counters' starting point; they are not delivered).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RepairReport {
+    /// Repairs per problem kind.
+    pub repaired: BTreeMap<&'static str, u64>,
+    /// Cumulative-counter samples used only as a baseline.
+    pub baseline_samples: u64,
+}
+
+impl RepairReport {
+    /// True if nothing was repaired.
+    pub fn is_empty(&self) -> bool {
+        self.repaired.is_empty()
+    }
+
+    /// How many problems of kind `tag` were repaired.
+    pub fn count(&self, tag: &str) -> u64 {
+        self.repaired.get(tag).copied().unwrap_or(0)
+    }
+}
+
+impl fmt::Display for RepairReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.repaired.is_empty() {
+            return write!(f, "nothing repaired");
+        }
+        let parts: Vec<String> = self
+            .repaired
+            .iter()
+            .map(|(tag, n)| match *tag {
+                "out_of_order" => format!("{n} out-of-order rows sorted"),
+                "duplicate" => format!("{n} exact duplicates dropped"),
+                "counter_reset" => format!("{n} samples dropped at counter resets"),
+                "implausible_delta" => format!("{n} samples with implausible deltas dropped"),
+                "gap" => format!("{n} gaps marked as continuity breaks"),
+                other => format!("{n} {other}"),
+            })
+            .collect();
+        write!(f, "{}", parts.join(", "))
+    }
+}
+
+/// Collects problems while a file is read: repairable ones become repair counts when repair is
+/// on, the rest are kept (up to [`MAX_KEPT_PROBLEMS`]) for the error.
+#[derive(Debug)]
+pub(crate) struct Collector {
+    path: PathBuf,
+    repair: bool,
+    problems: Vec<Problem>,
+    total: u64,
+    counts: BTreeMap<&'static str, u64>,
+    pub(crate) report: RepairReport,
+}
+
+impl Collector {
+    pub(crate) fn new(path: &Path, repair: bool) -> Self {
+        Collector {
+            path: path.to_path_buf(),
+            repair,
+            problems: Vec::new(),
+            total: 0,
+            counts: BTreeMap::new(),
+            report: RepairReport::default(),
+        }
+    }
+
+    /// Records a problem; `repairable` says whether the current mode can repair it.
+    pub(crate) fn push(&mut self, row: Option<u64>, column: Option<&'static str>, kind: ProblemKind, repairable: bool) {
+        let tag = kind.tag();
+        if self.repair && repairable {
+            *self.report.repaired.entry(tag).or_insert(0) += 1;
+            return;
+        }
+        self.total += 1;
+        *self.counts.entry(tag).or_insert(0) += 1;
+        if self.problems.len() < MAX_KEPT_PROBLEMS {
+            self.problems.push(Problem { row, column, kind });
+        }
+    }
+
+    /// True once a problem that stays an error has been found.
+    pub(crate) fn failed(&self) -> bool {
+        self.total > 0
+    }
+
+    pub(crate) fn into_error(self) -> TelemetryError {
+        TelemetryError { path: self.path, problems: self.problems, total: self.total, counts: self.counts }
+    }
+
+    /// `Err` with every problem if any stayed an error, else the repair report.
+    pub(crate) fn finish(self) -> Result<RepairReport, TelemetryError> {
+        if self.failed() {
+            Err(self.into_error())
+        } else {
+            Ok(self.report)
+        }
+    }
+}

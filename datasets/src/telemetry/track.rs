@@ -1,0 +1,282 @@
+//! The per-queue checks that need the queue's history: duplicates, order, gaps, cumulative
+//! counters (wrap, reset) and the plausibility of per-interval deltas. One [`Track`] per queue
+//! holds only that queue's last sample, so memory is bounded by the number of queues, not by
+//! the file.
+
+use super::problem::{Collector, ProblemKind};
+use super::{Continuity, CounterMode, QueueSample, ReadOptions};
+use crate::counters::{counter_step, max_plausible_bytes, CounterStep};
+
+/// Steps used to infer a queue's sample interval: the median of the queue's first steps. A
+/// fixed prefix (not the whole queue) so that streaming and in-memory reading agree and the
+/// streaming reader holds back only a few samples per queue.
+pub(crate) const INTERVAL_STEPS: usize = 32;
+
+/// The smallest Ethernet frame, bytes: bounds packet and PAUSE-frame counts by line rate.
+const MIN_FRAME_BYTES: u64 = 64;
+
+/// The counter columns, in [`QueueSample`] field order.
+pub(crate) const COUNTER_COLUMNS: [&str; 7] =
+    ["tx_bytes", "tx_pkts", "ecn_marked_pkts", "pfc_pause_rx", "pfc_pause_tx", "paused_ns", "drops"];
+
+fn counters(s: &QueueSample) -> [u64; 7] {
+    [s.tx_bytes, s.tx_pkts, s.ecn_marked_pkts, s.pfc_pause_rx, s.pfc_pause_tx, s.paused_ns, s.drops]
+}
+
+fn set_counters(s: &mut QueueSample, c: [u64; 7]) {
+    [s.tx_bytes, s.tx_pkts, s.ecn_marked_pkts, s.pfc_pause_rx, s.pfc_pause_tx, s.paused_ns, s.drops] = c;
+}
+
+/// The largest plausible value of each counter over `interval_ns` on a `link_bps` link; `None`
+/// where there is no physical bound (drops: many ingress ports can overrun one egress).
+fn plausible_max(link_bps: u64, interval_ns: u64) -> [Option<u64>; 7] {
+    let bytes = max_plausible_bytes(link_bps, interval_ns);
+    let frames = bytes / MIN_FRAME_BYTES;
+    let paused = interval_ns.saturating_add(interval_ns / 4);
+    [Some(bytes), Some(frames), Some(frames), Some(frames), Some(frames), Some(paused), None]
+}
+
+/// The first column whose value differs between two samples of the same timestamp.
+fn first_difference(a: &QueueSample, b: &QueueSample) -> &'static str {
+    let ca = counters(a);
+    let cb = counters(b);
+    if let Some(i) = (0..7).find(|&i| ca[i] != cb[i]) {
+        return COUNTER_COLUMNS[i];
+    }
+    let fields: [(&'static str, bool); 7] = [
+        ("link_bps", a.link_bps != b.link_bps),
+        ("queue_bytes", a.queue_bytes != b.queue_bytes),
+        ("queue_bytes_avg", a.queue_bytes_avg.to_bits() != b.queue_bytes_avg.to_bits()),
+        ("queue_bytes_max", a.queue_bytes_max != b.queue_bytes_max),
+        ("kmin_bytes", a.kmin_bytes != b.kmin_bytes),
+        ("kmax_bytes", a.kmax_bytes != b.kmax_bytes),
+        ("pmax", a.pmax.to_bits() != b.pmax.to_bits()),
+    ];
+    fields.iter().find(|(_, d)| *d).map_or("ts_ns", |(c, _)| c)
+}
+
+/// Median of the positive steps between consecutive timestamps.
+fn median_step(ts: impl Iterator<Item = u64>) -> Option<u64> {
+    let mut prev = None;
+    let mut steps = Vec::with_capacity(INTERVAL_STEPS);
+    for t in ts {
+        if let Some(p) = prev {
+            if t > p {
+                steps.push(t - p);
+            }
+        }
+        prev = Some(t);
+    }
+    if steps.is_empty() {
+        return None;
+    }
+    steps.sort_unstable();
+    Some(steps[steps.len() / 2])
+}
+
+/// One queue's state.
+#[derive(Debug)]
+pub(crate) struct Track {
+    /// The sample interval, once known (given by the caller or inferred).
+    pub(crate) interval_ns: Option<u64>,
+    /// Samples held back until the interval is inferred: `(row, sample)`.
+    warmup: Vec<(u64, QueueSample)>,
+    warming: bool,
+    /// The last sample seen (kept or dropped), with its row.
+    last: Option<(u64, QueueSample)>,
+    /// The previous cumulative counter values; `None` when the next sample must be a baseline.
+    cumulative: Option<[u64; 7]>,
+    /// Continuity of the next delivered sample.
+    next: Continuity,
+    /// The queue is rejected (unknown): its rows are skipped.
+    pub(crate) rejected: bool,
+    /// The last plausibility bounds computed, keyed by (link_bps, interval_ns): the bound
+    /// needs a 128-bit division, too slow to repeat on every row.
+    bounds: Option<(u64, u64, [Option<u64>; 7])>,
+}
+
+/// What the tracks need to know about the read.
+pub(crate) struct TrackContext<'a> {
+    pub(crate) opts: &'a ReadOptions,
+    pub(crate) counters: CounterMode,
+    /// Streaming cannot sort, so an out-of-order row is an error even with repair.
+    pub(crate) streaming: bool,
+}
+
+impl Track {
+    pub(crate) fn new(interval_ns: Option<u64>) -> Self {
+        Track {
+            interval_ns,
+            warmup: Vec::new(),
+            warming: interval_ns.is_none(),
+            last: None,
+            cumulative: None,
+            next: Continuity::First,
+            rejected: false,
+            bounds: None,
+        }
+    }
+
+    /// Takes the queue's next sample (in timestamp order, as the file gives it) and delivers
+    /// it through `sink` unless it is dropped.
+    pub(crate) fn push(
+        &mut self,
+        row: u64,
+        sample: QueueSample,
+        cx: &TrackContext<'_>,
+        problems: &mut Collector,
+        sink: &mut dyn FnMut(&QueueSample, Continuity),
+    ) {
+        if self.warming {
+            self.warmup.push((row, sample));
+            if self.warmup.len() > INTERVAL_STEPS {
+                self.end_warmup(cx, problems, sink);
+            }
+            return;
+        }
+        self.process(row, sample, cx, problems, sink);
+    }
+
+    /// Flushes what the track holds back; call once at the end of the file.
+    pub(crate) fn finish(
+        &mut self,
+        cx: &TrackContext<'_>,
+        problems: &mut Collector,
+        sink: &mut dyn FnMut(&QueueSample, Continuity),
+    ) {
+        if self.warming {
+            self.end_warmup(cx, problems, sink);
+        }
+    }
+
+    fn end_warmup(
+        &mut self,
+        cx: &TrackContext<'_>,
+        problems: &mut Collector,
+        sink: &mut dyn FnMut(&QueueSample, Continuity),
+    ) {
+        self.warming = false;
+        self.interval_ns = median_step(self.warmup.iter().map(|(_, s)| s.ts_ns));
+        for (row, sample) in std::mem::take(&mut self.warmup) {
+            self.process(row, sample, cx, problems, sink);
+        }
+    }
+
+    fn plausible_max(&mut self, link_bps: u64, interval_ns: u64) -> [Option<u64>; 7] {
+        match self.bounds {
+            Some((l, i, max)) if l == link_bps && i == interval_ns => max,
+            _ => {
+                let max = plausible_max(link_bps, interval_ns);
+                self.bounds = Some((link_bps, interval_ns, max));
+                max
+            }
+        }
+    }
+
+    fn process(
+        &mut self,
+        row: u64,
+        mut s: QueueSample,
+        cx: &TrackContext<'_>,
+        problems: &mut Collector,
+        sink: &mut dyn FnMut(&QueueSample, Continuity),
+    ) {
+        let mut step_ns = None;
+        if let Some((last_row, last)) = &self.last {
+            if s.ts_ns == last.ts_ns {
+                if s == *last {
+                    problems.push(Some(row), None, ProblemKind::Duplicate { first_row: *last_row }, true);
+                } else {
+                    let column = first_difference(&s, last);
+                    let kind = ProblemKind::ConflictingDuplicate { first_row: *last_row };
+                    problems.push(Some(row), Some(column), kind, false);
+                }
+                return;
+            }
+            if s.ts_ns < last.ts_ns {
+                let kind = ProblemKind::OutOfOrder { previous_row: *last_row };
+                problems.push(Some(row), Some("ts_ns"), kind, !cx.streaming);
+                return;
+            }
+            let step = s.ts_ns - last.ts_ns;
+            if let Some(interval_ns) = self.interval_ns {
+                if step as f64 > cx.opts.max_gap_intervals * interval_ns as f64 {
+                    problems.push(Some(row), Some("ts_ns"), ProblemKind::Gap { step_ns: step, interval_ns }, true);
+                    self.next = Continuity::AfterGap;
+                    // Cumulative counters across a gap give the sum over the missing intervals,
+                    // not this interval's delta: start again from a baseline.
+                    self.cumulative = None;
+                }
+            }
+            step_ns = Some(step);
+        }
+        self.last = Some((row, s));
+
+        match cx.counters {
+            CounterMode::Cumulative => {
+                let current = counters(&s);
+                let Some(previous) = self.cumulative.replace(current) else {
+                    problems.report.baseline_samples += 1;
+                    return;
+                };
+                let step = step_ns.unwrap_or(0);
+                let max = self.plausible_max(s.link_bps, step);
+                let mut deltas = [0u64; 7];
+                for i in 0..7 {
+                    match counter_step(previous[i], current[i], cx.opts.counter_width, max[i]) {
+                        CounterStep::Delta(d) | CounterStep::Wrapped(d) => deltas[i] = d,
+                        CounterStep::Reset => {
+                            let kind = ProblemKind::CounterReset { previous: previous[i], current: current[i] };
+                            problems.push(Some(row), Some(COUNTER_COLUMNS[i]), kind, true);
+                            self.next = Continuity::AfterDrop;
+                            return;
+                        }
+                    }
+                }
+                set_counters(&mut s, deltas);
+            }
+            CounterMode::Delta => {
+                if let Some(interval_ns) = self.interval_ns {
+                    let values = counters(&s);
+                    let max = self.plausible_max(s.link_bps, interval_ns);
+                    for i in 0..7 {
+                        if let Some(m) = max[i] {
+                            if values[i] > m {
+                                let kind = ProblemKind::ImplausibleDelta { value: values[i], max: m };
+                                problems.push(Some(row), Some(COUNTER_COLUMNS[i]), kind, true);
+                                self.next = Continuity::AfterDrop;
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if !problems.failed() {
+            sink(&s, self.next);
+        }
+        self.next = Continuity::Continues;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_ignores_repeats_and_backsteps() {
+        assert_eq!(median_step([0, 10, 20, 20, 30, 100].into_iter()), Some(10));
+        assert_eq!(median_step([5].into_iter()), None);
+        assert_eq!(median_step([9, 3].into_iter()), None);
+    }
+
+    #[test]
+    fn plausible_counts_follow_line_rate() {
+        // 100 Gb/s for 10 µs: 125 kB, 156.25 kB with slack; 2441 minimum-size frames.
+        let m = plausible_max(100_000_000_000, 10_000);
+        assert_eq!(m[0], Some(156_250));
+        assert_eq!(m[1], Some(2_441));
+        assert_eq!(m[5], Some(12_500));
+        assert_eq!(m[6], None);
+    }
+}
