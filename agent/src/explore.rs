@@ -79,6 +79,9 @@ mod tests {
         let step = DEFAULT_HOLD_DECISIONS;
         assert!((0..50).any(|d| Explore::new(8).action(3, d * step) != e.action(3, d * step)));
         let every = Explore::with_hold(7, 1);
-        assert!((0..50).filter(|&d| every.action(3, d) != every.action(3, d + 1)).count() > 40, "redrawn every decision");
+        assert!(
+            (0..50).filter(|&d| every.action(3, d) != every.action(3, d + 1)).count() > 40,
+            "redrawn every decision"
+        );
     }
 }

@@ -107,7 +107,8 @@ impl Policy {
     }
 }
 
-const FORMS: &str = "expected static:<KMIN>,<KMAX>,<PMAX>, baseline:<name>, model:<default|PATH> or explore[:SEED[:HOLD]]";
+const FORMS: &str =
+    "expected static:<KMIN>,<KMAX>,<PMAX>, baseline:<name>, model:<default|PATH> or explore[:SEED[:HOLD]]";
 
 impl fmt::Display for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

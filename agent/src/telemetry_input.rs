@@ -1,64 +1,174 @@
-//! Telemetry files as `train --telemetry` and `recommend --telemetry` read them: per-queue
-//! series in time order with their continuity breaks, the sample interval, and the file's
-//! provenance (hash, rows).
+//! Telemetry files as `validate`, `train --telemetry` and `recommend` read them: the shared
+//! flags (`--counters`, `--max-gap`, `--repair`), the validated reader of
+//! `ecn_datasets::telemetry` behind them, and what the learning code needs from a file (the
+//! intervals of the tuning environment, the file's hash for provenance).
+//!
+//! Every problem a file has is a bad-input error (exit 2) naming the file, row and column;
+//! nothing is learned from or recommended on a file that failed validation.
 
 use crate::error::CliError;
-use crate::learn::offline::QueueSeries;
-use ecn_datasets::{io, TelemetrySample};
+use clap::Args;
+use ecn_datasets::telemetry::{
+    load_telemetry, stream_telemetry, CounterMode, QueueKey, QueueSample, ReadOptions, SettingBounds, TelemetryData,
+};
+use ecn_env::tuning::{Bounds, QueueInterval};
+use ecn_env::EcnSetting;
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::Read;
 use std::path::Path;
 
-/// One file's content, grouped by queue.
-pub struct TelemetryFile {
-    /// The queues, sorted by name.
-    pub series: Vec<QueueSeries>,
-    /// Rows in the file.
-    pub rows: u64,
-    /// The sample interval: the most common step between a queue's consecutive samples.
-    pub interval_ns: u64,
+/// The flags every command that reads telemetry files shares.
+#[derive(Args, Debug, Clone)]
+pub struct ReadArgs {
+    /// How counters are given: delta (per interval) or cumulative. Default: the file's
+    /// `ecn_tuner.counters` metadata key, else delta.
+    #[arg(long, value_name = "delta|cumulative", value_parser = parse_counters)]
+    pub counters: Option<CounterMode>,
+    /// A step longer than this many sample intervals between two samples of a queue is a gap.
+    #[arg(long, value_name = "N", default_value_t = 1.5)]
+    pub max_gap: f64,
+    /// Repair what can safely be repaired: sort, drop exact duplicates, drop samples across
+    /// counter resets or with implausible deltas, mark gaps. Everything else stays an error.
+    #[arg(long)]
+    pub repair: bool,
 }
 
-/// Read `path` and group it by queue.
-pub fn read(path: &Path) -> Result<TelemetryFile, CliError> {
-    let rows = io::read_telemetry_parquet(path).map_err(|e| CliError::BadInput(e.to_string()))?;
-    group(rows, &path.display().to_string())
+fn parse_counters(s: &str) -> Result<CounterMode, String> {
+    CounterMode::parse(s).ok_or_else(|| format!("`{s}` is not delta or cumulative"))
 }
 
-/// Group rows from `source` (a file name or URL, for messages) by queue, in time order, with a
-/// continuity break wherever a queue's step is not the sample interval.
-pub fn group(rows: Vec<TelemetrySample>, source: &str) -> Result<TelemetryFile, CliError> {
-    let n = rows.len() as u64;
-    if rows.is_empty() {
-        return Err(CliError::BadInput(format!("{source}: no telemetry rows")));
+impl ReadArgs {
+    /// Reader options from the flags, checking the settings in effect against `bounds`.
+    pub fn options(&self, bounds: Option<&Bounds>) -> Result<ReadOptions, CliError> {
+        if !(self.max_gap.is_finite() && self.max_gap >= 1.0) {
+            return Err(CliError::BadInput(format!("--max-gap {}: must be a number of intervals >= 1", self.max_gap)));
+        }
+        Ok(ReadOptions {
+            counters: self.counters,
+            max_gap_intervals: self.max_gap,
+            repair: self.repair,
+            bounds: bounds.map(|b| SettingBounds {
+                kmin_min_bytes: b.kmin_min_bytes,
+                kmax_max_bytes: b.kmax_max_bytes,
+                pmax_min: b.pmax_min,
+                pmax_max: b.pmax_max,
+            }),
+            ..ReadOptions::default()
+        })
     }
-    let mut by_queue: BTreeMap<String, Vec<TelemetrySample>> = BTreeMap::new();
-    for r in rows {
-        by_queue.entry(format!("{}/{}/{}", r.switch, r.port, r.queue)).or_default().push(r);
-    }
-    let mut steps: BTreeMap<u64, u64> = BTreeMap::new();
-    for samples in by_queue.values_mut() {
-        samples.sort_by_key(|s| s.ts_ns);
-        for w in samples.windows(2) {
-            *steps.entry(w[1].ts_ns - w[0].ts_ns).or_default() += 1;
+}
+
+/// Load a whole file (repair may sort it), failing with every problem it has.
+pub fn load(path: &Path, opts: &ReadOptions) -> Result<TelemetryData, CliError> {
+    load_telemetry(path, opts).map_err(|e| CliError::BadInput(e.to_string()))
+}
+
+/// The sample interval of a loaded file: the one most of its queues have.
+pub fn interval_ns(data: &TelemetryData) -> Result<u64, CliError> {
+    let mut votes: BTreeMap<u64, usize> = BTreeMap::new();
+    for q in &data.queues {
+        if let Some(i) = q.interval_ns {
+            *votes.entry(i).or_default() += 1;
         }
     }
-    let interval_ns = steps.iter().max_by_key(|(_, &count)| count).map(|(&step, _)| step).unwrap_or(0);
-    if interval_ns == 0 {
-        return Err(CliError::BadInput(format!(
-            "{source}: cannot tell the sample interval (every queue needs two samples at distinct times)"
-        )));
+    votes.into_iter().max_by_key(|&(_, n)| n).map(|(i, _)| i).filter(|&i| i > 0).ok_or_else(|| {
+        CliError::BadInput(format!(
+            "{}: cannot tell the sample interval (every queue needs two samples at distinct times)",
+            data.path.display()
+        ))
+    })
+}
+
+/// One sample as the tuning environment's record of an interval of `interval_ns`.
+pub fn interval(s: &QueueSample, interval_ns: u64) -> QueueInterval {
+    QueueInterval {
+        interval_ns,
+        link_bps: s.link_bps,
+        queue_bytes_avg: s.queue_bytes_avg,
+        queue_bytes_max: s.queue_bytes_max,
+        tx_bytes: s.tx_bytes,
+        tx_pkts: s.tx_pkts,
+        ecn_marked_pkts: s.ecn_marked_pkts,
+        pfc_pause_rx: s.pfc_pause_rx,
+        pfc_pause_tx: s.pfc_pause_tx,
+        paused_ns: s.paused_ns,
+        drops: s.drops,
+        setting: setting(s),
     }
-    let series = by_queue
+}
+
+/// The ECN setting in effect during a sample.
+pub fn setting(s: &QueueSample) -> EcnSetting {
+    EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }
+}
+
+/// The newest samples of one queue since its last continuity break.
+#[derive(Debug, Clone)]
+pub struct QueueTail {
+    /// The queue.
+    pub key: QueueKey,
+    /// Its sample interval, when known.
+    pub interval_ns: Option<u64>,
+    /// Up to the requested number of samples, oldest first, none across a break.
+    pub recent: VecDeque<QueueSample>,
+    /// The newest sample, even when a break just emptied `recent`.
+    pub last: Option<QueueSample>,
+}
+
+/// The last `keep` unbroken samples of every queue.
+///
+/// Without `--repair` this streams, so a file larger than memory works; with it the file is
+/// loaded, because repair sorts.
+pub fn tails(path: &Path, opts: &ReadOptions, keep: usize) -> Result<Vec<QueueTail>, CliError> {
+    if opts.repair {
+        let data = load(path, opts)?;
+        return Ok(data
+            .queues
+            .iter()
+            .map(|q| {
+                let segment = q.segments().last().unwrap_or(&[]);
+                let from = segment.len().saturating_sub(keep);
+                QueueTail {
+                    key: q.key.clone(),
+                    interval_ns: q.interval_ns,
+                    recent: segment[from..].iter().copied().collect(),
+                    last: q.samples.last().copied(),
+                }
+            })
+            .collect());
+    }
+    // Queue ids are indices in order of first appearance, but samples can reach the callback in
+    // another order (a queue's first samples wait until its interval is known).
+    let mut slots: Vec<Option<QueueTail>> = Vec::new();
+    let summary = stream_telemetry(path, opts, |id, key, s, continuity| {
+        let id = id as usize;
+        if slots.len() <= id {
+            slots.resize_with(id + 1, || None);
+        }
+        let t = slots[id].get_or_insert_with(|| QueueTail {
+            key: key.clone(),
+            interval_ns: None,
+            recent: VecDeque::new(),
+            last: None,
+        });
+        if continuity.is_break() {
+            t.recent.clear();
+        }
+        if t.recent.len() == keep.max(1) {
+            t.recent.pop_front();
+        }
+        t.recent.push_back(*s);
+        t.last = Some(*s);
+    })
+    .map_err(|e| CliError::BadInput(e.to_string()))?;
+    let mut tails: Vec<QueueTail> = slots
         .into_iter()
-        .map(|(name, samples)| {
-            let breaks =
-                (1..samples.len()).filter(|&i| samples[i].ts_ns - samples[i - 1].ts_ns != interval_ns).collect();
-            QueueSeries { name, samples, breaks }
-        })
+        .zip(&summary.intervals_ns)
+        .filter_map(|(t, &i)| t.map(|t| QueueTail { interval_ns: i, ..t }))
         .collect();
-    Ok(TelemetryFile { series, rows: n, interval_ns })
+    tails.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(tails)
 }
 
 /// SHA-256 of a file's bytes, lowercase hex.

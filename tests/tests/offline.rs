@@ -51,7 +51,8 @@ fn card(model: &str) -> Value {
 }
 
 fn setting_in_bounds(s: &Value) -> bool {
-    let (kmin, kmax, pmax) = (s["kmin_bytes"].as_u64().unwrap(), s["kmax_bytes"].as_u64().unwrap(), s["pmax"].as_f64().unwrap());
+    let (kmin, kmax, pmax) =
+        (s["kmin_bytes"].as_u64().unwrap(), s["kmax_bytes"].as_u64().unwrap(), s["pmax"].as_f64().unwrap());
     // The default bounds of the tuning environment (README "Safety model").
     kmin >= 1_000 && kmin < kmax && kmax <= 16_000_000 && (0.001..=1.0).contains(&pmax)
 }
@@ -60,7 +61,8 @@ fn setting_in_bounds(s: &Value) -> bool {
 async fn offline_training_is_reproducible_and_records_its_data() {
     let dir = tempfile::Builder::new().prefix("ecn-offline-").tempdir().unwrap();
     let (a, b) = record_two(dir.path()).await;
-    let (m1, m2, m3) = (path(dir.path(), "m1.safetensors"), path(dir.path(), "m2.safetensors"), path(dir.path(), "m3.safetensors"));
+    let (m1, m2, m3) =
+        (path(dir.path(), "m1.safetensors"), path(dir.path(), "m2.safetensors"), path(dir.path(), "m3.safetensors"));
     train(&[&a, &b], &m1, "5").await;
     train(&[&a, &b], &m2, "5").await;
     train(&[&a, &b], &m3, "6").await;
@@ -195,4 +197,80 @@ async fn record_and_recommend_read_a_live_actuator() {
     let (code, _, stderr) = run_cli(&["record", "--target", &url, "--duration", "soon", "--out", &out]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--duration"), "{stderr}");
+}
+
+/// The bad-file suite through `recommend`: without `--repair` every corrupted file exits 2
+/// naming the file (and the row and column where one applies); with `--repair` the repairable
+/// ones give the clean file's recommendations, for every queue whose last `history` samples
+/// repair left alone (a queue whose newest samples were dropped has less history, by design).
+#[tokio::test(flavor = "multi_thread")]
+async fn recommend_refuses_bad_files_and_repairs_the_repairable() {
+    use ecn_tests::telemetry_fixtures::{write_fixtures, INTERVALS, INTERVAL_NS};
+    let dir = tempfile::Builder::new().prefix("ecn-recommend-bad-").tempdir().unwrap();
+    let (a, b) = record_two(dir.path()).await;
+    let model = path(dir.path(), "m.safetensors");
+    train(&[&a, &b], &model, "5").await;
+    let fixtures = write_fixtures(dir.path());
+    let recommend = |file: String, repair: bool| {
+        let model = model.clone();
+        async move {
+            let mut args =
+                vec!["recommend".to_string(), "--telemetry".into(), file, "--model".into(), model, "--json".into()];
+            if repair {
+                args.push("--repair".into());
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run_cli(&args).await
+        }
+    };
+    let clean = fixtures.iter().find(|f| f.problem.is_none() && f.counter_bits == 64).expect("a clean fixture");
+    let (code, stdout, stderr) = recommend(clean.path.display().to_string(), false).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let by_queue = |json: &str| -> std::collections::BTreeMap<String, Value> {
+        let doc: Value = serde_json::from_str(json).unwrap();
+        doc["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| {
+                (format!("{}/{}/{}", q["switch"].as_str().unwrap(), q["port"].as_str().unwrap(), q["queue"]), q.clone())
+            })
+            .collect()
+    };
+    let want = by_queue(&stdout);
+    assert!(!want.is_empty());
+    let last_ts = INTERVALS * INTERVAL_NS;
+    for f in fixtures.iter().filter(|f| f.counter_bits == 64) {
+        let file = f.path.display().to_string();
+        let (code, _, stderr) = recommend(file.clone(), false).await;
+        assert!(!stderr.contains("panicked"), "{}: {stderr}", f.name);
+        match &f.problem {
+            None => assert_eq!(code, Some(0), "{}: {stderr}", f.name),
+            Some(p) => {
+                assert_eq!(code, Some(2), "{}: {stderr}", f.name);
+                assert!(stderr.contains(f.path.file_name().unwrap().to_str().unwrap()), "{}: {stderr}", f.name);
+                if let Some(row) = p.row {
+                    assert!(stderr.contains(&format!("row {row},")), "{}: {stderr}", f.name);
+                }
+                if let Some(column) = p.column {
+                    assert!(stderr.contains(&format!("column `{column}`")), "{}: {stderr}", f.name);
+                }
+            }
+        }
+        let (code, stdout, stderr) = recommend(file, true).await;
+        assert!(!stderr.contains("panicked"), "{}: {stderr}", f.name);
+        let Some(dropped) = &f.repaired else {
+            assert_eq!(code, Some(2), "{}: unrepairable, still refused: {stderr}", f.name);
+            continue;
+        };
+        assert_eq!(code, Some(0), "{}: {stderr}", f.name);
+        let got = by_queue(&stdout);
+        assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "{}", f.name);
+        for (queue, rec) in &got {
+            let touched = dropped.iter().any(|(k, ts)| k.to_string() == *queue && *ts + 4 * INTERVAL_NS > last_ts);
+            if !touched {
+                assert_eq!(rec, &want[queue], "{}: {queue}", f.name);
+            }
+        }
+    }
 }

@@ -3,12 +3,11 @@
 
 use crate::capture::{self, Target, Until};
 use crate::error::CliError;
-use crate::learn::offline::QueueSeries;
 use crate::learned::LearnedModel;
 use crate::recommend::{self, Decision, QueueState, RecommendConfig, Recommendation};
-use crate::telemetry_input;
+use crate::telemetry_input::{self, QueueTail};
 use clap::Args;
-use ecn_env::tuning::{QueueHistory, QueueInterval};
+use ecn_env::tuning::QueueHistory;
 use ecn_env::{BitsPerSec, EcnSetting};
 use std::path::PathBuf;
 
@@ -36,6 +35,9 @@ pub struct RecommendArgs {
     /// Print one JSON document instead of a table.
     #[arg(long)]
     json: bool,
+    /// How to read and check the telemetry.
+    #[command(flatten)]
+    read: telemetry_input::ReadArgs,
 }
 
 /// Recommend and print.
@@ -45,23 +47,32 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     }
     let model = LearnedModel::load(&args.model)?;
     let history = model.tuning().history;
-    let (source, states) = match (&args.telemetry, &args.target) {
-        (Some(path), _) => {
-            let file = telemetry_input::read(path)?;
-            (path.display().to_string(), states_from_series(&file.series, file.interval_ns, history))
-        }
+    let opts = args.read.options(Some(&model.tuning().bounds))?;
+    let (source, tails) = match (&args.telemetry, &args.target) {
+        (Some(path), _) => (path.display().to_string(), telemetry_input::tails(path, &opts, history)?),
         (None, Some(url)) => {
             let target = Target::from_flags(url, args.token_file.as_deref(), args.tls_ca.as_deref())?;
             let runtime = tokio::runtime::Runtime::new().map_err(|e| CliError::Failed(format!("tokio: {e}")))?;
-            // One batch more than the history: the first only anchors the counters' interval.
-            let captured = runtime.block_on(capture::capture(&target, Until::Batches(history + 1)))?;
-            let file = telemetry_input::group(captured.rows, url)?;
-            (url.clone(), states_from_series(&file.series, file.interval_ns, history))
+            // Enough batches for the reader to infer the interval and the model's history.
+            let captured = runtime.block_on(capture::capture(&target, Until::Batches(history + 2)))?;
+            // Live telemetry passes the same validation as a file.
+            let dir = tempfile::tempdir().map_err(|e| CliError::Failed(format!("scratch directory: {e}")))?;
+            let file = dir.path().join("live.parquet");
+            ecn_datasets::io::write_telemetry_parquet(&file, &captured.rows)
+                .map_err(|e| CliError::Failed(e.to_string()))?;
+            let tails = telemetry_input::tails(&file, &opts, history).map_err(|e| {
+                CliError::Failed(format!(
+                    "{url}: {}",
+                    e.to_string().replace(&file.display().to_string(), "live telemetry")
+                ))
+            })?;
+            (url.clone(), tails)
         }
         (None, None) => return Err(CliError::BadInput("give --telemetry FILE or --target URL".into())),
     };
     let mut cfg = RecommendConfig::for_model(&model);
     cfg.min_confidence = args.min_confidence;
+    let states: Vec<QueueState> = tails.iter().filter_map(|t| queue_state(t, history)).collect();
     let recs = recommend::recommend(&model, &states, &cfg);
     if args.json {
         let doc = serde_json::json!({
@@ -77,30 +88,29 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The latest unbroken stretch of every queue, as the model's input.
-pub fn states_from_series(series: &[QueueSeries], interval_ns: u64, history: usize) -> Vec<QueueState> {
-    series
-        .iter()
-        .filter_map(|s| {
-            let last = s.samples.last()?;
-            let start = s.segments().last().map(|r| r.start).unwrap_or(0);
-            let stretch = &s.samples[start..];
-            let mut h = QueueHistory::default();
-            let take = stretch.len().min(history);
-            for row in &stretch[stretch.len() - take..] {
-                h.push(QueueInterval::from_sample(row, interval_ns), history);
-            }
-            Some(QueueState {
-                switch: last.switch.clone(),
-                port: last.port.clone(),
-                queue: u32::from(last.queue),
-                link: BitsPerSec(last.link_bps),
-                current: EcnSetting { kmin_bytes: last.kmin_bytes, kmax_bytes: last.kmax_bytes, pmax: last.pmax },
-                history: h,
-                intervals: take,
-            })
-        })
-        .collect()
+/// A queue's newest unbroken samples as the model's input.
+fn queue_state(t: &QueueTail, history: usize) -> Option<QueueState> {
+    let last = t.last?;
+    let mut h = QueueHistory::default();
+    // Without a known interval there is no rate to compute: the history stays empty and the
+    // recommendation is to keep.
+    let intervals = if let Some(interval_ns) = t.interval_ns {
+        for s in &t.recent {
+            h.push(telemetry_input::interval(s, interval_ns), history);
+        }
+        t.recent.len()
+    } else {
+        0
+    };
+    Some(QueueState {
+        switch: t.key.switch.to_string(),
+        port: t.key.port.to_string(),
+        queue: u32::from(t.key.queue),
+        link: BitsPerSec(last.link_bps),
+        current: telemetry_input::setting(&last),
+        history: h,
+        intervals,
+    })
 }
 
 fn kb(bytes: u64) -> String {

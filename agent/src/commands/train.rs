@@ -56,6 +56,9 @@ pub struct TrainArgs {
     /// Offline only: weight of CQL's conservative term (0 = plain Double DQN on the logs).
     #[arg(long, default_value_t = 1.0)]
     conservative_alpha: f64,
+    /// Offline only: how to read and check the telemetry files.
+    #[command(flatten)]
+    read: telemetry_input::ReadArgs,
     /// Where to write the weights (must end in .safetensors); the card goes beside it as
     /// NAME.card.json, the curve as NAME.training.csv and NAME.training.png.
     #[arg(long, value_name = "MODEL")]
@@ -190,35 +193,38 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
         return Err(CliError::BadInput(format!("--conservative-alpha {}: must be ≥ 0", args.conservative_alpha)));
     }
     let device = device(args.device)?;
+    let bounds = tuning(args.preset, Nanos(1)).bounds;
+    let opts = args.read.options(Some(&bounds))?;
     let mut files = Vec::new();
     for path in &args.telemetry {
-        files.push((path, telemetry_input::read(path)?));
+        let data = telemetry_input::load(path, &opts)?;
+        let interval = telemetry_input::interval_ns(&data)?;
+        info!(file = %path.display(), rows = data.rows, queues = data.queues.len(), repaired = %data.report, "telemetry read");
+        files.push((path, data, interval));
     }
     // The model decides once per sample, so its control interval is the data's.
-    let interval_ns = files[0].1.interval_ns;
-    if let Some((p, f)) = files.iter().find(|(_, f)| f.interval_ns != interval_ns) {
+    let interval_ns = files[0].2;
+    if let Some((p, _, i)) = files.iter().find(|(_, _, i)| *i != interval_ns) {
         return Err(CliError::BadInput(format!(
-            "{}: sample interval {} ns, but {} has {interval_ns} ns; train on files of one interval",
+            "{}: sample interval {i} ns, but {} has {interval_ns} ns; train on files of one interval",
             p.display(),
-            f.interval_ns,
             files[0].0.display()
         )));
     }
     let tuning = tuning(args.preset, Nanos(interval_ns));
     let mut ddqn = learner(args)?;
     ddqn.conservative_alpha = args.conservative_alpha;
-    let capacity: usize = files.iter().map(|(_, f)| f.rows as usize).sum();
+    let capacity: usize = files.iter().map(|(_, f, _)| f.samples()).sum();
     let mut data = LoggedData::new(&tuning, capacity.max(1));
-    for (path, file) in &files {
-        let transitions = offline::add_transitions(&file.series, &tuning, &mut data);
+    for (path, file, _) in &files {
+        let transitions = offline::add_transitions(&file.queues, &tuning, &mut data);
         data.files.push(DataFileRecord {
             path: path.display().to_string(),
             sha256: telemetry_input::sha256(path)?,
             rows: file.rows,
-            queues: file.series.len() as u64,
+            queues: file.queues.len() as u64,
             transitions,
         });
-        info!(file = %path.display(), rows = file.rows, queues = file.series.len(), transitions, "telemetry read");
     }
     if data.off_template > 0 {
         info!(

@@ -5,6 +5,7 @@
 //! file is loaded in memory, because repair sorts rows.
 
 use crate::error::CliError;
+use crate::telemetry_input::ReadArgs;
 use clap::Args;
 use ecn_datasets::io;
 use ecn_datasets::telemetry::{
@@ -20,17 +21,9 @@ pub struct ValidateArgs {
     /// Telemetry files (.parquet or .csv) to check.
     #[arg(long, value_name = "FILE", required = true, num_args = 1..)]
     telemetry: Vec<PathBuf>,
-    /// How counters are given: delta (per interval) or cumulative. Default: the file's
-    /// `ecn_tuner.counters` metadata key, else delta.
-    #[arg(long, value_name = "delta|cumulative", value_parser = parse_counters)]
-    counters: Option<CounterMode>,
-    /// A step longer than this many sample intervals between two samples of a queue is a gap.
-    #[arg(long, value_name = "N", default_value_t = 1.5)]
-    max_gap: f64,
-    /// Repair what can safely be repaired: sort, drop exact duplicates, drop samples across
-    /// counter resets or with implausible deltas, mark gaps. Everything else stays an error.
-    #[arg(long)]
-    repair: bool,
+    /// How to read and check the files.
+    #[command(flatten)]
+    read: ReadArgs,
     /// Write the repaired telemetry here (Parquet, per-interval deltas); needs --repair and a
     /// single --telemetry file.
     #[arg(long, value_name = "FIXED.parquet", requires = "repair")]
@@ -38,10 +31,6 @@ pub struct ValidateArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
-}
-
-fn parse_counters(s: &str) -> Result<CounterMode, String> {
-    CounterMode::parse(s).ok_or_else(|| format!("`{s}` is not delta or cumulative"))
 }
 
 /// What one file gave.
@@ -60,9 +49,6 @@ struct Summary {
 
 /// Check every file and report.
 pub fn run(args: ValidateArgs) -> Result<(), CliError> {
-    if !(args.max_gap.is_finite() && args.max_gap >= 1.0) {
-        return Err(CliError::BadInput(format!("--max-gap {}: must be a number of intervals >= 1", args.max_gap)));
-    }
     if args.out.is_some() && args.telemetry.len() != 1 {
         return Err(CliError::BadInput("--out: give exactly one --telemetry file to repair into it".into()));
     }
@@ -71,15 +57,10 @@ pub fn run(args: ValidateArgs) -> Result<(), CliError> {
             return Err(CliError::BadInput(format!("--out {}: the file must end in .parquet", out.display())));
         }
     }
-    let opts = ReadOptions {
-        counters: args.counters,
-        max_gap_intervals: args.max_gap,
-        repair: args.repair,
-        ..ReadOptions::default()
-    };
+    let opts = args.read.options(None)?;
     let mut checked = Vec::with_capacity(args.telemetry.len());
     for path in &args.telemetry {
-        info!(file = %path.display(), repair = args.repair, "validating");
+        info!(file = %path.display(), repair = args.read.repair, "validating");
         checked.push(Checked { path: path.clone(), outcome: check(path, &opts, args.out.as_deref())? });
     }
     if args.json {
@@ -87,7 +68,7 @@ pub fn run(args: ValidateArgs) -> Result<(), CliError> {
     } else {
         for c in &checked {
             if let Ok(s) = &c.outcome {
-                print_summary(&c.path, s, args.repair);
+                print_summary(&c.path, s, args.read.repair);
             }
         }
     }

@@ -23,9 +23,10 @@
 use super::ddqn::{Ddqn, DdqnConfig};
 use super::replay::ReplayBuffer;
 use crate::error::CliError;
-use ecn_datasets::TelemetrySample;
-use ecn_env::tuning::{ActionTemplate, QueueHistory, QueueInterval, TuningConfig};
-use ecn_env::{BitsPerSec, EcnSetting};
+use crate::telemetry_input;
+use ecn_datasets::telemetry::QueueSeries;
+use ecn_env::tuning::{ActionTemplate, QueueHistory, TuningConfig};
+use ecn_env::BitsPerSec;
 use ecn_models::{Calibration, Checkpoint, ModelCard, QNetwork, TrainingRecord};
 use indicatif::ProgressBar;
 use rand::SeedableRng;
@@ -34,28 +35,6 @@ use serde::Serialize;
 use std::time::Instant;
 use tch::Device;
 use tracing::info;
-
-/// One queue's samples in time order, with the places where continuity breaks.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QueueSeries {
-    /// `switch/port/queue`, for messages.
-    pub name: String,
-    /// The samples, oldest first, all one sample interval apart except across a break.
-    pub samples: Vec<TelemetrySample>,
-    /// Indices `i` where sample `i` does not follow sample `i - 1` (a gap or a dropped sample).
-    pub breaks: Vec<usize>,
-}
-
-impl QueueSeries {
-    /// Index ranges of the unbroken stretches.
-    pub fn segments(&self) -> Vec<std::ops::Range<usize>> {
-        let mut cuts = vec![0];
-        cuts.extend(self.breaks.iter().copied().filter(|&b| b > 0 && b < self.samples.len()));
-        cuts.push(self.samples.len());
-        cuts.dedup();
-        cuts.windows(2).map(|w| w[0]..w[1]).collect()
-    }
-}
 
 /// What one data file contributed, for the model card.
 #[derive(Debug, Clone, Serialize)]
@@ -95,12 +74,12 @@ pub fn add_transitions(series: &[QueueSeries], tuning: &TuningConfig, data: &mut
     for s in series {
         for seg in s.segments() {
             let mut history = QueueHistory::default();
-            for row in &s.samples[seg] {
-                let iv = QueueInterval::from_sample(row, interval);
+            for row in seg {
+                let iv = telemetry_input::interval(row, interval);
                 obs.clear();
                 if history.observe(tuning.features, tuning.history, &mut obs) {
                     let link = BitsPerSec(row.link_bps);
-                    let logged = EcnSetting { kmin_bytes: row.kmin_bytes, kmax_bytes: row.kmax_bytes, pmax: row.pmax };
+                    let logged = iv.setting;
                     let action = template.nearest(&logged, link);
                     if template.setting(action, link, &tuning.bounds) != Some(logged) {
                         data.off_template += 1;
@@ -245,28 +224,27 @@ pub fn train(cfg: &OfflineConfig, data: &LoggedData, bar: &ProgressBar) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ecn_datasets::telemetry::{QueueKey, QueueSample};
+    use ecn_env::EcnSetting;
 
-    fn sample(ts_ns: u64, kmax_bytes: u64, queue_bytes_avg: f64) -> TelemetrySample {
-        TelemetrySample {
+    fn sample(ts_ns: u64, s: EcnSetting, queue_bytes_avg: f64) -> QueueSample {
+        QueueSample {
             ts_ns,
-            switch: "leaf0".into(),
-            port: "eth0".into(),
-            queue: 3,
             link_bps: 100_000_000_000,
-            queue_bytes: 0,
             queue_bytes_avg,
             queue_bytes_max: queue_bytes_avg as u64,
             tx_bytes: 1_000_000,
             tx_pkts: 1_000,
             ecn_marked_pkts: 10,
-            pfc_pause_rx: 0,
-            pfc_pause_tx: 0,
-            paused_ns: 0,
-            drops: 0,
-            kmin_bytes: 2_000,
-            kmax_bytes,
-            pmax: 0.1,
+            kmin_bytes: s.kmin_bytes,
+            kmax_bytes: s.kmax_bytes,
+            pmax: s.pmax,
+            ..QueueSample::default()
         }
+    }
+
+    fn series(samples: Vec<QueueSample>, segment_starts: Vec<usize>) -> QueueSeries {
+        QueueSeries { key: QueueKey::new("leaf0", "eth0", 3), interval_ns: Some(100_000), samples, segment_starts }
     }
 
     #[test]
@@ -275,34 +253,23 @@ mod tests {
         let template = ActionTemplate::new(tuning.template);
         let link = BitsPerSec(100_000_000_000);
         let (a, b) = (template.settings()[0], template.settings()[5]);
-        let rows: Vec<_> = (0..6u64)
-            .map(|i| {
-                let s = if i < 3 { a } else { b };
-                TelemetrySample {
-                    kmin_bytes: s.kmin_bytes,
-                    kmax_bytes: s.kmax_bytes,
-                    pmax: s.pmax,
-                    ..sample(i * 100_000, 0, 1_000.0 * i as f64)
-                }
-            })
-            .collect();
+        let rows = (0..6u64).map(|i| sample(i * 100_000, if i < 3 { a } else { b }, 1_000.0 * i as f64)).collect();
         // A break before row 4: stretches 0..4 and 4..6 give 3 + 1 transitions.
-        let series = QueueSeries { name: "leaf0/eth0/3".into(), samples: rows, breaks: vec![4] };
+        let s = series(rows, vec![0, 4]);
         let mut data = LoggedData::new(&tuning, 100);
-        assert_eq!(add_transitions(std::slice::from_ref(&series), &tuning, &mut data), 4);
+        assert_eq!(add_transitions(std::slice::from_ref(&s), &tuning, &mut data), 4);
         assert_eq!(data.off_template, 0);
         assert_eq!(data.action_counts[template.nearest(&a, link)], 2);
         assert_eq!(data.action_counts[template.nearest(&b, link)], 2);
-        assert_eq!(series.segments(), vec![0..4, 4..6]);
     }
 
     #[test]
     fn settings_off_the_template_are_counted() {
         let tuning = TuningConfig::default();
-        let rows: Vec<_> = (0..3u64).map(|i| sample(i * 100_000, 1_234_567, 0.0)).collect();
-        let series = QueueSeries { name: "q".into(), samples: rows, breaks: vec![] };
+        let odd = EcnSetting { kmin_bytes: 2_000, kmax_bytes: 1_234_567, pmax: 0.1 };
+        let rows = (0..3u64).map(|i| sample(i * 100_000, odd, 0.0)).collect();
         let mut data = LoggedData::new(&tuning, 100);
-        assert_eq!(add_transitions(&[series], &tuning, &mut data), 2);
+        assert_eq!(add_transitions(&[series(rows, vec![0])], &tuning, &mut data), 2);
         assert_eq!(data.off_template, 2);
     }
 }
