@@ -97,7 +97,7 @@ pub struct Calibration {
 impl Calibration {
     /// Statistics of `obs` (row-major, `dim` features per row) with the given TD error.
     pub fn of(obs: &[f32], dim: usize, td_error_rms: f64) -> Calibration {
-        let rows = if dim == 0 { 0 } else { obs.len() / dim };
+        let rows = obs.len().checked_div(dim).unwrap_or(0);
         let mut mean = vec![0f32; dim];
         let mut std = vec![0f32; dim];
         let mut low = vec![0f32; dim];

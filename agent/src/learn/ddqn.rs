@@ -153,11 +153,13 @@ impl Ddqn {
         let (obs, actions, target) = self.tensors(batch);
         let q_all = self.online.forward(&obs);
         let q = q_all.gather(1, &actions, false).squeeze_dim(1);
-        let mut loss = q.huber_loss(&target, Reduction::Mean, 1.0);
-        if self.cfg.conservative_alpha > 0.0 {
+        let td_loss = q.huber_loss(&target, Reduction::Mean, 1.0);
+        let loss = if self.cfg.conservative_alpha > 0.0 {
             let gap = (q_all.logsumexp([1i64].as_slice(), false) - &q).mean(Kind::Float);
-            loss = loss + gap * self.cfg.conservative_alpha;
-        }
+            td_loss + gap * self.cfg.conservative_alpha
+        } else {
+            td_loss
+        };
         self.opt.zero_grad();
         loss.backward();
         self.opt.clip_grad_norm(self.cfg.max_grad_norm);
