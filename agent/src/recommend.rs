@@ -7,10 +7,10 @@
 //! - every feature lies inside the range the model was trained on (the card's calibration):
 //!   outside it, a Q-network extrapolates, and its numbers mean nothing;
 //! - the model prefers another setting by a margin that its own noise cannot explain: the
-//!   confidence `1 − exp(−gap / td_error_rms)` reaches the threshold, where the gap is the
-//!   Q-value of the recommendation minus that of keeping the current setting, and
-//!   `td_error_rms` is the card's temporal-difference error (how far apart two Q-values must
-//!   be before their order means something);
+//!   confidence `1 − exp(−gap / noise)` reaches the threshold, where the gap is the
+//!   Q-value of the recommendation minus that of keeping the current setting, and the noise is
+//!   the card's temporal-difference error scale (`calibration.td_error_scale`: how far apart
+//!   two Q-values must be before their order means something);
 //! - the guardrails of the online controller (step limit, bounds) leave a change.
 //!
 //! The proposal passes the same [`Guardrails`] as in enforce mode, so a recommendation is
@@ -143,12 +143,12 @@ impl RecommendConfig {
     }
 }
 
-/// Confidence that a Q-value gap is real, given the model's TD noise.
-pub fn confidence(gap: f64, td_error_rms: f64) -> f64 {
+/// Confidence that a Q-value gap is real, given the model's Q-value noise.
+pub fn confidence(gap: f64, q_noise: f64) -> f64 {
     if !gap.is_finite() || gap <= 0.0 {
         return 0.0;
     }
-    1.0 - (-gap / td_error_rms.max(1e-9)).exp()
+    1.0 - (-gap / q_noise.max(1e-9)).exp()
 }
 
 fn summary(from: &EcnSetting, to: &EcnSetting) -> String {
@@ -264,11 +264,11 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     .max_by(|&a, &b| qv[a].total_cmp(&qv[b]))
                     .map(|a| (qv[keep] - qv[a]) as f64)
                     .unwrap_or(0.0);
-                rec.confidence = confidence(runner_up, calibration.td_error_rms);
+                rec.confidence = confidence(runner_up, calibration.q_noise());
                 rec.reason = "the model's choice is the current setting".into();
                 return rec;
             }
-            rec.confidence = confidence((qv[choice] - qv[keep]) as f64, calibration.td_error_rms);
+            rec.confidence = confidence((qv[choice] - qv[keep]) as f64, calibration.q_noise());
             if rec.confidence < cfg.min_confidence {
                 rec.reason = format!(
                     "unsure: the expected gain is within the model's noise (confidence {:.2} < {:.2})",
@@ -334,6 +334,7 @@ mod tests {
             low: vec![-1e6; dim],
             high: vec![1e6; dim],
             td_error_rms,
+            td_error_scale: td_error_rms,
         });
         LearnedModel::from_checkpoint("test", "test.safetensors".into(), Checkpoint { card, net })
     }

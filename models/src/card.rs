@@ -90,13 +90,25 @@ pub struct Calibration {
     /// Per-feature 99.9th percentile.
     pub high: Vec<f32>,
     /// Root-mean-square temporal-difference error of the final network on training
-    /// transitions: how far apart two Q-values must be before their order means something.
+    /// transitions.
     pub td_error_rms: f64,
+    /// A robust scale of the same errors (1.4826 × their median absolute value, the standard
+    /// deviation if they were Gaussian): how far apart two Q-values must be before their order
+    /// means something. The RMS is dominated by the rare transitions with pauses or drops,
+    /// whose rewards are large, and would make every gap look like noise.
+    #[serde(default)]
+    pub td_error_scale: f64,
 }
 
 impl Calibration {
-    /// Statistics of `obs` (row-major, `dim` features per row) with the given TD error.
-    pub fn of(obs: &[f32], dim: usize, td_error_rms: f64) -> Calibration {
+    /// Statistics of `obs` (row-major, `dim` features per row) and of the TD errors of the
+    /// final network on a sample of transitions.
+    pub fn of(obs: &[f32], dim: usize, td_errors: &[f32]) -> Calibration {
+        let finite: Vec<f64> = td_errors.iter().filter(|e| e.is_finite()).map(|&e| e as f64).collect();
+        let td_error_rms = (finite.iter().map(|e| e * e).sum::<f64>() / finite.len().max(1) as f64).sqrt();
+        let mut abs: Vec<f64> = finite.iter().map(|e| e.abs()).collect();
+        abs.sort_by(f64::total_cmp);
+        let td_error_scale = abs.get(abs.len() / 2).map_or(0.0, |m| 1.4826 * m);
         let rows = obs.len().checked_div(dim).unwrap_or(0);
         let mut mean = vec![0f32; dim];
         let mut std = vec![0f32; dim];
@@ -119,7 +131,17 @@ impl Calibration {
             low[f] = pick(0.001);
             high[f] = pick(0.999);
         }
-        Calibration { samples: rows as u64, mean, std, low, high, td_error_rms }
+        Calibration { samples: rows as u64, mean, std, low, high, td_error_rms, td_error_scale }
+    }
+
+    /// The Q-value noise that confidence is measured in: the robust scale, or the RMS for
+    /// cards written before the scale existed.
+    pub fn q_noise(&self) -> f64 {
+        if self.td_error_scale > 0.0 {
+            self.td_error_scale
+        } else {
+            self.td_error_rms
+        }
     }
 
     /// The features of `row` that lie outside the training range by more than `margin`

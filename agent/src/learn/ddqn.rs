@@ -137,13 +137,14 @@ impl Ddqn {
         (obs, actions, target)
     }
 
-    /// Root-mean-square TD error of `net` on `batch` against this learner's targets,
+    /// The TD error of `net` on every transition of `batch` against this learner's targets,
     /// without learning.
-    pub fn td_error_rms(&self, net: &QNetwork, batch: &Batch) -> f64 {
+    pub fn td_errors(&self, net: &QNetwork, batch: &Batch) -> Vec<f32> {
         let (obs, actions, target) = self.tensors(batch);
         tch::no_grad(|| {
             let q = net.forward(&obs).gather(1, &actions, false).squeeze_dim(1);
-            (q - target).square().mean(Kind::Float).sqrt().to_kind(Kind::Double).double_value(&[])
+            let e = (q - target).to_device(Device::Cpu).to_kind(Kind::Float);
+            Vec::<f32>::try_from(&e).unwrap_or_default()
         })
     }
 

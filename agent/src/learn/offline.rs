@@ -182,7 +182,7 @@ pub fn train(cfg: &OfflineConfig, data: &LoggedData, bar: &ProgressBar) -> Resul
             let point = OfflinePoint {
                 updates: u,
                 loss: loss_sum / loss_n as f64,
-                td_error_rms: agent.td_error_rms(agent.online(), &held),
+                td_error_rms: rms(&agent.td_errors(agent.online(), &held)),
                 agrees_with_logged: agree as f64 / held.actions.len() as f64,
                 wall_seconds: started.elapsed().as_secs_f64(),
             };
@@ -217,8 +217,12 @@ pub fn train(cfg: &OfflineConfig, data: &LoggedData, bar: &ProgressBar) -> Resul
         data: data.files.iter().map(|f| serde_json::to_value(f).expect("plain struct")).collect(),
     };
     let mut card = ModelCard::new(&cfg.name, cfg.tuning.clone(), cfg.ddqn.hidden.clone(), training);
-    card.calibration = Some(Calibration::of(data.replay.observations(), dim, last.td_error_rms));
+    card.calibration = Some(Calibration::of(data.replay.observations(), dim, &agent.td_errors(agent.online(), &held)));
     Ok(OfflineTrained { checkpoint: Checkpoint { card, net }, curve })
+}
+
+fn rms(errors: &[f32]) -> f64 {
+    (errors.iter().map(|&e| (e as f64).powi(2)).sum::<f64>() / errors.len().max(1) as f64).sqrt()
 }
 
 #[cfg(test)]

@@ -338,7 +338,7 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
     let mut card = ModelCard::new(&cfg.name, cfg.tuning.clone(), cfg.ddqn.hidden.clone(), training);
     // Drawn after training, so the network does not depend on it.
     let held = replay.sample(4096.min(replay.len()), &mut rng);
-    card.calibration = Some(Calibration::of(replay.observations(), obs_dim, agent.td_error_rms(&best, &held)));
+    card.calibration = Some(Calibration::of(replay.observations(), obs_dim, &agent.td_errors(&best, &held)));
     let best_point = curve.iter().min_by(|a, b| a.eval_cost.total_cmp(&b.eval_cost)).copied();
     card.evaluation = serde_json::json!({
         "scenarios": cfg.eval_scenarios,
