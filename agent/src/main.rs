@@ -43,15 +43,18 @@ enum Command {
     Record(commands::record::RecordArgs),
     /// List the built-in scenarios, or print one as TOML to start your own from.
     Scenarios(commands::scenarios::ScenariosArgs),
-    /// Serve a fabric's ECN settings over gRPC (sim or dry-run backend), with switch-side
+    /// Serve a fabric's ECN settings over gRPC (sim, dry-run or sonic backend), with switch-side
     /// safety: validation, a single writer, commit-confirm with automatic revert, a journal.
-    Actuator(commands::actuator::ActuatorArgs),
+    Actuator(Box<commands::actuator::ActuatorArgs>),
     /// The online controller: watch an actuator's telemetry and decide ECN settings, in shadow
     /// mode (log only) or enforce mode (apply, health-check, confirm or roll back).
     // A later occurrence of a flag overrides an earlier one, so wrappers such as
     // scripts/quickstart can set defaults that the user's own flags replace.
     #[command(args_override_self = true)]
     Run(Box<commands::run::RunArgs>),
+    /// SONiC tools: `sonic restore` puts back the WRED profiles recorded before ecn-tuner first
+    /// changed the switch.
+    Sonic(commands::sonic::SonicArgs),
 }
 
 fn main() -> ExitCode {
@@ -75,8 +78,9 @@ fn main() -> ExitCode {
         Command::Train(a) => commands::train::run(*a),
         Command::Record(a) => commands::record::run(a),
         Command::Scenarios(a) => commands::scenarios::run(a),
-        Command::Actuator(a) => commands::actuator::run(a),
+        Command::Actuator(a) => commands::actuator::run(*a),
         Command::Run(a) => commands::run::run(*a),
+        Command::Sonic(a) => commands::sonic::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -21,6 +21,8 @@ use tonic::transport::Channel;
 
 pub use ecn_proto::v1 as pb;
 
+pub mod sonic;
+
 /// A plain-text gRPC client of the actuator.
 pub type Client = pb::actuator_client::ActuatorClient<Channel>;
 

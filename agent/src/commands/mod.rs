@@ -6,4 +6,5 @@ pub mod record;
 pub mod run;
 pub mod scenarios;
 pub mod sim;
+pub mod sonic;
 pub mod train;
