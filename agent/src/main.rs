@@ -49,9 +49,9 @@ enum Command {
     Recommend(commands::recommend::RecommendArgs),
     /// List the built-in scenarios, or print one as TOML to start your own from.
     Scenarios(commands::scenarios::ScenariosArgs),
-    /// Serve a fabric's ECN settings over gRPC (sim or dry-run backend), with switch-side
+    /// Serve a fabric's ECN settings over gRPC (sim, dry-run or sonic backend), with switch-side
     /// safety: validation, a single writer, commit-confirm with automatic revert, a journal.
-    Actuator(commands::actuator::ActuatorArgs),
+    Actuator(Box<commands::actuator::ActuatorArgs>),
     /// The online controller: watch an actuator's telemetry and decide ECN settings, in shadow
     /// mode (log only) or enforce mode (apply, health-check, confirm or roll back).
     // A later occurrence of a flag overrides an earlier one, so wrappers such as
@@ -61,6 +61,9 @@ enum Command {
     /// Check telemetry files (Parquet or CSV) against the schema and the validation rules;
     /// with --repair, fix what can safely be fixed and optionally write the result.
     Validate(commands::validate::ValidateArgs),
+    /// SONiC tools: `sonic restore` puts back the WRED profiles recorded before ecn-tuner first
+    /// changed the switch.
+    Sonic(commands::sonic::SonicArgs),
 }
 
 fn main() -> ExitCode {
@@ -85,9 +88,10 @@ fn main() -> ExitCode {
         Command::Record(a) => commands::record::run(a),
         Command::Recommend(a) => commands::recommend::run(a),
         Command::Scenarios(a) => commands::scenarios::run(a),
-        Command::Actuator(a) => commands::actuator::run(a),
+        Command::Actuator(a) => commands::actuator::run(*a),
         Command::Run(a) => commands::run::run(*a),
         Command::Validate(a) => commands::validate::run(a),
+        Command::Sonic(a) => commands::sonic::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,7 +2,8 @@
 //!
 //! End-to-end tests across crates, over real sockets: they start `ecn-tuner` as a child
 //! process (as an operator would) and talk gRPC to it on loopback. This library holds the
-//! shared helpers; the tests are in `tests/`.
+//! shared helpers; the tests are in `tests/`. [`sonic`] runs a `redis-server` shaped like a SONiC
+//! switch for the SONiC backend's tests.
 //!
 //! The `ecn-tuner` binary must be built first (`cargo build -p ecn-agent`, or
 //! `scripts/test`, which builds the whole workspace before testing): a test cannot depend on
@@ -22,6 +23,7 @@ use tonic::transport::Channel;
 pub use ecn_proto::v1 as pb;
 
 pub mod telemetry_fixtures;
+pub mod sonic;
 
 /// A plain-text gRPC client of the actuator.
 pub type Client = pb::actuator_client::ActuatorClient<Channel>;

@@ -1,17 +1,18 @@
 //! The actuator: the gRPC server (`ecn_tuner.v1.Actuator`) that owns a fabric's ECN settings
 //! and enforces safety on the switch side, whatever the controller sends.
 //!
-//! - [`backend`]: what the server needs from a device, and its two implementations:
-//!   [`sim`] (a simulated fabric in scaled wall-clock time) and [`dry_run`] (settings in
-//!   memory, telemetry only from a recording, see [`replay`]);
+//! - [`backend`]: what the server needs from a device, and its implementations: [`sim`] (a
+//!   simulated fabric in scaled wall-clock time), [`dry_run`] (settings in memory, telemetry
+//!   only from a recording, see [`replay`]) and [`sonic`] (a SONiC switch through its Redis
+//!   databases);
 //! - [`service`]: the gRPC service, generic over the backend: lease, validation,
 //!   generations and commit-confirm, journal;
 //! - [`validate`], [`ledger`], [`lease`], [`journal`]: the rules, each unit-tested alone;
 //! - [`security`]: loopback by default, TLS and a bearer token otherwise;
 //! - [`telemetry`], [`pacer`]: telemetry conversion and coarsening, scaled-time pacing.
 //!
-//! Start one with [`serve`] (any backend), [`serve_sim`] or [`serve_dry_run`]; each returns an
-//! [`ActuatorHandle`] once the socket is bound.
+//! Start one with [`serve`] (any backend), [`serve_sim`], [`serve_dry_run`] or [`serve_sonic`];
+//! each returns an [`ActuatorHandle`] once the socket is bound.
 
 pub mod backend;
 pub mod dry_run;
@@ -23,6 +24,7 @@ pub mod replay;
 pub mod security;
 pub mod service;
 pub mod sim;
+pub mod sonic;
 pub mod telemetry;
 pub mod validate;
 
@@ -31,6 +33,7 @@ pub use dry_run::{DryRunBackend, DryRunOptions};
 pub use security::TlsFiles;
 pub use service::ActuatorService;
 pub use sim::{SimBackend, SimControl, SimOptions, StormSpec};
+pub use sonic::{SonicBackend, SonicOptions};
 
 use crate::error::CliError;
 use ecn_proto::v1::actuator_server::ActuatorServer;
@@ -243,5 +246,13 @@ pub async fn serve_dry_run(dry: DryRunOptions, opts: ServeOptions) -> Result<Act
     let backend = tokio::task::spawn_blocking(move || DryRunBackend::start(dry))
         .await
         .map_err(|e| ActuatorError::Failed(format!("dry-run start: {e}")))??;
+    serve(backend, opts).await
+}
+
+/// Start an actuator in front of a SONiC switch's Redis.
+pub async fn serve_sonic(sonic: SonicOptions, opts: ServeOptions) -> Result<ActuatorHandle, ActuatorError> {
+    let backend = tokio::task::spawn_blocking(move || SonicBackend::start(sonic))
+        .await
+        .map_err(|e| ActuatorError::Failed(format!("SONiC backend start: {e}")))??;
     serve(backend, opts).await
 }

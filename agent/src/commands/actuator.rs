@@ -1,6 +1,7 @@
 //! `ecn-tuner actuator`: serve a fabric's ECN settings over gRPC, with switch-side safety.
 
-use crate::actuator::{self, DryRunOptions, ServeOptions, SimOptions, StormSpec, TlsFiles};
+use crate::actuator::{self, DryRunOptions, ServeOptions, SimOptions, SonicOptions, StormSpec, TlsFiles};
+use crate::commands::sonic::{duration, RedisArgs};
 use crate::error::CliError;
 use clap::{Args, ValueEnum};
 use std::io::Write;
@@ -15,12 +16,15 @@ pub enum BackendKind {
     Sim,
     /// Settings kept in memory; nothing is touched.
     DryRun,
+    /// A SONiC switch through its Redis databases (--redis).
+    Sonic,
 }
 
 /// Arguments of `actuator`.
 #[derive(Args)]
 pub struct ActuatorArgs {
-    /// The device: `sim` (a scenario on the simulator) or `dry-run` (settings in memory).
+    /// The device: `sim` (a scenario on the simulator), `dry-run` (settings in memory) or
+    /// `sonic` (a SONiC switch's CONFIG_DB and COUNTERS_DB, see --redis).
     #[arg(long, value_enum)]
     backend: BackendKind,
     /// Scenario (built-in name or TOML file): the simulated fabric for `sim`; the queues and
@@ -59,6 +63,20 @@ pub struct ActuatorArgs {
     /// Require `authorization: Bearer <token>` on every call; the file holds the token.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// SONiC: the switch's Redis and database indices.
+    #[command(flatten)]
+    redis: RedisArgs,
+    /// SONiC: the switch's name in queue ids (default: DEVICE_METADATA|localhost hostname).
+    #[arg(long, value_name = "NAME")]
+    switch_name: Option<String>,
+    /// SONiC: how often COUNTERS_DB is read (the telemetry interval). Not below SONiC's own
+    /// `counterpoll` interval for queue and port counters.
+    #[arg(long, value_name = "DUR", default_value = "1s")]
+    poll_interval: String,
+    /// SONiC: width of the switch's counters in bits (SAI's are 64; a wrap of narrower ones is
+    /// told apart from a reset).
+    #[arg(long, value_name = "BITS", default_value_t = 64)]
+    counter_bits: u32,
 }
 
 /// Parse `--listen`: an IP:PORT, or HOST:PORT resolved once.
@@ -85,6 +103,25 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
     if args.backend != BackendKind::DryRun && args.telemetry.is_some() {
         return Err(CliError::BadInput("--telemetry: only the dry-run backend replays a recording".into()));
     }
+    let sonic = match args.backend {
+        BackendKind::Sonic => {
+            if args.scenario.is_some() {
+                return Err(CliError::BadInput("--scenario: a SONiC switch has its own queues; drop the flag".into()));
+            }
+            let mut o = SonicOptions::new(args.redis.url()?);
+            o.dbs = args.redis.dbs();
+            o.timeout = args.redis.timeout()?;
+            o.switch_name = args.switch_name.clone();
+            o.poll_interval = duration("--poll-interval", &args.poll_interval)?;
+            o.counter_bits = args.counter_bits;
+            o.originals_file = args.journal.as_deref().map(actuator::sonic::originals::file_beside);
+            Some(o)
+        }
+        _ if args.redis.redis.is_some() => {
+            return Err(CliError::BadInput("--redis: only the sonic backend reads a switch's Redis".into()))
+        }
+        _ => None,
+    };
     let token = args.token_file.as_deref().map(actuator::security::read_token_file).transpose()?;
     let tls = match (args.tls_cert, args.tls_key) {
         (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
@@ -119,6 +156,7 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
                 };
                 actuator::serve_dry_run(dry, opts).await?
             }
+            BackendKind::Sonic => actuator::serve_sonic(sonic.expect("sonic options"), opts).await?,
         };
         // Scripts and tests read the real address (port 0) from this first stdout line.
         let mut out = std::io::stdout();

@@ -7,5 +7,6 @@ pub mod record;
 pub mod run;
 pub mod scenarios;
 pub mod sim;
+pub mod sonic;
 pub mod train;
 pub mod validate;

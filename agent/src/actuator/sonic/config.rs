@@ -1,0 +1,568 @@
+//! CONFIG_DB: what the switch has (capabilities, the queues' WRED profiles) and the writes that
+//! put a set of ECN settings in effect, one MULTI/EXEC transaction per apply.
+//!
+//! ## Which profile a queue uses
+//!
+//! Every queue has a *home* profile: the WRED profile it was bound to before ecn-tuner touched
+//! the switch (from the recording of the originals when there is one). Given the wanted
+//! settings, each home profile carries the setting most of its queues want (ties: the first
+//! queue's, in capabilities order); a queue that wants something else is bound to a profile
+//! of its own, `ECN_TUNER_<port>_<queue>`, a copy of its home profile with its own thresholds.
+//! A profile of ours that no queue uses any more is deleted in the same transaction.
+//!
+//! The mapping is a function of the wanted settings alone, so putting the original settings
+//! back (a revert, a rollback) also puts the original bindings back and removes every profile
+//! ecn-tuner created.
+
+use super::conn::{hgetall_many, scan_keys, RedisTarget};
+use super::originals::Recording;
+use super::schema::{self, Fields};
+use crate::actuator::backend::{BackendCaps, Bounds, QueueCap, QueueKey};
+use crate::actuator::ActuatorError;
+use ecn_env::EcnSetting;
+use redis::Connection;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use tracing::warn;
+
+/// The `WRED_PROFILE` and `QUEUE` tables: name (`AZURE_LOSSLESS`, `Ethernet0|3`) → fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// `WRED_PROFILE|<name>` entries.
+    pub profiles: BTreeMap<String, Fields>,
+    /// `QUEUE|<port>|<queue>` entries (every shape of key, as stored).
+    pub queues: BTreeMap<String, Fields>,
+}
+
+/// Read both tables in full.
+pub fn read_snapshot(con: &mut Connection) -> redis::RedisResult<Snapshot> {
+    let mut out = Snapshot::default();
+    for (table, into) in [(schema::WRED_PROFILE, &mut out.profiles), (schema::QUEUE, &mut out.queues)] {
+        let keys = scan_keys(con, &format!("{table}|*"))?;
+        let values = hgetall_many(con, &keys)?;
+        for (k, v) in keys.into_iter().zip(values) {
+            let name = k[table.len() + 1..].to_string();
+            into.insert(name, v);
+        }
+    }
+    Ok(out)
+}
+
+/// One controlled queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueRef {
+    /// Port, e.g. `Ethernet0`.
+    pub port: String,
+    /// Queue index; also the PFC priority whose counters are read for it.
+    pub queue: u32,
+}
+
+impl QueueRef {
+    /// `Ethernet0|3`, the queue's name in the `QUEUE` table.
+    pub fn name(&self) -> String {
+        format!("{}|{}", self.port, self.queue)
+    }
+}
+
+/// What the writer needs to know about the controlled queues, fixed at startup.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layout {
+    /// The queues, in capabilities order.
+    pub queues: Vec<QueueRef>,
+    /// Home profile of each queue.
+    pub homes: Vec<String>,
+    /// Each home profile as it was originally (decides which yellow/red fields follow green).
+    pub originals: BTreeMap<String, Fields>,
+}
+
+/// What a switch offers, read at startup.
+#[derive(Debug, Clone)]
+pub struct Discovery {
+    /// Capabilities to serve.
+    pub caps: BackendCaps,
+    /// Queues and their home profiles.
+    pub layout: Layout,
+    /// The tables as read.
+    pub snapshot: Snapshot,
+    /// The setting of each queue now.
+    pub initial: Vec<EcnSetting>,
+}
+
+/// Read CONFIG_DB (and APPL_DB for port speeds CONFIG_DB lacks) and work out the queues.
+pub fn discover(
+    target: &RedisTarget,
+    config_db: i64,
+    appl_db: i64,
+    switch_name: Option<&str>,
+    recording: Option<&Recording>,
+    interval_ns: u64,
+) -> Result<Discovery, ActuatorError> {
+    let failed =
+        |e: redis::RedisError| ActuatorError::Failed(format!("Redis at {} (db {config_db}): {e}", target.url()));
+    let mut con = target.connect(config_db, "ecn-tuner-discover").map_err(ActuatorError::Failed)?;
+    let snapshot = read_snapshot(&mut con).map_err(failed)?;
+    if snapshot.profiles.is_empty() {
+        return Err(ActuatorError::BadInput(format!(
+            "--redis {}: CONFIG_DB (db {config_db}) has no WRED_PROFILE entries, so there is no ECN setting to tune \
+             (is this a SONiC switch's Redis, and is --config-db right?)",
+            target.url()
+        )));
+    }
+    let hostname: Option<String> =
+        redis::cmd("HGET").arg(schema::DEVICE_METADATA_LOCALHOST).arg("hostname").query(&mut con).map_err(failed)?;
+    let switch = match (switch_name, hostname.filter(|h| !h.trim().is_empty())) {
+        (Some(s), _) => s.to_string(),
+        (None, Some(h)) => h,
+        (None, None) => {
+            return Err(ActuatorError::BadInput(format!(
+                "--redis {}: DEVICE_METADATA|localhost has no hostname; name the switch with --switch-name",
+                target.url()
+            )))
+        }
+    };
+
+    // Port speeds: CONFIG_DB PORT|<port> speed (Mb/s), else APPL_DB PORT_TABLE:<port>.
+    let port_keys = scan_keys(&mut con, &format!("{}|*", schema::PORT)).map_err(failed)?;
+    let mut speeds: HashMap<String, u64> = HashMap::new();
+    let speed_values: Vec<Option<String>> = if port_keys.is_empty() {
+        Vec::new()
+    } else {
+        let mut pipe = redis::pipe();
+        for k in &port_keys {
+            pipe.cmd("HGET").arg(k).arg("speed");
+        }
+        pipe.query(&mut con).map_err(failed)?
+    };
+    for (k, v) in port_keys.iter().zip(speed_values) {
+        if let Some(bps) = v.as_deref().and_then(schema::parse_speed_mbps) {
+            speeds.insert(k[schema::PORT.len() + 1..].to_string(), bps);
+        }
+    }
+
+    // Buffer: the egress lossless pool where there is one (that is where these queues live),
+    // else the ingress lossless pool, else the largest pool with a size.
+    let pool_keys = scan_keys(&mut con, &format!("{}|*", schema::BUFFER_POOL)).map_err(failed)?;
+    let mut pools: BTreeMap<String, u64> = BTreeMap::new();
+    for k in &pool_keys {
+        let size: Option<String> = redis::cmd("HGET").arg(k).arg("size").query(&mut con).map_err(failed)?;
+        if let Some(b) = size.and_then(|s| s.trim().parse::<u64>().ok()).filter(|b| *b > 0) {
+            pools.insert(k[schema::BUFFER_POOL.len() + 1..].to_string(), b);
+        }
+    }
+    let buffer_bytes = pools
+        .get("egress_lossless_pool")
+        .or_else(|| pools.get("ingress_lossless_pool"))
+        .copied()
+        .or_else(|| pools.values().max().copied())
+        .unwrap_or(0);
+
+    let mut found: Vec<(QueueRef, String)> = Vec::new();
+    for (name, fields) in &snapshot.queues {
+        let Some(profile) = schema::field(fields, schema::WRED_PROFILE_FIELD) else { continue };
+        let Some((port, queue)) = schema::parse_queue_key(&format!("QUEUE|{name}")) else {
+            warn!(
+                key = %format!("QUEUE|{name}"),
+                "this QUEUE entry covers several ports or queues; ecn-tuner controls only entries of one \
+                 port and queue (QUEUE|<port>|<queue>) and leaves it alone"
+            );
+            continue;
+        };
+        found.push((QueueRef { port, queue }, profile.to_string()));
+    }
+    found.sort_by(|(a, _), (b, _)| schema::port_order(&a.port, &b.port).then(a.queue.cmp(&b.queue)));
+
+    let mut appl: Option<Connection> = None;
+    let mut queues = Vec::new();
+    let mut layout = Layout { queues: Vec::new(), homes: Vec::new(), originals: BTreeMap::new() };
+    let mut initial = Vec::new();
+    for (q, bound) in found {
+        let name = q.name();
+        let Some(fields) = snapshot.profiles.get(&bound) else {
+            warn!(queue = %name, profile = %bound, "the queue's WRED profile does not exist; queue left alone");
+            continue;
+        };
+        let Some(setting) = schema::green_setting(fields) else {
+            warn!(queue = %name, profile = %bound, "the profile has no numeric green thresholds; queue left alone");
+            continue;
+        };
+        let link_bps = match speeds.get(&q.port) {
+            Some(b) => *b,
+            None => {
+                if appl.is_none() {
+                    appl = target.connect(appl_db, "ecn-tuner-discover").ok();
+                }
+                let key = format!("{}:{}", schema::APPL_PORT_TABLE, q.port);
+                let v: Option<String> =
+                    appl.as_mut().and_then(|c| redis::cmd("HGET").arg(&key).arg("speed").query(c).ok()).flatten();
+                match v.as_deref().and_then(schema::parse_speed_mbps) {
+                    Some(b) => b,
+                    None => {
+                        warn!(queue = %name, "no speed for the port in CONFIG_DB PORT or APPL_DB PORT_TABLE; queue left alone");
+                        continue;
+                    }
+                }
+            }
+        };
+        // Home: the recorded binding if the queue now sits on one of our profiles.
+        let home = match recording
+            .and_then(|r| r.queue.get(&name))
+            .and_then(|f| schema::field(f, schema::WRED_PROFILE_FIELD))
+        {
+            Some(orig) if schema::is_tuner_profile(&bound) && snapshot.profiles.contains_key(orig) => orig.to_string(),
+            _ => bound.clone(),
+        };
+        if schema::is_tuner_profile(&home) {
+            warn!(
+                queue = %name,
+                profile = %home,
+                "the queue is bound to an ecn-tuner profile but no recording of its original profile exists"
+            );
+        }
+        let original = recording
+            .and_then(|r| r.wred_profile.get(&home))
+            .or_else(|| snapshot.profiles.get(&home))
+            .cloned()
+            .unwrap_or_default();
+        let ecn = schema::field(&original, "ecn").unwrap_or("");
+        if ecn.is_empty() || ecn == "ecn_none" {
+            warn!(profile = %home, ecn, "the profile does not mark ECN (field ecn); thresholds still apply to WRED drops");
+        }
+        layout.originals.entry(home.clone()).or_insert(original);
+        queues.push(QueueCap {
+            key: QueueKey { switch: switch.clone(), port: q.port.clone(), queue: q.queue },
+            link_bps,
+            // SONiC's PG `xoff` is headroom, not the level at which PAUSE starts (that is
+            // dynamic, from the shared pool): no safe number to give.
+            pfc_xoff_bytes: 0,
+        });
+        layout.queues.push(q);
+        layout.homes.push(home);
+        initial.push(setting);
+    }
+    if queues.is_empty() {
+        return Err(ActuatorError::BadInput(format!(
+            "--redis {}: no QUEUE|<port>|<queue> entry of CONFIG_DB (db {config_db}) is bound to a WRED profile \
+             with green thresholds and a port speed; nothing to tune",
+            target.url()
+        )));
+    }
+    let caps = BackendCaps {
+        backend: "sonic".into(),
+        queues,
+        buffer_bytes,
+        bounds: Bounds::for_buffer(buffer_bytes),
+        min_telemetry_interval_ns: interval_ns,
+    };
+    Ok(Discovery { caps, layout, snapshot, initial })
+}
+
+/// What the managed part of CONFIG_DB should look like for a set of settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// Profiles that must exist with exactly these fields (home profiles and ours in use).
+    pub profiles: BTreeMap<String, Fields>,
+    /// Profile of each queue.
+    pub bindings: Vec<String>,
+    /// Profiles of ours to delete.
+    pub delete: BTreeSet<String>,
+}
+
+/// Settings are the same on the switch when their thresholds and whole-percent probability are.
+fn effective(s: &EcnSetting) -> (u64, u64, u32) {
+    (s.kmin_bytes, s.kmax_bytes, schema::drop_probability(s.pmax))
+}
+
+/// The managed tables for `settings` (one per queue of `layout`), given the tables now.
+pub fn target(layout: &Layout, now: &Snapshot, settings: &[EcnSetting]) -> Target {
+    let mut by_home: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, h) in layout.homes.iter().enumerate() {
+        by_home.entry(h.as_str()).or_default().push(i);
+    }
+    let mut profiles = BTreeMap::new();
+    let mut bindings = vec![String::new(); layout.queues.len()];
+    let empty = Fields::new();
+    for (home, idx) in by_home {
+        // The setting most of the home's queues want; ties go to the first queue's.
+        let mut counts: Vec<((u64, u64, u32), usize, usize)> = Vec::new();
+        for &i in &idx {
+            let e = effective(&settings[i]);
+            match counts.iter_mut().find(|c| c.0 == e) {
+                Some(c) => c.1 += 1,
+                None => counts.push((e, 1, i)),
+            }
+        }
+        let best = counts.iter().max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2))).expect("a home has queues");
+        let (shared, first) = (best.0, best.2);
+        let original = layout.originals.get(home).unwrap_or(&empty);
+        let current_home = now.profiles.get(home).unwrap_or(original);
+        profiles.insert(home.to_string(), with_setting(current_home, original, &settings[first]));
+        for &i in &idx {
+            if effective(&settings[i]) == shared {
+                bindings[i] = home.to_string();
+            } else {
+                let q = &layout.queues[i];
+                let own = schema::tuner_profile_name(&q.port, q.queue);
+                profiles.insert(own.clone(), with_setting(current_home, original, &settings[i]));
+                bindings[i] = own;
+            }
+        }
+    }
+    let homes: BTreeSet<&String> = layout.homes.iter().collect();
+    let managed: BTreeSet<String> = layout.queues.iter().map(QueueRef::name).collect();
+    // Ours, unused by the target bindings and by any queue we do not control.
+    let used_elsewhere: BTreeSet<&str> = now
+        .queues
+        .iter()
+        .filter(|(k, _)| !managed.contains(*k))
+        .filter_map(|(_, f)| schema::field(f, schema::WRED_PROFILE_FIELD))
+        .collect();
+    let delete = now
+        .profiles
+        .keys()
+        .filter(|p| schema::is_tuner_profile(p) && !profiles.contains_key(*p) && !homes.contains(p))
+        .filter(|p| !used_elsewhere.contains(p.as_str()))
+        .cloned()
+        .collect();
+    Target { profiles, bindings, delete }
+}
+
+/// `base`'s fields with the thresholds and probability of `s`, yellow/red following green as
+/// decided on `original`.
+fn with_setting(base: &Fields, original: &Fields, s: &EcnSetting) -> Fields {
+    let wanted = schema::profile_fields(original, s);
+    let mut out = base.clone();
+    for colour in schema::COLOURS {
+        let (thresholds, prob) = schema::follows_green(original, colour);
+        let (fmin, fmax, fp) = schema::colour_fields(colour);
+        let mut names = Vec::new();
+        if thresholds {
+            names.extend([fmin, fmax]);
+        }
+        if prob {
+            names.push(fp);
+        }
+        for n in names {
+            if let Some(v) = schema::field(&wanted, &n) {
+                schema::set_field(&mut out, &n, v.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// One Redis write of a transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// `HSET key f1 v1 f2 v2 ...`: a whole new hash in one command.
+    Create(String, Fields),
+    /// `HSET key field value`.
+    Set(String, String, String),
+    /// `HDEL key field`.
+    Unset(String, String),
+    /// `DEL key`.
+    Del(String),
+}
+
+/// The writes from `now` to `t`, in a safe order: new profiles exist before a queue is bound to
+/// them, profile edits keep `min <= max` at every step, bindings change next, and profiles of
+/// ours are deleted only once nothing uses them.
+pub fn plan(layout: &Layout, now: &Snapshot, t: &Target) -> Vec<Op> {
+    let pkey = |n: &str| schema::config_key(schema::WRED_PROFILE, n);
+    let mut ops = Vec::new();
+    for (name, fields) in &t.profiles {
+        if !now.profiles.contains_key(name) {
+            ops.push(Op::Create(pkey(name), fields.clone()));
+        }
+    }
+    for (name, fields) in &t.profiles {
+        if let Some(cur) = now.profiles.get(name) {
+            let (writes, removed) = schema::ordered_writes(cur, fields);
+            ops.extend(writes.into_iter().map(|(f, v)| Op::Set(pkey(name), f, v)));
+            ops.extend(removed.into_iter().map(|f| Op::Unset(pkey(name), f)));
+        }
+    }
+    for (q, want) in layout.queues.iter().zip(&t.bindings) {
+        let name = q.name();
+        let cur = now.queues.get(&name).and_then(|f| schema::field(f, schema::WRED_PROFILE_FIELD));
+        if cur != Some(want.as_str()) {
+            ops.push(Op::Set(
+                schema::config_key(schema::QUEUE, &name),
+                schema::WRED_PROFILE_FIELD.into(),
+                want.clone(),
+            ));
+        }
+    }
+    for name in &t.delete {
+        ops.push(Op::Del(pkey(name)));
+    }
+    ops
+}
+
+/// `now` after `ops` succeeded.
+pub fn after(now: &Snapshot, ops: &[Op]) -> Snapshot {
+    let mut s = now.clone();
+    let split = |key: &str| -> (bool, String) {
+        match key.split_once('|') {
+            Some((t, rest)) => (t == schema::WRED_PROFILE, rest.to_string()),
+            None => (false, key.to_string()),
+        }
+    };
+    for op in ops {
+        match op {
+            Op::Create(k, f) => {
+                let (profile, n) = split(k);
+                let table = if profile { &mut s.profiles } else { &mut s.queues };
+                table.insert(n, f.clone());
+            }
+            Op::Set(k, f, v) => {
+                let (profile, n) = split(k);
+                let table = if profile { &mut s.profiles } else { &mut s.queues };
+                schema::set_field(table.entry(n).or_default(), f, v.clone());
+            }
+            Op::Unset(k, f) => {
+                let (profile, n) = split(k);
+                let table = if profile { &mut s.profiles } else { &mut s.queues };
+                if let Some(e) = table.get_mut(&n) {
+                    e.retain(|(x, _)| x != f);
+                }
+            }
+            Op::Del(k) => {
+                let (profile, n) = split(k);
+                let table = if profile { &mut s.profiles } else { &mut s.queues };
+                table.remove(&n);
+            }
+        }
+    }
+    s
+}
+
+/// Whether `read` shows the managed part of `t` in full (field order aside).
+pub fn shows(layout: &Layout, read: &Snapshot, t: &Target) -> bool {
+    let profiles_ok =
+        t.profiles.iter().all(|(n, f)| read.profiles.get(n).is_some_and(|r| schema::as_map(r) == schema::as_map(f)));
+    let bindings_ok = layout.queues.iter().zip(&t.bindings).all(|(q, b)| {
+        read.queues.get(&q.name()).and_then(|f| schema::field(f, schema::WRED_PROFILE_FIELD)) == Some(b.as_str())
+    });
+    let deleted_ok = t.delete.iter().all(|n| !read.profiles.contains_key(n));
+    profiles_ok && bindings_ok && deleted_ok
+}
+
+/// Run `ops` as one MULTI/EXEC transaction: all of them or none.
+pub fn exec(con: &mut Connection, ops: &[Op]) -> redis::RedisResult<()> {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for op in ops {
+        match op {
+            Op::Create(k, f) => {
+                let c = pipe.cmd("HSET").arg(k);
+                for (field, value) in f {
+                    c.arg(field).arg(value);
+                }
+                c.ignore();
+            }
+            Op::Set(k, f, v) => {
+                pipe.cmd("HSET").arg(k).arg(f).arg(v).ignore();
+            }
+            Op::Unset(k, f) => {
+                pipe.cmd("HDEL").arg(k).arg(f).ignore();
+            }
+            Op::Del(k) => {
+                pipe.cmd("DEL").arg(k).ignore();
+            }
+        }
+    }
+    pipe.query::<()>(con)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(pairs: &[(&str, &str)]) -> Fields {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn azure() -> Fields {
+        f(&[
+            ("ecn", "ecn_all"),
+            ("green_drop_probability", "5"),
+            ("green_max_threshold", "2097152"),
+            ("green_min_threshold", "1048576"),
+            ("wred_green_enable", "true"),
+        ])
+    }
+
+    fn world() -> (Layout, Snapshot) {
+        let queues: Vec<QueueRef> = ["Ethernet0", "Ethernet4"]
+            .iter()
+            .flat_map(|p| [3, 4].map(|q| QueueRef { port: p.to_string(), queue: q }))
+            .collect();
+        let mut snap = Snapshot::default();
+        snap.profiles.insert("AZURE_LOSSLESS".into(), azure());
+        snap.profiles.insert("AZURE_LOSSY".into(), f(&[("ecn", "ecn_none")]));
+        for q in &queues {
+            snap.queues.insert(q.name(), f(&[("scheduler", "scheduler.1"), ("wred_profile", "AZURE_LOSSLESS")]));
+        }
+        snap.queues.insert("Ethernet0|0".into(), f(&[("scheduler", "scheduler.0")]));
+        let layout = Layout {
+            homes: vec!["AZURE_LOSSLESS".into(); queues.len()],
+            originals: [("AZURE_LOSSLESS".to_string(), azure())].into(),
+            queues,
+        };
+        (layout, snap)
+    }
+
+    const ORIG: EcnSetting = EcnSetting { kmin_bytes: 1_048_576, kmax_bytes: 2_097_152, pmax: 0.05 };
+    const NEW: EcnSetting = EcnSetting { kmin_bytes: 100_000, kmax_bytes: 400_000, pmax: 0.5 };
+
+    #[test]
+    fn the_same_setting_everywhere_edits_the_shared_profile_in_place() {
+        let (layout, snap) = world();
+        let t = target(&layout, &snap, &[NEW; 4]);
+        assert!(t.bindings.iter().all(|b| b == "AZURE_LOSSLESS"));
+        let ops = plan(&layout, &snap, &t);
+        // Lowering: min first, then max.
+        assert_eq!(
+            ops,
+            vec![
+                Op::Set("WRED_PROFILE|AZURE_LOSSLESS".into(), "green_min_threshold".into(), "100000".into()),
+                Op::Set("WRED_PROFILE|AZURE_LOSSLESS".into(), "green_max_threshold".into(), "400000".into()),
+                Op::Set("WRED_PROFILE|AZURE_LOSSLESS".into(), "green_drop_probability".into(), "50".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_queue_that_differs_gets_its_own_profile_and_going_back_removes_it() {
+        let (layout, snap) = world();
+        let t = target(&layout, &snap, &[ORIG, NEW, ORIG, ORIG]);
+        assert_eq!(t.bindings[1], "ECN_TUNER_Ethernet0_4");
+        assert_eq!(t.bindings[0], "AZURE_LOSSLESS");
+        let ops = plan(&layout, &snap, &t);
+        assert!(matches!(&ops[0], Op::Create(k, _) if k == "WRED_PROFILE|ECN_TUNER_Ethernet0_4"), "{ops:?}");
+        assert_eq!(
+            ops.last(),
+            Some(&Op::Set("QUEUE|Ethernet0|4".into(), "wred_profile".into(), "ECN_TUNER_Ethernet0_4".into()))
+        );
+        let mid = after(&snap, &ops);
+        assert!(shows(&layout, &mid, &t));
+        let own = &mid.profiles["ECN_TUNER_Ethernet0_4"];
+        assert_eq!(schema::field(own, "ecn"), Some("ecn_all"), "copied from the home profile");
+        assert_eq!(schema::green_setting(own).unwrap(), NEW);
+
+        // Back to the original settings: bindings and tables exactly as before.
+        let back = target(&layout, &mid, &[ORIG; 4]);
+        let ops = plan(&layout, &mid, &back);
+        assert_eq!(ops.last(), Some(&Op::Del("WRED_PROFILE|ECN_TUNER_Ethernet0_4".into())));
+        assert_eq!(after(&mid, &ops), snap);
+    }
+
+    #[test]
+    fn the_majority_keeps_the_home_profile() {
+        let (layout, snap) = world();
+        let t = target(&layout, &snap, &[ORIG, NEW, NEW, NEW]);
+        assert_eq!(t.bindings, ["ECN_TUNER_Ethernet0_3", "AZURE_LOSSLESS", "AZURE_LOSSLESS", "AZURE_LOSSLESS"]);
+        assert_eq!(schema::green_setting(&t.profiles["AZURE_LOSSLESS"]).unwrap(), NEW);
+        assert_eq!(schema::green_setting(&t.profiles["ECN_TUNER_Ethernet0_3"]).unwrap(), ORIG);
+        assert!(plan(&layout, &after(&snap, &plan(&layout, &snap, &t)), &t).is_empty(), "idempotent");
+    }
+}

@@ -1,0 +1,394 @@
+//! COUNTERS_DB → telemetry: poll the SAI counters of every controlled queue (and the PFC
+//! counters of its port and priority) at the configured interval and turn the cumulative
+//! counters into one per-interval sample per queue.
+//!
+//! - Queue `q` of port `p` is `COUNTERS:<oid>` with the oid from `COUNTERS_QUEUE_NAME_MAP`
+//!   (`p:q`); its PFC counters are those of priority `q` in `COUNTERS:<port oid>` (from
+//!   `COUNTERS_PORT_NAME_MAP`): SONiC's lossless queues 3 and 4 carry PFC priorities 3 and 4.
+//! - Cumulative counters go through [`ecn_datasets::counters`]: growth is a delta, a wrap of a
+//!   narrower counter (`--counter-bits 32`) is the distance across the top, and a decrease or an
+//!   implausible jump (more than the line could carry) is a reset: that queue's sample for the
+//!   interval is dropped, never guessed, and counting resumes from the new value.
+//! - Depth: `SAI_QUEUE_STAT_SHARED_WATERMARK_BYTES` is the peak since the flex counter last
+//!   read it (`queue_bytes_max`); `SAI_QUEUE_STAT_CURR_OCCUPANCY_BYTES`, where the platform
+//!   has it, is the depth now (`queue_bytes`, and `queue_bytes_avg` for lack of a time average);
+//!   without it both are the watermark.
+//! - Poll no faster than SONiC's own `counterpoll` intervals for queues and ports: a counter
+//!   that SONiC refreshes every 10 s moves in 10 s lumps, which a 1 s poll would see as
+//!   implausible jumps.
+
+use super::config::QueueRef;
+use super::conn::RedisTarget;
+use super::schema;
+use ecn_datasets::counters::{counter_step, max_plausible_bytes, CounterStep, CounterWidth};
+use ecn_env::EcnSetting;
+use ecn_proto::v1 as pb;
+use redis::Connection;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
+use tracing::{debug, info, warn};
+
+/// One reading of one queue: cumulative counters and gauges, `None` where the field is absent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reading {
+    /// `SAI_QUEUE_STAT_BYTES`.
+    pub bytes: Option<u64>,
+    /// `SAI_QUEUE_STAT_PACKETS`.
+    pub packets: Option<u64>,
+    /// `SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS`.
+    pub ecn_marked: Option<u64>,
+    /// `SAI_QUEUE_STAT_SHARED_WATERMARK_BYTES` (gauge).
+    pub watermark: Option<u64>,
+    /// `SAI_QUEUE_STAT_CURR_OCCUPANCY_BYTES` (gauge).
+    pub occupancy: Option<u64>,
+    /// `SAI_QUEUE_STAT_DROPPED_PACKETS`.
+    pub dropped: Option<u64>,
+    /// `SAI_PORT_STAT_PFC_<q>_RX_PKTS`.
+    pub pfc_rx: Option<u64>,
+    /// `SAI_PORT_STAT_PFC_<q>_TX_PKTS`.
+    pub pfc_tx: Option<u64>,
+    /// `SAI_PORT_STAT_PFC_<q>_RX_PAUSE_DURATION_US`.
+    pub pause_us: Option<u64>,
+}
+
+/// Per-interval deltas of one queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Deltas {
+    /// Interval length, ns.
+    pub span_ns: u64,
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Packets sent.
+    pub packets: u64,
+    /// Packets marked.
+    pub ecn_marked: u64,
+    /// Packets dropped.
+    pub dropped: u64,
+    /// PAUSE frames received.
+    pub pfc_rx: u64,
+    /// PAUSE frames sent.
+    pub pfc_tx: u64,
+    /// Time paused, ns (at most the interval).
+    pub paused_ns: u64,
+}
+
+/// Turns successive readings of each queue into deltas.
+#[derive(Debug)]
+pub struct Tracker {
+    width: CounterWidth,
+    prev: Vec<Option<(Instant, Reading)>>,
+}
+
+/// Smallest Ethernet frame: bounds packet counts by byte counts.
+const MIN_FRAME_BYTES: u64 = 64;
+
+impl Tracker {
+    /// `queues` queues whose counters are `width` bits wide.
+    pub fn new(queues: usize, width: CounterWidth) -> Tracker {
+        Tracker { width, prev: vec![None; queues] }
+    }
+
+    /// Forget queue `i`'s last reading (its counters moved to another object).
+    pub fn forget(&mut self, i: usize) {
+        self.prev[i] = None;
+    }
+
+    /// Take a reading of queue `i` at `at`. Returns the deltas since the previous reading, or
+    /// `None` on the first reading and when any counter was reset (the interval is dropped).
+    pub fn step(&mut self, i: usize, at: Instant, r: Reading, link_bps: u64) -> Option<Deltas> {
+        let prev = self.prev[i].replace((at, r));
+        let (t0, p) = prev?;
+        let span = at.saturating_duration_since(t0);
+        let span_ns = span.as_nanos().min(u128::from(u64::MAX)) as u64;
+        let bytes_cap = max_plausible_bytes(link_bps, span_ns);
+        let pkts_cap = bytes_cap / MIN_FRAME_BYTES + 1;
+        let us_cap = (span.as_micros() as u64).saturating_mul(5) / 4 + 1_000;
+        let mut reset = false;
+        let mut d = |old: Option<u64>, new: Option<u64>, cap: Option<u64>| -> u64 {
+            match (old, new) {
+                (Some(o), Some(n)) => match counter_step(o, n, self.width, cap) {
+                    CounterStep::Reset => {
+                        reset = true;
+                        0
+                    }
+                    s => s.delta().unwrap_or(0),
+                },
+                // Absent (the platform does not count it), or appeared just now: nothing known.
+                _ => 0,
+            }
+        };
+        let out = Deltas {
+            span_ns,
+            bytes: d(p.bytes, r.bytes, Some(bytes_cap)),
+            packets: d(p.packets, r.packets, Some(pkts_cap)),
+            ecn_marked: d(p.ecn_marked, r.ecn_marked, Some(pkts_cap)),
+            // Drops come from every ingress port at once: no line-rate bound.
+            dropped: d(p.dropped, r.dropped, None),
+            pfc_rx: d(p.pfc_rx, r.pfc_rx, Some(pkts_cap)),
+            pfc_tx: d(p.pfc_tx, r.pfc_tx, Some(pkts_cap)),
+            paused_ns: d(p.pause_us, r.pause_us, Some(us_cap)).saturating_mul(1_000).min(span_ns),
+        };
+        (!reset).then_some(out)
+    }
+}
+
+/// The wire sample of one queue's interval.
+pub fn sample(
+    key: &pb::QueueId,
+    link_bps: u64,
+    ts_ns: u64,
+    r: &Reading,
+    d: &Deltas,
+    s: &EcnSetting,
+) -> pb::TelemetrySample {
+    let depth = r.occupancy.or(r.watermark).unwrap_or(0);
+    let peak = r.watermark.unwrap_or(0).max(depth);
+    pb::TelemetrySample {
+        ts_ns,
+        id: Some(key.clone()),
+        link_bps,
+        queue_bytes: depth,
+        queue_bytes_avg: depth as f64,
+        queue_bytes_max: peak,
+        tx_bytes: d.bytes,
+        tx_pkts: d.packets,
+        ecn_marked_pkts: d.ecn_marked,
+        pfc_pause_rx: d.pfc_rx,
+        pfc_pause_tx: d.pfc_tx,
+        paused_ns: d.paused_ns,
+        drops: d.dropped,
+        ecn: Some(pb::EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }),
+    }
+}
+
+/// How often the name maps are read again (oids change when syncd restarts).
+const MAP_REFRESH: Duration = Duration::from_secs(60);
+
+/// The polling thread.
+pub struct Poller {
+    /// Where Redis is.
+    pub target: RedisTarget,
+    /// COUNTERS_DB index.
+    pub db: i64,
+    /// The queues, with their line rates and wire ids, in capabilities order.
+    pub queues: Vec<(QueueRef, u64, pb::QueueId)>,
+    /// Poll period.
+    pub interval: Duration,
+    /// Counter width.
+    pub width: CounterWidth,
+    /// Settings in effect (reported with each sample).
+    pub settings: Arc<Mutex<Vec<EcnSetting>>>,
+    /// Where batches go.
+    pub tx: broadcast::Sender<Arc<pb::TelemetryBatch>>,
+    /// Set to stop.
+    pub stop: Arc<AtomicBool>,
+    /// Zero of `ts_ns`.
+    pub epoch: Instant,
+}
+
+/// Queue and port oids of every controlled queue (`None`: not in the maps).
+type Oids = Vec<Option<(String, String)>>;
+
+impl Poller {
+    /// Poll until stopped.
+    pub fn run(self) {
+        let mut tracker = Tracker::new(self.queues.len(), self.width);
+        let mut con: Option<Connection> = None;
+        let mut oids: Option<(Instant, Oids)> = None;
+        let mut down = false;
+        let mut next = Instant::now();
+        while !self.stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep((next - now).min(Duration::from_millis(50)));
+                continue;
+            }
+            next = if now.duration_since(next) > self.interval { now + self.interval } else { next + self.interval };
+            match self.poll(&mut con, &mut oids, &mut tracker) {
+                Ok(n) => {
+                    if down {
+                        info!(url = %self.target.url(), "COUNTERS_DB is back; telemetry resumes");
+                        down = false;
+                    }
+                    debug!(samples = n, "telemetry polled");
+                }
+                Err(e) => {
+                    if !down {
+                        warn!("telemetry stops until COUNTERS_DB answers again: {e}");
+                        down = true;
+                    }
+                    con = None;
+                }
+            }
+        }
+        debug!("COUNTERS_DB poller stopped");
+    }
+
+    fn load_oids(&self, con: &mut Connection, tracker: &mut Tracker, old: Option<&Oids>) -> redis::RedisResult<Oids> {
+        let qmap: HashMap<String, String> = redis::cmd("HGETALL").arg(schema::QUEUE_NAME_MAP).query(con)?;
+        let pmap: HashMap<String, String> = redis::cmd("HGETALL").arg(schema::PORT_NAME_MAP).query(con)?;
+        let mut out = Vec::with_capacity(self.queues.len());
+        let mut missing = Vec::new();
+        for (i, (q, _, _)) in self.queues.iter().enumerate() {
+            let ids = qmap
+                .get(&schema::queue_counter_name(&q.port, q.queue))
+                .zip(pmap.get(&q.port))
+                .map(|(a, b)| (a.clone(), b.clone()));
+            if ids.is_none() {
+                missing.push(q.name());
+            }
+            if old.is_some_and(|o| o[i] != ids) {
+                tracker.forget(i);
+            }
+            out.push(ids);
+        }
+        if !missing.is_empty() {
+            warn!(
+                queues = missing.len(),
+                first = %missing[0],
+                "queues without counters in COUNTERS_QUEUE_NAME_MAP/COUNTERS_PORT_NAME_MAP get no telemetry \
+                 (is `counterpoll queue enable` set?)"
+            );
+        }
+        Ok(out)
+    }
+
+    /// One poll; returns how many samples were published.
+    fn poll(
+        &self,
+        con: &mut Option<Connection>,
+        oids: &mut Option<(Instant, Oids)>,
+        tracker: &mut Tracker,
+    ) -> Result<usize, String> {
+        if con.is_none() {
+            *con = Some(self.target.connect(self.db, "ecn-tuner-counters")?);
+        }
+        let c = con.as_mut().expect("connected");
+        let err = |e: redis::RedisError| format!("COUNTERS_DB (db {}): {e}", self.db);
+        if oids.as_ref().is_none_or(|(at, _)| at.elapsed() > MAP_REFRESH) {
+            let fresh = self.load_oids(c, tracker, oids.as_ref().map(|(_, o)| o)).map_err(err)?;
+            *oids = Some((Instant::now(), fresh));
+        }
+        let ids = &oids.as_ref().expect("loaded").1;
+
+        // One round trip: every queue's counters, then every port's PFC counters.
+        let mut pipe = redis::pipe();
+        let mut port_fields: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for ((q, _, _), id) in self.queues.iter().zip(ids) {
+            if let Some((_, port_oid)) = id {
+                port_fields.entry(port_oid.as_str()).or_default().extend(schema::pfc_fields(q.queue));
+            }
+        }
+        let polled: Vec<usize> = (0..self.queues.len()).filter(|&i| ids[i].is_some()).collect();
+        for &i in &polled {
+            let (qoid, _) = ids[i].as_ref().expect("polled");
+            pipe.cmd("HMGET").arg(schema::counters_key(qoid)).arg(&schema::QUEUE_STAT_FIELDS[..]);
+        }
+        for (port_oid, fields) in &port_fields {
+            pipe.cmd("HMGET").arg(schema::counters_key(port_oid)).arg(fields);
+        }
+        let replies: Vec<Vec<Option<String>>> = pipe.query(c).map_err(err)?;
+        let at = Instant::now();
+        let num = |v: &Option<String>| v.as_deref().and_then(|s| s.trim().parse::<u64>().ok());
+        let (queue_replies, port_replies) = replies.split_at(polled.len());
+        let mut pfc: HashMap<(&str, String), Option<u64>> = HashMap::new();
+        for ((port_oid, fields), vals) in port_fields.iter().zip(port_replies) {
+            for (f, v) in fields.iter().zip(vals) {
+                pfc.insert((port_oid, f.clone()), num(v));
+            }
+        }
+        let settings = self.settings.lock().expect("sonic settings lock").clone();
+        let ts_ns = at.duration_since(self.epoch).as_nanos() as u64;
+        let mut samples = Vec::new();
+        let mut reload = false;
+        for (&i, vals) in polled.iter().zip(queue_replies) {
+            let (q, link_bps, id) = &self.queues[i];
+            let (_, port_oid) = ids[i].as_ref().expect("polled");
+            let [rx, tx, us] = schema::pfc_fields(q.queue);
+            let get = |f: String| pfc.get(&(port_oid.as_str(), f)).copied().flatten();
+            let r = Reading {
+                bytes: num(&vals[0]),
+                packets: num(&vals[1]),
+                ecn_marked: num(&vals[2]),
+                watermark: num(&vals[3]),
+                occupancy: num(&vals[4]),
+                dropped: num(&vals[5]),
+                pfc_rx: get(rx),
+                pfc_tx: get(tx),
+                pause_us: get(us),
+            };
+            if r.bytes.is_none() && r.packets.is_none() {
+                // The counters object is gone (syncd restarted?): look the oids up again.
+                reload = true;
+                tracker.forget(i);
+                continue;
+            }
+            match tracker.step(i, at, r, *link_bps) {
+                Some(d) => samples.push(sample(id, *link_bps, ts_ns, &r, &d, &settings[i])),
+                None => debug!(queue = %q.name(), "no sample this interval (first reading, or a counter reset)"),
+            }
+        }
+        if reload {
+            *oids = None;
+        }
+        let n = samples.len();
+        if n > 0 {
+            // No subscriber is not an error.
+            let _ = self.tx.send(Arc::new(pb::TelemetryBatch { ts_ns, samples }));
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G100: u64 = 100_000_000_000;
+
+    fn reading(bytes: u64, packets: u64, pause_us: u64) -> Reading {
+        Reading {
+            bytes: Some(bytes),
+            packets: Some(packets),
+            ecn_marked: Some(packets / 10),
+            watermark: Some(50_000),
+            pfc_rx: Some(packets / 100),
+            pfc_tx: Some(0),
+            pause_us: Some(pause_us),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn growth_wrap_and_reset() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut t = Tracker::new(1, CounterWidth(32));
+        assert_eq!(t.step(0, t0, reading(1_000, 10, 0), G100), None, "first reading: no delta");
+        let d = t.step(0, ms(100), reading(1_000_000, 1_000, 50_000), G100).unwrap();
+        assert_eq!((d.bytes, d.packets, d.ecn_marked, d.paused_ns), (999_000, 990, 99, 50_000_000));
+        // A reset (the counters cleared): the interval is dropped, then counting resumes.
+        assert_eq!(t.step(0, ms(200), reading(100, 1, 0), G100), None);
+        let d = t.step(0, ms(300), reading(600, 6, 0), G100).unwrap();
+        assert_eq!((d.bytes, d.packets), (500, 5));
+        // 32-bit wrap of the byte counter: the distance across the top, not a reset.
+        let near_top = u32::MAX as u64 - 999;
+        let mut t = Tracker::new(1, CounterWidth(32));
+        t.step(0, t0, reading(near_top, 2_000, 0), G100);
+        let d = t.step(0, ms(100), reading(5_000, 3_000, 0), G100).unwrap();
+        assert_eq!((d.bytes, d.packets), (6_000, 1_000));
+    }
+
+    #[test]
+    fn an_implausible_jump_is_a_reset_not_a_spike() {
+        let t0 = Instant::now();
+        let mut t = Tracker::new(1, CounterWidth::SAI);
+        t.step(0, t0, reading(1_000, 10, 0), G100);
+        // 100 Gb/s for 100 ms is 1.25 GB; 10 GB is not possible.
+        let jump = t.step(0, t0 + Duration::from_millis(100), reading(10_000_000_000, 20, 0), G100);
+        assert_eq!(jump, None);
+    }
+}

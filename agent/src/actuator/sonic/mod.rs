@@ -1,0 +1,383 @@
+//! The `sonic` backend: a SONiC switch through its Redis databases (REFERENCE.md §7).
+//!
+//! - [`schema`]: database indices, table and field names, value parsing, profile naming;
+//! - [`config`]: CONFIG_DB capabilities and the WRED writes, one MULTI/EXEC per apply;
+//! - [`counters`]: COUNTERS_DB polling into per-interval telemetry batches;
+//! - [`originals`]: the recording of the original profiles, and `sonic restore`;
+//! - [`conn`]: connections (one URL, one database index per SONiC database).
+//!
+//! Redis I/O never runs on the async runtime's workers: writes go through a dedicated writer
+//! thread that owns the CONFIG_DB connection (the calling thread waits for its answer, handed
+//! over to the runtime with `block_in_place` so other tasks keep running), and telemetry comes
+//! from a polling thread. Every socket has a timeout (`--redis-timeout`), so an apply against a
+//! Redis that went away fails within a bounded time instead of hanging.
+//!
+//! ## An apply, and a Redis that goes away in the middle of one
+//!
+//! All queues of one apply are written in one MULTI/EXEC transaction: other clients see CONFIG_DB
+//! fully old or fully new. If the connection breaks before EXEC, Redis discards the queued
+//! commands. If it breaks after EXEC ran but before its answer arrived, the writer cannot tell
+//! from the error alone: it reconnects once and reads the tables back. Only when they show the
+//! new settings is the apply reported done; otherwise it is reported failed (nothing changed,
+//! as the service expects), and the writer reads CONFIG_DB afresh before its next write, so
+//! that a transaction that did land unseen is corrected by the next apply or revert.
+
+pub mod config;
+pub mod conn;
+pub mod counters;
+pub mod originals;
+pub mod schema;
+
+use super::backend::{Backend, BackendCaps, BackendError, NoTelemetry, TelemetryReceiver};
+use super::ActuatorError;
+use config::{Layout, Snapshot};
+use conn::RedisTarget;
+use ecn_datasets::counters::CounterWidth;
+use ecn_env::EcnSetting;
+use ecn_proto::v1 as pb;
+use originals::{Recorder, Recording};
+use redis::Connection;
+use schema::DbIndices;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
+use tracing::{debug, info, warn};
+
+/// Default `--poll-interval`: SONiC's gNMI minimum sample interval, and a common `counterpoll`
+/// setting for port counters.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Default `--redis-timeout`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How to reach and read the switch.
+#[derive(Debug, Clone)]
+pub struct SonicOptions {
+    /// `redis://HOST:PORT` or `unix:///var/run/redis/redis.sock`.
+    pub redis: String,
+    /// Database indices.
+    pub dbs: DbIndices,
+    /// Switch name; default: `DEVICE_METADATA|localhost` `hostname`.
+    pub switch_name: Option<String>,
+    /// COUNTERS_DB poll period (the native telemetry interval).
+    pub poll_interval: Duration,
+    /// Width of the switch's counters in bits (64 for SAI).
+    pub counter_bits: u32,
+    /// Connect, read and write timeout of every Redis call.
+    pub timeout: Duration,
+    /// Also keep the recording of the original profiles in this file.
+    pub originals_file: Option<PathBuf>,
+}
+
+impl SonicOptions {
+    /// Defaults for everything but the URL.
+    pub fn new(redis: impl Into<String>) -> SonicOptions {
+        SonicOptions {
+            redis: redis.into(),
+            dbs: DbIndices::default(),
+            switch_name: None,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            counter_bits: 64,
+            timeout: DEFAULT_TIMEOUT,
+            originals_file: None,
+        }
+    }
+}
+
+/// A request to the writer thread.
+struct Job {
+    settings: Vec<EcnSetting>,
+    reply: mpsc::SyncSender<Result<(), String>>,
+}
+
+/// A SONiC switch behind the actuator.
+pub struct SonicBackend {
+    caps: BackendCaps,
+    settings: Arc<Mutex<Vec<EcnSetting>>>,
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    telemetry: broadcast::WeakSender<Arc<pb::TelemetryBatch>>,
+    stop: Arc<AtomicBool>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl SonicBackend {
+    /// Read the switch's queues and start the writer and poller threads. Blocking: call it off
+    /// the async workers.
+    pub fn start(opts: SonicOptions) -> Result<SonicBackend, ActuatorError> {
+        if opts.poll_interval.is_zero() {
+            return Err(ActuatorError::BadInput("--poll-interval: must be positive".into()));
+        }
+        if !(8..=64).contains(&opts.counter_bits) {
+            return Err(ActuatorError::BadInput(format!(
+                "--counter-bits {}: must be between 8 and 64 (SAI counters are 64 bits wide)",
+                opts.counter_bits
+            )));
+        }
+        let target = RedisTarget::parse(&opts.redis, opts.timeout).map_err(ActuatorError::BadInput)?;
+        // The recording, if any, tells which profile each queue came from.
+        let mut state = target.connect(opts.dbs.state, "ecn-tuner-discover").map_err(ActuatorError::Failed)?;
+        let recording = match Recording::read(&mut state, opts.dbs.state).map_err(ActuatorError::Failed)? {
+            Some(r) => Some(r),
+            None => match &opts.originals_file {
+                Some(p) if p.exists() => Some(Recording::read_file(p).map_err(ActuatorError::BadInput)?),
+                _ => None,
+            },
+        };
+        drop(state);
+        let interval_ns = opts.poll_interval.as_nanos().min(u128::from(u64::MAX)) as u64;
+        let found = config::discover(
+            &target,
+            opts.dbs.config,
+            opts.dbs.appl,
+            opts.switch_name.as_deref(),
+            recording.as_ref(),
+            interval_ns,
+        )?;
+        let caps = found.caps;
+        let settings = Arc::new(Mutex::new(found.initial.clone()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let switch = caps.queues[0].key.switch.clone();
+        info!(
+            url = %target.url(),
+            switch = %switch,
+            queues = caps.queues.len(),
+            profiles = found.layout.originals.len(),
+            buffer_bytes = caps.buffer_bytes,
+            recorded_originals = recording.is_some(),
+            "SONiC switch found"
+        );
+
+        let writer = Writer {
+            target: target.clone(),
+            dbs: opts.dbs,
+            switch: switch.clone(),
+            layout: found.layout.clone(),
+            model: found.snapshot,
+            fresh: false,
+            con: None,
+            recorder: Recorder::new(opts.originals_file.clone()),
+        };
+        let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
+        let writer_thread = std::thread::Builder::new()
+            .name("ecn-sonic-writer".into())
+            .spawn(move || writer.run(jobs_rx))
+            .map_err(|e| ActuatorError::Failed(format!("cannot start the writer thread: {e}")))?;
+
+        let (tx, _) = broadcast::channel(1024);
+        let weak = tx.downgrade();
+        let poller = counters::Poller {
+            target,
+            db: opts.dbs.counters,
+            queues: found
+                .layout
+                .queues
+                .iter()
+                .zip(&caps.queues)
+                .map(|(q, c)| {
+                    let id = pb::QueueId { switch: c.key.switch.clone(), port: c.key.port.clone(), queue: c.key.queue };
+                    (q.clone(), c.link_bps, id)
+                })
+                .collect(),
+            interval: opts.poll_interval,
+            width: CounterWidth(opts.counter_bits),
+            settings: settings.clone(),
+            tx,
+            stop: stop.clone(),
+            epoch: Instant::now(),
+        };
+        let poller_thread = std::thread::Builder::new()
+            .name("ecn-sonic-poller".into())
+            .spawn(move || poller.run())
+            .map_err(|e| ActuatorError::Failed(format!("cannot start the telemetry thread: {e}")))?;
+        Ok(SonicBackend {
+            caps,
+            settings,
+            jobs: Mutex::new(Some(jobs_tx)),
+            telemetry: weak,
+            stop,
+            threads: Mutex::new(vec![writer_thread, poller_thread]),
+        })
+    }
+}
+
+/// Wait for `rx` without stalling the async runtime: on a multi-threaded runtime's worker the
+/// runtime moves its other tasks elsewhere meanwhile.
+fn wait<T>(rx: &mpsc::Receiver<T>) -> Result<T, mpsc::RecvError> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(|| rx.recv()),
+        _ => rx.recv(),
+    }
+}
+
+impl Backend for SonicBackend {
+    fn capabilities(&self) -> &BackendCaps {
+        &self.caps
+    }
+
+    fn read_settings(&self) -> Vec<EcnSetting> {
+        self.settings.lock().expect("sonic settings lock").clone()
+    }
+
+    fn apply(&self, settings: &[EcnSetting]) -> Result<(), BackendError> {
+        if settings.len() != self.caps.queues.len() {
+            return Err(BackendError(format!("expected {} settings, got {}", self.caps.queues.len(), settings.len())));
+        }
+        if let Some((q, e)) = settings.iter().enumerate().find_map(|(q, s)| s.validate().err().map(|e| (q, e))) {
+            return Err(BackendError(format!("queue {}: {e}", self.caps.queues[q].key)));
+        }
+        let (reply, rx) = mpsc::sync_channel(1);
+        let job = Job { settings: settings.to_vec(), reply };
+        let sent = self.jobs.lock().expect("sonic jobs lock").as_ref().map(|j| j.send(job).is_ok()).unwrap_or(false);
+        if !sent {
+            return Err(BackendError("the SONiC writer has stopped".into()));
+        }
+        match wait(&rx) {
+            Ok(Ok(())) => {
+                *self.settings.lock().expect("sonic settings lock") = settings.to_vec();
+                Ok(())
+            }
+            Ok(Err(e)) => Err(BackendError(e)),
+            Err(_) => Err(BackendError("the SONiC writer stopped during the apply".into())),
+        }
+    }
+
+    fn subscribe_telemetry(&self) -> Result<TelemetryReceiver, NoTelemetry> {
+        self.telemetry
+            .upgrade()
+            .map(|t| t.subscribe())
+            .ok_or_else(|| NoTelemetry::Stopped("the COUNTERS_DB poller has stopped (see the actuator's log)".into()))
+    }
+
+    fn shutdown(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.jobs.lock().expect("sonic jobs lock").take();
+        for t in self.threads.lock().expect("sonic threads lock").drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for SonicBackend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The writer thread's state: the CONFIG_DB connection and what it last saw there.
+struct Writer {
+    target: RedisTarget,
+    dbs: DbIndices,
+    switch: String,
+    layout: Layout,
+    /// The managed tables as they are after our last successful write.
+    model: Snapshot,
+    /// True when `model` was read from Redis since the last failure (or start).
+    fresh: bool,
+    con: Option<Connection>,
+    recorder: Recorder,
+}
+
+impl Writer {
+    fn run(mut self, jobs: mpsc::Receiver<Job>) {
+        while let Ok(job) = jobs.recv() {
+            let r = self.apply(&job.settings);
+            if let Err(e) = &r {
+                warn!("apply to CONFIG_DB failed: {e}");
+            }
+            let _ = job.reply.send(r);
+        }
+        debug!("SONiC writer stopped");
+    }
+
+    fn connection(&mut self) -> Result<&mut Connection, String> {
+        if self.con.is_none() {
+            self.con = Some(self.target.connect(self.dbs.config, "ecn-tuner-config")?);
+        }
+        Ok(self.con.as_mut().expect("connected"))
+    }
+
+    fn read(&mut self) -> Result<Snapshot, String> {
+        let db = self.dbs.config;
+        let url = self.target.url().to_string();
+        let con = self.connection()?;
+        config::read_snapshot(con).map_err(|e| format!("Redis at {url} (db {db}): {e}"))
+    }
+
+    fn apply(&mut self, settings: &[EcnSetting]) -> Result<(), String> {
+        let r = self.try_apply(settings);
+        if r.is_err() {
+            self.con = None;
+            self.fresh = false;
+        }
+        r
+    }
+
+    fn try_apply(&mut self, settings: &[EcnSetting]) -> Result<(), String> {
+        // Start from what CONFIG_DB holds after any failure (and once at first): a write we
+        // could not confirm, or an operator's edit, must not be planned around.
+        if !self.fresh {
+            self.model = self.read()?;
+            self.fresh = true;
+        }
+        let t = config::target(&self.layout, &self.model, settings);
+        let ops = config::plan(&self.layout, &self.model, &t);
+        if ops.is_empty() {
+            return Ok(());
+        }
+        {
+            let (target, dbs, switch) = (self.target.clone(), self.dbs, self.switch.clone());
+            let model = self.model.clone();
+            // The tables were just read: they are what the recording must hold.
+            self.recorder.ensure(&target, &dbs, &|| Ok(model.clone()), &switch)?;
+        }
+        let url = self.target.url().to_string();
+        let db = self.dbs.config;
+        let con = self.connection()?;
+        match config::exec(con, &ops) {
+            Ok(()) => {
+                self.model = config::after(&self.model, &ops);
+                debug!(writes = ops.len(), "CONFIG_DB transaction done");
+                Ok(())
+            }
+            Err(e) => {
+                // Did EXEC run before the connection broke? Look, once, on a new connection.
+                self.con = None;
+                let what = format!("Redis at {url} (db {db}) during the transaction: {e}");
+                match self.read() {
+                    Ok(now) if config::shows(&self.layout, &now, &t) => {
+                        warn!("{what}; the transaction had landed (read back), so the apply is done");
+                        self.model = now;
+                        Ok(())
+                    }
+                    Ok(now) => {
+                        self.model = now;
+                        Err(format!("{what}; nothing changed (MULTI/EXEC: all or nothing)"))
+                    }
+                    Err(again) => Err(format!(
+                        "{what}; cannot read CONFIG_DB back ({again}): it holds either the old or the new settings \
+                         (one transaction), and the next apply starts from what it holds then"
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// `ecn-tuner sonic restore`: put the recorded original profiles and bindings back.
+pub fn restore(
+    redis: &str,
+    dbs: DbIndices,
+    from: Option<&std::path::Path>,
+    timeout: Duration,
+) -> Result<originals::RestoreReport, ActuatorError> {
+    let target = RedisTarget::parse(redis, timeout).map_err(ActuatorError::BadInput)?;
+    if let Some(p) = from {
+        if !p.exists() {
+            return Err(ActuatorError::BadInput(format!("--from {}: no such file", p.display())));
+        }
+    }
+    originals::restore(&target, &dbs, from).map_err(ActuatorError::Failed)
+}

@@ -1,0 +1,334 @@
+//! The recording of the original WRED profiles and queue bindings, made once before
+//! ecn-tuner's first change to a switch, and `ecn-tuner sonic restore`, which puts them back.
+//!
+//! ## Where the recording lives
+//!
+//! - In STATE_DB (db 6 by default), hash `ECN_TUNER|ORIGINALS`, field `json`. STATE_DB is not
+//!   configuration: `config save` never writes it to `config_db.json`, no SONiC daemon reads
+//!   this key, and it outlives the actuator process, so `sonic restore --redis URL` finds it
+//!   with nothing else. It is written with `HSETNX`, so an existing recording is never
+//!   overwritten, even by two actuators racing.
+//! - In a file beside the journal (`<journal>.sonic-originals.json`) when the actuator has a
+//!   journal, created only if absent. SONiC does not keep STATE_DB across a reboot; the file
+//!   does, and `sonic restore --from FILE` uses it. When STATE_DB has lost its copy but the
+//!   file exists, the actuator puts the file's recording back into STATE_DB instead of
+//!   recording the (already tuned) tables as "original".
+//!
+//! The recording holds every `WRED_PROFILE` and `QUEUE` entry with all fields, in the order
+//! Redis returned them, so that a restore can make both tables byte-identical.
+
+use super::config::{exec, read_snapshot, Op, Snapshot};
+use super::conn::RedisTarget;
+use super::schema::{self, DbIndices, Fields};
+use redis::Connection;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tracing::{info, warn};
+
+/// Format tag of the recording.
+pub const FORMAT: &str = "ecn-tuner/sonic-originals/v1";
+
+/// The original `WRED_PROFILE` and `QUEUE` tables.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recording {
+    /// [`FORMAT`].
+    pub format: String,
+    /// When it was taken.
+    pub recorded_unix_ms: u64,
+    /// The switch it was taken on.
+    pub switch: String,
+    /// The CONFIG_DB index it was read from.
+    pub config_db: i64,
+    /// The file copy, if one was written (a restore renames it so that it is not reused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
+    /// `WRED_PROFILE|<name>` → fields, as `[field, value]` pairs in Redis's order.
+    pub wred_profile: BTreeMap<String, Fields>,
+    /// `QUEUE|<name>` → fields.
+    pub queue: BTreeMap<String, Fields>,
+}
+
+impl Recording {
+    /// A recording of `snapshot`.
+    pub fn of(snapshot: &Snapshot, switch: &str, config_db: i64, file: Option<PathBuf>) -> Recording {
+        Recording {
+            format: FORMAT.into(),
+            recorded_unix_ms: crate::actuator::journal::unix_ms(std::time::SystemTime::now()),
+            switch: switch.to_string(),
+            config_db,
+            file,
+            wred_profile: snapshot.profiles.clone(),
+            queue: snapshot.queues.clone(),
+        }
+    }
+
+    fn parse(text: &str, from: &str) -> Result<Recording, String> {
+        let r: Recording = serde_json::from_str(text).map_err(|e| format!("{from}: not a recording ({e})"))?;
+        if r.format != FORMAT {
+            return Err(format!("{from}: format '{}' is not {FORMAT}", r.format));
+        }
+        Ok(r)
+    }
+
+    /// The recording in STATE_DB, if any.
+    pub fn read(state: &mut Connection, db: i64) -> Result<Option<Recording>, String> {
+        let text: Option<String> = redis::cmd("HGET")
+            .arg(schema::RECORDING_KEY)
+            .arg(schema::RECORDING_FIELD)
+            .query(state)
+            .map_err(|e| format!("reading {} from STATE_DB (db {db}): {e}", schema::RECORDING_KEY))?;
+        text.map(|t| Recording::parse(&t, &format!("STATE_DB (db {db}) {}", schema::RECORDING_KEY))).transpose()
+    }
+
+    /// The recording in a file.
+    pub fn read_file(path: &Path) -> Result<Recording, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Recording::parse(&text, &path.display().to_string())
+    }
+}
+
+/// The file copy of the recording for a journal: `<journal>.sonic-originals.json`.
+pub fn file_beside(journal: &Path) -> PathBuf {
+    let mut name = journal.file_name().unwrap_or_default().to_os_string();
+    name.push(".sonic-originals.json");
+    journal.with_file_name(name)
+}
+
+/// Makes sure a recording exists before the first change; remembers that it does.
+#[derive(Debug)]
+pub struct Recorder {
+    file: Option<PathBuf>,
+    done: bool,
+}
+
+impl Recorder {
+    /// Keep a copy in `file` too, if given.
+    pub fn new(file: Option<PathBuf>) -> Recorder {
+        Recorder { file, done: false }
+    }
+
+    /// Record `now` (the tables as they are, just read) unless a recording exists already,
+    /// in STATE_DB or in the file; then make sure both hold it.
+    pub fn ensure(
+        &mut self,
+        target: &RedisTarget,
+        dbs: &DbIndices,
+        now: &dyn Fn() -> Result<Snapshot, String>,
+        switch: &str,
+    ) -> Result<(), String> {
+        if self.done {
+            return Ok(());
+        }
+        let mut state = target.connect(dbs.state, "ecn-tuner-state")?;
+        let stored = Recording::read(&mut state, dbs.state)?;
+        let from_file = match &self.file {
+            Some(p) if p.exists() => Some(Recording::read_file(p)?),
+            _ => None,
+        };
+        let rec = match (stored, from_file) {
+            (Some(r), _) => r,
+            (None, Some(r)) => {
+                warn!(file = %self.file.as_ref().expect("file").display(), "STATE_DB has no recording of the original profiles; putting back the one from the file");
+                r
+            }
+            (None, None) => Recording::of(&now()?, switch, dbs.config, self.file.clone()),
+        };
+        let json = serde_json::to_string(&rec).map_err(|e| format!("recording: {e}"))?;
+        let created: bool = redis::cmd("HSETNX")
+            .arg(schema::RECORDING_KEY)
+            .arg(schema::RECORDING_FIELD)
+            .arg(&json)
+            .query(&mut state)
+            .map_err(|e| format!("writing {} to STATE_DB (db {}): {e}", schema::RECORDING_KEY, dbs.state))?;
+        if created {
+            info!(
+                profiles = rec.wred_profile.len(),
+                queues = rec.queue.len(),
+                key = schema::RECORDING_KEY,
+                state_db = dbs.state,
+                "recorded the original WRED profiles and queue bindings (undo everything with `ecn-tuner sonic restore`)"
+            );
+        }
+        if let Some(p) = &self.file {
+            if !p.exists() {
+                // The recording that won in STATE_DB, whichever actuator wrote it.
+                let stored = Recording::read(&mut state, dbs.state)?.unwrap_or(rec);
+                let text = serde_json::to_string_pretty(&stored).map_err(|e| format!("recording: {e}"))?;
+                write_new(p, &text).map_err(|e| format!("{}: {e}", p.display()))?;
+            }
+        }
+        self.done = true;
+        Ok(())
+    }
+}
+
+/// Create `path` with `text`, never replacing an existing file.
+fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// No recording was found: nothing was done.
+    pub nothing_recorded: bool,
+    /// Entries rewritten to their recorded fields.
+    pub profiles_restored: usize,
+    /// Queue entries rewritten.
+    pub queues_restored: usize,
+    /// Profiles of ours deleted.
+    pub profiles_removed: usize,
+    /// Entries that are not in the recording and not ours: left as they are.
+    pub left_alone: Vec<String>,
+}
+
+/// The writes that take one recorded hash from `cur` back to `rec`, byte for byte: fields edited
+/// in place (thresholds in the min/max-safe order) when that keeps the recorded field order,
+/// otherwise the key rewritten whole.
+fn restore_ops(key: String, cur: Option<&Fields>, rec: &Fields) -> Vec<Op> {
+    let Some(cur) = cur else { return vec![Op::Create(key, rec.clone())] };
+    if cur == rec {
+        return Vec::new();
+    }
+    let (writes, removed) = schema::ordered_writes(cur, rec);
+    let mut sim = cur.clone();
+    for (f, v) in &writes {
+        schema::set_field(&mut sim, f, v.clone());
+    }
+    sim.retain(|(f, _)| !removed.contains(f));
+    if &sim == rec {
+        let mut ops: Vec<Op> = writes.into_iter().map(|(f, v)| Op::Set(key.clone(), f, v)).collect();
+        ops.extend(removed.into_iter().map(|f| Op::Unset(key.clone(), f)));
+        ops
+    } else {
+        vec![Op::Del(key.clone()), Op::Create(key, rec.clone())]
+    }
+}
+
+/// The whole restore plan: recorded profiles first (so that every binding points at a profile
+/// that exists), then queue entries, then our own profiles go.
+pub fn restore_plan(rec: &Recording, now: &Snapshot) -> (Vec<Op>, RestoreReport) {
+    let mut ops = Vec::new();
+    let mut report = RestoreReport::default();
+    for (name, fields) in &rec.wred_profile {
+        let o = restore_ops(schema::config_key(schema::WRED_PROFILE, name), now.profiles.get(name), fields);
+        report.profiles_restored += usize::from(!o.is_empty());
+        ops.extend(o);
+    }
+    for (name, fields) in &rec.queue {
+        let o = restore_ops(schema::config_key(schema::QUEUE, name), now.queues.get(name), fields);
+        report.queues_restored += usize::from(!o.is_empty());
+        ops.extend(o);
+    }
+    for name in now.profiles.keys().filter(|n| !rec.wred_profile.contains_key(*n)) {
+        if schema::is_tuner_profile(name) {
+            ops.push(Op::Del(schema::config_key(schema::WRED_PROFILE, name)));
+            report.profiles_removed += 1;
+        } else {
+            report.left_alone.push(schema::config_key(schema::WRED_PROFILE, name));
+        }
+    }
+    for name in now.queues.keys().filter(|n| !rec.queue.contains_key(*n)) {
+        report.left_alone.push(schema::config_key(schema::QUEUE, name));
+    }
+    (ops, report)
+}
+
+/// Put the recorded tables back in one transaction, check them, then retire the recording
+/// (STATE_DB key deleted, file renamed to `*.restored-<unix ms>`), so that a later run records
+/// afresh. `from` reads the recording from a file instead of STATE_DB.
+pub fn restore(target: &RedisTarget, dbs: &DbIndices, from: Option<&Path>) -> Result<RestoreReport, String> {
+    let mut state = target.connect(dbs.state, "ecn-tuner-restore")?;
+    let rec = match from {
+        Some(p) => Some(Recording::read_file(p)?),
+        None => Recording::read(&mut state, dbs.state)?,
+    };
+    let Some(rec) = rec else {
+        return Ok(RestoreReport { nothing_recorded: true, ..Default::default() });
+    };
+    if rec.config_db != dbs.config {
+        warn!(recorded = rec.config_db, given = dbs.config, "the recording was taken from another CONFIG_DB index");
+    }
+    let mut config = target.connect(dbs.config, "ecn-tuner-restore")?;
+    let err = |e: redis::RedisError| format!("Redis at {} (db {}): {e}", target.url(), dbs.config);
+    let now = read_snapshot(&mut config).map_err(err)?;
+    let (ops, report) = restore_plan(&rec, &now);
+    if !ops.is_empty() {
+        exec(&mut config, &ops).map_err(|e| format!("{}; CONFIG_DB is unchanged (one transaction)", err(e)))?;
+    }
+    let back = read_snapshot(&mut config).map_err(err)?;
+    for (name, fields) in &rec.wred_profile {
+        if back.profiles.get(name) != Some(fields) {
+            return Err(format!(
+                "WRED_PROFILE|{name} differs from the recording after the restore (changed meanwhile?)"
+            ));
+        }
+    }
+    for (name, fields) in &rec.queue {
+        if back.queues.get(name) != Some(fields) {
+            return Err(format!("QUEUE|{name} differs from the recording after the restore (changed meanwhile?)"));
+        }
+    }
+    let _: () = redis::cmd("DEL")
+        .arg(schema::RECORDING_KEY)
+        .query(&mut state)
+        .map_err(|e| format!("restored, but deleting {} from STATE_DB failed: {e}", schema::RECORDING_KEY))?;
+    for file in [rec.file.as_deref(), from].into_iter().flatten() {
+        if file.exists() {
+            let mut name = file.file_name().unwrap_or_default().to_os_string();
+            name.push(format!(".restored-{}", crate::actuator::journal::unix_ms(std::time::SystemTime::now())));
+            if let Err(e) = std::fs::rename(file, file.with_file_name(name)) {
+                warn!(file = %file.display(), "restored, but could not retire the file copy of the recording: {e}");
+            }
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(pairs: &[(&str, &str)]) -> Fields {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn a_restore_plan_gives_back_the_recorded_tables() {
+        let mut orig = Snapshot::default();
+        orig.profiles.insert(
+            "AZURE_LOSSLESS".into(),
+            f(&[("ecn", "ecn_all"), ("green_max_threshold", "2097152"), ("green_min_threshold", "1048576")]),
+        );
+        orig.queues.insert("Ethernet0|3".into(), f(&[("scheduler", "s1"), ("wred_profile", "AZURE_LOSSLESS")]));
+        let rec = Recording::of(&orig, "sw", 4, None);
+        let mut now = orig.clone();
+        now.profiles.insert(
+            "AZURE_LOSSLESS".into(),
+            f(&[("ecn", "ecn_all"), ("green_max_threshold", "400000"), ("green_min_threshold", "100000")]),
+        );
+        now.profiles.insert("ECN_TUNER_Ethernet0_3".into(), f(&[("ecn", "ecn_all")]));
+        now.profiles.insert("OPERATOR_NEW".into(), f(&[("ecn", "ecn_all")]));
+        now.queues.insert("Ethernet0|3".into(), f(&[("scheduler", "s1"), ("wred_profile", "ECN_TUNER_Ethernet0_3")]));
+        let (ops, report) = restore_plan(&rec, &now);
+        assert_eq!((report.profiles_restored, report.queues_restored, report.profiles_removed), (1, 1, 1));
+        assert_eq!(report.left_alone, ["WRED_PROFILE|OPERATOR_NEW"]);
+        let mut back = super::super::config::after(&now, &ops);
+        back.profiles.remove("OPERATOR_NEW");
+        assert_eq!(back, orig);
+        // Raising thresholds back: max before min.
+        let pos = |field: &str| ops.iter().position(|o| matches!(o, Op::Set(_, f, _) if f == field)).unwrap();
+        assert!(pos("green_max_threshold") < pos("green_min_threshold"));
+    }
+
+    #[test]
+    fn a_reordered_hash_is_rewritten_whole() {
+        let rec = f(&[("a", "1"), ("b", "2")]);
+        let ops = restore_ops("K".into(), Some(&f(&[("b", "2")])), &rec);
+        assert_eq!(ops, vec![Op::Del("K".into()), Op::Create("K".into(), rec)]);
+    }
+}

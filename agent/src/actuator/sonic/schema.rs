@@ -1,0 +1,360 @@
+//! SONiC's Redis schema as far as ecn-tuner uses it (REFERENCE.md §7): database indices, table
+//! and field names, key shapes, value parsing, and the name of the profiles ecn-tuner creates.
+//!
+//! Pure functions only; everything that talks to Redis is in the sibling modules.
+
+use ecn_env::EcnSetting;
+use std::collections::BTreeMap;
+
+/// The fields of one Redis hash, in the order Redis returns them (`HGETALL`).
+pub type Fields = Vec<(String, String)>;
+
+/// Which Redis database holds which SONiC database. The defaults are those of SONiC's
+/// `database_config.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DbIndices {
+    /// APPL_DB: `PORT_TABLE:<port>` speed when CONFIG_DB has none.
+    pub appl: i64,
+    /// COUNTERS_DB: the SAI counters.
+    pub counters: i64,
+    /// CONFIG_DB: `WRED_PROFILE`, `QUEUE`, `PORT`, `BUFFER_POOL`, `DEVICE_METADATA`.
+    pub config: i64,
+    /// STATE_DB: where ecn-tuner keeps its recording of the original profiles.
+    pub state: i64,
+}
+
+impl Default for DbIndices {
+    fn default() -> Self {
+        DbIndices { appl: 0, counters: 2, config: 4, state: 6 }
+    }
+}
+
+/// CONFIG_DB tables.
+pub const WRED_PROFILE: &str = "WRED_PROFILE";
+/// CONFIG_DB queue table: `QUEUE|<port>|<queue>`.
+pub const QUEUE: &str = "QUEUE";
+/// CONFIG_DB port table: `PORT|<port>`, field `speed` in Mb/s.
+pub const PORT: &str = "PORT";
+/// CONFIG_DB buffer pools: `BUFFER_POOL|<pool>`, field `size` in bytes.
+pub const BUFFER_POOL: &str = "BUFFER_POOL";
+/// CONFIG_DB `DEVICE_METADATA|localhost`, field `hostname`.
+pub const DEVICE_METADATA_LOCALHOST: &str = "DEVICE_METADATA|localhost";
+/// APPL_DB port table (`:` separator).
+pub const APPL_PORT_TABLE: &str = "PORT_TABLE";
+
+/// Field of `QUEUE|<port>|<queue>` naming its WRED profile.
+pub const WRED_PROFILE_FIELD: &str = "wred_profile";
+
+/// Prefix of every WRED profile ecn-tuner creates.
+pub const TUNER_PROFILE_PREFIX: &str = "ECN_TUNER_";
+
+/// STATE_DB key of the recording of the original profiles and bindings (field [`RECORDING_FIELD`]).
+pub const RECORDING_KEY: &str = "ECN_TUNER|ORIGINALS";
+/// Field of [`RECORDING_KEY`] holding the recording as JSON.
+pub const RECORDING_FIELD: &str = "json";
+
+/// COUNTERS_DB maps from names to SAI object ids.
+pub const QUEUE_NAME_MAP: &str = "COUNTERS_QUEUE_NAME_MAP";
+/// `Ethernet0` → `oid:0x...`.
+pub const PORT_NAME_MAP: &str = "COUNTERS_PORT_NAME_MAP";
+
+/// Queue counters read from `COUNTERS:<queue oid>`.
+pub const Q_BYTES: &str = "SAI_QUEUE_STAT_BYTES";
+/// Transmitted packets.
+pub const Q_PACKETS: &str = "SAI_QUEUE_STAT_PACKETS";
+/// Packets CE-marked by WRED/ECN.
+pub const Q_ECN_MARKED: &str = "SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS";
+/// Peak occupancy since the last read (a gauge, cleared by the flex counter on read).
+pub const Q_WATERMARK: &str = "SAI_QUEUE_STAT_SHARED_WATERMARK_BYTES";
+/// Current occupancy, where the platform reports it (a gauge).
+pub const Q_OCCUPANCY: &str = "SAI_QUEUE_STAT_CURR_OCCUPANCY_BYTES";
+/// Dropped packets, where the platform reports them.
+pub const Q_DROPPED: &str = "SAI_QUEUE_STAT_DROPPED_PACKETS";
+
+/// The queue fields read each poll, in this order.
+pub const QUEUE_STAT_FIELDS: [&str; 6] = [Q_BYTES, Q_PACKETS, Q_ECN_MARKED, Q_WATERMARK, Q_OCCUPANCY, Q_DROPPED];
+
+/// The PFC counters of one priority on a port: received PAUSE frames, sent PAUSE frames,
+/// microseconds the port was told to pause.
+pub fn pfc_fields(priority: u32) -> [String; 3] {
+    [
+        format!("SAI_PORT_STAT_PFC_{priority}_RX_PKTS"),
+        format!("SAI_PORT_STAT_PFC_{priority}_TX_PKTS"),
+        format!("SAI_PORT_STAT_PFC_{priority}_RX_PAUSE_DURATION_US"),
+    ]
+}
+
+/// `COUNTERS:<oid>`.
+pub fn counters_key(oid: &str) -> String {
+    format!("COUNTERS:{oid}")
+}
+
+/// `Ethernet0:3`, the key of a queue in `COUNTERS_QUEUE_NAME_MAP`.
+pub fn queue_counter_name(port: &str, queue: u32) -> String {
+    format!("{port}:{queue}")
+}
+
+/// A CONFIG_DB key: `TABLE|name`.
+pub fn config_key(table: &str, name: &str) -> String {
+    format!("{table}|{name}")
+}
+
+/// `QUEUE|<port>|<queue>` → (port, queue). Other shapes (port lists `Ethernet0,Ethernet4`,
+/// queue ranges `3-4`) are `None`: ecn-tuner needs one entry per queue to bind it alone.
+pub fn parse_queue_key(key: &str) -> Option<(String, u32)> {
+    let rest = key.strip_prefix("QUEUE|")?;
+    let (port, q) = rest.split_once('|')?;
+    if port.is_empty() || port.contains(',') {
+        return None;
+    }
+    let q: u32 = q.parse().ok()?;
+    Some((port.to_string(), q))
+}
+
+/// The name of the profile ecn-tuner gives a queue that needs settings of its own:
+/// `ECN_TUNER_<port>_<queue>`, e.g. `ECN_TUNER_Ethernet0_3`.
+pub fn tuner_profile_name(port: &str, queue: u32) -> String {
+    format!("{TUNER_PROFILE_PREFIX}{port}_{queue}")
+}
+
+/// True for a profile ecn-tuner created.
+pub fn is_tuner_profile(name: &str) -> bool {
+    name.starts_with(TUNER_PROFILE_PREFIX)
+}
+
+/// The value of a field, if present.
+pub fn field<'a>(fields: &'a Fields, name: &str) -> Option<&'a str> {
+    fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+/// Set a field in place (keeping its position), or append it.
+pub fn set_field(fields: &mut Fields, name: &str, value: String) {
+    match fields.iter_mut().find(|(k, _)| k == name) {
+        Some((_, v)) => *v = value,
+        None => fields.push((name.to_string(), value)),
+    }
+}
+
+/// Port speed: CONFIG_DB `PORT|<port>` `speed` is in Mb/s (`100000` = 100G). Returns bits/s.
+pub fn parse_speed_mbps(s: &str) -> Option<u64> {
+    let mbps: u64 = s.trim().parse().ok()?;
+    (mbps > 0).then(|| mbps.saturating_mul(1_000_000))
+}
+
+/// The three WRED colours. Green carries the ECN setting; see [`follows_green`] for the others.
+pub const COLOURS: [&str; 3] = ["green", "yellow", "red"];
+
+/// `<colour>_min_threshold`, `<colour>_max_threshold`, `<colour>_drop_probability`.
+pub fn colour_fields(colour: &str) -> (String, String, String) {
+    (format!("{colour}_min_threshold"), format!("{colour}_max_threshold"), format!("{colour}_drop_probability"))
+}
+
+/// A WRED profile's green curve as an ECN setting. `None` if a threshold is missing or not a
+/// number.
+pub fn green_setting(fields: &Fields) -> Option<EcnSetting> {
+    let num = |f: &str| field(fields, f).and_then(|v| v.trim().parse::<u64>().ok());
+    let kmin_bytes = num("green_min_threshold")?;
+    let kmax_bytes = num("green_max_threshold")?;
+    let pmax = field(fields, "green_drop_probability")
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|p| p.is_finite())
+        .map_or(1.0, |p| (p / 100.0).clamp(0.0, 1.0));
+    Some(EcnSetting { kmin_bytes, kmax_bytes, pmax })
+}
+
+/// `green_drop_probability` for a Pmax: a whole percent, 0–100. SONiC stores an integer, so
+/// Pmax is rounded to the nearest percent; a positive Pmax never rounds down to 0 (that would
+/// turn marking at Kmax off), it becomes 1.
+pub fn drop_probability(pmax: f64) -> u32 {
+    let p = (pmax.clamp(0.0, 1.0) * 100.0).round() as u32;
+    if p == 0 && pmax > 0.0 {
+        1
+    } else {
+        p
+    }
+}
+
+/// Which yellow/red fields follow green, decided on the profile as it was originally: a colour's
+/// thresholds follow green's when both equal green's there, and its drop probability follows
+/// when it equals green's. A colour configured with a curve of its own keeps it untouched.
+///
+/// Lossless RoCE traffic is normally all green; SONiC's own lossless profiles use one curve for
+/// every colour, and this keeps it that way.
+pub fn follows_green(original: &Fields, colour: &str) -> (bool, bool) {
+    if colour == "green" {
+        return (true, true);
+    }
+    let (gmin, gmax, gp) = colour_fields("green");
+    let (cmin, cmax, cp) = colour_fields(colour);
+    let same = |a: &str, b: &str| matches!((field(original, a), field(original, b)), (Some(x), Some(y)) if x == y);
+    (same(&cmin, &gmin) && same(&cmax, &gmax), same(&cp, &gp))
+}
+
+/// The fields a profile should have to carry `s`, starting from `original` (the profile as it
+/// was before ecn-tuner touched it): green thresholds and drop probability set, yellow/red
+/// following green where [`follows_green`] says so, every other field as in `original`.
+pub fn profile_fields(original: &Fields, s: &EcnSetting) -> Fields {
+    let mut out = original.clone();
+    let (kmin, kmax, p) = (s.kmin_bytes.to_string(), s.kmax_bytes.to_string(), drop_probability(s.pmax).to_string());
+    for colour in COLOURS {
+        let (thresholds, prob) = follows_green(original, colour);
+        let (fmin, fmax, fp) = colour_fields(colour);
+        if thresholds {
+            set_field(&mut out, &fmin, kmin.clone());
+            set_field(&mut out, &fmax, kmax.clone());
+        }
+        if prob {
+            set_field(&mut out, &fp, p.clone());
+        }
+    }
+    out
+}
+
+/// The `HSET` field writes that take a profile from `current` to `target` (both complete field
+/// lists), ordered so that `min <= max` holds for every colour after every single write: when
+/// a colour's max rises, max goes first; when it falls, min goes first (REFERENCE.md §7).
+/// Fields present in `current` but not in `target` are returned second, for `HDEL`.
+pub fn ordered_writes(current: &Fields, target: &Fields) -> (Vec<(String, String)>, Vec<String>) {
+    let mut writes = Vec::new();
+    let mut handled: Vec<String> = Vec::new();
+    let num = |f: &Fields, k: &str| field(f, k).and_then(|v| v.trim().parse::<u64>().ok());
+    for colour in COLOURS {
+        let (fmin, fmax, _) = colour_fields(colour);
+        let changed = |k: &str| field(target, k).filter(|v| field(current, k) != Some(*v)).map(|v| v.to_string());
+        let (new_min, new_max) = (changed(&fmin), changed(&fmax));
+        let raise_max_first = match (num(current, &fmax), num(target, &fmax)) {
+            (Some(old), Some(new)) => new >= old,
+            _ => true,
+        };
+        let min_w = new_min.map(|v| (fmin.clone(), v));
+        let max_w = new_max.map(|v| (fmax.clone(), v));
+        let pair = if raise_max_first { [max_w, min_w] } else { [min_w, max_w] };
+        writes.extend(pair.into_iter().flatten());
+        handled.push(fmin);
+        handled.push(fmax);
+    }
+    for (k, v) in target {
+        if !handled.contains(k) && field(current, k) != Some(v.as_str()) {
+            writes.push((k.clone(), v.clone()));
+        }
+    }
+    let removed = current.iter().filter(|(k, _)| field(target, k).is_none()).map(|(k, _)| k.clone()).collect();
+    (writes, removed)
+}
+
+/// Natural order of port names: `Ethernet4` before `Ethernet12`.
+pub fn port_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let split = |s: &str| {
+        let digits = s.len() - s.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let (name, num) = s.split_at(s.len() - digits);
+        (name.to_string(), num.parse::<u64>().unwrap_or(0), s.to_string())
+    };
+    split(a).cmp(&split(b))
+}
+
+/// Parse a field list from `HGETALL` into a map, for comparisons that ignore order.
+pub fn as_map(fields: &Fields) -> BTreeMap<&str, &str> {
+    fields.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(pairs: &[(&str, &str)]) -> Fields {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn azure() -> Fields {
+        f(&[
+            ("ecn", "ecn_all"),
+            ("green_drop_probability", "5"),
+            ("green_max_threshold", "2097152"),
+            ("green_min_threshold", "1048576"),
+            ("red_drop_probability", "5"),
+            ("red_max_threshold", "2097152"),
+            ("red_min_threshold", "1048576"),
+            ("wred_green_enable", "true"),
+            ("yellow_drop_probability", "5"),
+            ("yellow_max_threshold", "2097152"),
+            ("yellow_min_threshold", "524288"),
+        ])
+    }
+
+    /// Apply writes one at a time and check min <= max for every colour after each.
+    fn replay(current: &Fields, target: &Fields) -> Fields {
+        let (writes, removed) = ordered_writes(current, target);
+        let mut state = current.clone();
+        for (k, v) in writes {
+            set_field(&mut state, &k, v);
+            for c in COLOURS {
+                let (fmin, fmax, _) = colour_fields(c);
+                if let (Some(a), Some(b)) = (field(&state, &fmin), field(&state, &fmax)) {
+                    let (a, b): (u64, u64) = (a.parse().unwrap(), b.parse().unwrap());
+                    assert!(a <= b, "{c}: min {a} > max {b} after writing {k}");
+                }
+            }
+        }
+        state.retain(|(k, _)| !removed.contains(k));
+        state
+    }
+
+    #[test]
+    fn writes_keep_min_below_max_at_every_step() {
+        let start = azure();
+        let settings = [
+            EcnSetting { kmin_bytes: 3_000_000, kmax_bytes: 4_000_000, pmax: 0.5 },
+            EcnSetting { kmin_bytes: 1_000, kmax_bytes: 2_000, pmax: 0.01 },
+            EcnSetting { kmin_bytes: 1_500, kmax_bytes: 9_000_000, pmax: 1.0 },
+            EcnSetting { kmin_bytes: 8_000_000, kmax_bytes: 8_500_000, pmax: 0.2 },
+        ];
+        let mut cur = start.clone();
+        for s in settings {
+            let target = profile_fields(&start, &s);
+            let got = replay(&cur, &target);
+            assert_eq!(got, target);
+            assert_eq!(green_setting(&got).unwrap().kmin_bytes, s.kmin_bytes);
+            cur = got;
+        }
+    }
+
+    #[test]
+    fn yellow_with_a_curve_of_its_own_is_left_alone() {
+        let start = azure();
+        let s = EcnSetting { kmin_bytes: 100_000, kmax_bytes: 400_000, pmax: 0.5 };
+        let t = profile_fields(&start, &s);
+        assert_eq!(field(&t, "red_min_threshold"), Some("100000"));
+        assert_eq!(field(&t, "red_drop_probability"), Some("50"));
+        assert_eq!(field(&t, "yellow_min_threshold"), Some("524288"), "yellow had its own min");
+        assert_eq!(field(&t, "yellow_max_threshold"), Some("2097152"));
+        assert_eq!(field(&t, "yellow_drop_probability"), Some("50"), "its probability followed green");
+        // Field order is kept: restoring in place gives byte-identical HGETALL output.
+        let names: Vec<&str> = t.iter().map(|(k, _)| k.as_str()).collect();
+        let orig: Vec<&str> = start.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, orig);
+        // Back to the original setting gives the original fields exactly.
+        assert_eq!(profile_fields(&start, &green_setting(&start).unwrap()), start);
+    }
+
+    #[test]
+    fn drop_probability_is_a_whole_percent() {
+        assert_eq!(drop_probability(0.05), 5);
+        assert_eq!(drop_probability(0.30000000000000004), 30);
+        assert_eq!(drop_probability(0.004), 1, "positive never becomes 0");
+        assert_eq!(drop_probability(0.0), 0);
+        assert_eq!(drop_probability(1.0), 100);
+    }
+
+    #[test]
+    fn keys_and_names() {
+        assert_eq!(parse_queue_key("QUEUE|Ethernet0|3"), Some(("Ethernet0".into(), 3)));
+        assert_eq!(parse_queue_key("QUEUE|Ethernet0,Ethernet4|3"), None);
+        assert_eq!(parse_queue_key("QUEUE|Ethernet0|3-4"), None);
+        assert_eq!(tuner_profile_name("Ethernet8", 4), "ECN_TUNER_Ethernet8_4");
+        assert!(is_tuner_profile("ECN_TUNER_Ethernet8_4") && !is_tuner_profile("AZURE_LOSSLESS"));
+        assert_eq!(parse_speed_mbps("100000"), Some(100_000_000_000));
+        let mut ports = vec!["Ethernet12", "Ethernet4", "Ethernet0", "Ethernet100"];
+        ports.sort_by(|a, b| port_order(a, b));
+        assert_eq!(ports, ["Ethernet0", "Ethernet4", "Ethernet12", "Ethernet100"]);
+    }
+}

@@ -1,0 +1,111 @@
+//! `ecn-tuner sonic`: SONiC-specific tools. `sonic restore` puts back the WRED profiles and
+//! queue bindings recorded before ecn-tuner first changed the switch.
+
+use crate::actuator::sonic::{self, schema::DbIndices};
+use crate::error::CliError;
+use clap::{Args, Subcommand};
+use ecn_env::Nanos;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where SONiC's databases are: the Redis URL and the database indices (SONiC's defaults).
+#[derive(Args, Debug, Clone)]
+pub struct RedisArgs {
+    /// The switch's Redis: redis://HOST[:PORT] or unix:///var/run/redis/redis.sock.
+    #[arg(long, value_name = "URL")]
+    pub redis: Option<String>,
+    /// Redis database index of CONFIG_DB.
+    #[arg(long, value_name = "N", default_value_t = DbIndices::default().config)]
+    pub config_db: i64,
+    /// Redis database index of COUNTERS_DB.
+    #[arg(long, value_name = "N", default_value_t = DbIndices::default().counters)]
+    pub counters_db: i64,
+    /// Redis database index of STATE_DB (where the recording of the original profiles is kept).
+    #[arg(long, value_name = "N", default_value_t = DbIndices::default().state)]
+    pub state_db: i64,
+    /// Redis database index of APPL_DB (port speeds that CONFIG_DB lacks).
+    #[arg(long, value_name = "N", default_value_t = DbIndices::default().appl)]
+    pub appl_db: i64,
+    /// Connect, read and write timeout of every Redis call.
+    #[arg(long, value_name = "DUR", default_value = "3s")]
+    pub redis_timeout: String,
+}
+
+impl RedisArgs {
+    /// The database indices.
+    pub fn dbs(&self) -> DbIndices {
+        DbIndices { appl: self.appl_db, counters: self.counters_db, config: self.config_db, state: self.state_db }
+    }
+
+    /// `--redis-timeout`.
+    pub fn timeout(&self) -> Result<Duration, CliError> {
+        duration("--redis-timeout", &self.redis_timeout)
+    }
+
+    /// `--redis`, required.
+    pub fn url(&self) -> Result<&str, CliError> {
+        self.redis.as_deref().ok_or_else(|| CliError::BadInput("--redis URL: required for SONiC".into()))
+    }
+}
+
+/// A positive duration flag (`100ms`, `1s`).
+pub fn duration(flag: &str, v: &str) -> Result<Duration, CliError> {
+    let n: Nanos = v.parse().map_err(|e| CliError::BadInput(format!("{flag} '{v}': {e}")))?;
+    if n.0 == 0 {
+        return Err(CliError::BadInput(format!("{flag} '{v}': must be positive")));
+    }
+    Ok(Duration::from_nanos(n.0))
+}
+
+/// Arguments of `sonic`.
+#[derive(Args)]
+pub struct SonicArgs {
+    #[command(subcommand)]
+    command: SonicCommand,
+}
+
+#[derive(Subcommand)]
+enum SonicCommand {
+    /// Put back the WRED_PROFILE and QUEUE entries recorded before ecn-tuner first changed the
+    /// switch, byte for byte, and delete the ECN_TUNER_* profiles it created. Stop the actuator
+    /// first.
+    Restore(RestoreArgs),
+}
+
+#[derive(Args)]
+struct RestoreArgs {
+    #[command(flatten)]
+    redis: RedisArgs,
+    /// Read the recording from this file (`<journal>.sonic-originals.json`) instead of STATE_DB,
+    /// e.g. after a reboot emptied STATE_DB.
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+}
+
+/// Run `sonic ...`.
+pub fn run(a: SonicArgs) -> Result<(), CliError> {
+    match a.command {
+        SonicCommand::Restore(r) => restore(r),
+    }
+}
+
+fn restore(a: RestoreArgs) -> Result<(), CliError> {
+    let url = a.redis.url()?;
+    let report = sonic::restore(url, a.redis.dbs(), a.from.as_deref(), a.redis.timeout()?)?;
+    if report.nothing_recorded {
+        println!(
+            "nothing to restore: no recording of original profiles in STATE_DB (db {}) at {url}; ecn-tuner has not \
+             changed this switch since the last restore (or use --from FILE)",
+            a.redis.state_db
+        );
+        return Ok(());
+    }
+    println!(
+        "restored {} WRED profile(s) and {} queue binding(s) to their recorded originals; removed {} ecn-tuner profile(s)",
+        report.profiles_restored, report.queues_restored, report.profiles_removed
+    );
+    for k in &report.left_alone {
+        println!("left alone (not in the recording, not created by ecn-tuner): {k}");
+    }
+    Ok(())
+}

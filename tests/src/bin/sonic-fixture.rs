@@ -1,0 +1,50 @@
+//! A stand-in SONiC switch in a Redis server, for trying `ecn-tuner actuator --backend sonic`
+//! by hand: seed CONFIG_DB, APPL_DB and COUNTERS_DB like a 32-port switch with lossless queues
+//! 3 and 4 on `AZURE_LOSSLESS`, then advance the counters every tick as the switch's flex
+//! counters would (40 Gb/s per lossless queue, 2% ECN-marked), until interrupted.
+//!
+//! Usage: `sonic-fixture PORT [--seed-only] [--tick-ms N] [--counter-bits 32|64]`
+//! (PORT: a redis-server on 127.0.0.1 whose databases may be overwritten).
+
+use ecn_tests::sonic::{seed, Counters, RedisServer, Spec, COUNTERS_DB};
+use std::time::{Duration, Instant};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = || -> ! {
+        eprintln!("usage: sonic-fixture PORT [--seed-only] [--tick-ms N] [--counter-bits 32|64]");
+        std::process::exit(2)
+    };
+    let Some(port) = args.first().and_then(|p| p.parse::<u16>().ok()) else { usage() };
+    let (mut seed_only, mut tick_ms, mut bits) = (false, 100u64, 64u32);
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--seed-only" => seed_only = true,
+            "--tick-ms" => tick_ms = it.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
+            "--counter-bits" => bits = it.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
+            _ => usage(),
+        }
+    }
+    let server = RedisServer::attach(port);
+    let spec = Spec::default();
+    seed(&server, &spec);
+    println!("seeded {} ports on 127.0.0.1:{port}", spec.ports.len());
+    if seed_only {
+        return;
+    }
+    let mut counters = Counters::new(&spec, bits);
+    let mut con = server.con(COUNTERS_DB);
+    let mut last = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(tick_ms));
+        let now = Instant::now();
+        counters.advance(now - last);
+        last = now;
+        if let Err(e) = counters.flush(&mut con) {
+            eprintln!("COUNTERS_DB: {e}; reconnecting");
+            std::thread::sleep(Duration::from_secs(1));
+            con = server.con(COUNTERS_DB);
+        }
+    }
+}

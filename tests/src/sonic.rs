@@ -1,0 +1,640 @@
+//! A SONiC switch's Redis for end-to-end tests: a real `redis-server` on a free loopback port
+//! with a scratch directory, seeded with CONFIG_DB and COUNTERS_DB content shaped like a SONiC
+//! switch's (REFERENCE.md §7), and counters that advance as the switch's flex counters would.
+//!
+//! - [`RedisServer`]: the server process (never a system one), killed when dropped;
+//! - [`Spec`] and [`seed`]: what the switch looks like: 32 ports `Ethernet0`..`Ethernet124`
+//!   (step 4), lossless queues 3 and 4 bound to `AZURE_LOSSLESS` (SONiC's default lossless
+//!   profile), buffer pools, ports' speed, the counter name maps;
+//! - [`Counters`]: the switch's counters in memory, advanced by [`Traffic`] and written back,
+//!   with a configurable width (32 bits to see wraps) and resets (`sonic-clear counters`);
+//! - [`Proxy`]: a TCP relay that can cut every connection and refuse new ones, to take Redis
+//!   away from the actuator while a test still reads it directly;
+//! - [`tables`]: `HGETALL` of every `WRED_PROFILE` and `QUEUE` key, to compare byte for byte.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+
+/// SONiC's database indices (database_config.json).
+pub const APPL_DB: i64 = 0;
+/// COUNTERS_DB.
+pub const COUNTERS_DB: i64 = 2;
+/// CONFIG_DB.
+pub const CONFIG_DB: i64 = 4;
+/// STATE_DB.
+pub const STATE_DB: i64 = 6;
+
+/// The `redis-server` binary: `REDIS_SERVER` or the one on `PATH`.
+pub fn redis_server_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("REDIS_SERVER") {
+        return PathBuf::from(p);
+    }
+    let found = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).map(|d| d.join("redis-server")).find(|p| p.exists()))
+        .unwrap_or_default();
+    found.unwrap_or_else(|| {
+        panic!("redis-server is not installed: `apt-get install redis-server` (scripts/test does it when run as root)")
+    })
+}
+
+/// A free loopback port (bound and released; a race with another process is unlikely).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind a free port").local_addr().expect("local addr").port()
+}
+
+/// A `redis-server` child process on loopback, with its own directory.
+pub struct RedisServer {
+    /// Its port.
+    pub port: u16,
+    /// Its working directory (AOF files, log).
+    pub dir: TempDir,
+    durable: bool,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// A throw-away server: `--save '' --appendonly no`.
+    pub fn start() -> RedisServer {
+        Self::launch(false)
+    }
+
+    /// A server whose data survives SIGKILL and a restart: every write is in its append-only
+    /// file before it is answered (`--appendonly yes --appendfsync always`).
+    pub fn start_durable() -> RedisServer {
+        Self::launch(true)
+    }
+
+    fn launch(durable: bool) -> RedisServer {
+        let dir = tempfile::Builder::new().prefix("ecn-redis-").tempdir().expect("redis directory");
+        let mut s = RedisServer { port: free_port(), dir, durable, child: None };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new(redis_server_bin());
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.dir.path().join("redis.log"))
+            .args(["--databases", "16", "--daemonize", "no"]);
+        if self.durable {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        let child =
+            cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut c) = self.try_con(0) {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "redis-server did not start; its log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A server someone else runs on `127.0.0.1:port` (never killed by this handle).
+    pub fn attach(port: u16) -> RedisServer {
+        let dir = tempfile::Builder::new().prefix("ecn-redis-attached-").tempdir().expect("scratch directory");
+        RedisServer { port, dir, durable: false, child: None }
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
+    }
+
+    fn try_con(&self, db: i64) -> redis::RedisResult<redis::Connection> {
+        let url = format!("{}/{db}", self.url());
+        redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(2))
+    }
+
+    /// A connection to database `db`.
+    pub fn con(&self, db: i64) -> redis::Connection {
+        self.try_con(db).expect("connect to the test redis-server")
+    }
+
+    /// SIGKILL the server: no chance to save or to answer anyone.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start it again on the same port and directory (a durable server reloads its data).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The shape of the seeded switch.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// `DEVICE_METADATA|localhost` hostname.
+    pub hostname: String,
+    /// Port names.
+    pub ports: Vec<String>,
+    /// Port speed, Mb/s.
+    pub speed_mbps: u64,
+    /// The lossless queues, bound to WRED profiles.
+    pub lossless: Vec<u32>,
+    /// Bind queue 4 to a second profile, `AZURE_LOSSLESS_Q4`, instead of `AZURE_LOSSLESS`.
+    pub two_profiles: bool,
+    /// `BUFFER_POOL|egress_lossless_pool` size, bytes.
+    pub egress_pool_bytes: u64,
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        Spec {
+            hostname: "sonic-leaf0".into(),
+            ports: (0..32).map(|i| format!("Ethernet{}", i * 4)).collect(),
+            speed_mbps: 100_000,
+            lossless: vec![3, 4],
+            two_profiles: false,
+            egress_pool_bytes: 32_099_072,
+        }
+    }
+}
+
+/// SONiC's default lossless WRED profile (as its QoS templates render it).
+pub fn azure_lossless() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("wred_green_enable", "true"),
+        ("wred_yellow_enable", "true"),
+        ("wred_red_enable", "true"),
+        ("ecn", "ecn_all"),
+        ("green_max_threshold", "2097152"),
+        ("green_min_threshold", "1048576"),
+        ("yellow_max_threshold", "2097152"),
+        ("yellow_min_threshold", "1048576"),
+        ("red_max_threshold", "2097152"),
+        ("red_min_threshold", "1048576"),
+        ("green_drop_probability", "5"),
+        ("yellow_drop_probability", "5"),
+        ("red_drop_probability", "5"),
+    ]
+}
+
+/// SAI object ids as SONiC shows them: `oid:0x1000000000002`.
+pub fn port_oid(i: usize) -> String {
+    format!("oid:0x{:x}", 0x1000000000002u64 + i as u64)
+}
+
+/// Queue oid of port `i`, queue `q`.
+pub fn queue_oid(i: usize, q: u32) -> String {
+    format!("oid:0x{:x}", 0x15000000000200u64 + (i as u64) * 0x10 + u64::from(q))
+}
+
+fn hset(pipe: &mut redis::Pipeline, key: &str, fields: &[(&str, String)]) {
+    let c = pipe.cmd("HSET").arg(key);
+    for (f, v) in fields {
+        c.arg(*f).arg(v);
+    }
+    c.ignore();
+}
+
+/// Seed CONFIG_DB, APPL_DB and COUNTERS_DB (counters at zero) of an empty server.
+pub fn seed(server: &RedisServer, spec: &Spec) {
+    let mut cfg = redis::pipe();
+    hset(
+        &mut cfg,
+        "DEVICE_METADATA|localhost",
+        &[
+            ("hostname", spec.hostname.clone()),
+            ("hwsku", "Force10-S6100".into()),
+            ("platform", "x86_64-dell_s6100_c2538-r0".into()),
+            ("type", "ToRRouter".into()),
+            ("mac", "52:54:00:12:34:56".into()),
+        ],
+    );
+    let lossless: Vec<(&str, String)> = azure_lossless().into_iter().map(|(k, v)| (k, v.to_string())).collect();
+    hset(&mut cfg, "WRED_PROFILE|AZURE_LOSSLESS", &lossless);
+    if spec.two_profiles {
+        hset(&mut cfg, "WRED_PROFILE|AZURE_LOSSLESS_Q4", &lossless);
+    }
+    hset(
+        &mut cfg,
+        "BUFFER_POOL|egress_lossless_pool",
+        &[("mode", "static".into()), ("size", spec.egress_pool_bytes.to_string()), ("type", "egress".into())],
+    );
+    hset(
+        &mut cfg,
+        "BUFFER_POOL|ingress_lossless_pool",
+        &[
+            ("mode", "dynamic".into()),
+            ("size", "12766208".into()),
+            ("type", "ingress".into()),
+            ("xoff", "4194112".into()),
+        ],
+    );
+    for (i, p) in spec.ports.iter().enumerate() {
+        hset(
+            &mut cfg,
+            &format!("PORT|{p}"),
+            &[
+                ("admin_status", "up".into()),
+                ("alias", format!("fortyGigE1/1/{}", i + 1)),
+                ("lanes", format!("{},{},{},{}", 4 * i + 1, 4 * i + 2, 4 * i + 3, 4 * i + 4)),
+                ("mtu", "9100".into()),
+                ("speed", spec.speed_mbps.to_string()),
+            ],
+        );
+        for q in 0..7u32 {
+            let mut fields =
+                vec![("scheduler", format!("scheduler.{}", if spec.lossless.contains(&q) { 1 } else { 0 }))];
+            if spec.lossless.contains(&q) {
+                let profile = if spec.two_profiles && q == 4 { "AZURE_LOSSLESS_Q4" } else { "AZURE_LOSSLESS" };
+                fields.push(("wred_profile", profile.into()));
+            }
+            hset(&mut cfg, &format!("QUEUE|{p}|{q}"), &fields);
+        }
+    }
+    cfg.query::<()>(&mut server.con(CONFIG_DB)).expect("seed CONFIG_DB");
+
+    let mut appl = redis::pipe();
+    for p in &spec.ports {
+        hset(
+            &mut appl,
+            &format!("PORT_TABLE:{p}"),
+            &[("speed", spec.speed_mbps.to_string()), ("oper_status", "up".into())],
+        );
+    }
+    appl.query::<()>(&mut server.con(APPL_DB)).expect("seed APPL_DB");
+
+    let mut ctr = redis::pipe();
+    let ports: Vec<(&str, String)> = spec.ports.iter().enumerate().map(|(i, p)| (p.as_str(), port_oid(i))).collect();
+    hset(&mut ctr, "COUNTERS_PORT_NAME_MAP", &ports);
+    let mut queues = Vec::new();
+    for (i, p) in spec.ports.iter().enumerate() {
+        for q in 0..8u32 {
+            queues.push((format!("{p}:{q}"), queue_oid(i, q)));
+        }
+    }
+    let queue_refs: Vec<(&str, String)> = queues.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    hset(&mut ctr, "COUNTERS_QUEUE_NAME_MAP", &queue_refs);
+    ctr.query::<()>(&mut server.con(COUNTERS_DB)).expect("seed COUNTERS_DB");
+    let mut counters = Counters::new(spec, 64);
+    counters.flush(&mut server.con(COUNTERS_DB)).expect("zero counters");
+}
+
+/// What each lossless queue carries per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Traffic {
+    /// Transmitted bits per second.
+    pub bps: u64,
+    /// Fraction of packets CE-marked.
+    pub ecn_fraction: f64,
+    /// Shared-buffer peak (watermark), bytes.
+    pub watermark_bytes: u64,
+    /// Fraction of time the queue is paused by PFC from downstream (with PAUSE frames received).
+    pub paused_fraction: f64,
+}
+
+impl Default for Traffic {
+    fn default() -> Self {
+        Traffic { bps: 40_000_000_000, ecn_fraction: 0.02, watermark_bytes: 150_000, paused_fraction: 0.0 }
+    }
+}
+
+/// Average packet size of the generated traffic.
+pub const PACKET_BYTES: u64 = 1_000;
+
+/// The switch's counters, in memory, written back to COUNTERS_DB by [`Counters::flush`].
+pub struct Counters {
+    spec: Spec,
+    width_bits: u32,
+    values: BTreeMap<(String, String), u64>,
+    /// Per (port index, queue) traffic; queues not listed carry [`Counters::default_traffic`].
+    pub traffic: BTreeMap<(usize, u32), Traffic>,
+    /// Traffic of every lossless queue without its own entry.
+    pub default_traffic: Traffic,
+}
+
+/// The queue counters SONiC's flex counter writes.
+pub const QUEUE_FIELDS: [&str; 6] = [
+    "SAI_QUEUE_STAT_PACKETS",
+    "SAI_QUEUE_STAT_BYTES",
+    "SAI_QUEUE_STAT_DROPPED_PACKETS",
+    "SAI_QUEUE_STAT_DROPPED_BYTES",
+    "SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS",
+    "SAI_QUEUE_STAT_SHARED_WATERMARK_BYTES",
+];
+
+impl Counters {
+    /// All counters at zero, `width_bits` wide (64 for SAI, 32 to see wraps soon).
+    pub fn new(spec: &Spec, width_bits: u32) -> Counters {
+        let mut values = BTreeMap::new();
+        for i in 0..spec.ports.len() {
+            for q in 0..8u32 {
+                for f in QUEUE_FIELDS {
+                    values.insert((format!("COUNTERS:{}", queue_oid(i, q)), f.to_string()), 0);
+                }
+            }
+            for n in 0..8 {
+                for f in ["RX_PKTS", "TX_PKTS", "RX_PAUSE_DURATION_US"] {
+                    values.insert((format!("COUNTERS:{}", port_oid(i)), format!("SAI_PORT_STAT_PFC_{n}_{f}")), 0);
+                }
+            }
+            for f in ["SAI_PORT_STAT_IF_IN_OCTETS", "SAI_PORT_STAT_IF_OUT_OCTETS"] {
+                values.insert((format!("COUNTERS:{}", port_oid(i)), f.to_string()), 0);
+            }
+        }
+        Counters {
+            spec: spec.clone(),
+            width_bits,
+            values,
+            traffic: BTreeMap::new(),
+            default_traffic: Traffic::default(),
+        }
+    }
+
+    fn wrap(&self, v: u128) -> u64 {
+        if self.width_bits >= 64 {
+            v as u64
+        } else {
+            (v % (1u128 << self.width_bits)) as u64
+        }
+    }
+
+    /// Add `delta` to a counter (wrapping at the width).
+    pub fn add(&mut self, key: &str, field: &str, delta: u64) {
+        let v = self.values.entry((key.to_string(), field.to_string())).or_default();
+        let w = if self.width_bits >= 64 { u128::from(u64::MAX) + 1 } else { 1u128 << self.width_bits };
+        *v = ((u128::from(*v) + u128::from(delta)) % w) as u64;
+    }
+
+    /// Set a counter (a gauge, or a counter placed near the top of its range).
+    pub fn set(&mut self, key: &str, field: &str, value: u64) {
+        let value = self.wrap(u128::from(value));
+        self.values.insert((key.to_string(), field.to_string()), value);
+    }
+
+    /// A counter's value.
+    pub fn get(&self, key: &str, field: &str) -> u64 {
+        self.values.get(&(key.to_string(), field.to_string())).copied().unwrap_or(0)
+    }
+
+    /// Every counter of queue `q` of port index `i` back to zero, as `sonic-clear queuecounters`
+    /// does.
+    pub fn clear_queue(&mut self, i: usize, q: u32) {
+        let key = format!("COUNTERS:{}", queue_oid(i, q));
+        for f in QUEUE_FIELDS {
+            self.values.insert((key.clone(), f.to_string()), 0);
+        }
+    }
+
+    /// `dt` of traffic on every lossless queue.
+    pub fn advance(&mut self, dt: Duration) {
+        let secs = dt.as_secs_f64();
+        for i in 0..self.spec.ports.len() {
+            for q in self.spec.lossless.clone() {
+                let t = self.traffic.get(&(i, q)).copied().unwrap_or(self.default_traffic);
+                let bytes = (t.bps as f64 / 8.0 * secs * (1.0 - t.paused_fraction)) as u64;
+                let pkts = bytes / PACKET_BYTES;
+                let qk = format!("COUNTERS:{}", queue_oid(i, q));
+                self.add(&qk, "SAI_QUEUE_STAT_BYTES", bytes);
+                self.add(&qk, "SAI_QUEUE_STAT_PACKETS", pkts);
+                self.add(&qk, "SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS", (pkts as f64 * t.ecn_fraction) as u64);
+                self.set(&qk, "SAI_QUEUE_STAT_SHARED_WATERMARK_BYTES", t.watermark_bytes);
+                let pk = format!("COUNTERS:{}", port_oid(i));
+                self.add(&pk, "SAI_PORT_STAT_IF_OUT_OCTETS", bytes);
+                if t.paused_fraction > 0.0 {
+                    let paused_us = (secs * t.paused_fraction * 1e6) as u64;
+                    // One PAUSE frame per 50 µs of pause (a quanta refresh).
+                    self.add(&pk, &format!("SAI_PORT_STAT_PFC_{q}_RX_PKTS"), paused_us / 50 + 1);
+                    self.add(&pk, &format!("SAI_PORT_STAT_PFC_{q}_RX_PAUSE_DURATION_US"), paused_us);
+                }
+            }
+        }
+    }
+
+    /// Write every counter to COUNTERS_DB in one round trip.
+    pub fn flush(&mut self, con: &mut redis::Connection) -> redis::RedisResult<()> {
+        let mut by_key: BTreeMap<&str, Vec<(&str, u64)>> = BTreeMap::new();
+        for ((k, f), v) in &self.values {
+            by_key.entry(k.as_str()).or_default().push((f.as_str(), *v));
+        }
+        let mut pipe = redis::pipe();
+        for (k, fields) in by_key {
+            let c = pipe.cmd("HSET").arg(k);
+            for (f, v) in fields {
+                c.arg(f).arg(v);
+            }
+            c.ignore();
+        }
+        pipe.query(con)
+    }
+}
+
+/// Advances the counters on a thread every `tick` until dropped, as SONiC's flex counters do.
+/// Redis errors (a test took the server away) are retried on a new connection.
+pub struct Ticker {
+    stop: Arc<AtomicBool>,
+    /// The counters; tests change their traffic (storms) through this.
+    pub counters: Arc<Mutex<Counters>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Ticker {
+    /// Start ticking on `server`'s COUNTERS_DB.
+    pub fn start(server: &RedisServer, counters: Counters, tick: Duration) -> Ticker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(Mutex::new(counters));
+        let (s, c, url) = (stop.clone(), counters.clone(), format!("{}/{COUNTERS_DB}", server.url()));
+        let thread = std::thread::spawn(move || {
+            let mut con: Option<redis::Connection> = None;
+            let mut last = Instant::now();
+            while !s.load(Ordering::Relaxed) {
+                std::thread::sleep(tick);
+                let now = Instant::now();
+                let mut ctr = c.lock().unwrap();
+                ctr.advance(now - last);
+                last = now;
+                if con.is_none() {
+                    con = redis::Client::open(url.as_str())
+                        .and_then(|cl| cl.get_connection_with_timeout(Duration::from_millis(500)))
+                        .ok();
+                    if let Some(c) = &con {
+                        let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
+                    }
+                }
+                if let Some(cn) = con.as_mut() {
+                    if ctr.flush(cn).is_err() {
+                        con = None;
+                    }
+                }
+            }
+        });
+        Ticker { stop, counters, thread: Some(thread) }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Full `HGETALL` of every `WRED_PROFILE|*` and `QUEUE|*` key of CONFIG_DB, fields in the order
+/// Redis returns them: equal tables are byte-identical.
+pub fn tables(con: &mut redis::Connection) -> BTreeMap<String, Vec<(String, String)>> {
+    let mut out = BTreeMap::new();
+    for pattern in ["WRED_PROFILE|*", "QUEUE|*"] {
+        let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(con).expect("KEYS");
+        for k in keys {
+            let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(&k).query(con).expect("HGETALL");
+            out.insert(k, fields);
+        }
+    }
+    out
+}
+
+/// The green setting (kmin, kmax, probability %) of the profile bound to `QUEUE|port|queue`.
+pub fn queue_setting(con: &mut redis::Connection, port: &str, queue: u32) -> (u64, u64, u64) {
+    let profile: String =
+        redis::cmd("HGET").arg(format!("QUEUE|{port}|{queue}")).arg("wred_profile").query(con).expect("binding");
+    let f: BTreeMap<String, String> =
+        redis::cmd("HGETALL").arg(format!("WRED_PROFILE|{profile}")).query(con).expect("profile");
+    let n = |k: &str| f.get(k).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{profile} has no {k}: {f:?}"));
+    (n("green_min_threshold"), n("green_max_threshold"), n("green_drop_probability"))
+}
+
+/// A TCP relay to a local port that a test can close: every relayed connection is cut at once
+/// and new ones are dropped on accept, until it is opened again.
+pub struct Proxy {
+    /// The port clients connect to.
+    pub port: u16,
+    open: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    /// Relay `127.0.0.1:<port of the returned proxy>` to `127.0.0.1:upstream`.
+    pub fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("proxy bind");
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let open = Arc::new(AtomicBool::new(true));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (o, cs, st) = (open.clone(), conns.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                let client = match listener.accept() {
+                    Ok((c, _)) => c,
+                    Err(_) => {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    }
+                };
+                let _ = client.set_nonblocking(false);
+                if !o.load(Ordering::Relaxed) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+                let pairs = [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)];
+                {
+                    let mut list = cs.lock().unwrap();
+                    list.push(pairs[0].0.try_clone().unwrap());
+                    list.push(pairs[0].1.try_clone().unwrap());
+                }
+                for (mut from, mut to) in pairs {
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16384];
+                        loop {
+                            match from.read(&mut buf) {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => {
+                                    if to.write_all(&buf[..n]).is_err() {
+                                        break;
+                                    }
+                                }
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                        let _ = from.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { port, open, conns, stop }
+    }
+
+    /// `redis://127.0.0.1:PORT` through the proxy.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Cut every connection and refuse new ones.
+    pub fn close(&self) {
+        self.open.store(false, Ordering::Relaxed);
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Relay again.
+    pub fn open(&self) {
+        self.open.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.close();
+    }
+}
+
+/// The recording of the original profiles in STATE_DB, if any.
+pub fn recording(server: &RedisServer) -> Option<String> {
+    redis::cmd("HGET").arg("ECN_TUNER|ORIGINALS").arg("json").query(&mut server.con(STATE_DB)).expect("HGET")
+}
+
+/// The `CLIENT LIST` line of a client named `name` that is inside MULTI, if any.
+pub fn client_in_multi(server: &RedisServer, name: &str) -> Option<String> {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut server.con(0)).ok()?;
+    list.lines()
+        .find(|l| {
+            l.split(' ').any(|f| f == format!("name={name}"))
+                && l.split(' ').any(|f| f.starts_with("multi=") && f != "multi=-1")
+        })
+        .map(str::to_string)
+}
+
+/// Path helper for a file inside a directory, as a `String` argument.
+pub fn arg(p: &Path) -> String {
+    p.display().to_string()
+}

@@ -1,0 +1,600 @@
+//! The SONiC backend end to end: a real `redis-server` seeded like a SONiC switch (32 ports,
+//! lossless queues 3 and 4 on `AZURE_LOSSLESS`), `ecn-tuner actuator --backend sonic` in front
+//! of it, and the real controller (`ecn-tuner run`) against that: the online-control acceptance
+//! scenarios, Redis going away in the middle of an apply, counter wraps and resets, and
+//! `ecn-tuner sonic restore`.
+//!
+//! Needs `redis-server` (Debian package `redis-server`; scripts/test installs it). Every test
+//! starts its own server on a free loopback port in a scratch directory.
+
+use ecn_tests::sonic::{
+    client_in_multi, queue_setting, recording, seed, tables, Counters, Proxy, RedisServer, Spec, Ticker, Traffic,
+    CONFIG_DB, COUNTERS_DB,
+};
+use ecn_tests::{change, events, eventually, pb, run_cli, Actuator};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::process::{Child, Command};
+use tokio_stream::StreamExt;
+use tonic::Code;
+
+const WAIT: Duration = Duration::from_secs(60);
+/// The seeded profile, as the wire reports it.
+const ORIGINAL: (u64, u64, u64) = (1_048_576, 2_097_152, 5);
+/// The controller's default baseline (hpcc-alibaba) at 100 Gb/s.
+const BASELINE: (u64, u64, u64) = (400_000, 1_600_000, 20);
+
+/// A seeded switch with counters ticking every 50 ms, and an actuator polling it every 100 ms.
+struct Rig {
+    redis: RedisServer,
+    ticker: Ticker,
+    act: Actuator,
+}
+
+async fn rig(spec: Spec, extra: &[&str]) -> Rig {
+    let redis = RedisServer::start();
+    seed(&redis, &spec);
+    let ticker = Ticker::start(&redis, Counters::new(&spec, 64), Duration::from_millis(50));
+    let url = redis.url();
+    let mut args = vec!["--backend", "sonic", "--redis", url.as_str(), "--poll-interval", "100ms"];
+    args.extend_from_slice(extra);
+    let act = Actuator::start(&args).await;
+    Rig { redis, ticker, act }
+}
+
+fn controller(act: &Actuator, name: &str, args: &[&str]) -> (Child, std::path::PathBuf) {
+    let log = act.dir.path().join(format!("{name}-decisions.jsonl"));
+    let stderr = std::fs::File::create(act.dir.path().join(format!("{name}.log"))).unwrap();
+    let child = Command::new(ecn_tests::ecn_tuner_bin())
+        .args(["run", "--target", &act.url(), "--controller-id", name, "--decision-log"])
+        .arg(&log)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(stderr))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    (child, log)
+}
+
+fn controller_log(act: &Actuator, name: &str) -> String {
+    std::fs::read_to_string(act.dir.path().join(format!("{name}.log"))).unwrap_or_default()
+}
+
+fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    ecn_tests::read_journal(path)
+}
+
+fn setting_of(x: &serde_json::Value) -> (u64, u64, u64) {
+    let a = &x["after_guardrails"];
+    let p = (a["pmax"].as_f64().unwrap() * 100.0).round() as u64;
+    (a["kmin_bytes"].as_u64().unwrap(), a["kmax_bytes"].as_u64().unwrap(), p)
+}
+
+/// Every controlled queue's green setting, as CONFIG_DB has it.
+fn switch_settings(redis: &RedisServer, spec: &Spec) -> Vec<(String, (u64, u64, u64))> {
+    let mut con = redis.con(CONFIG_DB);
+    let mut out = Vec::new();
+    for p in &spec.ports {
+        for &q in &spec.lossless {
+            out.push((format!("{p}|{q}"), queue_setting(&mut con, p, q)));
+        }
+    }
+    out
+}
+
+async fn lease(c: &mut ecn_tests::Client, who: &str) -> String {
+    c.acquire_writer(pb::AcquireWriterRequest { controller_id: who.into(), ttl_ms: 120_000 })
+        .await
+        .expect("AcquireWriter")
+        .into_inner()
+        .lease_id
+}
+
+fn qid(port: &str, queue: u32) -> pb::QueueId {
+    pb::QueueId { switch: "sonic-leaf0".into(), port: port.into(), queue }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn capabilities_and_telemetry_come_from_the_switch() {
+    let rig = rig(Spec::default(), &[]).await;
+    let mut c = rig.act.client().await;
+    let caps = c.get_capabilities(pb::GetCapabilitiesRequest {}).await.unwrap().into_inner();
+    assert_eq!(caps.backend, "sonic");
+    assert_eq!(caps.queues.len(), 64, "32 ports x 2 lossless queues");
+    let ids: Vec<pb::QueueId> = caps.queues.iter().map(|q| q.id.clone().unwrap()).collect();
+    assert_eq!(&ids[..3], &[qid("Ethernet0", 3), qid("Ethernet0", 4), qid("Ethernet4", 3)], "natural port order");
+    assert_eq!(ids[63], qid("Ethernet124", 4));
+    assert!(caps.queues.iter().all(|q| q.link_bps == 100_000_000_000));
+    assert_eq!(caps.buffer_bytes, 32_099_072, "egress_lossless_pool");
+    assert_eq!(caps.bounds.unwrap().kmax_max_bytes, 32_099_072);
+    assert_eq!(caps.min_telemetry_interval_ns, 100_000_000);
+    let cfg = c.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
+    for q in &cfg.queues {
+        let s = q.setting.unwrap();
+        assert_eq!((s.kmin_bytes, s.kmax_bytes, s.pmax), (1_048_576, 2_097_152, 0.05));
+    }
+
+    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let (mut bytes, mut span, mut marked, mut last_ts) = (0u64, 0u64, 0u64, None);
+    for _ in 0..15 {
+        let b = tokio::time::timeout(WAIT, stream.next()).await.expect("a batch").unwrap().unwrap();
+        assert_eq!(b.samples.len(), 64, "one sample per queue");
+        assert_eq!(b.samples.iter().map(|s| s.id.clone().unwrap()).collect::<Vec<_>>(), ids);
+        let s = &b.samples[0];
+        assert_eq!(s.queue_bytes_max, 150_000, "the shared watermark");
+        assert!(s.ecn.is_some() && s.link_bps == 100_000_000_000);
+        if let Some(t) = last_ts {
+            span += b.ts_ns - t;
+            bytes += s.tx_bytes;
+            marked += s.ecn_marked_pkts;
+        }
+        last_ts = Some(b.ts_ns);
+    }
+    // The fixture sends 40 Gb/s per queue: 5 bytes per ns.
+    let rate = bytes as f64 / span as f64;
+    assert!((3.0..7.0).contains(&rate), "{rate} bytes/ns");
+    assert!(marked > 0);
+    drop(rig.ticker);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shadow_makes_no_writes() {
+    let rig = rig(Spec::default(), &[]).await;
+    let before = tables(&mut rig.redis.con(CONFIG_DB));
+    let (child, log) = controller(
+        &rig.act,
+        "shadow",
+        &["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--interval", "200ms", "--duration", "4s"],
+    );
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success(), "{}", controller_log(&rig.act, "shadow"));
+    let d = lines(&log);
+    assert!(d.len() > 64 * 5, "decisions were logged");
+    assert!(d.iter().all(|x| x["mode"] == "shadow" && x["applied"] == false));
+    assert!(d.iter().any(|x| setting_of(x) != ORIGINAL), "it would have changed something");
+    let journal = rig.act.journal();
+    for kind in ["apply", "confirm", "revert", "rollback"] {
+        assert!(events(&journal, kind).is_empty(), "shadow mode wrote: {journal:?}");
+    }
+    assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), before, "CONFIG_DB untouched");
+    assert!(recording(&rig.redis).is_none(), "nothing recorded: nothing was changed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn enforce_applies_bounded_settings_and_confirms_them() {
+    let spec = Spec::default();
+    let rig = rig(spec.clone(), &[]).await;
+    let (child, log) = controller(
+        &rig.act,
+        "enforce",
+        &[
+            "--mode",
+            "enforce",
+            "--allow-writes",
+            "--policy",
+            "static:100KB,400KB,0.5",
+            "--interval",
+            "200ms",
+            "--min-dwell",
+            "0s",
+            "--confirm-within",
+            "20s",
+            "--health-window",
+            "3",
+            "--duration",
+            "12s",
+        ],
+    );
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success(), "{}", controller_log(&rig.act, "enforce"));
+    let journal = rig.act.journal();
+    assert!(!events(&journal, "apply").is_empty(), "{journal:?}");
+    assert!(!events(&journal, "confirm").is_empty(), "{journal:?}");
+    for (q, s) in switch_settings(&rig.redis, &spec) {
+        assert_eq!(s, (100_000, 400_000, 50), "{q} in CONFIG_DB");
+    }
+    let t = tables(&mut rig.redis.con(CONFIG_DB));
+    assert!(t.keys().all(|k| !k.contains("ECN_TUNER")), "one setting for all: the shared profile carries it");
+    assert!(recording(&rig.redis).is_some(), "the originals were recorded before the first change");
+    for x in lines(&log).iter().filter(|x| x["applied"] == true) {
+        let (kmin, kmax, _) = setting_of(x);
+        assert!(kmin >= 1000 && kmin < kmax && kmax <= 32_099_072, "{x}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pause_storm_after_a_change_is_rolled_back() {
+    let rig = rig(Spec::default(), &[]).await;
+    let before = tables(&mut rig.redis.con(CONFIG_DB));
+    let (child, log) = controller(
+        &rig.act,
+        "health",
+        &[
+            "--mode",
+            "enforce",
+            "--allow-writes",
+            "--policy",
+            "static:200KB,800KB,0.3",
+            "--interval",
+            "200ms",
+            "--confirm-within",
+            "60s",
+            "--health-window",
+            "2000",
+            "--duration",
+            "10s",
+        ],
+    );
+    eventually("an apply in the journal", WAIT, || {
+        let j = rig.act.journal();
+        async move { (!events(&j, "apply").is_empty()).then_some(()) }
+    })
+    .await;
+    // Ethernet0's priority 3 is paused by its downstream 80% of the time from now on.
+    rig.ticker.counters.lock().unwrap().traffic.insert((0, 3), Traffic { paused_fraction: 0.8, ..Traffic::default() });
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success(), "{}", controller_log(&rig.act, "health"));
+    let journal = rig.act.journal();
+    assert!(!events(&journal, "rollback").is_empty(), "{journal:?}");
+    assert!(events(&journal, "confirm").is_empty(), "{journal:?}");
+    let reasons: Vec<String> = lines(&log).iter().map(|x| x["reason"].as_str().unwrap().to_string()).collect();
+    assert!(reasons.iter().any(|r| r.contains("rolled back") && r.contains("paused")), "{reasons:?}");
+    assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), before, "back on the original profiles, byte for byte");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_controller_leaves_only_confirmed_settings() {
+    let spec = Spec::default();
+    let rig = rig(spec.clone(), &[]).await;
+    let before = tables(&mut rig.redis.con(CONFIG_DB));
+    let (mut child, _) = controller(
+        &rig.act,
+        "victim",
+        &[
+            "--mode",
+            "enforce",
+            "--allow-writes",
+            "--policy",
+            "static:200KB,800KB,0.3",
+            "--interval",
+            "200ms",
+            "--confirm-within",
+            "3s",
+            "--health-window",
+            "1000000",
+        ],
+    );
+    eventually("an apply in the journal", WAIT, || {
+        let j = rig.act.journal();
+        async move { (!events(&j, "apply").is_empty()).then_some(()) }
+    })
+    .await;
+    assert_ne!(switch_settings(&rig.redis, &spec)[0].1, ORIGINAL, "the apply reached CONFIG_DB");
+    child.kill().await.unwrap(); // SIGKILL: no chance to clean up
+    let journal = eventually("the actuator's own revert", WAIT, || {
+        let j = rig.act.journal();
+        async move { (!events(&j, "revert").is_empty()).then_some(j) }
+    })
+    .await;
+    assert!(events(&journal, "confirm").is_empty());
+    assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), before);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_applies_are_refused_whole_and_nothing_changes() {
+    let rig = rig(Spec::default(), &[]).await;
+    let before = tables(&mut rig.redis.con(CONFIG_DB));
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let cfg = c.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
+    let good = change(&qid("Ethernet0", 3), 100_000, 1_000_000, 0.3);
+    let other_switch = pb::QueueId { switch: "leaf9".into(), port: "Ethernet0".into(), queue: 3 };
+    let cases: Vec<(Vec<pb::QueueSetting>, &str, &str)> = vec![
+        (
+            vec![good.clone(), change(&qid("Ethernet4", 3), 2_000_000, 1_000_000, 0.2)],
+            "sonic-leaf0/Ethernet4/3",
+            "kmin_bytes",
+        ),
+        (vec![good.clone(), change(&qid("Ethernet4", 4), 100_000, 1_000_000, 1.5)], "sonic-leaf0/Ethernet4/4", "pmax"),
+        (vec![change(&qid("Ethernet8", 3), 100_000, 1_000_000, -0.1), good.clone()], "sonic-leaf0/Ethernet8/3", "pmax"),
+        (vec![good.clone(), change(&other_switch, 100_000, 1_000_000, 0.2)], "leaf9/Ethernet0/3", "unknown queue"),
+        (
+            vec![good.clone(), change(&qid("Ethernet0", 0), 100_000, 1_000_000, 0.2)],
+            "sonic-leaf0/Ethernet0/0",
+            "unknown queue",
+        ),
+        (
+            vec![good.clone(), change(&qid("Ethernet4", 3), 100_000, 64_000_000, 0.2)],
+            "sonic-leaf0/Ethernet4/3",
+            "kmax_bytes",
+        ),
+    ];
+    let n = cases.len();
+    for (changes, queue, field) in cases {
+        let e = c
+            .apply(pb::ApplyRequest { lease_id: l.clone(), changes, ..Default::default() })
+            .await
+            .expect_err("a bad set must be refused");
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains(queue) && e.message().contains(field), "{}", e.message());
+        assert_eq!(c.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner(), cfg, "nothing changed");
+        assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), before, "CONFIG_DB untouched");
+    }
+    assert!(recording(&rig.redis).is_none());
+    assert_eq!(events(&rig.act.journal(), "reject").len(), n);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn queues_that_differ_get_profiles_of_their_own_and_restore_is_byte_identical() {
+    let spec = Spec { two_profiles: true, ..Spec::default() };
+    let rig = rig(spec.clone(), &[]).await;
+    let url = rig.redis.url();
+    let before = tables(&mut rig.redis.con(CONFIG_DB));
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let apply = |changes: Vec<pb::QueueSetting>| pb::ApplyRequest {
+        lease_id: l.clone(),
+        changes,
+        reason: "test".into(),
+        ..Default::default()
+    };
+    c.apply(apply(vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)])).await.expect("apply one queue");
+    {
+        let mut con = rig.redis.con(CONFIG_DB);
+        let t = tables(&mut con);
+        let own = &t["WRED_PROFILE|ECN_TUNER_Ethernet0_3"];
+        let get = |k: &str| own.iter().find(|(f, _)| f == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("green_min_threshold"), Some("300000"));
+        assert_eq!(get("green_max_threshold"), Some("900000"));
+        assert_eq!(get("green_drop_probability"), Some("25"));
+        assert_eq!(get("yellow_min_threshold"), Some("300000"), "yellow followed green (one curve originally)");
+        assert_eq!(get("ecn"), Some("ecn_all"), "copied from AZURE_LOSSLESS");
+        assert_eq!(
+            t["WRED_PROFILE|AZURE_LOSSLESS"], before["WRED_PROFILE|AZURE_LOSSLESS"],
+            "the shared one is as it was"
+        );
+        assert_eq!(queue_setting(&mut con, "Ethernet0", 3), (300_000, 900_000, 25));
+        assert_eq!(queue_setting(&mut con, "Ethernet4", 3), ORIGINAL);
+        assert_eq!(queue_setting(&mut con, "Ethernet0", 4), ORIGINAL);
+    }
+    // Every queue 4 (their own shared profile) but Ethernet4's moves: the majority keeps the
+    // shared profile, the odd one out gets its own.
+    let fours: Vec<pb::QueueSetting> =
+        spec.ports.iter().filter(|p| *p != "Ethernet4").map(|p| change(&qid(p, 4), 500_000, 1_500_000, 0.1)).collect();
+    c.apply(apply(fours)).await.expect("apply to most queues 4");
+    {
+        let mut con = rig.redis.con(CONFIG_DB);
+        assert_eq!(queue_setting(&mut con, "Ethernet0", 4), (500_000, 1_500_000, 10));
+        assert_eq!(queue_setting(&mut con, "Ethernet4", 4), ORIGINAL);
+        let binding: String = redis::cmd("HGET").arg("QUEUE|Ethernet4|4").arg("wred_profile").query(&mut con).unwrap();
+        assert_eq!(binding, "ECN_TUNER_Ethernet4_4");
+        let binding: String = redis::cmd("HGET").arg("QUEUE|Ethernet8|4").arg("wred_profile").query(&mut con).unwrap();
+        assert_eq!(binding, "AZURE_LOSSLESS_Q4");
+    }
+    assert!(recording(&rig.redis).is_some());
+    let file = rig.act.journal.with_file_name("journal.jsonl.sonic-originals.json");
+    assert!(file.exists(), "a copy of the recording beside the journal");
+
+    // The actuator stops; confirmed changes stay on the switch. Then undo everything.
+    let (code, _) = rig.act.stop().await;
+    assert_eq!(code, Some(0));
+    assert_ne!(tables(&mut rig.redis.con(CONFIG_DB)), before);
+    let (code, stdout, stderr) = run_cli(&["sonic", "restore", "--redis", &url]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("removed 2 ecn-tuner profile(s)"), "{stdout}");
+    assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), before, "WRED_PROFILE and QUEUE byte-identical");
+    assert!(recording(&rig.redis).is_none(), "the recording is retired");
+    assert!(!file.exists(), "so is its file copy");
+    let (code, stdout, _) = run_cli(&["sonic", "restore", "--redis", &url]).await;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("nothing to restore"), "{stdout}");
+}
+
+/// Redis dies while the actuator is inside a MULTI/EXEC transaction: CONFIG_DB comes back fully
+/// old (Redis discards an unfinished transaction), the apply is refused, and the controller,
+/// blind while Redis is away, falls back to the baseline; once Redis is back its applies land
+/// whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_going_away_mid_apply_leaves_config_db_whole_and_the_controller_falls_back() {
+    let spec = Spec::default();
+    let mut redis = RedisServer::start_durable();
+    seed(&redis, &spec);
+    let proxy = Proxy::start(redis.port);
+    let ticker = Ticker::start(&redis, Counters::new(&spec, 64), Duration::from_millis(50));
+    let url = proxy.url();
+    let act =
+        Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms", "--redis-timeout", "5s"])
+            .await;
+    // A first change records the originals, so that the cut below falls inside the transaction.
+    let mut c = act.client().await;
+    let l = lease(&mut c, "setup").await;
+    c.apply(pb::ApplyRequest {
+        lease_id: l.clone(),
+        changes: vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)],
+        ..Default::default()
+    })
+    .await
+    .expect("setup apply");
+    c.release_writer(pb::ReleaseWriterRequest { lease_id: l }).await.unwrap();
+    let old = tables(&mut redis.con(CONFIG_DB));
+
+    // Writes wait: the controller's first apply stops inside MULTI, its commands queued.
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(60_000).arg("WRITE").query(&mut redis.con(0)).unwrap();
+    let (mut child, log) = controller(
+        &act,
+        "cut",
+        &[
+            "--mode",
+            "enforce",
+            "--allow-writes",
+            "--policy",
+            "static:200KB,800KB,0.3",
+            "--interval",
+            "200ms",
+            "--min-dwell",
+            "0s",
+            "--confirm-within",
+            "30s",
+            "--health-window",
+            "3",
+            "--stale-after",
+            "1s",
+        ],
+    );
+    let line = eventually("the actuator inside MULTI", WAIT, || {
+        let l = client_in_multi(&redis, "ecn-tuner-config");
+        async move { l }
+    })
+    .await;
+    // Redis goes away (SIGKILL) with the transaction open, and stays out of reach for a while.
+    proxy.close();
+    redis.kill();
+    let cut_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    eprintln!("cut inside: {line}");
+    eventually("the refused apply in the journal", WAIT, || {
+        let j = act.journal();
+        async move {
+            events(&j, "reject")
+                .iter()
+                .any(|e| e["detail"].as_str().unwrap_or("").contains("failed to apply"))
+                .then_some(())
+        }
+    })
+    .await;
+    // Blind (no telemetry), the controller decides the baseline for every queue.
+    eventually("baseline decisions on stale telemetry", WAIT, || {
+        let d = lines(&log);
+        async move {
+            let fallback = d.iter().filter(|x| {
+                x["ts"].as_u64().unwrap_or(0) > cut_at
+                    && x["reason"].as_str().unwrap_or("").contains("stale_telemetry")
+                    && setting_of(x) == BASELINE
+            });
+            (fallback.count() >= 64).then_some(())
+        }
+    })
+    .await;
+
+    // Redis comes back from its append-only file: the transaction never happened.
+    redis.restart();
+    assert_eq!(tables(&mut redis.con(CONFIG_DB)), old, "CONFIG_DB is fully old");
+    // The actuator reaches it again; the controller's next applies land whole.
+    proxy.open();
+    let whole = eventually("a new apply on CONFIG_DB", WAIT, || {
+        let j = act.journal();
+        let settings = switch_settings(&redis, &spec);
+        async move {
+            let applied = events(&j, "apply").len() >= 2;
+            let first = settings[0].1;
+            let uniform = settings.iter().all(|(_, s)| *s == first);
+            (applied && uniform && first != ORIGINAL).then_some(first)
+        }
+    })
+    .await;
+    assert!(whole == BASELINE || whole == (200_000, 800_000, 30), "{whole:?}");
+    child.kill().await.unwrap();
+    drop(ticker);
+}
+
+/// Collect batches until `n` more have arrived.
+async fn take(stream: &mut tonic::Streaming<pb::TelemetryBatch>, n: usize, into: &mut Vec<pb::TelemetryBatch>) {
+    for _ in 0..n {
+        let b = tokio::time::timeout(WAIT, stream.next()).await.expect("a batch").expect("open").expect("ok");
+        into.push(b);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn counter_wraps_and_resets_give_true_deltas() {
+    let spec = Spec::default();
+    let redis = RedisServer::start();
+    seed(&redis, &spec);
+    // 32-bit counters; Ethernet0 queue 3's byte counter starts 25 MB below the top.
+    let mut counters = Counters::new(&spec, 32);
+    let q0 = format!("COUNTERS:{}", ecn_tests::sonic::queue_oid(0, 3));
+    let q1 = format!("COUNTERS:{}", ecn_tests::sonic::queue_oid(1, 3));
+    let start = (1u64 << 32) - 25_000_000;
+    counters.set(&q0, "SAI_QUEUE_STAT_BYTES", start);
+    counters.flush(&mut redis.con(COUNTERS_DB)).unwrap();
+    let url = redis.url();
+    let act =
+        Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms", "--counter-bits", "32"])
+            .await;
+    let mut c = act.client().await;
+    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut got = Vec::new();
+    take(&mut stream, 2, &mut got).await;
+    const D: u64 = 10_000_000;
+    let mut added_q1 = 0;
+    for step in 0..8 {
+        for key in [&q0, &q1] {
+            if key == &q1 && step == 4 {
+                // `sonic-clear queuecounters`: back to zero.
+                counters.clear_queue(1, 3);
+                continue;
+            }
+            counters.add(key, "SAI_QUEUE_STAT_BYTES", D);
+            counters.add(key, "SAI_QUEUE_STAT_PACKETS", D / 1_000);
+            if key == &q1 {
+                added_q1 += D;
+            }
+        }
+        counters.flush(&mut redis.con(COUNTERS_DB)).unwrap();
+        // At least one poll after each step, before the next.
+        take(&mut stream, 3, &mut got).await;
+    }
+    assert!(counters.get(&q0, "SAI_QUEUE_STAT_BYTES") < start, "the counter wrapped");
+    let id0 = qid("Ethernet0", 3);
+    let id1 = qid("Ethernet4", 3);
+    let series = |id: &pb::QueueId| -> Vec<u64> {
+        got.iter().flat_map(|b| b.samples.iter().filter(|s| s.id.as_ref() == Some(id)).map(|s| s.tx_bytes)).collect()
+    };
+    let (s0, s1) = (series(&id0), series(&id1));
+    assert!(
+        s0.iter().chain(&s1).all(|&b| b == 0 || b == D),
+        "every delta is 0 or one step, never a spike: {s0:?} {s1:?}"
+    );
+    assert_eq!(s0.iter().sum::<u64>(), 8 * D, "the wrap counted exactly: {s0:?}");
+    // The interval with the reset has no sample for that queue; nothing else is lost.
+    assert_eq!(s1.iter().sum::<u64>(), added_q1, "{s1:?}");
+    let dropped = got.iter().filter(|b| {
+        b.samples.iter().any(|s| s.id.as_ref() == Some(&id0)) && !b.samples.iter().any(|s| s.id.as_ref() == Some(&id1))
+    });
+    assert_eq!(dropped.count(), 1, "exactly one interval dropped for the reset queue");
+    for b in &got {
+        for s in &b.samples {
+            let pkts_ok = s.tx_pkts == 0 || s.tx_pkts == D / 1_000;
+            assert!(pkts_ok, "{s:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_urls_unreachable_redis_and_empty_config_db_exit_with_clear_errors() {
+    let empty = RedisServer::start();
+    let empty_url = empty.url();
+    let nobody = format!("redis://127.0.0.1:{}", ecn_tests::sonic::free_port());
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec!["actuator", "--backend", "sonic", "--redis", "http://example"], 2, "--redis"),
+        (vec!["actuator", "--backend", "sonic"], 2, "--redis"),
+        (vec!["actuator", "--backend", "sonic", "--redis", &nobody], 1, "cannot reach Redis"),
+        (vec!["actuator", "--backend", "sonic", "--redis", &empty_url], 2, "no WRED_PROFILE"),
+        (vec!["actuator", "--backend", "sonic", "--redis", &empty_url, "--poll-interval", "0s"], 2, "--poll-interval"),
+        (vec!["actuator", "--backend", "dry-run", "--redis", &empty_url], 2, "--redis"),
+        (vec!["sonic", "restore", "--redis", "nope"], 2, "--redis"),
+        (vec!["sonic", "restore", "--redis", &nobody], 1, "cannot reach Redis"),
+    ];
+    for (mut args, want, text) in cases {
+        if args[0] == "actuator" {
+            args.extend(["--listen", "127.0.0.1:0"]);
+        }
+        let (code, _, stderr) = run_cli(&args).await;
+        assert_eq!(code, Some(want), "{args:?}: {stderr}");
+        assert!(stderr.contains(text), "{args:?} should say {text}: {stderr}");
+    }
+    let (code, stdout, _) = run_cli(&["sonic", "restore", "--redis", &empty_url]).await;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("nothing to restore"), "{stdout}");
+}
