@@ -22,8 +22,8 @@ use tonic::transport::Channel;
 
 pub use ecn_proto::v1 as pb;
 
-pub mod telemetry_fixtures;
 pub mod sonic;
+pub mod telemetry_fixtures;
 
 /// A plain-text gRPC client of the actuator.
 pub type Client = pb::actuator_client::ActuatorClient<Channel>;
