@@ -11,7 +11,7 @@ use clap::Args;
 use ecn_datasets::telemetry::{
     load_telemetry, stream_telemetry, CounterMode, QueueKey, QueueSample, ReadOptions, SettingBounds, TelemetryData,
 };
-use ecn_env::tuning::{Bounds, QueueInterval};
+use ecn_env::tuning::Bounds;
 use ecn_env::EcnSetting;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, VecDeque};
@@ -78,24 +78,6 @@ pub fn interval_ns(data: &TelemetryData) -> Result<u64, CliError> {
             data.path.display()
         ))
     })
-}
-
-/// One sample as the tuning environment's record of an interval of `interval_ns`.
-pub fn interval(s: &QueueSample, interval_ns: u64) -> QueueInterval {
-    QueueInterval {
-        interval_ns,
-        link_bps: s.link_bps,
-        queue_bytes_avg: s.queue_bytes_avg,
-        queue_bytes_max: s.queue_bytes_max,
-        tx_bytes: s.tx_bytes,
-        tx_pkts: s.tx_pkts,
-        ecn_marked_pkts: s.ecn_marked_pkts,
-        pfc_pause_rx: s.pfc_pause_rx,
-        pfc_pause_tx: s.pfc_pause_tx,
-        paused_ns: s.paused_ns,
-        drops: s.drops,
-        setting: setting(s),
-    }
 }
 
 /// The ECN setting in effect during a sample.

@@ -14,4 +14,4 @@ pub mod io;
 #[cfg(feature = "io")]
 pub mod telemetry;
 
-pub use records::{FlowRecord, TelemetrySample, TELEMETRY_SCHEMA_VERSION};
+pub use records::{FlowRecord, QueueSample, TelemetrySample, TELEMETRY_SCHEMA_VERSION};

@@ -7,7 +7,7 @@ use crate::learned::LearnedModel;
 use crate::recommend::{self, Decision, QueueState, RecommendConfig, Recommendation};
 use crate::telemetry_input::{self, QueueTail};
 use clap::Args;
-use ecn_env::tuning::QueueHistory;
+use ecn_env::tuning::{QueueHistory, QueueInterval};
 use ecn_env::{BitsPerSec, EcnSetting};
 use std::path::PathBuf;
 
@@ -96,7 +96,7 @@ fn queue_state(t: &QueueTail, history: usize) -> Option<QueueState> {
     // recommendation is to keep.
     let intervals = if let Some(interval_ns) = t.interval_ns {
         for s in &t.recent {
-            h.push(telemetry_input::interval(s, interval_ns), history);
+            h.push(QueueInterval::from_queue_sample(s, interval_ns), history);
         }
         t.recent.len()
     } else {

@@ -23,9 +23,8 @@
 use super::ddqn::{Ddqn, DdqnConfig};
 use super::replay::ReplayBuffer;
 use crate::error::CliError;
-use crate::telemetry_input;
 use ecn_datasets::telemetry::QueueSeries;
-use ecn_env::tuning::{ActionTemplate, QueueHistory, TuningConfig};
+use ecn_env::tuning::{ActionTemplate, QueueHistory, QueueInterval, TuningConfig};
 use ecn_env::BitsPerSec;
 use ecn_models::{Calibration, Checkpoint, ModelCard, QNetwork, TrainingRecord};
 use indicatif::ProgressBar;
@@ -75,7 +74,7 @@ pub fn add_transitions(series: &[QueueSeries], tuning: &TuningConfig, data: &mut
         for seg in s.segments() {
             let mut history = QueueHistory::default();
             for row in seg {
-                let iv = telemetry_input::interval(row, interval);
+                let iv = QueueInterval::from_queue_sample(row, interval);
                 obs.clear();
                 if history.observe(tuning.features, tuning.history, &mut obs) {
                     let link = BitsPerSec(row.link_bps);

@@ -147,41 +147,7 @@ impl fmt::Display for QueueKey {
     }
 }
 
-/// One validated sample of one queue: a [`TelemetrySample`] without the identity columns.
-/// Counters are always per-interval deltas here, whatever the file held.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct QueueSample {
-    /// End of the interval, ns.
-    pub ts_ns: u64,
-    /// Line rate, b/s.
-    pub link_bps: u64,
-    /// Depth at the end of the interval, bytes.
-    pub queue_bytes: u64,
-    /// Time-weighted mean depth, bytes.
-    pub queue_bytes_avg: f64,
-    /// Maximum depth, bytes.
-    pub queue_bytes_max: u64,
-    /// Bytes sent in the interval.
-    pub tx_bytes: u64,
-    /// Packets sent in the interval.
-    pub tx_pkts: u64,
-    /// Packets CE-marked in the interval.
-    pub ecn_marked_pkts: u64,
-    /// PAUSE frames received in the interval.
-    pub pfc_pause_rx: u64,
-    /// PAUSE frames sent in the interval.
-    pub pfc_pause_tx: u64,
-    /// Paused time in the interval, ns.
-    pub paused_ns: u64,
-    /// Admission drops in the interval.
-    pub drops: u64,
-    /// Kmin in effect, bytes.
-    pub kmin_bytes: u64,
-    /// Kmax in effect, bytes.
-    pub kmax_bytes: u64,
-    /// Pmax in effect.
-    pub pmax: f64,
-}
+pub use crate::records::QueueSample;
 
 impl QueueSample {
     /// The full row, with its queue's identity.
@@ -205,27 +171,6 @@ impl QueueSample {
             kmin_bytes: self.kmin_bytes,
             kmax_bytes: self.kmax_bytes,
             pmax: self.pmax,
-        }
-    }
-
-    /// The sample part of a full row.
-    pub fn from_row(r: &TelemetrySample) -> Self {
-        QueueSample {
-            ts_ns: r.ts_ns,
-            link_bps: r.link_bps,
-            queue_bytes: r.queue_bytes,
-            queue_bytes_avg: r.queue_bytes_avg,
-            queue_bytes_max: r.queue_bytes_max,
-            tx_bytes: r.tx_bytes,
-            tx_pkts: r.tx_pkts,
-            ecn_marked_pkts: r.ecn_marked_pkts,
-            pfc_pause_rx: r.pfc_pause_rx,
-            pfc_pause_tx: r.pfc_pause_tx,
-            paused_ns: r.paused_ns,
-            drops: r.drops,
-            kmin_bytes: r.kmin_bytes,
-            kmax_bytes: r.kmax_bytes,
-            pmax: r.pmax,
         }
     }
 }

@@ -52,6 +52,11 @@ pub struct QueueInterval {
 impl QueueInterval {
     /// Build from a telemetry row that covers `interval_ns`.
     pub fn from_sample(s: &ecn_datasets::TelemetrySample, interval_ns: u64) -> Self {
+        Self::from_queue_sample(&ecn_datasets::QueueSample::from_row(s), interval_ns)
+    }
+
+    /// Build from one queue's sample (a row without its identity) that covers `interval_ns`.
+    pub fn from_queue_sample(s: &ecn_datasets::QueueSample, interval_ns: u64) -> Self {
         QueueInterval {
             interval_ns,
             link_bps: s.link_bps,
