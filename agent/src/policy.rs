@@ -1,11 +1,11 @@
 //! The `<POLICY>` argument (PRODUCT.md "The CLI contract").
 //!
 //! Forms: `static:<KMIN>,<KMAX>,<PMAX>`, `baseline:<name>`, `model:<NAME|PATH>` (a learned
-//! policy; `model:default` is the shipped checkpoint) and `explore[:SEED]` (a safe
-//! exploratory behaviour, for recording data).
+//! policy; `model:default` is the shipped checkpoint) and `explore[:SEED[:HOLD[:SHARE[:ANCHOR]]]]`
+//! (a safe exploratory behaviour, for recording data).
 
 use crate::error::CliError;
-use crate::explore::Explore;
+use crate::explore::{Anchor, Explore};
 use crate::learned::LearnedModel;
 use ecn_env::fabric::EcnPlan;
 use ecn_env::{Baseline, BitsPerSec, Bytes, EcnSetting};
@@ -62,15 +62,34 @@ impl Policy {
             }),
             "model" if !arg.is_empty() => Ok(Policy::Model(Arc::new(LearnedModel::load(arg)?))),
             "explore" => {
-                let (seed, hold) = arg.split_once(':').unwrap_or((arg, ""));
+                let mut parts = arg.splitn(4, ':');
+                let seed = parts.next().unwrap_or_default();
                 let seed = seed.parse().map_err(|_| bad(format!("SEED '{seed}' is not a non-negative integer")))?;
-                if hold.is_empty() {
-                    return Ok(Policy::Explore(Explore::new(seed)));
-                }
-                match hold.parse::<u64>() {
-                    Ok(h) if h >= 1 => Ok(Policy::Explore(Explore::with_hold(seed, h))),
-                    _ => Err(bad(format!("HOLD '{hold}' is not a whole number of decisions ≥ 1"))),
-                }
+                let hold = match parts.next() {
+                    None => return Ok(Policy::Explore(Explore::new(seed))),
+                    Some(h) => match h.parse::<u64>() {
+                        Ok(h) if h >= 1 => h,
+                        _ => return Err(bad(format!("HOLD '{h}' is not a whole number of decisions ≥ 1"))),
+                    },
+                };
+                let share = match parts.next() {
+                    None => 0.0,
+                    Some(a) => match a.parse::<f64>() {
+                        Ok(a) if (0.0..=1.0).contains(&a) => a,
+                        _ => return Err(bad(format!("SHARE '{a}' is not a fraction between 0 and 1"))),
+                    },
+                };
+                let anchor = match parts.next().map(Policy::parse).transpose()? {
+                    None => Anchor::Baseline(crate::learn::trainer::REFERENCE_BASELINE),
+                    Some(Policy::Baseline(b)) => Anchor::Baseline(b),
+                    Some(Policy::Model(m)) => Anchor::Model(m),
+                    Some(other) => {
+                        return Err(bad(format!(
+                            "the anchor must be baseline:<name> or model:<NAME|PATH>, not {other}"
+                        )))
+                    }
+                };
+                Ok(Policy::Explore(Explore::anchored(seed, hold, share, anchor)))
             }
             _ => Err(bad(FORMS.into())),
         }
@@ -98,17 +117,18 @@ impl Policy {
         }
     }
 
-    /// The learned model, if this is one.
+    /// The learned model this policy consults, if any: a model, or exploration around one.
     pub fn model(&self) -> Option<&Arc<LearnedModel>> {
         match self {
             Policy::Model(m) => Some(m),
+            Policy::Explore(e) => e.model(),
             _ => None,
         }
     }
 }
 
 const FORMS: &str =
-    "expected static:<KMIN>,<KMAX>,<PMAX>, baseline:<name>, model:<default|PATH> or explore[:SEED[:HOLD]]";
+    "expected static:<KMIN>,<KMAX>,<PMAX>, baseline:<name>, model:<default|PATH> or explore[:SEED[:HOLD[:SHARE[:ANCHOR]]]]";
 
 impl fmt::Display for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -116,6 +136,10 @@ impl fmt::Display for Policy {
             Policy::Static(s) => write!(f, "static:{},{},{}", Bytes(s.kmin_bytes), Bytes(s.kmax_bytes), s.pmax),
             Policy::Baseline(b) => write!(f, "baseline:{}", b.name()),
             Policy::Model(m) => write!(f, "model:{}", m.spec),
+            Policy::Explore(e) if e.anchor != Anchor::Baseline(crate::learn::trainer::REFERENCE_BASELINE) => {
+                write!(f, "explore:{}:{}:{}:{}", e.seed, e.hold, e.anchor_share, e.anchor)
+            }
+            Policy::Explore(e) if e.anchor_share > 0.0 => write!(f, "explore:{}:{}:{}", e.seed, e.hold, e.anchor_share),
             Policy::Explore(e) if e.hold == crate::explore::DEFAULT_HOLD_DECISIONS => write!(f, "explore:{}", e.seed),
             Policy::Explore(e) => write!(f, "explore:{}:{}", e.seed, e.hold),
         }
@@ -135,6 +159,16 @@ mod tests {
         assert_eq!(Policy::parse("explore").unwrap().to_string(), "explore:0");
         assert_eq!(Policy::parse("explore:9").unwrap(), Policy::Explore(Explore::new(9)));
         assert_eq!(Policy::parse("explore:9:2").unwrap().to_string(), "explore:9:2");
+        assert_eq!(Policy::parse("explore:9:2:0.5").unwrap().to_string(), "explore:9:2:0.5");
+        assert!(Policy::parse("explore:9:2:1.5").is_err() && Policy::parse("explore:9:2:x").is_err());
+        let around = Policy::parse("explore:9:1:0.8:model:default").unwrap();
+        assert_eq!(around.to_string(), "explore:9:1:0.8:model:default");
+        assert!(around.model().is_some());
+        assert_eq!(
+            Policy::parse("explore:9:1:0.8:baseline:dcqcn-paper").unwrap().to_string(),
+            "explore:9:1:0.8:baseline:dcqcn-paper"
+        );
+        assert!(Policy::parse("explore:9:1:0.8:static:1KB,2KB,0.1").is_err());
     }
 
     #[test]

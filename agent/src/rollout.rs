@@ -47,13 +47,18 @@ pub fn simulate(
         Policy::Model(model) => {
             closed_loop(scenario, policy, model.tuning(), progress, |obs, links| model.decide(obs, links))?
         }
-        // Exploration changes settings at the default control interval, each queue on its
-        // own seeded schedule.
+        // Exploration changes settings at the default control interval (its anchor model's,
+        // if it has one), each queue on its own seeded schedule.
         Policy::Explore(explore) => {
             let mut decision = 0u64;
-            closed_loop(scenario, policy, &TuningConfig::default(), progress, |_, links| {
+            let tuning = explore.model().map(|m| m.tuning().clone()).unwrap_or_default();
+            closed_loop(scenario, policy, &tuning, progress, |obs, links| {
                 decision += 1;
-                (0..links.len()).map(|q| explore.action(q, decision)).collect()
+                let anchor: Vec<Option<usize>> = match explore.model() {
+                    Some(m) => m.decide(obs, links).into_iter().map(Some).collect(),
+                    None => vec![None; links.len()],
+                };
+                (0..links.len()).map(|q| explore.action(q, decision, anchor[q])).collect()
             })?
         }
     };

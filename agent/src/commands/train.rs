@@ -96,6 +96,10 @@ pub struct TrainArgs {
     /// Adam learning rate (default 5e-4).
     #[arg(long)]
     learning_rate: Option<f64>,
+    /// Reward weights to change, as name=value pairs (`depth=2,depth_max=0.2`); the rest keep
+    /// the preset's defaults. The card records the weights used.
+    #[arg(long, value_name = "NAME=VALUE,...")]
+    reward_weights: Option<String>,
 }
 
 /// Train and write the checkpoint.
@@ -129,7 +133,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     let device = device(args.device)?;
     // One libtorch thread: the other cores run simulators.
     tch::set_num_threads(1);
-    let tuning = tuning(args.preset, interval);
+    let tuning = tuning(&args, interval)?;
     let ddqn = learner(&args)?;
     let name = model_name(&args.out);
     let cfg = TrainConfig {
@@ -193,7 +197,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
         return Err(CliError::BadInput(format!("--conservative-alpha {}: must be ≥ 0", args.conservative_alpha)));
     }
     let device = device(args.device)?;
-    let bounds = tuning(args.preset, Nanos(1)).bounds;
+    let bounds = tuning(args, Nanos(1))?.bounds;
     let opts = args.read.options(Some(&bounds))?;
     let mut files = Vec::new();
     for path in &args.telemetry {
@@ -211,7 +215,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
             files[0].0.display()
         )));
     }
-    let tuning = tuning(args.preset, Nanos(interval_ns));
+    let tuning = tuning(args, Nanos(interval_ns))?;
     let mut ddqn = learner(args)?;
     ddqn.conservative_alpha = args.conservative_alpha;
     let capacity: usize = files.iter().map(|(_, f, _)| f.samples()).sum();
@@ -309,11 +313,17 @@ fn device(arg: DeviceArg) -> Result<tch::Device, CliError> {
     })
 }
 
-fn tuning(preset: Preset, interval: Nanos) -> TuningConfig {
-    match preset {
+/// The MDP of the preset at this control interval, with the reward weights of the flags.
+fn tuning(args: &TrainArgs, interval: Nanos) -> Result<TuningConfig, CliError> {
+    let mut tuning = match args.preset {
         Preset::Tuner => TuningConfig { control_interval: interval, ..TuningConfig::default() },
         Preset::Acc => TuningConfig { control_interval: interval, ..TuningConfig::acc() },
+    };
+    if let Some(spec) = &args.reward_weights {
+        tuning.reward =
+            tuning.reward.with_weights(spec).map_err(|e| CliError::BadInput(format!("--reward-weights {e}")))?;
     }
+    Ok(tuning)
 }
 
 /// The learner's settings from the flags.

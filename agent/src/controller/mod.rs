@@ -538,12 +538,13 @@ impl ControlLoop {
             let telemetry =
                 if stream_stale { guardrails::TelemetryHealth::Stale } else { q.watch.health(now, stale_after) };
             let quarantined = q.quarantine_until.is_some_and(|t| now < t);
+            let model_choice = learned.as_ref().and_then(|l| l[i]);
             let proposed = if quarantined {
                 Some(q.current)
-            } else if let Some(l) = &learned {
-                l[i]
             } else if let Policy::Explore(e) = &cfg.policy {
-                Some(e.setting(i, self.report.rounds, ecn_env::BitsPerSec(q.link_bps)))
+                e.setting(i, self.report.rounds, ecn_env::BitsPerSec(q.link_bps), model_choice)
+            } else if learned.is_some() {
+                model_choice
             } else {
                 cfg.policy.propose(ecn_env::BitsPerSec(q.link_bps))
             };

@@ -71,6 +71,46 @@ impl Reward {
     }
 }
 
+impl Reward {
+    /// These weights with some replaced, from `name=value` pairs separated by commas
+    /// (`depth=2,depth_max=0.2`). Names are the fields of this reward kind; every weight
+    /// must be finite and ≥ 0, since each term's sign is fixed by what it measures.
+    pub fn with_weights(&self, spec: &str) -> Result<Reward, String> {
+        let mut out = *self;
+        for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').ok_or_else(|| format!("'{pair}': expected name=value"))?;
+            let value: f64 =
+                value.trim().parse().map_err(|_| format!("'{pair}': '{}' is not a number", value.trim()))?;
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(format!("'{pair}': a weight must be finite and at least 0"));
+            }
+            let name = name.trim();
+            let slot = match &mut out {
+                Reward::Tuner { utilization, depth, depth_max, pause, drop, change } => match name {
+                    "utilization" => utilization,
+                    "depth" => depth,
+                    "depth_max" => depth_max,
+                    "pause" => pause,
+                    "drop" => drop,
+                    "change" => change,
+                    _ => {
+                        return Err(format!(
+                        "'{name}': not a weight of this reward (utilization, depth, depth_max, pause, drop, change)"
+                    ))
+                    }
+                },
+                Reward::AccLinear { utilization, queue } => match name {
+                    "utilization" => utilization,
+                    "queue" => queue,
+                    _ => return Err(format!("'{name}': not a weight of ACC's reward (utilization, queue)")),
+                },
+            };
+            *slot = value;
+        }
+        Ok(out)
+    }
+}
+
 /// ACC's D(q): 1 − n/10, where n is the first grid step 20 KB·2ⁿ that holds `q`.
 fn acc_queue_score(queue_bytes: f64) -> f64 {
     let n = (0..10).find(|&n| queue_bytes <= (20_000u64 << n) as f64).unwrap_or(10);
@@ -88,5 +128,17 @@ mod tests {
         assert!((acc_queue_score(20_001.0) - 0.9).abs() < 1e-12);
         assert!((acc_queue_score(10_240_000.0) - 0.1).abs() < 1e-12);
         assert_eq!(acc_queue_score(1e9), 0.0);
+    }
+
+    #[test]
+    fn weights_are_replaced_by_name_and_bad_specs_are_refused() {
+        let r = Reward::TUNER.with_weights("depth=2, depth_max=0.2").unwrap();
+        let Reward::Tuner { utilization, depth, depth_max, .. } = r else { panic!("kind changed") };
+        assert_eq!((utilization, depth, depth_max), (3.0, 2.0, 0.2));
+        assert_eq!(Reward::TUNER.with_weights("").unwrap(), Reward::TUNER);
+        for bad in ["depth", "depth=x", "depth=-1", "depth=inf", "queue=1"] {
+            assert!(Reward::TUNER.with_weights(bad).is_err(), "{bad} accepted");
+        }
+        assert!(Reward::ACC.with_weights("queue=0.7").is_ok());
     }
 }
