@@ -7,6 +7,8 @@
 //! ACC's linear reward. It exits non-zero if ecn-tuner's correlation is below 0.8.
 //!
 //! `-- --csv FILE` also writes the per-run interval statistics, for refitting weights.
+//! `-- --reward-weights depth=2,depth_max=0.2` checks other weights for ecn-tuner's reward
+//! (the form `ecn-tuner train --reward-weights` takes).
 
 use ecn_env::scenario::Scenario;
 use ecn_env::tuning::{FctMetrics, QueueInterval, Reward};
@@ -47,7 +49,7 @@ struct RunStats {
     reward_acc: f64,
 }
 
-fn run(scenario: &str, seed: u64, setting: EcnSetting) -> (RunStats, FctMetrics) {
+fn run(scenario: &str, seed: u64, setting: EcnSetting, reward: &Reward) -> (RunStats, FctMetrics) {
     let mut sc = Scenario::load(scenario, Some(seed)).expect("built-in scenario");
     let interval = Nanos::from_micros(100);
     sc.fabric.sample_interval = interval;
@@ -65,7 +67,7 @@ fn run(scenario: &str, seed: u64, setting: EcnSetting) -> (RunStats, FctMetrics)
         s.depth_max += iv.depth_max_bdp();
         s.pause += iv.paused_fraction() + iv.pause_tx_rate();
         s.drops += (iv.drops > 0) as u8 as f64;
-        s.reward_tuner += Reward::TUNER.of(&iv, None);
+        s.reward_tuner += reward.of(&iv, None);
         s.reward_acc += Reward::ACC.of(&iv, None);
         n += 1.0;
     }
@@ -115,7 +117,16 @@ fn spearman(a: &[f64], b: &[f64]) -> f64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let csv = args.iter().position(|a| a == "--csv").and_then(|i| args.get(i + 1)).cloned();
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let csv = flag("--csv");
+    let reward = match flag("--reward-weights") {
+        None => Reward::TUNER,
+        Some(spec) => Reward::TUNER.with_weights(&spec).unwrap_or_else(|e| {
+            eprintln!("--reward-weights {e}");
+            std::process::exit(2)
+        }),
+    };
+    println!("ecn-tuner reward: {}", serde_json::to_string(&reward).expect("serializable"));
     let settings = settings();
     let reference = REFERENCE.setting(ecn_env::BitsPerSec(100_000_000_000));
     // Jobs: every (setting, scenario, seed), plus the reference runs.
@@ -136,7 +147,7 @@ fn main() {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&(s, sc, seed)) = jobs.get(i) else { break };
                 let setting = settings.get(s).map(|x| x.1).unwrap_or(reference);
-                let r = run(SCENARIOS[sc], seed, setting);
+                let r = run(SCENARIOS[sc], seed, setting, &reward);
                 results.lock().unwrap()[i] = Some(r);
             });
         }
