@@ -24,13 +24,14 @@ async fn ok(args: &[&str]) -> String {
     stdout
 }
 
-/// Two exploratory recordings of the tiny scenario.
+/// Two exploratory recordings of the tiny scenario: uniform draws, and the shipped model with
+/// half of its decisions replaced by draws (the sample dataset's kind of behaviour).
 async fn record_two(dir: &Path) -> (String, String) {
     std::fs::write(dir.join("tiny.toml"), TINY).unwrap();
     let tiny = path(dir, "tiny.toml");
     let (a, b) = (path(dir, "a.parquet"), path(dir, "b.parquet"));
     ok(&["record", "--scenario", &tiny, "--seed", "3", "--policy", "explore:3:1", "--out", &a]).await;
-    ok(&["record", "--scenario", &tiny, "--seed", "4", "--policy", "explore:4:2", "--out", &b]).await;
+    ok(&["record", "--scenario", &tiny, "--seed", "4", "--policy", "explore:4:1:0.5:model:default", "--out", &b]).await;
     (a, b)
 }
 
