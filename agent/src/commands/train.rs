@@ -96,6 +96,10 @@ pub struct TrainArgs {
     /// Adam learning rate (default 5e-4).
     #[arg(long)]
     learning_rate: Option<f64>,
+    /// Rewards summed before bootstrapping (n-step returns, online training); 1 is one-step
+    /// Double DQN.
+    #[arg(long, default_value_t = 1)]
+    n_step: usize,
     /// Reward weights to change, as name=value pairs (`depth=2,depth_max=0.2`); the rest keep
     /// the preset's defaults. The card records the weights used.
     #[arg(long, value_name = "NAME=VALUE,...")]
@@ -335,6 +339,10 @@ fn learner(args: &TrainArgs) -> Result<DdqnConfig, CliError> {
         }
         ddqn.gamma = g;
     }
+    if !(1..=32).contains(&args.n_step) {
+        return Err(CliError::BadInput(format!("--n-step {}: must be 1 to 32", args.n_step)));
+    }
+    ddqn.n_step = args.n_step;
     if let Some(lr) = args.learning_rate {
         if !(lr > 0.0 && lr < 1.0) {
             return Err(CliError::BadInput(format!("--learning-rate {lr}: must be in (0, 1)")));

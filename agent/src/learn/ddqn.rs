@@ -43,6 +43,13 @@ pub struct DdqnConfig {
     /// Weight of the CQL regularizer; 0 is plain Double DQN (online learning).
     #[serde(default)]
     pub conservative_alpha: f64,
+    /// Rewards summed before bootstrapping (n-step returns); 1 is one-step Q-learning.
+    #[serde(default = "one")]
+    pub n_step: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Default for DdqnConfig {
@@ -61,6 +68,7 @@ impl Default for DdqnConfig {
             updates_per_step: 2,
             max_grad_norm: 10.0,
             conservative_alpha: 0.0,
+            n_step: 1,
         }
     }
 }
@@ -132,7 +140,16 @@ impl Ddqn {
             // Double DQN: the online network chooses, the target network evaluates.
             let next_action = self.online.forward(&next_obs).argmax(1, true);
             let next_value = self.target.forward(&next_obs).gather(1, &next_action, false).squeeze_dim(1);
-            rewards + not_terminal * next_value * self.cfg.gamma
+            let bootstrap = not_terminal * next_value * self.cfg.gamma;
+            // An n-step transition bootstraps γⁿ⁻¹ further out; one-step batches skip this,
+            // so their arithmetic is exactly that of plain Double DQN.
+            let bootstrap = if batch.steps.iter().any(|&m| m > 1.0) {
+                let extra: Vec<f32> = batch.steps.iter().map(|&m| self.cfg.gamma.powf(m as f64 - 1.0) as f32).collect();
+                bootstrap * Tensor::from_slice(&extra).to_device(device)
+            } else {
+                bootstrap
+            };
+            rewards + bootstrap
         });
         (obs, actions, target)
     }

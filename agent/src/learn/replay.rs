@@ -16,6 +16,9 @@ pub struct Batch {
     pub next_obs: Vec<f32>,
     /// 1 where the episode terminated after this transition (no bootstrap), else 0.
     pub terminal: Vec<f32>,
+    /// Control intervals between `obs` and `next_obs`: 1, or n for an n-step return, whose
+    /// bootstrap is discounted by γⁿ.
+    pub steps: Vec<f32>,
 }
 
 /// A ring buffer of `(obs, action, reward, next_obs, terminal)`.
@@ -29,6 +32,7 @@ pub struct ReplayBuffer {
     actions: Vec<u16>,
     rewards: Vec<f32>,
     terminal: Vec<bool>,
+    steps: Vec<u8>,
 }
 
 impl ReplayBuffer {
@@ -44,6 +48,7 @@ impl ReplayBuffer {
             actions: vec![0; capacity.max(1)],
             rewards: vec![0.0; capacity.max(1)],
             terminal: vec![false; capacity.max(1)],
+            steps: vec![1; capacity.max(1)],
         }
     }
 
@@ -64,12 +69,19 @@ impl ReplayBuffer {
 
     /// Add one transition, overwriting the oldest when full.
     pub fn push(&mut self, obs: &[f32], action: usize, reward: f32, next_obs: &[f32], terminal: bool) {
+        self.push_n(obs, action, reward, next_obs, terminal, 1);
+    }
+
+    /// Add an n-step transition: `reward` is the discounted sum of the `steps` rewards between
+    /// `obs` and `next_obs`.
+    pub fn push_n(&mut self, obs: &[f32], action: usize, reward: f32, next_obs: &[f32], terminal: bool, steps: u8) {
         let (i, d) = (self.next, self.dim);
         self.obs[i * d..(i + 1) * d].copy_from_slice(obs);
         self.next_obs[i * d..(i + 1) * d].copy_from_slice(next_obs);
         self.actions[i] = action as u16;
         self.rewards[i] = reward;
         self.terminal[i] = terminal;
+        self.steps[i] = steps.max(1);
         self.next = (i + 1) % self.capacity;
         self.len = (self.len + 1).min(self.capacity);
     }
@@ -83,6 +95,7 @@ impl ReplayBuffer {
             rewards: Vec::with_capacity(n),
             next_obs: Vec::with_capacity(n * d),
             terminal: Vec::with_capacity(n),
+            steps: Vec::with_capacity(n),
         };
         if self.is_empty() {
             return b;
@@ -94,6 +107,7 @@ impl ReplayBuffer {
             b.actions.push(self.actions[i] as i64);
             b.rewards.push(self.rewards[i]);
             b.terminal.push(self.terminal[i] as u8 as f32);
+            b.steps.push(self.steps[i] as f32);
         }
         b
     }

@@ -200,6 +200,47 @@ fn evaluate(net: &QNetwork, cfg: &TrainConfig, reference: &[FctMetrics]) -> Resu
     Ok((small / n, large / n, cost / n))
 }
 
+/// The last few steps of one simulator, not yet in the replay buffer: n-step returns need the
+/// n rewards after a decision before it can be stored.
+struct PendingSteps {
+    n: usize,
+    gamma: f64,
+    /// (observations, actions, rewards) of every queue, oldest first.
+    steps: std::collections::VecDeque<(Vec<f32>, Vec<usize>, Vec<f32>)>,
+}
+
+impl PendingSteps {
+    fn new(n: usize, gamma: f64) -> Self {
+        PendingSteps { n: n.max(1), gamma, steps: Default::default() }
+    }
+
+    fn push(&mut self, obs: Vec<f32>, actions: Vec<usize>, rewards: Vec<f32>) {
+        self.steps.push_back((obs, actions, rewards));
+    }
+
+    /// Store every transition whose return is complete: the oldest once n rewards are in, or
+    /// all of them when the episode ended (shorter returns; no bootstrap if it terminated).
+    /// `next_obs` is the observation after the newest step.
+    fn emit(&mut self, replay: &mut ReplayBuffer, next_obs: &[f32], ended: bool, terminated: bool, dim: usize) {
+        while self.steps.len() >= self.n || (ended && !self.steps.is_empty()) {
+            let m = self.steps.len().min(self.n);
+            let (obs, actions, _) = &self.steps[0];
+            for (q, &action) in actions.iter().enumerate() {
+                let mut ret = 0.0f64;
+                for (k, (_, _, rewards)) in self.steps.iter().take(m).enumerate() {
+                    ret += self.gamma.powi(k as i32) * rewards[q] as f64;
+                }
+                let (o, next) = (&obs[q * dim..(q + 1) * dim], &next_obs[q * dim..(q + 1) * dim]);
+                replay.push_n(o, action, ret as f32, next, terminated && ended, m as u8);
+            }
+            self.steps.pop_front();
+            if !ended {
+                break;
+            }
+        }
+    }
+}
+
 /// Train. The progress bar counts environment steps.
 pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> {
     let started = Instant::now();
@@ -237,6 +278,8 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
         obs.push(next_episode(env, &mut rng).map_err(env_err)?.0);
     }
 
+    let mut pending: Vec<PendingSteps> =
+        (0..envs.len()).map(|_| PendingSteps::new(cfg.ddqn.n_step, cfg.ddqn.gamma)).collect();
     let mut curve = Vec::new();
     let (mut loss_sum, mut loss_n, mut reward_sum, mut reward_n) = (0.0, 0u64, 0.0, 0u64);
     let mut episodes_done = 0u64;
@@ -268,14 +311,12 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
         for (i, result) in results.into_iter().enumerate() {
             let step = result.expect("every env acts").map_err(env_err)?;
             let a = per_env[i].as_ref().expect("acted");
-            for q in 0..a.len() {
-                let o = &obs[i][q * obs_dim..(q + 1) * obs_dim];
-                let n = &step.observations[q * obs_dim..(q + 1) * obs_dim];
-                replay.push(o, a[q], step.rewards[q], n, step.terminated);
-                reward_sum += step.rewards[q] as f64;
-                reward_n += 1;
-            }
-            if step.terminated || step.truncated {
+            reward_sum += step.rewards.iter().map(|&r| r as f64).sum::<f64>();
+            reward_n += a.len() as u64;
+            let ended = step.terminated || step.truncated;
+            pending[i].push(std::mem::take(&mut obs[i]), a.clone(), step.rewards.clone());
+            pending[i].emit(&mut replay, &step.observations, ended, step.terminated, obs_dim);
+            if ended {
                 episodes_done += 1;
                 obs[i] = next_episode(&mut envs[i], &mut rng).map_err(env_err)?.0;
             } else {
@@ -348,4 +389,51 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
         "selected": best_point,
     });
     Ok(Trained { checkpoint: Checkpoint { card, net: best }, curve, reference })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One queue, observations 0, 1, 2, ... and rewards 1, 2, 4, 8, 16: every stored
+    /// transition, as (obs, next_obs, return, steps, terminal), sorted by obs.
+    fn stored(n: usize, terminated: bool) -> Vec<(f32, f32, f32, f32, f32)> {
+        let mut replay = ReplayBuffer::new(1, 100);
+        let mut pending = PendingSteps::new(n, 0.5);
+        let rewards = [1.0f32, 2.0, 4.0, 8.0, 16.0];
+        for (t, &r) in rewards.iter().enumerate() {
+            let ended = t + 1 == rewards.len();
+            pending.push(vec![t as f32], vec![0], vec![r]);
+            pending.emit(&mut replay, &[t as f32 + 1.0], ended, terminated && ended, 1);
+        }
+        let b = replay.sample(2000, &mut <rand_chacha::ChaCha8Rng as SeedableRng>::seed_from_u64(1));
+        let mut seen: Vec<_> =
+            (0..b.actions.len()).map(|i| (b.obs[i], b.next_obs[i], b.rewards[i], b.steps[i], b.terminal[i])).collect();
+        seen.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        seen.dedup();
+        seen
+    }
+
+    #[test]
+    fn n_step_returns_sum_discounted_rewards_and_shorten_at_the_episode_end() {
+        // n = 3, γ = 0.5: 1 + 2/2 + 4/4 = 3 from obs 0 to obs 3, and so on; the last two
+        // decisions get 2- and 1-step returns when the episode ends.
+        assert_eq!(
+            stored(3, true),
+            vec![
+                (0.0, 3.0, 3.0, 3.0, 0.0),
+                (1.0, 4.0, 6.0, 3.0, 0.0),
+                (2.0, 5.0, 12.0, 3.0, 1.0),
+                (3.0, 5.0, 16.0, 2.0, 1.0),
+                (4.0, 5.0, 16.0, 1.0, 1.0),
+            ]
+        );
+        // Truncated, not terminated: the short returns still bootstrap.
+        assert!(stored(3, false).iter().all(|t| t.4 == 0.0));
+        // n = 1 is one-step Q-learning.
+        assert_eq!(
+            stored(1, true).iter().map(|t| (t.2, t.3)).collect::<Vec<_>>(),
+            vec![(1.0, 1.0), (2.0, 1.0), (4.0, 1.0), (8.0, 1.0), (16.0, 1.0)]
+        );
+    }
 }
