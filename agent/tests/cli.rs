@@ -12,11 +12,9 @@ fn ecn_tuner(args: &[&str]) -> Output {
         .expect("run ecn-tuner")
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ecn-tuner-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory, removed when the test ends.
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("ecn-tuner-cli-{name}-")).tempdir().unwrap()
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
@@ -29,7 +27,8 @@ const SMALL: &str = "base = \"websearch-50\"\nduration = \"3ms\"\ndrain = \"20ms
 
 #[test]
 fn sim_json_follows_the_contract() {
-    let dir = temp_dir("json");
+    let tmp = temp_dir("json");
+    let dir = tmp.path().to_path_buf();
     let scenario = write(&dir, "small.toml", SMALL);
     let out =
         ecn_tuner(&["sim", "--scenario", &scenario, "--policy", "baseline:hpcc-alibaba", "--seed", "3", "--json"]);
@@ -60,7 +59,8 @@ fn sim_json_follows_the_contract() {
 
 #[test]
 fn sim_out_writes_flows_fct_and_telemetry() {
-    let dir = temp_dir("out");
+    let tmp = temp_dir("out");
+    let dir = tmp.path().to_path_buf();
     let scenario = write(&dir, "small.toml", SMALL);
     let out_dir = dir.join("run");
     let out = ecn_tuner(&["sim", "--scenario", &scenario, "--out", out_dir.to_str().unwrap()]);
@@ -97,7 +97,8 @@ fn assert_bad_input(args: &[&str], must_name: &[&str]) {
 
 #[test]
 fn bad_scenario_files_exit_2_naming_file_and_field() {
-    let dir = temp_dir("bad");
+    let tmp = temp_dir("bad");
+    let dir = tmp.path().to_path_buf();
     let cases = [
         ("load.toml", "[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 1.7\n", "workload[0].load"),
         ("kind.toml", "[[workload]]\nkind = \"wormhole\"\nload = 0.5\n", "workload[0]"),

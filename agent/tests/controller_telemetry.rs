@@ -151,10 +151,9 @@ async fn run_controller(mode: &str) -> (std::process::Output, Vec<serde_json::Va
             .add_service(ActuatorServer::new(actuator))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
-    let dir = std::env::temp_dir().join(format!("ecn-tuner-ctl-{}-{mode}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix(&format!("ecn-tuner-ctl-{mode}-")).tempdir().unwrap();
+    let dir = tmp.path();
     let log = dir.join("decisions.jsonl");
-    let _ = std::fs::remove_file(&log);
     let mut args = vec![
         "run".to_string(),
         "--target".into(),

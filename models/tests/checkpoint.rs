@@ -28,10 +28,11 @@ fn checkpoint(tuning: TuningConfig) -> Checkpoint {
     Checkpoint { card, net }
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ecn-models-test-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("model.safetensors")
+/// A model path in a fresh directory, removed when the guard drops.
+fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new().prefix(&format!("ecn-models-test-{name}-")).tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    (dir, path)
 }
 
 fn observations(dim: usize, n: usize) -> Vec<f32> {
@@ -42,7 +43,7 @@ fn observations(dim: usize, n: usize) -> Vec<f32> {
 fn a_loaded_checkpoint_acts_like_the_saved_one() {
     for tuning in [TuningConfig::default(), TuningConfig::acc()] {
         let ck = checkpoint(tuning);
-        let path = tmp(&format!("{:?}", ck.card.tuning.template));
+        let (_dir, path) = tmp(&format!("{:?}", ck.card.tuning.template));
         ck.save(&path).unwrap();
         let loaded = Checkpoint::load(&path, Device::Cpu).unwrap();
         assert_eq!(loaded.card, ck.card);
@@ -74,7 +75,7 @@ fn a_card_that_does_not_match_this_build_fails_to_load() {
         ("json", Box::new(|v| v["tuning"]["template"] = "no-such-template".into())),
     ];
     for (i, (field, edit)) in cases.into_iter().enumerate() {
-        let path = tmp(&format!("mismatch{i}"));
+        let (_dir, path) = tmp(&format!("mismatch{i}"));
         checkpoint(TuningConfig::default()).save(&path).unwrap();
         rewrite_card(&path, edit);
         let e = Checkpoint::load(&path, Device::Cpu).err().expect("must refuse");
@@ -85,7 +86,7 @@ fn a_card_that_does_not_match_this_build_fails_to_load() {
 
 #[test]
 fn weights_that_do_not_fit_the_card_or_are_corrupt_fail_cleanly() {
-    let path = tmp("corrupt");
+    let (_dir, path) = tmp("corrupt");
     checkpoint(TuningConfig::default()).save(&path).unwrap();
     rewrite_card(&path, |v| v["network"]["hidden"] = serde_json::json!([16, 16]));
     let e = Checkpoint::load(&path, Device::Cpu).err().expect("shape mismatch");
