@@ -1,7 +1,7 @@
 //! End-to-end tests of the `ecn-tuner` binary: the CLI contract of PRODUCT.md (exit codes,
 //! JSON keys, output files) and the reference-simulator comparison through the CLI.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn ecn_tuner(args: &[&str]) -> Output {
