@@ -45,6 +45,8 @@ struct RunStats {
     depth_max: f64,
     pause: f64,
     drops: f64,
+    /// ECN-mark fraction × idle fraction: marking while the link is not full.
+    marked_idle: f64,
     reward_tuner: f64,
     reward_acc: f64,
 }
@@ -67,6 +69,7 @@ fn run(scenario: &str, seed: u64, setting: EcnSetting, reward: &Reward) -> (RunS
         s.depth_max += iv.depth_max_bdp();
         s.pause += iv.paused_fraction() + iv.pause_tx_rate();
         s.drops += (iv.drops > 0) as u8 as f64;
+        s.marked_idle += iv.mark_fraction() * (1.0 - iv.utilization()).max(0.0);
         s.reward_tuner += reward.of(&iv, None);
         s.reward_acc += Reward::ACC.of(&iv, None);
         n += 1.0;
@@ -77,6 +80,7 @@ fn run(scenario: &str, seed: u64, setting: EcnSetting, reward: &Reward) -> (RunS
         &mut s.depth_max,
         &mut s.pause,
         &mut s.drops,
+        &mut s.marked_idle,
         &mut s.reward_tuner,
         &mut s.reward_acc,
     ] {
@@ -158,7 +162,7 @@ fn main() {
         results[i]
     };
     let mut csv_text = String::from(
-        "setting,scenario,seed,utilization,depth,depth_max,pause,drops,small_p99,large_p50,pause_frames,cost\n",
+        "setting,scenario,seed,utilization,depth,depth_max,pause,drops,marked_idle,small_p99,large_p50,pause_frames,cost\n",
     );
     let mut mean_tuner = Vec::new();
     let mut mean_acc = Vec::new();
@@ -184,12 +188,13 @@ fn main() {
                 sc_r += stats.reward_tuner;
                 sc_c += c;
                 csv_text.push_str(&format!(
-                    "{name},{scenario},{seed},{},{},{},{},{},{},{},{},{c}\n",
+                    "\"{name}\",{scenario},{seed},{},{},{},{},{},{},{},{},{},{c}\n",
                     stats.utilization,
                     stats.depth,
                     stats.depth_max,
                     stats.pause,
                     stats.drops,
+                    stats.marked_idle,
                     m.small_p99,
                     m.large_p50,
                     m.pause_frames

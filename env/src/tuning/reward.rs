@@ -13,11 +13,15 @@ pub enum Reward {
     ///
     /// `r = utilization − depth·(depth_avg/BDP) − depth_max·(depth_max/BDP)
     ///      − pause·(paused_fraction + pauses_sent_per_100µs) − drop·[drops > 0]
+    ///      − marked_idle·mark_fraction·(1 − utilization)
     ///      − change·[the setting differs from the previous interval's]`
     ///
     /// Depth in BDPs is queueing delay in units of the reference RTT, which is what a small
     /// flow's slowdown is made of; utilization is what a large flow's slowdown is made of;
-    /// pauses and drops are penalised outright. The weights are chosen by the reward sanity
+    /// pauses and drops are penalised outright. Marking while the link is not full is
+    /// over-marking: senders cut their rates though the port had room, which is how thresholds
+    /// set too low slow large flows down, and mean utilization barely shows it, because over an
+    /// interval it follows the offered load. The weights are chosen by the reward sanity
     /// check (README "Reward"), which ranks static settings by mean reward and by FCT. The
     /// change term, which static settings never pay, discourages flapping between settings
     /// that score alike: every change restarts DCQCN's reaction to a new marking curve.
@@ -32,6 +36,9 @@ pub enum Reward {
         pause: f64,
         /// Weight of an interval with drops.
         drop: f64,
+        /// Weight of marking while the link is not full (ECN-mark fraction × idle fraction).
+        #[serde(default)]
+        marked_idle: f64,
         /// Cost of changing the setting.
         change: f64,
     },
@@ -47,21 +54,29 @@ pub enum Reward {
 
 impl Reward {
     /// ecn-tuner's default weights.
-    pub const TUNER: Reward =
-        Reward::Tuner { utilization: 3.0, depth: 1.0, depth_max: 0.05, pause: 3.0, drop: 3.0, change: 0.05 };
+    pub const TUNER: Reward = Reward::Tuner {
+        utilization: 3.0,
+        depth: 1.0,
+        depth_max: 0.05,
+        pause: 3.0,
+        drop: 3.0,
+        marked_idle: 0.0,
+        change: 0.05,
+    };
     /// ACC with the 0.5/0.5 weights of its reimplementations.
     pub const ACC: Reward = Reward::AccLinear { utilization: 0.5, queue: 0.5 };
 
     /// The reward of one queue over one interval; `previous` is the interval before, if any.
     pub fn of(&self, iv: &QueueInterval, previous: Option<&QueueInterval>) -> f64 {
         match *self {
-            Reward::Tuner { utilization, depth, depth_max, pause, drop, change } => {
+            Reward::Tuner { utilization, depth, depth_max, pause, drop, marked_idle, change } => {
                 let changed = previous.is_some_and(|p| p.setting != iv.setting);
                 utilization * iv.utilization()
                     - depth * iv.depth_avg_bdp()
                     - depth_max * iv.depth_max_bdp()
                     - pause * (iv.paused_fraction() + iv.pause_tx_rate())
                     - if iv.drops > 0 { drop } else { 0.0 }
+                    - marked_idle * iv.mark_fraction() * (1.0 - iv.utilization()).max(0.0)
                     - if changed { change } else { 0.0 }
             }
             Reward::AccLinear { utilization, queue } => {
@@ -86,16 +101,17 @@ impl Reward {
             }
             let name = name.trim();
             let slot = match &mut out {
-                Reward::Tuner { utilization, depth, depth_max, pause, drop, change } => match name {
+                Reward::Tuner { utilization, depth, depth_max, pause, drop, marked_idle, change } => match name {
                     "utilization" => utilization,
                     "depth" => depth,
                     "depth_max" => depth_max,
                     "pause" => pause,
                     "drop" => drop,
+                    "marked_idle" => marked_idle,
                     "change" => change,
                     _ => {
                         return Err(format!(
-                        "'{name}': not a weight of this reward (utilization, depth, depth_max, pause, drop, change)"
+                        "'{name}': not a weight of this reward (utilization, depth, depth_max, pause, drop, marked_idle, change)"
                     ))
                     }
                 },
