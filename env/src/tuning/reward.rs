@@ -53,14 +53,15 @@ pub enum Reward {
 }
 
 impl Reward {
-    /// ecn-tuner's default weights.
+    /// ecn-tuner's default weights: queueing weighed heavily, with the over-marking term
+    /// keeping the ranking of static settings in line with FCT (README "Reward").
     pub const TUNER: Reward = Reward::Tuner {
         utilization: 3.0,
-        depth: 1.0,
-        depth_max: 0.05,
+        depth: 3.0,
+        depth_max: 0.4,
         pause: 3.0,
         drop: 3.0,
-        marked_idle: 0.0,
+        marked_idle: 40.0,
         change: 0.05,
     };
     /// ACC with the 0.5/0.5 weights of its reimplementations.
@@ -149,8 +150,8 @@ mod tests {
     #[test]
     fn weights_are_replaced_by_name_and_bad_specs_are_refused() {
         let r = Reward::TUNER.with_weights("depth=2, depth_max=0.2").unwrap();
-        let Reward::Tuner { utilization, depth, depth_max, .. } = r else { panic!("kind changed") };
-        assert_eq!((utilization, depth, depth_max), (3.0, 2.0, 0.2));
+        let Reward::Tuner { utilization, depth, depth_max, marked_idle, .. } = r else { panic!("kind changed") };
+        assert_eq!((utilization, depth, depth_max, marked_idle), (3.0, 2.0, 0.2, 40.0));
         assert_eq!(Reward::TUNER.with_weights("").unwrap(), Reward::TUNER);
         for bad in ["depth", "depth=x", "depth=-1", "depth=inf", "queue=1"] {
             assert!(Reward::TUNER.with_weights(bad).is_err(), "{bad} accepted");
