@@ -1,7 +1,8 @@
 //! Telemetry on the wire: conversion from simulator rows, and coarsening to the interval a
 //! subscriber asks for.
 
-use ecn_datasets::TelemetrySample;
+use ecn_datasets::telemetry::QueueKey;
+use ecn_datasets::{QueueSample, TelemetrySample};
 use ecn_proto::v1 as pb;
 use std::collections::HashMap;
 
@@ -25,16 +26,11 @@ pub fn sample_to_wire(r: &TelemetrySample, ts_offset_ns: u64) -> pb::TelemetrySa
     }
 }
 
-/// A wire sample as a telemetry row (the inverse of [`sample_to_wire`]); `None` without a
-/// queue id or a priority beyond 255. A sample without its ECN setting takes `setting`.
-pub fn sample_from_wire(s: &pb::TelemetrySample, setting: Option<&pb::EcnSetting>) -> Option<TelemetrySample> {
-    let id = s.id.as_ref()?;
-    let ecn = s.ecn.as_ref().or(setting)?;
-    Some(TelemetrySample {
+/// A wire sample's measurements, with `ecn` as the setting in effect: the part of a row that
+/// does not name the queue.
+pub fn queue_sample_from_wire(s: &pb::TelemetrySample, ecn: &pb::EcnSetting) -> QueueSample {
+    QueueSample {
         ts_ns: s.ts_ns,
-        switch: id.switch.clone(),
-        port: id.port.clone(),
-        queue: u8::try_from(id.queue).ok()?,
         link_bps: s.link_bps,
         queue_bytes: s.queue_bytes,
         queue_bytes_avg: s.queue_bytes_avg,
@@ -49,7 +45,16 @@ pub fn sample_from_wire(s: &pb::TelemetrySample, setting: Option<&pb::EcnSetting
         kmin_bytes: ecn.kmin_bytes,
         kmax_bytes: ecn.kmax_bytes,
         pmax: ecn.pmax,
-    })
+    }
+}
+
+/// A wire sample as a telemetry row (the inverse of [`sample_to_wire`]); `None` without a
+/// queue id or a priority beyond 255. A sample without its ECN setting takes `setting`.
+pub fn sample_from_wire(s: &pb::TelemetrySample, setting: Option<&pb::EcnSetting>) -> Option<TelemetrySample> {
+    let id = s.id.as_ref()?;
+    let ecn = s.ecn.as_ref().or(setting)?;
+    let key = QueueKey::new(&id.switch, &id.port, u8::try_from(id.queue).ok()?);
+    Some(queue_sample_from_wire(s, ecn).to_row(&key))
 }
 
 /// Group rows (already in time order) into one batch per timestamp.

@@ -3,8 +3,8 @@
 
 use super::guardrails::TelemetryHealth;
 use super::health::IntervalStats;
+use crate::actuator::telemetry::queue_sample_from_wire;
 use ecn_env::tuning::{QueueHistory, QueueInterval};
-use ecn_env::EcnSetting;
 use ecn_proto::v1 as pb;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -58,24 +58,12 @@ pub fn problem(s: &pb::TelemetrySample, span_ns: Option<u64>) -> Option<String> 
     None
 }
 
-/// A valid sample covering `span_ns`, as the tuning environment's interval record.
+/// A valid sample covering `span_ns`, as the tuning environment's interval record. A sample
+/// without its ECN setting gets the placeholder setting (0 B, 1 B, 0).
 fn interval(s: &pb::TelemetrySample, span_ns: u64) -> QueueInterval {
-    let setting =
-        s.ecn.as_ref().map(|e| EcnSetting { kmin_bytes: e.kmin_bytes, kmax_bytes: e.kmax_bytes, pmax: e.pmax });
-    QueueInterval {
-        interval_ns: span_ns,
-        link_bps: s.link_bps,
-        queue_bytes_avg: s.queue_bytes_avg,
-        queue_bytes_max: s.queue_bytes_max,
-        tx_bytes: s.tx_bytes,
-        tx_pkts: s.tx_pkts,
-        ecn_marked_pkts: s.ecn_marked_pkts,
-        pfc_pause_rx: s.pfc_pause_rx,
-        pfc_pause_tx: s.pfc_pause_tx,
-        paused_ns: s.paused_ns,
-        drops: s.drops,
-        setting: setting.unwrap_or(EcnSetting { kmin_bytes: 0, kmax_bytes: 1, pmax: 0.0 }),
-    }
+    let unknown = pb::EcnSetting { kmin_bytes: 0, kmax_bytes: 1, pmax: 0.0 };
+    let sample = queue_sample_from_wire(s, s.ecn.as_ref().unwrap_or(&unknown));
+    QueueInterval::from_queue_sample(&sample, span_ns)
 }
 
 impl QueueWatch {
