@@ -133,6 +133,25 @@ impl Actuator {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Start `ecn-tuner run` against this actuator as controller `name`, with `args` after the
+    /// target. Its decision log (returned) and its stderr (`NAME.log`) go into [`Actuator::dir`];
+    /// stdout is piped.
+    pub fn controller(&self, name: &str, args: &[&str]) -> (Child, PathBuf) {
+        let log = self.dir.path().join(format!("{name}-decisions.jsonl"));
+        let stderr = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
+        let child = Command::new(ecn_tuner_bin())
+            .args(["run", "--target", &self.url(), "--controller-id", name, "--decision-log"])
+            .arg(&log)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr))
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        (child, log)
+    }
+
     /// Ask the child to stop (SIGTERM) and wait for it: its exit code and final journal.
     pub async fn stop(mut self) -> (Option<i32>, Vec<Value>) {
         if let Some(pid) = self.child.id() {

@@ -2,9 +2,7 @@
 //! (`ecn-tuner actuator --backend sim`) over gRPC on loopback.
 
 use ecn_tests::{events, eventually, pb, queue_name, Actuator};
-use std::process::Stdio;
 use std::time::Duration;
-use tokio::process::{Child, Command};
 
 /// An 8-host fabric at 30% load: small enough for a debug build to keep pace with the clock.
 const SCENARIO: &str = "base = \"websearch-50\"\nduration = \"20ms\"\ndrain = \"20ms\"\n\
@@ -18,22 +16,6 @@ async fn sim_actuator(extra: &[&str]) -> Actuator {
     let mut args = vec!["--backend", "sim", "--scenario", scenario.as_str(), "--time-scale", "0.02"];
     args.extend_from_slice(extra);
     Actuator::start_in(dir, &args).await
-}
-
-fn controller(act: &Actuator, name: &str, args: &[&str]) -> (Child, std::path::PathBuf) {
-    let log = act.dir.path().join(format!("{name}-decisions.jsonl"));
-    let stderr = std::fs::File::create(act.dir.path().join(format!("{name}.log"))).unwrap();
-    let child = Command::new(ecn_tests::ecn_tuner_bin())
-        .args(["run", "--target", &act.url(), "--controller-id", name, "--decision-log"])
-        .arg(&log)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(stderr))
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    (child, log)
 }
 
 fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {
@@ -55,8 +37,7 @@ async fn settings(act: &Actuator) -> Vec<(String, (u64, u64, f64))> {
 async fn shadow_over_a_full_scenario_makes_no_writes() {
     let act = sim_actuator(&[]).await;
     let before = settings(&act).await;
-    let (child, log) = controller(
-        &act,
+    let (child, log) = act.controller(
         "shadow",
         &["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--interval", "100ms", "--duration", "4s"],
     );
@@ -78,8 +59,7 @@ async fn shadow_over_a_full_scenario_makes_no_writes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn enforce_applies_bounded_settings_and_confirms_them() {
     let act = sim_actuator(&[]).await;
-    let (child, log) = controller(
-        &act,
+    let (child, log) = act.controller(
         "enforce",
         &[
             "--mode",
@@ -121,8 +101,7 @@ async fn a_pause_storm_after_a_change_is_rolled_back() {
     // the health window (2000 intervals) is still open then.
     let act = sim_actuator(&["--inject-storm", "0@60ms:100ms"]).await;
     let before = settings(&act).await;
-    let (child, log) = controller(
-        &act,
+    let (child, log) = act.controller(
         "health",
         &[
             "--mode",
@@ -156,8 +135,7 @@ async fn a_pause_storm_after_a_change_is_rolled_back() {
 async fn a_killed_controller_leaves_only_confirmed_settings() {
     let act = sim_actuator(&[]).await;
     let before = settings(&act).await;
-    let (mut child, _) = controller(
-        &act,
+    let (mut child, _) = act.controller(
         "victim",
         &[
             "--mode",
@@ -193,14 +171,14 @@ async fn a_second_controller_cannot_write() {
     let act = sim_actuator(&[]).await;
     let mut args = vec!["--mode", "enforce", "--allow-writes", "--interval", "200ms", "--duration", "60s"];
     args.extend(["--policy", "static:200KB,800KB,0.3"]);
-    let (_first, _) = controller(&act, "first", &args);
+    let (_first, _) = act.controller("first", &args);
     // An apply in the journal proves the first controller holds the writer lease.
     eventually("the first controller's apply", Duration::from_secs(60), || {
         let j = act.journal();
         async move { (!events(&j, "apply").is_empty()).then_some(()) }
     })
     .await;
-    let (second, _) = controller(&act, "second", &args);
+    let (second, _) = act.controller("second", &args);
     let out = tokio::time::timeout(Duration::from_secs(60), second.wait_with_output()).await.unwrap().unwrap();
     assert_eq!(out.status.code(), Some(1), "the second controller must be refused");
     let log = std::fs::read_to_string(act.dir.path().join("second.log")).unwrap();
@@ -210,7 +188,7 @@ async fn a_second_controller_cannot_write() {
 #[tokio::test(flavor = "multi_thread")]
 async fn enforce_needs_an_explicit_flag() {
     let act = sim_actuator(&[]).await;
-    let (child, _) = controller(&act, "careless", &["--mode", "enforce"]);
+    let (child, _) = act.controller("careless", &["--mode", "enforce"]);
     let out = child.wait_with_output().await.unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(act.journal().is_empty());
@@ -231,8 +209,7 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
     let (a, b) = (sim_actuator(&[]).await, sim_actuator(&[]).await);
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let metrics = format!("127.0.0.1:{port}");
-    let (child, log) = controller(
-        &a,
+    let (child, log) = a.controller(
         "multi",
         &["--target", &b.url(), "--mode", "shadow", "--interval", "100ms", "--duration", "4s", "--metrics", &metrics],
     );
@@ -268,8 +245,7 @@ async fn the_kill_switch_returns_every_queue_to_the_baseline() {
     let before = settings(&act).await; // the actuator starts on the hpcc-alibaba baseline
     let kill = act.dir.path().join("KILL");
     let kill_arg = kill.display().to_string();
-    let (child, _) = controller(
-        &act,
+    let (child, _) = act.controller(
         "killable",
         &[
             "--mode",
@@ -313,8 +289,7 @@ async fn the_kill_switch_returns_every_queue_to_the_baseline() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_shipped_model_decides_from_telemetry_in_enforce_mode() {
     let act = sim_actuator(&[]).await;
-    let (child, log) = controller(
-        &act,
+    let (child, log) = act.controller(
         "model",
         &[
             "--mode",

@@ -12,9 +12,7 @@ use ecn_tests::sonic::{
     CONFIG_DB, COUNTERS_DB,
 };
 use ecn_tests::{change, events, eventually, pb, run_cli, Actuator};
-use std::process::Stdio;
 use std::time::Duration;
-use tokio::process::{Child, Command};
 use tokio_stream::StreamExt;
 use tonic::Code;
 
@@ -40,22 +38,6 @@ async fn rig(spec: Spec, extra: &[&str]) -> Rig {
     args.extend_from_slice(extra);
     let act = Actuator::start(&args).await;
     Rig { redis, ticker, act }
-}
-
-fn controller(act: &Actuator, name: &str, args: &[&str]) -> (Child, std::path::PathBuf) {
-    let log = act.dir.path().join(format!("{name}-decisions.jsonl"));
-    let stderr = std::fs::File::create(act.dir.path().join(format!("{name}.log"))).unwrap();
-    let child = Command::new(ecn_tests::ecn_tuner_bin())
-        .args(["run", "--target", &act.url(), "--controller-id", name, "--decision-log"])
-        .arg(&log)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(stderr))
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    (child, log)
 }
 
 fn controller_log(act: &Actuator, name: &str) -> String {
@@ -143,8 +125,7 @@ async fn capabilities_and_telemetry_come_from_the_switch() {
 async fn shadow_makes_no_writes() {
     let rig = rig(Spec::default(), &[]).await;
     let before = tables(&mut rig.redis.con(CONFIG_DB));
-    let (child, log) = controller(
-        &rig.act,
+    let (child, log) = rig.act.controller(
         "shadow",
         &["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--interval", "200ms", "--duration", "4s"],
     );
@@ -166,8 +147,7 @@ async fn shadow_makes_no_writes() {
 async fn enforce_applies_bounded_settings_and_confirms_them() {
     let spec = Spec::default();
     let rig = rig(spec.clone(), &[]).await;
-    let (child, log) = controller(
-        &rig.act,
+    let (child, log) = rig.act.controller(
         "enforce",
         &[
             "--mode",
@@ -208,8 +188,7 @@ async fn enforce_applies_bounded_settings_and_confirms_them() {
 async fn a_pause_storm_after_a_change_is_rolled_back() {
     let rig = rig(Spec::default(), &[]).await;
     let before = tables(&mut rig.redis.con(CONFIG_DB));
-    let (child, log) = controller(
-        &rig.act,
+    let (child, log) = rig.act.controller(
         "health",
         &[
             "--mode",
@@ -249,8 +228,7 @@ async fn a_killed_controller_leaves_only_confirmed_settings() {
     let spec = Spec::default();
     let rig = rig(spec.clone(), &[]).await;
     let before = tables(&mut rig.redis.con(CONFIG_DB));
-    let (mut child, _) = controller(
-        &rig.act,
+    let (mut child, _) = rig.act.controller(
         "victim",
         &[
             "--mode",
@@ -422,8 +400,7 @@ async fn redis_going_away_mid_apply_leaves_config_db_whole_and_the_controller_fa
 
     // Writes wait: the controller's first apply stops inside MULTI, its commands queued.
     let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(60_000).arg("WRITE").query(&mut redis.con(0)).unwrap();
-    let (mut child, log) = controller(
-        &act,
+    let (mut child, log) = act.controller(
         "cut",
         &[
             "--mode",
