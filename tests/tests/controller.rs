@@ -310,7 +310,13 @@ async fn the_shipped_model_decides_from_telemetry_in_enforce_mode() {
     let out = child.wait_with_output().await.unwrap();
     assert!(out.status.success(), "{}", std::fs::read_to_string(act.dir.path().join("model.log")).unwrap());
     let d = lines(&log);
-    assert!(d.iter().all(|x| x["reason"].as_str().unwrap().contains("policy model:default")));
+    // Every decision is the model's, bounded by the guardrails, or the health check taking one of
+    // its changes back: on a loaded machine telemetry can go stale inside the confirm window, and
+    // rolling back is then the right answer, not a failure of the model.
+    for x in &d {
+        let reason = x["reason"].as_str().unwrap();
+        assert!(reason.contains("policy model:default") || reason.starts_with("rolled back generation"), "{x}");
+    }
     let proposed: Vec<&serde_json::Value> = d.iter().map(|x| &x["proposed"]).filter(|p| !p.is_null()).collect();
     assert!(!proposed.is_empty(), "the model proposed settings once telemetry arrived");
     let distinct: std::collections::HashSet<String> = proposed.iter().map(|p| p.to_string()).collect();
