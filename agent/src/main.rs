@@ -6,6 +6,7 @@
 mod actuator;
 mod capture;
 mod commands;
+mod compare;
 mod controller;
 mod error;
 mod explore;

@@ -177,3 +177,67 @@ async fn eval_bad_input_exits_2_before_running() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--seeds"), "{stderr}");
 }
+
+/// `--reference`: every other policy's change against it, per scenario and on the mean, equal to
+/// the change of the means that the runs give, with an interval around it; a reference not
+/// among the policies is run as well.
+#[tokio::test(flavor = "multi_thread")]
+async fn eval_compares_every_policy_with_the_reference_seed_by_seed() {
+    let dir = tempfile::Builder::new().prefix("ecn-eval-").tempdir().unwrap();
+    std::fs::write(dir.path().join("tiny.toml"), TINY).unwrap();
+    std::fs::write(dir.path().join("tiny-hadoop.toml"), TINY_HADOOP).unwrap();
+    let reference = "static:100KB,400KB,0.5";
+    let doc = eval(dir.path(), &["--reference", reference]).await;
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2 * 3 * 2, "the reference runs too");
+    let c = &doc["comparison"];
+    assert_eq!(c["reference"], reference);
+    let rows = c["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2 * 3, "two policies × (two scenarios + the mean)");
+
+    let mean_of = |scenario: &str, policy: &str, f: fn(&Value) -> f64| {
+        let v: Vec<f64> = runs.iter().filter(|r| r["scenario"] == scenario && r["policy"] == policy).map(f).collect();
+        assert_eq!(v.len(), 2);
+        v.iter().sum::<f64>() / 2.0
+    };
+    let small: fn(&Value) -> f64 = |r| r["slowdown"]["lt_100KB"]["p99"].as_f64().unwrap();
+    let large: fn(&Value) -> f64 = |r| r["slowdown"]["ge_1MB"]["p50"].as_f64().unwrap();
+    for policy in POLICIES {
+        let mut per_scenario = Vec::new();
+        for scenario in ["tiny", "tiny-hadoop"] {
+            let row = rows.iter().find(|r| r["scenario"] == scenario && r["policy"] == policy).expect("a row");
+            for (key, f) in [("small_p99", small), ("large_p50", large)] {
+                let expected = mean_of(scenario, policy, f) / mean_of(scenario, reference, f) - 1.0;
+                let got = &row[key];
+                assert!((got["mean"].as_f64().unwrap() - expected).abs() < 1e-9, "{key}: {got} against {expected}");
+                assert!(got["low"].as_f64().unwrap() <= expected && expected <= got["high"].as_f64().unwrap(), "{got}");
+                assert_eq!(got["seeds"], 2);
+            }
+            per_scenario.push(row["small_p99"]["mean"].as_f64().unwrap());
+        }
+        let mean = rows.iter().find(|r| r["scenario"] == "mean" && r["policy"] == policy).unwrap();
+        let expected = per_scenario.iter().sum::<f64>() / 2.0;
+        assert!((mean["small_p99"]["mean"].as_f64().unwrap() - expected).abs() < 1e-9, "{mean}");
+    }
+
+    let (code, stdout, stderr) = run_cli(&[
+        "eval",
+        "--scenario",
+        dir.path().join("tiny.toml").to_str().unwrap(),
+        "--policy",
+        POLICIES[0],
+        "--reference",
+        POLICIES[1],
+        "--seeds",
+        "1",
+    ])
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains(&format!("## Against {}", POLICIES[1])), "{stdout}");
+    assert!(stdout.contains("| tiny | baseline:huawei-latency | "), "{stdout}");
+
+    let (code, _, stderr) =
+        run_cli(&["eval", "--scenario", "tiny", "--policy", POLICIES[0], "--reference", "static:x"]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--reference"), "{stderr}");
+}

@@ -1,6 +1,7 @@
 //! `ecn-tuner eval`: every policy on every scenario over several seeds, in parallel, compared
 //! in Markdown tables (or one JSON document) and, with `--out`, PNG charts.
 
+use crate::compare::{self, Change};
 use crate::error::CliError;
 use crate::plot::{self, BucketSeries};
 use crate::policy::Policy;
@@ -42,6 +43,11 @@ pub struct EvalArgs {
     /// Print one JSON document on stdout, {"runs": [...]}, instead of the tables.
     #[arg(long)]
     json: bool,
+    /// Compare every policy with this one, seed by seed: the change of <100KB p99 and ≥1MB p50
+    /// slowdown per scenario and on the mean over scenarios, with 95% intervals. It is added to
+    /// the policies if not among them.
+    #[arg(long, value_name = "POLICY")]
+    reference: Option<String>,
     /// Simulations run at once (default: the number of CPUs).
     #[arg(long, value_name = "J", value_parser = clap::value_parser!(u64).range(1..))]
     jobs: Option<u64>,
@@ -52,6 +58,9 @@ pub struct EvalArgs {
 #[derive(Serialize)]
 struct Runs<'a> {
     runs: &'a [Summary],
+    /// With `--reference`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    comparison: Option<&'a Comparison>,
 }
 
 /// One simulation to run.
@@ -64,7 +73,21 @@ struct Job<'a> {
 /// Run every combination and report.
 pub fn run(args: EvalArgs) -> Result<(), CliError> {
     // Bad input fails here, before any simulation starts.
-    let policies: Vec<Policy> = args.policy.iter().map(|p| Policy::parse(p)).collect::<Result<_, _>>()?;
+    let mut policies: Vec<Policy> = args.policy.iter().map(|p| Policy::parse(p)).collect::<Result<_, _>>()?;
+    let reference = match &args.reference {
+        None => None,
+        Some(text) => {
+            let policy = Policy::parse(text).map_err(|e| CliError::BadInput(format!("--reference: {e}")))?;
+            let label = policy.to_string();
+            Some(match policies.iter().position(|p| p.to_string() == label) {
+                Some(i) => i,
+                None => {
+                    policies.push(policy);
+                    policies.len() - 1
+                }
+            })
+        }
+    };
     let labels: Vec<String> = policies.iter().map(Policy::to_string).collect();
     let seeds: Vec<u64> =
         (0..args.seeds).map(|i| args.seed_base.checked_add(i)).collect::<Option<_>>().ok_or_else(|| {
@@ -107,8 +130,13 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
     info!(runs = runs.len(), wall_seconds = started.elapsed().as_secs_f64(), "done");
 
     let table = Table::new(&names, &labels, seeds.len(), &runs);
-    let markdown = table.markdown(&seeds);
-    let json = serde_json::to_string(&Runs { runs: &runs }).map_err(|e| CliError::Failed(e.to_string()))?;
+    let comparison = reference.map(|r| Comparison::new(&names, &labels, r, seeds.len(), &runs));
+    let mut markdown = table.markdown(&seeds);
+    if let Some(c) = &comparison {
+        markdown.push_str(&c.markdown());
+    }
+    let json = serde_json::to_string(&Runs { runs: &runs, comparison: comparison.as_ref() })
+        .map_err(|e| CliError::Failed(e.to_string()))?;
     if let Some(dir) = &args.out {
         write_outputs(dir, &table, &markdown, &json)?;
     }
@@ -374,6 +402,85 @@ impl<'a> Table<'a> {
             written.push(path);
         }
         Ok(written)
+    }
+}
+
+/// Every policy against the reference, seed by seed (`--reference`, [`compare`]).
+#[derive(Serialize)]
+struct Comparison {
+    reference: String,
+    rows: Vec<ComparisonRow>,
+}
+
+/// One policy in one scenario, or (`scenario` = "mean") on the mean over scenarios.
+#[derive(Serialize)]
+struct ComparisonRow {
+    scenario: String,
+    policy: String,
+    /// Change of the <100KB p99 slowdown.
+    small_p99: Option<Change>,
+    /// Change of the ≥1MB median slowdown.
+    large_p50: Option<Change>,
+}
+
+/// `values[s][p][k]`: one metric of scenario s, policy p, seed k.
+type PerSeed = Vec<Vec<Vec<Option<f64>>>>;
+
+impl Comparison {
+    /// `runs` in job order, as for [`Table::new`]; `reference` indexes `policies`.
+    fn new(scenarios: &[String], policies: &[String], reference: usize, seeds: usize, runs: &[Summary]) -> Self {
+        let metric = |f: fn(&Summary) -> Option<f64>| -> PerSeed {
+            let mut chunks = runs.chunks(seeds);
+            scenarios
+                .iter()
+                .map(|_| policies.iter().map(|_| chunks.next().unwrap_or_default().iter().map(f).collect()).collect())
+                .collect()
+        };
+        let metrics = [metric(|s| s.slowdown.lt_100kb.p99), metric(|s| s.slowdown.ge_1mb.p50)];
+        let mut rows = Vec::new();
+        for (p, policy) in policies.iter().enumerate().filter(|&(p, _)| p != reference) {
+            // [small p99, large p50] against the reference, over the scenarios in `of`.
+            let change = |of: std::ops::Range<usize>| {
+                metrics.each_ref().map(|v| {
+                    let pairs: Vec<_> = of.clone().map(|s| (v[s][p].as_slice(), v[s][reference].as_slice())).collect();
+                    compare::mean_paired_change(&pairs)
+                })
+            };
+            let mut push = |scenario: &str, [small_p99, large_p50]: [Option<Change>; 2]| {
+                rows.push(ComparisonRow { scenario: scenario.into(), policy: policy.clone(), small_p99, large_p50 })
+            };
+            for (s, scenario) in scenarios.iter().enumerate() {
+                push(scenario, change(s..s + 1));
+            }
+            if scenarios.len() > 1 {
+                push("mean", change(0..scenarios.len()));
+            }
+        }
+        Comparison { reference: policies[reference].clone(), rows }
+    }
+
+    fn markdown(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "\n## Against {}\n", self.reference);
+        let _ = writeln!(
+            out,
+            "Change of each policy's mean against the reference's, with a 95% interval from the \
+             seed-by-seed differences (every policy runs the same seeds). The mean row averages the \
+             scenarios' changes with equal weight.\n"
+        );
+        let _ = writeln!(out, "| scenario | policy | <100KB p99 | ≥1MB p50 |");
+        let _ = writeln!(out, "|---|---|---:|---:|");
+        for r in &self.rows {
+            let scenario = if r.scenario == "mean" { "**mean over scenarios**" } else { &r.scenario };
+            let _ = writeln!(
+                out,
+                "| {scenario} | {} | {} | {} |",
+                r.policy,
+                compare::format_change(r.small_p99),
+                compare::format_change(r.large_p50)
+            );
+        }
+        out
     }
 }
 

@@ -1,0 +1,174 @@
+//! Paired comparison of a policy against a reference run on the same seeds: the relative change
+//! of a metric's mean, with a 95% confidence interval from the seed-by-seed differences.
+//!
+//! Every policy in an `eval` runs each scenario on the same seeds, so seed k offers every policy
+//! the same flows. A tail percentile of a few hundred small flows per run spreads more from seed
+//! to seed than the effects we measure (README "Why it falls short"); differences taken seed by
+//! seed cancel the part of that spread that the traffic causes, and their spread says how far a
+//! mean change can be trusted.
+
+use serde::Serialize;
+
+/// A relative change of a mean, as a fraction (−0.1 = 10% lower), with its 95% interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Change {
+    /// The change of the mean.
+    pub mean: f64,
+    /// Lower end of the 95% interval; `None` with a single seed.
+    pub low: Option<f64>,
+    /// Upper end of the 95% interval; `None` with a single seed.
+    pub high: Option<f64>,
+    /// Seeds that entered (those with a value for the policy and the reference in every scenario).
+    pub seeds: usize,
+}
+
+/// The mean over scenarios of the relative change of `policy` against `reference`, with
+/// `scenarios[s] = (policy, reference)` and `policy[k]` the metric on seed k; one scenario gives
+/// that scenario's change. Seeds where either side lacks a value in some scenario (no flow of
+/// that size finished) are left out. `None` when no seed is left or a reference mean is not
+/// positive.
+///
+/// Seed k contributes d_k = mean over s of (x_sk − r_sk) / r̄_s, where r̄_s is the reference's
+/// mean over the seeds used. The mean of d_k is then the mean over scenarios of the change of
+/// the means, and the interval is mean ± t(0.975, n−1) · sd(d) / √n. Dividing by the fixed r̄_s
+/// (rather than by each r_sk) keeps the estimate the ratio of means that the tables report.
+pub fn mean_paired_change(scenarios: &[(&[Option<f64>], &[Option<f64>])]) -> Option<Change> {
+    let seeds = scenarios.iter().map(|(p, r)| p.len().min(r.len())).min()?;
+    let usable: Vec<usize> = (0..seeds)
+        .filter(|&k| {
+            scenarios.iter().all(|(p, r)| p[k].is_some_and(f64::is_finite) && r[k].is_some_and(f64::is_finite))
+        })
+        .collect();
+    if usable.is_empty() {
+        return None;
+    }
+    let n = usable.len() as f64;
+    let mut reference_means = Vec::with_capacity(scenarios.len());
+    for (_, r) in scenarios {
+        let m = usable.iter().map(|&k| r[k].unwrap_or_default()).sum::<f64>() / n;
+        if m <= 0.0 {
+            return None;
+        }
+        reference_means.push(m);
+    }
+    let d: Vec<f64> = usable
+        .iter()
+        .map(|&k| {
+            scenarios
+                .iter()
+                .zip(&reference_means)
+                .map(|((p, r), m)| (p[k].unwrap_or_default() - r[k].unwrap_or_default()) / m)
+                .sum::<f64>()
+                / scenarios.len() as f64
+        })
+        .collect();
+    let mean = d.iter().sum::<f64>() / n;
+    let (low, high) = if usable.len() > 1 {
+        let variance = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        let half = student_t_975(usable.len() - 1) * (variance / n).sqrt();
+        (Some(mean - half), Some(mean + half))
+    } else {
+        (None, None)
+    };
+    Some(Change { mean, low, high, seeds: usable.len() })
+}
+
+/// The 97.5th percentile of Student's t with `df` degrees of freedom (`df` ≥ 1): the table up to
+/// 30, then the Cornish–Fisher expansion z + (z³ + z) / (4·df) + (5z⁵ + 16z³ + 3z) / (96·df²),
+/// within 0.001 of the exact value beyond.
+fn student_t_975(df: usize) -> f64 {
+    const TABLE: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+    ];
+    const Z: f64 = 1.959_964;
+    match df {
+        0 => f64::NAN,
+        1..=30 => TABLE[df - 1],
+        _ => {
+            let df = df as f64;
+            Z + (Z.powi(3) + Z) / (4.0 * df) + (5.0 * Z.powi(5) + 16.0 * Z.powi(3) + 3.0 * Z) / (96.0 * df * df)
+        }
+    }
+}
+
+/// `-6.5% [-9.1, -3.9]`: a change and its interval, in percent.
+pub fn format_change(c: Option<Change>) -> String {
+    match c {
+        None => "-".into(),
+        Some(Change { mean, low: Some(low), high: Some(high), .. }) => {
+            format!("{:+.1}% [{:+.1}, {:+.1}]", mean * 100.0, low * 100.0, high * 100.0)
+        }
+        Some(c) => format!("{:+.1}%", c.mean * 100.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn some(v: &[f64]) -> Vec<Option<f64>> {
+        v.iter().copied().map(Some).collect()
+    }
+
+    fn paired_change(policy: &[Option<f64>], reference: &[Option<f64>]) -> Option<Change> {
+        mean_paired_change(&[(policy, reference)])
+    }
+
+    #[test]
+    fn a_constant_shift_has_no_spread() {
+        let c = paired_change(&some(&[9.0, 18.0, 27.0]), &some(&[10.0, 20.0, 30.0])).unwrap();
+        assert!((c.mean + 0.1).abs() < 1e-12, "{c:?}");
+        // d_k = (−1, −2, −3) / 20: mean −0.1, sd 0.05, t(2) = 4.303.
+        let half = 4.303 * 0.05 / 3f64.sqrt();
+        assert!((c.low.unwrap() - (-0.1 - half)).abs() < 1e-9 && (c.high.unwrap() - (-0.1 + half)).abs() < 1e-9);
+        assert_eq!(c.seeds, 3);
+    }
+
+    #[test]
+    fn the_mean_change_is_the_change_of_the_means() {
+        let (p, r) = (some(&[4.0, 7.0, 5.5, 6.0]), some(&[5.0, 6.0, 6.5, 5.0]));
+        let c = paired_change(&p, &r).unwrap();
+        let mean = |v: &[Option<f64>]| v.iter().flatten().sum::<f64>() / v.len() as f64;
+        assert!((c.mean - (mean(&p) / mean(&r) - 1.0)).abs() < 1e-12);
+        assert!(c.low.unwrap() < c.mean && c.mean < c.high.unwrap());
+    }
+
+    #[test]
+    fn scenarios_are_averaged_with_equal_weight() {
+        let (a, ra) = (some(&[8.0, 8.0]), some(&[10.0, 10.0]));
+        let (b, rb) = (some(&[110.0, 110.0]), some(&[100.0, 100.0]));
+        let c = mean_paired_change(&[(&a, &ra), (&b, &rb)]).unwrap();
+        // −20% and +10% average to −5%, whatever the scale of each scenario.
+        assert!((c.mean + 0.05).abs() < 1e-12, "{c:?}");
+        assert_eq!((c.low, c.high), (Some(c.mean), Some(c.mean)));
+    }
+
+    #[test]
+    fn seeds_missing_a_value_are_left_out_everywhere() {
+        let (a, ra) = (vec![Some(1.0), None, Some(3.0)], some(&[2.0, 2.0, 4.0]));
+        let (b, rb) = (some(&[1.0, 1.0, 1.0]), vec![Some(1.0), Some(1.0), None]);
+        let c = mean_paired_change(&[(&a, &ra), (&b, &rb)]).unwrap();
+        assert_eq!(c.seeds, 1);
+        assert_eq!((c.low, c.high), (None, None));
+        assert!((c.mean - (-0.5 / 2.0)).abs() < 1e-12);
+        assert_eq!(paired_change(&[None], &[Some(1.0)]), None);
+        assert_eq!(paired_change(&some(&[1.0]), &some(&[0.0])), None);
+    }
+
+    #[test]
+    fn t_quantiles_join_smoothly() {
+        assert_eq!(student_t_975(1), 12.706);
+        assert!((student_t_975(31) - 2.0395).abs() < 0.001);
+        assert!((student_t_975(120) - 1.9799).abs() < 0.001);
+        assert!(student_t_975(30) > student_t_975(31));
+    }
+
+    #[test]
+    fn changes_print_in_percent() {
+        let c = Change { mean: -0.065, low: Some(-0.091), high: Some(-0.039), seeds: 3 };
+        assert_eq!(format_change(Some(c)), "-6.5% [-9.1, -3.9]");
+        assert_eq!(format_change(Some(Change { low: None, high: None, ..c })), "-6.5%");
+        assert_eq!(format_change(None), "-");
+    }
+}
