@@ -22,6 +22,10 @@ pub struct Change {
     pub seeds: usize,
 }
 
+/// One scenario's metric by seed: (the policy's, the reference's); `None` where no flow of the
+/// metric's size finished.
+pub type Paired<'a> = (&'a [Option<f64>], &'a [Option<f64>]);
+
 /// The mean over scenarios of the relative change of `policy` against `reference`, with
 /// `scenarios[s] = (policy, reference)` and `policy[k]` the metric on seed k; one scenario gives
 /// that scenario's change. Seeds where either side lacks a value in some scenario (no flow of
@@ -32,7 +36,7 @@ pub struct Change {
 /// mean over the seeds used. The mean of d_k is then the mean over scenarios of the change of
 /// the means, and the interval is mean ± t(0.975, n−1) · sd(d) / √n. Dividing by the fixed r̄_s
 /// (rather than by each r_sk) keeps the estimate the ratio of means that the tables report.
-pub fn mean_paired_change(scenarios: &[(&[Option<f64>], &[Option<f64>])]) -> Option<Change> {
+pub fn mean_paired_change(scenarios: &[Paired<'_>]) -> Option<Change> {
     let seeds = scenarios.iter().map(|(p, r)| p.len().min(r.len())).min()?;
     let usable: Vec<usize> = (0..seeds)
         .filter(|&k| {
