@@ -180,17 +180,21 @@ async fn eval_bad_input_exits_2_before_running() {
 
 /// `--reference`: every other policy's change against it, per scenario and on the mean, equal to
 /// the change of the means that the runs give, with an interval around it; a reference not
-/// among the policies is run as well.
+/// among the policies is run as well, and each reference gets its own comparison.
 #[tokio::test(flavor = "multi_thread")]
 async fn eval_compares_every_policy_with_the_reference_seed_by_seed() {
     let dir = tempfile::Builder::new().prefix("ecn-eval-").tempdir().unwrap();
     std::fs::write(dir.path().join("tiny.toml"), TINY).unwrap();
     std::fs::write(dir.path().join("tiny-hadoop.toml"), TINY_HADOOP).unwrap();
     let reference = "static:100KB,400KB,0.5";
-    let doc = eval(dir.path(), &["--reference", reference]).await;
+    let doc = eval(dir.path(), &["--reference", reference, "--reference", POLICIES[0]]).await;
     let runs = doc["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2 * 3 * 2, "the reference runs too");
-    let c = &doc["comparison"];
+    let comparisons = doc["comparisons"].as_array().unwrap();
+    assert_eq!(comparisons.len(), 2, "one per --reference");
+    assert_eq!(comparisons[1]["reference"], POLICIES[0]);
+    assert_eq!(comparisons[1]["rows"].as_array().unwrap().len(), 2 * 3, "the other two policies");
+    let c = &comparisons[0];
     assert_eq!(c["reference"], reference);
     let rows = c["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2 * 3, "two policies × (two scenarios + the mean)");

@@ -45,9 +45,9 @@ pub struct EvalArgs {
     json: bool,
     /// Compare every policy with this one, seed by seed: the change of <100KB p99 and ≥1MB p50
     /// slowdown per scenario and on the mean over scenarios, with 95% intervals. It is added to
-    /// the policies if not among them.
-    #[arg(long, value_name = "POLICY")]
-    reference: Option<String>,
+    /// the policies if not among them. Repeat it (or give several) for one table per reference.
+    #[arg(long, value_name = "POLICY", num_args = 1..)]
+    reference: Vec<String>,
     /// Simulations run at once (default: the number of CPUs).
     #[arg(long, value_name = "J", value_parser = clap::value_parser!(u64).range(1..))]
     jobs: Option<u64>,
@@ -58,9 +58,9 @@ pub struct EvalArgs {
 #[derive(Serialize)]
 struct Runs<'a> {
     runs: &'a [Summary],
-    /// With `--reference`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    comparison: Option<&'a Comparison>,
+    /// One per `--reference`.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    comparisons: &'a [Comparison],
 }
 
 /// One simulation to run.
@@ -74,20 +74,19 @@ struct Job<'a> {
 pub fn run(args: EvalArgs) -> Result<(), CliError> {
     // Bad input fails here, before any simulation starts.
     let mut policies: Vec<Policy> = args.policy.iter().map(|p| Policy::parse(p)).collect::<Result<_, _>>()?;
-    let reference = match &args.reference {
-        None => None,
-        Some(text) => {
-            let policy = Policy::parse(text).map_err(|e| CliError::BadInput(format!("--reference: {e}")))?;
-            let label = policy.to_string();
-            Some(match policies.iter().position(|p| p.to_string() == label) {
-                Some(i) => i,
-                None => {
-                    policies.push(policy);
-                    policies.len() - 1
-                }
-            })
-        }
-    };
+    // Indices into `policies`.
+    let mut references = Vec::new();
+    for text in &args.reference {
+        let policy = Policy::parse(text).map_err(|e| CliError::BadInput(format!("--reference: {e}")))?;
+        let label = policy.to_string();
+        references.push(match policies.iter().position(|p| p.to_string() == label) {
+            Some(i) => i,
+            None => {
+                policies.push(policy);
+                policies.len() - 1
+            }
+        });
+    }
     let labels: Vec<String> = policies.iter().map(Policy::to_string).collect();
     let seeds: Vec<u64> =
         (0..args.seeds).map(|i| args.seed_base.checked_add(i)).collect::<Option<_>>().ok_or_else(|| {
@@ -130,12 +129,13 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
     info!(runs = runs.len(), wall_seconds = started.elapsed().as_secs_f64(), "done");
 
     let table = Table::new(&names, &labels, seeds.len(), &runs);
-    let comparison = reference.map(|r| Comparison::new(&names, &labels, r, seeds.len(), &runs));
+    let comparisons: Vec<Comparison> =
+        references.iter().map(|&r| Comparison::new(&names, &labels, r, seeds.len(), &runs)).collect();
     let mut markdown = table.markdown(&seeds);
-    if let Some(c) = &comparison {
+    for c in &comparisons {
         markdown.push_str(&c.markdown());
     }
-    let json = serde_json::to_string(&Runs { runs: &runs, comparison: comparison.as_ref() })
+    let json = serde_json::to_string(&Runs { runs: &runs, comparisons: &comparisons })
         .map_err(|e| CliError::Failed(e.to_string()))?;
     if let Some(dir) = &args.out {
         write_outputs(dir, &table, &markdown, &json)?;
