@@ -105,6 +105,12 @@ impl QueueInterval {
         }
     }
 
+    /// Mark fraction × idle fraction: marking while the link had room, which makes senders cut
+    /// rates they did not need to cut (the over-marking term of [`super::Reward::Tuner`]).
+    pub fn marked_idle(&self) -> f64 {
+        self.mark_fraction() * (1.0 - self.utilization()).max(0.0)
+    }
+
     /// Fraction of the interval the queue was paused.
     pub fn paused_fraction(&self) -> f64 {
         if self.interval_ns == 0 {

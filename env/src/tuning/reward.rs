@@ -77,7 +77,7 @@ impl Reward {
                     - depth_max * iv.depth_max_bdp()
                     - pause * (iv.paused_fraction() + iv.pause_tx_rate())
                     - if iv.drops > 0 { drop } else { 0.0 }
-                    - marked_idle * iv.mark_fraction() * (1.0 - iv.utilization()).max(0.0)
+                    - marked_idle * iv.marked_idle()
                     - if changed { change } else { 0.0 }
             }
             Reward::AccLinear { utilization, queue } => {
