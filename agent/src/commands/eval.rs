@@ -300,18 +300,19 @@ fn num(v: Option<f64>, decimals: usize) -> String {
     v.map(|x| format!("{x:.decimals$}")).unwrap_or_else(|| "-".into())
 }
 
+/// `runs` in job order (scenario-major, then policy, then `seeds` seeds) as `grid[s][p]`, the
+/// runs of scenario s under policy p, one per seed.
+fn grid(scenarios: usize, policies: usize, seeds: usize, runs: &[Summary]) -> Vec<Vec<&[Summary]>> {
+    let mut chunks = runs.chunks(seeds);
+    (0..scenarios).map(|_| (0..policies).map(|_| chunks.next().unwrap_or_default()).collect()).collect()
+}
+
 impl<'a> Table<'a> {
-    /// `runs` in job order: scenario-major, then policy, then `seeds` seeds.
+    /// `runs` in job order, as [`grid`] reads them.
     fn new(scenarios: &'a [String], policies: &'a [String], seeds: usize, runs: &[Summary]) -> Self {
-        let mut chunks = runs.chunks(seeds);
-        let rows = scenarios
-            .iter()
-            .map(|_| {
-                policies
-                    .iter()
-                    .map(|_| Row::of(&chunks.next().unwrap_or_default().iter().collect::<Vec<_>>()))
-                    .collect()
-            })
+        let rows = grid(scenarios.len(), policies.len(), seeds, runs)
+            .into_iter()
+            .map(|per_policy| per_policy.into_iter().map(|r| Row::of(&r.iter().collect::<Vec<_>>())).collect())
             .collect();
         Table { scenarios, policies, seeds, rows }
     }
@@ -427,14 +428,11 @@ struct ComparisonRow {
 type PerSeed = Vec<Vec<Vec<Option<f64>>>>;
 
 impl Comparison {
-    /// `runs` in job order, as for [`Table::new`]; `reference` indexes `policies`.
+    /// `runs` in job order, as [`grid`] reads them; `reference` indexes `policies`.
     fn new(scenarios: &[String], policies: &[String], reference: usize, seeds: usize, runs: &[Summary]) -> Self {
+        let runs = grid(scenarios.len(), policies.len(), seeds, runs);
         let metric = |f: fn(&Summary) -> Option<f64>| -> PerSeed {
-            let mut chunks = runs.chunks(seeds);
-            scenarios
-                .iter()
-                .map(|_| policies.iter().map(|_| chunks.next().unwrap_or_default().iter().map(f).collect()).collect())
-                .collect()
+            runs.iter().map(|per_policy| per_policy.iter().map(|r| r.iter().map(f).collect()).collect()).collect()
         };
         let metrics = [metric(|s| s.slowdown.lt_100kb.p99), metric(|s| s.slowdown.ge_1mb.p50)];
         let mut rows = Vec::new();
