@@ -76,9 +76,9 @@ fn sim_out_writes_flows_fct_and_telemetry() {
     let telemetry = ecn_datasets::io::read_telemetry_parquet(&out_dir.join("telemetry.parquet")).unwrap();
     assert!(!telemetry.is_empty());
     // 100 µs samples of every switch data queue, with the configured ECN setting.
-    assert_eq!(telemetry[0].ts_ns, 100_000);
-    assert!(telemetry.iter().all(|t| t.kmin_bytes < t.kmax_bytes && t.queue == 3));
-    assert!(telemetry.iter().map(|t| t.tx_bytes).sum::<u64>() > 0);
+    assert_eq!(telemetry[0].sample.ts_ns, 100_000);
+    assert!(telemetry.iter().all(|t| t.sample.kmin_bytes < t.sample.kmax_bytes && t.queue == 3));
+    assert!(telemetry.iter().map(|t| t.sample.tx_bytes).sum::<u64>() > 0);
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["flows"]["total"].as_u64().unwrap() as usize, flows.len());

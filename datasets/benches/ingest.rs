@@ -59,24 +59,26 @@ fn generate(path: &Path, rows: u64) {
         let r = next();
         let tx_bytes = r % 125_000;
         batch.push(TelemetrySample {
-            ts_ns: (i / QUEUES + 1) * INTERVAL_NS,
             switch: sw.clone(),
             port: port.clone(),
             queue: *queue,
-            link_bps: 100_000_000_000,
-            queue_bytes: (r >> 20) % 500_000,
-            queue_bytes_avg: ((r >> 24) % 400_000) as f64,
-            queue_bytes_max: (r >> 20) % 500_000 + 1_000,
-            tx_bytes,
-            tx_pkts: tx_bytes / 1_000,
-            ecn_marked_pkts: (r >> 40) % 16,
-            pfc_pause_rx: (r >> 50) % 2,
-            pfc_pause_tx: 0,
-            paused_ns: (r >> 30) % 1_000,
-            drops: 0,
-            kmin_bytes: 100_000,
-            kmax_bytes: 400_000,
-            pmax: 0.2,
+            sample: QueueSample {
+                ts_ns: (i / QUEUES + 1) * INTERVAL_NS,
+                link_bps: 100_000_000_000,
+                queue_bytes: (r >> 20) % 500_000,
+                queue_bytes_avg: ((r >> 24) % 400_000) as f64,
+                queue_bytes_max: (r >> 20) % 500_000 + 1_000,
+                tx_bytes,
+                tx_pkts: tx_bytes / 1_000,
+                ecn_marked_pkts: (r >> 40) % 16,
+                pfc_pause_rx: (r >> 50) % 2,
+                pfc_pause_tx: 0,
+                paused_ns: (r >> 30) % 1_000,
+                drops: 0,
+                kmin_bytes: 100_000,
+                kmax_bytes: 400_000,
+                pmax: 0.2,
+            },
         });
         if batch.len() == batch.capacity() {
             w.write(&batch).expect("write");

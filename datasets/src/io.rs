@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use polars::prelude::*;
 
-use crate::records::{FlowRecord, TelemetrySample, TELEMETRY_SCHEMA_VERSION};
+use crate::records::{FlowRecord, QueueSample, TelemetrySample, TELEMETRY_SCHEMA_VERSION};
 use crate::telemetry::{CounterMode, COUNTERS_KEY};
 
 /// Parquet key-value metadata key under which [`write_telemetry_parquet`] records
@@ -322,11 +322,14 @@ impl<'a> ParquetFile<'a> {
 // ---------------------------------------------------------------------------------------------
 // Telemetry
 
-/// Column built from one field; `stringify!` keeps the column name and the field name the same
-/// by construction.
+/// Column built from one field, of the row or of its [`QueueSample`]; `stringify!` keeps the
+/// column name and the field name the same by construction.
 macro_rules! field_column {
     ($rows:expr, $field:ident) => {
         Column::new(stringify!($field).into(), $rows.iter().map(|r| r.$field).collect::<Vec<_>>())
+    };
+    ($rows:expr, sample.$field:ident) => {
+        Column::new(stringify!($field).into(), $rows.iter().map(|r| r.sample.$field).collect::<Vec<_>>())
     };
 }
 
@@ -334,24 +337,24 @@ macro_rules! field_column {
 /// column (type, values) before writing a variant file.
 pub fn telemetry_frame(rows: &[TelemetrySample]) -> PolarsResult<DataFrame> {
     let columns = vec![
-        field_column!(rows, ts_ns),
+        field_column!(rows, sample.ts_ns),
         Column::new("switch".into(), rows.iter().map(|r| r.switch.as_str()).collect::<Vec<_>>()),
         Column::new("port".into(), rows.iter().map(|r| r.port.as_str()).collect::<Vec<_>>()),
         field_column!(rows, queue),
-        field_column!(rows, link_bps),
-        field_column!(rows, queue_bytes),
-        field_column!(rows, queue_bytes_avg),
-        field_column!(rows, queue_bytes_max),
-        field_column!(rows, tx_bytes),
-        field_column!(rows, tx_pkts),
-        field_column!(rows, ecn_marked_pkts),
-        field_column!(rows, pfc_pause_rx),
-        field_column!(rows, pfc_pause_tx),
-        field_column!(rows, paused_ns),
-        field_column!(rows, drops),
-        field_column!(rows, kmin_bytes),
-        field_column!(rows, kmax_bytes),
-        field_column!(rows, pmax),
+        field_column!(rows, sample.link_bps),
+        field_column!(rows, sample.queue_bytes),
+        field_column!(rows, sample.queue_bytes_avg),
+        field_column!(rows, sample.queue_bytes_max),
+        field_column!(rows, sample.tx_bytes),
+        field_column!(rows, sample.tx_pkts),
+        field_column!(rows, sample.ecn_marked_pkts),
+        field_column!(rows, sample.pfc_pause_rx),
+        field_column!(rows, sample.pfc_pause_tx),
+        field_column!(rows, sample.paused_ns),
+        field_column!(rows, sample.drops),
+        field_column!(rows, sample.kmin_bytes),
+        field_column!(rows, sample.kmax_bytes),
+        field_column!(rows, sample.pmax),
     ];
     DataFrame::new(rows.len(), columns)
 }
@@ -517,24 +520,26 @@ pub fn read_telemetry_parquet(path: &Path) -> Result<Vec<TelemetrySample>, IoErr
     let pmax = f.required::<Float64Type>("pmax")?;
     Ok((0..f.rows())
         .map(|i| TelemetrySample {
-            ts_ns: ts_ns[i],
             switch: std::mem::take(&mut switch[i]),
             port: std::mem::take(&mut port[i]),
             queue: queue[i],
-            link_bps: link_bps[i],
-            queue_bytes: queue_bytes[i],
-            queue_bytes_avg: queue_bytes_avg[i],
-            queue_bytes_max: queue_bytes_max[i],
-            tx_bytes: tx_bytes[i],
-            tx_pkts: tx_pkts[i],
-            ecn_marked_pkts: ecn_marked_pkts[i],
-            pfc_pause_rx: pfc_pause_rx[i],
-            pfc_pause_tx: pfc_pause_tx[i],
-            paused_ns: paused_ns[i],
-            drops: drops[i],
-            kmin_bytes: kmin_bytes[i],
-            kmax_bytes: kmax_bytes[i],
-            pmax: pmax[i],
+            sample: QueueSample {
+                ts_ns: ts_ns[i],
+                link_bps: link_bps[i],
+                queue_bytes: queue_bytes[i],
+                queue_bytes_avg: queue_bytes_avg[i],
+                queue_bytes_max: queue_bytes_max[i],
+                tx_bytes: tx_bytes[i],
+                tx_pkts: tx_pkts[i],
+                ecn_marked_pkts: ecn_marked_pkts[i],
+                pfc_pause_rx: pfc_pause_rx[i],
+                pfc_pause_tx: pfc_pause_tx[i],
+                paused_ns: paused_ns[i],
+                drops: drops[i],
+                kmin_bytes: kmin_bytes[i],
+                kmax_bytes: kmax_bytes[i],
+                pmax: pmax[i],
+            },
         })
         .collect())
 }
@@ -719,24 +724,24 @@ pub fn write_telemetry_csv(path: &Path, rows: &[TelemetrySample]) -> Result<(), 
             writeln!(
                 w,
                 "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                r.ts_ns,
+                r.sample.ts_ns,
                 csv_field(&r.switch),
                 csv_field(&r.port),
                 r.queue,
-                r.link_bps,
-                r.queue_bytes,
-                r.queue_bytes_avg,
-                r.queue_bytes_max,
-                r.tx_bytes,
-                r.tx_pkts,
-                r.ecn_marked_pkts,
-                r.pfc_pause_rx,
-                r.pfc_pause_tx,
-                r.paused_ns,
-                r.drops,
-                r.kmin_bytes,
-                r.kmax_bytes,
-                r.pmax
+                r.sample.link_bps,
+                r.sample.queue_bytes,
+                r.sample.queue_bytes_avg,
+                r.sample.queue_bytes_max,
+                r.sample.tx_bytes,
+                r.sample.tx_pkts,
+                r.sample.ecn_marked_pkts,
+                r.sample.pfc_pause_rx,
+                r.sample.pfc_pause_tx,
+                r.sample.paused_ns,
+                r.sample.drops,
+                r.sample.kmin_bytes,
+                r.sample.kmax_bytes,
+                r.sample.pmax
             )
             .map_err(io)?;
         }
@@ -805,24 +810,26 @@ mod tests {
 
     fn sample(i: u64) -> TelemetrySample {
         TelemetrySample {
-            ts_ns: 1_000 * i,
             switch: format!("leaf{i}"),
             port: if i == 1 { "eth,1 \"x\"".to_string() } else { format!("eth{i}") },
             queue: (i % 8) as u8,
-            link_bps: 100_000_000_000,
-            queue_bytes: 10 * i,
-            queue_bytes_avg: 12.5 * i as f64,
-            queue_bytes_max: if i == 2 { u64::MAX } else { 20 * i },
-            tx_bytes: 1_500 * i,
-            tx_pkts: i,
-            ecn_marked_pkts: i / 2,
-            pfc_pause_rx: 0,
-            pfc_pause_tx: i % 3,
-            paused_ns: 7 * i,
-            drops: 0,
-            kmin_bytes: 100_000,
-            kmax_bytes: 400_000,
-            pmax: 0.2,
+            sample: QueueSample {
+                ts_ns: 1_000 * i,
+                link_bps: 100_000_000_000,
+                queue_bytes: 10 * i,
+                queue_bytes_avg: 12.5 * i as f64,
+                queue_bytes_max: if i == 2 { u64::MAX } else { 20 * i },
+                tx_bytes: 1_500 * i,
+                tx_pkts: i,
+                ecn_marked_pkts: i / 2,
+                pfc_pause_rx: 0,
+                pfc_pause_tx: i % 3,
+                paused_ns: 7 * i,
+                drops: 0,
+                kmin_bytes: 100_000,
+                kmax_bytes: 400_000,
+                pmax: 0.2,
+            },
         }
     }
 

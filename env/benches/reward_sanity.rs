@@ -61,7 +61,7 @@ fn run(scenario: &str, seed: u64, setting: EcnSetting, reward: &Reward) -> (RunS
     sim.run(|_| {});
     let mut s = RunStats::default();
     let mut n = 0.0;
-    for row in sim.take_telemetry().iter().filter(|r| r.ts_ns <= window_end) {
+    for row in sim.take_telemetry().iter().filter(|r| r.sample.ts_ns <= window_end) {
         // A static setting never changes, so no interval pays the change term.
         let iv = QueueInterval::from_sample(row, interval.0);
         s.utilization += iv.utilization();

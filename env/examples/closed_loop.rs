@@ -22,14 +22,14 @@ fn main() {
             .iter()
             .enumerate()
             .map(|(i, s)| (i % per_interval, s))
-            .max_by(|a, b| a.1.queue_bytes_avg.total_cmp(&b.1.queue_bytes_avg))
+            .max_by(|a, b| a.1.sample.queue_bytes_avg.total_cmp(&b.1.sample.queue_bytes_avg))
         else {
             continue;
         };
         let info = &sim.queues()[q];
-        println!("{t}: deepest {}:{} q{} avg {:.0} B", info.switch, info.port, info.queue, s.queue_bytes_avg);
+        println!("{t}: deepest {}:{} q{} avg {:.0} B", info.switch, info.port, info.queue, s.sample.queue_bytes_avg);
         // A toy rule, to show the knob: mark earlier on a queue that stays deep.
-        if s.queue_bytes_avg > 200_000.0 {
+        if s.sample.queue_bytes_avg > 200_000.0 {
             let new = EcnSetting { kmin_bytes: 100_000, kmax_bytes: 800_000, pmax: 0.2 };
             sim.set_ecn(q, new).expect("valid setting");
         }

@@ -137,12 +137,13 @@ fn queue_settles_between_kmin_and_kmax() {
     sim.run_until(Nanos(t1));
     assert!(sim.flow_progress().iter().all(|f| !f.finished), "flows must still be active");
     let tel = sim.take_telemetry();
-    let window: Vec<&TelemetrySample> = samples_of(&tel, &sim, q).filter(|s| s.ts_ns > t0 && s.ts_ns <= t1).collect();
+    let window: Vec<&TelemetrySample> =
+        samples_of(&tel, &sim, q).filter(|s| s.sample.ts_ns > t0 && s.sample.ts_ns <= t1).collect();
     assert_eq!(window.len(), 150, "100 µs samples over 15 ms");
-    let avg = window.iter().map(|s| s.queue_bytes_avg).sum::<f64>() / window.len() as f64;
-    let marked: u64 = window.iter().map(|s| s.ecn_marked_pkts).sum();
-    let tx: u64 = window.iter().map(|s| s.tx_bytes).sum();
-    let max = window.iter().map(|s| s.queue_bytes_max).max().unwrap();
+    let avg = window.iter().map(|s| s.sample.queue_bytes_avg).sum::<f64>() / window.len() as f64;
+    let marked: u64 = window.iter().map(|s| s.sample.ecn_marked_pkts).sum();
+    let tx: u64 = window.iter().map(|s| s.sample.tx_bytes).sum();
+    let max = window.iter().map(|s| s.sample.queue_bytes_max).max().unwrap();
     eprintln!(
         "queue: steady-state average {avg:.0} B (Kmin {} Kmax {}), max {max} B, {marked} marks, {:.1} Gb/s",
         setting.kmin_bytes,
@@ -282,10 +283,10 @@ fn simulator_marks_only_in_the_ramp() {
     assert!(sim.run(|_| {}));
     let tel = sim.take_telemetry();
     let c = sim.counters();
-    let peak = tel.iter().map(|s| s.queue_bytes_max).max().unwrap();
+    let peak = tel.iter().map(|s| s.sample.queue_bytes_max).max().unwrap();
     eprintln!("marks with unreachable Kmin: {} (deepest queue {peak} B)", c.ecn_marks);
     assert_eq!(c.ecn_marks, 0);
-    assert!(tel.iter().all(|s| s.ecn_marked_pkts == 0));
+    assert!(tel.iter().all(|s| s.sample.ecn_marked_pkts == 0));
     assert!(peak > 0, "the traffic must queue somewhere");
 
     let sc = short_websearch("{ kmin = \"5KB\", kmax = \"200KB\", pmax = 0.01 }");
@@ -293,14 +294,14 @@ fn simulator_marks_only_in_the_ramp() {
     assert!(sim.run(|_| {}));
     let tel = sim.take_telemetry();
     let c = sim.counters();
-    let in_tel: u64 = tel.iter().map(|s| s.ecn_marked_pkts).sum();
+    let in_tel: u64 = tel.iter().map(|s| s.sample.ecn_marked_pkts).sum();
     eprintln!("marks with 5KB/200KB/1%: {} (telemetry {in_tel})", c.ecn_marks);
     assert!(c.ecn_marks > 0);
     assert_eq!(in_tel, c.ecn_marks, "telemetry must account for every mark");
     // No queue that stayed at or below Kmin all interval marked anything.
     for s in &tel {
-        if s.queue_bytes_max <= 5_000 {
-            assert_eq!(s.ecn_marked_pkts, 0, "{s:?}");
+        if s.sample.queue_bytes_max <= 5_000 {
+            assert_eq!(s.sample.ecn_marked_pkts, 0, "{s:?}");
         }
     }
 }
@@ -403,7 +404,7 @@ fn same_seed_same_results_other_seed_other_results() {
     let (rc, _) = run_records(&load(12), None);
     assert_ne!(ra, rc, "another seed must give other flow records");
 
-    assert!(ta.iter().any(|s| s.ecn_marked_pkts > 0), "the scenario must mark for the marking seed to matter");
+    assert!(ta.iter().any(|s| s.sample.ecn_marked_pkts > 0), "the scenario must mark for the marking seed to matter");
     let (rd, _) = run_records(&a, Some(a.fabric.seed + 1));
     assert_ne!(ra, rd, "another marking seed on the same flows must change some FCT");
 }
@@ -431,7 +432,7 @@ fn ecmp_uses_both_spines() {
     let tel = sim.take_telemetry();
     let bytes = |sw: &str, peer: &str| -> u64 {
         let q = queue_towards(&sim, sw, peer);
-        samples_of(&tel, &sim, q).map(|s| s.tx_bytes).sum()
+        samples_of(&tel, &sim, q).map(|s| s.sample.tx_bytes).sum()
     };
     let up = [bytes("leaf0", "spine0"), bytes("leaf0", "spine1")];
     let down = [bytes("spine0", "leaf1"), bytes("spine1", "leaf1")];
@@ -462,10 +463,10 @@ fn injected_pause_storm_stalls_and_recovers() {
     sim.run_until(Nanos::from_millis(6));
     let tel = sim.take_telemetry();
     let stalled: Vec<_> =
-        samples_of(&tel, &sim, victim).filter(|s| s.ts_ns > 1_200_000 && s.ts_ns < 6_000_000).collect();
-    let trace: Vec<_> = stalled.iter().map(|s| (s.ts_ns, s.tx_bytes, s.paused_ns)).collect();
-    assert!(stalled.iter().all(|s| s.tx_bytes == 0), "a paused queue sends nothing: {trace:?}");
-    assert!(stalled.iter().map(|s| s.paused_ns).sum::<u64>() >= 4_500_000);
+        samples_of(&tel, &sim, victim).filter(|s| s.sample.ts_ns > 1_200_000 && s.sample.ts_ns < 6_000_000).collect();
+    let trace: Vec<_> = stalled.iter().map(|s| (s.sample.ts_ns, s.sample.tx_bytes, s.sample.paused_ns)).collect();
+    assert!(stalled.iter().all(|s| s.sample.tx_bytes == 0), "a paused queue sends nothing: {trace:?}");
+    assert!(stalled.iter().map(|s| s.sample.paused_ns).sum::<u64>() >= 4_500_000);
     assert!(sim.counters().pause_frames > 0, "the stall spreads upstream as PFC");
     let done = sim.run(|_| {});
     assert!(done, "flows complete after the storm: {:?} at {} {:?}", sim.flow_counts(), sim.now(), sim.counters());

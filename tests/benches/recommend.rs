@@ -16,7 +16,7 @@
 
 use ecn_datasets::io::TelemetryParquetWriter;
 use ecn_datasets::telemetry::CounterMode;
-use ecn_datasets::TelemetrySample;
+use ecn_datasets::{QueueSample, TelemetrySample};
 use ecn_tests::ecn_tuner_bin;
 use std::path::Path;
 use std::process::Command;
@@ -51,24 +51,26 @@ fn write_file(path: &Path, rows: u64) -> u64 {
             let tx_bytes = (LINK_BPS as f64 / 8.0 * INTERVAL_NS as f64 * 1e-9 * util) as u64;
             let depth = (x >> 20) % 200_000;
             chunk.push(TelemetrySample {
-                ts_ns: t * INTERVAL_NS,
                 switch: "leaf0".into(),
                 port: format!("eth{}", q / 2 + 1),
                 queue: 3 + (q % 2) as u8,
-                link_bps: LINK_BPS,
-                queue_bytes: depth,
-                queue_bytes_avg: depth as f64 * 0.8,
-                queue_bytes_max: depth + 4_000,
-                tx_bytes,
-                tx_pkts: tx_bytes / 1_000,
-                ecn_marked_pkts: tx_bytes / 1_000 * (depth / 4_000).min(100) / 100,
-                pfc_pause_rx: 0,
-                pfc_pause_tx: 0,
-                paused_ns: 0,
-                drops: 0,
-                kmin_bytes: 5_000,
-                kmax_bytes: 200_000,
-                pmax: 0.2,
+                sample: QueueSample {
+                    ts_ns: t * INTERVAL_NS,
+                    link_bps: LINK_BPS,
+                    queue_bytes: depth,
+                    queue_bytes_avg: depth as f64 * 0.8,
+                    queue_bytes_max: depth + 4_000,
+                    tx_bytes,
+                    tx_pkts: tx_bytes / 1_000,
+                    ecn_marked_pkts: tx_bytes / 1_000 * (depth / 4_000).min(100) / 100,
+                    pfc_pause_rx: 0,
+                    pfc_pause_tx: 0,
+                    paused_ns: 0,
+                    drops: 0,
+                    kmin_bytes: 5_000,
+                    kmax_bytes: 200_000,
+                    pmax: 0.2,
+                },
             });
             if chunk.len() == chunk.capacity() {
                 w.write(&chunk).expect("write");

@@ -63,24 +63,26 @@ pub fn clean_rows() -> Vec<TelemetrySample> {
             let tx_pkts = tx_bytes / 1_000;
             let queue_bytes = rng.below(400_000);
             rows.push(TelemetrySample {
-                ts_ns: t * INTERVAL_NS,
                 switch: key.switch.to_string(),
                 port: key.port.to_string(),
                 queue: key.queue,
-                link_bps: LINK_BPS,
-                queue_bytes,
-                queue_bytes_avg: queue_bytes as f64 * 0.75,
-                queue_bytes_max: queue_bytes + rng.below(10_000),
-                tx_bytes,
-                tx_pkts,
-                ecn_marked_pkts: rng.below(tx_pkts + 1),
-                pfc_pause_rx: rng.below(3),
-                pfc_pause_tx: rng.below(2),
-                paused_ns: rng.below(INTERVAL_NS / 2),
-                drops: 0,
-                kmin_bytes: 20_000 * (1 + (t / 40) + k as u64 % 2),
-                kmax_bytes: 200_000,
-                pmax: 0.2,
+                sample: QueueSample {
+                    ts_ns: t * INTERVAL_NS,
+                    link_bps: LINK_BPS,
+                    queue_bytes,
+                    queue_bytes_avg: queue_bytes as f64 * 0.75,
+                    queue_bytes_max: queue_bytes + rng.below(10_000),
+                    tx_bytes,
+                    tx_pkts,
+                    ecn_marked_pkts: rng.below(tx_pkts + 1),
+                    pfc_pause_rx: rng.below(3),
+                    pfc_pause_tx: rng.below(2),
+                    paused_ns: rng.below(INTERVAL_NS / 2),
+                    drops: 0,
+                    kmin_bytes: 20_000 * (1 + (t / 40) + k as u64 % 2),
+                    kmax_bytes: 200_000,
+                    pmax: 0.2,
+                },
             });
         }
     }
@@ -140,7 +142,7 @@ fn cumulative(rows: &[TelemetrySample], start: u64, modulo: Option<u64>) -> Vec<
     for (k, key) in keys.iter().enumerate() {
         let mut base = rows[k].clone();
         assert_eq!(key_of(&base), *key);
-        base.ts_ns -= INTERVAL_NS;
+        base.sample.ts_ns -= INTERVAL_NS;
         set_counters(&mut base, [start; 7]);
         out.push(base);
     }
@@ -161,11 +163,13 @@ fn cumulative(rows: &[TelemetrySample], start: u64, modulo: Option<u64>) -> Vec<
 }
 
 fn counters(r: &TelemetrySample) -> [u64; 7] {
-    [r.tx_bytes, r.tx_pkts, r.ecn_marked_pkts, r.pfc_pause_rx, r.pfc_pause_tx, r.paused_ns, r.drops]
+    let s = &r.sample;
+    [s.tx_bytes, s.tx_pkts, s.ecn_marked_pkts, s.pfc_pause_rx, s.pfc_pause_tx, s.paused_ns, s.drops]
 }
 
 fn set_counters(r: &mut TelemetrySample, c: [u64; 7]) {
-    [r.tx_bytes, r.tx_pkts, r.ecn_marked_pkts, r.pfc_pause_rx, r.pfc_pause_tx, r.paused_ns, r.drops] = c;
+    let s = &mut r.sample;
+    [s.tx_bytes, s.tx_pkts, s.ecn_marked_pkts, s.pfc_pause_rx, s.pfc_pause_tx, s.paused_ns, s.drops] = c;
 }
 
 /// Writes the clean recording and every variant into `dir` and describes them.
@@ -192,7 +196,7 @@ pub fn write_fixtures(dir: &Path) -> Vec<TelemetryFixture> {
     let row = 37;
     let p = add("nan", "parquet", 64, problem("not_finite", Some(row + 1), Some("queue_bytes_avg")), None);
     let mut rows = clean.clone();
-    rows[row as usize].queue_bytes_avg = f64::NAN;
+    rows[row as usize].sample.queue_bytes_avg = f64::NAN;
     write_telemetry_parquet(&p, &rows).expect("nan");
 
     // pandas writes int64: a negative counter is a value problem, not a type error.
@@ -205,7 +209,7 @@ pub fn write_fixtures(dir: &Path) -> Vec<TelemetryFixture> {
             df.with_column(c).expect("replace");
         }
     }
-    let mut tx: Vec<i64> = clean.iter().map(|r| r.tx_bytes as i64).collect();
+    let mut tx: Vec<i64> = clean.iter().map(|r| r.sample.tx_bytes as i64).collect();
     tx[row as usize] = -1_500;
     df.with_column(Column::new("tx_bytes".into(), tx)).expect("tx");
     write_frame(&p, df, None);
@@ -219,10 +223,10 @@ pub fn write_fixtures(dir: &Path) -> Vec<TelemetryFixture> {
         "parquet",
         64,
         problem("implausible_delta", Some(row as u64 + 1), Some("tx_bytes")),
-        Some(vec![(key_of(r), r.ts_ns)]),
+        Some(vec![(key_of(r), r.sample.ts_ns)]),
     );
     let mut rows = clean.clone();
-    rows[row].tx_bytes = (1u64 << 32) - 3_000 + rows[row].tx_bytes % 1_000;
+    rows[row].sample.tx_bytes = (1u64 << 32) - 3_000 + rows[row].sample.tx_bytes % 1_000;
     write_telemetry_parquet(&p, &rows).expect("wrap");
 
     // Cumulative 32-bit counters that wrap mid-recording: handled, no problem at all.
@@ -253,7 +257,7 @@ pub fn write_fixtures(dir: &Path) -> Vec<TelemetryFixture> {
         "parquet",
         64,
         problem("counter_reset", Some(file_row as u64 + 1), Some("tx_bytes")),
-        Some(vec![(key_of(r), r.ts_ns)]),
+        Some(vec![(key_of(r), r.sample.ts_ns)]),
     );
     write_telemetry_parquet_with(&p, &cum, CounterMode::Cumulative).expect("reset");
 
@@ -269,7 +273,7 @@ pub fn write_fixtures(dir: &Path) -> Vec<TelemetryFixture> {
     // A duplicate whose values differ: not repairable.
     let mut rows = clean.clone();
     let mut copy = rows[10].clone();
-    copy.tx_bytes += 1;
+    copy.sample.tx_bytes += 1;
     rows.insert(11, copy);
     let p =
         add("conflicting_duplicate", "parquet", 64, problem("conflicting_duplicate", Some(12), Some("tx_bytes")), None);
@@ -289,8 +293,8 @@ pub fn write_fixtures(dir: &Path) -> Vec<TelemetryFixture> {
     let gap_queue = queues()[5].clone();
     let missing: Vec<(QueueKey, u64)> = (70..75).map(|t| (gap_queue.clone(), t * INTERVAL_NS)).collect();
     let rows: Vec<TelemetrySample> =
-        clean.iter().filter(|r| !missing.contains(&(key_of(r), r.ts_ns))).cloned().collect();
-    let gap_row = rows.iter().position(|r| key_of(r) == gap_queue && r.ts_ns == 75 * INTERVAL_NS).expect("row");
+        clean.iter().filter(|r| !missing.contains(&(key_of(r), r.sample.ts_ns))).cloned().collect();
+    let gap_row = rows.iter().position(|r| key_of(r) == gap_queue && r.sample.ts_ns == 75 * INTERVAL_NS).expect("row");
     let p = add("gap", "parquet", 64, problem("gap", Some(gap_row as u64 + 1), Some("ts_ns")), Some(missing));
     write_telemetry_parquet(&p, &rows).expect("gap");
 
@@ -301,7 +305,7 @@ pub fn write_fixtures(dir: &Path) -> Vec<TelemetryFixture> {
 
     let p = add("wrong_type", "parquet", 64, problem("wrong_type", None, Some("tx_bytes")), None);
     let mut df = telemetry_frame(&clean).expect("frame");
-    let text: Vec<String> = clean.iter().map(|r| r.tx_bytes.to_string()).collect();
+    let text: Vec<String> = clean.iter().map(|r| r.sample.tx_bytes.to_string()).collect();
     df.with_column(Column::new("tx_bytes".into(), text)).expect("text");
     write_frame(&p, df, None);
 
@@ -340,7 +344,7 @@ pub fn expected_series(dropped: &[(QueueKey, u64)]) -> Vec<QueueSeries> {
             let mut segment_starts = vec![0];
             let mut broken = false;
             for r in clean.iter().filter(|r| key_of(r) == key) {
-                if dropped.contains(&(key.clone(), r.ts_ns)) {
+                if dropped.contains(&(key.clone(), r.sample.ts_ns)) {
                     broken = true;
                     continue;
                 }
@@ -348,7 +352,7 @@ pub fn expected_series(dropped: &[(QueueKey, u64)]) -> Vec<QueueSeries> {
                     segment_starts.push(samples.len());
                 }
                 broken = false;
-                samples.push(QueueSample::from_row(r));
+                samples.push(r.sample);
             }
             QueueSeries { key, interval_ns: Some(INTERVAL_NS), samples, segment_starts }
         })

@@ -137,9 +137,13 @@ async fn record_writes_exploratory_telemetry_as_parquet() {
     assert!(stdout.contains("under explore:4"), "{stdout}");
     let rows = ecn_datasets::io::read_telemetry_parquet(&out).unwrap();
     assert!(rows.len() > 100, "{}", rows.len());
-    let settings: std::collections::HashSet<(u64, u64)> = rows.iter().map(|r| (r.kmin_bytes, r.kmax_bytes)).collect();
+    let settings: std::collections::HashSet<(u64, u64)> =
+        rows.iter().map(|r| (r.sample.kmin_bytes, r.sample.kmax_bytes)).collect();
     assert!(settings.len() > 5, "exploration visits many settings: {settings:?}");
-    assert!(rows.iter().all(|r| r.kmin_bytes >= 1000 && r.kmin_bytes < r.kmax_bytes && r.pmax > 0.0 && r.pmax <= 1.0));
+    assert!(rows.iter().all(|r| r.sample.kmin_bytes >= 1000
+        && r.sample.kmin_bytes < r.sample.kmax_bytes
+        && r.sample.pmax > 0.0
+        && r.sample.pmax <= 1.0));
 
     let (code, _, stderr) = run_cli(&["record", "--scenario", &tiny, "--out", "x.csv"]).await;
     assert_eq!(code, Some(2), "{stderr}");

@@ -130,11 +130,12 @@ async fn recommend_gives_bounded_settings_and_keeps_when_out_of_distribution() {
     // guess.
     let deep: Vec<_> = rows
         .iter()
-        .map(|r| ecn_datasets::TelemetrySample {
-            queue_bytes_avg: 30_000_000.0,
-            queue_bytes_max: 32_000_000,
-            queue_bytes: 31_000_000,
-            ..r.clone()
+        .map(|r| {
+            let mut deep = r.clone();
+            deep.sample.queue_bytes_avg = 30_000_000.0;
+            deep.sample.queue_bytes_max = 32_000_000;
+            deep.sample.queue_bytes = 31_000_000;
+            deep
         })
         .collect();
     let deep_path = dir.path().join("deep.parquet");

@@ -133,9 +133,9 @@ fn every_problem_is_collected_not_just_the_first() {
     let dir = tempfile::tempdir().unwrap();
     let mut rows = clean_rows();
     for i in (5..rows.len()).step_by(40) {
-        rows[i].pmax = 1.5;
+        rows[i].sample.pmax = 1.5;
     }
-    rows[3].queue_bytes_avg = f64::INFINITY;
+    rows[3].sample.queue_bytes_avg = f64::INFINITY;
     let path = dir.path().join("many.parquet");
     write_telemetry_parquet(&path, &rows).unwrap();
     let err = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
@@ -160,12 +160,12 @@ fn rows_are_numbered_across_row_groups() {
     for block in 0..(20_000 / 120) {
         for r in &clean {
             let mut r = r.clone();
-            r.ts_ns += block * 120 * INTERVAL_NS;
+            r.sample.ts_ns += block * 120 * INTERVAL_NS;
             rows.push(r);
         }
     }
     let bad = 140_000;
-    rows[bad].tx_pkts = u64::MAX / 2;
+    rows[bad].sample.tx_pkts = u64::MAX / 2;
     let path = dir.path().join("big.parquet");
     write_telemetry_parquet(&path, &rows).unwrap();
     for err in [
@@ -244,16 +244,16 @@ proptest! {
         for (i, field, v) in edits {
             let r = &mut rows[i];
             match field {
-                0 => r.ts_ns = v,
-                1 => r.tx_bytes = v,
-                2 => r.kmin_bytes = v,
-                3 => r.link_bps = v,
-                4 => r.paused_ns = v,
+                0 => r.sample.ts_ns = v,
+                1 => r.sample.tx_bytes = v,
+                2 => r.sample.kmin_bytes = v,
+                3 => r.sample.link_bps = v,
+                4 => r.sample.paused_ns = v,
                 _ => r.queue = (v % 256) as u8,
             }
         }
         for (i, v) in floats {
-            rows[i].pmax = v;
+            rows[i].sample.pmax = v;
         }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("random.parquet");

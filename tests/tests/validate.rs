@@ -48,7 +48,7 @@ async fn validate_reports_every_bad_file_and_repairs_the_repairable() {
                     .into_iter()
                     .filter(|r| {
                         !dropped.iter().any(|(k, ts)| {
-                            *ts == r.ts_ns && *k.switch == *r.switch && *k.port == *r.port && k.queue == r.queue
+                            *ts == r.sample.ts_ns && *k.switch == *r.switch && *k.port == *r.port && k.queue == r.queue
                         })
                     })
                     .collect();

@@ -98,8 +98,12 @@ fn from_recording(rec: &Recording) -> (BackendCaps, Vec<EcnSetting>) {
     for r in &rec.rows {
         let key = QueueKey { switch: r.switch.clone(), port: r.port.clone(), queue: u32::from(r.queue) };
         if seen.insert(key.clone(), ()).is_none() {
-            queues.push(QueueCap { key, link_bps: r.link_bps, pfc_xoff_bytes: 0 });
-            initial.push(EcnSetting { kmin_bytes: r.kmin_bytes, kmax_bytes: r.kmax_bytes, pmax: r.pmax });
+            queues.push(QueueCap { key, link_bps: r.sample.link_bps, pfc_xoff_bytes: 0 });
+            initial.push(EcnSetting {
+                kmin_bytes: r.sample.kmin_bytes,
+                kmax_bytes: r.sample.kmax_bytes,
+                pmax: r.sample.pmax,
+            });
         }
     }
     let caps = BackendCaps {

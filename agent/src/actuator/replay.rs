@@ -35,10 +35,10 @@ impl Recording {
         if rows.is_empty() {
             return Err(bad("no telemetry rows".into()));
         }
-        rows.sort_by_key(|r| r.ts_ns);
+        rows.sort_by_key(|r| r.sample.ts_ns);
         let mut gaps: std::collections::BTreeMap<u64, usize> = Default::default();
-        for w in rows.windows(2).filter(|w| w[1].ts_ns > w[0].ts_ns) {
-            *gaps.entry(w[1].ts_ns - w[0].ts_ns).or_default() += 1;
+        for w in rows.windows(2).filter(|w| w[1].sample.ts_ns > w[0].sample.ts_ns) {
+            *gaps.entry(w[1].sample.ts_ns - w[0].sample.ts_ns).or_default() += 1;
         }
         // Most frequent gap; ties go to the smaller one.
         let interval_ns = gaps.iter().max_by_key(|(g, n)| (**n, std::cmp::Reverse(**g))).map(|(g, _)| *g).unwrap_or(0);
@@ -51,8 +51,8 @@ impl Recording {
 
 /// Play `rec` on `tx` in scaled time until `stop` is set.
 pub fn play(rec: Recording, time_scale: f64, tx: broadcast::Sender<Arc<TelemetryBatch>>, stop: Arc<AtomicBool>) {
-    let first = rec.rows[0].ts_ns;
-    let last = rec.rows[rec.rows.len() - 1].ts_ns;
+    let first = rec.rows[0].sample.ts_ns;
+    let last = rec.rows[rec.rows.len() - 1].sample.ts_ns;
     // Timestamps start near zero in every loop: shift the first row to one interval.
     let span = last - first + rec.interval_ns;
     let batches = batches_from_rows(&rec.rows, 0);

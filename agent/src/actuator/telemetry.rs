@@ -8,21 +8,22 @@ use std::collections::HashMap;
 
 /// A simulator/recording row as a wire sample, its timestamp shifted by `ts_offset_ns`.
 pub fn sample_to_wire(r: &TelemetrySample, ts_offset_ns: u64) -> pb::TelemetrySample {
+    let s = &r.sample;
     pb::TelemetrySample {
-        ts_ns: r.ts_ns + ts_offset_ns,
+        ts_ns: s.ts_ns + ts_offset_ns,
         id: Some(pb::QueueId { switch: r.switch.clone(), port: r.port.clone(), queue: u32::from(r.queue) }),
-        link_bps: r.link_bps,
-        queue_bytes: r.queue_bytes,
-        queue_bytes_avg: r.queue_bytes_avg,
-        queue_bytes_max: r.queue_bytes_max,
-        tx_bytes: r.tx_bytes,
-        tx_pkts: r.tx_pkts,
-        ecn_marked_pkts: r.ecn_marked_pkts,
-        pfc_pause_rx: r.pfc_pause_rx,
-        pfc_pause_tx: r.pfc_pause_tx,
-        paused_ns: r.paused_ns,
-        drops: r.drops,
-        ecn: Some(pb::EcnSetting { kmin_bytes: r.kmin_bytes, kmax_bytes: r.kmax_bytes, pmax: r.pmax }),
+        link_bps: s.link_bps,
+        queue_bytes: s.queue_bytes,
+        queue_bytes_avg: s.queue_bytes_avg,
+        queue_bytes_max: s.queue_bytes_max,
+        tx_bytes: s.tx_bytes,
+        tx_pkts: s.tx_pkts,
+        ecn_marked_pkts: s.ecn_marked_pkts,
+        pfc_pause_rx: s.pfc_pause_rx,
+        pfc_pause_tx: s.pfc_pause_tx,
+        paused_ns: s.paused_ns,
+        drops: s.drops,
+        ecn: Some(pb::EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }),
     }
 }
 
@@ -61,7 +62,7 @@ pub fn sample_from_wire(s: &pb::TelemetrySample, setting: Option<&pb::EcnSetting
 pub fn batches_from_rows(rows: &[TelemetrySample], ts_offset_ns: u64) -> Vec<pb::TelemetryBatch> {
     let mut out: Vec<pb::TelemetryBatch> = Vec::new();
     for r in rows {
-        let ts = r.ts_ns + ts_offset_ns;
+        let ts = r.sample.ts_ns + ts_offset_ns;
         match out.last_mut() {
             Some(b) if b.ts_ns == ts => b.samples.push(sample_to_wire(r, ts_offset_ns)),
             _ => out.push(pb::TelemetryBatch { ts_ns: ts, samples: vec![sample_to_wire(r, ts_offset_ns)] }),

@@ -152,26 +152,7 @@ pub use crate::records::QueueSample;
 impl QueueSample {
     /// The full row, with its queue's identity.
     pub fn to_row(&self, key: &QueueKey) -> TelemetrySample {
-        TelemetrySample {
-            ts_ns: self.ts_ns,
-            switch: key.switch.to_string(),
-            port: key.port.to_string(),
-            queue: key.queue,
-            link_bps: self.link_bps,
-            queue_bytes: self.queue_bytes,
-            queue_bytes_avg: self.queue_bytes_avg,
-            queue_bytes_max: self.queue_bytes_max,
-            tx_bytes: self.tx_bytes,
-            tx_pkts: self.tx_pkts,
-            ecn_marked_pkts: self.ecn_marked_pkts,
-            pfc_pause_rx: self.pfc_pause_rx,
-            pfc_pause_tx: self.pfc_pause_tx,
-            paused_ns: self.paused_ns,
-            drops: self.drops,
-            kmin_bytes: self.kmin_bytes,
-            kmax_bytes: self.kmax_bytes,
-            pmax: self.pmax,
-        }
+        TelemetrySample { switch: key.switch.to_string(), port: key.port.to_string(), queue: key.queue, sample: *self }
     }
 }
 

@@ -25,7 +25,7 @@ use crate::topology::{NodeId, NodeKind, Topology};
 use crate::units::{BitsPerSec, Bytes, Nanos};
 use crate::workload::FlowSpec;
 use buffer::{IngressState, SharedBuffer};
-use ecn_datasets::{FlowRecord, TelemetrySample};
+use ecn_datasets::{FlowRecord, QueueSample, TelemetrySample};
 use event::{Event, EventQueue};
 use packet::{Packet, PacketPool};
 use stats::QueueStats;
@@ -766,24 +766,26 @@ impl Simulator {
             self.depth_max_samples.push(depth_max as f64);
             if self.record_telemetry {
                 self.telemetry.push(TelemetrySample {
-                    ts_ns: now,
                     switch: q.switch.clone(),
                     port: q.port.clone(),
                     queue: q.queue,
-                    link_bps: q.link.0,
-                    queue_bytes: depth,
-                    queue_bytes_avg: avg,
-                    queue_bytes_max: depth_max,
-                    tx_bytes,
-                    tx_pkts,
-                    ecn_marked_pkts: marked,
-                    pfc_pause_rx: pause_rx,
-                    pfc_pause_tx: pause_tx,
-                    paused_ns,
-                    drops,
-                    kmin_bytes: ecn.kmin_bytes,
-                    kmax_bytes: ecn.kmax_bytes,
-                    pmax: ecn.pmax,
+                    sample: QueueSample {
+                        ts_ns: now,
+                        link_bps: q.link.0,
+                        queue_bytes: depth,
+                        queue_bytes_avg: avg,
+                        queue_bytes_max: depth_max,
+                        tx_bytes,
+                        tx_pkts,
+                        ecn_marked_pkts: marked,
+                        pfc_pause_rx: pause_rx,
+                        pfc_pause_tx: pause_tx,
+                        paused_ns,
+                        drops,
+                        kmin_bytes: ecn.kmin_bytes,
+                        kmax_bytes: ecn.kmax_bytes,
+                        pmax: ecn.pmax,
+                    },
                 });
             }
         }

@@ -52,7 +52,7 @@ pub struct QueueInterval {
 impl QueueInterval {
     /// Build from a telemetry row that covers `interval_ns`.
     pub fn from_sample(s: &ecn_datasets::TelemetrySample, interval_ns: u64) -> Self {
-        Self::from_queue_sample(&ecn_datasets::QueueSample::from_row(s), interval_ns)
+        Self::from_queue_sample(&s.sample, interval_ns)
     }
 
     /// Build from one queue's sample (a row without its identity) that covers `interval_ns`.
