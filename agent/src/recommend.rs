@@ -304,7 +304,7 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ecn_env::tuning::{Bounds, QueueInterval, TuningConfig};
+    use ecn_env::tuning::{Bounds, QueueInterval, QueueSample, TuningConfig};
     use ecn_models::{Calibration, Checkpoint, ModelCard, QNetwork, TrainingRecord};
     use proptest::prelude::*;
 
@@ -346,17 +346,22 @@ mod tests {
             history.push(
                 QueueInterval {
                     interval_ns: 100_000,
-                    link_bps: link.0,
-                    queue_bytes_avg: depth * (i + 1) as f64,
-                    queue_bytes_max: (depth * 2.0 * (i + 1) as f64) as u64,
-                    tx_bytes: link.0 / 80_000 / 2,
-                    tx_pkts: 600,
-                    ecn_marked_pkts: 30,
-                    pfc_pause_rx: 0,
-                    pfc_pause_tx: i as u64,
-                    paused_ns: 0,
-                    drops: 0,
-                    setting: current,
+                    sample: QueueSample {
+                        link_bps: link.0,
+                        queue_bytes_avg: depth * (i + 1) as f64,
+                        queue_bytes_max: (depth * 2.0 * (i + 1) as f64) as u64,
+                        tx_bytes: link.0 / 80_000 / 2,
+                        tx_pkts: 600,
+                        ecn_marked_pkts: 30,
+                        pfc_pause_rx: 0,
+                        pfc_pause_tx: i as u64,
+                        paused_ns: 0,
+                        drops: 0,
+                        kmin_bytes: current.kmin_bytes,
+                        kmax_bytes: current.kmax_bytes,
+                        pmax: current.pmax,
+                        ..QueueSample::default()
+                    },
                 },
                 3,
             );

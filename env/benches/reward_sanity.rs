@@ -68,7 +68,7 @@ fn run(scenario: &str, seed: u64, setting: EcnSetting, reward: &Reward) -> (RunS
         s.depth += iv.depth_avg_bdp();
         s.depth_max += iv.depth_max_bdp();
         s.pause += iv.paused_fraction() + iv.pause_tx_rate();
-        s.drops += (iv.drops > 0) as u8 as f64;
+        s.drops += (iv.sample.drops > 0) as u8 as f64;
         s.marked_idle += iv.marked_idle();
         s.reward_tuner += reward.of(&iv, None);
         s.reward_acc += Reward::ACC.of(&iv, None);

@@ -5,8 +5,8 @@
 //! shape if it is absent), takes the greedy action and turns it into a bounded setting, 10 000
 //! times, and prints the latency percentiles. The target is p99 under 1 ms.
 
-use ecn_env::tuning::{ActionTemplate, QueueHistory, QueueInterval, TuningConfig};
-use ecn_env::{BitsPerSec, EcnSetting};
+use ecn_env::tuning::{ActionTemplate, QueueHistory, QueueInterval, QueueSample, TuningConfig};
+use ecn_env::BitsPerSec;
 use ecn_models::{default_model_path, greedy, Checkpoint, QNetwork};
 use std::time::Instant;
 
@@ -34,17 +34,22 @@ fn main() {
             h.push(
                 QueueInterval {
                     interval_ns: 100_000,
-                    link_bps: link.0,
-                    queue_bytes_avg: (q * 997 + k * 131) as f64 % 200_000.0,
-                    queue_bytes_max: ((q * 1999 + k * 77) % 400_000) as u64,
-                    tx_bytes: ((q * 7919) % 1_250_000) as u64,
-                    tx_pkts: ((q * 7919) % 1_250_000 / 1000) as u64,
-                    ecn_marked_pkts: (q % 50) as u64,
-                    pfc_pause_rx: 0,
-                    pfc_pause_tx: (q % 3) as u64,
-                    paused_ns: 0,
-                    drops: 0,
-                    setting: EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.2 },
+                    sample: QueueSample {
+                        link_bps: link.0,
+                        queue_bytes_avg: (q * 997 + k * 131) as f64 % 200_000.0,
+                        queue_bytes_max: ((q * 1999 + k * 77) % 400_000) as u64,
+                        tx_bytes: ((q * 7919) % 1_250_000) as u64,
+                        tx_pkts: ((q * 7919) % 1_250_000 / 1000) as u64,
+                        ecn_marked_pkts: (q % 50) as u64,
+                        pfc_pause_rx: 0,
+                        pfc_pause_tx: (q % 3) as u64,
+                        paused_ns: 0,
+                        drops: 0,
+                        kmin_bytes: 5_000,
+                        kmax_bytes: 200_000,
+                        pmax: 0.2,
+                        ..QueueSample::default()
+                    },
                 },
                 tuning.history,
             );

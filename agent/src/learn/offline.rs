@@ -78,7 +78,7 @@ pub fn add_transitions(series: &[QueueSeries], tuning: &TuningConfig, data: &mut
                 obs.clear();
                 if history.observe(tuning.features, tuning.history, &mut obs) {
                     let link = BitsPerSec(row.link_bps);
-                    let logged = iv.setting;
+                    let logged = iv.setting();
                     let action = template.nearest(&logged, link);
                     if template.setting(action, link, &tuning.bounds) != Some(logged) {
                         data.off_template += 1;

@@ -19,6 +19,8 @@ pub mod reward;
 pub mod scenarios;
 
 pub use action::{ActionTemplate, Bounds, TemplateKind};
+/// The telemetry sample a [`QueueInterval`] wraps, re-exported for building intervals by hand.
+pub use ecn_datasets::QueueSample;
 pub use objective::FctMetrics;
 pub use observation::{FeatureSet, QueueHistory, QueueInterval, OBSERVATION_SCHEMA};
 pub use reward::Reward;

@@ -9,6 +9,7 @@
 //! actuator and a recorded file.
 
 use crate::ecn::EcnSetting;
+use ecn_datasets::QueueSample;
 use serde::{Deserialize, Serialize};
 
 /// The round-trip time that defines the reference BDP, nanoseconds. 10 µs is a typical
@@ -19,34 +20,14 @@ pub const REFERENCE_RTT_NS: f64 = 10_000.0;
 /// whose card names another version fails.
 pub const OBSERVATION_SCHEMA: &str = "ecn-tuner/obs-v1";
 
-/// One queue over one control interval: the telemetry counters of PRODUCT.md "Data
-/// contracts", as deltas over `interval_ns`.
+/// One queue over one control interval: a telemetry sample (PRODUCT.md "Data contracts"),
+/// its counters as deltas over `interval_ns`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QueueInterval {
     /// Length of the interval.
     pub interval_ns: u64,
-    /// Line rate of the port.
-    pub link_bps: u64,
-    /// Time-weighted mean depth.
-    pub queue_bytes_avg: f64,
-    /// Maximum depth.
-    pub queue_bytes_max: u64,
-    /// Bytes sent.
-    pub tx_bytes: u64,
-    /// Packets sent.
-    pub tx_pkts: u64,
-    /// Packets sent with CE set by this queue.
-    pub ecn_marked_pkts: u64,
-    /// PAUSE frames received for this priority (the queue was told to stop).
-    pub pfc_pause_rx: u64,
-    /// PAUSE frames sent for this priority (this switch told its upstream to stop).
-    pub pfc_pause_tx: u64,
-    /// Time the queue spent paused.
-    pub paused_ns: u64,
-    /// Packets dropped.
-    pub drops: u64,
-    /// The ECN setting in effect.
-    pub setting: EcnSetting,
+    /// What the queue did over it.
+    pub sample: QueueSample,
 }
 
 impl QueueInterval {
@@ -56,52 +37,47 @@ impl QueueInterval {
     }
 
     /// Build from one queue's sample (a row without its identity) that covers `interval_ns`.
-    pub fn from_queue_sample(s: &ecn_datasets::QueueSample, interval_ns: u64) -> Self {
-        QueueInterval {
-            interval_ns,
-            link_bps: s.link_bps,
-            queue_bytes_avg: s.queue_bytes_avg,
-            queue_bytes_max: s.queue_bytes_max,
-            tx_bytes: s.tx_bytes,
-            tx_pkts: s.tx_pkts,
-            ecn_marked_pkts: s.ecn_marked_pkts,
-            pfc_pause_rx: s.pfc_pause_rx,
-            pfc_pause_tx: s.pfc_pause_tx,
-            paused_ns: s.paused_ns,
-            drops: s.drops,
-            setting: EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax },
-        }
+    pub fn from_queue_sample(s: &QueueSample, interval_ns: u64) -> Self {
+        QueueInterval { interval_ns, sample: *s }
+    }
+
+    /// The ECN setting in effect.
+    pub fn setting(&self) -> EcnSetting {
+        let s = &self.sample;
+        EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }
     }
 
     /// The reference BDP of this port, bytes.
     pub fn bdp_bytes(&self) -> f64 {
-        bdp_bytes(self.link_bps)
+        bdp_bytes(self.sample.link_bps)
     }
 
     /// Fraction of line rate used, in [0, ~1].
     pub fn utilization(&self) -> f64 {
-        if self.interval_ns == 0 || self.link_bps == 0 {
+        let s = &self.sample;
+        if self.interval_ns == 0 || s.link_bps == 0 {
             return 0.0;
         }
-        (self.tx_bytes as f64 * 8.0 / (self.link_bps as f64 * self.interval_ns as f64 * 1e-9)).min(1.0)
+        (s.tx_bytes as f64 * 8.0 / (s.link_bps as f64 * self.interval_ns as f64 * 1e-9)).min(1.0)
     }
 
     /// Mean depth in reference BDPs.
     pub fn depth_avg_bdp(&self) -> f64 {
-        self.queue_bytes_avg.max(0.0) / self.bdp_bytes()
+        self.sample.queue_bytes_avg.max(0.0) / self.bdp_bytes()
     }
 
     /// Maximum depth in reference BDPs.
     pub fn depth_max_bdp(&self) -> f64 {
-        self.queue_bytes_max as f64 / self.bdp_bytes()
+        self.sample.queue_bytes_max as f64 / self.bdp_bytes()
     }
 
     /// Fraction of sent packets that this queue marked.
     pub fn mark_fraction(&self) -> f64 {
-        if self.tx_pkts == 0 {
+        let s = &self.sample;
+        if s.tx_pkts == 0 {
             0.0
         } else {
-            (self.ecn_marked_pkts as f64 / self.tx_pkts as f64).min(1.0)
+            (s.ecn_marked_pkts as f64 / s.tx_pkts as f64).min(1.0)
         }
     }
 
@@ -116,7 +92,7 @@ impl QueueInterval {
         if self.interval_ns == 0 {
             0.0
         } else {
-            (self.paused_ns as f64 / self.interval_ns as f64).min(1.0)
+            (self.sample.paused_ns as f64 / self.interval_ns as f64).min(1.0)
         }
     }
 
@@ -125,7 +101,7 @@ impl QueueInterval {
         if self.interval_ns == 0 {
             0.0
         } else {
-            self.pfc_pause_tx as f64 * 100_000.0 / self.interval_ns as f64
+            self.sample.pfc_pause_tx as f64 * 100_000.0 / self.interval_ns as f64
         }
     }
 }
@@ -203,7 +179,7 @@ impl FeatureSet {
                 iv.mark_fraction() as f32,
                 iv.paused_fraction() as f32,
                 iv.pause_tx_rate().ln_1p() as f32,
-                (iv.drops as f64).ln_1p() as f32,
+                (iv.sample.drops as f64).ln_1p() as f32,
             ]),
             FeatureSet::Acc => {
                 let util = iv.utilization();
@@ -211,9 +187,9 @@ impl FeatureSet {
                     iv.depth_avg_bdp().ln_1p() as f32,
                     util as f32,
                     (util * iv.mark_fraction()) as f32,
-                    threshold_feature(iv.setting.kmin_bytes, bdp),
-                    threshold_feature(iv.setting.kmax_bytes, bdp),
-                    iv.setting.pmax as f32,
+                    threshold_feature(iv.setting().kmin_bytes, bdp),
+                    threshold_feature(iv.setting().kmax_bytes, bdp),
+                    iv.setting().pmax as f32,
                 ])
             }
         }
@@ -255,9 +231,9 @@ impl QueueHistory {
         if features == FeatureSet::Tuner {
             let bdp = latest.bdp_bytes();
             out.extend([
-                threshold_feature(latest.setting.kmin_bytes, bdp),
-                threshold_feature(latest.setting.kmax_bytes, bdp),
-                latest.setting.pmax as f32,
+                threshold_feature(latest.setting().kmin_bytes, bdp),
+                threshold_feature(latest.setting().kmax_bytes, bdp),
+                latest.setting().pmax as f32,
             ]);
         }
         true
@@ -271,20 +247,21 @@ mod tests {
     pub(crate) fn interval(link_bps: u64, interval_ns: u64, depth: f64, tx_bytes: u64) -> QueueInterval {
         QueueInterval {
             interval_ns,
-            link_bps,
-            queue_bytes_avg: depth,
-            queue_bytes_max: (depth * 2.0) as u64,
-            tx_bytes,
-            tx_pkts: tx_bytes / 1000,
-            ecn_marked_pkts: tx_bytes / 4000,
-            pfc_pause_rx: 0,
-            pfc_pause_tx: 2,
-            paused_ns: interval_ns / 10,
-            drops: 0,
-            setting: EcnSetting {
+            sample: QueueSample {
+                link_bps,
+                queue_bytes_avg: depth,
+                queue_bytes_max: (depth * 2.0) as u64,
+                tx_bytes,
+                tx_pkts: tx_bytes / 1000,
+                ecn_marked_pkts: tx_bytes / 4000,
+                pfc_pause_rx: 0,
+                pfc_pause_tx: 2,
+                paused_ns: interval_ns / 10,
+                drops: 0,
                 kmin_bytes: 5_000 * link_bps / 100_000_000_000,
                 kmax_bytes: 200_000 * link_bps / 100_000_000_000,
                 pmax: 0.2,
+                ..QueueSample::default()
             },
         }
     }
@@ -295,9 +272,9 @@ mod tests {
         // line rate, same depth in BDPs, same pause rate per 100 µs when scaled.
         let slow = interval(25_000_000_000, 400_000, 31_250.0 / 2.0, 25_000_000_000 / 8 * 400 / 1_000_000 / 2);
         let mut fast = interval(100_000_000_000, 100_000, 62_500.0, 100_000_000_000 / 8 * 100 / 1_000_000 / 2);
-        fast.pfc_pause_tx = 0;
+        fast.sample.pfc_pause_tx = 0;
         let mut slow_no_pause = slow;
-        slow_no_pause.pfc_pause_tx = 0;
+        slow_no_pause.sample.pfc_pause_tx = 0;
         let (mut a, mut b) = (Vec::new(), Vec::new());
         for (iv, out) in [(slow_no_pause, &mut a), (fast, &mut b)] {
             let mut h = QueueHistory::default();

@@ -71,17 +71,17 @@ impl Reward {
     pub fn of(&self, iv: &QueueInterval, previous: Option<&QueueInterval>) -> f64 {
         match *self {
             Reward::Tuner { utilization, depth, depth_max, pause, drop, marked_idle, change } => {
-                let changed = previous.is_some_and(|p| p.setting != iv.setting);
+                let changed = previous.is_some_and(|p| p.setting() != iv.setting());
                 utilization * iv.utilization()
                     - depth * iv.depth_avg_bdp()
                     - depth_max * iv.depth_max_bdp()
                     - pause * (iv.paused_fraction() + iv.pause_tx_rate())
-                    - if iv.drops > 0 { drop } else { 0.0 }
+                    - if iv.sample.drops > 0 { drop } else { 0.0 }
                     - marked_idle * iv.marked_idle()
                     - if changed { change } else { 0.0 }
             }
             Reward::AccLinear { utilization, queue } => {
-                utilization * iv.utilization() + queue * acc_queue_score(iv.queue_bytes_avg)
+                utilization * iv.utilization() + queue * acc_queue_score(iv.sample.queue_bytes_avg)
             }
         }
     }
