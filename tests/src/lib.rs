@@ -125,7 +125,17 @@ impl Actuator {
 
     /// The journal lines so far, parsed.
     pub fn journal(&self) -> Vec<Value> {
-        read_journal(&self.journal)
+        read_json_lines(&self.journal)
+    }
+
+    /// Wait until the journal holds an event of `kind` (`apply`, `revert`, ...); the journal
+    /// then. Panics after `timeout`.
+    pub async fn wait_for_event(&self, kind: &str, timeout: Duration) -> Vec<Value> {
+        eventually(&format!("a {kind} in the journal"), timeout, || {
+            let journal = self.journal();
+            async move { (!events(&journal, kind).is_empty()).then_some(journal) }
+        })
+        .await
     }
 
     /// The child's log so far.
@@ -150,6 +160,11 @@ impl Actuator {
             .spawn()
             .unwrap();
         (child, log)
+    }
+
+    /// The stderr so far of the controller started as `name` by [`Actuator::controller`].
+    pub fn controller_log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
     }
 
     /// Ask the child to stop (SIGTERM) and wait for it: its exit code and final journal.
@@ -179,13 +194,29 @@ pub async fn connect(url: &str) -> Client {
     }
 }
 
-/// Every line of a JSON-lines journal, parsed (an absent file has none).
-pub fn read_journal(path: &Path) -> Vec<Value> {
+/// Every line of a JSON-lines file (an actuator journal, a controller decision log), parsed; an
+/// absent file has none.
+pub fn read_json_lines(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("journal line is not JSON ({e}): {l}")))
         .collect()
+}
+
+/// `run` flags for a controller in enforce mode that writes `policy`, deciding every 200 ms,
+/// followed by `extra` (lease, dwell, health window, duration).
+pub fn enforce_flags<'a>(policy: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut flags = vec!["--mode", "enforce", "--allow-writes", "--policy", policy, "--interval", "200ms"];
+    flags.extend_from_slice(extra);
+    flags
+}
+
+/// The `reason` of every decision in a controller's decision log.
+pub fn decision_reasons(log: &Path) -> Vec<String> {
+    let reason =
+        |d: &Value| d["reason"].as_str().unwrap_or_else(|| panic!("a decision without a reason: {d}")).to_string();
+    read_json_lines(log).iter().map(reason).collect()
 }
 
 /// Journal lines of one event kind.

@@ -1,7 +1,7 @@
 //! End-to-end: the real controller (`ecn-tuner run`) against the real actuator
 //! (`ecn-tuner actuator --backend sim`) over gRPC on loopback.
 
-use ecn_tests::{events, eventually, pb, queue_name, Actuator};
+use ecn_tests::{decision_reasons, enforce_flags, events, eventually, pb, queue_name, read_json_lines, Actuator};
 use std::time::Duration;
 
 /// An 8-host fabric at 30% load: small enough for a debug build to keep pace with the clock.
@@ -16,10 +16,6 @@ async fn sim_actuator(extra: &[&str]) -> Actuator {
     let mut args = vec!["--backend", "sim", "--scenario", scenario.as_str(), "--time-scale", "0.02"];
     args.extend_from_slice(extra);
     Actuator::start_in(dir, &args).await
-}
-
-fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {
-    ecn_tests::read_journal(path)
 }
 
 async fn settings(act: &Actuator) -> Vec<(String, (u64, u64, f64))> {
@@ -43,7 +39,7 @@ async fn shadow_over_a_full_scenario_makes_no_writes() {
     );
     let out = child.wait_with_output().await.unwrap();
     assert!(out.status.success(), "controller failed");
-    let d = lines(&log);
+    let d = read_json_lines(&log);
     assert!(d.len() > 20, "decisions were logged");
     assert!(d.iter().all(|x| x["mode"] == "shadow" && x["applied"] == false));
     assert!(d.iter().any(|x| x["after_guardrails"]["kmin_bytes"] != 400_000), "it would have changed something");
@@ -61,23 +57,10 @@ async fn enforce_applies_bounded_settings_and_confirms_them() {
     let act = sim_actuator(&[]).await;
     let (child, log) = act.controller(
         "enforce",
-        &[
-            "--mode",
-            "enforce",
-            "--allow-writes",
-            "--policy",
+        &enforce_flags(
             "static:100KB,400KB,0.5",
-            "--interval",
-            "200ms",
-            "--min-dwell",
-            "0s",
-            "--confirm-within",
-            "20s",
-            "--health-window",
-            "5",
-            "--duration",
-            "6s",
-        ],
+            &["--min-dwell", "0s", "--confirm-within", "20s", "--health-window", "5", "--duration", "6s"],
+        ),
     );
     let out = child.wait_with_output().await.unwrap();
     assert!(out.status.success());
@@ -88,7 +71,7 @@ async fn enforce_applies_bounded_settings_and_confirms_them() {
     for (q, s) in settings(&act).await {
         assert_eq!(s, (100_000, 400_000, 0.5), "{q}");
     }
-    for x in lines(&log).iter().filter(|x| x["applied"] == true) {
+    for x in read_json_lines(&log).iter().filter(|x| x["applied"] == true) {
         let a = &x["after_guardrails"];
         let (kmin, kmax) = (a["kmin_bytes"].as_u64().unwrap(), a["kmax_bytes"].as_u64().unwrap());
         assert!(kmin >= 1000 && kmin < kmax && kmax <= 32 << 20, "{x}");
@@ -103,21 +86,10 @@ async fn a_pause_storm_after_a_change_is_rolled_back() {
     let before = settings(&act).await;
     let (child, log) = act.controller(
         "health",
-        &[
-            "--mode",
-            "enforce",
-            "--allow-writes",
-            "--policy",
+        &enforce_flags(
             "static:200KB,800KB,0.3",
-            "--interval",
-            "200ms",
-            "--confirm-within",
-            "60s",
-            "--health-window",
-            "2000",
-            "--duration",
-            "8s",
-        ],
+            &["--confirm-within", "60s", "--health-window", "2000", "--duration", "8s"],
+        ),
     );
     let out = child.wait_with_output().await.unwrap();
     assert!(out.status.success());
@@ -126,7 +98,7 @@ async fn a_pause_storm_after_a_change_is_rolled_back() {
     let rollbacks = events(&journal, "rollback");
     assert!(!applies.is_empty() && !rollbacks.is_empty(), "{journal:?}");
     assert!(events(&journal, "confirm").is_empty(), "{journal:?}");
-    let reasons: Vec<String> = lines(&log).iter().map(|x| x["reason"].as_str().unwrap().to_string()).collect();
+    let reasons = decision_reasons(&log);
     assert!(reasons.iter().any(|r| r.contains("rolled back") && r.contains("paused")), "{reasons:?}");
     assert_eq!(settings(&act).await, before, "back on the known-good settings");
 }
@@ -137,31 +109,11 @@ async fn a_killed_controller_leaves_only_confirmed_settings() {
     let before = settings(&act).await;
     let (mut child, _) = act.controller(
         "victim",
-        &[
-            "--mode",
-            "enforce",
-            "--allow-writes",
-            "--policy",
-            "static:200KB,800KB,0.3",
-            "--interval",
-            "200ms",
-            "--confirm-within",
-            "3s",
-            "--health-window",
-            "1000000",
-        ],
+        &enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "3s", "--health-window", "1000000"]),
     );
-    eventually("an apply in the journal", Duration::from_secs(60), || {
-        let j = act.journal();
-        async move { (!events(&j, "apply").is_empty()).then_some(()) }
-    })
-    .await;
+    act.wait_for_event("apply", Duration::from_secs(60)).await;
     child.kill().await.unwrap(); // SIGKILL: no chance to clean up
-    let journal = eventually("the actuator's own revert", Duration::from_secs(30), || {
-        let j = act.journal();
-        async move { (!events(&j, "revert").is_empty()).then_some(j) }
-    })
-    .await;
+    let journal = act.wait_for_event("revert", Duration::from_secs(30)).await;
     assert!(events(&journal, "confirm").is_empty());
     assert_eq!(settings(&act).await, before);
 }
@@ -169,15 +121,10 @@ async fn a_killed_controller_leaves_only_confirmed_settings() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_controller_cannot_write() {
     let act = sim_actuator(&[]).await;
-    let mut args = vec!["--mode", "enforce", "--allow-writes", "--interval", "200ms", "--duration", "60s"];
-    args.extend(["--policy", "static:200KB,800KB,0.3"]);
+    let args = enforce_flags("static:200KB,800KB,0.3", &["--duration", "60s"]);
     let (_first, _) = act.controller("first", &args);
     // An apply in the journal proves the first controller holds the writer lease.
-    eventually("the first controller's apply", Duration::from_secs(60), || {
-        let j = act.journal();
-        async move { (!events(&j, "apply").is_empty()).then_some(()) }
-    })
-    .await;
+    act.wait_for_event("apply", Duration::from_secs(60)).await;
     let (second, _) = act.controller("second", &args);
     let out = tokio::time::timeout(Duration::from_secs(60), second.wait_with_output()).await.unwrap().unwrap();
     assert_eq!(out.status.code(), Some(1), "the second controller must be refused");
@@ -233,7 +180,7 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
     assert!(text.contains(&a.url()) && text.contains(&b.url()), "per-target labels:\n{text}");
     let out = child.wait_with_output().await.unwrap();
     assert!(out.status.success());
-    let d = lines(&log);
+    let d = read_json_lines(&log);
     for url in [a.url(), b.url()] {
         assert!(d.iter().any(|x| x["target"] == url.as_str()), "no decision for {url}");
     }
@@ -247,29 +194,12 @@ async fn the_kill_switch_returns_every_queue_to_the_baseline() {
     let kill_arg = kill.display().to_string();
     let (child, _) = act.controller(
         "killable",
-        &[
-            "--mode",
-            "enforce",
-            "--allow-writes",
-            "--policy",
+        &enforce_flags(
             "static:200KB,800KB,0.3",
-            "--interval",
-            "200ms",
-            "--min-dwell",
-            "0s",
-            "--health-window",
-            "3",
-            "--duration",
-            "30s",
-            "--kill-file",
-            &kill_arg,
-        ],
+            &["--min-dwell", "0s", "--health-window", "3", "--duration", "30s", "--kill-file", &kill_arg],
+        ),
     );
-    eventually("a confirmed change", Duration::from_secs(60), || {
-        let j = act.journal();
-        async move { (!events(&j, "confirm").is_empty()).then_some(()) }
-    })
-    .await;
+    act.wait_for_event("confirm", Duration::from_secs(60)).await;
     assert_ne!(settings(&act).await, before);
     std::fs::write(&kill, "stop").unwrap();
     eventually("every queue back on the baseline", Duration::from_secs(60), || {
@@ -308,8 +238,8 @@ async fn the_shipped_model_decides_from_telemetry_in_enforce_mode() {
         ],
     );
     let out = child.wait_with_output().await.unwrap();
-    assert!(out.status.success(), "{}", std::fs::read_to_string(act.dir.path().join("model.log")).unwrap());
-    let d = lines(&log);
+    assert!(out.status.success(), "{}", act.controller_log("model"));
+    let d = read_json_lines(&log);
     // Every decision is the model's, bounded by the guardrails, or the health check taking one of
     // its changes back: on a loaded machine telemetry can go stale inside the confirm window, and
     // rolling back is then the right answer, not a failure of the model.

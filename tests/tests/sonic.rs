@@ -11,7 +11,7 @@ use ecn_tests::sonic::{
     client_in_multi, queue_setting, recording, seed, tables, Counters, Proxy, RedisServer, Spec, Ticker, Traffic,
     CONFIG_DB, COUNTERS_DB,
 };
-use ecn_tests::{change, events, eventually, pb, run_cli, Actuator};
+use ecn_tests::{change, decision_reasons, enforce_flags, events, eventually, pb, read_json_lines, run_cli, Actuator};
 use std::time::Duration;
 use tokio_stream::StreamExt;
 use tonic::Code;
@@ -38,14 +38,6 @@ async fn rig(spec: Spec, extra: &[&str]) -> Rig {
     args.extend_from_slice(extra);
     let act = Actuator::start(&args).await;
     Rig { redis, ticker, act }
-}
-
-fn controller_log(act: &Actuator, name: &str) -> String {
-    std::fs::read_to_string(act.dir.path().join(format!("{name}.log"))).unwrap_or_default()
-}
-
-fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {
-    ecn_tests::read_journal(path)
 }
 
 fn setting_of(x: &serde_json::Value) -> (u64, u64, u64) {
@@ -130,8 +122,8 @@ async fn shadow_makes_no_writes() {
         &["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--interval", "200ms", "--duration", "4s"],
     );
     let out = child.wait_with_output().await.unwrap();
-    assert!(out.status.success(), "{}", controller_log(&rig.act, "shadow"));
-    let d = lines(&log);
+    assert!(out.status.success(), "{}", rig.act.controller_log("shadow"));
+    let d = read_json_lines(&log);
     assert!(d.len() > 64 * 5, "decisions were logged");
     assert!(d.iter().all(|x| x["mode"] == "shadow" && x["applied"] == false));
     assert!(d.iter().any(|x| setting_of(x) != ORIGINAL), "it would have changed something");
@@ -149,26 +141,13 @@ async fn enforce_applies_bounded_settings_and_confirms_them() {
     let rig = rig(spec.clone(), &[]).await;
     let (child, log) = rig.act.controller(
         "enforce",
-        &[
-            "--mode",
-            "enforce",
-            "--allow-writes",
-            "--policy",
+        &enforce_flags(
             "static:100KB,400KB,0.5",
-            "--interval",
-            "200ms",
-            "--min-dwell",
-            "0s",
-            "--confirm-within",
-            "20s",
-            "--health-window",
-            "3",
-            "--duration",
-            "12s",
-        ],
+            &["--min-dwell", "0s", "--confirm-within", "20s", "--health-window", "3", "--duration", "12s"],
+        ),
     );
     let out = child.wait_with_output().await.unwrap();
-    assert!(out.status.success(), "{}", controller_log(&rig.act, "enforce"));
+    assert!(out.status.success(), "{}", rig.act.controller_log("enforce"));
     let journal = rig.act.journal();
     assert!(!events(&journal, "apply").is_empty(), "{journal:?}");
     assert!(!events(&journal, "confirm").is_empty(), "{journal:?}");
@@ -178,7 +157,7 @@ async fn enforce_applies_bounded_settings_and_confirms_them() {
     let t = tables(&mut rig.redis.con(CONFIG_DB));
     assert!(t.keys().all(|k| !k.contains("ECN_TUNER")), "one setting for all: the shared profile carries it");
     assert!(recording(&rig.redis).is_some(), "the originals were recorded before the first change");
-    for x in lines(&log).iter().filter(|x| x["applied"] == true) {
+    for x in read_json_lines(&log).iter().filter(|x| x["applied"] == true) {
         let (kmin, kmax, _) = setting_of(x);
         assert!(kmin >= 1000 && kmin < kmax && kmax <= 32_099_072, "{x}");
     }
@@ -190,35 +169,20 @@ async fn a_pause_storm_after_a_change_is_rolled_back() {
     let before = tables(&mut rig.redis.con(CONFIG_DB));
     let (child, log) = rig.act.controller(
         "health",
-        &[
-            "--mode",
-            "enforce",
-            "--allow-writes",
-            "--policy",
+        &enforce_flags(
             "static:200KB,800KB,0.3",
-            "--interval",
-            "200ms",
-            "--confirm-within",
-            "60s",
-            "--health-window",
-            "2000",
-            "--duration",
-            "10s",
-        ],
+            &["--confirm-within", "60s", "--health-window", "2000", "--duration", "10s"],
+        ),
     );
-    eventually("an apply in the journal", WAIT, || {
-        let j = rig.act.journal();
-        async move { (!events(&j, "apply").is_empty()).then_some(()) }
-    })
-    .await;
+    rig.act.wait_for_event("apply", WAIT).await;
     // Ethernet0's priority 3 is paused by its downstream 80% of the time from now on.
     rig.ticker.counters.lock().unwrap().traffic.insert((0, 3), Traffic { paused_fraction: 0.8, ..Traffic::default() });
     let out = child.wait_with_output().await.unwrap();
-    assert!(out.status.success(), "{}", controller_log(&rig.act, "health"));
+    assert!(out.status.success(), "{}", rig.act.controller_log("health"));
     let journal = rig.act.journal();
     assert!(!events(&journal, "rollback").is_empty(), "{journal:?}");
     assert!(events(&journal, "confirm").is_empty(), "{journal:?}");
-    let reasons: Vec<String> = lines(&log).iter().map(|x| x["reason"].as_str().unwrap().to_string()).collect();
+    let reasons = decision_reasons(&log);
     assert!(reasons.iter().any(|r| r.contains("rolled back") && r.contains("paused")), "{reasons:?}");
     assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), before, "back on the original profiles, byte for byte");
 }
@@ -230,32 +194,12 @@ async fn a_killed_controller_leaves_only_confirmed_settings() {
     let before = tables(&mut rig.redis.con(CONFIG_DB));
     let (mut child, _) = rig.act.controller(
         "victim",
-        &[
-            "--mode",
-            "enforce",
-            "--allow-writes",
-            "--policy",
-            "static:200KB,800KB,0.3",
-            "--interval",
-            "200ms",
-            "--confirm-within",
-            "3s",
-            "--health-window",
-            "1000000",
-        ],
+        &enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "3s", "--health-window", "1000000"]),
     );
-    eventually("an apply in the journal", WAIT, || {
-        let j = rig.act.journal();
-        async move { (!events(&j, "apply").is_empty()).then_some(()) }
-    })
-    .await;
+    rig.act.wait_for_event("apply", WAIT).await;
     assert_ne!(switch_settings(&rig.redis, &spec)[0].1, ORIGINAL, "the apply reached CONFIG_DB");
     child.kill().await.unwrap(); // SIGKILL: no chance to clean up
-    let journal = eventually("the actuator's own revert", WAIT, || {
-        let j = rig.act.journal();
-        async move { (!events(&j, "revert").is_empty()).then_some(j) }
-    })
-    .await;
+    let journal = rig.act.wait_for_event("revert", WAIT).await;
     assert!(events(&journal, "confirm").is_empty());
     assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), before);
 }
@@ -402,23 +346,10 @@ async fn redis_going_away_mid_apply_leaves_config_db_whole_and_the_controller_fa
     let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(60_000).arg("WRITE").query(&mut redis.con(0)).unwrap();
     let (mut child, log) = act.controller(
         "cut",
-        &[
-            "--mode",
-            "enforce",
-            "--allow-writes",
-            "--policy",
+        &enforce_flags(
             "static:200KB,800KB,0.3",
-            "--interval",
-            "200ms",
-            "--min-dwell",
-            "0s",
-            "--confirm-within",
-            "30s",
-            "--health-window",
-            "3",
-            "--stale-after",
-            "1s",
-        ],
+            &["--min-dwell", "0s", "--confirm-within", "30s", "--health-window", "3", "--stale-after", "1s"],
+        ),
     );
     let line = eventually("the actuator inside MULTI", WAIT, || {
         let l = client_in_multi(&redis, "ecn-tuner-config");
@@ -442,7 +373,7 @@ async fn redis_going_away_mid_apply_leaves_config_db_whole_and_the_controller_fa
     .await;
     // Blind (no telemetry), the controller decides the baseline for every queue.
     eventually("baseline decisions on stale telemetry", WAIT, || {
-        let d = lines(&log);
+        let d = read_json_lines(&log);
         async move {
             let fallback = d.iter().filter(|x| {
                 x["ts"].as_u64().unwrap_or(0) > cut_at
