@@ -49,9 +49,10 @@ pub struct FlowRecord {
 
 /// One queue over one sample interval: a telemetry row without the identity columns.
 ///
-/// Counter fields are per-interval deltas (validation turns cumulative counters into deltas);
-/// queue depths are instantaneous (`queue_bytes`, at the end of the interval) or aggregated
-/// over the interval (`_avg` time-weighted, `_max`).
+/// Counter fields are per-interval deltas. Rows read from a file of cumulative counters hold
+/// them as written until validation turns them into deltas. Queue depths are instantaneous
+/// (`queue_bytes`, at the end of the interval) or aggregated over the interval (`_avg`
+/// time-weighted, `_max`).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct QueueSample {
     /// End of the sample interval, nanoseconds since the start of the recording.
