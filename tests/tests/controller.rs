@@ -128,7 +128,7 @@ async fn a_second_controller_cannot_write() {
     let (second, _) = act.controller("second", &args);
     let out = tokio::time::timeout(Duration::from_secs(60), second.wait_with_output()).await.unwrap().unwrap();
     assert_eq!(out.status.code(), Some(1), "the second controller must be refused");
-    let log = std::fs::read_to_string(act.dir.path().join("second.log")).unwrap();
+    let log = act.controller_log("second");
     assert!(log.contains("writer role held by controller 'first'"), "{log}");
 }
 
