@@ -260,6 +260,24 @@ pub fn change(id: &pb::QueueId, kmin: u64, kmax: u64, pmax: f64) -> pb::QueueSet
     }
 }
 
+/// Send `changes` under `lease_id` and check that the actuator refuses the whole set as
+/// `InvalidArgument`, with a message that names the offending `queue` and `field`.
+pub async fn assert_apply_refused(
+    c: &mut Client,
+    lease_id: &str,
+    changes: Vec<pb::QueueSetting>,
+    queue: &str,
+    field: &str,
+) {
+    let e = c
+        .apply(pb::ApplyRequest { lease_id: lease_id.into(), changes, ..Default::default() })
+        .await
+        .expect_err("a bad set must be refused");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains(queue), "message names the queue {queue}: {}", e.message());
+    assert!(e.message().contains(field), "message names the field {field}: {}", e.message());
+}
+
 /// `switch/port/queue`, as error messages and logs name a queue.
 pub fn queue_name(id: &pb::QueueId) -> String {
     format!("{}/{}/{}", id.switch, id.port, id.queue)

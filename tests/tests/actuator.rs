@@ -4,7 +4,7 @@
 //! two-core machine slows the tests down without failing them.
 
 use ecn_tests::pb;
-use ecn_tests::{change, events, eventually, queue_name, run_cli, Actuator, Client};
+use ecn_tests::{assert_apply_refused, change, events, eventually, queue_name, run_cli, Actuator, Client};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_stream::StreamExt;
@@ -67,13 +67,7 @@ async fn bad_applies_are_refused_whole_and_nothing_changes() {
         (vec![good.clone(), change(&unknown, 100_000, 1_000_000, 0.2)], "leaf9/eth77/3".into(), "unknown queue"),
     ];
     for (changes, queue, field) in cases {
-        let e = c
-            .apply(pb::ApplyRequest { lease_id: l.clone(), changes, ..Default::default() })
-            .await
-            .expect_err("a bad set must be refused");
-        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
-        assert!(e.message().contains(&queue), "message names the queue {queue}: {}", e.message());
-        assert!(e.message().contains(field), "message names the field {field}: {}", e.message());
+        assert_apply_refused(&mut c, &l, changes, &queue, field).await;
         assert_eq!(config(&mut c).await, before, "nothing changed");
     }
 
