@@ -121,18 +121,25 @@ pub fn slowdown_by_bucket(path: &Path, title: &str, series: &[BucketSeries]) -> 
             chart.draw_series(points.into_iter().map(|p| Circle::new(p, 4, colour.filled()))).map_err(&fail)?;
         }
         if !series.is_empty() {
-            chart
-                .configure_series_labels()
-                .label_font((FONT, 14))
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.4))
-                .position(SeriesLabelPosition::UpperLeft)
-                .draw()
-                .map_err(&fail)?;
+            draw_legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(&fail)?;
         }
     }
     root.present().map_err(&fail)?;
     Ok(())
+}
+
+/// The legend box both chart kinds share, at `position`.
+fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    chart
+        .configure_series_labels()
+        .label_font((FONT, 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .position(position)
+        .draw()
 }
 
 /// Write a PNG line chart of several named series sharing an x axis (e.g. training step), with
@@ -188,14 +195,7 @@ pub fn training_curve(
         chart.draw_series(markers.into_iter().map(|p| Circle::new(p, 3, colour.filled()))).map_err(&fail)?;
     }
     if !series.is_empty() {
-        chart
-            .configure_series_labels()
-            .label_font((FONT, 14))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(&fail)?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight).map_err(&fail)?;
     }
     root.present().map_err(&fail)?;
     Ok(())
