@@ -58,7 +58,9 @@ fn failed<E: std::fmt::Display>(path: &Path) -> impl Fn(E) -> CliError + '_ {
     move |e| CliError::Failed(format!("{}: {e}", path.display()))
 }
 
-/// A log-scale range that shows every value with some room above and below.
+/// A log-scale range that shows every value with some room above and below. It reaches down
+/// to 1 at least: slowdown is never below 1, and plotters labels a log axis only from the
+/// first power of ten inside it, so an axis from 3 to 30 would show no label under 10.
 fn log_range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
     let (lo, hi) = values
         .filter(|v| v.is_finite() && *v > 0.0)
@@ -66,7 +68,7 @@ fn log_range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
     if lo > hi {
         return 1.0..10.0;
     }
-    let lo = lo / 1.25;
+    let lo = (lo / 1.25).min(1.0);
     let hi = (hi * 1.5).max(lo * 4.0);
     lo..hi
 }
@@ -96,6 +98,9 @@ pub fn slowdown_by_bucket(path: &Path, title: &str, series: &[BucketSeries]) -> 
             .disable_x_mesh()
             .x_desc("flow size")
             .y_desc("slowdown (FCT / ideal)")
+            // One light line between labels: more, and plotters crowds them just above a
+            // power of ten.
+            .y_max_light_lines(1)
             .x_label_style((FONT, 15))
             .y_label_style((FONT, 14))
             .x_label_formatter(&|v| match v {
