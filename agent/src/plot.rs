@@ -187,7 +187,15 @@ pub fn training_curve(
         .y_label_area_size(70)
         .build_cartesian_2d(x0..x1, (y0 - pad)..(y1 + pad))
         .map_err(&fail)?;
-    chart.configure_mesh().x_desc(x_label).x_label_style((FONT, 14)).y_label_style((FONT, 14)).draw().map_err(&fail)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .x_label_style((FONT, 14))
+        .y_label_style((FONT, 14))
+        // Whole numbers (training steps) without a ".0".
+        .x_label_formatter(&|x| if x.fract() == 0.0 { format!("{x:.0}") } else { format!("{x}") })
+        .draw()
+        .map_err(&fail)?;
     for (k, (name, pts)) in clean.into_iter().enumerate() {
         let colour = COLOURS[k % COLOURS.len()];
         // Short series get a marker per point, so that a lone point shows.
