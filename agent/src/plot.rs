@@ -242,6 +242,18 @@ mod tests {
     }
 
     #[test]
+    fn slowdown_axis_reaches_down_to_one_and_holds_every_value() {
+        // A p99 panel from 3.7 to 21 must still label the values under 10.
+        let r = log_range([3.7, 21.0, f64::NAN, 0.0].into_iter());
+        assert!(r.start <= 1.0 && r.start > 0.0, "{r:?}");
+        assert!(r.end > 21.0, "{r:?}");
+        // Values under 1 (not a slowdown, but a chart must still hold them) keep room below.
+        let r = log_range([0.5, 2.0].into_iter());
+        assert!(r.start < 0.5 && r.end > 2.0, "{r:?}");
+        assert_eq!(log_range(std::iter::empty()), 1.0..10.0);
+    }
+
+    #[test]
     fn training_curve_handles_empty_flat_and_non_finite_series() {
         let dir = scratch("curve");
         let path = dir.join("curve.png");
