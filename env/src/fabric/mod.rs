@@ -76,9 +76,9 @@ impl EcnPlan {
 /// what an ideal NIC would do. The quirk binds only when a flow that started while a slow
 /// flow's timer was pending is rate-cut before that timer fires, so the slow flow must pace
 /// slower than one packet per CNP delay (about 1 Gb/s at 100G). It bound in none of the
-/// built-in-scenario runs measured (websearch-50, hadoop-50, mixed and leafspine-64, a seed
-/// each under two or three ECN settings): a counter of the idle checks where the two modes
-/// differ read 0 of 2–10 M, and the runs were event for event the same under both.
+/// runs measured across websearch-50, hadoop-50, mixed and leafspine-64: a counter of the idle
+/// checks where the two modes differ read 0 of 2–10 M, and the runs compared under both modes
+/// were event for event the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NicWakeup {
