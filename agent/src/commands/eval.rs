@@ -27,8 +27,8 @@ pub struct EvalArgs {
     /// config.txt files. Repeat the flag or give several values.
     #[arg(long, value_name = "NAME|FILE", required = true, num_args = 1..)]
     scenario: Vec<String>,
-    /// Policies to compare: static:<KMIN>,<KMAX>,<PMAX>, baseline:<name> or model:<default|PATH>. Repeat the flag or
-    /// give several values.
+    /// Policies to compare: static:<KMIN>,<KMAX>,<PMAX>, baseline:<name>, model:<default|PATH> or
+    /// explore[:SEED[:HOLD[:SHARE[:ANCHOR]]]]. Repeat the flag or give several values.
     #[arg(long, value_name = "POLICY", required = true, num_args = 1..)]
     policy: Vec<String>,
     /// Seeds per scenario and policy: S, S+1, ..., S+N-1 with S = --seed-base.

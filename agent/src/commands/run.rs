@@ -42,11 +42,12 @@ pub struct RunArgs {
     /// Required with --mode enforce: this controller will change ECN settings on the target.
     #[arg(long)]
     allow_writes: bool,
-    /// Policy: static:<KMIN>,<KMAX>,<PMAX>, baseline:<name>, or model:<default|PATH>.
-    #[arg(long, value_name = "POLICY", default_value = "baseline:hpcc-alibaba")]
+    /// Policy: static:<KMIN>,<KMAX>,<PMAX>, baseline:<name>, model:<default|PATH> or
+    /// explore[:SEED[:HOLD[:SHARE[:ANCHOR]]]]. Of --policy and --model, the last given wins.
+    #[arg(long, value_name = "POLICY", default_value = "baseline:hpcc-alibaba", overrides_with = "model")]
     policy: String,
     /// Shorthand for --policy model:M.
-    #[arg(long, value_name = "M", conflicts_with = "policy")]
+    #[arg(long, value_name = "M", overrides_with = "policy")]
     model: Option<String>,
     /// Known-good fallback on stale or invalid telemetry, and the kill switch's target.
     #[arg(long, value_name = "NAME", default_value = "hpcc-alibaba")]
@@ -238,4 +239,34 @@ fn comparison_table(policy: &str, baseline: Baseline, rows: &[(Summary, Summary)
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    /// `scripts/quickstart` passes `--model default` and then the user's arguments, so a
+    /// `--policy` given after it must replace it (and the other way round).
+    #[test]
+    fn the_last_of_policy_and_model_wins() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["run", "--target", "sim", "--mode", "shadow"];
+            argv.extend(extra);
+            let cli = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
+            (cli.run.policy, cli.run.model)
+        };
+        let (policy, model) = parse(&["--model", "default", "--policy", "baseline:huawei-latency"]);
+        assert_eq!((policy.as_str(), model), ("baseline:huawei-latency", None));
+        let (_, model) = parse(&["--policy", "baseline:huawei-latency", "--model", "default"]);
+        assert_eq!(model.as_deref(), Some("default"));
+        let (policy, model) = parse(&[]);
+        assert_eq!((policy.as_str(), model), ("baseline:hpcc-alibaba", None));
+    }
 }

@@ -17,8 +17,8 @@ pub struct SimArgs {
     /// simulator config.txt.
     #[arg(long, value_name = "NAME|FILE")]
     scenario: String,
-    /// ECN policy: static:<KMIN>,<KMAX>,<PMAX>, baseline:<name>, or model:<default|PATH> (a learned
-    /// policy in closed loop).
+    /// ECN policy: static:<KMIN>,<KMAX>,<PMAX>, baseline:<name>, model:<default|PATH> (a learned
+    /// policy in closed loop) or explore[:SEED[:HOLD[:SHARE[:ANCHOR]]]].
     /// Default: the scenario's own setting.
     #[arg(long, value_name = "POLICY")]
     policy: Option<String>,
