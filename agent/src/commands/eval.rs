@@ -292,7 +292,7 @@ struct Table<'a> {
     policies: &'a [String],
     /// Seeds per (scenario, policy).
     seeds: usize,
-    /// rows[s][p]
+    /// `rows[s][p]`: scenario `s`, policy `p`.
     rows: Vec<Vec<Row>>,
 }
 
