@@ -9,10 +9,10 @@ use std::path::Path;
 /// A small fabric with a short arrival window: an episode is a few dozen decisions.
 const TINY: &str = "base = \"incast-15\"\nname = \"tiny-incast\"\nduration = \"2ms\"\ndrain = \"20ms\"\n";
 
-async fn train(dir: &Path, out: &str, seed: &str) -> String {
+async fn train(dir: &Path, out: &str, seed: &str, extra: &[&str]) -> String {
     let tiny = dir.join("tiny.toml").display().to_string();
     let out = dir.join(out).display().to_string();
-    let args = [
+    let mut args = vec![
         "train",
         "--scenario",
         "training-mix",
@@ -30,6 +30,7 @@ async fn train(dir: &Path, out: &str, seed: &str) -> String {
         "--out",
         &out,
     ];
+    args.extend(extra);
     let (code, stdout, stderr) = run_cli(&args).await;
     assert_eq!(code, Some(0), "train failed:\n{stderr}");
     assert!(stdout.contains("selected: step"), "{stdout}");
@@ -40,9 +41,9 @@ async fn train(dir: &Path, out: &str, seed: &str) -> String {
 async fn train_writes_a_reproducible_checkpoint_that_runs_in_closed_loop() {
     let dir = tempfile::Builder::new().prefix("ecn-train-").tempdir().unwrap();
     std::fs::write(dir.path().join("tiny.toml"), TINY).unwrap();
-    let a = train(dir.path(), "a.safetensors", "5").await;
-    let b = train(dir.path(), "b.safetensors", "5").await;
-    let c = train(dir.path(), "c.safetensors", "6").await;
+    let a = train(dir.path(), "a.safetensors", "5", &[]).await;
+    let b = train(dir.path(), "b.safetensors", "5", &[]).await;
+    let c = train(dir.path(), "c.safetensors", "6", &[]).await;
     let bytes = |p: &str| std::fs::read(p).unwrap();
     assert_eq!(bytes(&a), bytes(&b), "the same seed gives the same weights");
     assert_ne!(bytes(&a), bytes(&c), "another seed gives other weights");
@@ -104,6 +105,15 @@ async fn train_writes_a_reproducible_checkpoint_that_runs_in_closed_loop() {
     assert_eq!(code, Some(0), "{stderr}");
     let doc: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(doc["runs"].as_array().unwrap().len(), 2);
+
+    // Other widths: the card records them, and the model loads from the card alone.
+    assert_eq!(card["network"]["hidden"], serde_json::json!([64, 64]));
+    let narrow = train(dir.path(), "narrow.safetensors", "5", &["--hidden", "16"]).await;
+    let card: Value = serde_json::from_slice(&std::fs::read(dir.path().join("narrow.card.json")).unwrap()).unwrap();
+    assert_eq!(card["network"]["hidden"], serde_json::json!([16]));
+    let (code, _, stderr) =
+        run_cli(&["sim", "--scenario", &tiny, "--policy", &format!("model:{narrow}"), "--seed", "3", "--json"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -114,6 +124,8 @@ async fn bad_training_input_exits_2_naming_the_problem() {
         (vec!["train", "--scenario", "no-such-scenario", "--out", &out], "no-such-scenario"),
         (vec!["train", "--out", "model.bin"], "--out"),
         (vec!["train", "--out", &out, "--interval", "fast"], "--interval"),
+        (vec!["train", "--out", &out, "--hidden", "64,0"], "--hidden"),
+        (vec!["train", "--out", &out, "--hidden", "64,wide"], "--hidden"),
         (vec!["sim", "--scenario", "websearch-50", "--policy", "model:/no/such.safetensors"], "card.json"),
     ] {
         let (code, _, stderr) = run_cli(&args).await;

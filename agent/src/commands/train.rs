@@ -96,6 +96,10 @@ pub struct TrainArgs {
     /// Adam learning rate (default 5e-4).
     #[arg(long)]
     learning_rate: Option<f64>,
+    /// Widths of the Q-network's hidden layers, comma-separated (default 64,64). The card
+    /// records them, so loading needs no flag.
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',')]
+    hidden: Option<Vec<usize>>,
     /// Rewards summed before bootstrapping (n-step returns, online training); 1 is one-step
     /// Double DQN.
     #[arg(long, default_value_t = 1)]
@@ -343,6 +347,12 @@ fn learner(args: &TrainArgs) -> Result<DdqnConfig, CliError> {
         return Err(CliError::BadInput(format!("--n-step {}: must be 1 to 32", args.n_step)));
     }
     ddqn.n_step = args.n_step;
+    if let Some(hidden) = &args.hidden {
+        if hidden.is_empty() || hidden.iter().any(|&h| h == 0 || h > 4096) {
+            return Err(CliError::BadInput(format!("--hidden {hidden:?}: widths must be 1 to 4096")));
+        }
+        ddqn.hidden = hidden.clone();
+    }
     if let Some(lr) = args.learning_rate {
         if !(lr > 0.0 && lr < 1.0) {
             return Err(CliError::BadInput(format!("--learning-rate {lr}: must be in (0, 1)")));
