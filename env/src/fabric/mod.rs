@@ -73,12 +73,13 @@ impl EcnPlan {
 /// When a NIC has data but every flow is waiting for its pacing time, it arms a timer for the
 /// earliest one. The HPCC simulator arms it only if no timer is pending, so a new or faster
 /// flow can wait for a slower flow's timer (its `m_nextSend.IsExpired()` check); `Exact` is
-/// what an ideal NIC would do. The quirk binds only when a flow that started while a slow
-/// flow's timer was pending is rate-cut before that timer fires, so the slow flow must pace
-/// slower than one packet per CNP delay (about 1 Gb/s at 100G). It bound in none of the
-/// runs measured across websearch-50, hadoop-50, mixed and leafspine-64: a counter of the idle
-/// checks where the two modes differ read 0 of 2–10 M, and the runs compared under both modes
-/// were event for event the same.
+/// what an ideal NIC would do. The two can differ only when a flow that started while a slow
+/// flow's timer was pending is rate-cut before that timer fires; with HPCC's DCQCN rate floor
+/// of 1 Gb/s (REFERENCE.md §2) a pending timer is at most 8.3 µs away, about a new flow's
+/// first CNP round trip. They differed in none of the runs measured across websearch-50,
+/// hadoop-50, mixed and leafspine-64 (a counter of the idle checks where the modes disagree
+/// read 0 of 2–10 M; the runs compared under both were event for event the same), nor in a
+/// 4-to-1 incast with a 100 Mb/s floor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NicWakeup {
