@@ -57,6 +57,28 @@ fn allowed(e: Expect, dt: &DataType) -> bool {
     }
 }
 
+/// Arrow types that polars converts without panicking and that some column may hold.
+fn plain_arrow_type(dt: &ArrowDataType) -> bool {
+    use ArrowDataType as A;
+    matches!(
+        dt,
+        A::Int8
+            | A::Int16
+            | A::Int32
+            | A::Int64
+            | A::UInt8
+            | A::UInt16
+            | A::UInt32
+            | A::UInt64
+            | A::Float32
+            | A::Float64
+            | A::Utf8
+            | A::LargeUtf8
+            | A::Utf8View
+            | A::Boolean
+    )
+}
+
 fn expected_name(e: Expect) -> &'static str {
     match e {
         Expect::Int => "an integer type",
@@ -108,8 +130,15 @@ impl ParquetSource {
                 problems.push(None, Some(column), ProblemKind::MissingColumn, false);
                 continue;
             };
-            let dt = DataType::from_arrow_field(field);
             let e = expect(column);
+            // polars panics converting Arrow types it lacks (float16, decimal, ...), and the
+            // file is untrusted: only plain integers, floats and strings go on to polars.
+            if !plain_arrow_type(field.dtype()) {
+                let found = format!("{:?}", field.dtype()).to_lowercase();
+                problems.push(None, Some(column), ProblemKind::WrongType { found, expected: expected_name(e) }, false);
+                continue;
+            }
+            let dt = DataType::from_arrow_field(field);
             if !allowed(e, &dt) {
                 let mut found = dt.to_string();
                 if dt.is_float() {
