@@ -7,7 +7,7 @@
 
 use crate::dcqcn::{DcqcnParams, DcqcnVariant};
 use crate::ecn::{Baseline, EcnSetting};
-use crate::fabric::{AckQueue, EcnPlan, FabricConfig, NicWakeup};
+use crate::fabric::{AckQueue, EcnPlan, FabricConfig, NicWakeup, MIN_INTERVAL};
 use crate::rng::Rng;
 use crate::topology::{NodeKind, Topology};
 use crate::units::{BitsPerSec, Bytes, Nanos};
@@ -115,6 +115,11 @@ load = 0.5
 "#,
     ),
 ];
+
+/// The most flows a scenario may start. The simulator holds every flow's state for the whole
+/// run, so a load, link rate or flow-size CDF that would start far more is refused before any
+/// flow is drawn (hadoop-50, the busiest built-in, starts about 16 500).
+pub const MAX_FLOWS: usize = 2_000_000;
 
 /// The text of a built-in scenario.
 pub fn builtin(name: &str) -> Option<&'static str> {
@@ -432,8 +437,8 @@ fn resolve(
     if duration.0 == 0 {
         return Err(err(source, "duration", "must be greater than 0"));
     }
-    if sample_interval.0 == 0 {
-        return Err(err(source, "sample_interval", "must be greater than 0"));
+    if sample_interval < MIN_INTERVAL {
+        return Err(err(source, "sample_interval", format!("{sample_interval} is below the minimum, {MIN_INTERVAL}")));
     }
 
     // Topology.
@@ -544,6 +549,9 @@ fn resolve(
     // is long there (a PFC storm must not trigger spurious retransmissions).
     let rto_default = if fabric.pfc { Nanos::from_millis(10) } else { Nanos::from_millis(1) };
     fabric.rto = nic.rto.or(bnic.rto).or(Some(rto_default));
+    if let Some(rto) = fabric.rto.filter(|&r| r < MIN_INTERVAL) {
+        return Err(err(source, "nic.rto", format!("{rto} is below the minimum, {MIN_INTERVAL}")));
+    }
 
     // Workloads.
     let workloads = file.workload.or(base.workload).unwrap_or_default();
@@ -553,6 +561,21 @@ fn resolve(
     let hosts = fabric.topology.hosts();
     let mut flows = Vec::new();
     let mut window_end = duration;
+    let mut expected_flows = 0.0;
+    let check_flow_budget = |expected: f64, field: &str| -> Result<(), ScenarioError> {
+        if expected.is_finite() && expected <= MAX_FLOWS as f64 {
+            return Ok(());
+        }
+        let about = if expected.is_finite() { format!("about {expected:.0}") } else { "unboundedly many".into() };
+        Err(err(
+            source,
+            field,
+            format!(
+                "the workloads would start {about} flows, more than the {MAX_FLOWS} a run may hold; \
+                 shorten the duration, lower the load or rate, or use larger flows"
+            ),
+        ))
+    };
     for (i, table) in workloads.into_iter().enumerate() {
         let field = |f: &str| format!("workload[{i}].{f}");
         let w = WorkloadFile::deserialize(table).map_err(|e| err(source, format!("workload[{i}]"), e.message()))?;
@@ -579,15 +602,10 @@ fn resolve(
                     return Err(err(source, field("load"), format!("{load} must be within (0, 1]")));
                 }
                 let cdf = load_cdf(&cdf, dir).map_err(|m| err(source, field("cdf"), m))?;
-                flows.extend(workload::poisson(
-                    &hosts,
-                    &cdf,
-                    load,
-                    line,
-                    window(start, stop)?,
-                    prio(priority)?,
-                    &mut rng,
-                ));
+                let w = window(start, stop)?;
+                expected_flows += workload::poisson_expected_flows(hosts.len(), &cdf, load, line, w);
+                check_flow_budget(expected_flows, &field("load"))?;
+                flows.extend(workload::poisson(&hosts, &cdf, load, line, w, prio(priority)?, &mut rng));
             }
             WorkloadFile::Incast { fan_in, flow_size, load, count, at, start, stop, priority } => {
                 if fan_in == 0 || fan_in as usize >= hosts.len() {
@@ -618,6 +636,8 @@ fn resolve(
                 };
                 let w = window(start, stop)?;
                 let pattern = Incast { fan_in, flow_size: flow_size.0, schedule };
+                expected_flows += pattern.expected_flows(hosts.len(), line, w);
+                check_flow_budget(expected_flows, &format!("workload[{i}]"))?;
                 flows.extend(workload::incast(&hosts, &pattern, line, w, prio(priority)?, &mut rng));
             }
             WorkloadFile::Flows { path, start, stop } => {
@@ -697,6 +717,16 @@ mod tests {
             parse("[dcqcn]\nrp_timr = \"300us\"\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n")
                 .unwrap_err();
         assert_eq!(e.field, "dcqcn.rp_timr");
+        let poisson = "[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n";
+        let e = parse(&format!("sample_interval = \"1ns\"\n{poisson}")).unwrap_err();
+        assert_eq!(e.field, "sample_interval", "{e}");
+        let e = parse(&format!("[nic]\nrto = \"0us\"\n{poisson}")).unwrap_err();
+        assert_eq!(e.field, "nic.rto", "{e}");
+        // Too many flows to hold is refused before any is drawn (this one asks for 400 M).
+        let incasts = "[[workload]]\nkind = \"incast\"\nfan_in = 4\nflow_size = \"500KB\"\ncount = 100000000\n";
+        let e = parse(&format!("{poisson}{incasts}")).unwrap_err();
+        assert_eq!(e.field, "workload[1]", "{e}");
+        assert!(e.message.contains("more than the 2000000"), "{e}");
         let e = parse("duration = \"20 parsecs\"\n").unwrap_err();
         assert!(e.to_string().starts_with("test.toml: line 1:"), "{e}");
         assert!(!e.to_string().contains('\n'));

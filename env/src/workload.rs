@@ -143,6 +143,13 @@ pub fn poisson(
     flows
 }
 
+/// The mean number of flows [`poisson`] draws, known before drawing them: a scenario checks
+/// it so that an absurd load, rate or CDF is an error rather than a run that exhausts memory.
+pub fn poisson_expected_flows(hosts: usize, cdf: &Cdf, load: f64, host_bw: BitsPerSec, window: (Nanos, Nanos)) -> f64 {
+    let span_s = window.1 .0.saturating_sub(window.0 .0) as f64 * 1e-9;
+    hosts as f64 * span_s * host_bw.0 as f64 * load / (cdf.mean() * 8.0)
+}
+
 /// When incast events happen.
 #[derive(Debug, Clone, PartialEq)]
 pub enum IncastSchedule {
@@ -164,6 +171,22 @@ pub struct Incast {
     pub flow_size: u64,
     /// When events happen.
     pub schedule: IncastSchedule,
+}
+
+impl Incast {
+    /// The mean number of flows [`incast`] draws for this pattern (see
+    /// [`poisson_expected_flows`]).
+    pub fn expected_flows(&self, hosts: usize, host_bw: BitsPerSec, window: (Nanos, Nanos)) -> f64 {
+        let span_s = window.1 .0.saturating_sub(window.0 .0) as f64 * 1e-9;
+        let fan_in = self.fan_in as f64;
+        match &self.schedule {
+            IncastSchedule::Load(load) => {
+                load * host_bw.0 as f64 * hosts as f64 * span_s / (self.flow_size as f64 * 8.0)
+            }
+            IncastSchedule::Count(n) => *n as f64 * fan_in,
+            IncastSchedule::At(ts) => ts.len() as f64 * fan_in,
+        }
+    }
 }
 
 /// The flows of an incast pattern over `window`.

@@ -3,6 +3,7 @@
 //! a network fed other features or read with another action template makes decisions that
 //! look valid and are not.
 
+use ecn_env::fabric::MIN_INTERVAL;
 use ecn_env::tuning::{ActionTemplate, TuningConfig, OBSERVATION_SCHEMA};
 use ecn_env::EcnSetting;
 use serde::{Deserialize, Serialize};
@@ -243,8 +244,11 @@ impl ModelCard {
         if self.network.hidden.is_empty() || self.network.hidden.iter().any(|&h| h == 0 || h > 4096) {
             return fail("network.hidden", format!("{:?} is not a usable layer list", self.network.hidden));
         }
-        if self.tuning.control_interval.0 == 0 {
-            return fail("tuning.control_interval", "must be greater than 0".into());
+        if self.tuning.control_interval < MIN_INTERVAL {
+            return fail("tuning.control_interval", format!("must be at least {MIN_INTERVAL}"));
+        }
+        if let Err(why) = self.tuning.bounds.check() {
+            return fail("tuning.bounds", why);
         }
         if let Some(c) = &self.calibration {
             let dim = self.network.obs_dim;

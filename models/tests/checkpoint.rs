@@ -73,6 +73,11 @@ fn a_card_that_does_not_match_this_build_fails_to_load() {
         ("observation_features", Box::new(|v| v["tuning"]["history"] = 2.into())),
         ("format", Box::new(|v| v["format"] = "something-else".into())),
         ("json", Box::new(|v| v["tuning"]["template"] = "no-such-template".into())),
+        // Bounds no setting fits, and an interval too short to simulate, are refused up front
+        // (clamping into such bounds used to panic).
+        ("tuning.bounds", Box::new(|v| v["tuning"]["bounds"]["kmin_min_bytes"] = 20_000_000.into())),
+        ("tuning.bounds", Box::new(|v| v["tuning"]["bounds"]["pmax_max"] = 0.0005.into())),
+        ("tuning.control_interval", Box::new(|v| v["tuning"]["control_interval"] = "1ns".into())),
     ];
     for (i, (field, edit)) in cases.into_iter().enumerate() {
         let (_dir, path) = tmp(&format!("mismatch{i}"));

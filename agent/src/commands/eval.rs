@@ -20,6 +20,9 @@ use std::sync::Mutex;
 use std::time::Instant;
 use tracing::info;
 
+/// The most seeds one `eval` runs per scenario and policy.
+const MAX_SEEDS: u64 = 1000;
+
 /// Arguments of `eval`.
 #[derive(Args)]
 pub struct EvalArgs {
@@ -88,6 +91,10 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
         });
     }
     let labels: Vec<String> = policies.iter().map(Policy::to_string).collect();
+    // Every scenario is built for every seed before the runs start.
+    if args.seeds > MAX_SEEDS {
+        return Err(CliError::BadInput(format!("--seeds {}: at most {MAX_SEEDS}", args.seeds)));
+    }
     let seeds: Vec<u64> =
         (0..args.seeds).map(|i| args.seed_base.checked_add(i)).collect::<Option<_>>().ok_or_else(|| {
             CliError::BadInput(format!("--seed-base {}: too large for --seeds {}", args.seed_base, args.seeds))

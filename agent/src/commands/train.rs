@@ -9,6 +9,7 @@ use crate::learn::trainer::{self, TrainConfig};
 use crate::plot;
 use crate::telemetry_input;
 use clap::{Args, ValueEnum};
+use ecn_env::fabric::MIN_INTERVAL;
 use ecn_env::scenario::Scenario;
 use ecn_env::tuning::{EpisodeSource, TrainingMix, TuningConfig};
 use ecn_env::Nanos;
@@ -120,8 +121,8 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     }
     let interval: Nanos =
         args.interval.parse().map_err(|e| CliError::BadInput(format!("--interval '{}': {e}", args.interval)))?;
-    if interval.0 == 0 {
-        return Err(CliError::BadInput("--interval must be greater than 0".into()));
+    if interval < MIN_INTERVAL {
+        return Err(CliError::BadInput(format!("--interval {interval}: the minimum is {MIN_INTERVAL}")));
     }
     if !args.telemetry.is_empty() {
         return run_offline(&args);
@@ -216,6 +217,12 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
     }
     // The model decides once per sample, so its control interval is the data's.
     let interval_ns = files[0].2;
+    if Nanos(interval_ns) < MIN_INTERVAL {
+        return Err(CliError::BadInput(format!(
+            "{}: sample interval {interval_ns} ns is below the shortest control interval, {MIN_INTERVAL}",
+            files[0].0.display()
+        )));
+    }
     if let Some((p, _, i)) = files.iter().find(|(_, _, i)| *i != interval_ns) {
         return Err(CliError::BadInput(format!(
             "{}: sample interval {i} ns, but {} has {interval_ns} ns; train on files of one interval",

@@ -70,6 +70,12 @@ impl EcnPlan {
     }
 }
 
+/// The shortest telemetry sample interval, control interval and retransmission timeout
+/// accepted. Every interval writes one telemetry row per queue and every timeout re-arms an
+/// event, so far shorter values make a run's memory and time grow without bound rather than
+/// model anything: 1 µs is already under the 10 µs reference RTT.
+pub const MIN_INTERVAL: Nanos = Nanos(1_000);
+
 /// When a NIC has data but every flow is waiting for its pacing time, it arms a timer for the
 /// earliest one. The HPCC simulator arms it only if no timer is pending, so a new or faster
 /// flow can wait for a slower flow's timer (its `m_nextSend.IsExpired()` check); `Exact` is

@@ -45,6 +45,24 @@ impl Bounds {
         EcnSetting { kmin_bytes: kmin, kmax_bytes: kmax, pmax }
     }
 
+    /// Whether any setting fits: finite, Kmin's floor below Kmax's ceiling, and
+    /// 0 < `pmax_min` ≤ `pmax_max` ≤ 1. [`Bounds::clamp`] assumes this.
+    pub fn check(&self) -> Result<(), String> {
+        if self.kmin_min_bytes >= self.kmax_max_bytes {
+            return Err(format!(
+                "kmin_min_bytes {} must be below kmax_max_bytes {}",
+                self.kmin_min_bytes, self.kmax_max_bytes
+            ));
+        }
+        if !(self.pmax_min > 0.0 && self.pmax_min <= self.pmax_max && self.pmax_max <= 1.0) {
+            return Err(format!(
+                "pmax_min {} and pmax_max {} must satisfy 0 < pmax_min <= pmax_max <= 1",
+                self.pmax_min, self.pmax_max
+            ));
+        }
+        Ok(())
+    }
+
     /// True if `s` is inside the bounds.
     pub fn contains(&self, s: &EcnSetting) -> bool {
         s.kmin_bytes >= self.kmin_min_bytes
