@@ -71,7 +71,12 @@ impl Checkpoint {
         let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| net.var_store_mut().load(weights)));
         match loaded {
             Ok(Ok(())) => Ok(Checkpoint { card, net }),
-            Ok(Err(e)) => Err(err(&weights_name, "weights", format!("{e} (do the weights belong to this card?)"))),
+            Ok(Err(e)) => {
+                // libtorch appends its C++ backtrace; its first line says what is wrong.
+                let what = e.to_string();
+                let what = what.lines().next().unwrap_or_default().to_string();
+                Err(err(&weights_name, "weights", format!("{what} (do the weights belong to this card?)")))
+            }
             Err(_) => Err(err(&weights_name, "weights", "unreadable safetensors file".into())),
         }
     }

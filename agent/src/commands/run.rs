@@ -99,12 +99,27 @@ fn duration(flag: &str, v: &str) -> Result<Duration, CliError> {
     Ok(Duration::from_nanos(n.0))
 }
 
+/// As [`duration`], for a flag where 0 would disable a safety mechanism: a zero confirm
+/// deadline rolls back every change, zero staleness calls all telemetry stale.
+fn positive_duration(flag: &str, v: &str) -> Result<Duration, CliError> {
+    let d = duration(flag, v)?;
+    if d.is_zero() {
+        return Err(CliError::BadInput(format!("--{flag} '{v}': must be greater than 0")));
+    }
+    Ok(d)
+}
+
 fn read(flag: &str, p: &PathBuf) -> Result<Vec<u8>, CliError> {
     std::fs::read(p).map_err(|e| CliError::BadInput(format!("--{flag} {}: {e}", p.display())))
 }
 
 /// Parse the flags and run the controller.
 pub fn run(a: RunArgs) -> Result<(), CliError> {
+    if a.health_window == 0 {
+        return Err(CliError::BadInput(
+            "--health-window 0: a change needs at least one interval of health checks".into(),
+        ));
+    }
     if a.mode == Mode::Enforce && !a.allow_writes {
         return Err(CliError::BadInput(format!(
             "--mode enforce writes ECN settings on {}; add --allow-writes to proceed (or use --mode shadow)",
@@ -125,8 +140,8 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
             None => Policy::parse(&a.policy)?,
         },
         baseline,
-        interval: duration("interval", &a.interval)?,
-        confirm_within: duration("confirm-within", &a.confirm_within)?,
+        interval: positive_duration("interval", &a.interval)?,
+        confirm_within: positive_duration("confirm-within", &a.confirm_within)?,
         duration: a.duration.as_deref().map(|d| duration("duration", d)).transpose()?,
         decision_log: a.decision_log,
         kill_file: a.kill_file,
@@ -136,10 +151,10 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
         guardrails: GuardrailConfig {
             min_dwell: duration("min-dwell", &a.min_dwell)?,
             max_changes_per_minute: a.max_changes_per_minute,
-            stale_after: duration("stale-after", &a.stale_after)?,
+            stale_after: positive_duration("stale-after", &a.stale_after)?,
             ..Default::default()
         },
-        health: HealthConfig { window: a.health_window.max(1), ..Default::default() },
+        health: HealthConfig { window: a.health_window, ..Default::default() },
         quarantine: duration("min-dwell", &a.min_dwell)? * 10,
         controller_id: a.controller_id,
     };

@@ -111,10 +111,21 @@ pub struct TrainArgs {
     reward_weights: Option<String>,
 }
 
+/// The largest CQL penalty accepted; far larger ones only overflow the loss (the usual range
+/// is 0.1 to 10).
+const MAX_CONSERVATIVE_ALPHA: f64 = 100.0;
+
 /// Train and write the checkpoint.
 pub fn run(args: TrainArgs) -> Result<(), CliError> {
     if args.out.extension().is_none_or(|e| e != "safetensors") {
         return Err(CliError::BadInput(format!("--out {}: a model path must end in .safetensors", args.out.display())));
+    }
+    // Training takes minutes; find out now, not after, that the model cannot be written.
+    if args.out.is_dir() {
+        return Err(CliError::BadInput(format!("--out {}: is a directory", args.out.display())));
+    }
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", args.out.display())))?;
     }
     if args.steps == 0 || args.envs == 0 {
         return Err(CliError::BadInput("--steps and --envs must be at least 1".into()));
@@ -202,8 +213,11 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
 
 /// `train --telemetry`: discrete CQL on logged transitions.
 fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
-    if !(args.conservative_alpha >= 0.0 && args.conservative_alpha.is_finite()) {
-        return Err(CliError::BadInput(format!("--conservative-alpha {}: must be ≥ 0", args.conservative_alpha)));
+    if !(0.0..=MAX_CONSERVATIVE_ALPHA).contains(&args.conservative_alpha) {
+        return Err(CliError::BadInput(format!(
+            "--conservative-alpha {}: must be within 0..={MAX_CONSERVATIVE_ALPHA}",
+            args.conservative_alpha
+        )));
     }
     let device = device(args.device)?;
     let bounds = tuning(args, Nanos(1))?.bounds;
