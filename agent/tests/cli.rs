@@ -126,6 +126,19 @@ fn usage_errors_exit_2() {
     assert_eq!(ecn_tuner(&["frobnicate"]).status.code(), Some(2));
 }
 
+/// A malformed `sonic restore --from` recording is the user's input: exit 2 naming it, before
+/// any Redis is contacted (none listens on port 1).
+#[test]
+fn a_malformed_restore_recording_exits_2_before_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.sonic-originals.json");
+    std::fs::write(&bad, "not json").unwrap();
+    let out = ecn_tuner(&["sonic", "restore", "--redis", "redis://127.0.0.1:1", "--from", &bad.display().to_string()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("bad.sonic-originals.json") && stderr.contains("not a recording"), "{stderr}");
+}
+
 #[test]
 fn scenarios_lists_and_shows_builtins() {
     let out = ecn_tuner(&["scenarios"]);

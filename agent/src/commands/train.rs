@@ -165,7 +165,11 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         seed: args.seed,
         steps: args.steps,
         envs: args.envs,
-        eval_every: args.eval_every.unwrap_or((args.steps / 20).max(1)),
+        eval_every: match args.eval_every {
+            Some(0) => return Err(CliError::BadInput("--eval-every 0: must be at least 1".into())),
+            Some(n) => n,
+            None => (args.steps / 20).max(1),
+        },
         eval_scenarios: args.eval_scenario.clone(),
         eval_seeds: args.eval_seed.clone(),
         episode_tail: Nanos::from_millis(2),

@@ -375,9 +375,8 @@ pub fn restore(
 ) -> Result<originals::RestoreReport, ActuatorError> {
     let target = RedisTarget::parse(redis, timeout).map_err(ActuatorError::BadInput)?;
     if let Some(p) = from {
-        if !p.exists() {
-            return Err(ActuatorError::BadInput(format!("--from {}: no such file", p.display())));
-        }
+        // The file is the user's input: a missing or malformed one is refused before Redis.
+        originals::Recording::read_file(p).map_err(|e| ActuatorError::BadInput(format!("--from {e}")))?;
     }
     originals::restore(&target, &dbs, from).map_err(ActuatorError::Failed)
 }
