@@ -122,6 +122,13 @@ pub type Client = ActuatorClient<InterceptedService<Channel, Auth>>;
 /// Connect to an actuator, with TLS and a bearer token when configured.
 pub async fn connect(target: &str, token: Option<&str>, tls_ca: Option<&[u8]>) -> Result<Client, CliError> {
     let bad = |e: &dyn std::fmt::Display| CliError::BadInput(format!("--target {target}: {e}"));
+    // Anything else only fails later, as an unhelpful transport error.
+    if !(target.starts_with("http://") || target.starts_with("https://")) {
+        return Err(bad(&"the URL must start with http:// or https://"));
+    }
+    if tls_ca.is_some_and(|ca| !String::from_utf8_lossy(ca).contains("-----BEGIN CERTIFICATE-----")) {
+        return Err(bad(&"--tls-ca holds no PEM certificate"));
+    }
     let mut endpoint = Channel::from_shared(target.to_string()).map_err(|e| bad(&e))?;
     endpoint = endpoint.connect_timeout(Duration::from_secs(5));
     if let Some(ca) = tls_ca {
