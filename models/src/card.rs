@@ -24,6 +24,17 @@ pub struct NetworkSpec {
     pub actions: usize,
 }
 
+/// The widest hidden layer a card may declare.
+pub const MAX_LAYER_WIDTH: usize = 4096;
+
+impl NetworkSpec {
+    /// Whether `hidden` is a layer list a network can be built from: at least one layer, each
+    /// 1 to [`MAX_LAYER_WIDTH`] wide.
+    pub fn usable_hidden(hidden: &[usize]) -> bool {
+        !hidden.is_empty() && hidden.iter().all(|&h| (1..=MAX_LAYER_WIDTH).contains(&h))
+    }
+}
+
 /// How the model was trained.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainingRecord {
@@ -241,7 +252,7 @@ impl ModelCard {
                 format!("{} outputs for {} template actions", self.network.actions, template.len()),
             );
         }
-        if self.network.hidden.is_empty() || self.network.hidden.iter().any(|&h| h == 0 || h > 4096) {
+        if !NetworkSpec::usable_hidden(&self.network.hidden) {
             return fail("network.hidden", format!("{:?} is not a usable layer list", self.network.hidden));
         }
         if self.tuning.control_interval < MIN_INTERVAL {

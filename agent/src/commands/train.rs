@@ -13,6 +13,7 @@ use ecn_env::fabric::MIN_INTERVAL;
 use ecn_env::scenario::Scenario;
 use ecn_env::tuning::{EpisodeSource, TrainingMix, TuningConfig};
 use ecn_env::Nanos;
+use ecn_models::card::{NetworkSpec, MAX_LAYER_WIDTH};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -373,8 +374,8 @@ fn learner(args: &TrainArgs) -> Result<DdqnConfig, CliError> {
     }
     ddqn.n_step = args.n_step;
     if let Some(hidden) = &args.hidden {
-        if hidden.is_empty() || hidden.iter().any(|&h| h == 0 || h > 4096) {
-            return Err(CliError::BadInput(format!("--hidden {hidden:?}: widths must be 1 to 4096")));
+        if !NetworkSpec::usable_hidden(hidden) {
+            return Err(CliError::BadInput(format!("--hidden {hidden:?}: widths must be 1 to {MAX_LAYER_WIDTH}")));
         }
         ddqn.hidden = hidden.clone();
     }
