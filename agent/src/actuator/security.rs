@@ -27,7 +27,7 @@ impl TlsFiles {
         };
         let cert = read("--tls-cert", &self.cert)?;
         let key = read("--tls-key", &self.key)?;
-        if !String::from_utf8_lossy(&cert).contains("-----BEGIN CERTIFICATE-----") {
+        if !holds_pem_certificate(&cert) {
             return Err(ActuatorError::BadInput(format!(
                 "--tls-cert {}: no PEM certificate found",
                 self.cert.display()
@@ -38,6 +38,12 @@ impl TlsFiles {
         }
         Ok(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))
     }
+}
+
+/// Whether `pem` holds a PEM certificate block; tonic would only fail later, at the TLS
+/// handshake, with a transport error that names no file.
+pub fn holds_pem_certificate(pem: &[u8]) -> bool {
+    String::from_utf8_lossy(pem).contains("-----BEGIN CERTIFICATE-----")
 }
 
 /// Read a bearer token from a file: its content, surrounding whitespace removed.

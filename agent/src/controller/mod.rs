@@ -18,6 +18,7 @@ pub mod log;
 pub mod metrics;
 pub mod telemetry;
 
+use crate::actuator::security::holds_pem_certificate;
 use crate::error::CliError;
 use crate::policy::Policy;
 use ecn_env::EcnSetting;
@@ -126,7 +127,7 @@ pub async fn connect(target: &str, token: Option<&str>, tls_ca: Option<&[u8]>) -
     if !(target.starts_with("http://") || target.starts_with("https://")) {
         return Err(bad(&"the URL must start with http:// or https://"));
     }
-    if tls_ca.is_some_and(|ca| !String::from_utf8_lossy(ca).contains("-----BEGIN CERTIFICATE-----")) {
+    if tls_ca.is_some_and(|ca| !holds_pem_certificate(ca)) {
         return Err(bad(&"--tls-ca holds no PEM certificate"));
     }
     let mut endpoint = Channel::from_shared(target.to_string()).map_err(|e| bad(&e))?;
