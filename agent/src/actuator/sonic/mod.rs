@@ -374,9 +374,10 @@ pub fn restore(
     timeout: Duration,
 ) -> Result<originals::RestoreReport, ActuatorError> {
     let target = RedisTarget::parse(redis, timeout).map_err(ActuatorError::BadInput)?;
-    if let Some(p) = from {
-        // The file is the user's input: a missing or malformed one is refused before Redis.
-        originals::Recording::read_file(p).map_err(|e| ActuatorError::BadInput(format!("--from {e}")))?;
-    }
+    // The file is the user's input: a missing or malformed one is refused before Redis.
+    let from = from
+        .map(|p| originals::Recording::read_file(p).map(|rec| (p, rec)))
+        .transpose()
+        .map_err(|e| ActuatorError::BadInput(format!("--from {e}")))?;
     originals::restore(&target, &dbs, from).map_err(ActuatorError::Failed)
 }

@@ -240,12 +240,16 @@ pub fn restore_plan(rec: &Recording, now: &Snapshot) -> (Vec<Op>, RestoreReport)
 
 /// Put the recorded tables back in one transaction, check them, then retire the recording
 /// (STATE_DB key deleted, file renamed to `*.restored-<unix ms>`), so that a later run records
-/// afresh. `from` reads the recording from a file instead of STATE_DB.
-pub fn restore(target: &RedisTarget, dbs: &DbIndices, from: Option<&Path>) -> Result<RestoreReport, String> {
+/// afresh. `from` is a recording already read from that file, used instead of STATE_DB's.
+pub fn restore(
+    target: &RedisTarget,
+    dbs: &DbIndices,
+    from: Option<(&Path, Recording)>,
+) -> Result<RestoreReport, String> {
     let mut state = target.connect(dbs.state, "ecn-tuner-restore")?;
-    let rec = match from {
-        Some(p) => Some(Recording::read_file(p)?),
-        None => Recording::read(&mut state, dbs.state)?,
+    let (from, rec) = match from {
+        Some((p, rec)) => (Some(p), Some(rec)),
+        None => (None, Recording::read(&mut state, dbs.state)?),
     };
     let Some(rec) = rec else {
         return Ok(RestoreReport { nothing_recorded: true, ..Default::default() });
