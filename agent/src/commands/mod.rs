@@ -14,3 +14,18 @@ pub mod sim;
 pub mod sonic;
 pub mod train;
 pub mod validate;
+
+use crate::error::CliError;
+use std::path::Path;
+
+/// Make ready for an `--out` file before any work: refuse a path that is a directory, and
+/// create the folder the file goes into.
+fn prepare_out_file(out: &Path) -> Result<(), CliError> {
+    if out.is_dir() {
+        return Err(CliError::BadInput(format!("--out {}: is a directory", out.display())));
+    }
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", out.display())))?;
+    }
+    Ok(())
+}

@@ -122,12 +122,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         return Err(CliError::BadInput(format!("--out {}: a model path must end in .safetensors", args.out.display())));
     }
     // Training takes minutes; find out now, not after, that the model cannot be written.
-    if args.out.is_dir() {
-        return Err(CliError::BadInput(format!("--out {}: is a directory", args.out.display())));
-    }
-    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", args.out.display())))?;
-    }
+    super::prepare_out_file(&args.out)?;
     if args.steps == 0 || args.envs == 0 {
         return Err(CliError::BadInput("--steps and --envs must be at least 1".into()));
     }

@@ -56,13 +56,7 @@ pub fn run(args: ValidateArgs) -> Result<(), CliError> {
         if out.extension().is_none_or(|e| e != "parquet") {
             return Err(CliError::BadInput(format!("--out {}: the file must end in .parquet", out.display())));
         }
-        if out.is_dir() {
-            return Err(CliError::BadInput(format!("--out {}: is a directory", out.display())));
-        }
-        // As `train` and `record` do, create the folder the repaired file goes into.
-        if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", out.display())))?;
-        }
+        super::prepare_out_file(out)?;
     }
     let opts = args.read.options(None)?;
     let mut checked = Vec::with_capacity(args.telemetry.len());
