@@ -1,7 +1,8 @@
 //! `ecn-tuner`: learn and apply per-queue ECN settings for RoCEv2 fabrics.
 //!
-//! Subcommands live in [`commands`]; each returns a [`CliError`](error::CliError) whose kind decides the exit
-//! code. Logs go to stderr (`ECN_TUNER_LOG` sets the filter), results to stdout.
+//! Subcommands live in [`commands`]; each returns a [`CliError`](error::CliError) whose kind
+//! decides the exit code. Logs go to stderr (`ECN_TUNER_LOG` sets the filter), results to
+//! stdout.
 
 mod actuator;
 mod capture;

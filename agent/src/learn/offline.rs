@@ -5,8 +5,8 @@
 //!   ([`QueueHistory`]), so a model trained here reads live telemetry the same way;
 //! - the action is the logged setting of the next interval, mapped to the nearest entry of
 //!   the action template at the port's speed;
-//! - the reward is computed from that next interval with the same [`Reward`](ecn_env::tuning::Reward) definition as
-//!   online (`TuningConfig::reward`).
+//! - the reward is computed from that next interval with the same
+//!   [`Reward`](ecn_env::tuning::Reward) definition as online (`TuningConfig::reward`).
 //!
 //! A queue's history never spans a continuity break (a gap, a dropped sample): the series
 //! restarts after it, as the online environment does at the start of an episode.
