@@ -121,7 +121,7 @@ pub fn poisson(
     if load <= 0.0 || hosts.len() < 2 {
         return flows;
     }
-    let mean_gap_ns = cdf.mean() * 8.0 / (host_bw.0 as f64 * load) * 1e9;
+    let mean_gap_ns = poisson_mean_gap_ns(cdf, load, host_bw);
     for &src in hosts {
         let mut t = window.0 .0 as f64 + rng.exponential(mean_gap_ns);
         while t < window.1 .0 as f64 {
@@ -146,8 +146,16 @@ pub fn poisson(
 /// The mean number of flows [`poisson`] draws, known before drawing them: a scenario checks
 /// it so that an absurd load, rate or CDF is an error rather than a run that exhausts memory.
 pub fn poisson_expected_flows(hosts: usize, cdf: &Cdf, load: f64, host_bw: BitsPerSec, window: (Nanos, Nanos)) -> f64 {
-    let span_s = window.1 .0.saturating_sub(window.0 .0) as f64 * 1e-9;
-    hosts as f64 * span_s * host_bw.0 as f64 * load / (cdf.mean() * 8.0)
+    hosts as f64 * span_ns(window) / poisson_mean_gap_ns(cdf, load, host_bw)
+}
+
+/// One host's mean gap between [`poisson`] arrivals.
+fn poisson_mean_gap_ns(cdf: &Cdf, load: f64, host_bw: BitsPerSec) -> f64 {
+    cdf.mean() * 8.0 / (host_bw.0 as f64 * load) * 1e9
+}
+
+fn span_ns(window: (Nanos, Nanos)) -> f64 {
+    window.1 .0.saturating_sub(window.0 .0) as f64
 }
 
 /// When incast events happen.
@@ -177,15 +185,19 @@ impl Incast {
     /// The mean number of flows [`incast`] draws for this pattern (see
     /// [`poisson_expected_flows`]).
     pub fn expected_flows(&self, hosts: usize, host_bw: BitsPerSec, window: (Nanos, Nanos)) -> f64 {
-        let span_s = window.1 .0.saturating_sub(window.0 .0) as f64 * 1e-9;
-        let fan_in = self.fan_in as f64;
-        match &self.schedule {
-            IncastSchedule::Load(load) => {
-                load * host_bw.0 as f64 * hosts as f64 * span_s / (self.flow_size as f64 * 8.0)
-            }
-            IncastSchedule::Count(n) => *n as f64 * fan_in,
-            IncastSchedule::At(ts) => ts.len() as f64 * fan_in,
-        }
+        let events = match &self.schedule {
+            IncastSchedule::Load(load) => span_ns(window) / self.mean_event_gap_ns(*load, hosts, host_bw),
+            IncastSchedule::Count(n) => *n as f64,
+            IncastSchedule::At(ts) => ts.len() as f64,
+        };
+        events * self.fan_in as f64
+    }
+
+    /// The mean gap between events when they add `load` of the total host bandwidth.
+    fn mean_event_gap_ns(&self, load: f64, hosts: usize, host_bw: BitsPerSec) -> f64 {
+        let bytes_per_event = self.fan_in as f64 * self.flow_size as f64;
+        let rate_bps = load * host_bw.0 as f64 * hosts as f64;
+        bytes_per_event * 8.0 / rate_bps * 1e9
     }
 }
 
@@ -202,9 +214,7 @@ pub fn incast(
     let (t0, t1) = (window.0 .0, window.1 .0);
     let times: Vec<u64> = match schedule {
         IncastSchedule::Load(load) if *load > 0.0 => {
-            let bytes_per_event = fan_in as f64 * flow_size as f64;
-            let rate_bps = load * host_bw.0 as f64 * hosts.len() as f64;
-            let mean_gap_ns = bytes_per_event * 8.0 / rate_bps * 1e9;
+            let mean_gap_ns = pattern.mean_event_gap_ns(*load, hosts.len(), host_bw);
             let mut v = Vec::new();
             let mut t = t0 as f64 + rng.exponential(mean_gap_ns);
             while t < t1 as f64 {
