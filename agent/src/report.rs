@@ -51,17 +51,20 @@ pub fn summary_table(s: &Summary) -> String {
     out
 }
 
+/// The files [`write_outputs`] leaves in its folder.
+pub const OUTPUT_FILES: [&str; 4] = ["flows.parquet", "fct.txt", "telemetry.parquet", "summary.json"];
+
 /// Write flow records (Parquet and HPCC FCT text), telemetry (Parquet) and the summary
-/// (JSON) into `dir`.
+/// (JSON) into `dir`, as [`OUTPUT_FILES`].
 pub fn write_outputs(dir: &Path, sim: &mut Simulator, summary: &Summary) -> Result<(), CliError> {
     let fail = |e: &dyn std::fmt::Display| CliError::Failed(e.to_string());
+    let [flows_file, fct_file, telemetry_file, summary_file] = OUTPUT_FILES.map(|name| dir.join(name));
     let flows = sim.flow_records();
-    io::write_flows_parquet(&dir.join("flows.parquet"), &flows).map_err(|e| fail(&e))?;
-    io::write_flows_hpcc_fct(&dir.join("fct.txt"), &flows).map_err(|e| fail(&e))?;
+    io::write_flows_parquet(&flows_file, &flows).map_err(|e| fail(&e))?;
+    io::write_flows_hpcc_fct(&fct_file, &flows).map_err(|e| fail(&e))?;
     let telemetry = sim.take_telemetry();
-    io::write_telemetry_parquet(&dir.join("telemetry.parquet"), &telemetry).map_err(|e| fail(&e))?;
+    io::write_telemetry_parquet(&telemetry_file, &telemetry).map_err(|e| fail(&e))?;
     let json = serde_json::to_string_pretty(summary).map_err(|e| fail(&e))?;
-    std::fs::write(dir.join("summary.json"), json + "\n")
-        .map_err(|e| fail(&format!("{}: {e}", dir.join("summary.json").display())))?;
+    std::fs::write(&summary_file, json + "\n").map_err(|e| fail(&format!("{}: {e}", summary_file.display())))?;
     Ok(())
 }

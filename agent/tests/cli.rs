@@ -120,6 +120,33 @@ fn bad_scenario_files_exit_2_naming_file_and_field() {
     assert_bad_input(&["sim", "--scenario", "websearch-50", "--policy", "baseline:magic"], &["--policy"]);
 }
 
+/// An `--out` that cannot take a command's files is refused before the work, and nothing is
+/// written: a directory where `sim` or `eval` would put a file, or `record --out` a directory.
+#[test]
+fn unusable_out_paths_are_refused_before_anything_is_written() {
+    let tmp = temp_dir("outdir");
+    let dir = tmp.path().to_path_buf();
+    let scenario = write(&dir, "small.toml", SMALL);
+
+    let sim_out = dir.join("sim");
+    std::fs::create_dir_all(sim_out.join("telemetry.parquet")).unwrap();
+    assert_bad_input(&["sim", "--scenario", &scenario, "--out", sim_out.to_str().unwrap()], &["telemetry.parquet"]);
+    assert!(!sim_out.join("flows.parquet").exists() && !sim_out.join("fct.txt").exists());
+
+    let eval_out = dir.join("eval");
+    std::fs::create_dir_all(eval_out.join("slowdown_websearch-50.png")).unwrap();
+    let eval = ["eval", "--scenario", &scenario, "--seeds", "1", "--policy", "baseline:huawei-latency"];
+    assert_bad_input(&[&eval[..], &["--out", eval_out.to_str().unwrap()]].concat(), &["slowdown_websearch-50.png"]);
+    assert!(!eval_out.join("eval.md").exists());
+
+    let record_out = dir.join("taken.parquet");
+    std::fs::create_dir_all(&record_out).unwrap();
+    assert_bad_input(
+        &["record", "--scenario", &scenario, "--out", record_out.to_str().unwrap()],
+        &["taken.parquet", "is a directory"],
+    );
+}
+
 #[test]
 fn usage_errors_exit_2() {
     assert_eq!(ecn_tuner(&["sim"]).status.code(), Some(2));

@@ -107,7 +107,8 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
         .collect::<Result<_, _>>()?;
     let names = scenario_labels(&args.scenario, &scenarios);
     if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
+        let plots = plot_files(&names);
+        super::prepare_out_dir(dir, ["eval.md", "eval.json"].into_iter().chain(plots.iter().map(String::as_str)))?;
     }
 
     let mut jobs = Vec::new();
@@ -386,9 +387,8 @@ impl<'a> Table<'a> {
 
     /// One chart per scenario: p50 and p99 by bucket, one line per policy.
     fn plots(&self, dir: &Path) -> Result<Vec<PathBuf>, CliError> {
-        let mut used = HashSet::new();
         let mut written = Vec::new();
-        for (s, scenario) in self.scenarios.iter().enumerate() {
+        for ((s, scenario), file) in self.scenarios.iter().enumerate().zip(plot_files(self.scenarios)) {
             let series: Vec<BucketSeries> = self
                 .policies
                 .iter()
@@ -399,11 +399,6 @@ impl<'a> Table<'a> {
                     p99: std::array::from_fn(|b| row.buckets[b][2]),
                 })
                 .collect();
-            let mut file = format!("slowdown_{}.png", file_safe(scenario));
-            if !used.insert(file.clone()) {
-                file = format!("slowdown_{}_{}.png", file_safe(scenario), s + 1);
-                used.insert(file.clone());
-            }
             let path = dir.join(file);
             let title = format!("{scenario}: FCT slowdown by flow size (mean over {} seed(s))", self.seeds);
             plot::slowdown_by_bucket(&path, &title, &series)?;
@@ -494,6 +489,22 @@ impl Comparison {
 fn file_safe(name: &str) -> String {
     let base = Path::new(name).file_stem().and_then(|s| s.to_str()).filter(|_| name.contains('/')).unwrap_or(name);
     base.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect()
+}
+
+/// The slowdown chart's file name per scenario label: `slowdown_<label>.png`, made unique by
+/// the scenario's position where two labels clash.
+fn plot_files(scenarios: &[String]) -> Vec<String> {
+    let mut used = HashSet::new();
+    let mut files = Vec::with_capacity(scenarios.len());
+    for (s, scenario) in scenarios.iter().enumerate() {
+        let mut file = format!("slowdown_{}.png", file_safe(scenario));
+        if !used.insert(file.clone()) {
+            file = format!("slowdown_{}_{}.png", file_safe(scenario), s + 1);
+            used.insert(file.clone());
+        }
+        files.push(file);
+    }
+    files
 }
 
 fn write_outputs(dir: &Path, table: &Table, markdown: &str, json: &str) -> Result<(), CliError> {

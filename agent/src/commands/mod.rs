@@ -29,3 +29,14 @@ fn prepare_out_file(out: &Path) -> Result<(), CliError> {
     }
     Ok(())
 }
+
+/// Make ready for an `--out` folder before any work: create it, and refuse it if one of the
+/// `files` the command will write there is a directory. Found after the work, that would fail
+/// with some files written and others not.
+fn prepare_out_dir<'a>(dir: &Path, files: impl IntoIterator<Item = &'a str>) -> Result<(), CliError> {
+    std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
+    match files.into_iter().map(|name| dir.join(name)).find(|path| path.is_dir()) {
+        Some(path) => Err(CliError::BadInput(format!("--out: {} is a directory", path.display()))),
+        None => Ok(()),
+    }
+}

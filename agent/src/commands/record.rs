@@ -50,9 +50,7 @@ pub fn run(args: RecordArgs) -> Result<(), CliError> {
     if args.out.extension().is_none_or(|e| e != "parquet") {
         return Err(CliError::BadInput(format!("--out {}: the file must end in .parquet", args.out.display())));
     }
-    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
-    }
+    super::prepare_out_file(&args.out)?;
     let Some(name) = &args.scenario else { return record_target(&args) };
     let policy = Policy::parse(&args.policy)?;
     let scenario = Scenario::load(name, args.seed)?;

@@ -39,7 +39,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
     let scenario = Scenario::load(&args.scenario, args.seed)?;
     let policy_name = policy.as_ref().map(|p| p.to_string()).unwrap_or_else(|| "scenario".into());
     if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
+        super::prepare_out_dir(dir, report::OUTPUT_FILES)?;
     }
     info!(
         scenario = %scenario.name,
@@ -65,7 +65,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
 
     if let Some(dir) = &args.out {
         report::write_outputs(dir, &mut sim, &summary)?;
-        info!(dir = %dir.display(), "wrote flows.parquet, fct.txt, telemetry.parquet, summary.json");
+        info!(dir = %dir.display(), files = ?report::OUTPUT_FILES, "wrote");
     }
     if args.json {
         println!("{}", serde_json::to_string(&summary).map_err(|e| CliError::Failed(e.to_string()))?);
