@@ -147,6 +147,35 @@ fn unusable_out_paths_are_refused_before_anything_is_written() {
     );
 }
 
+/// HPCC `config.txt` numbers are sizes, times, counts and gains: NaN, infinities, negatives
+/// and fractional counts are refused naming the key, not cast to 0 or saturated.
+#[test]
+fn bad_hpcc_config_numbers_exit_2_naming_the_key() {
+    let tmp = temp_dir("hpcc");
+    let dir = tmp.path().to_path_buf();
+    write(&dir, "topo.txt", "3 1 2\n2\n0 2 100Gbps 0.001ms 0\n1 2 100Gbps 0.001ms 0\n");
+    write(&dir, "flow.txt", "2\n0 1 3 100 100000 2.0\n1 0 3 100 200000 2.000001\n");
+    let head = "TOPOLOGY_FILE topo.txt\nFLOW_FILE flow.txt\nCC_MODE 1\n";
+    let good = write(&dir, "good.txt", head);
+    assert!(ecn_tuner(&["sim", "--scenario", &good, "--json"]).status.success());
+    let cases = [
+        ("SIMULATOR_STOP_TIME -1", "SIMULATOR_STOP_TIME"),
+        ("SIMULATOR_STOP_TIME nan", "SIMULATOR_STOP_TIME"),
+        ("SIMULATOR_STOP_TIME 0", "SIMULATOR_STOP_TIME"),
+        ("BUFFER_SIZE inf", "BUFFER_SIZE"),
+        ("FAST_RECOVERY_TIMES -5", "FAST_RECOVERY_TIMES"),
+        ("FAST_RECOVERY_TIMES 2.5", "FAST_RECOVERY_TIMES"),
+        ("PACKET_PAYLOAD_SIZE nan", "PACKET_PAYLOAD_SIZE"),
+        ("KMIN_MAP 1 100000000000 nan", "KMIN_MAP"),
+        ("KMIN_MAP 1e30 1 2", "KMIN_MAP"),
+        ("KMIN_MAP 2 100000000000 4", "KMIN_MAP"),
+    ];
+    for (line, key) in cases {
+        let path = write(&dir, "config.txt", &format!("{head}{line}\n"));
+        assert_bad_input(&["sim", "--scenario", &path], &["config.txt", key]);
+    }
+}
+
 #[test]
 fn usage_errors_exit_2() {
     assert_eq!(ecn_tuner(&["sim"]).status.code(), Some(2));

@@ -291,8 +291,23 @@ impl Scenario {
         }
         let get1 = |k: &str| kv.get(k).and_then(|v| v.first().copied());
         let need = |k: &str| get1(k).ok_or_else(|| err(source, k, "missing (is this an HPCC config.txt?)"));
+        // Every numeric key of config.txt is a size, a time, a count or a gain: finite and not
+        // negative. NaN and negatives would otherwise turn into 0 in the `as` casts below.
         let num = |k: &str| -> Result<Option<f64>, ScenarioError> {
-            get1(k).map(|v| v.parse::<f64>().map_err(|_| err(source, k, format!("'{v}' is not a number")))).transpose()
+            let Some(v) = get1(k) else { return Ok(None) };
+            match v.parse::<f64>() {
+                Ok(x) if x.is_finite() && x >= 0.0 => Ok(Some(x)),
+                Ok(_) => Err(err(source, k, format!("'{v}' must be a finite number, 0 or more"))),
+                Err(_) => Err(err(source, k, format!("'{v}' is not a number"))),
+            }
+        };
+        let whole = |k: &str| -> Result<Option<u32>, ScenarioError> {
+            match num(k)? {
+                Some(x) if x.fract() != 0.0 || x > f64::from(u32::MAX) => {
+                    Err(err(source, k, format!("'{x}' must be a whole number below 2^32")))
+                }
+                x => Ok(x.map(|x| x as u32)),
+            }
         };
         let rate = |k: &str| -> Result<Option<BitsPerSec>, ScenarioError> {
             get1(k).map(|v| v.parse::<BitsPerSec>().map_err(|e| err(source, k, e.to_string()))).transpose()
@@ -333,8 +348,8 @@ impl Scenario {
         if let Some(v) = num("EWMA_GAIN")? {
             dc.ewma_gain = v;
         }
-        if let Some(v) = num("FAST_RECOVERY_TIMES")? {
-            dc.fast_recovery_times = v as u32;
+        if let Some(v) = whole("FAST_RECOVERY_TIMES")? {
+            dc.fast_recovery_times = v;
         }
         if let Some(v) = num("CLAMP_TARGET_RATE")? {
             dc.clamp_target_rate = v != 0.0;
@@ -354,8 +369,8 @@ impl Scenario {
             // HPCC's BUFFER_SIZE is in MiB.
             fabric.buffer = Bytes((v * 1024.0 * 1024.0) as u64);
         }
-        if let Some(v) = num("PACKET_PAYLOAD_SIZE")? {
-            fabric.mtu_payload = v as u32;
+        if let Some(v) = whole("PACKET_PAYLOAD_SIZE")? {
+            fabric.mtu_payload = v;
         }
         if get1("ENABLE_QCN") == Some("0") {
             return Err(err(source, "ENABLE_QCN", "0 is not supported (ECN marking is always simulated)"));
@@ -365,13 +380,18 @@ impl Scenario {
             let Some(v) = kv.get(k) else { return Ok(Vec::new()) };
             let vals: Vec<f64> = v
                 .iter()
-                .map(|x| x.parse::<f64>())
-                .collect::<Result<_, _>>()
-                .map_err(|_| err(source, k, "not a list of numbers"))?;
-            let n = *vals.first().unwrap_or(&0.0) as usize;
-            if vals.len() != 1 + 2 * n {
-                return Err(err(source, k, format!("expected {n} rate/value pairs")));
+                .map(|x| x.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0))
+                .collect::<Option<_>>()
+                .ok_or_else(|| err(source, k, "not a list of finite numbers, 0 or more"))?;
+            let Some((&count, pairs)) = vals.split_first() else { return Ok(Vec::new()) };
+            if count.fract() != 0.0 || pairs.len() as f64 != 2.0 * count {
+                return Err(err(
+                    source,
+                    k,
+                    format!("{count} rate/value pairs announced, {} values follow", pairs.len()),
+                ));
             }
+            let n = pairs.len() / 2;
             Ok((0..n).map(|i| (vals[1 + 2 * i] as u64, vals[2 + 2 * i])).collect())
         };
         let (kmin, kmax, pmax) = (map("KMIN_MAP")?, map("KMAX_MAP")?, map("PMAX_MAP")?);
@@ -399,6 +419,7 @@ impl Scenario {
         fabric.window_start = first;
         fabric.window_end = Nanos(last.0.max(first.0 + 1));
         fabric.stop_at = match num("SIMULATOR_STOP_TIME")? {
+            Some(0.0) => return Err(err(source, "SIMULATOR_STOP_TIME", "must be greater than 0")),
             Some(s) => Nanos((s * 1e9) as u64),
             None => Nanos(last.0 + 1_000_000_000),
         };
