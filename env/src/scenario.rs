@@ -636,8 +636,9 @@ fn resolve(
                         format!("{fan_in} must be within 1..={}", hosts.len() - 1),
                     ));
                 }
-                if flow_size.0 == 0 || flow_size.0 > u32::MAX as u64 {
-                    return Err(err(source, field("flow_size"), "must be between 1 B and 4 GB"));
+                if flow_size.0 == 0 || flow_size.0 > workload::MAX_FLOW_BYTES {
+                    let why = format!("must be between 1 B and {} B", workload::MAX_FLOW_BYTES);
+                    return Err(err(source, field("flow_size"), why));
                 }
                 let schedule = match (load, count, at) {
                     (Some(l), None, None) => {

@@ -22,6 +22,10 @@ pub struct FlowSpec {
     pub dport: u16,
 }
 
+/// The largest flow any workload may hold: 4 GiB − 1, the most HPCC's flow files carry (a
+/// 32-bit size). At 100 Gb/s such a flow alone runs for a third of a simulated second.
+pub const MAX_FLOW_BYTES: u64 = u32::MAX as u64;
+
 /// A problem in a CDF or flow file, with its 1-based line.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("line {line}: {why}")]
@@ -58,8 +62,8 @@ impl Cdf {
             }
             let size: f64 = f[0].parse().map_err(|_| err(format!("size '{}' is not a number", f[0])))?;
             let pct: f64 = f[1].parse().map_err(|_| err(format!("percent '{}' is not a number", f[1])))?;
-            if !size.is_finite() || size < 0.0 {
-                return Err(err(format!("size {size} must be a non-negative number")));
+            if !size.is_finite() || size < 0.0 || size > MAX_FLOW_BYTES as f64 {
+                return Err(err(format!("size {size} must be within 0..={MAX_FLOW_BYTES} bytes")));
             }
             if !(0.0..=100.0).contains(&pct) {
                 return Err(err(format!("percent {pct} must be within [0, 100]")));
@@ -302,8 +306,8 @@ pub fn parse_hpcc_flows(
         }
         let dport: u16 = f[3].parse().map_err(|_| err(format!("dport '{}' is not a port number", f[3])))?;
         let size_bytes: u64 = f[4].parse().map_err(|_| err(format!("size '{}' is not a byte count", f[4])))?;
-        if size_bytes == 0 || size_bytes > u32::MAX as u64 {
-            return Err(err(format!("size {size_bytes} must be within 1..=4294967295")));
+        if size_bytes == 0 || size_bytes > MAX_FLOW_BYTES {
+            return Err(err(format!("size {size_bytes} must be within 1..={MAX_FLOW_BYTES}")));
         }
         let start =
             parse_seconds_exact(f[5]).ok_or_else(|| err(format!("start '{}' is not a time in seconds", f[5])))?;
@@ -375,6 +379,10 @@ mod tests {
         assert_eq!(Cdf::parse("0 0\n10 50\n5 60\n20 100\n").unwrap_err().line, 3);
         assert_eq!(Cdf::parse("0 0\n10 50\n").unwrap_err().line, 2);
         assert_eq!(Cdf::parse("0 0\nx 50\n").unwrap_err().line, 2);
+        // A size past what a flow may hold would saturate to u64::MAX and leave no flows.
+        let huge = Cdf::parse("1000 0\n99999999999999999999 100\n").unwrap_err();
+        assert_eq!(huge.line, 2, "{huge}");
+        assert!(Cdf::parse(&format!("1000 0\n{MAX_FLOW_BYTES} 100\n")).is_ok());
     }
 
     #[test]
