@@ -121,6 +121,23 @@ load = 0.5
 /// flow is drawn (hadoop-50, the busiest built-in, starts about 16 500).
 pub const MAX_FLOWS: usize = 2_000_000;
 
+/// The largest text file a scenario may read: scenario TOML, HPCC `config.txt`, topology, CDF
+/// and flow files. A flow file of [`MAX_FLOWS`] lines is about 100 MB. Without a bound, a path
+/// like `/dev/zero` would be read until memory runs out.
+pub const MAX_TEXT_FILE_BYTES: u64 = 256 << 20;
+
+/// Read a whole text file, refusing one larger than [`MAX_TEXT_FILE_BYTES`].
+fn read_text(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?.take(MAX_TEXT_FILE_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_TEXT_FILE_BYTES {
+        let why = format!("larger than {} MiB, the most a scenario reads", MAX_TEXT_FILE_BYTES >> 20);
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
+    }
+    Ok(text)
+}
+
 /// The text of a built-in scenario.
 pub fn builtin(name: &str) -> Option<&'static str> {
     BUILTIN_SCENARIOS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
@@ -246,7 +263,7 @@ impl Scenario {
                 format!("no such file, and not a built-in scenario (built-ins: {})", names.join(", ")),
             ));
         }
-        let text = std::fs::read_to_string(path).map_err(|e| err(name_or_path, "file", e.to_string()))?;
+        let text = read_text(path).map_err(|e| err(name_or_path, "file", e.to_string()))?;
         let dir = path.parent().unwrap_or(Path::new("."));
         if path.extension().is_some_and(|e| e == "toml") {
             Self::from_toml(&text, name_or_path, dir, seed)
@@ -324,12 +341,12 @@ impl Scenario {
         expect("L2_BACK_TO_ZERO", "0", "go-back-0 is not simulated")?;
         let topo_path = dir.join(need("TOPOLOGY_FILE")?);
         let flow_path = dir.join(need("FLOW_FILE")?);
-        let topo_text = std::fs::read_to_string(&topo_path)
-            .map_err(|e| err(&topo_path.display().to_string(), "file", e.to_string()))?;
+        let topo_text =
+            read_text(&topo_path).map_err(|e| err(&topo_path.display().to_string(), "file", e.to_string()))?;
         let topology = Topology::parse_hpcc(&topo_text)
             .map_err(|e| err(&topo_path.display().to_string(), "topology", e.to_string()))?;
-        let flow_text = std::fs::read_to_string(&flow_path)
-            .map_err(|e| err(&flow_path.display().to_string(), "file", e.to_string()))?;
+        let flow_text =
+            read_text(&flow_path).map_err(|e| err(&flow_path.display().to_string(), "file", e.to_string()))?;
         let flows = parse_flow_file(&flow_text, &flow_path, &topology)?;
 
         let mut fabric = FabricConfig::new(topology);
@@ -490,8 +507,8 @@ fn resolve(
         "hpcc" => {
             let p = t.path.as_deref().ok_or_else(|| err(source, "topology.path", "required with kind = \"hpcc\""))?;
             let path = dir.join(p);
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| err(source, "topology.path", format!("{}: {e}", path.display())))?;
+            let text =
+                read_text(&path).map_err(|e| err(source, "topology.path", format!("{}: {e}", path.display())))?;
             Topology::parse_hpcc(&text).map_err(|e| err(&path.display().to_string(), "topology", e.to_string()))?
         }
         other => return Err(err(source, "topology.kind", format!("'{other}' is not one of leaf-spine, hpcc"))),
@@ -664,8 +681,7 @@ fn resolve(
             }
             WorkloadFile::Flows { path, start, stop } => {
                 let p = dir.join(&path);
-                let text = std::fs::read_to_string(&p)
-                    .map_err(|e| err(source, field("path"), format!("{}: {e}", p.display())))?;
+                let text = read_text(&p).map_err(|e| err(source, field("path"), format!("{}: {e}", p.display())))?;
                 let mut fs = parse_flow_file(&text, &p, &fabric.topology)?;
                 // Replay keeps the file's spacing but moves its first flow to `start`
                 // (HPCC files conventionally begin at 2 s).
@@ -699,7 +715,7 @@ fn load_cdf(name: &str, dir: &Path) -> Result<Cdf, String> {
         return Cdf::parse(b.text).map_err(|e| format!("built-in {name}: {e}"));
     }
     let p: PathBuf = dir.join(name);
-    let text = std::fs::read_to_string(&p).map_err(|e| {
+    let text = read_text(&p).map_err(|e| {
         let names: Vec<&str> = ecn_datasets::workloads::BUILTIN_CDFS.iter().map(|c| c.name).collect();
         format!("'{name}' is not a built-in CDF ({}) and {}: {e}", names.join(", "), p.display())
     })?;
@@ -752,6 +768,12 @@ mod tests {
         let e = parse("duration = \"20 parsecs\"\n").unwrap_err();
         assert!(e.to_string().starts_with("test.toml: line 1:"), "{e}");
         assert!(!e.to_string().contains('\n'));
+    }
+
+    #[test]
+    fn endless_files_are_refused_not_read_forever() {
+        let e = Scenario::load("/dev/zero", None).unwrap_err();
+        assert!(e.message.contains("larger than 256 MiB"), "{e}");
     }
 
     #[test]
