@@ -320,6 +320,14 @@ pub fn write_fixtures(dir: &Path) -> Vec<TelemetryFixture> {
     lines[row as usize + 1] = cells.join(",");
     fs::write(&p, lines.join("\n") + "\n").expect("write csv");
 
+    // A column named twice: which copy is true is unknowable, so the file is refused.
+    let p = add("duplicate_header_csv", "csv", 64, problem("unreadable", None, Some("tx_bytes")), None);
+    let text = fs::read_to_string(dir.join("clean_csv.csv")).expect("read clean csv");
+    let mut lines = text.lines();
+    let header = format!("{},tx_bytes", lines.next().expect("header"));
+    let body: Vec<String> = std::iter::once(header).chain(lines.map(|l| format!("{l},5"))).collect();
+    fs::write(&p, body.join("\n") + "\n").expect("write csv");
+
     let p = add("empty", "parquet", 64, problem("empty", None, None), None);
     fs::write(&p, b"").expect("empty");
     let p = add("no_rows", "parquet", 64, problem("empty", None, None), None);

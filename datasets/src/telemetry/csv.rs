@@ -96,9 +96,15 @@ impl CsvSource {
         src.header_fields = names.len();
         for (c, column) in TELEMETRY_COLUMNS.iter().enumerate() {
             // A spreadsheet may save a byte-order mark before the first name.
-            match names.iter().position(|n| n.trim_start_matches('\u{feff}').trim() == *column) {
-                Some(p) => src.index[c] = p,
-                None => problems.push(None, Some(column), ProblemKind::MissingColumn, false),
+            let mut at = names.iter().enumerate().filter(|(_, n)| n.trim_start_matches('\u{feff}').trim() == *column);
+            match (at.next(), at.next()) {
+                (Some((p, _)), None) => src.index[c] = p,
+                (None, _) => problems.push(None, Some(column), ProblemKind::MissingColumn, false),
+                // Which copy holds the data is unknowable, so neither is used.
+                (Some((p, _)), Some((q, _))) => {
+                    let m = format!("named twice in the header, as fields {} and {}", p + 1, q + 1);
+                    problems.push(None, Some(column), ProblemKind::Unreadable(m), false)
+                }
             }
         }
         if problems.failed() {
