@@ -180,6 +180,24 @@ fn bad_hpcc_config_numbers_exit_2_naming_the_key() {
 fn usage_errors_exit_2() {
     assert_eq!(ecn_tuner(&["sim"]).status.code(), Some(2));
     assert_eq!(ecn_tuner(&["frobnicate"]).status.code(), Some(2));
+    // A flag the chosen mode would ignore is refused, not dropped.
+    let conflict = "cannot be used with";
+    let ignored: [(&[&str], &str); 5] = [
+        (&["train", "--telemetry", "t.parquet", "--interval", "200us", "--out", "m.safetensors"], conflict),
+        (&["train", "--telemetry", "t.parquet", "--eval-seed", "7", "--out", "m.safetensors"], conflict),
+        (&["train", "--conservative-alpha", "2", "--out", "m.safetensors"], "--telemetry"),
+        (&["record", "--scenario", "websearch-50", "--duration", "3s", "--out", "t.parquet"], conflict),
+        (
+            &["record", "--target", "http://127.0.0.1:1", "--duration", "3s", "--seed", "4", "--out", "t.parquet"],
+            conflict,
+        ),
+    ];
+    for (args, says) in ignored {
+        let out = ecn_tuner(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
 }
 
 /// A malformed `sonic restore --from` recording is the user's input: exit 2 naming it, before

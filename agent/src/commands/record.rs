@@ -26,19 +26,19 @@ pub struct RecordArgs {
     #[arg(long, value_name = "URL", requires = "duration")]
     target: Option<String>,
     /// With --target: how long to record, e.g. 30s.
-    #[arg(long, value_name = "DUR")]
+    #[arg(long, value_name = "DUR", conflicts_with = "scenario")]
     duration: Option<String>,
     /// With --target: file holding the actuator's bearer token.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "scenario")]
     token_file: Option<PathBuf>,
     /// With --target: CA certificate (PEM) for an https URL.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "scenario")]
     tls_ca: Option<PathBuf>,
     /// Behaviour policy: explore[:SEED] (default), static:, baseline: or model:.
-    #[arg(long, value_name = "POLICY", default_value = "explore")]
+    #[arg(long, value_name = "POLICY", default_value = "explore", conflicts_with = "target")]
     policy: String,
     /// Seed for flow generation and marking (default: the scenario's).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "target")]
     seed: Option<u64>,
     /// The telemetry file to write (.parquet).
     #[arg(long, value_name = "FILE.parquet")]

@@ -56,7 +56,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with = "scenario")]
     telemetry: Vec<PathBuf>,
     /// Offline only: weight of CQL's conservative term (0 = plain Double DQN on the logs).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, requires = "telemetry")]
     conservative_alpha: f64,
     /// Offline only: how to read and check the telemetry files.
     #[command(flatten)]
@@ -75,19 +75,20 @@ pub struct TrainArgs {
     #[arg(long, value_enum, default_value_t = Preset::Tuner)]
     preset: Preset,
     /// Simulators stepping in parallel.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, conflicts_with = "telemetry")]
     envs: usize,
     /// Environment steps between greedy evaluations (default: steps/20).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "telemetry")]
     eval_every: Option<u64>,
     /// Scenarios of the periodic evaluation.
-    #[arg(long, value_name = "NAME|FILE", num_args = 1.., default_values_t = ["websearch-50".to_string(), "hadoop-50".to_string(), "mixed".to_string()])]
+    #[arg(long, value_name = "NAME|FILE", num_args = 1.., conflicts_with = "telemetry", default_values_t = ["websearch-50".to_string(), "hadoop-50".to_string(), "mixed".to_string()])]
     eval_scenario: Vec<String>,
     /// Seeds of the periodic evaluation (keep them apart from the seeds you report on).
-    #[arg(long, num_args = 1.., default_values_t = [9001u64, 9002])]
+    #[arg(long, num_args = 1.., conflicts_with = "telemetry", default_values_t = [9001u64, 9002])]
     eval_seed: Vec<u64>,
-    /// Control interval: time between decisions.
-    #[arg(long, value_name = "DUR", default_value = "100us")]
+    /// Control interval: time between decisions. Offline, it is the telemetry's sample
+    /// interval.
+    #[arg(long, value_name = "DUR", default_value = "100us", conflicts_with = "telemetry")]
     interval: String,
     /// Where the networks run.
     #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
@@ -104,7 +105,7 @@ pub struct TrainArgs {
     hidden: Option<Vec<usize>>,
     /// Rewards summed before bootstrapping (n-step returns, online training); 1 is one-step
     /// Double DQN.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "telemetry")]
     n_step: usize,
     /// Reward weights to change, as name=value pairs (`depth=2,depth_max=0.2`); the rest keep
     /// the preset's defaults. The card records the weights used.
