@@ -9,7 +9,7 @@ use crate::dcqcn::{DcqcnParams, DcqcnVariant};
 use crate::ecn::{Baseline, EcnSetting};
 use crate::fabric::{AckQueue, EcnPlan, FabricConfig, NicWakeup, MIN_INTERVAL};
 use crate::rng::Rng;
-use crate::topology::{NodeKind, Topology};
+use crate::topology::{NodeKind, Topology, MIN_LINK_RATE};
 use crate::units::{BitsPerSec, Bytes, Nanos};
 use crate::workload::{self, Cdf, FlowSpec, Incast, IncastSchedule};
 use serde::Deserialize;
@@ -490,8 +490,8 @@ fn resolve(
             let host_link = t.host_link.unwrap_or(BitsPerSec::from_gbps(100));
             let fabric_link = t.fabric_link.unwrap_or(BitsPerSec::from_gbps(400));
             for (f, v) in [("topology.host_link", host_link), ("topology.fabric_link", fabric_link)] {
-                if v.0 == 0 {
-                    return Err(err(source, f, "must be greater than 0"));
+                if v < MIN_LINK_RATE {
+                    return Err(err(source, f, format!("{v} is below the minimum, {MIN_LINK_RATE}")));
                 }
             }
             Topology::leaf_spine(
@@ -760,6 +760,9 @@ mod tests {
         assert_eq!(e.field, "sample_interval", "{e}");
         let e = parse(&format!("[nic]\nrto = \"0us\"\n{poisson}")).unwrap_err();
         assert_eq!(e.field, "nic.rto", "{e}");
+        // Thresholds scaled to a 1 b/s link would be 0 bytes; the rate itself is the error.
+        let e = parse(&format!("[topology]\nhost_link = \"1bps\"\n{poisson}")).unwrap_err();
+        assert_eq!(e.field, "topology.host_link", "{e}");
         // Too many flows to hold is refused before any is drawn (this one asks for 400 M).
         let incasts = "[[workload]]\nkind = \"incast\"\nfan_in = 4\nflow_size = \"500KB\"\ncount = 100000000\n";
         let e = parse(&format!("{poisson}{incasts}")).unwrap_err();

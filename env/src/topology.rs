@@ -8,6 +8,10 @@
 use crate::units::{BitsPerSec, Nanos};
 use std::collections::VecDeque;
 
+/// The slowest link a fabric may have. ECN thresholds scale with link speed (REFERENCE.md §5):
+/// far below this they round to 0 bytes, and DCQCN's rate floors (§2) exceed the link.
+pub const MIN_LINK_RATE: BitsPerSec = BitsPerSec::from_gbps(1);
+
 /// Index of a node in [`Topology::nodes`].
 pub type NodeId = u32;
 
@@ -179,16 +183,19 @@ impl Topology {
         Ok(t)
     }
 
-    /// Check the fabric is usable: every host has exactly one link, links have a positive rate,
-    /// no self-loops, and every host reaches every other host.
+    /// Check the fabric is usable: every host has exactly one link, links run at
+    /// [`MIN_LINK_RATE`] or faster, no self-loops, and every host reaches every other host.
     pub fn validate(&self) -> Result<(), TopologyError> {
         let mut degree = vec![0u32; self.nodes.len()];
         for (i, l) in self.links.iter().enumerate() {
             if l.a == l.b {
                 return Err(TopologyError::Invalid(format!("link {i} connects node {} to itself", l.a)));
             }
-            if l.rate.0 == 0 {
-                return Err(TopologyError::Invalid(format!("link {i} has a zero rate")));
+            if l.rate < MIN_LINK_RATE {
+                return Err(TopologyError::Invalid(format!(
+                    "link {i} runs at {}, below the minimum, {MIN_LINK_RATE}",
+                    l.rate
+                )));
             }
             degree[l.a as usize] += 1;
             degree[l.b as usize] += 1;
