@@ -208,7 +208,7 @@ mod tests {
         assert!((0..draws).all(|d| a(d) == anchor || a(d) == plain.action(5, d, None)));
         // A model anchor's choice is taken exactly at the anchored draws; without a choice
         // (no history yet) the setting is left to the guardrails.
-        let model = Arc::new(LearnedModel::load("default").expect("shipped model"));
+        let model = Arc::new(LearnedModel::load("default", "model:").expect("shipped model"));
         let around = Explore::anchored(7, 1, 0.5, Anchor::Model(model));
         let choice = (anchor + 1) % template.len();
         for d in 0..200 {

@@ -7,7 +7,7 @@ use ecn_env::tuning::{ActionTemplate, FeatureSet, QueueHistory, TuningConfig};
 use ecn_env::{BitsPerSec, EcnSetting};
 use ecn_models::{Checkpoint, ModelCard, QNetwork};
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// A loaded checkpoint, shareable between threads (decisions take a short lock).
@@ -30,16 +30,25 @@ impl fmt::Debug for LearnedModel {
 
 impl LearnedModel {
     /// Load `model:SPEC`: a shipped name (`default`, `acc-baseline`) or a path to a
-    /// `.safetensors` file with its card beside it. Inference runs on the CPU: one decision
-    /// is a few hundred small rows, where a GPU round trip costs more than it saves.
-    pub fn load(spec: &str) -> Result<LearnedModel, CliError> {
-        let path = if spec.ends_with(".safetensors") || spec.contains('/') {
+    /// `.safetensors` file with its card beside it (`runs/m` finds `runs/m.safetensors`).
+    /// Errors start with `flag` (`--policy model:`, `--model `), the argument the user gave.
+    /// Inference runs on the CPU: one decision is a few hundred small rows, where a GPU
+    /// round trip costs more than it saves.
+    pub fn load(spec: &str, flag: &str) -> Result<LearnedModel, CliError> {
+        let path = if spec.ends_with(".safetensors") {
             PathBuf::from(spec)
+        } else if spec.contains('/') {
+            let with_suffix = PathBuf::from(format!("{spec}.safetensors"));
+            if with_suffix.is_file() && !Path::new(spec).is_file() {
+                with_suffix
+            } else {
+                PathBuf::from(spec)
+            }
         } else {
             ecn_models::default_model_path(spec)
         };
-        let ck = Checkpoint::load(&path, tch::Device::Cpu)
-            .map_err(|e| CliError::BadInput(format!("--policy model:{spec}: {e}")))?;
+        let ck =
+            Checkpoint::load(&path, tch::Device::Cpu).map_err(|e| CliError::BadInput(format!("{flag}{spec}: {e}")))?;
         Ok(LearnedModel::from_checkpoint(spec, path, ck))
     }
 

@@ -60,7 +60,7 @@ impl Policy {
                 let names: Vec<&str> = Baseline::ALL.iter().map(|b| b.name()).collect();
                 bad(format!("unknown baseline (one of: {})", names.join(", ")))
             }),
-            "model" if !arg.is_empty() => Ok(Policy::Model(Arc::new(LearnedModel::load(arg)?))),
+            "model" if !arg.is_empty() => Ok(Policy::Model(Arc::new(LearnedModel::load(arg, "--policy model:")?))),
             "explore" => {
                 let mut parts = arg.splitn(4, ':');
                 let seed = parts.next().unwrap_or_default();
@@ -79,7 +79,14 @@ impl Policy {
                         _ => return Err(bad(format!("SHARE '{a}' is not a fraction between 0 and 1"))),
                     },
                 };
-                let anchor = match parts.next().map(Policy::parse).transpose()? {
+                let anchor = parts.next().map(|a| match a.split_once(':') {
+                    Some(("baseline" | "model", _)) => Policy::parse(a).map_err(|e| match e {
+                        CliError::BadInput(why) => bad(format!("ANCHOR: {why}")),
+                        other => other,
+                    }),
+                    _ => Err(bad(format!("ANCHOR '{a}' must be baseline:<name> or model:<NAME|PATH>"))),
+                });
+                let anchor = match anchor.transpose()? {
                     None => Anchor::Baseline(crate::learn::trainer::REFERENCE_BASELINE),
                     Some(Policy::Baseline(b)) => Anchor::Baseline(b),
                     Some(Policy::Model(m)) => Anchor::Model(m),
@@ -169,6 +176,24 @@ mod tests {
             "explore:9:1:0.8:baseline:dcqcn-paper"
         );
         assert!(Policy::parse("explore:9:1:0.8:static:1KB,2KB,0.1").is_err());
+    }
+
+    #[test]
+    fn anchor_errors_quote_the_whole_policy() {
+        for s in ["explore:9:1:0.8:static:1KB,2KB", "explore:9:1:0.8:baseline:nope"] {
+            let e = Policy::parse(s).unwrap_err().to_string();
+            assert!(e.contains(&format!("'{s}'")) && e.contains("ANCHOR"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_model_path_may_leave_off_the_suffix_and_errors_name_the_flag() {
+        let shipped = ecn_models::default_model_path("default");
+        let stem = shipped.with_extension("");
+        let p = Policy::parse(&format!("model:{}", stem.display())).unwrap();
+        assert_eq!(p.model().unwrap().path, shipped);
+        let e = LearnedModel::load("no-such-model", "--model ").unwrap_err().to_string();
+        assert!(e.starts_with("--model no-such-model: "), "{e}");
     }
 
     #[test]

@@ -77,10 +77,14 @@ fn split_number(text: &str) -> Option<(f64, &str)> {
 }
 
 fn to_u64(kind: &'static str, text: &str, v: f64) -> Result<u64, UnitError> {
-    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
-        return Err(UnitError { kind, text: text.into(), why: "must be a finite, non-negative number".into() });
-    }
-    Ok(v.round() as u64)
+    let why = if !v.is_finite() || v < 0.0 {
+        "must be a finite, non-negative number"
+    } else if v > u64::MAX as f64 {
+        "is too large (the most is 2^64 − 1 in the base unit)"
+    } else {
+        return Ok(v.round() as u64);
+    };
+    Err(UnitError { kind, text: text.into(), why: why.into() })
 }
 
 impl FromStr for Bytes {
@@ -239,6 +243,8 @@ mod tests {
         assert_eq!("1036".parse::<Bytes>().unwrap(), Bytes(1036));
         assert!("12 parsecs".parse::<Bytes>().is_err());
         assert!("-5KB".parse::<Bytes>().is_err());
+        let huge = "99999999999999999999KB".parse::<Bytes>().unwrap_err().to_string();
+        assert!(huge.contains("too large"), "{huge}");
     }
 
     #[test]

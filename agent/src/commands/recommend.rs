@@ -45,7 +45,7 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     if !(args.min_confidence > 0.0 && args.min_confidence < 1.0) {
         return Err(CliError::BadInput(format!("--min-confidence {}: must be in (0, 1)", args.min_confidence)));
     }
-    let model = LearnedModel::load(&args.model)?;
+    let model = LearnedModel::load(&args.model, "--model ")?;
     let history = model.tuning().history;
     let opts = args.read.options(Some(&model.tuning().bounds))?;
     let (source, tails) = match (&args.telemetry, &args.target) {

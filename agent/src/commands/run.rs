@@ -5,6 +5,7 @@ use crate::controller::guardrails::GuardrailConfig;
 use crate::controller::health::HealthConfig;
 use crate::controller::{self, ControllerConfig, Mode};
 use crate::error::CliError;
+use crate::learned::LearnedModel;
 use crate::policy::Policy;
 use clap::Args;
 use ecn_env::fabric::EcnPlan;
@@ -12,6 +13,7 @@ use ecn_env::scenario::Scenario;
 use ecn_env::summary::Summary;
 use ecn_env::{Baseline, Nanos, Simulator};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use tracing::info;
 
@@ -136,7 +138,7 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
         target: String::new(),
         mode: a.mode,
         policy: match &a.model {
-            Some(m) => Policy::parse(&format!("model:{m}"))?,
+            Some(m) => Policy::Model(Arc::new(LearnedModel::load(m, "--model ")?)),
             None => Policy::parse(&a.policy)?,
         },
         baseline,
