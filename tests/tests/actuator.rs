@@ -533,12 +533,15 @@ async fn dry_run_has_no_telemetry_without_a_recording() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dry_run_replays_a_recording_as_its_telemetry() {
+async fn dry_run_replays_a_csv_recording_as_its_telemetry() {
     let dir = tempfile::Builder::new().prefix("ecn-actuator-replay-").tempdir().unwrap();
     let out = dir.path().join("rec");
     let (code, _, stderr) = run_cli(&["sim", "--scenario", "incast-15", "--out", out.to_str().unwrap()]).await;
     assert_eq!(code, Some(0), "{stderr}");
-    let rec = out.join("telemetry.parquet");
+    // Replay reads telemetry as `validate` does, so a CSV copy serves as well as the Parquet.
+    let rows = ecn_datasets::io::read_telemetry_parquet(&out.join("telemetry.parquet")).expect("recording");
+    let rec = out.join("telemetry.csv");
+    ecn_datasets::io::write_telemetry_csv(&rec, &rows).expect("csv copy");
     let a =
         Actuator::start_in(dir, &["--backend", "dry-run", "--telemetry", rec.to_str().unwrap(), "--time-scale", "0.1"])
             .await;

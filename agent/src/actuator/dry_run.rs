@@ -30,7 +30,7 @@ pub struct DryRunOptions {
     pub scenario: Option<String>,
     /// Scenario seed (only matters for a scenario whose topology depends on it).
     pub seed: Option<u64>,
-    /// Replay this recorded telemetry (Parquet). Without a scenario, the queues are the
+    /// Replay this recorded telemetry (Parquet or CSV). Without a scenario, the queues are the
     /// recording's, with unknown PFC levels and buffer, and start at the first recorded setting.
     pub telemetry: Option<PathBuf>,
     /// Replay speed: recorded nanoseconds per wall-clock nanosecond.

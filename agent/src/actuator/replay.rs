@@ -9,6 +9,7 @@
 use super::pacer::Pacer;
 use super::telemetry::batches_from_rows;
 use super::ActuatorError;
+use ecn_datasets::telemetry::{load_telemetry, ReadOptions};
 use ecn_datasets::TelemetrySample;
 use ecn_proto::v1::TelemetryBatch;
 use std::path::Path;
@@ -28,10 +29,13 @@ pub struct Recording {
 }
 
 impl Recording {
-    /// Read a telemetry Parquet file.
+    /// Read a telemetry file (Parquet or CSV), checked as `validate` checks it: a file with
+    /// problems is refused, not replayed.
     pub fn load(path: &Path) -> Result<Recording, ActuatorError> {
         let bad = |why: String| ActuatorError::BadInput(format!("--telemetry {}: {why}", path.display()));
-        let mut rows = ecn_datasets::io::read_telemetry_parquet(path).map_err(|e| bad(e.to_string()))?;
+        let data = load_telemetry(path, &ReadOptions::default())
+            .map_err(|e| ActuatorError::BadInput(format!("--telemetry {e}")))?;
+        let mut rows = data.to_rows();
         if rows.is_empty() {
             return Err(bad("no telemetry rows".into()));
         }

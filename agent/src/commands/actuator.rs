@@ -50,8 +50,9 @@ pub struct ActuatorArgs {
     /// Repeatable.
     #[arg(long = "inject-storm", value_name = "QUEUE@SIMTIME:DURATION")]
     inject_storm: Vec<String>,
-    /// Dry-run only: replay this recorded telemetry (Parquet, e.g. from `sim --out`) as the
-    /// telemetry stream, looping. Without it a dry-run actuator serves no telemetry.
+    /// Dry-run only: replay this recorded telemetry (Parquet or CSV, e.g. from `sim --out`,
+    /// checked as `validate` checks it) as the telemetry stream, looping. Without it a dry-run
+    /// actuator serves no telemetry.
     #[arg(long, value_name = "FILE")]
     telemetry: Option<PathBuf>,
     /// TLS certificate chain (PEM). Needs --tls-key.
