@@ -166,6 +166,7 @@ fn bad_hpcc_config_numbers_exit_2_naming_the_key() {
         ("FAST_RECOVERY_TIMES -5", "FAST_RECOVERY_TIMES"),
         ("FAST_RECOVERY_TIMES 2.5", "FAST_RECOVERY_TIMES"),
         ("PACKET_PAYLOAD_SIZE nan", "PACKET_PAYLOAD_SIZE"),
+        ("PACKET_PAYLOAD_SIZE 1", "PACKET_PAYLOAD_SIZE"),
         ("KMIN_MAP 1 100000000000 nan", "KMIN_MAP"),
         ("KMIN_MAP 1e30 1 2", "KMIN_MAP"),
         ("KMIN_MAP 2 100000000000 4", "KMIN_MAP"),

@@ -7,7 +7,7 @@
 
 use crate::dcqcn::{DcqcnParams, DcqcnVariant};
 use crate::ecn::{Baseline, EcnSetting};
-use crate::fabric::{AckQueue, EcnPlan, FabricConfig, NicWakeup, MIN_INTERVAL};
+use crate::fabric::{AckQueue, EcnPlan, FabricConfig, NicWakeup, MIN_INTERVAL, MTU_PAYLOAD_BYTES};
 use crate::rng::Rng;
 use crate::topology::{NodeKind, Topology, MIN_LINK_RATE};
 use crate::units::{BitsPerSec, Bytes, Nanos};
@@ -387,6 +387,9 @@ impl Scenario {
             fabric.buffer = Bytes((v * 1024.0 * 1024.0) as u64);
         }
         if let Some(v) = whole("PACKET_PAYLOAD_SIZE")? {
+            if !MTU_PAYLOAD_BYTES.contains(&v) {
+                return Err(err(source, "PACKET_PAYLOAD_SIZE", format!("{v} must be within {MTU_PAYLOAD_BYTES:?}")));
+            }
             fabric.mtu_payload = v;
         }
         if get1("ENABLE_QCN") == Some("0") {
@@ -579,8 +582,8 @@ fn resolve(
     let nic = file.nic.unwrap_or_default();
     let bnic = base.nic.unwrap_or_default();
     fabric.mtu_payload = nic.mtu.or(bnic.mtu).unwrap_or(1000);
-    if fabric.mtu_payload == 0 || fabric.mtu_payload > 9000 {
-        return Err(err(source, "nic.mtu", "must be within 1..=9000 bytes"));
+    if !MTU_PAYLOAD_BYTES.contains(&fabric.mtu_payload) {
+        return Err(err(source, "nic.mtu", format!("must be within {MTU_PAYLOAD_BYTES:?} bytes")));
     }
     fabric.nic_wakeup = nic.wakeup.or(bnic.wakeup).unwrap_or_default();
     // The transport timer recovers tail losses. Lossless fabrics should never need it, so it
@@ -763,6 +766,9 @@ mod tests {
         // Thresholds scaled to a 1 b/s link would be 0 bytes; the rate itself is the error.
         let e = parse(&format!("[topology]\nhost_link = \"1bps\"\n{poisson}")).unwrap_err();
         assert_eq!(e.field, "topology.host_link", "{e}");
+        // A 1-byte payload would make every flow as many packets as bytes.
+        let e = parse(&format!("[nic]\nmtu = 1\n{poisson}")).unwrap_err();
+        assert_eq!(e.field, "nic.mtu", "{e}");
         // Too many flows to hold is refused before any is drawn (this one asks for 400 M).
         let incasts = "[[workload]]\nkind = \"incast\"\nfan_in = 4\nflow_size = \"500KB\"\ncount = 100000000\n";
         let e = parse(&format!("{poisson}{incasts}")).unwrap_err();

@@ -76,6 +76,11 @@ impl EcnPlan {
 /// model anything: 1 µs is already under the 10 µs reference RTT.
 pub const MIN_INTERVAL: Nanos = Nanos(1_000);
 
+/// The packet payloads a fabric may use, in bytes. RoCEv2 path MTUs run from 256 to 4096 and
+/// jumbo Ethernet frames to 9000; below 256 a flow becomes so many packets that a run crawls
+/// (a 1-byte payload makes a 1 MB flow a million packets).
+pub const MTU_PAYLOAD_BYTES: std::ops::RangeInclusive<u32> = 256..=9000;
+
 /// When a NIC has data but every flow is waiting for its pacing time, it arms a timer for the
 /// earliest one. The HPCC simulator arms it only if no timer is pending, so a new or faster
 /// flow can wait for a slower flow's timer (its `m_nextSend.IsExpired()` check); `Exact` is
@@ -365,8 +370,11 @@ impl Simulator {
     /// Build a simulator for `cfg` that will start `flows` (any order).
     pub fn new(cfg: FabricConfig, mut flows: Vec<FlowSpec>) -> Result<Self, SimError> {
         cfg.dcqcn.validate().map_err(SimError::Config)?;
-        if cfg.mtu_payload == 0 || cfg.mtu_payload > 9000 {
-            return Err(SimError::Config(format!("mtu_payload {} must be within 1..=9000", cfg.mtu_payload)));
+        if !MTU_PAYLOAD_BYTES.contains(&cfg.mtu_payload) {
+            return Err(SimError::Config(format!(
+                "mtu_payload {} must be within {MTU_PAYLOAD_BYTES:?}",
+                cfg.mtu_payload
+            )));
         }
         if cfg.sample_interval.0 == 0 {
             return Err(SimError::Config("sample_interval must be greater than 0".into()));
