@@ -26,7 +26,7 @@ pub struct ReadArgs {
     #[arg(long, value_name = "delta|cumulative", value_parser = parse_counters)]
     pub counters: Option<CounterMode>,
     /// A step longer than this many sample intervals between two samples of a queue is a gap.
-    #[arg(long, value_name = "N", default_value_t = 1.5)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_GAP)]
     pub max_gap: f64,
     /// Repair what can safely be repaired: sort, drop exact duplicates, drop samples across
     /// counter resets or with implausible deltas, mark gaps. Everything else stays an error.
@@ -38,7 +38,24 @@ fn parse_counters(s: &str) -> Result<CounterMode, String> {
     CounterMode::parse(s).ok_or_else(|| format!("`{s}` is not delta or cumulative"))
 }
 
+/// `--max-gap`'s default, in sample intervals.
+const DEFAULT_MAX_GAP: f64 = 1.5;
+
 impl ReadArgs {
+    /// Refuse these flags where no telemetry file is read (`mode` says what is read instead),
+    /// rather than ignore them.
+    pub fn refuse_unless_reading(&self, mode: &str) -> Result<(), CliError> {
+        let given = [
+            ("--counters", self.counters.is_some()),
+            ("--max-gap", self.max_gap != DEFAULT_MAX_GAP),
+            ("--repair", self.repair),
+        ];
+        match given.iter().find(|(_, set)| *set) {
+            Some((flag, _)) => Err(CliError::BadInput(format!("{flag} checks telemetry files; {mode} reads none"))),
+            None => Ok(()),
+        }
+    }
+
     /// Reader options from the flags, checking the settings in effect against `bounds`.
     pub fn options(&self, bounds: Option<&Bounds>) -> Result<ReadOptions, CliError> {
         if !(self.max_gap.is_finite() && self.max_gap >= 1.0) {

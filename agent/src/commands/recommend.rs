@@ -21,10 +21,10 @@ pub struct RecommendArgs {
     #[arg(long, value_name = "URL")]
     target: Option<String>,
     /// With --target: file holding the actuator's bearer token.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "telemetry")]
     token_file: Option<PathBuf>,
     /// With --target: CA certificate (PEM) for an https URL.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "telemetry")]
     tls_ca: Option<PathBuf>,
     /// The model: default, acc-baseline, or a .safetensors path.
     #[arg(long, value_name = "M", default_value = "default")]

@@ -135,6 +135,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     if !args.telemetry.is_empty() {
         return run_offline(&args);
     }
+    args.read.refuse_unless_reading("training on the simulator")?;
     let mut sources = Vec::new();
     for name in &args.scenario {
         if name == TRAINING_MIX {
