@@ -79,22 +79,20 @@ impl Policy {
                         _ => return Err(bad(format!("SHARE '{a}' is not a fraction between 0 and 1"))),
                     },
                 };
-                let anchor = parts.next().map(|a| match a.split_once(':') {
-                    Some(("baseline" | "model", _)) => Policy::parse(a).map_err(|e| match e {
-                        CliError::BadInput(why) => bad(format!("ANCHOR: {why}")),
-                        other => other,
-                    }),
-                    _ => Err(bad(format!("ANCHOR '{a}' must be baseline:<name> or model:<NAME|PATH>"))),
-                });
-                let anchor = match anchor.transpose()? {
+                let anchor = match parts.next() {
                     None => Anchor::Baseline(crate::learn::trainer::REFERENCE_BASELINE),
-                    Some(Policy::Baseline(b)) => Anchor::Baseline(b),
-                    Some(Policy::Model(m)) => Anchor::Model(m),
-                    Some(other) => {
-                        return Err(bad(format!(
-                            "the anchor must be baseline:<name> or model:<NAME|PATH>, not {other}"
-                        )))
+                    Some(a) if matches!(a.split_once(':'), Some(("baseline" | "model", _))) => {
+                        let parsed = Policy::parse(a).map_err(|e| match e {
+                            CliError::BadInput(why) => bad(format!("ANCHOR: {why}")),
+                            other => other,
+                        })?;
+                        match parsed {
+                            Policy::Baseline(b) => Anchor::Baseline(b),
+                            Policy::Model(m) => Anchor::Model(m),
+                            other => return Err(bad(format!("ANCHOR '{a}' parsed as {other}"))),
+                        }
                     }
+                    Some(a) => return Err(bad(format!("ANCHOR '{a}' must be baseline:<name> or model:<NAME|PATH>"))),
                 };
                 Ok(Policy::Explore(Explore::anchored(seed, hold, share, anchor)))
             }
