@@ -183,6 +183,8 @@ pub fn training_curve(
     let mut chart = ChartBuilder::on(&root)
         .caption(title, (FONT, 24))
         .margin(15)
+        // Room for the last x label ("200000"), centred on the right edge.
+        .margin_right(40)
         .x_label_area_size(45)
         .y_label_area_size(70)
         .build_cartesian_2d(x0..x1, (y0 - pad)..(y1 + pad))
