@@ -411,8 +411,7 @@ impl Scenario {
                     format!("{count} rate/value pairs announced, {} values follow", pairs.len()),
                 ));
             }
-            let n = pairs.len() / 2;
-            Ok((0..n).map(|i| (vals[1 + 2 * i] as u64, vals[2 + 2 * i])).collect())
+            Ok(pairs.chunks_exact(2).map(|pair| (pair[0] as u64, pair[1])).collect())
         };
         let (kmin, kmax, pmax) = (map("KMIN_MAP")?, map("KMAX_MAP")?, map("PMAX_MAP")?);
         if !kmin.is_empty() {
