@@ -121,7 +121,8 @@ fn bad_scenario_files_exit_2_naming_file_and_field() {
 }
 
 /// An `--out` that cannot take a command's files is refused before the work, and nothing is
-/// written: a directory where `sim` or `eval` would put a file, or `record --out` a directory.
+/// written: a directory where `sim`, `eval` or `train` would put a file, or `record --out` a
+/// directory.
 #[test]
 fn unusable_out_paths_are_refused_before_anything_is_written() {
     let tmp = temp_dir("outdir");
@@ -138,6 +139,11 @@ fn unusable_out_paths_are_refused_before_anything_is_written() {
     let eval = ["eval", "--scenario", &scenario, "--seeds", "1", "--policy", "baseline:huawei-latency"];
     assert_bad_input(&[&eval[..], &["--out", eval_out.to_str().unwrap()]].concat(), &["slowdown_websearch-50.png"]);
     assert!(!eval_out.join("eval.md").exists());
+
+    let model = dir.join("m.safetensors");
+    std::fs::create_dir_all(dir.join("m.training.png")).unwrap();
+    assert_bad_input(&["train", "--steps", "1", "--out", model.to_str().unwrap()], &["m.training.png"]);
+    assert!(!model.exists());
 
     let record_out = dir.join("taken.parquet");
     std::fs::create_dir_all(&record_out).unwrap();

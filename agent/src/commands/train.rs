@@ -122,8 +122,15 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     if args.out.extension().is_none_or(|e| e != "safetensors") {
         return Err(CliError::BadInput(format!("--out {}: a model path must end in .safetensors", args.out.display())));
     }
-    // Training takes minutes; find out now, not after, that the model cannot be written.
+    // Training takes minutes; find out now, not after, that the model or a file beside it
+    // cannot be written.
     super::prepare_out_file(&args.out)?;
+    for suffix in ["card.json", "training.csv", "training.png"] {
+        let beside = ecn_models::checkpoint::sibling(&args.out, suffix);
+        if beside.is_dir() {
+            return Err(CliError::BadInput(format!("--out: {} is a directory", beside.display())));
+        }
+    }
     if args.steps == 0 || args.envs == 0 {
         return Err(CliError::BadInput("--steps and --envs must be at least 1".into()));
     }
