@@ -96,8 +96,8 @@ impl DcqcnParams {
         }
     }
 
-    /// Check that every value is usable.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Check that every value is usable on NICs of `nic_rate`.
+    pub fn validate(&self, nic_rate: BitsPerSec) -> Result<(), String> {
         let positive = [
             ("alpha_resume_interval", self.alpha_resume_interval.0),
             ("rate_decrease_interval", self.rate_decrease_interval.0),
@@ -114,6 +114,10 @@ impl DcqcnParams {
         }
         if !(self.rate_on_first_cnp > 0.0 && self.rate_on_first_cnp <= 1.0) {
             return Err(format!("rate_on_first_cnp ({}) must be within (0, 1]", self.rate_on_first_cnp));
+        }
+        // A floor above the line rate would leave DCQCN unable to slow a sender at all.
+        if self.min_rate > nic_rate {
+            return Err(format!("min_rate ({}) must not exceed the NIC rate ({nic_rate})", self.min_rate));
         }
         if self.byte_counter == Some(Bytes(0)) {
             return Err("byte_counter must be greater than 0 (omit it to disable)".into());
@@ -299,8 +303,10 @@ mod tests {
         assert_eq!(p.rate_hai, BitsPerSec(200_000_000));
         assert_eq!(p.min_rate, BitsPerSec(1_000_000_000));
         assert_eq!(p.rp_timer, Nanos::from_micros(300));
-        p.validate().unwrap();
-        DcqcnParams::paper().validate().unwrap();
+        p.validate(G100).unwrap();
+        DcqcnParams::paper().validate(G100).unwrap();
+        let e = p.validate(BitsPerSec(500_000_000)).unwrap_err();
+        assert!(e.contains("min_rate"), "{e}");
     }
 
     #[test]

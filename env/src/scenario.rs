@@ -380,7 +380,7 @@ impl Scenario {
         if let Some(v) = rate("MIN_RATE")? {
             dc.min_rate = v;
         }
-        dc.validate().map_err(|m| err(source, "dcqcn", m))?;
+        dc.validate(line).map_err(|m| err(source, "dcqcn", m))?;
         fabric.dcqcn = dc;
         if let Some(v) = num("BUFFER_SIZE")? {
             // HPCC's BUFFER_SIZE is in MiB.
@@ -575,7 +575,7 @@ fn resolve(
         merged.insert(k, v);
     }
     fabric.dcqcn = DcqcnParams::deserialize(merged).map_err(|e| err(source, "dcqcn", e.message()))?;
-    fabric.dcqcn.validate().map_err(|m| err(source, "dcqcn", m))?;
+    fabric.dcqcn.validate(line).map_err(|m| err(source, "dcqcn", m))?;
 
     // NIC.
     let nic = file.nic.unwrap_or_default();

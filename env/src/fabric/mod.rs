@@ -369,7 +369,7 @@ pub struct Simulator {
 impl Simulator {
     /// Build a simulator for `cfg` that will start `flows` (any order).
     pub fn new(cfg: FabricConfig, mut flows: Vec<FlowSpec>) -> Result<Self, SimError> {
-        cfg.dcqcn.validate().map_err(SimError::Config)?;
+        cfg.dcqcn.validate(cfg.topology.nic_rate()).map_err(SimError::Config)?;
         if !MTU_PAYLOAD_BYTES.contains(&cfg.mtu_payload) {
             return Err(SimError::Config(format!(
                 "mtu_payload {} must be within {MTU_PAYLOAD_BYTES:?}",
