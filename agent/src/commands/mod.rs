@@ -16,7 +16,7 @@ pub mod train;
 pub mod validate;
 
 use crate::error::CliError;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Make ready for an `--out` file before any work: refuse a path that is a directory, and
 /// create the folder the file goes into.
@@ -35,7 +35,13 @@ fn prepare_out_file(out: &Path) -> Result<(), CliError> {
 /// with some files written and others not.
 fn prepare_out_dir<'a>(dir: &Path, files: impl IntoIterator<Item = &'a str>) -> Result<(), CliError> {
     std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
-    match files.into_iter().map(|name| dir.join(name)).find(|path| path.is_dir()) {
+    refuse_directories(files.into_iter().map(|name| dir.join(name)))
+}
+
+/// Refuse the first of `paths`, files an `--out` will write, that is a directory: writing it
+/// would fail only after the work.
+fn refuse_directories(paths: impl IntoIterator<Item = PathBuf>) -> Result<(), CliError> {
+    match paths.into_iter().find(|path| path.is_dir()) {
         Some(path) => Err(CliError::BadInput(format!("--out: {} is a directory", path.display()))),
         None => Ok(()),
     }

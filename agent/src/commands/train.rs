@@ -125,12 +125,9 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     // Training takes minutes; find out now, not after, that the model or a file beside it
     // cannot be written.
     super::prepare_out_file(&args.out)?;
-    for suffix in ["card.json", "training.csv", "training.png"] {
-        let beside = ecn_models::checkpoint::sibling(&args.out, suffix);
-        if beside.is_dir() {
-            return Err(CliError::BadInput(format!("--out: {} is a directory", beside.display())));
-        }
-    }
+    super::refuse_directories(
+        ["card.json", "training.csv", "training.png"].map(|suffix| ecn_models::checkpoint::sibling(&args.out, suffix)),
+    )?;
     if args.steps == 0 || args.envs == 0 {
         return Err(CliError::BadInput("--steps and --envs must be at least 1".into()));
     }
