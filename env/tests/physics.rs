@@ -7,7 +7,7 @@
 
 use ecn_datasets::{FlowRecord, TelemetrySample};
 use ecn_env::ecn::EcnSetting;
-use ecn_env::fabric::{EcnPlan, FabricConfig, Simulator};
+use ecn_env::fabric::{EcnPlan, FabricConfig, NicWakeup, Simulator};
 use ecn_env::rng::Rng;
 use ecn_env::scenario::Scenario;
 use ecn_env::topology::{Link, Node, NodeKind, Topology};
@@ -471,4 +471,46 @@ fn injected_pause_storm_stalls_and_recovers() {
     let done = sim.run(|_| {});
     assert!(done, "flows complete after the storm: {:?} at {} {:?}", sim.flow_counts(), sim.now(), sim.counters());
     assert_eq!(sim.counters().drops, 0);
+}
+
+// ---- 9. NIC pacing wake-up -------------------------------------------------------------------
+
+/// Y's completion time, in ns, under `mode` in the one situation where the two wake-up modes
+/// differ (see `NicWakeup`). h0 has a slow flow X to h1, held at a 10 Mb/s DCQCN floor by a
+/// 1 Gb/s link behind a second switch: one packet every 829 µs (1036 B at 10 Mb/s). 10 µs
+/// after X's packet at ~3.006 ms, h0 starts Y, 1 MB to h2, whose port a long flow Z from h3
+/// already congests. Y leaves at line rate, its first CNPs cut it, and from then on nothing is
+/// eligible between its packets while X's timer for ~3.834 ms is pending.
+fn paced_newcomer_fct(mode: NicWakeup) -> u64 {
+    let mut t = star(4);
+    t.nodes.push(Node { name: "sw2".into(), kind: NodeKind::Switch });
+    t.links[1] = Link { a: 1, b: 5, rate: G100, delay: Nanos(1000) };
+    t.links.push(Link { a: 4, b: 5, rate: BitsPerSec::from_gbps(1), delay: Nanos(1000) });
+    let mut cfg = FabricConfig::new(t);
+    cfg.ecn = EcnPlan::Fixed(EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.2 });
+    cfg.dcqcn.min_rate = BitsPerSec(10_000_000);
+    cfg.nic_wakeup = mode;
+    cfg.window_start = Nanos(0);
+    cfg.window_end = Nanos(5 * MS);
+    cfg.stop_at = Nanos(20 * MS);
+    let flows = vec![flow(0, 1, 100_000_000, 0), flow(3, 2, 100_000_000, 0), flow(0, 2, 1_000_000, 3 * MS + 10_000)];
+    let mut sim = Simulator::new(cfg, flows).unwrap();
+    sim.run_until(Nanos(20 * MS));
+    let x_rate = sim.flow_progress()[0].rate_bps;
+    assert!(x_rate <= 10_000_001.0, "X must sit at the DCQCN floor, not at {x_rate} b/s");
+    sim.flow_records()[2].fct_ns.expect("Y completes")
+}
+
+/// `Hpcc` keeps X's pending timer, so once Y's ACKs stop waking the NIC, Y waits for X's next
+/// packet and cannot finish before ~3.834 ms, 824 µs after it started. `Exact` wakes the NIC
+/// at Y's own pacing time, and Y finishes in a few hundred µs. Every other run measured shows
+/// no difference; this pins down that the switch does change the physics, in the direction the
+/// reference code implies.
+#[test]
+fn hpcc_wakeup_lets_a_slow_flows_timer_hold_back_a_paced_newcomer() {
+    let hpcc = paced_newcomer_fct(NicWakeup::Hpcc);
+    let exact = paced_newcomer_fct(NicWakeup::Exact);
+    eprintln!("wake-up: Y's FCT {hpcc} ns under hpcc, {exact} ns under exact");
+    assert!(hpcc >= 800_000, "under hpcc, Y must wait for X's pacing timer; FCT {hpcc} ns");
+    assert!(exact <= 600_000, "under exact, Y paces on its own timer; FCT {exact} ns");
 }

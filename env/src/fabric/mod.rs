@@ -90,7 +90,9 @@ pub const MTU_PAYLOAD_BYTES: std::ops::RangeInclusive<u32> = 256..=9000;
 /// first CNP round trip. They differed in none of the runs measured across websearch-50,
 /// hadoop-50, mixed and leafspine-64 (a counter of the idle checks where the modes disagree
 /// read 0 of 2–10 M; the runs compared under both were event for event the same), nor in a
-/// 4-to-1 incast with a 100 Mb/s floor.
+/// 4-to-1 incast with a 100 Mb/s floor. With a 10 Mb/s floor they do: a flow that starts beside
+/// one held at that floor waits up to 829 µs for its timer, which doubles its completion time
+/// (the physics test `hpcc_wakeup_lets_a_slow_flows_timer_hold_back_a_paced_newcomer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NicWakeup {
