@@ -117,6 +117,10 @@ pub struct TrainArgs {
 /// is 0.1 to 10).
 const MAX_CONSERVATIVE_ALPHA: f64 = 100.0;
 
+/// The training curve's files beside `MODEL.safetensors`: `MODEL.training.csv` and `.png`.
+const CURVE_CSV: &str = "training.csv";
+const CURVE_PNG: &str = "training.png";
+
 /// Train and write the checkpoint.
 pub fn run(args: TrainArgs) -> Result<(), CliError> {
     if args.out.extension().is_none_or(|e| e != "safetensors") {
@@ -125,9 +129,11 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     // Training takes minutes; find out now, not after, that the model or a file beside it
     // cannot be written.
     super::prepare_out_file(&args.out)?;
-    super::refuse_directories(
-        ["card.json", "training.csv", "training.png"].map(|suffix| ecn_models::checkpoint::sibling(&args.out, suffix)),
-    )?;
+    super::refuse_directories([
+        ecn_models::checkpoint::card_path(&args.out),
+        ecn_models::checkpoint::sibling(&args.out, CURVE_CSV),
+        ecn_models::checkpoint::sibling(&args.out, CURVE_PNG),
+    ])?;
     if args.steps == 0 || args.envs == 0 {
         return Err(CliError::BadInput("--steps and --envs must be at least 1".into()));
     }
@@ -183,9 +189,9 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     bar.finish_and_clear();
 
     trained.checkpoint.save(&args.out).map_err(|e| CliError::Failed(e.to_string()))?;
-    let csv = ecn_models::checkpoint::sibling(&args.out, "training.csv");
+    let csv = ecn_models::checkpoint::sibling(&args.out, CURVE_CSV);
     write_curve_csv(&csv, &trained.curve)?;
-    let png = ecn_models::checkpoint::sibling(&args.out, "training.png");
+    let png = ecn_models::checkpoint::sibling(&args.out, CURVE_PNG);
     let pts = |f: fn(&trainer::CurvePoint) -> f64| trained.curve.iter().map(|p| (p.env_steps as f64, f(p))).collect();
     // The reference's cost is its own small-flow p99 (nothing to penalise against itself).
     let reference_cost =
@@ -277,7 +283,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
     let trained = offline::train(&cfg, &data, &bar)?;
     bar.finish_and_clear();
     trained.checkpoint.save(&args.out).map_err(|e| CliError::Failed(e.to_string()))?;
-    let csv = ecn_models::checkpoint::sibling(&args.out, "training.csv");
+    let csv = ecn_models::checkpoint::sibling(&args.out, CURVE_CSV);
     let mut s = String::from("updates,loss,td_error_rms,agrees_with_logged,wall_seconds\n");
     for p in &trained.curve {
         s.push_str(&format!(
@@ -286,7 +292,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
         ));
     }
     std::fs::write(&csv, s).map_err(|e| CliError::Failed(format!("{}: {e}", csv.display())))?;
-    let png = ecn_models::checkpoint::sibling(&args.out, "training.png");
+    let png = ecn_models::checkpoint::sibling(&args.out, CURVE_PNG);
     let pts = |f: fn(&offline::OfflinePoint) -> f64| trained.curve.iter().map(|p| (p.updates as f64, f(p))).collect();
     plot::training_curve(
         &png,
