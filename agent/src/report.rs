@@ -2,7 +2,7 @@
 
 use crate::error::CliError;
 use ecn_datasets::io;
-use ecn_env::summary::{Percentiles, Summary};
+use ecn_env::summary::{Percentiles, Summary, TailAnatomy};
 use ecn_env::Simulator;
 use std::fmt::Write;
 use std::path::Path;
@@ -37,6 +37,9 @@ pub fn summary_table(s: &Summary) -> String {
     for (name, p) in rows {
         let _ = writeln!(out, "{:<12} {:>6} {:>8} {:>8} {:>8}", name, p.n, cell(p.p50), cell(p.p95), cell(p.p99));
     }
+    if let Some(t) = &s.small_flow_tail {
+        let _ = writeln!(out, "{}", tail_line(t));
+    }
     let _ = writeln!(out);
     let _ = writeln!(out, "utilization (host downlinks)  {:.1}%", s.utilization * 100.0);
     let _ = writeln!(
@@ -49,6 +52,18 @@ pub fn summary_table(s: &Summary) -> String {
         writeln!(out, "PFC pause frames / paused     {} / {:.1} us", s.pfc.pause_frames, s.pfc.paused_ns as f64 / 1e3);
     let _ = writeln!(out, "ECN marks / drops             {} / {}", s.ecn_marks, s.drops);
     out
+}
+
+/// One line on where the <100KB p99 tail waited (see [`TailAnatomy`]).
+fn tail_line(t: &TailAnatomy) -> String {
+    format!(
+        "<100KB p99 tail  {} flows, {:.1} us each over ideal: sender {:.0}%, forward {:.0}%, ACK {:.0}%",
+        t.flows,
+        t.excess_ns / 1e3,
+        t.sender * 100.0,
+        t.forward * 100.0,
+        t.ack * 100.0
+    )
 }
 
 /// The files [`write_outputs`] leaves in its folder.

@@ -296,6 +296,14 @@ impl<'a> ParquetFile<'a> {
         Ok(ca.iter().collect())
     }
 
+    /// A nullable numeric column that older files may lack: all nulls when it is absent.
+    fn optional<T: PolarsNumericType>(&self, name: &str) -> Result<Vec<Option<T::Native>>, IoError> {
+        if self.df.column(name).is_err() {
+            return Ok(vec![None; self.rows()]);
+        }
+        self.nullable::<T>(name)
+    }
+
     /// A numeric column in which a null is an error.
     fn required<T: PolarsNumericType>(&self, name: &str) -> Result<Vec<T::Native>, IoError> {
         self.no_nulls(name, self.nullable::<T>(name)?)
@@ -559,6 +567,9 @@ fn flows_frame(rows: &[FlowRecord]) -> PolarsResult<DataFrame> {
         field_column!(rows, fct_ns),
         field_column!(rows, ideal_ns),
         field_column!(rows, slowdown),
+        field_column!(rows, sent_ns),
+        field_column!(rows, delivered_ns),
+        field_column!(rows, base_rtt_ns),
     ];
     DataFrame::new(rows.len(), columns)
 }
@@ -566,6 +577,7 @@ fn flows_frame(rows: &[FlowRecord]) -> PolarsResult<DataFrame> {
 /// Writes flow records as Parquet, one column per [`FlowRecord`] field with the field's
 /// integer width (`src`/`dst` UInt32, ports UInt16, `priority` UInt8, the rest UInt64 or
 /// Float64). `fct_ns` and `slowdown` are nullable: null marks a flow that had not completed.
+/// `sent_ns`, `delivered_ns` and `base_rtt_ns` are nullable too: null where unknown.
 ///
 /// The file appears atomically: it is written to `<path>.tmp` and renamed into place.
 pub fn write_flows_parquet(path: &Path, rows: &[FlowRecord]) -> Result<(), IoError> {
@@ -574,7 +586,8 @@ pub fn write_flows_parquet(path: &Path, rows: &[FlowRecord]) -> Result<(), IoErr
 }
 
 /// Reads a whole flow-record Parquet file into memory; columns must have the types that
-/// [`write_flows_parquet`] writes.
+/// [`write_flows_parquet`] writes. Files written before `sent_ns`, `delivered_ns` and
+/// `base_rtt_ns` existed read with those fields `None`.
 pub fn read_flows_parquet(path: &Path) -> Result<Vec<FlowRecord>, IoError> {
     let f = ParquetFile::open(path)?;
     let src = f.required::<UInt32Type>("src")?;
@@ -587,6 +600,9 @@ pub fn read_flows_parquet(path: &Path) -> Result<Vec<FlowRecord>, IoError> {
     let fct_ns = f.nullable::<UInt64Type>("fct_ns")?;
     let ideal_ns = f.required::<UInt64Type>("ideal_ns")?;
     let slowdown = f.nullable::<Float64Type>("slowdown")?;
+    let sent_ns = f.optional::<UInt64Type>("sent_ns")?;
+    let delivered_ns = f.optional::<UInt64Type>("delivered_ns")?;
+    let base_rtt_ns = f.optional::<UInt64Type>("base_rtt_ns")?;
     Ok((0..f.rows())
         .map(|i| FlowRecord {
             src: src[i],
@@ -599,6 +615,9 @@ pub fn read_flows_parquet(path: &Path) -> Result<Vec<FlowRecord>, IoError> {
             fct_ns: fct_ns[i],
             ideal_ns: ideal_ns[i],
             slowdown: slowdown[i],
+            sent_ns: sent_ns[i],
+            delivered_ns: delivered_ns[i],
+            base_rtt_ns: base_rtt_ns[i],
         })
         .collect())
 }
@@ -697,6 +716,9 @@ fn parse_hpcc_fct_line(line: &str) -> Result<FlowRecord, String> {
         // HPCC's standalone FCT is an estimate, so a lucky flow can beat it; clamping keeps
         // slowdown >= 1 as REFERENCE.md §4 defines it.
         slowdown: Some((fct as f64 / ideal as f64).max(1.0)),
+        sent_ns: None,
+        delivered_ns: None,
+        base_rtt_ns: None,
     })
 }
 
@@ -847,6 +869,9 @@ mod tests {
             fct_ns: completed.then_some(fct),
             ideal_ns: ideal,
             slowdown: completed.then(|| (fct as f64 / ideal as f64).max(1.0)),
+            sent_ns: completed.then_some(fct / 2),
+            delivered_ns: completed.then_some(fct - 1_000),
+            base_rtt_ns: i.is_multiple_of(2).then_some(4_000),
         }
     }
 
@@ -901,6 +926,25 @@ mod tests {
         assert_eq!(f.df.column("fct_ns").unwrap().null_count(), 2);
         assert_eq!(f.df.column("sport").unwrap().dtype(), &DataType::UInt16);
         assert_eq!(f.df.column("src").unwrap().dtype(), &DataType::UInt32);
+        assert_eq!(f.df.column("base_rtt_ns").unwrap().null_count(), 3);
+    }
+
+    #[test]
+    fn flows_parquet_without_the_phase_columns_reads_them_as_none() {
+        let dir = TempDir::new("flows-v1");
+        let path = dir.join("f.parquet");
+        let rows: Vec<_> = (0..3).map(|i| flow(i, true)).collect();
+        let mut df = flows_frame(&rows).unwrap();
+        for column in ["sent_ns", "delivered_ns", "base_rtt_ns"] {
+            let _ = df.drop_in_place(column).unwrap();
+        }
+        write_frame(&path, df, None);
+        let read = read_flows_parquet(&path).unwrap();
+        let expected: Vec<_> = rows
+            .into_iter()
+            .map(|r| FlowRecord { sent_ns: None, delivered_ns: None, base_rtt_ns: None, ..r })
+            .collect();
+        assert_eq!(read, expected);
     }
 
     #[test]
@@ -1041,7 +1085,12 @@ mod tests {
         let text = fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 9, "incomplete flows are not written");
         assert!(text.lines().next().unwrap().starts_with("0b000001 0b000501 10000 100 1 "), "{text}");
-        let completed: Vec<_> = rows.into_iter().filter(|r| r.fct_ns.is_some()).collect();
+        // The format has no phase times.
+        let completed: Vec<_> = rows
+            .into_iter()
+            .filter(|r| r.fct_ns.is_some())
+            .map(|r| FlowRecord { sent_ns: None, delivered_ns: None, base_rtt_ns: None, ..r })
+            .collect();
         assert_eq!(read_flows_hpcc_fct(&path).unwrap(), completed);
 
         let mut too_big = flow(1, true);

@@ -45,6 +45,15 @@ pub struct FlowRecord {
     pub ideal_ns: u64,
     /// max(1, fct / ideal); `None` if the flow had not completed.
     pub slowdown: Option<f64>,
+    /// Nanoseconds from the start until the last byte first left the sender's NIC; `None` if
+    /// it never did, or if the source (an HPCC FCT file) does not record it.
+    pub sent_ns: Option<u64>,
+    /// Nanoseconds from the start until the receiver first held every byte in order; `None` as
+    /// for `sent_ns`. FCT − `delivered_ns` is the wait for the last ACK.
+    pub delivered_ns: Option<u64>,
+    /// The base RTT part of `ideal_ns` (propagation and one MTU's serialization per link, both
+    /// ways); the rest is the flow's serialization at the bottleneck. `None` when unknown.
+    pub base_rtt_ns: Option<u64>,
 }
 
 /// One queue over one sample interval: a telemetry row without the identity columns.

@@ -85,6 +85,61 @@ impl SlowdownBuckets {
     }
 }
 
+/// Where the slowest small flows lost their time: the flows under 100 KB whose slowdown is at
+/// or above the bucket's p99, with each flow's FCT split at two instants. Before the last byte
+/// leaves the sender's NIC, a flow waits for the NIC (round-robin with the host's other flows,
+/// its DCQCN rate); until that byte arrives, for the switch queues on the data path; until the
+/// last ACK returns, for the queues on the return path (ACKs share the data queues, README
+/// "Fidelity"). The ideal FCT is split the same way: its serialization part to the sender, half
+/// its base RTT to each direction. Each phase counts its time beyond that part, floored at zero.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TailAnatomy {
+    /// Flows in the tail.
+    pub flows: usize,
+    /// Mean time beyond the ideal FCT, summed over the three phases, ns.
+    pub excess_ns: f64,
+    /// Share of that time spent before the last byte left the sender.
+    pub sender: f64,
+    /// Share spent on the data path.
+    pub forward: f64,
+    /// Share spent waiting for the last ACK.
+    pub ack: f64,
+}
+
+impl TailAnatomy {
+    /// The anatomy of the <100KB flows at or above `p99`; `None` when no such flow records the
+    /// phase times (files from other simulators do not).
+    pub fn of_small_flows(records: &[FlowRecord], p99: Option<f64>) -> Option<Self> {
+        let p99 = p99?;
+        let mut sums = [0f64; 3];
+        let mut flows = 0;
+        for r in records.iter().filter(|r| r.size_bytes < 100_000 && r.slowdown.is_some_and(|s| s >= p99)) {
+            let (Some(fct), Some(sent), Some(delivered), Some(base)) =
+                (r.fct_ns, r.sent_ns, r.delivered_ns, r.base_rtt_ns)
+            else {
+                continue;
+            };
+            let over = |took: u64, ideal: u64| took.saturating_sub(ideal) as f64;
+            let serialization = r.ideal_ns.saturating_sub(base);
+            sums[0] += over(sent, serialization);
+            sums[1] += over(delivered.saturating_sub(sent), base / 2);
+            sums[2] += over(fct.saturating_sub(delivered), base - base / 2);
+            flows += 1;
+        }
+        let total: f64 = sums.iter().sum();
+        (flows > 0).then(|| {
+            let share = |x: f64| if total > 0.0 { x / total } else { 0.0 };
+            TailAnatomy {
+                flows,
+                excess_ns: total / flows as f64,
+                sender: share(sums[0]),
+                forward: share(sums[1]),
+                ack: share(sums[2]),
+            }
+        })
+    }
+}
+
 /// Flow counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowCounts {
@@ -125,6 +180,9 @@ pub struct Summary {
     pub flows: FlowCounts,
     /// Slowdown by size bucket.
     pub slowdown: SlowdownBuckets,
+    /// Where the <100KB p99 tail waited; absent for runs without phase times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_flow_tail: Option<TailAnatomy>,
     /// PFC activity.
     pub pfc: PfcSummary,
     /// Packets dropped.
@@ -148,6 +206,7 @@ impl Summary {
     pub fn new(sim: &Simulator, scenario: &str, policy: &str, seed: u64, wall_seconds: f64) -> Self {
         let records = sim.flow_records();
         let c = sim.counters();
+        let slowdown = SlowdownBuckets::from_records(&records);
         Summary {
             scenario: scenario.into(),
             policy: policy.into(),
@@ -156,7 +215,8 @@ impl Summary {
                 total: records.len(),
                 completed: records.iter().filter(|r| r.fct_ns.is_some()).count(),
             },
-            slowdown: SlowdownBuckets::from_records(&records),
+            small_flow_tail: TailAnatomy::of_small_flows(&records, slowdown.lt_100kb.p99),
+            slowdown,
             pfc: PfcSummary { pause_frames: c.pause_frames, paused_ns: c.paused_ns },
             drops: c.drops,
             ecn_marks: c.ecn_marks,
@@ -185,6 +245,9 @@ mod tests {
             fct_ns: slowdown.map(|s| (s * 1_000.0) as u64),
             ideal_ns: 1_000,
             slowdown,
+            sent_ns: None,
+            delivered_ns: None,
+            base_rtt_ns: None,
         }
     }
 
@@ -207,5 +270,36 @@ mod tests {
         for key in ["all", "lt_10KB", "10KB_100KB", "100KB_1MB", "ge_1MB", "lt_100KB"] {
             assert!(json[key]["p99"].is_number(), "{key}");
         }
+    }
+
+    #[test]
+    fn tail_anatomy_splits_the_excess_of_the_tail_flows_by_phase() {
+        // Ideal 1 000 ns: 600 ns of base RTT (300 each way) and 400 ns of serialization.
+        let timed = |size_bytes: u64, sent: u64, delivered: u64, fct: u64| FlowRecord {
+            fct_ns: Some(fct),
+            slowdown: Some((fct as f64 / 1_000.0).max(1.0)),
+            sent_ns: Some(sent),
+            delivered_ns: Some(delivered),
+            base_rtt_ns: Some(600),
+            ..record(size_bytes, None)
+        };
+        let records = [
+            // The tail: 1 600 ns late at the sender, 1 000 ns forward, 400 ns on the ACK.
+            timed(1_000, 2_000, 3_300, 4_000),
+            timed(2_000, 400, 1_700, 2_000),
+            // Below p99, a large flow, and a flow without phase times: not counted.
+            timed(3_000, 400, 700, 1_000),
+            timed(500_000, 9_000, 9_300, 9_600),
+            record(4_000, Some(9.0)),
+        ];
+        let a = TailAnatomy::of_small_flows(&records, Some(2.0)).unwrap();
+        assert_eq!(a.flows, 2);
+        assert_eq!(a.excess_ns, (3_000.0 + 1_000.0) / 2.0);
+        let close = |x: f64, y: f64| (x - y).abs() < 1e-12;
+        assert!(close(a.sender, 1_600.0 / 4_000.0), "{a:?}");
+        assert!(close(a.forward, (1_000.0 + 1_000.0) / 4_000.0), "{a:?}");
+        assert!(close(a.ack, 400.0 / 4_000.0), "{a:?}");
+        assert_eq!(TailAnatomy::of_small_flows(&records[4..], Some(2.0)), None);
+        assert_eq!(TailAnatomy::of_small_flows(&records, None), None);
     }
 }

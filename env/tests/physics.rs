@@ -514,3 +514,71 @@ fn hpcc_wakeup_lets_a_slow_flows_timer_hold_back_a_paced_newcomer() {
     assert!(hpcc >= 800_000, "under hpcc, Y must wait for X's pacing timer; FCT {hpcc} ns");
     assert!(exact <= 600_000, "under exact, Y paces on its own timer; FCT {exact} ns");
 }
+
+// ---- 10. where a flow's time goes --------------------------------------------------------------
+
+/// A 10 KB flow from h0 to h1 on a four-host star with ECN off, after `others` have started.
+/// Returns its record.
+fn ten_kb_flow_after(others: Vec<FlowSpec>) -> FlowRecord {
+    let mut cfg = FabricConfig::new(star(4));
+    cfg.ecn = EcnPlan::Fixed(ecn_off());
+    cfg.window_start = Nanos(0);
+    cfg.window_end = Nanos(2 * MS);
+    cfg.stop_at = Nanos(3 * MS);
+    let mut flows = others;
+    flows.push(flow(0, 1, 10_000, MS));
+    let probe = flows.len() - 1;
+    let mut sim = Simulator::new(cfg, flows).unwrap();
+    sim.run_until(Nanos(3 * MS));
+    sim.flow_records().swap_remove(probe)
+}
+
+/// (sender, forward, ACK) time of `r` beyond its part of the ideal FCT, as
+/// `TailAnatomy` splits it, in ns (negative: faster than that part).
+fn phase_excess(r: &FlowRecord) -> [i64; 3] {
+    let (fct, sent, delivered, base) = (
+        r.fct_ns.unwrap() as i64,
+        r.sent_ns.unwrap() as i64,
+        r.delivered_ns.unwrap() as i64,
+        r.base_rtt_ns.unwrap() as i64,
+    );
+    [sent - (r.ideal_ns as i64 - base), delivered - sent - base / 2, fct - delivered - (base - base / 2)]
+}
+
+/// The phase times add up to the FCT, and a lone flow spends each phase in its part of the
+/// ideal: its packets leave at line rate, and each direction takes half the base RTT (to within
+/// the ACK's shorter serialization). A flow sharing its NIC with a line-rate flow loses its
+/// time at the sender (round-robin halves its rate); one behind a port that two other hosts'
+/// flows congest loses it on the data path.
+#[test]
+fn flow_phases_put_the_delay_where_it_happens() {
+    let lone = ten_kb_flow_after(vec![]);
+    let [sender, forward, ack] = phase_excess(&lone);
+    eprintln!(
+        "lone 10 KB flow: fct {:?} ideal {}, phases beyond ideal {sender} / {forward} / {ack} ns",
+        lone.fct_ns, lone.ideal_ns
+    );
+    assert!(
+        sender.abs() <= 50 && forward.abs() <= 50,
+        "a lone flow's data phases match the ideal: {sender}, {forward}"
+    );
+    assert!((-100..=0).contains(&ack), "a lone flow's ACK is at most a little faster than half the base RTT: {ack}");
+
+    // h0 also sends 100 MB to h2 at line rate: the NIC alternates between the two flows.
+    let shared_nic = ten_kb_flow_after(vec![flow(0, 2, 100_000_000, 0)]);
+    let [sender, forward, ack] = phase_excess(&shared_nic);
+    eprintln!("10 KB flow sharing its NIC: phases beyond ideal {sender} / {forward} / {ack} ns");
+    let serialization = (shared_nic.ideal_ns - shared_nic.base_rtt_ns.unwrap()) as i64;
+    assert!(sender >= serialization * 3 / 4, "round-robin must about double its sending time: {sender} ns");
+    assert!(forward.abs() <= 100 && ack.abs() <= 200, "nothing queues in the switch: {forward}, {ack}");
+
+    // h2 and h3 send 100 MB each to h1 from the start; ECN is off, so the port to h1 holds a
+    // standing queue, up to the PFC threshold.
+    let congested = ten_kb_flow_after(vec![flow(2, 1, 100_000_000, 0), flow(3, 1, 100_000_000, 0)]);
+    let [sender, forward, ack] = phase_excess(&congested);
+    eprintln!("10 KB flow into a congested port: phases beyond ideal {sender} / {forward} / {ack} ns");
+    assert!(
+        forward >= 10 * (sender.max(0) + ack.max(0)).max(100),
+        "the delay is on the data path: {sender} / {forward} / {ack}"
+    );
+}

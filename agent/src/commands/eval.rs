@@ -8,7 +8,7 @@ use crate::policy::Policy;
 use crate::rollout;
 use clap::Args;
 use ecn_env::scenario::Scenario;
-use ecn_env::summary::{Percentiles, Summary};
+use ecn_env::summary::{Percentiles, Summary, TailAnatomy};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::collections::HashSet;
@@ -242,6 +242,8 @@ struct Row {
     drops: Option<f64>,
     completed: usize,
     total: usize,
+    /// The runs' <100KB p99 tails pooled, flow-weighted.
+    tail: Option<TailAnatomy>,
 }
 
 const SMALL: usize = 4;
@@ -271,6 +273,7 @@ impl Row {
             drops: mean(runs.iter().map(|s| Some(s.drops as f64))),
             completed: runs.iter().map(|s| s.flows.completed).sum(),
             total: runs.iter().map(|s| s.flows.total).sum(),
+            tail: pool_tails(runs.iter().filter_map(|s| s.small_flow_tail.as_ref())),
         }
     }
 
@@ -290,8 +293,31 @@ impl Row {
             drops: mean(rows.iter().map(|r| r.drops)),
             completed: rows.iter().map(|r| r.completed).sum(),
             total: rows.iter().map(|r| r.total).sum(),
+            tail: pool_tails(rows.iter().filter_map(|r| r.tail.as_ref())),
         }
     }
+}
+
+/// Tails pooled as if their flows had been one tail: shares weighted by each tail's total
+/// excess time.
+fn pool_tails<'a>(tails: impl Iterator<Item = &'a TailAnatomy>) -> Option<TailAnatomy> {
+    let (mut flows, mut total, mut parts) = (0, 0.0, [0.0; 3]);
+    for t in tails {
+        let excess = t.flows as f64 * t.excess_ns;
+        flows += t.flows;
+        total += excess;
+        for (part, share) in parts.iter_mut().zip([t.sender, t.forward, t.ack]) {
+            *part += excess * share;
+        }
+    }
+    let share = |x: f64| if total > 0.0 { x / total } else { 0.0 };
+    (flows > 0).then(|| TailAnatomy {
+        flows,
+        excess_ns: total / flows as f64,
+        sender: share(parts[0]),
+        forward: share(parts[1]),
+        ack: share(parts[2]),
+    })
 }
 
 /// The results arranged by scenario and policy.
@@ -380,6 +406,30 @@ impl<'a> Table<'a> {
                 let cells: Vec<String> =
                     self.rows[s][p].buckets.iter().map(|b| b.map(|v| num(v, 2)).join(" / ")).collect();
                 let _ = writeln!(out, "| {scenario} | {policy} | {} |", cells.join(" | "));
+            }
+        }
+        let _ = writeln!(out, "\n## Where the <100KB p99 tail waits\n");
+        let _ = writeln!(
+            out,
+            "The <100KB flows at or above their run's p99, pooled over seeds: their mean time beyond the \
+             ideal FCT, and its shares before the last byte left the sender, on the data path, and waiting \
+             for the last ACK (README \"Where the tail waits\").\n"
+        );
+        let _ = writeln!(out, "| scenario | policy | tail flows | over ideal (µs) | sender | forward | ACK |");
+        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|");
+        let pct = |x: f64| format!("{:.0}%", x * 100.0);
+        for (s, scenario) in self.scenarios.iter().enumerate() {
+            for (p, policy) in self.policies.iter().enumerate() {
+                let Some(t) = &self.rows[s][p].tail else { continue };
+                let _ = writeln!(
+                    out,
+                    "| {scenario} | {policy} | {} | {:.1} | {} | {} | {} |",
+                    t.flows,
+                    t.excess_ns / 1e3,
+                    pct(t.sender),
+                    pct(t.forward),
+                    pct(t.ack)
+                );
             }
         }
         out

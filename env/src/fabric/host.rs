@@ -104,12 +104,17 @@ impl Simulator {
             cnp: false,
         };
         f.snd_nxt += payload;
+        let last_byte_first_time = f.snd_nxt >= f.spec.size_bytes && f.sent_at.is_none();
         // Pacing: the next packet may leave after this one's size at the current rate.
         f.next_avail = now + BitsPerSec(f.cc.rate_bps as u64).tx_time(size).0;
         f.cc.on_bytes_sent(size, &self.cfg.dcqcn);
         let id = self.pool.alloc(pkt);
         self.transmit(port, id);
-        self.schedule_ready(port, self.ports[port as usize].busy_until);
+        let done = self.ports[port as usize].busy_until;
+        if last_byte_first_time {
+            self.flows[fi as usize].sent_at = Some(done);
+        }
+        self.schedule_ready(port, done);
     }
 
     /// A packet finished arriving at the NIC on `port`.
@@ -132,6 +137,9 @@ impl Simulator {
         let seq = pkt.seq as u64;
         let kind = if seq == f.rcv_expected {
             f.rcv_expected += pkt.payload as u64;
+            if f.rcv_expected >= f.spec.size_bytes && f.delivered_at.is_none() {
+                f.delivered_at = Some(now);
+            }
             PacketKind::Ack
         } else if seq > f.rcv_expected {
             if now < f.last_nack_at + NACK_INTERVAL_NS && f.last_nack_seq == f.rcv_expected {

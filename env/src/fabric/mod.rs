@@ -302,6 +302,8 @@ pub(crate) struct Flow {
     pub spec: FlowSpec,
     pub sport: u16,
     pub ideal_ns: u64,
+    /// The base RTT part of `ideal_ns`.
+    pub base_rtt_ns: u64,
     /// ECMP keys of the data and ACK directions.
     pub key_fwd: u64,
     pub key_rev: u64,
@@ -311,12 +313,16 @@ pub(crate) struct Flow {
     pub next_avail: u64,
     pub cc: DcqcnSender,
     pub finished_at: Option<u64>,
+    /// When the last byte first finished leaving the NIC.
+    pub sent_at: Option<u64>,
     pub una_at_last_rto: u64,
     // Receiver.
     pub rcv_expected: u64,
     pub last_nack_at: u64,
     pub last_nack_seq: u64,
     pub last_cnp_at: Option<u64>,
+    /// When the receiver first held every byte in order.
+    pub delivered_at: Option<u64>,
 }
 
 /// A host's NIC: its port, active flows and ACK queue.
@@ -540,6 +546,7 @@ impl Simulator {
                 spec,
                 sport: this_sport,
                 ideal_ns,
+                base_rtt_ns: base_rtt,
                 key_fwd: tuple(spec.src, spec.dst, this_sport, spec.dport),
                 key_rev: tuple(spec.dst, spec.src, spec.dport, this_sport),
                 snd_nxt: 0,
@@ -547,11 +554,13 @@ impl Simulator {
                 next_avail: 0,
                 cc: DcqcnSender::new(line),
                 finished_at: None,
+                sent_at: None,
                 una_at_last_rto: 0,
                 rcv_expected: 0,
                 last_nack_at: 0,
                 last_nack_seq: u64::MAX,
                 last_cnp_at: None,
+                delivered_at: None,
             });
         }
 
@@ -883,7 +892,8 @@ impl Simulator {
         self.flows
             .iter()
             .map(|f| {
-                let fct = f.finished_at.map(|t| t - f.spec.start.0);
+                let start = f.spec.start.0;
+                let fct = f.finished_at.map(|t| t - start);
                 FlowRecord {
                     src: f.spec.src,
                     dst: f.spec.dst,
@@ -895,6 +905,9 @@ impl Simulator {
                     fct_ns: fct,
                     ideal_ns: f.ideal_ns,
                     slowdown: fct.map(|fct| (fct as f64 / f.ideal_ns as f64).max(1.0)),
+                    sent_ns: f.sent_at.map(|t| t - start),
+                    delivered_ns: f.delivered_at.map(|t| t - start),
+                    base_rtt_ns: Some(f.base_rtt_ns),
                 }
             })
             .collect()
