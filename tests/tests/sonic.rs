@@ -503,3 +503,100 @@ async fn bad_urls_unreachable_redis_and_empty_config_db_exit_with_clear_errors()
     assert_eq!(code, Some(0));
     assert!(stdout.contains("nothing to restore"), "{stdout}");
 }
+
+/// Nothing ecn-tuner writes may become impossible to undo, and `sonic restore` writes only what
+/// could be this switch's original state: a recording file of another switch, one with
+/// thresholds no switch holds, or one binding a queue to a profile it lacks is refused before
+/// anything is written, and a restore never renames a file a recording merely names. A switch
+/// without a buffer pool size (no bound on Kmax) is refused at start-up.
+#[tokio::test(flavor = "multi_thread")]
+async fn recordings_that_cannot_be_this_switchs_and_unbounded_switches_are_refused() {
+    let spec = Spec::default();
+    let redis = RedisServer::start();
+    seed(&redis, &spec);
+    let url = redis.url();
+    let before = tables(&mut redis.con(CONFIG_DB));
+    let dir = tempfile::Builder::new().prefix("ecn-recordings-").tempdir().unwrap();
+    let victim = dir.path().join("victim.txt");
+    std::fs::write(&victim, "not a recording").unwrap();
+    // A recording of the switch as it is, naming the victim as its file copy.
+    let recording = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut profiles = serde_json::Map::new();
+        let mut queues = serde_json::Map::new();
+        for (key, fields) in &before {
+            let (table, name) = key.split_once('|').unwrap();
+            let map = if table == "WRED_PROFILE" { &mut profiles } else { &mut queues };
+            map.insert(name.to_string(), serde_json::json!(fields));
+        }
+        let mut r = serde_json::json!({
+            "format": "ecn-tuner/sonic-originals/v1", "recorded_unix_ms": 1, "switch": spec.hostname,
+            "config_db": CONFIG_DB, "file": victim, "wred_profile": profiles, "queue": queues,
+        });
+        edit(&mut r);
+        r
+    };
+    let profile = |r: &mut serde_json::Value, field: &str, value: &str| {
+        let fields = r["wred_profile"]["AZURE_LOSSLESS"].as_array_mut().unwrap();
+        let pair = fields.iter_mut().find(|p| p[0] == field).unwrap();
+        pair[1] = value.into();
+    };
+    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+        ("other-switch", Box::new(|r| r["switch"] = "some-other-switch".into()), "not 'sonic-leaf0'"),
+        ("other-db", Box::new(|r| r["config_db"] = 7.into()), "CONFIG_DB db 7"),
+        ("not-bytes", Box::new(|r| profile(r, "green_min_threshold", "abc")), "green_min_threshold 'abc'"),
+        ("min-above-max", Box::new(|r| profile(r, "green_min_threshold", "9999999999")), "is above"),
+        ("not-percent", Box::new(|r| profile(r, "green_drop_probability", "9999")), "0-100"),
+        (
+            "missing-profile",
+            Box::new(|r| r["queue"]["Ethernet0|3"] = serde_json::json!([["wred_profile", "DOES_NOT_EXIST"]])),
+            "WRED_PROFILE|DOES_NOT_EXIST",
+        ),
+    ];
+    for (name, edit, says) in &cases {
+        let file = dir.path().join(format!("{name}.json"));
+        std::fs::write(&file, recording(edit.as_ref()).to_string()).unwrap();
+        let (code, _, stderr) = run_cli(&["sonic", "restore", "--redis", &url, "--from", file.to_str().unwrap()]).await;
+        assert_eq!(code, Some(2), "{name}: {stderr}");
+        assert!(
+            stderr.contains(says) && stderr.contains(&format!("{name}.json")),
+            "{name} should say {says}: {stderr}"
+        );
+        assert_eq!(tables(&mut redis.con(CONFIG_DB)), before, "{name}: CONFIG_DB untouched");
+        assert!(file.exists() && victim.exists(), "{name}: no file renamed");
+    }
+
+    // The actuator refuses a file beside its journal that is another switch's recording: it
+    // would go back into STATE_DB as this switch's originals.
+    let journal = dir.path().join("j.jsonl");
+    let beside = dir.path().join("j.jsonl.sonic-originals.json");
+    std::fs::write(&beside, recording(cases[0].1.as_ref()).to_string()).unwrap();
+    let actuator = ["actuator", "--backend", "sonic", "--redis", &url, "--listen", "127.0.0.1:0", "--journal"];
+    let mut args = actuator.to_vec();
+    args.push(journal.to_str().unwrap());
+    let (code, _, stderr) = run_cli(&args).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("j.jsonl.sonic-originals.json") && stderr.contains("some-other-switch"), "{stderr}");
+    std::fs::remove_file(&beside).unwrap();
+
+    // This switch's own recording restores (nothing to change), and only the file given is
+    // retired, not the one the recording names.
+    let good = dir.path().join("good.json");
+    std::fs::write(&good, recording(&|_| {}).to_string()).unwrap();
+    let (code, stdout, stderr) =
+        run_cli(&["sonic", "restore", "--redis", &url, "--from", good.to_str().unwrap()]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("restored 0 WRED profile(s)"), "{stdout}");
+    assert!(!good.exists() && victim.exists(), "the given file is retired, the named one left alone");
+    assert_eq!(tables(&mut redis.con(CONFIG_DB)), before);
+
+    // No buffer pool size: Kmax would have no bound.
+    let mut con = redis.con(CONFIG_DB);
+    let _: () = redis::cmd("DEL")
+        .arg("BUFFER_POOL|egress_lossless_pool")
+        .arg("BUFFER_POOL|ingress_lossless_pool")
+        .query(&mut con)
+        .unwrap();
+    let (code, _, stderr) = run_cli(&actuator[..7]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("BUFFER_POOL"), "{stderr}");
+}

@@ -80,6 +80,10 @@ struct RestoreArgs {
     /// e.g. after a reboot emptied STATE_DB.
     #[arg(long, value_name = "FILE")]
     from: Option<PathBuf>,
+    /// The switch name the actuator ran with, if it was given one with --switch-name; by
+    /// default the switch's hostname. A recording of another switch is refused.
+    #[arg(long, value_name = "NAME")]
+    switch_name: Option<String>,
 }
 
 /// Run `sonic ...`.
@@ -91,7 +95,7 @@ pub fn run(a: SonicArgs) -> Result<(), CliError> {
 
 fn restore(a: RestoreArgs) -> Result<(), CliError> {
     let url = a.redis.url()?;
-    let report = sonic::restore(url, a.redis.dbs(), a.from.as_deref(), a.redis.timeout()?)?;
+    let report = sonic::restore(url, a.redis.dbs(), a.from.as_deref(), a.switch_name.as_deref(), a.redis.timeout()?)?;
     if report.nothing_recorded {
         println!(
             "nothing to restore: no recording of original profiles in STATE_DB (db {}) at {url}; ecn-tuner has not \

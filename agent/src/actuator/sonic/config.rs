@@ -154,6 +154,15 @@ pub fn discover(
         .copied()
         .or_else(|| pools.values().max().copied())
         .unwrap_or(0);
+    if buffer_bytes == 0 {
+        // The pool size is the only bound on Kmax a switch gives; without it a policy could
+        // write thresholds no buffer can reach.
+        return Err(ActuatorError::BadInput(format!(
+            "--redis {}: CONFIG_DB (db {config_db}) has no BUFFER_POOL|<pool> with a size, so Kmax would have no \
+             upper bound; nothing is tuned on a switch whose buffer is unknown",
+            target.url()
+        )));
+    }
 
     let mut found: Vec<(QueueRef, String)> = Vec::new();
     for (name, fields) in &snapshot.queues {

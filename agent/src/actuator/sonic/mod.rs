@@ -118,11 +118,11 @@ impl SonicBackend {
         let target = RedisTarget::parse(&opts.redis, opts.timeout).map_err(ActuatorError::BadInput)?;
         // The recording, if any, tells which profile each queue came from.
         let mut state = target.connect(opts.dbs.state, "ecn-tuner-discover").map_err(ActuatorError::Failed)?;
-        let recording = match Recording::read(&mut state, opts.dbs.state).map_err(ActuatorError::Failed)? {
-            Some(r) => Some(r),
+        let (recording, from_file) = match Recording::read(&mut state, opts.dbs.state).map_err(ActuatorError::Failed)? {
+            Some(r) => (Some(r), false),
             None => match &opts.originals_file {
-                Some(p) if p.exists() => Some(Recording::read_file(p).map_err(ActuatorError::BadInput)?),
-                _ => None,
+                Some(p) if p.exists() => (Some(Recording::read_file(p).map_err(ActuatorError::BadInput)?), true),
+                _ => (None, false),
             },
         };
         drop(state);
@@ -136,9 +136,19 @@ impl SonicBackend {
             interval_ns,
         )?;
         let caps = found.caps;
+        let switch = caps.queues[0].key.switch.clone();
+        if let (Some(rec), true, Some(p)) = (&recording, from_file, &opts.originals_file) {
+            // The file will be put back into STATE_DB as this switch's original state.
+            let controlled: Vec<String> = found.layout.queues.iter().map(|q| q.name()).collect();
+            rec.check_belongs(&switch, opts.dbs.config, controlled.iter().map(String::as_str)).map_err(|e| {
+                ActuatorError::BadInput(format!(
+                    "{}: {e}; move the file away to record this switch afresh",
+                    p.display()
+                ))
+            })?;
+        }
         let settings = Arc::new(Mutex::new(found.initial.clone()));
         let stop = Arc::new(AtomicBool::new(false));
-        let switch = caps.queues[0].key.switch.clone();
         info!(
             url = %target.url(),
             switch = %switch,
@@ -330,8 +340,15 @@ impl Writer {
         {
             let (target, dbs, switch) = (self.target.clone(), self.dbs, self.switch.clone());
             let model = self.model.clone();
+            let controlled: Vec<String> = self.layout.queues.iter().map(|q| q.name()).collect();
             // The tables were just read: they are what the recording must hold.
-            self.recorder.ensure(&target, &dbs, &|| Ok(model.clone()), &switch)?;
+            self.recorder.ensure(
+                &target,
+                &dbs,
+                &|| Ok(model.clone()),
+                &switch,
+                controlled.iter().map(String::as_str),
+            )?;
         }
         let url = self.target.url().to_string();
         let db = self.dbs.config;
@@ -371,6 +388,7 @@ pub fn restore(
     redis: &str,
     dbs: DbIndices,
     from: Option<&std::path::Path>,
+    switch_name: Option<&str>,
     timeout: Duration,
 ) -> Result<originals::RestoreReport, ActuatorError> {
     let target = RedisTarget::parse(redis, timeout).map_err(ActuatorError::BadInput)?;
@@ -379,5 +397,5 @@ pub fn restore(
         .map(|p| originals::Recording::read_file(p).map(|rec| (p, rec)))
         .transpose()
         .map_err(|e| ActuatorError::BadInput(format!("--from {e}")))?;
-    originals::restore(&target, &dbs, from).map_err(ActuatorError::Failed)
+    originals::restore(&target, &dbs, from, switch_name)
 }

@@ -20,6 +20,7 @@
 use super::config::{exec, read_snapshot, Op, Snapshot};
 use super::conn::RedisTarget;
 use super::schema::{self, DbIndices, Fields};
+use crate::actuator::ActuatorError;
 use redis::Connection;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -71,6 +72,66 @@ impl Recording {
         Ok(r)
     }
 
+    /// A restore writes these tables into CONFIG_DB as they are, so a file, which anyone can
+    /// edit, must hold what a switch could: whole-byte thresholds with min ≤ max per colour,
+    /// drop probabilities of 0–100 percent, and every queue bound to a recorded profile.
+    /// STATE_DB's copy is the actuator's own, written once; it is put back byte for byte.
+    fn check_contents(&self) -> Result<(), String> {
+        for (name, fields) in &self.wred_profile {
+            let key = schema::config_key(schema::WRED_PROFILE, name);
+            let number = |field: &str| -> Result<Option<u64>, String> {
+                schema::field(fields, field)
+                    .map(|v| v.trim().parse::<u64>().map_err(|_| format!("{key}: {field} '{v}' is not a byte count")))
+                    .transpose()
+            };
+            for colour in schema::COLOURS {
+                let (min_f, max_f, prob_f) = schema::colour_fields(colour);
+                if let (Some(min), Some(max)) = (number(&min_f)?, number(&max_f)?) {
+                    if min > max {
+                        return Err(format!("{key}: {min_f} {min} is above {max_f} {max}"));
+                    }
+                }
+                if let Some(p) = number(&prob_f)? {
+                    if p > 100 {
+                        return Err(format!("{key}: {prob_f} {p} is not a percentage (0-100)"));
+                    }
+                }
+            }
+        }
+        for (name, fields) in &self.queue {
+            if let Some(profile) = schema::field(fields, schema::WRED_PROFILE_FIELD) {
+                if !self.wred_profile.contains_key(profile) {
+                    return Err(format!(
+                        "{}: bound to WRED_PROFILE|{profile}, which the recording does not hold",
+                        schema::config_key(schema::QUEUE, name)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this recording can be the original state of `controlled` queues on `switch`'s
+    /// CONFIG_DB `config_db`: a recording from another switch, or one that lacks a queue,
+    /// would make those changes impossible to undo.
+    pub fn check_belongs<'a>(
+        &self,
+        switch: &str,
+        config_db: i64,
+        mut controlled: impl Iterator<Item = &'a str>,
+    ) -> Result<(), String> {
+        if self.switch != switch {
+            return Err(format!("the recording is of switch '{}', not '{switch}'", self.switch));
+        }
+        if self.config_db != config_db {
+            return Err(format!("the recording is of CONFIG_DB db {}, not db {config_db}", self.config_db));
+        }
+        match controlled.find(|q| !self.queue.contains_key(*q)) {
+            Some(q) => Err(format!("the recording has no entry for QUEUE|{q}, a queue ecn-tuner controls")),
+            None => Ok(()),
+        }
+    }
+
     /// The recording in STATE_DB, if any.
     pub fn read(state: &mut Connection, db: i64) -> Result<Option<Recording>, String> {
         let text: Option<String> = redis::cmd("HGET")
@@ -81,10 +142,12 @@ impl Recording {
         text.map(|t| Recording::parse(&t, &format!("STATE_DB (db {db}) {}", schema::RECORDING_KEY))).transpose()
     }
 
-    /// The recording in a file.
+    /// The recording in a file, checked ([`Recording::check_contents`]).
     pub fn read_file(path: &Path) -> Result<Recording, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Recording::parse(&text, &path.display().to_string())
+        let r = Recording::parse(&text, &path.display().to_string())?;
+        r.check_contents().map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(r)
     }
 }
 
@@ -109,13 +172,15 @@ impl Recorder {
     }
 
     /// Record `now` (the tables as they are, just read) unless a recording exists already,
-    /// in STATE_DB or in the file; then make sure both hold it.
-    pub fn ensure(
+    /// in STATE_DB or in the file; then make sure both hold it. A recording from the file must
+    /// belong to this switch and cover the `controlled` queues ([`Recording::check_belongs`]).
+    pub fn ensure<'a>(
         &mut self,
         target: &RedisTarget,
         dbs: &DbIndices,
         now: &dyn Fn() -> Result<Snapshot, String>,
         switch: &str,
+        controlled: impl Iterator<Item = &'a str>,
     ) -> Result<(), String> {
         if self.done {
             return Ok(());
@@ -129,7 +194,10 @@ impl Recorder {
         let rec = match (stored, from_file) {
             (Some(r), _) => r,
             (None, Some(r)) => {
-                warn!(file = %self.file.as_ref().expect("file").display(), "STATE_DB has no recording of the original profiles; putting back the one from the file");
+                let file = self.file.as_ref().expect("read from the file").display();
+                r.check_belongs(switch, dbs.config, controlled)
+                    .map_err(|e| format!("{file}: {e}; move the file away to record this switch afresh"))?;
+                warn!(file = %file, "STATE_DB has no recording of the original profiles; putting back the one from the file");
                 r
             }
             (None, None) => Recording::of(&now()?, switch, dbs.config, self.file.clone()),
@@ -241,47 +309,63 @@ pub fn restore_plan(rec: &Recording, now: &Snapshot) -> (Vec<Op>, RestoreReport)
 /// Put the recorded tables back in one transaction, check them, then retire the recording
 /// (STATE_DB key deleted, file renamed to `*.restored-<unix ms>`), so that a later run records
 /// afresh. `from` is a recording already read from that file, used instead of STATE_DB's.
+/// A recording of another switch or CONFIG_DB index is refused as bad input (`switch`: the
+/// name the actuator ran with, if not the hostname); nothing is written then.
 pub fn restore(
     target: &RedisTarget,
     dbs: &DbIndices,
     from: Option<(&Path, Recording)>,
-) -> Result<RestoreReport, String> {
-    let mut state = target.connect(dbs.state, "ecn-tuner-restore")?;
+    switch: Option<&str>,
+) -> Result<RestoreReport, ActuatorError> {
+    let mut state = target.connect(dbs.state, "ecn-tuner-restore").map_err(ActuatorError::Failed)?;
     let (from, rec) = match from {
         Some((p, rec)) => (Some(p), Some(rec)),
-        None => (None, Recording::read(&mut state, dbs.state)?),
+        None => (None, Recording::read(&mut state, dbs.state).map_err(ActuatorError::Failed)?),
     };
     let Some(rec) = rec else {
         return Ok(RestoreReport { nothing_recorded: true, ..Default::default() });
     };
-    if rec.config_db != dbs.config {
-        warn!(recorded = rec.config_db, given = dbs.config, "the recording was taken from another CONFIG_DB index");
-    }
-    let mut config = target.connect(dbs.config, "ecn-tuner-restore")?;
-    let err = |e: redis::RedisError| format!("Redis at {} (db {}): {e}", target.url(), dbs.config);
+    let mut config = target.connect(dbs.config, "ecn-tuner-restore").map_err(ActuatorError::Failed)?;
+    let err =
+        |e: redis::RedisError| ActuatorError::Failed(format!("Redis at {} (db {}): {e}", target.url(), dbs.config));
+    // Nothing is written to a switch the recording was not taken on.
+    let hostname: Option<String> =
+        redis::cmd("HGET").arg(schema::DEVICE_METADATA_LOCALHOST).arg("hostname").query(&mut config).map_err(err)?;
+    let this_switch = switch.map(str::to_string).or(hostname).unwrap_or_default();
+    let source = from.map_or_else(|| format!("STATE_DB (db {})", dbs.state), |p| p.display().to_string());
+    rec.check_belongs(&this_switch, dbs.config, std::iter::empty()).map_err(|e| {
+        ActuatorError::BadInput(format!(
+            "{source}: {e}; nothing restored (use --config-db, or --switch-name if the actuator ran with one)"
+        ))
+    })?;
     let now = read_snapshot(&mut config).map_err(err)?;
     let (ops, report) = restore_plan(&rec, &now);
     if !ops.is_empty() {
-        exec(&mut config, &ops).map_err(|e| format!("{}; CONFIG_DB is unchanged (one transaction)", err(e)))?;
+        exec(&mut config, &ops)
+            .map_err(|e| ActuatorError::Failed(format!("{}; CONFIG_DB is unchanged (one transaction)", err(e))))?;
     }
     let back = read_snapshot(&mut config).map_err(err)?;
     for (name, fields) in &rec.wred_profile {
         if back.profiles.get(name) != Some(fields) {
-            return Err(format!(
+            return Err(ActuatorError::Failed(format!(
                 "WRED_PROFILE|{name} differs from the recording after the restore (changed meanwhile?)"
-            ));
+            )));
         }
     }
     for (name, fields) in &rec.queue {
         if back.queues.get(name) != Some(fields) {
-            return Err(format!("QUEUE|{name} differs from the recording after the restore (changed meanwhile?)"));
+            return Err(ActuatorError::Failed(format!(
+                "QUEUE|{name} differs from the recording after the restore (changed meanwhile?)"
+            )));
         }
     }
-    let _: () = redis::cmd("DEL")
-        .arg(schema::RECORDING_KEY)
-        .query(&mut state)
-        .map_err(|e| format!("restored, but deleting {} from STATE_DB failed: {e}", schema::RECORDING_KEY))?;
-    for file in [rec.file.as_deref(), from].into_iter().flatten() {
+    let _: () = redis::cmd("DEL").arg(schema::RECORDING_KEY).query(&mut state).map_err(|e| {
+        ActuatorError::Failed(format!("restored, but deleting {} from STATE_DB failed: {e}", schema::RECORDING_KEY))
+    })?;
+    // Retire the file the user named, and the actuator's copy only if it holds this very
+    // recording: a path read from a recording is not trusted to name a file of ours.
+    let copy = rec.file.as_deref().filter(|f| Some(*f) != from && Recording::read_file(f).is_ok_and(|r| r == rec));
+    for file in [copy, from].into_iter().flatten() {
         if file.exists() {
             let mut name = file.file_name().unwrap_or_default().to_os_string();
             name.push(format!(".restored-{}", crate::actuator::journal::unix_ms(std::time::SystemTime::now())));
