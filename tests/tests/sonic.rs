@@ -540,7 +540,8 @@ async fn recordings_that_cannot_be_this_switchs_and_unbounded_switches_are_refus
         let pair = fields.iter_mut().find(|p| p[0] == field).unwrap();
         pair[1] = value.into();
     };
-    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+    type Edit<'a> = Box<dyn Fn(&mut serde_json::Value) + 'a>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
         ("other-switch", Box::new(|r| r["switch"] = "some-other-switch".into()), "not 'sonic-leaf0'"),
         ("other-db", Box::new(|r| r["config_db"] = 7.into()), "CONFIG_DB db 7"),
         ("not-bytes", Box::new(|r| profile(r, "green_min_threshold", "abc")), "green_min_threshold 'abc'"),
