@@ -121,6 +121,39 @@ load = 0.5
 /// flow is drawn (hadoop-50, the busiest built-in, starts about 16 500).
 pub const MAX_FLOWS: usize = 2_000_000;
 
+/// The most telemetry rows a run may produce (one per data queue and sample interval, about
+/// 200 bytes each in memory): a long span of simulated time at a short interval would
+/// otherwise fill memory. The built-in scenarios produce at most about 50 000.
+pub const MAX_TELEMETRY_ROWS: u64 = 5_000_000;
+
+/// Refuse a run whose telemetry would exceed [`MAX_TELEMETRY_ROWS`]: `fabric.stop_at` (the
+/// latest the run may go) over the sample interval, times the data queues (switch ports ×
+/// the priorities the flows use). `field` is what made the run that long.
+fn check_run_length(source: &str, field: &str, fabric: &FabricConfig, flows: &[FlowSpec]) -> Result<(), ScenarioError> {
+    let topo = &fabric.topology;
+    let is_switch = |n: u32| topo.nodes[n as usize].kind == NodeKind::Switch;
+    let switch_ports = topo.links.iter().map(|l| u64::from(is_switch(l.a)) + u64::from(is_switch(l.b))).sum::<u64>();
+    let mut priorities = [false; 8];
+    for f in flows {
+        priorities[usize::from(f.priority & 7)] = true;
+    }
+    let queues = switch_ports * priorities.iter().filter(|p| **p).count().max(1) as u64;
+    let intervals = fabric.stop_at.0.div_ceil(fabric.sample_interval.0.max(1));
+    let rows = intervals.saturating_mul(queues);
+    if rows <= MAX_TELEMETRY_ROWS {
+        return Ok(());
+    }
+    Err(err(
+        source,
+        field,
+        format!(
+            "the run may last {}: {} sample intervals of {} for {queues} queues make {rows} telemetry rows, more \
+             than the {MAX_TELEMETRY_ROWS} a run may hold; shorten it or raise sample_interval",
+            fabric.stop_at, intervals, fabric.sample_interval
+        ),
+    ))
+}
+
 /// The largest text file a scenario may read: scenario TOML, HPCC `config.txt`, topology, CDF
 /// and flow files. A flow file of [`MAX_FLOWS`] lines is about 100 MB. Without a bound, a path
 /// like `/dev/zero` would be read until memory runs out.
@@ -437,11 +470,23 @@ impl Scenario {
         let last = flows.iter().map(|f| f.start).max().unwrap_or_default();
         fabric.window_start = first;
         fabric.window_end = Nanos(last.0.max(first.0 + 1));
-        fabric.stop_at = match num("SIMULATOR_STOP_TIME")? {
-            Some(0.0) => return Err(err(source, "SIMULATOR_STOP_TIME", "must be greater than 0")),
+        let stop_time = num("SIMULATOR_STOP_TIME")?;
+        fabric.stop_at = match stop_time {
+            Some(s) if (s * 1e9) as u64 == 0 => {
+                return Err(err(source, "SIMULATOR_STOP_TIME", "must be at least 1 ns (it is in seconds)"))
+            }
             Some(s) => Nanos((s * 1e9) as u64),
-            None => Nanos(last.0 + 1_000_000_000),
+            None => Nanos(last.0.saturating_add(1_000_000_000)),
         };
+        if flows.len() > MAX_FLOWS {
+            return Err(err(
+                source,
+                "FLOW_FILE",
+                format!("{} flows, more than the {MAX_FLOWS} a run may hold", flows.len()),
+            ));
+        }
+        let length_field = if stop_time.is_some() { "SIMULATOR_STOP_TIME" } else { "FLOW_FILE" };
+        check_run_length(source, length_field, &fabric, &flows)?;
         let seed = seed.unwrap_or(1);
         fabric.seed = seed;
         let name = Path::new(source)
@@ -601,6 +646,8 @@ fn resolve(
     let hosts = fabric.topology.hosts();
     let mut flows = Vec::new();
     let mut window_end = duration;
+    // What made the run as long as it is, for the error if it is too long.
+    let mut length_field = "duration".to_string();
     let mut expected_flows = 0.0;
     let check_flow_budget = |expected: f64, field: &str| -> Result<(), ScenarioError> {
         if expected.is_finite() && expected <= MAX_FLOWS as f64 {
@@ -687,16 +734,30 @@ fn resolve(
                 let mut fs = parse_flow_file(&text, &p, &fabric.topology)?;
                 // Replay keeps the file's spacing but moves its first flow to `start`
                 // (HPCC files conventionally begin at 2 s).
-                let first = fs.iter().map(|f| f.start).min().unwrap_or_default();
+                // `stop` cuts the replay; without it the file's flows run to their end.
                 let offset = start.unwrap_or(Nanos(0));
+                if offset >= duration {
+                    return Err(err(source, field("start"), format!("{offset} is not within the duration {duration}")));
+                }
+                if let Some(stop) = stop {
+                    window(Some(offset), Some(stop))?;
+                }
+                let first = fs.iter().map(|f| f.start).min().unwrap_or_default();
                 for f in &mut fs {
-                    f.start = Nanos(f.start.0 - first.0 + offset.0);
+                    f.start = (f.start.0 - first.0).checked_add(offset.0).map(Nanos).ok_or_else(|| {
+                        err(source, field("path"), format!("{}: flow start times span more than 2^64 ns", p.display()))
+                    })?;
                 }
                 if let Some(stop) = stop {
                     fs.retain(|f| f.start < stop);
                 }
+                expected_flows += fs.len() as f64;
+                check_flow_budget(expected_flows, &field("path"))?;
                 if let Some(last) = fs.iter().map(|f| f.start).max() {
-                    window_end = window_end.max(Nanos(last.0 + 1));
+                    if last.0 + 1 > window_end.0 {
+                        window_end = Nanos(last.0 + 1);
+                        length_field = field("path");
+                    }
                 }
                 flows.extend(fs);
             }
@@ -705,9 +766,10 @@ fn resolve(
     flows.sort_by_key(|f| f.start);
     fabric.window_start = Nanos(0);
     fabric.window_end = window_end;
-    fabric.stop_at = Nanos(window_end.0 + drain.0);
+    fabric.stop_at = Nanos(window_end.0.saturating_add(drain.0));
     fabric.sample_interval = sample_interval;
     fabric.seed = seed;
+    check_run_length(source, &length_field, &fabric, &flows)?;
     Ok(Scenario { name, seed, source: source.into(), fabric, flows })
 }
 
@@ -776,6 +838,42 @@ mod tests {
         let e = parse("duration = \"20 parsecs\"\n").unwrap_err();
         assert!(e.to_string().starts_with("test.toml: line 1:"), "{e}");
         assert!(!e.to_string().contains('\n'));
+    }
+
+    /// Runs that would exhaust memory are refused before a flow is drawn, naming what made
+    /// them so large: too long at the sample interval, too many nodes, or a flow file's span.
+    #[test]
+    fn runs_too_large_to_hold_are_refused_naming_the_cause() {
+        let sparse = "[[workload]]\nkind = \"poisson\"\ncdf = \"hadoop\"\nload = 0.000001\n";
+        let e = parse(&format!("duration = \"200s\"\n{sparse}")).unwrap_err();
+        assert_eq!(e.field, "duration", "{e}");
+        assert!(e.message.contains("telemetry rows") && e.message.contains("sample_interval"), "{e}");
+        // The same run at a coarser interval fits.
+        parse(&format!("duration = \"200s\"\nsample_interval = \"10ms\"\n{sparse}")).unwrap();
+        let e =
+            parse(&format!("[topology]\nleaves = 4000\nspines = 4000\nhosts_per_leaf = 4000\n{sparse}")).unwrap_err();
+        assert_eq!(e.field, "topology", "{e}");
+        assert!(e.message.contains("more than the 4096"), "{e}");
+
+        let dir = std::env::temp_dir().join(format!("ecn-scenario-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Two flows 200 s apart: the replay keeps their spacing.
+        std::fs::write(dir.join("f.txt"), "2\n0 1 3 100 10000 2.0\n2 3 3 100 10000 202.0\n").unwrap();
+        let flows = |extra: &str| {
+            let text = format!("duration = \"1ms\"\n[[workload]]\nkind = \"flows\"\npath = \"f.txt\"\n{extra}");
+            Scenario::from_toml(&text, "test.toml", &dir, None)
+        };
+        let e = flows("").unwrap_err();
+        assert_eq!(e.field, "workload[0].path", "{e}");
+        let e = flows("start = \"5ms\"\n").unwrap_err();
+        assert_eq!(e.field, "workload[0].start", "{e}");
+        let e = flows("stop = \"0ns\"\n").unwrap_err();
+        assert_eq!(e.field, "workload[0].start", "{e}");
+        let e = flows("stop = \"2ms\"\n").unwrap_err();
+        assert_eq!(e.field, "workload[0].stop", "{e}");
+        // Cut at stop, the replay is one flow.
+        assert_eq!(flows("stop = \"1ms\"\n").unwrap().flows.len(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -12,6 +12,25 @@ use std::collections::VecDeque;
 /// far below this they round to 0 bytes, and DCQCN's rate floors (§2) exceed the link.
 pub const MIN_LINK_RATE: BitsPerSec = BitsPerSec::from_gbps(1);
 
+/// The most nodes (hosts and switches) a topology may have. The simulator's routing tables
+/// hold an entry per pair of nodes: 4096 nodes take about 100 MB, and a larger fabric would
+/// exhaust a laptop's memory long before its first packet.
+pub const MAX_NODES: u64 = 4096;
+
+/// The most links a topology may have (a full mesh of [`MAX_NODES`] switches is far beyond any
+/// fabric a run can simulate).
+pub const MAX_LINKS: u64 = 1_000_000;
+
+fn check_size(nodes: u64, links: u64) -> Result<(), String> {
+    if nodes > MAX_NODES {
+        return Err(format!("{nodes} nodes, more than the {MAX_NODES} a simulation may hold"));
+    }
+    if links > MAX_LINKS {
+        return Err(format!("{links} links, more than the {MAX_LINKS} a simulation may hold"));
+    }
+    Ok(())
+}
+
 /// Index of a node in [`Topology::nodes`].
 pub type NodeId = u32;
 
@@ -85,6 +104,8 @@ impl Topology {
         if leaves == 0 || spines == 0 || hosts_per_leaf == 0 {
             return Err(TopologyError::Invalid("leaves, spines and hosts_per_leaf must all be at least 1".into()));
         }
+        let (l, s, h) = (u64::from(leaves), u64::from(spines), u64::from(hosts_per_leaf));
+        check_size(l * h + l + s, l * h + l * s).map_err(TopologyError::Invalid)?;
         let hosts = leaves * hosts_per_leaf;
         let mut t = Topology::default();
         for h in 0..hosts {
@@ -122,9 +143,7 @@ impl Topology {
         let [n_nodes, n_switches, n_links] = nums[..] else {
             return Err(perr(ln, format!("expected 3 numbers, got {}", nums.len())));
         };
-        if n_nodes > 1_000_000 || n_links > 10_000_000 {
-            return Err(perr(ln, "topology too large".into()));
-        }
+        check_size(n_nodes, n_links).map_err(|why| perr(ln, why))?;
         let mut kinds = vec![NodeKind::Host; n_nodes as usize];
         if n_switches > 0 {
             let (ln, sw) = lines.next().ok_or_else(|| perr(ln + 1, "missing switch id line".into()))?;
@@ -183,9 +202,11 @@ impl Topology {
         Ok(t)
     }
 
-    /// Check the fabric is usable: every host has exactly one link, links run at
-    /// [`MIN_LINK_RATE`] or faster, no self-loops, and every host reaches every other host.
+    /// Check the fabric is usable: at most [`MAX_NODES`] nodes and [`MAX_LINKS`] links, every
+    /// host has exactly one link, links run at [`MIN_LINK_RATE`] or faster, no self-loops, and
+    /// every host reaches every other host.
     pub fn validate(&self) -> Result<(), TopologyError> {
+        check_size(self.nodes.len() as u64, self.links.len() as u64).map_err(TopologyError::Invalid)?;
         let mut degree = vec![0u32; self.nodes.len()];
         for (i, l) in self.links.iter().enumerate() {
             if l.a == l.b {
