@@ -189,10 +189,24 @@ fn usage_errors_exit_2() {
     assert_eq!(ecn_tuner(&["frobnicate"]).status.code(), Some(2));
     // A flag the chosen mode would ignore is refused, not dropped.
     let conflict = "cannot be used with";
-    let ignored: [(&[&str], &str); 7] = [
+    let ignored: [(&[&str], &str); 8] = [
         (&["train", "--telemetry", "t.parquet", "--interval", "200us", "--out", "m.safetensors"], conflict),
         (&["train", "--telemetry", "t.parquet", "--eval-seed", "7", "--out", "m.safetensors"], conflict),
         (&["train", "--conservative-alpha", "2", "--out", "m.safetensors"], "--telemetry"),
+        (
+            &[
+                "train",
+                "--scenario",
+                "websearch-50",
+                "--conservative-alpha",
+                "0.5",
+                "--steps",
+                "1",
+                "--out",
+                "m.safetensors",
+            ],
+            "--telemetry",
+        ),
         (&["train", "--repair", "--steps", "1", "--out", "m.safetensors"], "--repair checks telemetry files"),
         (&["recommend", "--telemetry", "t.parquet", "--token-file", "tok"], conflict),
         (&["record", "--scenario", "websearch-50", "--duration", "3s", "--out", "t.parquet"], conflict),

@@ -56,8 +56,9 @@ pub struct TrainArgs {
     #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with = "scenario")]
     telemetry: Vec<PathBuf>,
     /// Offline only: weight of CQL's conservative term (0 = plain Double DQN on the logs).
-    #[arg(long, default_value_t = 1.0, requires = "telemetry")]
-    conservative_alpha: f64,
+    /// Default: 1.
+    #[arg(long, value_name = "ALPHA")]
+    conservative_alpha: Option<f64>,
     /// Offline only: how to read and check the telemetry files.
     #[command(flatten)]
     read: telemetry_input::ReadArgs,
@@ -146,6 +147,9 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         return run_offline(&args);
     }
     args.read.refuse_unless_reading("training on the simulator")?;
+    if args.conservative_alpha.is_some() {
+        return Err(CliError::BadInput("--conservative-alpha: offline only, it needs --telemetry".into()));
+    }
     let mut sources = Vec::new();
     for name in &args.scenario {
         if name == TRAINING_MIX {
@@ -225,10 +229,10 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
 
 /// `train --telemetry`: discrete CQL on logged transitions.
 fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
-    if !(0.0..=MAX_CONSERVATIVE_ALPHA).contains(&args.conservative_alpha) {
+    let conservative_alpha = args.conservative_alpha.unwrap_or(1.0);
+    if !(0.0..=MAX_CONSERVATIVE_ALPHA).contains(&conservative_alpha) {
         return Err(CliError::BadInput(format!(
-            "--conservative-alpha {}: must be within 0..={MAX_CONSERVATIVE_ALPHA}",
-            args.conservative_alpha
+            "--conservative-alpha {conservative_alpha}: must be within 0..={MAX_CONSERVATIVE_ALPHA}"
         )));
     }
     let device = device(args.device)?;
@@ -258,7 +262,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
     }
     let tuning = tuning(args, Nanos(interval_ns))?;
     let mut ddqn = learner(args)?;
-    ddqn.conservative_alpha = args.conservative_alpha;
+    ddqn.conservative_alpha = conservative_alpha;
     let capacity: usize = files.iter().map(|(_, f, _)| f.samples()).sum();
     let mut data = LoggedData::new(&tuning, capacity.max(1));
     for (path, file, _) in &files {
