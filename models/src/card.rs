@@ -266,6 +266,24 @@ impl ModelCard {
             if [c.mean.len(), c.std.len(), c.low.len(), c.high.len()].iter().any(|&l| l != dim) {
                 return fail("calibration", format!("its statistics do not have {dim} features"));
             }
+            // `recommend` judges confidence and novelty by these; a damaged card must not
+            // pass for a sure one.
+            for (name, values) in [("mean", &c.mean), ("std", &c.std), ("low", &c.low), ("high", &c.high)] {
+                if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+                    return fail(&format!("calibration.{name}"), format!("feature {i} is {}", values[i]));
+                }
+            }
+            if let Some(i) = c.std.iter().position(|v| *v < 0.0) {
+                return fail("calibration.std", format!("feature {i} is {}, below 0", c.std[i]));
+            }
+            if let Some(i) = (0..dim).find(|&i| c.low[i] > c.high[i]) {
+                return fail("calibration.low", format!("feature {i}: {} is above high {}", c.low[i], c.high[i]));
+            }
+            for (name, v) in [("td_error_rms", c.td_error_rms), ("td_error_scale", c.td_error_scale)] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return fail(&format!("calibration.{name}"), format!("{v} must be finite and 0 or more"));
+                }
+            }
         }
         Ok(())
     }

@@ -70,7 +70,17 @@ impl Checkpoint {
         // across the FFI boundary, but be defensive: a corrupt user file must not abort us.
         let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| net.var_store_mut().load(weights)));
         match loaded {
-            Ok(Ok(())) => Ok(Checkpoint { card, net }),
+            Ok(Ok(())) => {
+                // A network with a NaN or infinite weight outputs no usable Q-value anywhere.
+                let bad = net.var_store().variables().into_iter().find(|(_, t)| {
+                    let finite: bool = t.isfinite().all().try_into().unwrap_or(false);
+                    !finite
+                });
+                match bad {
+                    Some((name, _)) => Err(err(&weights_name, "weights", format!("tensor {name} is not finite"))),
+                    None => Ok(Checkpoint { card, net }),
+                }
+            }
             Ok(Err(e)) => {
                 // libtorch appends its C++ backtrace; its first line says what is wrong.
                 let what = e.to_string();

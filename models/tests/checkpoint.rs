@@ -3,7 +3,7 @@
 
 use ecn_env::tuning::{ActionTemplate, Bounds, TuningConfig};
 use ecn_env::BitsPerSec;
-use ecn_models::{greedy, Checkpoint, ModelCard, QNetwork, TrainingRecord};
+use ecn_models::{greedy, Calibration, Checkpoint, ModelCard, QNetwork, TrainingRecord};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 use tch::Device;
@@ -106,6 +106,45 @@ fn weights_that_do_not_fit_the_card_or_are_corrupt_fail_cleanly() {
     std::fs::remove_file(ecn_models::checkpoint::card_path(&path)).unwrap();
     let e = Checkpoint::load(&path, Device::Cpu).err().expect("no card");
     assert!(e.to_string().contains("card"), "{e}");
+}
+
+/// A card whose training statistics no training could produce, or weights that are not all
+/// finite, would make every confidence `recommend` reports, or every decision, meaningless.
+#[test]
+fn damaged_calibration_or_non_finite_weights_fail_to_load() {
+    let calibrated = |path: &Path| {
+        let mut ck = checkpoint(TuningConfig::default());
+        let dim = ck.card.network.obs_dim;
+        let obs = observations(dim, 50);
+        ck.card.calibration = Some(Calibration::of(&obs, dim, &[0.5, -0.25, 1.0]));
+        ck.save(path).unwrap();
+    };
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit)> = vec![
+        ("calibration.std", Box::new(|v| v["calibration"]["std"][0] = (-1.0).into())),
+        ("calibration.low", Box::new(|v| v["calibration"]["low"][2] = 1e9.into())),
+        ("calibration.td_error_scale", Box::new(|v| v["calibration"]["td_error_scale"] = (-1.0).into())),
+        ("calibration.td_error_rms", Box::new(|v| v["calibration"]["td_error_rms"] = (-0.5).into())),
+    ];
+    for (i, (field, edit)) in cases.into_iter().enumerate() {
+        let (_dir, path) = tmp(&format!("calibration{i}"));
+        calibrated(&path);
+        Checkpoint::load(&path, Device::Cpu).expect("the undamaged card loads");
+        rewrite_card(&path, edit);
+        let e = Checkpoint::load(&path, Device::Cpu).err().expect("must refuse");
+        assert_eq!(e.field, field, "{e}");
+    }
+
+    let (_dir, path) = tmp("nan");
+    let ck = checkpoint(TuningConfig::default());
+    let (name, mut weight) = ck.net.var_store().variables().into_iter().next().unwrap();
+    tch::no_grad(|| {
+        let _ = weight.fill_(f64::NAN);
+    });
+    ck.save(&path).unwrap();
+    let e = Checkpoint::load(&path, Device::Cpu).err().expect("NaN weights");
+    assert_eq!(e.field, "weights", "{e}");
+    assert!(e.message.contains(&name), "the message names the tensor: {e}");
 }
 
 proptest! {
