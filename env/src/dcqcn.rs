@@ -55,6 +55,10 @@ pub struct DcqcnParams {
     pub byte_counter: Option<Bytes>,
 }
 
+/// The shortest DCQCN timer period accepted (the reference's shortest, the alpha update
+/// of HPCC's configs, is 1 µs).
+pub const MIN_TIMER: Nanos = Nanos(1_000);
+
 impl DcqcnParams {
     /// The HPCC paper's "dcqcn" column, with the bandwidth-scaled steps computed for `line`.
     pub fn hpcc(line: BitsPerSec) -> Self {
@@ -98,16 +102,19 @@ impl DcqcnParams {
 
     /// Check that every value is usable on NICs of `nic_rate`.
     pub fn validate(&self, nic_rate: BitsPerSec) -> Result<(), String> {
-        let positive = [
-            ("alpha_resume_interval", self.alpha_resume_interval.0),
-            ("rate_decrease_interval", self.rate_decrease_interval.0),
-            ("rp_timer", self.rp_timer.0),
-            ("min_rate", self.min_rate.0),
+        // Each timer fires per flow; at nanosecond periods a run would do little but fire them.
+        let timers = [
+            ("alpha_resume_interval", self.alpha_resume_interval),
+            ("rate_decrease_interval", self.rate_decrease_interval),
+            ("rp_timer", self.rp_timer),
         ];
-        for (k, v) in positive {
-            if v == 0 {
-                return Err(format!("{k} must be greater than 0"));
+        for (k, v) in timers {
+            if v < MIN_TIMER {
+                return Err(format!("{k} ({v}) is below the minimum, {MIN_TIMER}"));
             }
+        }
+        if self.min_rate.0 == 0 {
+            return Err("min_rate must be greater than 0".into());
         }
         if !(self.ewma_gain > 0.0 && self.ewma_gain <= 1.0) {
             return Err(format!("ewma_gain ({}) must be within (0, 1]", self.ewma_gain));

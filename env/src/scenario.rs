@@ -763,6 +763,17 @@ fn resolve(
             }
         }
     }
+    if flows.is_empty() {
+        // Usually a unit left out: `duration = 5` is 5 ns.
+        return Err(err(
+            source,
+            "workload",
+            format!(
+                "the workloads start no flow within the duration, {duration} (a bare number is in the base unit: \
+                 nanoseconds, bytes, bits/s)"
+            ),
+        ));
+    }
     flows.sort_by_key(|f| f.start);
     fabric.window_start = Nanos(0);
     fabric.window_end = window_end;
@@ -835,6 +846,13 @@ mod tests {
         let e = parse(&format!("{poisson}{incasts}")).unwrap_err();
         assert_eq!(e.field, "workload[1]", "{e}");
         assert!(e.message.contains("more than the 2000000"), "{e}");
+        // A bare number is nanoseconds: 5 ns start no flow, which is refused, not simulated.
+        let e = parse(&format!("duration = 5\n{poisson}")).unwrap_err();
+        assert_eq!(e.field, "workload", "{e}");
+        assert!(e.message.contains("bare number"), "{e}");
+        let e = parse(&format!("[dcqcn]\nrp_timer = \"1ns\"\n{poisson}")).unwrap_err();
+        assert_eq!(e.field, "dcqcn", "{e}");
+        assert!(e.message.contains("rp_timer") && e.message.contains("minimum"), "{e}");
         let e = parse("duration = \"20 parsecs\"\n").unwrap_err();
         assert!(e.to_string().starts_with("test.toml: line 1:"), "{e}");
         assert!(!e.to_string().contains('\n'));
