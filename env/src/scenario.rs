@@ -7,7 +7,7 @@
 
 use crate::dcqcn::{DcqcnParams, DcqcnVariant};
 use crate::ecn::{Baseline, EcnSetting};
-use crate::fabric::{AckQueue, EcnPlan, FabricConfig, NicWakeup, MIN_INTERVAL, MTU_PAYLOAD_BYTES};
+use crate::fabric::{self, AckQueue, EcnPlan, FabricConfig, NicWakeup, MIN_INTERVAL, MTU_PAYLOAD_BYTES};
 use crate::rng::Rng;
 use crate::topology::{NodeKind, Topology, MIN_LINK_RATE};
 use crate::units::{BitsPerSec, Bytes, Nanos};
@@ -419,6 +419,7 @@ impl Scenario {
             // HPCC's BUFFER_SIZE is in MiB.
             fabric.buffer = Bytes((v * 1024.0 * 1024.0) as u64);
         }
+        fabric::check_buffer(&fabric).map_err(|m| err(source, "BUFFER_SIZE", m))?;
         if let Some(v) = whole("PACKET_PAYLOAD_SIZE")? {
             if !MTU_PAYLOAD_BYTES.contains(&v) {
                 return Err(err(source, "PACKET_PAYLOAD_SIZE", format!("{v} must be within {MTU_PAYLOAD_BYTES:?}")));
@@ -577,6 +578,7 @@ fn resolve(
     if fabric.pfc_shift > 16 {
         return Err(err(source, "switch.pfc_shift", "must be at most 16"));
     }
+    fabric::check_buffer(&fabric).map_err(|m| err(source, "switch.buffer", m))?;
     if let Some(e) = sw.ecn.or(bsw.ecn) {
         fabric.ecn = match e {
             EcnFile::Table { kmin, kmax, pmax } => {
@@ -846,6 +848,10 @@ mod tests {
         let e = parse(&format!("{poisson}{incasts}")).unwrap_err();
         assert_eq!(e.field, "workload[1]", "{e}");
         assert!(e.message.contains("more than the 2000000"), "{e}");
+        let e = parse(&format!("[switch]\nbuffer = \"0B\"\n{poisson}")).unwrap_err();
+        assert_eq!(e.field, "switch.buffer", "{e}");
+        let e = parse(&format!("[topology]\nlink_delay = \"100s\"\n{poisson}")).unwrap_err();
+        assert!(e.field == "topology" && e.message.contains("delay"), "{e}");
         // A bare number is nanoseconds: 5 ns start no flow, which is refused, not simulated.
         let e = parse(&format!("duration = 5\n{poisson}")).unwrap_err();
         assert_eq!(e.field, "workload", "{e}");

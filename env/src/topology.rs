@@ -17,6 +17,10 @@ pub const MIN_LINK_RATE: BitsPerSec = BitsPerSec::from_gbps(1);
 /// exhaust a laptop's memory long before its first packet.
 pub const MAX_NODES: u64 = 4096;
 
+/// The longest link delay accepted. PFC headroom grows with delay (3 × rate × delay), so a
+/// slip of units (`1000s`) would otherwise surface as a switch buffer too small for it.
+pub const MAX_LINK_DELAY: Nanos = Nanos(10_000_000);
+
 /// The most links a topology may have (a full mesh of [`MAX_NODES`] switches is far beyond any
 /// fabric a run can simulate).
 pub const MAX_LINKS: u64 = 1_000_000;
@@ -211,6 +215,12 @@ impl Topology {
         for (i, l) in self.links.iter().enumerate() {
             if l.a == l.b {
                 return Err(TopologyError::Invalid(format!("link {i} connects node {} to itself", l.a)));
+            }
+            if l.delay > MAX_LINK_DELAY {
+                return Err(TopologyError::Invalid(format!(
+                    "link {i} has a delay of {}, above the maximum, {MAX_LINK_DELAY}",
+                    l.delay
+                )));
             }
             if l.rate < MIN_LINK_RATE {
                 return Err(TopologyError::Invalid(format!(

@@ -296,6 +296,33 @@ impl Port {
     }
 }
 
+/// PFC headroom of one ingress port: 3 × rate × delay, in bytes (REFERENCE.md §3).
+pub fn headroom_bytes(rate: BitsPerSec, delay: Nanos) -> u64 {
+    (3 * rate.0 as u128 * delay.0 as u128 / 8 / 1_000_000_000).min(u64::MAX as u128) as u64
+}
+
+/// Every switch's buffer must exceed its ports' headroom and reserve together, or PFC could
+/// never admit a packet into the shared pool. Scenario loading calls this to name the field.
+pub fn check_buffer(cfg: &FabricConfig) -> Result<(), String> {
+    let topo = &cfg.topology;
+    let mut need = vec![0u64; topo.nodes.len()];
+    for l in &topo.links {
+        for n in [l.a, l.b] {
+            if topo.nodes[n as usize].kind == NodeKind::Switch {
+                let port = headroom_bytes(l.rate, l.delay).saturating_add(cfg.reserve.0);
+                need[n as usize] = need[n as usize].saturating_add(port);
+            }
+        }
+    }
+    match need.iter().enumerate().max_by_key(|(_, b)| **b) {
+        Some((n, &bytes)) if bytes >= cfg.buffer.0 => Err(format!(
+            "buffer {} is smaller than the headroom and reserve of switch {} ({bytes} bytes)",
+            cfg.buffer, topo.nodes[n].name
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Sender and receiver state of one flow (queue pair).
 #[derive(Debug)]
 pub(crate) struct Flow {
@@ -441,6 +468,7 @@ impl Simulator {
         }
 
         // Switch buffers and per-ingress headroom/shift.
+        check_buffer(&cfg).map_err(SimError::Config)?;
         let nic_rate = topo.nic_rate();
         let mut ingress = vec![IngressState::default(); ports.len()];
         let mut buffers = Vec::new();
@@ -452,8 +480,7 @@ impl Simulator {
             let mut total_headroom = 0;
             for &p in &node_ports[n] {
                 let port = &ports[p as usize];
-                // 3 × rate × delay, in bytes (REFERENCE.md §3).
-                let headroom = (3 * port.rate.0 as u128 * port.delay as u128 / 8 / 1_000_000_000) as u64;
+                let headroom = headroom_bytes(port.rate, Nanos(port.delay));
                 let mut shift = cfg.pfc_shift;
                 let mut r = port.rate.0;
                 while r > nic_rate.0 && shift > 0 {
@@ -464,14 +491,6 @@ impl Simulator {
                 total_headroom += headroom;
             }
             let total_reserve = cfg.reserve.0 * node_ports[n].len() as u64;
-            if total_headroom + total_reserve >= cfg.buffer.0 {
-                return Err(SimError::Config(format!(
-                    "buffer {} is smaller than the headroom and reserve of switch {} ({} bytes)",
-                    cfg.buffer,
-                    topo.nodes[n].name,
-                    total_headroom + total_reserve
-                )));
-            }
             node_buffer[n] = buffers.len() as u32;
             buffers.push(SharedBuffer {
                 size: cfg.buffer.0,
