@@ -715,6 +715,10 @@ fn resolve(
                         }
                         IncastSchedule::Load(l)
                     }
+                    (None, Some(0), None) => return Err(err(source, field("count"), "must be at least 1")),
+                    (None, None, Some(at)) if at.is_empty() => {
+                        return Err(err(source, field("at"), "must list at least one time"))
+                    }
                     (None, Some(c), None) => IncastSchedule::Count(c),
                     (None, None, Some(at)) => {
                         if let Some(t) = at.iter().find(|t| **t >= duration) {

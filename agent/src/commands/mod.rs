@@ -24,9 +24,19 @@ fn prepare_out_file(out: &Path) -> Result<(), CliError> {
     if out.is_dir() {
         return Err(CliError::BadInput(format!("--out {}: is a directory", out.display())));
     }
-    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", out.display())))?;
-    }
+    let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", out.display())))?;
+    // The writers put a temporary file beside `out` and rename it into place: make sure the
+    // folder takes one now, not after the work.
+    let mut probe = out.as_os_str().to_os_string();
+    probe.push(format!(".probe-{}", std::process::id()));
+    let probe = std::path::PathBuf::from(probe);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| CliError::BadInput(format!("--out {}: cannot write there: {e}", out.display())))?;
+    let _ = std::fs::remove_file(&probe);
     Ok(())
 }
 
