@@ -40,10 +40,13 @@ impl TlsFiles {
     }
 }
 
-/// Whether `pem` holds a PEM certificate block; tonic would only fail later, at the TLS
-/// handshake, with a transport error that names no file.
+/// Whether `pem` holds at least one certificate and every certificate block in it decodes;
+/// tonic would only fail later, at the TLS handshake, with a transport error that names no
+/// file.
 pub fn holds_pem_certificate(pem: &[u8]) -> bool {
-    String::from_utf8_lossy(pem).contains("-----BEGIN CERTIFICATE-----")
+    use rustls_pki_types::{pem::PemObject, CertificateDer};
+    let mut certs = CertificateDer::pem_slice_iter(pem).peekable();
+    certs.peek().is_some() && certs.all(|c| c.is_ok_and(|der| der.first() == Some(&0x30)))
 }
 
 /// Read a bearer token from a file: its content, surrounding whitespace removed.
@@ -120,6 +123,20 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
     use tonic::service::Interceptor;
+
+    #[test]
+    fn only_decodable_certificates_pass() {
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap().cert.pem();
+        assert!(holds_pem_certificate(cert.as_bytes()));
+        let two = format!("{cert}\n{cert}");
+        assert!(holds_pem_certificate(two.as_bytes()));
+        let garbage = "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n";
+        assert!(!holds_pem_certificate(garbage.as_bytes()), "base64 that is not DER");
+        let broken = "-----BEGIN CERTIFICATE-----\n!!! not base64 !!!\n-----END CERTIFICATE-----\n";
+        assert!(!holds_pem_certificate(broken.as_bytes()));
+        assert!(!holds_pem_certificate(format!("{cert}\n{broken}").as_bytes()), "one bad block spoils the file");
+        assert!(!holds_pem_certificate(b"no PEM at all"));
+    }
 
     #[test]
     fn exposure_rules() {
