@@ -179,9 +179,11 @@ impl fmt::Display for BitsPerSec {
     }
 }
 
-/// Serde: accept either a string with a unit or a bare integer in the base unit.
+/// Serde: a string with a unit. A bare number is refused: in a scenario file `duration = 5`
+/// would otherwise mean 5 ns, where the writer almost certainly meant something else, and the
+/// command line already refuses unit-less values.
 macro_rules! serde_units {
-    ($t:ty, $expect:literal) => {
+    ($t:ty, $expect:literal, $example:literal) => {
         impl<'de> Deserialize<'de> for $t {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 struct V;
@@ -194,10 +196,13 @@ macro_rules! serde_units {
                         s.parse().map_err(E::custom)
                     }
                     fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<$t, E> {
-                        Ok(<$t>::from_base(v))
+                        Err(E::custom(format!("{v} has no unit; write it as a string with one, e.g. {}", $example)))
                     }
                     fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<$t, E> {
-                        u64::try_from(v).map(<$t>::from_base).map_err(|_| E::custom("must not be negative"))
+                        Err(E::custom(format!("{v} has no unit; write it as a string with one, e.g. {}", $example)))
+                    }
+                    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<$t, E> {
+                        Err(E::custom(format!("{v} has no unit; write it as a string with one, e.g. {}", $example)))
                     }
                 }
                 d.deserialize_any(V)
@@ -211,29 +216,27 @@ macro_rules! serde_units {
     };
 }
 
-impl Bytes {
-    fn from_base(v: u64) -> Self {
-        Bytes(v)
-    }
-}
-impl Nanos {
-    fn from_base(v: u64) -> Self {
-        Nanos(v)
-    }
-}
-impl BitsPerSec {
-    fn from_base(v: u64) -> Self {
-        BitsPerSec(v)
-    }
-}
-
-serde_units!(Bytes, "a size such as \"400KB\" or a number of bytes");
-serde_units!(Nanos, "a duration such as \"20ms\" or a number of nanoseconds");
-serde_units!(BitsPerSec, "a rate such as \"100Gbps\" or a number of bits per second");
+serde_units!(Bytes, "a size such as \"400KB\"", "\"400KB\"");
+serde_units!(Nanos, "a duration such as \"20ms\"", "\"20ms\"");
+serde_units!(BitsPerSec, "a rate such as \"100Gbps\"", "\"100Gbps\"");
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn serde_takes_units_and_refuses_bare_numbers() {
+        let n: Nanos = serde_json::from_str("\"20ms\"").unwrap();
+        assert_eq!(n, Nanos::from_millis(20));
+        assert_eq!(serde_json::to_string(&n).unwrap(), "\"20ms\"", "written as it is read");
+        let b: Bytes = serde_json::from_str("\"400KB\"").unwrap();
+        assert_eq!(b, Bytes(400_000));
+        for bare in ["5", "-5", "2.5"] {
+            let e = serde_json::from_str::<Nanos>(bare).unwrap_err().to_string();
+            assert!(e.contains("has no unit") && e.contains("\"20ms\""), "{bare}: {e}");
+            assert!(serde_json::from_str::<Bytes>(bare).is_err() && serde_json::from_str::<BitsPerSec>(bare).is_err());
+        }
+    }
 
     #[test]
     fn parses_si_and_binary_sizes() {
