@@ -73,6 +73,17 @@ fn sim_out_writes_flows_fct_and_telemetry() {
     assert!(!flows.is_empty());
     assert_eq!(fct.len(), flows.iter().filter(|f| f.fct_ns.is_some()).count());
     assert!(flows.iter().all(|f| f.slowdown.unwrap() >= 1.0));
+    // The phases of "Where the tail waits": sent, then delivered, then acknowledged, and the
+    // first two at least about their parts of the ideal (the ideal counts 48 header bytes a
+    // packet where the wire carries 36: up to 4 ns a packet faster at 25 Gb/s and above).
+    for f in &flows {
+        let (sent, delivered, fct, base) =
+            (f.sent_ns.unwrap(), f.delivered_ns.unwrap(), f.fct_ns.unwrap(), f.base_rtt_ns.unwrap());
+        assert!(sent < delivered && delivered < fct && base < f.ideal_ns, "{f:?}");
+        let packets = f.size_bytes.div_ceil(1000);
+        assert!(sent + 4 * packets >= f.ideal_ns - base && delivered - sent >= base / 2 - 100, "{f:?}");
+    }
+    assert!(summary_tail(&table), "the table says where the small-flow tail waited: {table}");
     let telemetry = ecn_datasets::io::read_telemetry_parquet(&out_dir.join("telemetry.parquet")).unwrap();
     assert!(!telemetry.is_empty());
     // 100 µs samples of every switch data queue, with the configured ECN setting.
@@ -82,6 +93,10 @@ fn sim_out_writes_flows_fct_and_telemetry() {
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["flows"]["total"].as_u64().unwrap() as usize, flows.len());
+}
+
+fn summary_tail(table: &str) -> bool {
+    table.lines().any(|l| l.starts_with("<100KB p99 tail") && l.contains("sender") && l.contains("ACK"))
 }
 
 fn assert_bad_input(args: &[&str], must_name: &[&str]) {
