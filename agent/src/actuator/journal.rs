@@ -152,7 +152,12 @@ impl Journal {
 
     /// Open (create) `path` for appending.
     pub fn open(path: &Path) -> std::io::Result<Journal> {
-        let f = OpenOptions::new().create(true).append(true).open(path)?;
+        let mut f = OpenOptions::new().create(true).read(true).append(true).open(path)?;
+        // A crash mid-write can leave a partial last line; end it, so that the first event
+        // of this run is a line of its own rather than glued to the fragment.
+        if ends_mid_line(&mut f)? {
+            f.write_all(b"\n")?;
+        }
         Ok(Journal { file: Some((f, path.to_path_buf())) })
     }
 
@@ -170,6 +175,19 @@ impl Journal {
         }
         Ok(())
     }
+}
+
+/// Whether `f` is non-empty and its last byte is not a newline.
+fn ends_mid_line(f: &mut File) -> std::io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = f.metadata()?.len();
+    if len == 0 {
+        return Ok(false);
+    }
+    let mut last = [0u8; 1];
+    f.seek(SeekFrom::Start(len - 1))?;
+    f.read_exact(&mut last)?;
+    Ok(last[0] != b'\n')
 }
 
 #[cfg(test)]
@@ -197,5 +215,17 @@ mod tests {
         assert!(lines[0]["queues"][0]["pmax"].is_null());
         assert!(lines[0]["ts"].as_str().unwrap().ends_with('Z'));
         assert_eq!(lines[1]["controller"], "c1");
+    }
+
+    #[test]
+    fn a_torn_last_line_does_not_swallow_the_next_event() {
+        let path = std::env::temp_dir().join(format!("ecn-journal-torn-{}", std::process::id()));
+        std::fs::write(&path, "{\"event\":\"apply\"}\n{\"event\":\"con").unwrap();
+        Journal::open(&path).unwrap().write(&Event::now(EventKind::Confirm, 2, 2, vec![])).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(last["event"], "confirm", "{text}");
+        assert_eq!(text.lines().count(), 3, "the fragment stays a line of its own: {text}");
     }
 }

@@ -48,6 +48,11 @@ pub struct LeaseTable {
 }
 
 impl LeaseTable {
+    /// The id of the last lease granted, lapsed or not; `None` once released.
+    pub fn current_id(&self) -> Option<&str> {
+        self.current.as_ref().map(|l| l.id.as_str())
+    }
+
     /// Take or renew the role for `controller_id`. The same controller keeps its lease id
     /// (a restarted controller with the same id takes its role back); a new holder gets a
     /// new id from `new_id`.

@@ -128,9 +128,21 @@ impl<B: Backend> ActuatorService<B> {
         };
         let mut st = self.lock();
         let now_ms = unix_ms(SystemTime::now());
+        let previous = st.leases.current_id().map(str::to_string);
         match st.leases.acquire(&req.controller_id, ttl, Instant::now(), now_ms, new_lease_id) {
             Ok(l) => {
                 debug!(controller = %l.controller_id, ttl_ms = ttl.as_millis() as u64, "writer lease granted");
+                // A change left unconfirmed by the previous writer is not the new writer's to
+                // confirm: its next Confirm would otherwise make it permanent unjudged.
+                if previous.as_deref() != Some(l.id.as_str()) && st.ledger.deadline().is_some() {
+                    let why = format!("the writer role passed to controller '{}'", l.controller_id);
+                    if !self.revert_locked(&mut st, Instant::now(), Some(&why)) {
+                        st.leases.release(&l.id);
+                        return Err(Status::unavailable(format!(
+                            "{why}, but reverting the previous writer's unconfirmed change failed; try again"
+                        )));
+                    }
+                }
                 Ok(pb::WriterLease { lease_id: l.id, expires_unix_ms: l.expires_unix_ms })
             }
             Err(e @ LeaseError::HeldByOther { .. }) => {
@@ -652,6 +664,24 @@ mod tests {
         assert!(e.message().contains("device unreachable"), "{}", e.message());
         let st = s.lock();
         assert_eq!((st.ledger.current(), &*st.ledger.current_settings()), (1, &[START][..]));
+    }
+
+    #[test]
+    fn a_new_writer_does_not_inherit_an_unconfirmed_change() {
+        let (s, _stop) = service(false);
+        let short = pb::AcquireWriterRequest { controller_id: "a".into(), ttl_ms: 1 };
+        let a = s.do_acquire(short.clone()).unwrap().lease_id;
+        s.do_apply(apply_req(&a, 600_000)).unwrap();
+        // The same writer renewing keeps its change pending.
+        assert_eq!(s.do_acquire(short).unwrap().lease_id, a);
+        assert!(s.lock().ledger.deadline().is_some());
+        std::thread::sleep(Duration::from_millis(5));
+        let b = s.do_acquire(pb::AcquireWriterRequest { controller_id: "b".into(), ttl_ms: 60_000 }).unwrap();
+        assert_ne!(b.lease_id, a);
+        assert_eq!(s.inner.backend.read_settings(), vec![START], "a's change reverted when b took over");
+        let st = s.lock();
+        assert!(st.ledger.deadline().is_none());
+        assert_eq!(st.ledger.current(), st.ledger.confirmed());
     }
 
     #[test]

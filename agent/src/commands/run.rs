@@ -91,9 +91,12 @@ pub struct RunArgs {
     /// CA certificate (PEM) for an https target.
     #[arg(long, value_name = "FILE")]
     tls_ca: Option<PathBuf>,
-    /// Name of this controller in the writer lease and the actuator's journal.
-    #[arg(long, default_value = "ecn-tuner")]
-    controller_id: String,
+    /// Name of this controller in the writer lease and the actuator's journal. Default:
+    /// `ecn-tuner@HOST/PID`, unique to this process, so that two controllers never share the
+    /// writer role by accident; give a fixed name to let a restarted controller take its role
+    /// back at once.
+    #[arg(long)]
+    controller_id: Option<String>,
 }
 
 fn duration(flag: &str, v: &str) -> Result<Duration, CliError> {
@@ -109,6 +112,13 @@ fn positive_duration(flag: &str, v: &str) -> Result<Duration, CliError> {
         return Err(CliError::BadInput(format!("--{flag} '{v}': must be greater than 0")));
     }
     Ok(d)
+}
+
+/// `ecn-tuner@HOST/PID`.
+fn default_controller_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = if host.trim().is_empty() { "localhost" } else { host.trim() };
+    format!("ecn-tuner@{host}/{}", std::process::id())
 }
 
 fn read(flag: &str, p: &PathBuf) -> Result<Vec<u8>, CliError> {
@@ -158,10 +168,18 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
         },
         health: HealthConfig { window: a.health_window, ..Default::default() },
         quarantine: duration("min-dwell", &a.min_dwell)? * 10,
-        controller_id: a.controller_id,
+        controller_id: a.controller_id.unwrap_or_else(default_controller_id),
     };
     if cfg.interval.is_zero() {
         return Err(CliError::BadInput("--interval must be greater than 0".into()));
+    }
+    // The actuator takes confirm windows in whole milliseconds, and 0 means "no confirm".
+    if cfg.confirm_within < Duration::from_millis(1) {
+        return Err(CliError::BadInput(format!("--confirm-within '{}': must be at least 1ms", a.confirm_within)));
+    }
+    // The writer lease lives 10 intervals; the actuator grants at most an hour.
+    if cfg.interval * 10 > crate::actuator::lease::MAX_TTL {
+        return Err(CliError::BadInput(format!("--interval '{}': must be at most 6 minutes", a.interval)));
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
