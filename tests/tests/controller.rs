@@ -13,7 +13,10 @@ async fn sim_actuator(extra: &[&str]) -> Actuator {
     let scenario = dir.path().join("small.toml");
     std::fs::write(&scenario, SCENARIO).unwrap();
     let scenario = scenario.display().to_string();
-    let mut args = vec!["--backend", "sim", "--scenario", scenario.as_str(), "--time-scale", "0.02"];
+    let mut args = vec!["--backend", "sim", "--scenario", scenario.as_str()];
+    if !extra.contains(&"--time-scale") {
+        args.extend(["--time-scale", "0.02"]);
+    }
     args.extend_from_slice(extra);
     Actuator::start_in(dir, &args).await
 }
@@ -257,4 +260,104 @@ async fn the_shipped_model_decides_from_telemetry_in_enforce_mode() {
         let (kmin, kmax) = (a["kmin_bytes"].as_u64().unwrap(), a["kmax_bytes"].as_u64().unwrap());
         assert!(kmin >= 1000 && kmin < kmax && kmax <= 32 << 20, "{x}");
     }
+}
+
+/// Before its first telemetry sample a queue is left as it is: an enforce controller against
+/// an actuator whose fabric has produced no sample yet (a sim running 100 000 times slower than
+/// the clock) writes nothing, rather than "falling back" to its baseline.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_telemetry_yet_means_no_writes() {
+    let act = sim_actuator(&["--time-scale", "0.00001"]).await;
+    let before = settings(&act).await;
+    let (child, log) = act.controller(
+        "early",
+        &enforce_flags(
+            "static:100KB,400KB,0.5",
+            &["--baseline", "dcqcn-paper", "--min-dwell", "0s", "--duration", "4s"],
+        ),
+    );
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success());
+    let journal = act.journal();
+    assert!(events(&journal, "apply").is_empty(), "{journal:?}");
+    assert_eq!(settings(&act).await, before);
+    let reasons = decision_reasons(&log);
+    assert!(
+        !reasons.is_empty() && reasons.iter().all(|r| r.contains("no telemetry yet")),
+        "{:?}",
+        &reasons[..3.min(reasons.len())]
+    );
+}
+
+/// Telemetry that goes stale after it has arrived (a sim sampling every 2 s of wall time,
+/// stale after 0.5 s): a policy change then cannot be judged and is rolled back, the queues
+/// fall back to the baseline, confirmed at once, and stay there through the quarantine. It
+/// used to cycle apply, blind rollback, fallback, every few seconds.
+#[tokio::test(flavor = "multi_thread")]
+async fn stale_telemetry_falls_back_once_and_holds() {
+    let act = sim_actuator(&["--time-scale", "0.00005"]).await;
+    let (child, _) = act.controller(
+        "blind",
+        &enforce_flags(
+            "static:100KB,400KB,0.5",
+            &["--baseline", "dcqcn-paper", "--stale-after", "500ms", "--duration", "9s"],
+        ),
+    );
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success());
+    let journal = act.journal();
+    let applies = events(&journal, "apply");
+    assert!(applies.len() <= 2 && events(&journal, "rollback").len() <= 1, "{journal:?}");
+    let baseline = |e: &serde_json::Value| e["queues"][0]["kmin_bytes"] == 5_000;
+    let fallback = applies.iter().find(|e| baseline(e)).unwrap_or_else(|| panic!("no fallback: {journal:?}"));
+    assert_eq!(fallback["confirmed_generation"], fallback["generation"], "confirmed at once: {fallback}");
+}
+
+/// `--max-changes-per-minute` bounds the queues changed, even within a single round.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_change_budget_holds_within_a_round() {
+    let act = sim_actuator(&[]).await;
+    let (child, log) = act.controller(
+        "budget",
+        &enforce_flags(
+            "static:100KB,400KB,0.5",
+            &["--min-dwell", "0s", "--max-changes-per-minute", "3", "--health-window", "2", "--duration", "5s"],
+        ),
+    );
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success());
+    let journal = act.journal();
+    let changed: usize = events(&journal, "apply").iter().map(|e| e["queues"].as_array().unwrap().len()).sum();
+    assert!((1..=3).contains(&changed), "{changed} queue changes: {journal:?}");
+    let applied = read_json_lines(&log).iter().filter(|x| x["applied"] == true).count();
+    assert_eq!(applied, changed, "the decision log marks applied exactly what the actuator applied");
+}
+
+/// The kill switch acts at once, rolling back a change still under its health check rather
+/// than waiting for the check (here, one that would never complete) to end.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kill_switch_does_not_wait_for_a_pending_health_check() {
+    let act = sim_actuator(&[]).await;
+    let before = settings(&act).await;
+    let kill = act.dir.path().join("KILL");
+    let kill_arg = kill.display().to_string();
+    let (child, _) = act.controller(
+        "patient",
+        &enforce_flags(
+            "static:200KB,800KB,0.3",
+            &["--confirm-within", "60s", "--health-window", "1000000", "--duration", "40s", "--kill-file", &kill_arg],
+        ),
+    );
+    act.wait_for_event("apply", Duration::from_secs(60)).await;
+    std::fs::write(&kill, "stop").unwrap();
+    let asked = std::time::Instant::now();
+    act.wait_for_event("rollback", Duration::from_secs(20)).await;
+    assert!(asked.elapsed() < Duration::from_secs(20));
+    eventually("every queue back on the baseline", Duration::from_secs(10), || {
+        let a = &act;
+        let before = before.clone();
+        async move { (settings(a).await == before).then_some(()) }
+    })
+    .await;
+    drop(child);
 }

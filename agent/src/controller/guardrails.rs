@@ -170,6 +170,12 @@ impl Guardrails {
         self.budget(bounded, q, now, clamps)
     }
 
+    /// `baseline` inside the bounds and below `xoff`: what a fallback or the kill switch
+    /// writes, so that the actuator cannot refuse it.
+    pub fn safe_baseline(&self, baseline: EcnSetting, xoff: Option<u64>) -> EcnSetting {
+        self.clamp_bounds(baseline, xoff, &mut Vec::new())
+    }
+
     /// Count an applied change against the budget.
     pub fn record_change(&mut self, now: Instant) {
         self.recent_changes.push_back(now);

@@ -186,6 +186,18 @@ struct Pending {
     previous: Vec<(usize, EcnSetting)>,
 }
 
+/// A change a round decided on, and its decision-log line, written once the apply's
+/// outcome is known.
+struct Planned {
+    queue: usize,
+    setting: EcnSetting,
+    /// A fallback to the baseline because the queue's telemetry is stale or invalid: it
+    /// cannot be judged on telemetry, so it is confirmed at once instead of watched.
+    telemetry_fallback: bool,
+    proposed: Option<serde_json::Value>,
+    reason: String,
+}
+
 /// Run one control loop per target in this process, sharing the metrics endpoint and the
 /// decision log, until `duration`, SIGINT/SIGTERM, or a fatal error in any loop.
 pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunReport, CliError> {
@@ -248,11 +260,12 @@ pub async fn run(cfg: ControllerConfig, metrics: Metrics, log: DecisionLog) -> R
         let now = Instant::now();
         lp.metrics.telemetry_age_seconds.set(now.duration_since(lp.last_batch_at).as_secs_f64());
         lp.renew_lease(now).await?;
-        if lp.check_pending().await? {
-            continue;
-        }
+        // The kill switch does not wait for a pending change's health check.
         if lp.kill_requested() {
             lp.kill_switch().await?;
+            continue;
+        }
+        if lp.check_pending().await? {
             continue;
         }
         if !lp.round_due(now, arrived.is_some()) {
@@ -263,8 +276,8 @@ pub async fn run(cfg: ControllerConfig, metrics: Metrics, log: DecisionLog) -> R
         if let Some(t) = arrived {
             lp.metrics.decision_latency_seconds.observe(t.elapsed().as_secs_f64());
         }
-        if lp.cfg.mode == Mode::Enforce && !round.is_empty() {
-            lp.apply_round(now, round).await;
+        if !round.is_empty() {
+            lp.apply_round(round).await?;
         }
     }
 
@@ -528,9 +541,10 @@ impl ControlLoop {
         true
     }
 
-    /// One decision round: logs a decision per queue and returns the queues to change with their
-    /// new settings (`queues[i].current` changes only once an apply succeeds).
-    fn decide(&mut self, now: Instant) -> Result<Vec<(usize, EcnSetting)>, CliError> {
+    /// One decision round: logs a decision per queue that stays as it is, and returns the
+    /// changes (`queues[i].current` changes only once an apply succeeds). Each change counts
+    /// against the per-minute budget as it is decided, so one round cannot exceed it.
+    fn decide(&mut self, now: Instant) -> Result<Vec<Planned>, CliError> {
         let (cfg, metrics, log, stale_after) = (&self.cfg, &self.metrics, &self.log, self.stale_after);
         let mut changes = Vec::new();
         let stream_stale = now.duration_since(self.last_batch_at) > stale_after;
@@ -563,14 +577,21 @@ impl ControlLoop {
                 last_change: q.last_change,
                 telemetry,
             };
-            let verdict = self.guardrails.check(proposed, &ctx, now);
+            // Before its first sample a queue is left as it is: there is nothing to decide on,
+            // and no reason yet to fall back.
+            let verdict = if q.watch.has_arrived() {
+                self.guardrails.check(proposed, &ctx, now)
+            } else {
+                guardrails::Verdict { setting: q.current, clamps: Vec::new() }
+            };
             for c in &verdict.clamps {
                 metrics.clamps.get_or_create(&ReasonLabels { reason: c.name().into() }).inc();
             }
             let change = verdict.setting != q.current;
             // The log line costs a JSON observation and a reason string: build them only if kept.
+            let mut reason = String::new();
             if log.enabled() {
-                let mut reason = format!("policy {}", cfg.policy);
+                reason = format!("policy {}", cfg.policy);
                 if quarantined {
                     reason.push_str("; quarantined after a rollback, keeping the known-good setting");
                 }
@@ -578,48 +599,100 @@ impl ControlLoop {
                     let names: Vec<&str> = verdict.clamps.iter().map(|c: &Clamp| c.name()).collect();
                     reason.push_str(&format!("; guardrails: {}", names.join(", ")));
                 }
+                if !q.watch.has_arrived() {
+                    reason.push_str("; no telemetry yet, keeping the current setting");
+                }
                 if !change {
                     reason.push_str("; no change");
+                    let d = decision(cfg, q, verdict.setting, false, reason);
+                    record(log, &Decision { proposed: proposed.map(setting_json), ..d })?;
+                    continue;
                 }
-                let applied = change && cfg.mode == Mode::Enforce;
-                let d = decision(cfg, q, verdict.setting, applied, reason);
-                record(log, &Decision { proposed: proposed.map(setting_json), ..d })?;
             }
             if change {
-                changes.push((i, verdict.setting));
+                self.guardrails.record_change(now);
+                let telemetry_fallback =
+                    verdict.clamps.iter().any(|c| matches!(c, Clamp::StaleTelemetry | Clamp::InvalidTelemetry));
+                changes.push(Planned {
+                    queue: i,
+                    setting: verdict.setting,
+                    telemetry_fallback,
+                    proposed: proposed.map(setting_json),
+                    reason,
+                });
             }
         }
         Ok(changes)
     }
 
+    /// Write the decision-log lines of a round's changes, now that it is known whether they
+    /// were applied.
+    fn record_planned(&self, planned: &[Planned], applied: bool, note: &str) -> Result<(), CliError> {
+        if !self.log.enabled() {
+            return Ok(());
+        }
+        for p in planned {
+            let q = &self.queues[p.queue];
+            let d = decision(&self.cfg, q, p.setting, applied, format!("{}{note}", p.reason));
+            record(&self.log, &Decision { proposed: p.proposed.clone(), ..d })?;
+        }
+        Ok(())
+    }
+
     /// Apply a round's changes and put them under health watch; a refused apply leaves the
-    /// settings unchanged.
-    async fn apply_round(&mut self, now: Instant, round: Vec<(usize, EcnSetting)>) {
-        let Some((lease_id, _)) = &self.lease else { return };
-        let lease_id = lease_id.clone();
-        let previous: Vec<(usize, EcnSetting)> = round.iter().map(|(i, _)| (*i, self.queues[*i].current)).collect();
-        match self.apply(&lease_id, &round).await {
+    /// settings unchanged. Telemetry fallbacks go alone and are confirmed at once: they cannot
+    /// be judged on telemetry, and a blind health check would roll them back, round after
+    /// round. The other changes wait for a later round then. Shadow mode only logs.
+    async fn apply_round(&mut self, mut round: Vec<Planned>) -> Result<(), CliError> {
+        let lease_id = match (&self.lease, self.cfg.mode) {
+            (Some((id, _)), Mode::Enforce) => id.clone(),
+            _ => return self.record_planned(&round, false, ""),
+        };
+        let fallback = round.iter().any(|p| p.telemetry_fallback);
+        if fallback {
+            let (fallbacks, deferred): (Vec<Planned>, Vec<Planned>) =
+                round.into_iter().partition(|p| p.telemetry_fallback);
+            self.record_planned(&deferred, false, "; deferred: telemetry fallbacks of this round go first")?;
+            round = fallbacks;
+        }
+        let changes: Vec<(usize, EcnSetting)> = round.iter().map(|p| (p.queue, p.setting)).collect();
+        let previous: Vec<(usize, EcnSetting)> = changes.iter().map(|(i, _)| (*i, self.queues[*i].current)).collect();
+        let within = if fallback { Duration::ZERO } else { self.cfg.confirm_within };
+        match self.apply(&lease_id, &changes, within).await {
             Ok((g, deadline)) => {
                 self.report.applies += 1;
                 self.metrics.applies.inc();
                 self.generation = g;
-                for (i, _) in &round {
-                    self.guardrails.record_change(now);
+                for (i, _) in &changes {
                     set_queue_metrics(&self.metrics, &self.cfg.target, &self.queues[*i]);
                 }
-                let idx: Vec<usize> = round.iter().map(|(i, _)| *i).collect();
+                let note = if fallback { "; confirmed at once (telemetry fallback)" } else { "" };
+                self.record_planned(&round, true, note)?;
+                if fallback {
+                    return Ok(());
+                }
+                let idx: Vec<usize> = changes.iter().map(|(i, _)| *i).collect();
                 let before =
                     idx.iter().map(|&i| WindowStats::of(self.queues[i].watch.recent(self.cfg.health.window))).collect();
                 let after = vec![Vec::new(); idx.len()];
                 self.pending = Some(Pending { generation: g, queues: idx, before, after, deadline, previous });
             }
-            Err(e) => warn!(error = %e, "apply refused; settings unchanged"),
+            Err(e) => {
+                warn!(error = %e, "apply refused; settings unchanged");
+                self.record_planned(&round, false, &format!("; the actuator refused the apply: {e}"))?;
+            }
         }
+        Ok(())
     }
 
     /// Apply the round's changes in one atomic call with a confirm deadline. On success the
     /// queues' `current` become the new settings; returns the new generation and the deadline.
-    async fn apply(&mut self, lease_id: &str, round: &[(usize, EcnSetting)]) -> Result<(u64, Instant), String> {
+    async fn apply(
+        &mut self,
+        lease_id: &str,
+        round: &[(usize, EcnSetting)],
+        confirm_within: Duration,
+    ) -> Result<(u64, Instant), String> {
         let changes = round
             .iter()
             .map(|(i, s)| pb::QueueSetting { id: Some(self.queues[*i].id.clone()), setting: Some(to_pb(*s)) })
@@ -629,7 +702,7 @@ impl ControlLoop {
             changes,
             validate_only: false,
             expected_generation: Some(self.generation),
-            confirm_within_ms: self.cfg.confirm_within.as_millis() as u64,
+            confirm_within_ms: confirm_within.as_millis() as u64,
             reason: format!("policy {}", self.cfg.policy),
         };
         let resp = self.client.apply(req).await.map_err(|s| format!("{:?}: {}", s.code(), s.message()))?.into_inner();
@@ -647,7 +720,7 @@ impl ControlLoop {
             self.queues[*i].current = *s;
             self.queues[*i].last_change = Some(now);
         }
-        Ok((resp.generation, now + self.cfg.confirm_within))
+        Ok((resp.generation, now + confirm_within))
     }
 
     /// Judge a pending change once its window is complete (or its deadline is near): confirm it,
@@ -737,21 +810,40 @@ impl ControlLoop {
         Ok(None)
     }
 
-    /// Kill switch: every queue back to its baseline, confirmed at once; no further changes.
+    /// Kill switch: any pending change rolled back, then every queue back to its baseline
+    /// (inside the actuator's bounds), confirmed at once; no further changes.
     async fn kill_switch(&mut self) -> Result<(), CliError> {
+        let Some((lease_id, _)) = self.lease.clone() else { return Ok(()) };
+        if let Some(p) = self.pending.take() {
+            let req = pb::RollbackRequest {
+                lease_id: lease_id.clone(),
+                to_generation: None,
+                reason: format!("kill switch; generation {} was never confirmed", p.generation),
+            };
+            self.client
+                .rollback(req)
+                .await
+                .map_err(|s| CliError::Failed(format!("kill switch rollback: {}", s.message())))?;
+            self.report.rollbacks += 1;
+            self.metrics.rollbacks.get_or_create(&ReasonLabels { reason: "kill_switch".into() }).inc();
+            for (i, old) in &p.previous {
+                self.queues[*i].current = *old;
+            }
+        }
+        let guardrails = &self.guardrails;
         let queues = &mut self.queues;
-        let off_baseline: Vec<usize> = (0..queues.len()).filter(|&i| queues[i].current != queues[i].baseline).collect();
+        let target = |q: &QueueState| guardrails.safe_baseline(q.baseline, q.xoff);
+        let off_baseline: Vec<usize> = (0..queues.len()).filter(|&i| queues[i].current != target(&queues[i])).collect();
         if off_baseline.is_empty() {
             return Ok(());
         }
-        let Some((lease_id, _)) = &self.lease else { return Ok(()) };
         warn!(queues = off_baseline.len(), "kill switch engaged: returning every queue to its baseline");
         let changes = off_baseline
             .iter()
-            .map(|&i| pb::QueueSetting { id: Some(queues[i].id.clone()), setting: Some(to_pb(queues[i].baseline)) })
+            .map(|&i| pb::QueueSetting { id: Some(queues[i].id.clone()), setting: Some(to_pb(target(&queues[i]))) })
             .collect();
         let req = pb::ApplyRequest {
-            lease_id: lease_id.clone(),
+            lease_id,
             changes,
             validate_only: false,
             expected_generation: None,
@@ -765,10 +857,11 @@ impl ControlLoop {
             .map_err(|s| CliError::Failed(format!("kill switch apply: {}", s.message())))?;
         self.generation = resp.into_inner().generation;
         for i in off_baseline {
+            let setting = target(&queues[i]);
             let q = &mut queues[i];
-            q.current = q.baseline;
+            q.current = setting;
             set_queue_metrics(&self.metrics, &self.cfg.target, q);
-            record(&self.log, &decision(&self.cfg, q, q.baseline, true, "kill switch: baseline".into()))?;
+            record(&self.log, &decision(&self.cfg, q, setting, true, "kill switch: baseline".into()))?;
         }
         Ok(())
     }

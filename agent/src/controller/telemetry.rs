@@ -98,6 +98,11 @@ impl QueueWatch {
         self.last = Some(s.clone());
     }
 
+    /// Whether any sample has arrived yet.
+    pub fn has_arrived(&self) -> bool {
+        self.arrived_at.is_some()
+    }
+
     /// The feature history a learned policy observes.
     pub fn features(&self) -> &QueueHistory {
         &self.features
