@@ -601,3 +601,37 @@ async fn recordings_that_cannot_be_this_switchs_and_unbounded_switches_are_refus
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("BUFFER_POOL"), "{stderr}");
 }
+
+/// An actuator killed between an apply and its confirm leaves the change on the switch (a
+/// switch keeps what it is given); a new actuator on the same journal refuses to start rather
+/// than serve that change as if it were confirmed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_journal_ending_on_an_unconfirmed_apply_stops_the_next_actuator() {
+    let rig = rig(Spec::default(), &[]).await;
+    let url = rig.redis.url();
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let req = pb::ApplyRequest {
+        lease_id: l,
+        changes: vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)],
+        confirm_within_ms: 60_000,
+        reason: "test".into(),
+        ..Default::default()
+    };
+    c.apply(req).await.expect("apply");
+    let journal_text = std::fs::read_to_string(&rig.act.journal).unwrap();
+    drop(c);
+    let Rig { redis, ticker, act } = rig;
+    drop(act); // SIGKILL: no revert
+    let dir = tempfile::Builder::new().prefix("ecn-sonic-restart-").tempdir().unwrap();
+    let journal = dir.path().join("journal.jsonl");
+    std::fs::write(&journal, journal_text).unwrap();
+    let args = ["actuator", "--backend", "sonic", "--redis", &url, "--listen", "127.0.0.1:0", "--journal"];
+    let mut args = args.to_vec();
+    args.push(journal.to_str().unwrap());
+    let (code, _, stderr) = run_cli(&args).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("never confirmed") && stderr.contains("sonic restore"), "{stderr}");
+    assert_eq!(queue_setting(&mut redis.con(CONFIG_DB), "Ethernet0", 3), (300_000, 900_000, 25), "still on the switch");
+    drop(ticker);
+}

@@ -177,6 +177,30 @@ impl Journal {
     }
 }
 
+/// The generation a journal ends on unconfirmed, with the last confirmed one: the actuator
+/// that wrote it stopped (killed, or the host went down) after an Apply and before its confirm
+/// or revert, so the device may still hold that change. `None` when the journal ends confirmed,
+/// is empty or does not exist. Lines that do not parse (a torn last write) are skipped.
+pub fn unconfirmed_at_end(path: &Path) -> std::io::Result<Option<(u64, u64)>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut state = None;
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        // A refusal changes nothing on the device.
+        if v["event"] == "reject" {
+            continue;
+        }
+        if let (Some(g), Some(c)) = (v["generation"].as_u64(), v["confirmed_generation"].as_u64()) {
+            state = Some((g, c));
+        }
+    }
+    Ok(state.filter(|(g, c)| c < g))
+}
+
 /// Whether `f` is non-empty and its last byte is not a newline.
 fn ends_mid_line(f: &mut File) -> std::io::Result<bool> {
     use std::io::{Read, Seek, SeekFrom};
@@ -215,6 +239,21 @@ mod tests {
         assert!(lines[0]["queues"][0]["pmax"].is_null());
         assert!(lines[0]["ts"].as_str().unwrap().ends_with('Z'));
         assert_eq!(lines[1]["controller"], "c1");
+    }
+
+    #[test]
+    fn a_journal_ending_on_an_unconfirmed_apply_says_so() {
+        let path = std::env::temp_dir().join(format!("ecn-journal-pending-{}", std::process::id()));
+        let mut j = Journal::open(&path).unwrap();
+        j.write(&Event::now(EventKind::Apply, 2, 2, vec![])).unwrap();
+        assert_eq!(unconfirmed_at_end(&path).unwrap(), None);
+        j.write(&Event::now(EventKind::Apply, 3, 2, vec![])).unwrap();
+        j.write(&Event::now(EventKind::Reject, 3, 2, vec![])).unwrap();
+        assert_eq!(unconfirmed_at_end(&path).unwrap(), Some((3, 2)));
+        j.write(&Event::now(EventKind::Revert, 4, 4, vec![])).unwrap();
+        assert_eq!(unconfirmed_at_end(&path).unwrap(), None);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(unconfirmed_at_end(&path).unwrap(), None, "no journal, nothing pending");
     }
 
     #[test]

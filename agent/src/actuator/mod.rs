@@ -249,8 +249,22 @@ pub async fn serve_dry_run(dry: DryRunOptions, opts: ServeOptions) -> Result<Act
     serve(backend, opts).await
 }
 
-/// Start an actuator in front of a SONiC switch's Redis.
+/// Start an actuator in front of a SONiC switch's Redis. A journal that ends on an
+/// unconfirmed apply is refused: the switch, unlike a simulator, kept that change when the
+/// previous actuator died, and nothing would revert it.
 pub async fn serve_sonic(sonic: SonicOptions, opts: ServeOptions) -> Result<ActuatorHandle, ActuatorError> {
+    if let Some(p) = &opts.journal {
+        let pending = journal::unconfirmed_at_end(p)
+            .map_err(|e| ActuatorError::BadInput(format!("--journal {}: {e}", p.display())))?;
+        if let Some((generation, confirmed)) = pending {
+            return Err(ActuatorError::BadInput(format!(
+                "--journal {}: generation {generation} was applied and never confirmed or reverted (confirmed: {confirmed}); \
+                 the previous actuator stopped in between, so the switch may still hold that change. Undo everything \
+                 with `ecn-tuner sonic restore`, or keep the switch as it is; then start with a new journal",
+                p.display()
+            )));
+        }
+    }
     let backend = tokio::task::spawn_blocking(move || SonicBackend::start(sonic))
         .await
         .map_err(|e| ActuatorError::Failed(format!("SONiC backend start: {e}")))??;
