@@ -361,3 +361,28 @@ async fn the_kill_switch_does_not_wait_for_a_pending_health_check() {
     .await;
     drop(child);
 }
+
+/// One controller, two actuators: when one actuator dies, the controller stops the other
+/// target cleanly too, rolling back its change under health check and releasing its lease,
+/// instead of leaving it to that actuator's confirm deadline.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_target_stops_the_others_cleanly() {
+    let (a, b) = (sim_actuator(&[]).await, sim_actuator(&[]).await);
+    let args = enforce_flags(
+        "static:200KB,800KB,0.3",
+        &["--confirm-within", "60s", "--health-window", "1000000", "--duration", "60s"],
+    );
+    let mut args = args.to_vec();
+    let url_b = b.url();
+    args.extend(["--target", url_b.as_str()]);
+    let (child, _) = a.controller("pair", &args);
+    a.wait_for_event("apply", Duration::from_secs(60)).await;
+    b.wait_for_event("apply", Duration::from_secs(60)).await;
+    drop(b); // SIGKILL: the controller loses that target
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(1), "a lost target is a failure");
+    let journal = a.journal();
+    let rollback = events(&journal, "rollback");
+    assert_eq!(rollback.len(), 1, "the surviving target's pending change is rolled back: {journal:?}");
+    assert!(rollback[0]["detail"].as_str().unwrap().contains("never confirmed"), "{}", rollback[0]);
+}

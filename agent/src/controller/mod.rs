@@ -208,25 +208,45 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
     }
     let decisions = DecisionLog::open(cfg.decision_log.as_deref())
         .map_err(|e| CliError::BadInput(format!("--decision-log: {e}")))?;
+    // One target's fatal error stops the others cleanly (pending changes rolled back, leases
+    // released) instead of abandoning them mid-change when the process exits.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     for target in targets {
         let cfg = ControllerConfig { target, ..cfg.clone() };
-        let (metrics, decisions) = (metrics.clone(), decisions.clone());
-        tasks.spawn(async move { run(cfg, metrics, decisions).await });
+        let (metrics, decisions, stop) = (metrics.clone(), decisions.clone(), stop_rx.clone());
+        tasks.spawn(async move { run(cfg, metrics, decisions, stop).await });
     }
     let mut total = RunReport::default();
+    let mut first_error = None;
     while let Some(done) = tasks.join_next().await {
-        let r = done.map_err(|e| CliError::Failed(format!("a control loop panicked: {e}")))??;
-        total.rounds += r.rounds;
-        total.applies += r.applies;
-        total.confirms += r.confirms;
-        total.rollbacks += r.rollbacks;
+        let r = done.map_err(|e| CliError::Failed(format!("a control loop panicked: {e}"))).and_then(|r| r);
+        match r {
+            Ok(r) => {
+                total.rounds += r.rounds;
+                total.applies += r.applies;
+                total.confirms += r.confirms;
+                total.rollbacks += r.rollbacks;
+            }
+            Err(e) => {
+                let _ = stop_tx.send(true);
+                first_error.get_or_insert(e);
+            }
+        }
     }
-    Ok(total)
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(total),
+    }
 }
 
 /// Run the control loop of one actuator until `duration`, SIGINT/SIGTERM, or a fatal error.
-pub async fn run(cfg: ControllerConfig, metrics: Metrics, log: DecisionLog) -> Result<RunReport, CliError> {
+pub async fn run(
+    cfg: ControllerConfig,
+    metrics: Metrics,
+    log: DecisionLog,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<RunReport, CliError> {
     let mut lp = ControlLoop::start(cfg, metrics, log).await?;
     let mut stream = lp.open_stream().await?;
 
@@ -243,6 +263,7 @@ pub async fn run(cfg: ControllerConfig, metrics: Metrics, log: DecisionLog) -> R
         let arrived = tokio::select! {
             _ = tokio::signal::ctrl_c() => { info!("interrupted"); break; }
             _ = sigterm.recv() => { info!("terminated"); break; }
+            _ = stop.changed() => { warn!(target = %lp.cfg.target, "another target failed; stopping this one cleanly"); break; }
             _ = sigusr1.recv() => { lp.killed = true; None }
             msg = stream.message(), if stream_open => {
                 match msg {
