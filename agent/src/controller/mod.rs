@@ -130,6 +130,10 @@ pub async fn connect(target: &str, token: Option<&str>, tls_ca: Option<&[u8]>) -
     if tls_ca.is_some_and(|ca| !holds_pem_certificate(ca)) {
         return Err(bad(&"--tls-ca holds no PEM certificate"));
     }
+    // A bearer token over plain HTTP is readable by anyone on the path; only loopback is safe.
+    if token.is_some() && target.starts_with("http://") && !is_loopback_url(target) {
+        return Err(bad(&"a token is only sent over https:// (or to a loopback address)"));
+    }
     let mut endpoint = Channel::from_shared(target.to_string()).map_err(|e| bad(&e))?;
     endpoint = endpoint.connect_timeout(Duration::from_secs(5));
     if let Some(ca) = tls_ca {
@@ -145,6 +149,17 @@ pub async fn connect(target: &str, token: Option<&str>, tls_ca: Option<&[u8]>) -
         None => None,
     };
     Ok(ActuatorClient::with_interceptor(channel, Auth(header)))
+}
+
+/// Whether the URL's host is a loopback address (`localhost`, `127.x.y.z`, `[::1]`).
+fn is_loopback_url(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 fn to_setting(s: Option<&pb::EcnSetting>) -> Option<EcnSetting> {
@@ -909,5 +924,20 @@ impl ControlLoop {
             let _ = self.client.release_writer(pb::ReleaseWriterRequest { lease_id }).await;
         }
         Ok(self.report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_loopback_urls_are_loopback() {
+        for url in ["http://127.0.0.1:50051", "http://localhost:1", "http://[::1]:9", "http://127.3.2.1"] {
+            assert!(super::is_loopback_url(url), "{url}");
+        }
+        for url in
+            ["http://10.0.0.1:50051", "http://switch1:50051", "http://[2001:db8::1]:9", "http://127.0.0.1.evil:1"]
+        {
+            assert!(!super::is_loopback_url(url), "{url}");
+        }
     }
 }
