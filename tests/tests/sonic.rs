@@ -504,6 +504,18 @@ async fn bad_urls_unreachable_redis_and_empty_config_db_exit_with_clear_errors()
     assert!(stdout.contains("nothing to restore"), "{stdout}");
 }
 
+/// Start a SONiC actuator on `url` (with `journal`, if given) that is expected to refuse to
+/// start: its exit code and stderr.
+async fn refused_start(url: &str, journal: Option<&std::path::Path>) -> (Option<i32>, String) {
+    let journal = journal.map(|p| p.display().to_string());
+    let mut args = vec!["actuator", "--backend", "sonic", "--redis", url, "--listen", "127.0.0.1:0"];
+    if let Some(j) = &journal {
+        args.extend(["--journal", j.as_str()]);
+    }
+    let (code, _, stderr) = run_cli(&args).await;
+    (code, stderr)
+}
+
 /// Nothing ecn-tuner writes may become impossible to undo, and `sonic restore` writes only what
 /// could be this switch's original state: a recording file of another switch, one with
 /// thresholds no switch holds, or one binding a queue to a profile it lacks is refused before
@@ -571,10 +583,7 @@ async fn recordings_that_cannot_be_this_switchs_and_unbounded_switches_are_refus
     let journal = dir.path().join("j.jsonl");
     let beside = dir.path().join("j.jsonl.sonic-originals.json");
     std::fs::write(&beside, recording(cases[0].1.as_ref()).to_string()).unwrap();
-    let actuator = ["actuator", "--backend", "sonic", "--redis", &url, "--listen", "127.0.0.1:0", "--journal"];
-    let mut args = actuator.to_vec();
-    args.push(journal.to_str().unwrap());
-    let (code, _, stderr) = run_cli(&args).await;
+    let (code, stderr) = refused_start(&url, Some(&journal)).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("j.jsonl.sonic-originals.json") && stderr.contains("some-other-switch"), "{stderr}");
     std::fs::remove_file(&beside).unwrap();
@@ -597,7 +606,7 @@ async fn recordings_that_cannot_be_this_switchs_and_unbounded_switches_are_refus
         .arg("BUFFER_POOL|ingress_lossless_pool")
         .query(&mut con)
         .unwrap();
-    let (code, _, stderr) = run_cli(&actuator[..7]).await;
+    let (code, stderr) = refused_start(&url, None).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("BUFFER_POOL"), "{stderr}");
 }
@@ -626,10 +635,7 @@ async fn a_journal_ending_on_an_unconfirmed_apply_stops_the_next_actuator() {
     let dir = tempfile::Builder::new().prefix("ecn-sonic-restart-").tempdir().unwrap();
     let journal = dir.path().join("journal.jsonl");
     std::fs::write(&journal, journal_text).unwrap();
-    let args = ["actuator", "--backend", "sonic", "--redis", &url, "--listen", "127.0.0.1:0", "--journal"];
-    let mut args = args.to_vec();
-    args.push(journal.to_str().unwrap());
-    let (code, _, stderr) = run_cli(&args).await;
+    let (code, stderr) = refused_start(&url, Some(&journal)).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("never confirmed") && stderr.contains("sonic restore"), "{stderr}");
     assert_eq!(queue_setting(&mut redis.con(CONFIG_DB), "Ethernet0", 3), (300_000, 900_000, 25), "still on the switch");
