@@ -142,12 +142,20 @@ pub fn unix_ms(t: SystemTime) -> u64 {
 #[derive(Debug, Default)]
 pub struct Journal {
     file: Option<(File, PathBuf)>,
+    /// The highest generation the file already holds (0 for a new one).
+    last_generation: u64,
 }
 
 impl Journal {
     /// No file: events only reach the log.
     pub fn none() -> Journal {
-        Journal { file: None }
+        Journal { file: None, last_generation: 0 }
+    }
+
+    /// The highest generation already in the file: a restarted actuator continues after it, so
+    /// that one number never names two different changes in one journal.
+    pub fn last_generation(&self) -> u64 {
+        self.last_generation
     }
 
     /// Open (create) `path` for appending.
@@ -158,7 +166,8 @@ impl Journal {
         if ends_mid_line(&mut f)? {
             f.write_all(b"\n")?;
         }
-        Ok(Journal { file: Some((f, path.to_path_buf())) })
+        let last_generation = recorded_events(path)?.filter_map(|v| v["generation"].as_u64()).max().unwrap_or(0);
+        Ok(Journal { file: Some((f, path.to_path_buf())), last_generation })
     }
 
     /// Append one event as one line. Logs it too, so a journal-less actuator still leaves a
@@ -182,14 +191,8 @@ impl Journal {
 /// or revert, so the device may still hold that change. `None` when the journal ends confirmed,
 /// is empty or does not exist. Lines that do not parse (a torn last write) are skipped.
 pub fn unconfirmed_at_end(path: &Path) -> std::io::Result<Option<(u64, u64)>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
     let mut state = None;
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+    for v in recorded_events(path)? {
         // A refusal changes nothing on the device.
         if v["event"] == "reject" {
             continue;
@@ -199,6 +202,17 @@ pub fn unconfirmed_at_end(path: &Path) -> std::io::Result<Option<(u64, u64)>> {
         }
     }
     Ok(state.filter(|(g, c)| c < g))
+}
+
+/// The events in a journal file, skipping lines that do not parse; none if there is no file.
+fn recorded_events(path: &Path) -> std::io::Result<impl Iterator<Item = serde_json::Value>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    let events: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    Ok(events.into_iter())
 }
 
 /// Whether `f` is non-empty and its last byte is not a newline.
@@ -252,6 +266,7 @@ mod tests {
         assert_eq!(unconfirmed_at_end(&path).unwrap(), Some((3, 2)));
         j.write(&Event::now(EventKind::Revert, 4, 4, vec![])).unwrap();
         assert_eq!(unconfirmed_at_end(&path).unwrap(), None);
+        assert_eq!(Journal::open(&path).unwrap().last_generation(), 4, "a restart continues after 4");
         std::fs::remove_file(&path).unwrap();
         assert_eq!(unconfirmed_at_end(&path).unwrap(), None, "no journal, nothing pending");
     }

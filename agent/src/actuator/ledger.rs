@@ -82,11 +82,12 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Start at generation 1 (confirmed) with the settings found on the device.
-    pub fn new(initial: Vec<EcnSetting>) -> Ledger {
+    /// Start at `generation` (confirmed; 1 for a new journal) with the settings found on the
+    /// device.
+    pub fn starting_at(generation: u64, initial: Vec<EcnSetting>) -> Ledger {
         let mut history = BTreeMap::new();
-        history.insert(1, Arc::from(initial));
-        Ledger { current: 1, confirmed: 1, unconfirmed: Vec::new(), deadline: None, history }
+        history.insert(generation, Arc::from(initial));
+        Ledger { current: generation, confirmed: generation, unconfirmed: Vec::new(), deadline: None, history }
     }
 
     /// Generation in effect.
@@ -235,7 +236,7 @@ mod tests {
 
     #[test]
     fn confirmed_apply_and_rollback_make_new_generations() {
-        let mut l = Ledger::new(vec![s(100), s(100)]);
+        let mut l = Ledger::starting_at(1, vec![s(100), s(100)]);
         let g2 = l.commit(l.staged(&[(0, s(200))]), None);
         assert_eq!((g2, l.current(), l.confirmed()), (2, 2, 2));
         let (g3, changed) = l.restore(Some(1)).unwrap();
@@ -247,7 +248,7 @@ mod tests {
 
     #[test]
     fn unconfirmed_stack_reverts_to_the_last_confirmed() {
-        let mut l = Ledger::new(vec![s(100), s(100)]);
+        let mut l = Ledger::starting_at(1, vec![s(100), s(100)]);
         let g2 = l.commit(l.staged(&[(0, s(200))]), dl());
         let g3 = l.commit(l.staged(&[(1, s(300))]), dl());
         assert_eq!((g2, g3, l.confirmed()), (2, 3, 1));
@@ -262,7 +263,7 @@ mod tests {
 
     #[test]
     fn confirming_part_of_the_stack() {
-        let mut l = Ledger::new(vec![s(100)]);
+        let mut l = Ledger::starting_at(1, vec![s(100)]);
         l.commit(l.staged(&[(0, s(200))]), dl());
         l.commit(l.staged(&[(0, s(300))]), dl());
         let c = l.confirm(2).unwrap();
@@ -276,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_confirmed_apply_settles_the_stack() {
-        let mut l = Ledger::new(vec![s(100)]);
+        let mut l = Ledger::starting_at(1, vec![s(100)]);
         l.commit(l.staged(&[(0, s(200))]), dl());
         l.commit(l.staged(&[(0, s(300))]), None);
         assert_eq!((l.current(), l.confirmed(), l.deadline().is_some()), (3, 3, false));
@@ -284,7 +285,7 @@ mod tests {
 
     #[test]
     fn history_is_bounded_but_keeps_the_confirmed_generation() {
-        let mut l = Ledger::new(vec![s(100)]);
+        let mut l = Ledger::starting_at(1, vec![s(100)]);
         for i in 0..(HISTORY_LIMIT as u64 + 10) {
             l.commit(vec![s(200 + i)], dl());
         }

@@ -59,7 +59,8 @@ impl<B> Clone for ActuatorService<B> {
 }
 
 impl<B: Backend> ActuatorService<B> {
-    /// Serve `backend`, starting at generation 1 with the settings it has now.
+    /// Serve `backend`, starting after the journal's last generation (at 1 for a new journal)
+    /// with the settings it has now.
     pub fn new(backend: B, journal: Journal, stopping: watch::Receiver<bool>) -> ActuatorService<B> {
         let caps = backend.capabilities().clone();
         let initial = backend.read_settings();
@@ -70,7 +71,9 @@ impl<B: Backend> ActuatorService<B> {
             }
         }
         let index = QueueIndex::new(&caps);
-        let state = State { ledger: Ledger::new(initial), leases: LeaseTable::default(), journal };
+        // Generations continue after the journal's last, so a number never names two changes.
+        let ledger = Ledger::starting_at(journal.last_generation() + 1, initial);
+        let state = State { ledger, leases: LeaseTable::default(), journal };
         ActuatorService {
             inner: Arc::new(Inner {
                 backend,
