@@ -123,6 +123,13 @@ pub trait Backend: Send + Sync + 'static {
     /// A new subscription to the telemetry stream, or why there is none.
     fn subscribe_telemetry(&self) -> Result<TelemetryReceiver, NoTelemetry>;
 
+    /// Whether the device keeps what it was given when the actuator dies, as a switch does
+    /// and a simulator started afresh does not. An actuator for such a device refuses a
+    /// journal that ends on an unconfirmed change: nothing would revert it.
+    fn keeps_changes_across_restarts(&self) -> bool {
+        false
+    }
+
     /// Stop background work. Called once when the server stops; the default does nothing.
     fn shutdown(&self) {}
 }

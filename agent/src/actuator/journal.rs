@@ -142,20 +142,37 @@ pub fn unix_ms(t: SystemTime) -> u64 {
 #[derive(Debug, Default)]
 pub struct Journal {
     file: Option<(File, PathBuf)>,
-    /// The highest generation the file already holds (0 for a new one).
+    /// What the file already held when opened.
+    found: Found,
+}
+
+/// What an existing journal says, read once when it is opened.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Found {
+    /// The highest generation (0 for a new journal).
     last_generation: u64,
+    /// The last state-changing event's (generation, confirmed generation).
+    last_state: Option<(u64, u64)>,
 }
 
 impl Journal {
     /// No file: events only reach the log.
     pub fn none() -> Journal {
-        Journal { file: None, last_generation: 0 }
+        Journal { file: None, found: Found::default() }
     }
 
     /// The highest generation already in the file: a restarted actuator continues after it, so
     /// that one number never names two different changes in one journal.
     pub fn last_generation(&self) -> u64 {
-        self.last_generation
+        self.found.last_generation
+    }
+
+    /// The generation the file ended on unconfirmed when opened, with the last confirmed one:
+    /// the actuator that wrote it stopped (killed, or the host went down) after an Apply and
+    /// before its confirm or revert, so the device may still hold that change. `None` when it
+    /// ended confirmed, or was empty or new.
+    pub fn unconfirmed_at_end(&self) -> Option<(u64, u64)> {
+        self.found.last_state.filter(|(g, c)| c < g)
     }
 
     /// Open (create) `path` for appending.
@@ -166,8 +183,8 @@ impl Journal {
         if ends_mid_line(&mut f)? {
             f.write_all(b"\n")?;
         }
-        let last_generation = recorded_events(path)?.filter_map(|v| v["generation"].as_u64()).max().unwrap_or(0);
-        Ok(Journal { file: Some((f, path.to_path_buf())), last_generation })
+        let found = scan(&mut f)?;
+        Ok(Journal { file: Some((f, path.to_path_buf())), found })
     }
 
     /// Append one event as one line. Logs it too, so a journal-less actuator still leaves a
@@ -186,33 +203,28 @@ impl Journal {
     }
 }
 
-/// The generation a journal ends on unconfirmed, with the last confirmed one: the actuator
-/// that wrote it stopped (killed, or the host went down) after an Apply and before its confirm
-/// or revert, so the device may still hold that change. `None` when the journal ends confirmed,
-/// is empty or does not exist. Lines that do not parse (a torn last write) are skipped.
-pub fn unconfirmed_at_end(path: &Path) -> std::io::Result<Option<(u64, u64)>> {
-    let mut state = None;
-    for v in recorded_events(path)? {
+/// One pass over an existing journal, line by line. Lines that do not parse (a torn last
+/// write) are skipped.
+fn scan(f: &mut File) -> std::io::Result<Found> {
+    use std::io::{BufRead, BufReader, Seek, SeekFrom};
+    /// The fields of a line that matter here.
+    #[derive(serde::Deserialize)]
+    struct Line {
+        event: String,
+        generation: u64,
+        confirmed_generation: u64,
+    }
+    f.seek(SeekFrom::Start(0))?;
+    let mut found = Found::default();
+    for line in BufReader::new(&mut *f).lines() {
+        let Ok(l) = serde_json::from_str::<Line>(&line?) else { continue };
+        found.last_generation = found.last_generation.max(l.generation);
         // A refusal changes nothing on the device.
-        if v["event"] == "reject" {
-            continue;
-        }
-        if let (Some(g), Some(c)) = (v["generation"].as_u64(), v["confirmed_generation"].as_u64()) {
-            state = Some((g, c));
+        if l.event != "reject" {
+            found.last_state = Some((l.generation, l.confirmed_generation));
         }
     }
-    Ok(state.filter(|(g, c)| c < g))
-}
-
-/// The events in a journal file, skipping lines that do not parse; none if there is no file.
-fn recorded_events(path: &Path) -> std::io::Result<impl Iterator<Item = serde_json::Value>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e),
-    };
-    let events: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    Ok(events.into_iter())
+    Ok(found)
 }
 
 /// Whether `f` is non-empty and its last byte is not a newline.
@@ -258,17 +270,19 @@ mod tests {
     #[test]
     fn a_journal_ending_on_an_unconfirmed_apply_says_so() {
         let path = std::env::temp_dir().join(format!("ecn-journal-pending-{}", std::process::id()));
-        let mut j = Journal::open(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let reopened = || Journal::open(&path).unwrap();
+        assert_eq!((reopened().unconfirmed_at_end(), reopened().last_generation()), (None, 0), "a new journal");
+        let mut j = reopened();
         j.write(&Event::now(EventKind::Apply, 2, 2, vec![])).unwrap();
-        assert_eq!(unconfirmed_at_end(&path).unwrap(), None);
+        assert_eq!(reopened().unconfirmed_at_end(), None);
         j.write(&Event::now(EventKind::Apply, 3, 2, vec![])).unwrap();
         j.write(&Event::now(EventKind::Reject, 3, 2, vec![])).unwrap();
-        assert_eq!(unconfirmed_at_end(&path).unwrap(), Some((3, 2)));
+        assert_eq!(reopened().unconfirmed_at_end(), Some((3, 2)));
         j.write(&Event::now(EventKind::Revert, 4, 4, vec![])).unwrap();
-        assert_eq!(unconfirmed_at_end(&path).unwrap(), None);
-        assert_eq!(Journal::open(&path).unwrap().last_generation(), 4, "a restart continues after 4");
+        assert_eq!(reopened().unconfirmed_at_end(), None);
+        assert_eq!(reopened().last_generation(), 4, "a restart continues after 4");
         std::fs::remove_file(&path).unwrap();
-        assert_eq!(unconfirmed_at_end(&path).unwrap(), None, "no journal, nothing pending");
     }
 
     #[test]

@@ -156,7 +156,8 @@ impl Drop for ActuatorHandle {
 /// Serve `backend` until the handle is shut down or dropped.
 ///
 /// Refuses (as bad input) a non-loopback address without both TLS and a token, unreadable TLS
-/// files and an unwritable journal. Returns once the socket is bound.
+/// files, an unwritable journal, and a journal ending on an unconfirmed change for a device
+/// that kept it ([`Backend::keeps_changes_across_restarts`]). Returns once the socket is bound.
 pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<ActuatorHandle, ActuatorError> {
     security::check_exposure(opts.listen, opts.tls.is_some(), opts.token.is_some())?;
     let tls = opts.tls.as_ref().map(TlsFiles::load).transpose()?;
@@ -164,6 +165,17 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
         Some(p) => Journal::open(p).map_err(|e| ActuatorError::BadInput(format!("--journal {}: {e}", p.display())))?,
         None => Journal::none(),
     };
+    if let (Some((generation, confirmed)), true) =
+        (journal.unconfirmed_at_end(), backend.keeps_changes_across_restarts())
+    {
+        let p = opts.journal.as_ref().expect("only a file has a past").display();
+        return Err(ActuatorError::BadInput(format!(
+            "--journal {p}: generation {generation} was applied and never confirmed or reverted (confirmed: \
+             {confirmed}); the previous actuator stopped in between, so the {} device may still hold that change. \
+             Undo everything with `ecn-tuner sonic restore`, or keep the switch as it is; then start with a new journal",
+            backend.capabilities().backend
+        )));
+    }
     let listener = TcpListener::bind(opts.listen)
         .await
         .map_err(|e| ActuatorError::Failed(format!("--listen {}: cannot bind: {e}", opts.listen)))?;
@@ -249,22 +261,8 @@ pub async fn serve_dry_run(dry: DryRunOptions, opts: ServeOptions) -> Result<Act
     serve(backend, opts).await
 }
 
-/// Start an actuator in front of a SONiC switch's Redis. A journal that ends on an
-/// unconfirmed apply is refused: the switch, unlike a simulator, kept that change when the
-/// previous actuator died, and nothing would revert it.
+/// Start an actuator in front of a SONiC switch's Redis.
 pub async fn serve_sonic(sonic: SonicOptions, opts: ServeOptions) -> Result<ActuatorHandle, ActuatorError> {
-    if let Some(p) = &opts.journal {
-        let pending = journal::unconfirmed_at_end(p)
-            .map_err(|e| ActuatorError::BadInput(format!("--journal {}: {e}", p.display())))?;
-        if let Some((generation, confirmed)) = pending {
-            return Err(ActuatorError::BadInput(format!(
-                "--journal {}: generation {generation} was applied and never confirmed or reverted (confirmed: {confirmed}); \
-                 the previous actuator stopped in between, so the switch may still hold that change. Undo everything \
-                 with `ecn-tuner sonic restore`, or keep the switch as it is; then start with a new journal",
-                p.display()
-            )));
-        }
-    }
     let backend = tokio::task::spawn_blocking(move || SonicBackend::start(sonic))
         .await
         .map_err(|e| ActuatorError::Failed(format!("SONiC backend start: {e}")))??;

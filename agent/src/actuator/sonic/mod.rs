@@ -227,6 +227,10 @@ impl Backend for SonicBackend {
         &self.caps
     }
 
+    fn keeps_changes_across_restarts(&self) -> bool {
+        true
+    }
+
     fn read_settings(&self) -> Vec<EcnSetting> {
         self.settings.lock().expect("sonic settings lock").clone()
     }
