@@ -139,8 +139,7 @@ impl SonicBackend {
         let switch = caps.queues[0].key.switch.clone();
         if let (Some(rec), true, Some(p)) = (&recording, from_file, &opts.originals_file) {
             // The file will be put back into STATE_DB as this switch's original state.
-            let controlled: Vec<String> = found.layout.queues.iter().map(|q| q.name()).collect();
-            rec.check_belongs(&switch, opts.dbs.config, controlled.iter().map(String::as_str)).map_err(|e| {
+            rec.check_belongs(&switch, opts.dbs.config, &found.layout.queues).map_err(|e| {
                 ActuatorError::BadInput(format!(
                     "{}: {e}; move the file away to record this switch afresh",
                     p.display()
@@ -344,15 +343,8 @@ impl Writer {
         {
             let (target, dbs, switch) = (self.target.clone(), self.dbs, self.switch.clone());
             let model = self.model.clone();
-            let controlled: Vec<String> = self.layout.queues.iter().map(|q| q.name()).collect();
             // The tables were just read: they are what the recording must hold.
-            self.recorder.ensure(
-                &target,
-                &dbs,
-                &|| Ok(model.clone()),
-                &switch,
-                controlled.iter().map(String::as_str),
-            )?;
+            self.recorder.ensure(&target, &dbs, &|| Ok(model.clone()), &switch, &self.layout.queues)?;
         }
         let url = self.target.url().to_string();
         let db = self.dbs.config;

@@ -17,7 +17,7 @@
 //! The recording holds every `WRED_PROFILE` and `QUEUE` entry with all fields, in the order
 //! Redis returned them, so that a restore can make both tables byte-identical.
 
-use super::config::{exec, read_snapshot, Op, Snapshot};
+use super::config::{exec, read_snapshot, Op, QueueRef, Snapshot};
 use super::conn::RedisTarget;
 use super::schema::{self, DbIndices, Fields};
 use crate::actuator::ActuatorError;
@@ -114,19 +114,14 @@ impl Recording {
     /// Whether this recording can be the original state of `controlled` queues on `switch`'s
     /// CONFIG_DB `config_db`: a recording from another switch, or one that lacks a queue,
     /// would make those changes impossible to undo.
-    pub fn check_belongs<'a>(
-        &self,
-        switch: &str,
-        config_db: i64,
-        mut controlled: impl Iterator<Item = &'a str>,
-    ) -> Result<(), String> {
+    pub fn check_belongs(&self, switch: &str, config_db: i64, controlled: &[QueueRef]) -> Result<(), String> {
         if self.switch != switch {
             return Err(format!("the recording is of switch '{}', not '{switch}'", self.switch));
         }
         if self.config_db != config_db {
             return Err(format!("the recording is of CONFIG_DB db {}, not db {config_db}", self.config_db));
         }
-        match controlled.find(|q| !self.queue.contains_key(*q)) {
+        match controlled.iter().map(QueueRef::name).find(|q| !self.queue.contains_key(q)) {
             Some(q) => Err(format!("the recording has no entry for QUEUE|{q}, a queue ecn-tuner controls")),
             None => Ok(()),
         }
@@ -174,13 +169,13 @@ impl Recorder {
     /// Record `now` (the tables as they are, just read) unless a recording exists already,
     /// in STATE_DB or in the file; then make sure both hold it. A recording from the file must
     /// belong to this switch and cover the `controlled` queues ([`Recording::check_belongs`]).
-    pub fn ensure<'a>(
+    pub fn ensure(
         &mut self,
         target: &RedisTarget,
         dbs: &DbIndices,
         now: &dyn Fn() -> Result<Snapshot, String>,
         switch: &str,
-        controlled: impl Iterator<Item = &'a str>,
+        controlled: &[QueueRef],
     ) -> Result<(), String> {
         if self.done {
             return Ok(());
@@ -333,7 +328,7 @@ pub fn restore(
         redis::cmd("HGET").arg(schema::DEVICE_METADATA_LOCALHOST).arg("hostname").query(&mut config).map_err(err)?;
     let this_switch = switch.map(str::to_string).or(hostname).unwrap_or_default();
     let source = from.map_or_else(|| format!("STATE_DB (db {})", dbs.state), |p| p.display().to_string());
-    rec.check_belongs(&this_switch, dbs.config, std::iter::empty()).map_err(|e| {
+    rec.check_belongs(&this_switch, dbs.config, &[]).map_err(|e| {
         ActuatorError::BadInput(format!(
             "{source}: {e}; nothing restored (use --config-db, or --switch-name if the actuator ran with one)"
         ))
