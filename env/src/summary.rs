@@ -126,16 +126,20 @@ impl TailAnatomy {
             sums[2] += over(fct.saturating_sub(delivered), base - base / 2);
             flows += 1;
         }
-        let total: f64 = sums.iter().sum();
-        (flows > 0).then(|| {
-            let share = |x: f64| if total > 0.0 { x / total } else { 0.0 };
-            TailAnatomy {
-                flows,
-                excess_ns: total / flows as f64,
-                sender: share(sums[0]),
-                forward: share(sums[1]),
-                ack: share(sums[2]),
-            }
+        TailAnatomy::from_parts(flows, sums)
+    }
+
+    /// The anatomy of `flows` tail flows whose time beyond the ideal, summed over them, is
+    /// `parts` (sender, forward, ACK), in ns; `None` without flows.
+    pub fn from_parts(flows: usize, parts: [f64; 3]) -> Option<Self> {
+        let total: f64 = parts.iter().sum();
+        let share = |x: f64| if total > 0.0 { x / total } else { 0.0 };
+        (flows > 0).then(|| TailAnatomy {
+            flows,
+            excess_ns: total / flows as f64,
+            sender: share(parts[0]),
+            forward: share(parts[1]),
+            ack: share(parts[2]),
         })
     }
 }

@@ -183,26 +183,31 @@ impl fmt::Display for BitsPerSec {
 /// would otherwise mean 5 ns, where the writer almost certainly meant something else, and the
 /// command line already refuses unit-less values.
 macro_rules! serde_units {
-    ($t:ty, $expect:literal, $example:literal) => {
+    ($t:ty, $what:literal, $example:literal) => {
         impl<'de> Deserialize<'de> for $t {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 struct V;
+                impl V {
+                    fn no_unit<E: serde::de::Error>(v: impl fmt::Display) -> E {
+                        E::custom(format!("{v} has no unit; write it as a string with one, e.g. {}", $example))
+                    }
+                }
                 impl serde::de::Visitor<'_> for V {
                     type Value = $t;
                     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                        f.write_str($expect)
+                        f.write_str(concat!($what, " such as ", $example))
                     }
                     fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<$t, E> {
                         s.parse().map_err(E::custom)
                     }
                     fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<$t, E> {
-                        Err(E::custom(format!("{v} has no unit; write it as a string with one, e.g. {}", $example)))
+                        Err(V::no_unit(v))
                     }
                     fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<$t, E> {
-                        Err(E::custom(format!("{v} has no unit; write it as a string with one, e.g. {}", $example)))
+                        Err(V::no_unit(v))
                     }
                     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<$t, E> {
-                        Err(E::custom(format!("{v} has no unit; write it as a string with one, e.g. {}", $example)))
+                        Err(V::no_unit(v))
                     }
                 }
                 d.deserialize_any(V)
@@ -216,9 +221,9 @@ macro_rules! serde_units {
     };
 }
 
-serde_units!(Bytes, "a size such as \"400KB\"", "\"400KB\"");
-serde_units!(Nanos, "a duration such as \"20ms\"", "\"20ms\"");
-serde_units!(BitsPerSec, "a rate such as \"100Gbps\"", "\"100Gbps\"");
+serde_units!(Bytes, "a size", "\"400KB\"");
+serde_units!(Nanos, "a duration", "\"20ms\"");
+serde_units!(BitsPerSec, "a rate", "\"100Gbps\"");
 
 #[cfg(test)]
 mod tests {

@@ -301,23 +301,15 @@ impl Row {
 /// Tails pooled as if their flows had been one tail: shares weighted by each tail's total
 /// excess time.
 fn pool_tails<'a>(tails: impl Iterator<Item = &'a TailAnatomy>) -> Option<TailAnatomy> {
-    let (mut flows, mut total, mut parts) = (0, 0.0, [0.0; 3]);
+    let (mut flows, mut parts) = (0, [0.0; 3]);
     for t in tails {
         let excess = t.flows as f64 * t.excess_ns;
         flows += t.flows;
-        total += excess;
         for (part, share) in parts.iter_mut().zip([t.sender, t.forward, t.ack]) {
             *part += excess * share;
         }
     }
-    let share = |x: f64| if total > 0.0 { x / total } else { 0.0 };
-    (flows > 0).then(|| TailAnatomy {
-        flows,
-        excess_ns: total / flows as f64,
-        sender: share(parts[0]),
-        forward: share(parts[1]),
-        ack: share(parts[2]),
-    })
+    TailAnatomy::from_parts(flows, parts)
 }
 
 /// The results arranged by scenario and policy.
