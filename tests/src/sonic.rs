@@ -530,11 +530,15 @@ pub fn queue_setting(con: &mut redis::Connection, port: &str, queue: u32) -> (u6
 }
 
 /// A TCP relay to a local port that a test can close: every relayed connection is cut at once
-/// and new ones are dropped on accept, until it is opened again.
+/// and new ones are dropped on accept, until it is opened again. It can also hold what clients
+/// send on the connections open at the time, as a stalled network path does: the bytes arrive
+/// later, in order, even from a client that has hung up meanwhile.
 pub struct Proxy {
     /// The port clients connect to.
     pub port: u16,
     open: Arc<AtomicBool>,
+    /// One flag per relayed connection: hold what its client sends.
+    held: Arc<Mutex<Vec<Arc<AtomicBool>>>>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
     stop: Arc<AtomicBool>,
 }
@@ -546,9 +550,10 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
         let open = Arc::new(AtomicBool::new(true));
+        let held: Arc<Mutex<Vec<Arc<AtomicBool>>>> = Arc::default();
         let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
-        let (o, cs, st) = (open.clone(), conns.clone(), stop.clone());
+        let (o, h, cs, st) = (open.clone(), held.clone(), conns.clone(), stop.clone());
         std::thread::spawn(move || {
             while !st.load(Ordering::Relaxed) {
                 let client = match listener.accept() {
@@ -564,32 +569,20 @@ impl Proxy {
                     continue;
                 }
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
-                let pairs = [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)];
                 {
                     let mut list = cs.lock().unwrap();
-                    list.push(pairs[0].0.try_clone().unwrap());
-                    list.push(pairs[0].1.try_clone().unwrap());
+                    list.push(client.try_clone().unwrap());
+                    list.push(server.try_clone().unwrap());
                 }
-                for (mut from, mut to) in pairs {
-                    std::thread::spawn(move || {
-                        let mut buf = [0u8; 16384];
-                        loop {
-                            match from.read(&mut buf) {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => {
-                                    if to.write_all(&buf[..n]).is_err() {
-                                        break;
-                                    }
-                                }
-                            }
-                        }
-                        let _ = to.shutdown(std::net::Shutdown::Both);
-                        let _ = from.shutdown(std::net::Shutdown::Both);
-                    });
-                }
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let flag = Arc::new(AtomicBool::new(false));
+                h.lock().unwrap().push(flag.clone());
+                let (h, st) = (flag, st.clone());
+                std::thread::spawn(move || relay(client, server, Some((h, st))));
+                std::thread::spawn(move || relay(s2, c2, None));
             }
         });
-        Proxy { port, open, conns, stop }
+        Proxy { port, open, held, conns, stop }
     }
 
     /// `redis://127.0.0.1:PORT` through the proxy.
@@ -609,6 +602,28 @@ impl Proxy {
     pub fn open(&self) {
         self.open.store(true, Ordering::Relaxed);
     }
+
+    /// Hold what clients send on the connections open now, until [`Proxy::release`]; new
+    /// connections are relayed as usual.
+    pub fn stall(&self) {
+        for f in self.held.lock().unwrap().iter() {
+            f.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// [`Proxy::stall`], and refuse new connections too.
+    pub fn hold(&self) {
+        self.open.store(false, Ordering::Relaxed);
+        self.stall();
+    }
+
+    /// Deliver what was held and relay again.
+    pub fn release(&self) {
+        for f in self.held.lock().unwrap().iter() {
+            f.store(false, Ordering::Relaxed);
+        }
+        self.open.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Drop for Proxy {
@@ -616,6 +631,44 @@ impl Drop for Proxy {
         self.stop.store(true, Ordering::Relaxed);
         self.close();
     }
+}
+
+/// Copy `from` to `to` until either side closes. With `hold` (the flag, and the proxy's stop),
+/// bytes read while the flag is set wait until it is cleared, even past `from` closing.
+fn relay(mut from: TcpStream, mut to: TcpStream, hold: Option<(Arc<AtomicBool>, Arc<AtomicBool>)>) {
+    let held = || hold.as_ref().is_some_and(|(h, stop)| h.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed));
+    if hold.is_some() {
+        let _ = from.set_read_timeout(Some(Duration::from_millis(10)));
+    }
+    let mut pending = Vec::new();
+    let mut buf = [0u8; 16384];
+    loop {
+        if !held() && !pending.is_empty() {
+            if to.write_all(&pending).is_err() {
+                break;
+            }
+            pending.clear();
+        }
+        match from.read(&mut buf) {
+            Ok(0) => {
+                while held() {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                let _ = to.write_all(&pending);
+                break;
+            }
+            Ok(n) if held() => pending.extend_from_slice(&buf[..n]),
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Both);
+    let _ = from.shutdown(std::net::Shutdown::Both);
 }
 
 /// The recording of the original profiles in STATE_DB, if any.

@@ -641,3 +641,127 @@ async fn a_journal_ending_on_an_unconfirmed_apply_stops_the_next_actuator() {
     assert_eq!(queue_setting(&mut redis.con(CONFIG_DB), "Ethernet0", 3), (300_000, 900_000, 25), "still on the switch");
     drop(ticker);
 }
+
+/// The lease, and a first change that records the original profiles (a STATE_DB write that the
+/// stalls below would hold as well), and CONFIG_DB after it.
+async fn leased_after_a_first_change(
+    c: &mut ecn_tests::Client,
+    redis: &RedisServer,
+) -> (String, std::collections::BTreeMap<String, Vec<(String, String)>>) {
+    let l = lease(c, "fence").await;
+    c.apply(pb::ApplyRequest {
+        lease_id: l.clone(),
+        changes: vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)],
+        ..Default::default()
+    })
+    .await
+    .expect("first apply");
+    (l, tables(&mut redis.con(CONFIG_DB)))
+}
+
+async fn apply_ethernet4(c: &mut ecn_tests::Client, lease_id: &str) -> Result<(), tonic::Status> {
+    c.apply(pb::ApplyRequest {
+        lease_id: lease_id.into(),
+        changes: vec![change(&qid("Ethernet4", 3), 200_000, 800_000, 0.3)],
+        ..Default::default()
+    })
+    .await
+    .map(|_| ())
+}
+
+/// A sonic actuator behind a [`Proxy`], its writer lease, and CONFIG_DB after a first change.
+struct Proxied {
+    redis: RedisServer,
+    proxy: Proxy,
+    _ticker: Ticker,
+    act: Actuator,
+}
+
+async fn proxied() -> Proxied {
+    let spec = Spec::default();
+    let redis = RedisServer::start();
+    seed(&redis, &spec);
+    let proxy = Proxy::start(redis.port);
+    let ticker = Ticker::start(&redis, Counters::new(&spec, 64), Duration::from_millis(50));
+    let url = proxy.url();
+    let act =
+        Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms", "--redis-timeout", "1s"])
+            .await;
+    Proxied { redis, proxy, _ticker: ticker, act }
+}
+
+/// A transaction that outlives `--redis-timeout` (the network path holds it; Redis itself is
+/// reachable) is reported failed, so it must never land afterwards: the writer closes its
+/// connection at the server before it reads CONFIG_DB back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transaction_that_outlives_its_timeout_never_lands_later() {
+    let p = proxied().await;
+    let mut c = p.act.client().await;
+    let (l, before) = leased_after_a_first_change(&mut c, &p.redis).await;
+
+    p.proxy.stall();
+    let e = apply_ethernet4(&mut c, &l).await.expect_err("an apply that times out fails");
+    assert_eq!(e.code(), tonic::Code::Internal, "{e:?}");
+    assert!(e.message().contains("nothing changed"), "{}", e.message());
+    // The network delivers what it held: a transaction still open at the server would run now.
+    p.proxy.release();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(tables(&mut p.redis.con(CONFIG_DB)), before, "the failed transaction never lands");
+
+    // The writer is whole: the same change goes through now.
+    apply_ethernet4(&mut c, &l).await.expect("the apply after the stall");
+    assert_eq!(queue_setting(&mut p.redis.con(CONFIG_DB), "Ethernet4", 3), (200_000, 800_000, 30));
+}
+
+/// When Redis cannot be reached to fence a timed-out transaction off (the network holds it, and
+/// new connections fail), the apply is reported failed, and the actuator makes that true once
+/// the transaction does land: it puts the settings last applied back without being asked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transaction_held_in_the_network_is_undone_when_it_lands() {
+    let p = proxied().await;
+    let mut c = p.act.client().await;
+    let (l, before) = leased_after_a_first_change(&mut c, &p.redis).await;
+
+    p.proxy.hold();
+    let e = apply_ethernet4(&mut c, &l).await.expect_err("an apply that times out fails");
+    assert!(e.message().contains("cannot reach Redis to fence"), "{}", e.message());
+    assert_eq!(tables(&mut p.redis.con(CONFIG_DB)), before, "held: nothing landed yet");
+    // The network delivers the transaction late and it runs; the actuator, retrying every
+    // second, fences the connection off, sees it and puts the settings last applied back.
+    p.proxy.release();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(tables(&mut p.redis.con(CONFIG_DB)), before, "the late transaction is undone");
+    assert_eq!(queue_setting(&mut p.redis.con(CONFIG_DB), "Ethernet4", 3), ORIGINAL);
+}
+
+/// Counters that stop moving (syncd hung, `counterpoll` off) are not an idle fabric: once
+/// nothing has moved for `--frozen-after`, the actuator publishes no telemetry, so that a
+/// controller sees it stale and falls back, and it resumes when the counters move again.
+#[tokio::test(flavor = "multi_thread")]
+async fn counters_that_stop_moving_stop_the_telemetry() {
+    let rig = rig(Spec::default(), &["--frozen-after", "1s"]).await;
+    let mut c = rig.act.client().await;
+    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    take(&mut stream, 3, &mut seen).await;
+
+    let moving = rig.ticker.counters.lock().unwrap().default_traffic;
+    let still = Traffic { bps: 0, ecn_fraction: 0.0, ..moving };
+    rig.ticker.counters.lock().unwrap().default_traffic = still;
+    let frozen_at = std::time::Instant::now();
+    // Batches go on for about a second (zero deltas, as from an idle fabric), then stop.
+    let silent = loop {
+        assert!(frozen_at.elapsed() < Duration::from_secs(20), "telemetry never stopped");
+        match tokio::time::timeout(Duration::from_secs(2), stream.next()).await {
+            Ok(b) => seen.push(b.expect("open").expect("ok")),
+            Err(_) => break frozen_at.elapsed(),
+        }
+    };
+    // Silent for 2 s from about a second after the stop (the poll is 100 ms).
+    assert!(silent < Duration::from_secs(6), "telemetry stopped late: {silent:?}");
+
+    rig.ticker.counters.lock().unwrap().default_traffic = moving;
+    let b = tokio::time::timeout(WAIT, stream.next()).await.expect("telemetry resumes").unwrap().unwrap();
+    assert_eq!(b.samples.len(), 64);
+    drop(rig.ticker);
+}

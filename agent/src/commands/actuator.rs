@@ -78,6 +78,11 @@ pub struct ActuatorArgs {
     /// told apart from a reset).
     #[arg(long, value_name = "BITS", default_value_t = 64)]
     counter_bits: u32,
+    /// SONiC: when no counter (queues, and octets in and out of their ports) has moved for
+    /// this long, take SONiC's counters as stopped and publish no telemetry until they move,
+    /// so that the controller falls back instead of reading an idle fabric.
+    #[arg(long, value_name = "DUR", default_value = "60s")]
+    frozen_after: String,
 }
 
 /// Parse `--listen`: an IP:PORT, or HOST:PORT resolved once.
@@ -115,6 +120,7 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
             o.switch_name = args.switch_name.clone();
             o.poll_interval = duration("--poll-interval", &args.poll_interval)?;
             o.counter_bits = args.counter_bits;
+            o.frozen_after = duration("--frozen-after", &args.frozen_after)?;
             o.originals_file = args.journal.as_deref().map(actuator::sonic::originals::file_beside);
             Some(o)
         }

@@ -46,6 +46,20 @@ impl RedisTarget {
     }
 }
 
+/// This connection's id on the server (`CLIENT ID`, Redis 5.0 and newer): what
+/// [`kill_client`] needs to fence it off later.
+pub fn client_id(con: &mut Connection) -> redis::RedisResult<i64> {
+    redis::cmd("CLIENT").arg("ID").query(con)
+}
+
+/// Close the server side of client `id` (`CLIENT KILL ID`), if it is still connected. Redis runs
+/// one command at a time, so once this returns nothing more that client sent can run: a
+/// transaction of its either ran before or never will.
+pub fn kill_client(con: &mut Connection, id: i64) -> redis::RedisResult<()> {
+    let _killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query(con)?;
+    Ok(())
+}
+
 /// Every key matching `pattern` (`SCAN`, so that a large database is not blocked), sorted.
 pub fn scan_keys(con: &mut Connection, pattern: &str) -> redis::RedisResult<Vec<String>> {
     let mut keys = Vec::new();

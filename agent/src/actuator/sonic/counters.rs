@@ -13,6 +13,12 @@
 //!   read it (`queue_bytes_max`); `SAI_QUEUE_STAT_CURR_OCCUPANCY_BYTES`, where the platform
 //!   has it, is the depth now (`queue_bytes`, and `queue_bytes_avg` for lack of a time average);
 //!   without it both are the watermark.
+//! - Counters that stop moving are not an idle fabric: when nothing read (every queue counter,
+//!   and the octets in and out of every controlled port, which LLDP alone moves on a port that
+//!   is up) has changed for `--frozen-after`, SONiC's flex counters have most likely stopped
+//!   (syncd hung, `counterpoll` disabled), and the poller publishes nothing until they move
+//!   again, so that the controller sees stale telemetry and falls back, instead of reading
+//!   zeros as a quiet fabric.
 //! - Poll no faster than SONiC's own `counterpoll` intervals for queues and ports: a counter
 //!   that SONiC refreshes every 10 s moves in 10 s lumps, which a 1 s poll would see as
 //!   implausible jumps.
@@ -187,6 +193,41 @@ pub struct Poller {
     pub stop: Arc<AtomicBool>,
     /// Zero of `ts_ns`.
     pub epoch: Instant,
+    /// How long nothing may move before the counters count as stopped.
+    pub frozen_after: Duration,
+}
+
+/// Whether the counters still move: the last reply, and when it last differed.
+struct Liveness {
+    last: Vec<Vec<Option<String>>>,
+    moved_at: Instant,
+    frozen: bool,
+}
+
+impl Liveness {
+    fn new() -> Liveness {
+        Liveness { last: Vec::new(), moved_at: Instant::now(), frozen: false }
+    }
+
+    /// Take a poll's reply at `at`; returns whether the counters count as stopped.
+    fn observe(&mut self, replies: Vec<Vec<Option<String>>>, at: Instant, frozen_after: Duration) -> bool {
+        if replies != self.last {
+            self.last = replies;
+            self.moved_at = at;
+        }
+        let frozen = at.saturating_duration_since(self.moved_at) > frozen_after;
+        if frozen && !self.frozen {
+            warn!(
+                still_for = ?at.saturating_duration_since(self.moved_at),
+                "no counter has moved: SONiC's flex counters look stopped (is syncd running? `counterpoll show`); \
+                 telemetry stops until they move again"
+            );
+        } else if !frozen && self.frozen {
+            info!("the counters move again; telemetry resumes");
+        }
+        self.frozen = frozen;
+        frozen
+    }
 }
 
 /// Queue and port oids of every controlled queue (`None`: not in the maps).
@@ -196,6 +237,7 @@ impl Poller {
     /// Poll until stopped.
     pub fn run(self) {
         let mut tracker = Tracker::new(self.queues.len(), self.width);
+        let mut liveness = Liveness::new();
         let mut con: Option<Connection> = None;
         let mut oids: Option<(Instant, Oids)> = None;
         let mut down = false;
@@ -207,7 +249,7 @@ impl Poller {
                 continue;
             }
             next = if now.duration_since(next) > self.interval { now + self.interval } else { next + self.interval };
-            match self.poll(&mut con, &mut oids, &mut tracker) {
+            match self.poll(&mut con, &mut oids, &mut tracker, &mut liveness) {
                 Ok(n) => {
                     if down {
                         info!(url = %self.target.url(), "COUNTERS_DB is back; telemetry resumes");
@@ -262,6 +304,7 @@ impl Poller {
         con: &mut Option<Connection>,
         oids: &mut Option<(Instant, Oids)>,
         tracker: &mut Tracker,
+        liveness: &mut Liveness,
     ) -> Result<usize, String> {
         if con.is_none() {
             *con = Some(self.target.connect(self.db, "ecn-tuner-counters")?);
@@ -279,7 +322,10 @@ impl Poller {
         let mut port_fields: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for ((q, _, _), id) in self.queues.iter().zip(ids) {
             if let Some((_, port_oid)) = id {
-                port_fields.entry(port_oid.as_str()).or_default().extend(schema::pfc_fields(q.queue));
+                let fields = port_fields
+                    .entry(port_oid.as_str())
+                    .or_insert_with(|| schema::PORT_LIVENESS_FIELDS.iter().map(|f| f.to_string()).collect());
+                fields.extend(schema::pfc_fields(q.queue));
             }
         }
         let polled: Vec<usize> = (0..self.queues.len()).filter(|&i| ids[i].is_some()).collect();
@@ -334,6 +380,11 @@ impl Poller {
         if reload {
             *oids = None;
         }
+        // The tracker still took this reading: when the counters move again, the first sample
+        // covers one interval, not the whole stop.
+        if liveness.observe(replies, at, self.frozen_after) {
+            return Ok(0);
+        }
         let n = samples.len();
         if n > 0 {
             // No subscriber is not an error.
@@ -380,6 +431,23 @@ mod tests {
         t.step(0, t0, reading(near_top, 2_000, 0), G100);
         let d = t.step(0, ms(100), reading(5_000, 3_000, 0), G100).unwrap();
         assert_eq!((d.bytes, d.packets), (6_000, 1_000));
+    }
+
+    #[test]
+    fn counters_that_stop_moving_count_as_stopped_until_they_move() {
+        let t0 = Instant::now();
+        let s = |n| t0 + Duration::from_secs(n);
+        let reply = |v: &str| vec![vec![Some(v.to_string()), None]];
+        let mut l = Liveness { last: Vec::new(), moved_at: t0, frozen: false };
+        let after = Duration::from_secs(10);
+        assert!(!l.observe(reply("1"), s(1), after));
+        // Unchanged for 10 s is still within the allowance; beyond it, stopped.
+        assert!(!l.observe(reply("1"), s(11), after));
+        assert!(l.observe(reply("1"), s(12), after));
+        assert!(l.observe(reply("1"), s(30), after));
+        // Any change, anywhere in the reply, is life.
+        assert!(!l.observe(vec![vec![Some("1".into()), Some("0".into())]], s(31), after));
+        assert!(!l.observe(vec![vec![Some("1".into()), Some("0".into())]], s(40), after));
     }
 
     #[test]

@@ -15,12 +15,18 @@
 //! ## An apply, and a Redis that goes away in the middle of one
 //!
 //! All queues of one apply are written in one MULTI/EXEC transaction: other clients see CONFIG_DB
-//! fully old or fully new. If the connection breaks before EXEC, Redis discards the queued
-//! commands. If it breaks after EXEC ran but before its answer arrived, the writer cannot tell
-//! from the error alone: it reconnects once and reads the tables back. Only when they show the
-//! new settings is the apply reported done; otherwise it is reported failed (nothing changed,
-//! as the service expects), and the writer reads CONFIG_DB afresh before its next write, so
-//! that a transaction that did land unseen is corrected by the next apply or revert.
+//! fully old or fully new. When the transaction fails without an answer (a timeout, a broken
+//! connection), the writer cannot tell from the error whether EXEC ran, or whether it is still
+//! on its way: held in a socket buffer, or waiting behind a `CLIENT PAUSE`, it could run after
+//! any read-back. So the writer first fences the old connection off: on a new one it closes it
+//! at the server (`CLIENT KILL ID`), after which nothing sent on it can run, and only then reads
+//! the tables back. When they show the new settings the apply is reported done; otherwise it is
+//! reported failed, and that is then true for good (nothing changed, as the service expects).
+//!
+//! When Redis cannot be reached to fence, the apply is reported failed and the writer owes the
+//! service that answer: until it has fenced the old connection off, it retries every
+//! `--redis-timeout` while idle (and before any other write), and puts back the settings last
+//! applied if the transaction did land meanwhile.
 
 pub mod config;
 pub mod conn;
@@ -51,6 +57,10 @@ use tracing::{debug, info, warn};
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default `--redis-timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default `--frozen-after`: longer than SONiC's slowest default `counterpoll` interval for the
+/// counters read (queues, 10 s) and LLDP's transmit interval (30 s), so that a live switch
+/// never looks stopped.
+pub const DEFAULT_FROZEN_AFTER: Duration = Duration::from_secs(60);
 
 /// How to reach and read the switch.
 #[derive(Debug, Clone)]
@@ -69,6 +79,8 @@ pub struct SonicOptions {
     pub timeout: Duration,
     /// Also keep the recording of the original profiles in this file.
     pub originals_file: Option<PathBuf>,
+    /// Publish no telemetry once no counter has moved for this long.
+    pub frozen_after: Duration,
 }
 
 impl SonicOptions {
@@ -82,6 +94,7 @@ impl SonicOptions {
             counter_bits: 64,
             timeout: DEFAULT_TIMEOUT,
             originals_file: None,
+            frozen_after: DEFAULT_FROZEN_AFTER,
         }
     }
 }
@@ -108,6 +121,12 @@ impl SonicBackend {
     pub fn start(opts: SonicOptions) -> Result<SonicBackend, ActuatorError> {
         if opts.poll_interval.is_zero() {
             return Err(ActuatorError::BadInput("--poll-interval: must be positive".into()));
+        }
+        if opts.frozen_after <= opts.poll_interval {
+            return Err(ActuatorError::BadInput(format!(
+                "--frozen-after {:?}: must be longer than --poll-interval ({:?})",
+                opts.frozen_after, opts.poll_interval
+            )));
         }
         if !(8..=64).contains(&opts.counter_bits) {
             return Err(ActuatorError::BadInput(format!(
@@ -167,6 +186,10 @@ impl SonicBackend {
             fresh: false,
             con: None,
             recorder: Recorder::new(opts.originals_file.clone()),
+            applied: found.initial.clone(),
+            unfenced: None,
+            unsettled: false,
+            retry: opts.timeout,
         };
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
         let writer_thread = std::thread::Builder::new()
@@ -195,6 +218,7 @@ impl SonicBackend {
             tx,
             stop: stop.clone(),
             epoch: Instant::now(),
+            frozen_after: opts.frozen_after,
         };
         let poller_thread = std::thread::Builder::new()
             .name("ecn-sonic-poller".into())
@@ -289,27 +313,85 @@ struct Writer {
     model: Snapshot,
     /// True when `model` was read from Redis since the last failure (or start).
     fresh: bool,
-    con: Option<Connection>,
+    /// The CONFIG_DB connection and its server-side client id.
+    con: Option<(Connection, i64)>,
     recorder: Recorder,
+    /// The settings the service was last told are in effect.
+    applied: Vec<EcnSetting>,
+    /// A connection whose failed transaction may still run: its client id, until fenced off.
+    unfenced: Option<i64>,
+    /// Whether CONFIG_DB may hold something other than `applied`: a transaction failed and
+    /// was not yet fenced off and read back.
+    unsettled: bool,
+    /// How long to wait between attempts to fence while idle.
+    retry: Duration,
 }
 
 impl Writer {
     fn run(mut self, jobs: mpsc::Receiver<Job>) {
-        while let Ok(job) = jobs.recv() {
-            let r = self.apply(&job.settings);
-            if let Err(e) = &r {
-                warn!("apply to CONFIG_DB failed: {e}");
+        loop {
+            let job = if self.unsettled {
+                match jobs.recv_timeout(self.retry) {
+                    Ok(job) => Some(job),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                match jobs.recv() {
+                    Ok(job) => Some(job),
+                    Err(_) => break,
+                }
+            };
+            match job {
+                Some(job) => {
+                    let r = self.apply(&job.settings);
+                    match &r {
+                        Ok(()) => self.applied = job.settings,
+                        Err(e) => warn!("apply to CONFIG_DB failed: {e}"),
+                    }
+                    let _ = job.reply.send(r);
+                }
+                None => self.settle(),
             }
-            let _ = job.reply.send(r);
+        }
+        if self.unsettled {
+            self.settle();
         }
         debug!("SONiC writer stopped");
     }
 
+    /// Make good on a failed apply whose transaction may still run, or ran unseen: fence it
+    /// off, read CONFIG_DB, and put the settings last applied back if it ran.
+    fn settle(&mut self) {
+        let applied = self.applied.clone();
+        match self.apply(&applied) {
+            Ok(()) => info!("the failed transaction is fenced off; CONFIG_DB holds the settings last applied"),
+            Err(e) => warn!("cannot yet fence off the failed transaction, retrying: {e}"),
+        }
+    }
+
     fn connection(&mut self) -> Result<&mut Connection, String> {
         if self.con.is_none() {
-            self.con = Some(self.target.connect(self.dbs.config, "ecn-tuner-config")?);
+            let mut con = self.target.connect(self.dbs.config, "ecn-tuner-config")?;
+            let id = conn::client_id(&mut con).map_err(|e| {
+                format!("Redis at {}: CLIENT ID failed ({e}); ecn-tuner needs Redis 5.0 or newer", self.target.url())
+            })?;
+            self.con = Some((con, id));
         }
-        Ok(self.con.as_mut().expect("connected"))
+        Ok(&mut self.con.as_mut().expect("connected").0)
+    }
+
+    /// Close the server side of the connection a failed transaction went out on, so that it
+    /// cannot run after what we read next.
+    fn fence(&mut self) -> Result<(), String> {
+        let Some(id) = self.unfenced else { return Ok(()) };
+        let url = self.target.url().to_string();
+        let con = self.connection()?;
+        conn::kill_client(con, id).map_err(|e| format!("Redis at {url}: CLIENT KILL ID {id}: {e}"))?;
+        debug!(client = id, "fenced off the connection of a failed transaction");
+        self.unfenced = None;
+        self.fresh = false;
+        Ok(())
     }
 
     fn read(&mut self) -> Result<Snapshot, String> {
@@ -321,7 +403,9 @@ impl Writer {
 
     fn apply(&mut self, settings: &[EcnSetting]) -> Result<(), String> {
         let r = self.try_apply(settings);
-        if r.is_err() {
+        if r.is_ok() {
+            self.unsettled = false;
+        } else {
             self.con = None;
             self.fresh = false;
         }
@@ -329,6 +413,7 @@ impl Writer {
     }
 
     fn try_apply(&mut self, settings: &[EcnSetting]) -> Result<(), String> {
+        self.fence()?;
         // Start from what CONFIG_DB holds after any failure (and once at first): a write we
         // could not confirm, or an operator's edit, must not be planned around.
         if !self.fresh {
@@ -349,32 +434,41 @@ impl Writer {
         let url = self.target.url().to_string();
         let db = self.dbs.config;
         let con = self.connection()?;
-        match config::exec(con, &ops) {
+        let e = match config::exec(con, &ops) {
             Ok(()) => {
                 self.model = config::after(&self.model, &ops);
                 debug!(writes = ops.len(), "CONFIG_DB transaction done");
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        // Did EXEC run, or can it still? Fence the connection off, then look.
+        let what = format!("Redis at {url} (db {db}) during the transaction: {e}");
+        self.unfenced = self.con.take().map(|(_, id)| id);
+        self.unsettled = true;
+        if let Err(again) = self.fence() {
+            return Err(format!(
+                "{what}; cannot reach Redis to fence the transaction off ({again}): if it still lands, the \
+                 actuator puts the previous settings back as soon as it reaches Redis"
+            ));
+        }
+        match self.read() {
+            Ok(now) if config::shows(&self.layout, &now, &t) => {
+                warn!("{what}; the transaction had landed (read back), so the apply is done");
+                self.model = now;
+                self.fresh = true;
                 Ok(())
             }
-            Err(e) => {
-                // Did EXEC run before the connection broke? Look, once, on a new connection.
-                self.con = None;
-                let what = format!("Redis at {url} (db {db}) during the transaction: {e}");
-                match self.read() {
-                    Ok(now) if config::shows(&self.layout, &now, &t) => {
-                        warn!("{what}; the transaction had landed (read back), so the apply is done");
-                        self.model = now;
-                        Ok(())
-                    }
-                    Ok(now) => {
-                        self.model = now;
-                        Err(format!("{what}; nothing changed (MULTI/EXEC: all or nothing)"))
-                    }
-                    Err(again) => Err(format!(
-                        "{what}; cannot read CONFIG_DB back ({again}): it holds either the old or the new settings \
-                         (one transaction), and the next apply starts from what it holds then"
-                    )),
-                }
+            Ok(now) => {
+                self.model = now;
+                self.fresh = true;
+                self.unsettled = false;
+                Err(format!("{what}; nothing changed (MULTI/EXEC: all or nothing; the connection is fenced off)"))
             }
+            Err(again) => Err(format!(
+                "{what}; cannot read CONFIG_DB back ({again}): it holds either the old or the new settings \
+                 (one transaction, fenced off), and the next apply starts from what it holds then"
+            )),
         }
     }
 }

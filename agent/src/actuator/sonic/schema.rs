@@ -74,6 +74,10 @@ pub const Q_DROPPED: &str = "SAI_QUEUE_STAT_DROPPED_PACKETS";
 /// The queue fields read each poll, in this order.
 pub const QUEUE_STAT_FIELDS: [&str; 6] = [Q_BYTES, Q_PACKETS, Q_ECN_MARKED, Q_WATERMARK, Q_OCCUPANCY, Q_DROPPED];
 
+/// Port counters read only to tell a live switch from one whose counters stopped: octets in and
+/// out move with any frame, LLDP's included, on any port that is up.
+pub const PORT_LIVENESS_FIELDS: [&str; 2] = ["SAI_PORT_STAT_IF_IN_OCTETS", "SAI_PORT_STAT_IF_OUT_OCTETS"];
+
 /// The PFC counters of one priority on a port: received PAUSE frames, sent PAUSE frames,
 /// microseconds the port was told to pause.
 pub fn pfc_fields(priority: u32) -> [String; 3] {
