@@ -236,6 +236,44 @@ fn ls16_slowdowns_match_the_reference() {
     assert!(rel(p99, ref_p99).abs() <= 0.25, "p99 slowdown {p99:.3} vs reference {ref_p99:.3}");
 }
 
+// ---- 10b. one marking seed is one draw ------------------------------------------------------
+
+/// The small-flow p99s rest on a handful of flows (the 10KB–100KB p99 on the 5 slowest of
+/// 455), and the reference's figures are one run, one draw of ECN's random marking. The
+/// simulator's seed changes only those draws, so compare the reference with a spread of seeds:
+/// over seeds 1–8 the <100KB p99 brackets the reference's (15.04) and its mean is within 10%.
+/// (Measured over seeds 1–40, `eval --seeds 40 --seed-base 1`: mean 16.08, +6.9%; 30 of 40 seeds
+/// at or above the reference. Inside it, the split at 10 KB is biased: <10KB p99 +29% and
+/// 10KB–100KB −28% on the mean, every seed on the same side; README "Fidelity".)
+#[test]
+fn ls16_small_flow_p99_over_marking_seeds_brackets_the_reference() {
+    let small = |v: Vec<(u64, f64)>| nearest_rank(v.into_iter().filter(|x| x.0 < 100_000).map(|x| x.1).collect(), 99.0);
+    let theirs =
+        small(reference_fcts().iter().map(|r| (r.size, (r.fct_ns as f64 / r.standalone_ns as f64).max(1.0))).collect());
+    assert!((theirs - 15.04).abs() < 0.01, "the reference's <100KB p99: {theirs}");
+    let sc = ls16();
+    let ours: Vec<f64> = (1..=8u64)
+        .map(|seed| {
+            let recs = if seed == 1 {
+                ls16_records().to_vec()
+            } else {
+                let mut cfg = sc.fabric.clone();
+                cfg.seed = seed;
+                run(cfg, sc.flows.clone())
+            };
+            small(recs.iter().map(|r| (r.size_bytes, r.slowdown.unwrap())).collect())
+        })
+        .collect();
+    let mean = ours.iter().sum::<f64>() / ours.len() as f64;
+    let (lo, hi) = ours.iter().fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+    eprintln!(
+        "ls16 <100KB p99 over seeds 1-8: {ours:.2?}, mean {mean:.2} ({:+.1}%), reference {theirs:.2}",
+        100.0 * rel(mean, theirs)
+    );
+    assert!(lo <= theirs && theirs <= hi, "the reference's {theirs:.2} is outside the seeds' {lo:.2}..{hi:.2}");
+    assert!(rel(mean, theirs).abs() <= 0.10, "mean {mean:.2} vs reference {theirs:.2}");
+}
+
 // ---- 11. where ACKs travel -----------------------------------------------------------------
 
 /// REFERENCE.md §2 says the HPCC simulator sends ACKs on a strict high-priority queue
