@@ -765,3 +765,21 @@ async fn counters_that_stop_moving_stop_the_telemetry() {
     assert_eq!(b.samples.len(), 64);
     drop(rig.ticker);
 }
+
+/// A Redis user that may not close connections could not fence off a transaction that timed
+/// out, so the actuator refuses to start (exit 2) rather than fail on the first timeout; and
+/// the error, like every message, masks the password of the URL.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_user_that_cannot_fence_is_refused_at_start() {
+    let redis = RedisServer::start();
+    seed(&redis, &Spec::default());
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "tuner", "on", ">hunter2", "~*", "&*", "+@all", "-client|kill"])
+        .query(&mut redis.con(0))
+        .unwrap();
+    let url = format!("redis://tuner:hunter2@127.0.0.1:{}", redis.port);
+    let (code, stderr) = refused_start(&url, None).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("CLIENT KILL ID") && stderr.contains("+client|kill"), "{stderr}");
+    assert!(stderr.contains("tuner:***@") && !stderr.contains("hunter2"), "{stderr}");
+}

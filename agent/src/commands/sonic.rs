@@ -100,7 +100,8 @@ fn restore(a: RestoreArgs) -> Result<(), CliError> {
         println!(
             "nothing to restore: no recording of original profiles in STATE_DB (db {}) at {url}; ecn-tuner has not \
              changed this switch since the last restore (or use --from FILE)",
-            a.redis.state_db
+            a.redis.state_db,
+            url = crate::actuator::sonic::conn::redact_password(url)
         );
         return Ok(());
     }

@@ -15,13 +15,14 @@ impl RedisTarget {
     /// Parse `redis://[user:password@]host[:port]` or `unix:///path/to/redis.sock`. The URL's own
     /// database number is ignored: every SONiC database has its index (`--config-db` ...).
     pub fn parse(url: &str, timeout: Duration) -> Result<RedisTarget, String> {
+        let shown = redact_password(url);
         let info = url.into_connection_info().map_err(|e| {
-            format!("--redis {url}: not a Redis URL ({e}); expected redis://HOST[:PORT] or unix:///PATH")
+            format!("--redis {shown}: not a Redis URL ({e}); expected redis://HOST[:PORT] or unix:///PATH")
         })?;
-        Ok(RedisTarget { url: url.to_string(), info, timeout })
+        Ok(RedisTarget { url: shown, info, timeout })
     }
 
-    /// The URL as given, for messages.
+    /// The URL as given, password masked, for messages and logs.
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -46,6 +47,20 @@ impl RedisTarget {
     }
 }
 
+/// `redis://user:secret@host` → `redis://user:***@host`: messages and logs never show a
+/// password.
+pub fn redact_password(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else { return url.to_string() };
+    let authority_end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    match url[start..authority_end].rfind('@') {
+        Some(at) => match url[start..start + at].find(':') {
+            Some(colon) => format!("{}***{}", &url[..start + colon + 1], &url[start + at..]),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
 /// This connection's id on the server (`CLIENT ID`, Redis 5.0 and newer): what
 /// [`kill_client`] needs to fence it off later.
 pub fn client_id(con: &mut Connection) -> redis::RedisResult<i64> {
@@ -58,6 +73,21 @@ pub fn client_id(con: &mut Connection) -> redis::RedisResult<i64> {
 pub fn kill_client(con: &mut Connection, id: i64) -> redis::RedisResult<()> {
     let _killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query(con)?;
     Ok(())
+}
+
+/// Check, once at start-up, that this Redis and user allow what fencing needs (`CLIENT ID` and
+/// `CLIENT KILL ID`): open a connection and close it from another. `Ok(Err(why))` when Redis
+/// refuses (an old server, an ACL), `Err` when it cannot be reached.
+pub fn can_fence(target: &RedisTarget, db: i64) -> Result<Result<(), String>, String> {
+    let mut victim = target.connect(db, "ecn-tuner-fence-check")?;
+    let mut killer = target.connect(db, "ecn-tuner-fence-check")?;
+    let killed = client_id(&mut victim)
+        .and_then(|id| redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query::<i64>(&mut killer));
+    Ok(match killed {
+        Ok(1) => Ok(()),
+        Ok(n) => Err(format!("CLIENT KILL ID closed {n} connections instead of 1")),
+        Err(e) => Err(e.to_string()),
+    })
 }
 
 /// Every key matching `pattern` (`SCAN`, so that a large database is not blocked), sorted.
@@ -88,4 +118,20 @@ pub fn hgetall_many(con: &mut Connection, keys: &[String]) -> redis::RedisResult
         pipe.cmd("HGETALL").arg(k);
     }
     pipe.query(con)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(redact_password("redis://tuner:s3cr@t@10.0.0.1:6379/4"), "redis://tuner:***@10.0.0.1:6379/4");
+        assert_eq!(redact_password("redis://:pw@host"), "redis://:***@host");
+        assert_eq!(redact_password("redis://user@host"), "redis://user@host");
+        assert_eq!(redact_password("redis://host:6379"), "redis://host:6379");
+        assert_eq!(redact_password("unix:///var/run/redis/redis.sock"), "unix:///var/run/redis/redis.sock");
+        let t = RedisTarget::parse("redis://tuner:hunter2@127.0.0.1:1", Duration::from_secs(1)).unwrap();
+        assert!(!t.url().contains("hunter2"));
+    }
 }

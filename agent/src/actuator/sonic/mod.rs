@@ -154,6 +154,13 @@ impl SonicBackend {
             recording.as_ref(),
             interval_ns,
         )?;
+        if let Err(why) = conn::can_fence(&target, opts.dbs.config).map_err(ActuatorError::Failed)? {
+            return Err(ActuatorError::BadInput(format!(
+                "--redis {}: the actuator must be able to run CLIENT ID and CLIENT KILL ID (Redis 5.0 or newer; with \
+                 ACLs, +client|id +client|kill) to fence off a transaction that timed out, and it cannot: {why}",
+                target.url()
+            )));
+        }
         let caps = found.caps;
         let switch = caps.queues[0].key.switch.clone();
         if let (Some(rec), true, Some(p)) = (&recording, from_file, &opts.originals_file) {
