@@ -67,12 +67,12 @@ pub fn client_id(con: &mut Connection) -> redis::RedisResult<i64> {
     redis::cmd("CLIENT").arg("ID").query(con)
 }
 
-/// Close the server side of client `id` (`CLIENT KILL ID`), if it is still connected. Redis runs
-/// one command at a time, so once this returns nothing more that client sent can run: a
-/// transaction of its either ran before or never will.
-pub fn kill_client(con: &mut Connection, id: i64) -> redis::RedisResult<()> {
-    let _killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query(con)?;
-    Ok(())
+/// Close the server side of client `id` (`CLIENT KILL ID`), if it is still connected; returns
+/// how many connections were closed (0 or 1). Redis runs one command at a time, so once this
+/// returns nothing more that client sent can run: a transaction of its either ran before or
+/// never will.
+pub fn kill_client(con: &mut Connection, id: i64) -> redis::RedisResult<i64> {
+    redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query(con)
 }
 
 /// Check, once at start-up, that this Redis and user allow what fencing needs (`CLIENT ID` and
@@ -81,8 +81,7 @@ pub fn kill_client(con: &mut Connection, id: i64) -> redis::RedisResult<()> {
 pub fn can_fence(target: &RedisTarget, db: i64) -> Result<Result<(), String>, String> {
     let mut victim = target.connect(db, "ecn-tuner-fence-check")?;
     let mut killer = target.connect(db, "ecn-tuner-fence-check")?;
-    let killed = client_id(&mut victim)
-        .and_then(|id| redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query::<i64>(&mut killer));
+    let killed = client_id(&mut victim).and_then(|id| kill_client(&mut killer, id));
     Ok(match killed {
         Ok(1) => Ok(()),
         Ok(n) => Err(format!("CLIENT KILL ID closed {n} connections instead of 1")),
