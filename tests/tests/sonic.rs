@@ -669,7 +669,8 @@ async fn apply_ethernet4(c: &mut ecn_tests::Client, lease_id: &str) -> Result<()
     .map(|_| ())
 }
 
-/// A sonic actuator behind a [`Proxy`], its writer lease, and CONFIG_DB after a first change.
+/// A seeded switch with ticking counters, and a sonic actuator reaching its Redis through a
+/// [`Proxy`] with a 1 s `--redis-timeout`.
 struct Proxied {
     redis: RedisServer,
     proxy: Proxy,
