@@ -162,6 +162,15 @@ impl Actuator {
         (child, log)
     }
 
+    /// Run a controller as [`Actuator::controller`] does, wait for it to end and expect success
+    /// (its log in the panic message otherwise); returns its decision log's path.
+    pub async fn controller_to_end(&self, name: &str, args: &[&str]) -> PathBuf {
+        let (child, log) = self.controller(name, args);
+        let out = child.wait_with_output().await.unwrap();
+        assert!(out.status.success(), "controller {name} failed: {}", self.controller_log(name));
+        log
+    }
+
     /// The stderr so far of the controller started as `name` by [`Actuator::controller`].
     pub fn controller_log(&self, name: &str) -> String {
         std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
@@ -202,6 +211,16 @@ pub fn read_json_lines(path: &Path) -> Vec<Value> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("journal line is not JSON ({e}): {l}")))
         .collect()
+}
+
+/// Every setting a decision log says was applied (`after_guardrails` of the lines with
+/// `applied: true`) has 1 KB <= Kmin < Kmax <= `kmax_max_bytes`.
+pub fn assert_applied_within_bounds(log: &Path, kmax_max_bytes: u64) {
+    for x in read_json_lines(log).iter().filter(|x| x["applied"] == true) {
+        let a = &x["after_guardrails"];
+        let (kmin, kmax) = (a["kmin_bytes"].as_u64().unwrap(), a["kmax_bytes"].as_u64().unwrap());
+        assert!(kmin >= 1000 && kmin < kmax && kmax <= kmax_max_bytes, "{x}");
+    }
 }
 
 /// `run` flags for a controller in enforce mode that writes `policy`, deciding every 200 ms,

@@ -12,8 +12,8 @@ use ecn_tests::sonic::{
     CONFIG_DB, COUNTERS_DB,
 };
 use ecn_tests::{
-    assert_apply_refused, change, decision_reasons, enforce_flags, events, eventually, pb, read_json_lines, run_cli,
-    Actuator,
+    assert_applied_within_bounds, assert_apply_refused, change, decision_reasons, enforce_flags, events, eventually,
+    pb, read_json_lines, run_cli, Actuator,
 };
 use std::time::Duration;
 use tokio_stream::StreamExt;
@@ -159,10 +159,7 @@ async fn enforce_applies_bounded_settings_and_confirms_them() {
     let t = tables(&mut rig.redis.con(CONFIG_DB));
     assert!(t.keys().all(|k| !k.contains("ECN_TUNER")), "one setting for all: the shared profile carries it");
     assert!(recording(&rig.redis).is_some(), "the originals were recorded before the first change");
-    for x in read_json_lines(&log).iter().filter(|x| x["applied"] == true) {
-        let (kmin, kmax, _) = setting_of(x);
-        assert!(kmin >= 1000 && kmin < kmax && kmax <= 32_099_072, "{x}");
-    }
+    assert_applied_within_bounds(&log, 32_099_072);
 }
 
 #[tokio::test(flavor = "multi_thread")]
