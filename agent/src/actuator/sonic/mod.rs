@@ -17,8 +17,8 @@
 //! All queues of one apply are written in one MULTI/EXEC transaction: other clients see CONFIG_DB
 //! fully old or fully new. When the transaction fails without an answer (a timeout, a broken
 //! connection), the writer cannot tell from the error whether EXEC ran, or whether it is still
-//! on its way: held in a socket buffer, or waiting behind a `CLIENT PAUSE`, it could run after
-//! any read-back. So the writer first fences the old connection off: on a new one it closes it
+//! on its way: held in a socket buffer or on a stalled network path, it could run after any
+//! read-back. So the writer first fences the old connection off: on a new one it closes it
 //! at the server (`CLIENT KILL ID`), after which nothing sent on it can run, and only then reads
 //! the tables back. When they show the new settings the apply is reported done; otherwise it is
 //! reported failed, and that is then true for good (nothing changed, as the service expects).
