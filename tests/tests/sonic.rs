@@ -119,12 +119,13 @@ async fn capabilities_and_telemetry_come_from_the_switch() {
 async fn shadow_makes_no_writes() {
     let rig = rig(Spec::default(), &[]).await;
     let before = tables(&mut rig.redis.con(CONFIG_DB));
-    let (child, log) = rig.act.controller(
-        "shadow",
-        &["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--interval", "200ms", "--duration", "4s"],
-    );
-    let out = child.wait_with_output().await.unwrap();
-    assert!(out.status.success(), "{}", rig.act.controller_log("shadow"));
+    let log = rig
+        .act
+        .controller_to_end(
+            "shadow",
+            &["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--interval", "200ms", "--duration", "4s"],
+        )
+        .await;
     let d = read_json_lines(&log);
     assert!(d.len() > 64 * 5, "decisions were logged");
     assert!(d.iter().all(|x| x["mode"] == "shadow" && x["applied"] == false));
@@ -141,15 +142,16 @@ async fn shadow_makes_no_writes() {
 async fn enforce_applies_bounded_settings_and_confirms_them() {
     let spec = Spec::default();
     let rig = rig(spec.clone(), &[]).await;
-    let (child, log) = rig.act.controller(
-        "enforce",
-        &enforce_flags(
-            "static:100KB,400KB,0.5",
-            &["--min-dwell", "0s", "--confirm-within", "20s", "--health-window", "3", "--duration", "12s"],
-        ),
-    );
-    let out = child.wait_with_output().await.unwrap();
-    assert!(out.status.success(), "{}", rig.act.controller_log("enforce"));
+    let log = rig
+        .act
+        .controller_to_end(
+            "enforce",
+            &enforce_flags(
+                "static:100KB,400KB,0.5",
+                &["--min-dwell", "0s", "--confirm-within", "20s", "--health-window", "3", "--duration", "12s"],
+            ),
+        )
+        .await;
     let journal = rig.act.journal();
     assert!(!events(&journal, "apply").is_empty(), "{journal:?}");
     assert!(!events(&journal, "confirm").is_empty(), "{journal:?}");
