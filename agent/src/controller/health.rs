@@ -8,13 +8,18 @@
 //! - the queue spends more than `max(paused_floor, pause_ratio × before)` of its time paused;
 //! - average depth exceeds `depth_ratio × before + depth_slack_bytes`;
 //! - and, over all changed queues together, utilization falls below `util_ratio × before`
-//!   while they had real load before.
+//!   while they had real load before, unless a smaller fraction of their packets was
+//!   ECN-marked than before.
 //!
 //! Drops and pauses are judged as soon as intervals arrive (a change that causes them is rolled
 //! back at once); the rest once the window is complete.
 //!
 //! Drops and pauses are strong signals in a lossless fabric; utilization and depth move with
-//! the traffic itself, so their thresholds are loose by default.
+//! the traffic itself, so their thresholds are loose by default. A change of ECN thresholds can
+//! only slow senders down through marks (marks, then CNPs, then DCQCN rate cuts: REFERENCE.md
+//! §1), so a fall in utilization with less marking is the traffic ending, not the change. With
+//! no marks before or after, the fall is judged as a collapse: a switch that does not count
+//! marks reads as zero.
 
 use serde::Serialize;
 
@@ -25,6 +30,10 @@ pub struct IntervalStats {
     pub span_ns: u64,
     /// Bytes sent.
     pub tx_bytes: u64,
+    /// Packets sent.
+    pub tx_pkts: u64,
+    /// Packets sent with an ECN mark.
+    pub ecn_marked_pkts: u64,
     /// Line rate.
     pub link_bps: u64,
     /// Time-weighted average depth.
@@ -96,25 +105,48 @@ pub struct WindowStats {
     pub paused_fraction: f64,
     /// Drops.
     pub drops: u64,
+    /// Packets sent.
+    pub tx_pkts: u64,
+    /// Packets sent with an ECN mark.
+    pub ecn_marked_pkts: u64,
 }
 
 impl WindowStats {
     /// Aggregate the intervals of one queue.
     pub fn of<'a>(it: impl IntoIterator<Item = &'a IntervalStats>) -> Self {
-        let (mut n, mut util, mut depth, mut pauses, mut drops, mut paused, mut span) = (0usize, 0.0, 0.0, 0, 0, 0, 0);
+        let (mut n, mut util, mut depth, mut paused, mut span) = (0usize, 0.0, 0.0, 0, 0);
+        let mut w = WindowStats::default();
         for s in it {
             n += 1;
             util += s.utilization();
             depth += s.queue_bytes_avg;
-            pauses += s.pauses;
-            drops += s.drops;
+            w.pauses += s.pauses;
+            w.drops += s.drops;
+            w.tx_pkts += s.tx_pkts;
+            w.ecn_marked_pkts += s.ecn_marked_pkts;
             paused += s.paused_ns;
             span += s.span_ns;
         }
         let n = n.max(1) as f64;
-        let paused_fraction = if span > 0 { paused as f64 / span as f64 } else { 0.0 };
-        WindowStats { utilization: util / n, queue_bytes_avg: depth / n, pauses, paused_fraction, drops }
+        w.paused_fraction = if span > 0 { paused as f64 / span as f64 } else { 0.0 };
+        WindowStats { utilization: util / n, queue_bytes_avg: depth / n, ..w }
     }
+}
+
+/// Fraction of the packets sent by these queues together that carried an ECN mark.
+fn marked_fraction(queues: &[WindowStats]) -> f64 {
+    let sent: u64 = queues.iter().map(|w| w.tx_pkts).sum();
+    let marked: u64 = queues.iter().map(|w| w.ecn_marked_pkts).sum();
+    if sent == 0 {
+        0.0
+    } else {
+        marked as f64 / sent as f64
+    }
+}
+
+/// Mean utilization of these queues.
+fn mean_utilization(queues: &[WindowStats]) -> f64 {
+    queues.iter().map(|w| w.utilization).sum::<f64>() / queues.len().max(1) as f64
 }
 
 /// Strong signals, judged on however much of the window has arrived: drops and pauses mean
@@ -158,11 +190,22 @@ pub fn judge(cfg: &HealthConfig, before: &WindowStats, after: &WindowStats) -> R
     }
 }
 
-/// Utilization of all changed queues together: a collapse of their combined throughput (one
-/// queue's utilization alone moves too much with its traffic to judge a change by).
-pub fn judge_utilization(cfg: &HealthConfig, before: f64, after: f64) -> Result<(), String> {
-    if before >= cfg.util_min_before && after < cfg.util_ratio * before {
-        Err(format!("utilization of the changed queues fell from {:.1}% to {:.1}%", before * 100.0, after * 100.0))
+/// Utilization of all changed queues together (one queue's utilization alone moves too much
+/// with its traffic to judge a change by): a collapse of their combined throughput, unless a
+/// smaller fraction of their packets was marked (thresholds set too low throttle senders
+/// through marks). The windows are the changed queues', before and after, in the same order.
+pub fn judge_utilization(cfg: &HealthConfig, before: &[WindowStats], after: &[WindowStats]) -> Result<(), String> {
+    let (util_before, util_after) = (mean_utilization(before), mean_utilization(after));
+    let (marked_before, marked_after) = (marked_fraction(before), marked_fraction(after));
+    if util_before >= cfg.util_min_before && util_after < cfg.util_ratio * util_before && marked_after >= marked_before
+    {
+        Err(format!(
+            "utilization of the changed queues fell from {:.1}% to {:.1}% (marked packets: {:.1}% before, {:.1}% after)",
+            util_before * 100.0,
+            util_after * 100.0,
+            marked_before * 100.0,
+            marked_after * 100.0
+        ))
     } else {
         Ok(())
     }
@@ -173,7 +216,7 @@ mod tests {
     use super::*;
 
     fn w(util: f64, depth: f64, pauses: u64, drops: u64) -> WindowStats {
-        WindowStats { utilization: util, queue_bytes_avg: depth, pauses, paused_fraction: 0.0, drops }
+        WindowStats { utilization: util, queue_bytes_avg: depth, pauses, drops, ..Default::default() }
     }
 
     #[test]
@@ -188,15 +231,36 @@ mod tests {
         let before = w(0.6, 100e3, 1, 0);
         assert!(judge(&c, &before, &w(0.6, 100e3, 1, 3)).unwrap_err()[0].contains("drops"));
         assert!(judge(&c, &before, &w(0.6, 100e3, 40, 0)).unwrap_err()[0].contains("pauses"));
-        assert!(judge_utilization(&c, 0.6, 0.1).unwrap_err().contains("utilization"));
-        assert!(judge_utilization(&c, 0.6, 0.4).is_ok());
         assert!(judge(&c, &before, &w(0.6, 1.5e6, 1, 0)).unwrap_err()[0].contains("depth"));
         let stalled = WindowStats { paused_fraction: 0.9, ..w(0.6, 100e3, 1, 0) };
         assert!(judge(&c, &before, &stalled).unwrap_err()[0].contains("paused"));
-        // An idle fabric that stays idle is not a utilization collapse.
-        assert!(judge_utilization(&c, 0.05, 0.0).is_ok());
         // Strong signals do not wait for the window.
         assert!(judge_strong(&c, &before, &w(0.6, 100e3, 1, 1)).is_err());
+    }
+
+    fn sent(util: f64, tx_pkts: u64, ecn_marked_pkts: u64) -> WindowStats {
+        WindowStats { tx_pkts, ecn_marked_pkts, ..w(util, 100e3, 0, 0) }
+    }
+
+    #[test]
+    fn a_utilization_collapse_with_less_marking_is_the_traffic() {
+        let c = HealthConfig::default();
+        let before = [sent(0.7, 1000, 50), sent(0.5, 800, 0)];
+        // Over-marking: senders were told to slow down, and did.
+        let throttled = [sent(0.1, 150, 120), sent(0.1, 150, 30)];
+        let why = judge_utilization(&c, &before, &throttled).unwrap_err();
+        assert!(why.contains("fell from 60.0% to 10.0% (marked packets: 2.8% before, 50.0% after)"), "{why}");
+        // The same fall with fewer marks is the traffic ending, not the change.
+        let demand_fell = [sent(0.1, 150, 0), sent(0.1, 150, 2)];
+        assert!(judge_utilization(&c, &before, &demand_fell).is_ok());
+        // No marks at all, before or after: a switch that does not count them looks the same,
+        // so the fall counts.
+        let unmarked = [sent(0.7, 1000, 0), sent(0.5, 800, 0)];
+        assert!(judge_utilization(&c, &unmarked, &[sent(0.1, 150, 0), sent(0.1, 150, 0)]).is_err());
+        // A smaller fall is tolerated, marks or not.
+        assert!(judge_utilization(&c, &before, &[sent(0.4, 600, 300), sent(0.3, 500, 250)]).is_ok());
+        // An idle fabric that stays idle is not a collapse.
+        assert!(judge_utilization(&c, &[sent(0.05, 10, 0)], &[sent(0.0, 0, 0)]).is_ok());
     }
 
     #[test]

@@ -789,9 +789,8 @@ impl ControlLoop {
                 }
             }
             if complete {
-                let util = |w: &[WindowStats]| w.iter().map(|x| x.utilization).sum::<f64>() / w.len().max(1) as f64;
                 let after: Vec<WindowStats> = p.after.iter().map(WindowStats::of).collect();
-                if let Err(w) = health::judge_utilization(&cfg.health, util(&p.before), util(&after)) {
+                if let Err(w) = health::judge_utilization(&cfg.health, &p.before, &after) {
                     why.push(w);
                 }
             } else if why.is_empty() && !near_deadline {

@@ -88,6 +88,8 @@ impl QueueWatch {
             self.history.push_back(IntervalStats {
                 span_ns: span,
                 tx_bytes: s.tx_bytes,
+                tx_pkts: s.tx_pkts,
+                ecn_marked_pkts: s.ecn_marked_pkts,
                 link_bps: s.link_bps,
                 queue_bytes_avg: s.queue_bytes_avg,
                 pauses: s.pfc_pause_rx + s.pfc_pause_tx,
