@@ -773,23 +773,22 @@ impl ControlLoop {
             .iter()
             .any(|&i| self.queues[i].watch.health(now, cfg.guardrails.stale_after) != TelemetryHealth::Good);
         let Some((lease_id, _)) = &self.lease else { return Ok(None) };
+        let after: Vec<WindowStats> = p.after.iter().map(WindowStats::of).collect();
         let verdict = if blind {
             Err(vec!["telemetry of a changed queue became stale or invalid during the health check".into()])
         } else {
             let mut why = Vec::new();
             for (k, &i) in p.queues.iter().enumerate() {
-                let after = WindowStats::of(&p.after[k]);
                 let judged = if complete {
-                    health::judge(&cfg.health, &p.before[k], &after)
+                    health::judge(&cfg.health, &p.before[k], &after[k])
                 } else {
-                    health::judge_strong(&cfg.health, &p.before[k], &after)
+                    health::judge_strong(&cfg.health, &p.before[k], &after[k])
                 };
                 if let Err(w) = judged {
                     why.extend(w.into_iter().map(|w| format!("{}: {w}", queue_key(&self.queues[i].id))));
                 }
             }
             if complete {
-                let after: Vec<WindowStats> = p.after.iter().map(WindowStats::of).collect();
                 if let Err(w) = health::judge_utilization(&cfg.health, &p.before, &after) {
                     why.push(w);
                 }
@@ -836,7 +835,7 @@ impl ControlLoop {
                     q.current = *old;
                     q.quarantine_until = Some(until);
                     set_queue_metrics(&self.metrics, &cfg.target, q);
-                    let observation = serde_json::json!({"before": p.before[k], "after": WindowStats::of(&p.after[k])});
+                    let observation = serde_json::json!({"before": p.before[k], "after": after[k]});
                     let reason = format!("rolled back generation {}: {reason}", p.generation);
                     record(&self.log, &Decision { observation, ..decision(cfg, q, *old, true, reason) })?;
                 }
