@@ -6,9 +6,12 @@ use crate::learn::trainer;
 use ecn_env::tuning::{ActionTemplate, FeatureSet, QueueHistory, TuningConfig};
 use ecn_env::{BitsPerSec, EcnSetting};
 use ecn_models::{Checkpoint, ModelCard, QNetwork};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use tracing::warn;
 
 /// A loaded checkpoint, shareable between threads (decisions take a short lock).
 pub struct LearnedModel {
@@ -20,6 +23,7 @@ pub struct LearnedModel {
     pub card: ModelCard,
     template: ActionTemplate,
     net: Mutex<QNetwork>,
+    warned_untrained_speed: AtomicBool,
 }
 
 impl fmt::Debug for LearnedModel {
@@ -60,6 +64,7 @@ impl LearnedModel {
             template: ActionTemplate::new(ck.card.tuning.template),
             card: ck.card,
             net: Mutex::new(ck.net),
+            warned_untrained_speed: AtomicBool::new(false),
         }
     }
 
@@ -83,8 +88,31 @@ impl LearnedModel {
     /// One action per observation row (row-major), falling back to the template entry
     /// nearest the reference baseline wherever the network's output is not finite.
     pub fn decide(&self, obs: &[f32], links: &[BitsPerSec]) -> Vec<usize> {
+        self.warn_on_untrained_speeds(links);
         let net = self.net.lock().unwrap_or_else(|p| p.into_inner());
         trainer::greedy_or_fallback(&net, &self.template, obs, links)
+    }
+
+    /// Warn once per model when it decides for a port at a line rate its training never saw:
+    /// the settings there are untested, and the shipped model loses at 25G (README "Scenarios
+    /// it was not trained on"). Cards that do not record their rates are not checked.
+    fn warn_on_untrained_speeds(&self, links: &[BitsPerSec]) {
+        let trained = &self.card.training.link_speeds_bps;
+        if trained.is_empty() || self.warned_untrained_speed.load(Ordering::Relaxed) {
+            return;
+        }
+        let untrained: BTreeSet<u64> = links.iter().map(|l| l.0).filter(|b| !trained.contains(b)).collect();
+        if !untrained.is_empty() && !self.warned_untrained_speed.swap(true, Ordering::Relaxed) {
+            let rates = |bps: &mut dyn Iterator<Item = u64>| {
+                bps.map(|b| format!("{}G", BitsPerSec(b).as_gbps())).collect::<Vec<_>>().join(", ")
+            };
+            warn!(
+                model = %self.spec,
+                trained_on = %rates(&mut trained.iter().copied()),
+                "deciding for ports at {} that this model never trained on; its settings there are untested",
+                rates(&mut untrained.into_iter())
+            );
+        }
     }
 
     /// Settings for queues given their telemetry histories; `None` for a queue with no

@@ -325,6 +325,7 @@ mod tests {
             wall_seconds: 0.0,
             hyperparameters: serde_json::json!({"ddqn": {"gamma": 0.8}}),
             data: vec![],
+            link_speeds_bps: vec![],
         };
         let mut card = ModelCard::new("test", tuning, vec![16], training);
         card.calibration = Some(Calibration {

@@ -55,6 +55,11 @@ pub struct TrainingRecord {
     /// Files the model was trained from, for offline training: path, hash and row count.
     #[serde(default)]
     pub data: Vec<serde_json::Value>,
+    /// Line rates, in bits per second, of the ports whose queues it trained on (empty when not
+    /// recorded). The features read the same at any rate, but a policy's settings need not
+    /// suit a rate it never saw (README "Scenarios it was not trained on").
+    #[serde(default)]
+    pub link_speeds_bps: Vec<u64>,
 }
 
 /// The JSON model card.

@@ -18,6 +18,7 @@ fn training() -> TrainingRecord {
         wall_seconds: 0.0,
         hyperparameters: serde_json::json!({}),
         data: vec![],
+        link_speeds_bps: vec![100_000_000_000],
     }
 }
 

@@ -53,6 +53,7 @@ async fn train_writes_a_reproducible_checkpoint_that_runs_in_closed_loop() {
     assert_eq!(card["observation_schema"], "ecn-tuner/obs-v1");
     assert_eq!(card["training"]["seed"], 5);
     assert_eq!(card["training"]["env_steps"], 120);
+    assert_eq!(card["training"]["link_speeds_bps"], serde_json::json!([100_000_000_000u64, 400_000_000_000u64]));
     assert_eq!(
         card["action_template"].as_array().unwrap().len(),
         card["network"]["actions"].as_u64().unwrap() as usize
@@ -88,6 +89,17 @@ async fn train_writes_a_reproducible_checkpoint_that_runs_in_closed_loop() {
     assert_eq!(summary["flows"]["total"], summary["flows"]["completed"]);
     assert_eq!(summary["drops"], 0);
     assert!(sim_out.join("telemetry.parquet").is_file());
+    assert!(!stderr.contains("never trained on"), "the fabric it trained on:\n{stderr}");
+
+    // On 25G hosts, a rate it never trained on, it still runs, and says so once.
+    let slow = dir.path().join("tiny-25g.toml");
+    std::fs::write(&slow, format!("{TINY}[topology]\nhost_link = \"25Gbps\"\nfabric_link = \"100Gbps\"\n")).unwrap();
+    let (code, _, stderr) =
+        run_cli(&["sim", "--scenario", &slow.display().to_string(), "--policy", &policy, "--json"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let warning = "deciding for ports at 25G that this model never trained on";
+    assert_eq!(stderr.matches(warning).count(), 1, "{stderr}");
+    assert!(stderr.contains("trained_on=100G, 400G"), "{stderr}");
 
     let (code, stdout, stderr) = run_cli(&[
         "eval",

@@ -31,6 +31,7 @@ use indicatif::ProgressBar;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::time::Instant;
 use tch::Device;
 use tracing::info;
@@ -60,6 +61,8 @@ pub struct LoggedData {
     pub action_counts: Vec<u64>,
     /// Transitions whose logged setting was not a template entry (mapped to the nearest).
     pub off_template: u64,
+    /// Line rates of the queues the transitions come from.
+    pub link_speeds_bps: BTreeSet<u64>,
 }
 
 /// Turn per-queue series into transitions (see the module docs), appending to `data`.
@@ -90,6 +93,7 @@ pub fn add_transitions(series: &[QueueSeries], tuning: &TuningConfig, data: &mut
                     // Continuing task: a stretch ends by truncation, never by termination.
                     data.replay.push(&obs, action, reward, &next_obs, false);
                     data.action_counts[action] += 1;
+                    data.link_speeds_bps.insert(row.link_bps);
                     added += 1;
                 } else {
                     history.push(iv, tuning.history);
@@ -108,6 +112,7 @@ impl LoggedData {
             files: Vec::new(),
             action_counts: vec![0; ActionTemplate::new(tuning.template).len()],
             off_template: 0,
+            link_speeds_bps: BTreeSet::new(),
         }
     }
 }
@@ -214,6 +219,7 @@ pub fn train(cfg: &OfflineConfig, data: &LoggedData, bar: &ProgressBar) -> Resul
             "selection": "the final network (offline: no simulator in the loop)",
         }),
         data: data.files.iter().map(|f| serde_json::to_value(f).expect("plain struct")).collect(),
+        link_speeds_bps: data.link_speeds_bps.iter().copied().collect(),
     };
     let mut card = ModelCard::new(&cfg.name, cfg.tuning.clone(), cfg.ddqn.hidden.clone(), training);
     card.calibration = Some(Calibration::of(data.replay.observations(), dim, &agent.td_errors(agent.online(), &held)));

@@ -17,6 +17,7 @@ use indicatif::ProgressBar;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::time::Instant;
 use tch::Device;
 use tracing::info;
@@ -258,13 +259,18 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
 
     // Episode seeds live far from the seeds that evaluation and reports use.
     let mut episode = 0u64;
+    let mut link_speeds_bps = BTreeSet::new();
     // Sources take turns episode by episode, so every simulator sees all of them.
     let mut next_episode = |env: &mut TuningEnv, rng: &mut ChaCha8Rng| {
         env.set_source(cfg.sources[(episode % cfg.sources.len() as u64) as usize].clone());
         env.set_initial_action(Some(rng.gen_range(0..template.len())));
         let seed = 1_000_000 + cfg.seed * 100_000 + episode;
         episode += 1;
-        env.reset(seed)
+        let started = env.reset(seed);
+        if let Some(sim) = env.simulator() {
+            link_speeds_bps.extend(sim.queues().iter().map(|q| q.link.0));
+        }
+        started
     };
     let mut envs: Vec<TuningEnv> = (0..cfg.envs.max(1))
         .map(|_| {
@@ -375,6 +381,7 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
             "selection": "the evaluation with the lowest FCT cost",
         }),
         data: vec![],
+        link_speeds_bps: link_speeds_bps.into_iter().collect(),
     };
     let mut card = ModelCard::new(&cfg.name, cfg.tuning.clone(), cfg.ddqn.hidden.clone(), training);
     // Drawn after training, so the network does not depend on it.
