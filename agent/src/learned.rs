@@ -103,14 +103,11 @@ impl LearnedModel {
         }
         let untrained: BTreeSet<u64> = links.iter().map(|l| l.0).filter(|b| !trained.contains(b)).collect();
         if !untrained.is_empty() && !self.warned_untrained_speed.swap(true, Ordering::Relaxed) {
-            let rates = |bps: &mut dyn Iterator<Item = u64>| {
-                bps.map(|b| format!("{}G", BitsPerSec(b).as_gbps())).collect::<Vec<_>>().join(", ")
-            };
             warn!(
                 model = %self.spec,
-                trained_on = %rates(&mut trained.iter().copied()),
+                trained_on = %gbps_list(trained.iter().copied()),
                 "deciding for ports at {} that this model never trained on; its settings there are untested",
-                rates(&mut untrained.into_iter())
+                gbps_list(untrained)
             );
         }
     }
@@ -138,4 +135,9 @@ impl LearnedModel {
         }
         out
     }
+}
+
+/// Line rates as `25G, 100G`.
+fn gbps_list(bps: impl IntoIterator<Item = u64>) -> String {
+    bps.into_iter().map(|b| format!("{}G", BitsPerSec(b).as_gbps())).collect::<Vec<_>>().join(", ")
 }
