@@ -93,19 +93,30 @@ impl LearnedModel {
         trainer::greedy_or_fallback(&net, &self.template, obs, links)
     }
 
+    /// Whether the model trained on ports of this line rate. Cards that do not record their
+    /// rates (older than the field) are taken at their word: every rate counts as trained.
+    pub fn trained_at(&self, link: BitsPerSec) -> bool {
+        let trained = &self.card.training.link_speeds_bps;
+        trained.is_empty() || trained.contains(&link.0)
+    }
+
+    /// The line rates its card lists, as `100G, 400G`.
+    pub fn trained_rates(&self) -> String {
+        gbps_list(self.card.training.link_speeds_bps.iter().copied())
+    }
+
     /// Warn once per model when it decides for a port at a line rate its training never saw:
     /// the settings there are untested, and the shipped model loses at 25G (README "Scenarios
-    /// it was not trained on"). Cards that do not record their rates are not checked.
+    /// it was not trained on").
     fn warn_on_untrained_speeds(&self, links: &[BitsPerSec]) {
-        let trained = &self.card.training.link_speeds_bps;
-        if trained.is_empty() || self.warned_untrained_speed.load(Ordering::Relaxed) {
+        if self.warned_untrained_speed.load(Ordering::Relaxed) {
             return;
         }
-        let untrained: BTreeSet<u64> = links.iter().map(|l| l.0).filter(|b| !trained.contains(b)).collect();
+        let untrained: BTreeSet<u64> = links.iter().filter(|&&l| !self.trained_at(l)).map(|l| l.0).collect();
         if !untrained.is_empty() && !self.warned_untrained_speed.swap(true, Ordering::Relaxed) {
             warn!(
                 model = %self.spec,
-                trained_on = %gbps_list(trained.iter().copied()),
+                trained_on = %self.trained_rates(),
                 "deciding for ports at {} that this model never trained on; its settings there are untested",
                 gbps_list(untrained)
             );
@@ -138,6 +149,6 @@ impl LearnedModel {
 }
 
 /// Line rates as `25G, 100G`.
-fn gbps_list(bps: impl IntoIterator<Item = u64>) -> String {
+pub fn gbps_list(bps: impl IntoIterator<Item = u64>) -> String {
     bps.into_iter().map(|b| format!("{}G", BitsPerSec(b).as_gbps())).collect::<Vec<_>>().join(", ")
 }

@@ -123,6 +123,8 @@ pub struct RecommendConfig {
     pub ood_margin_std: f32,
     /// Step limits and bounds, as in enforce mode.
     pub guardrails: GuardrailConfig,
+    /// Recommend for ports at line rates the model's card does not list (otherwise: keep).
+    pub allow_untrained_rates: bool,
 }
 
 impl RecommendConfig {
@@ -139,6 +141,7 @@ impl RecommendConfig {
                 pmax_max: b.pmax_max,
                 ..GuardrailConfig::default()
             },
+            allow_untrained_rates: false,
         }
     }
 }
@@ -214,6 +217,14 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     .into();
                 return rec;
             };
+            if !cfg.allow_untrained_rates && !model.trained_at(q.link) {
+                rec.reason = format!(
+                    "the model never trained on {} ports (its card lists {}); its settings there are untested",
+                    crate::learned::gbps_list([q.link.0]),
+                    model.trained_rates()
+                );
+                return rec;
+            }
             if q.intervals < tuning.history {
                 rec.reason = format!(
                     "only {} unbroken interval(s) of telemetry, the model needs {}",

@@ -11,10 +11,19 @@ use std::time::Duration;
 const SCENARIO: &str = "base = \"websearch-50\"\nduration = \"20ms\"\ndrain = \"20ms\"\n\
 [topology]\nhosts_per_leaf = 4\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.3\n";
 
+/// The same fabric with 25G hosts under a 100G fabric: a rate the shipped model never trained on.
+const SCENARIO_25G: &str = "base = \"websearch-50\"\nduration = \"20ms\"\ndrain = \"20ms\"\n\
+[topology]\nhosts_per_leaf = 4\nhost_link = \"25Gbps\"\nfabric_link = \"100Gbps\"\n\
+[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.3\n";
+
 async fn sim_actuator(extra: &[&str]) -> Actuator {
+    sim_actuator_running(SCENARIO, extra).await
+}
+
+async fn sim_actuator_running(scenario_toml: &str, extra: &[&str]) -> Actuator {
     let dir = tempfile::Builder::new().prefix("ecn-ctl-").tempdir().unwrap();
     let scenario = dir.path().join("small.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
+    std::fs::write(&scenario, scenario_toml).unwrap();
     let scenario = scenario.display().to_string();
     let mut args = vec!["--backend", "sim", "--scenario", scenario.as_str()];
     if !extra.contains(&"--time-scale") {
@@ -255,6 +264,57 @@ async fn the_shipped_model_decides_from_telemetry_in_enforce_mode() {
     assert!(distinct.len() > 1, "decisions depend on each queue's state: {distinct:?}");
     assert!(!events(&act.journal(), "apply").is_empty(), "{:?}", act.journal());
     assert_applied_within_bounds(&log, 32 << 20);
+}
+
+/// A model decides only at the line rates its card lists: on a fabric with 25G hosts, the
+/// shipped model (trained at 100G and 400G) leaves every 25G queue as it was and says why in
+/// the decision log, while it still decides for the 100G fabric queues.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_leaves_queues_at_untrained_rates_as_they_are() {
+    let act = sim_actuator_running(SCENARIO_25G, &[]).await;
+    let caps = act.client().await.get_capabilities(pb::GetCapabilitiesRequest {}).await.unwrap().into_inner();
+    let rate: std::collections::HashMap<String, u64> =
+        caps.queues.iter().map(|q| (queue_name(q.id.as_ref().unwrap()), q.link_bps)).collect();
+    assert!(rate.values().any(|&r| r == 25_000_000_000) && rate.values().any(|&r| r == 100_000_000_000));
+    let before = settings(&act).await;
+    let log = act
+        .controller_to_end(
+            "model-25g",
+            &[
+                "--mode",
+                "enforce",
+                "--allow-writes",
+                "--model",
+                "default",
+                "--interval",
+                "200ms",
+                "--min-dwell",
+                "0s",
+                "--confirm-within",
+                "20s",
+                "--duration",
+                "4s",
+            ],
+        )
+        .await;
+    let after = settings(&act).await;
+    for ((q, s0), (_, s1)) in before.iter().zip(&after) {
+        if rate[q] == 25_000_000_000 {
+            assert_eq!(s0, s1, "{q} is a 25G queue and must not change");
+        }
+    }
+    let mut decided_at_100g = 0;
+    for d in read_json_lines(&log) {
+        let reason = d["reason"].as_str().unwrap();
+        if rate[d["queue"].as_str().unwrap()] == 25_000_000_000 {
+            assert!(reason.contains("never trained on 25G ports (its card lists 100G, 400G)"), "{d}");
+            assert!(d["proposed"].is_null() && d["applied"] == false, "{d}");
+        } else if !d["proposed"].is_null() {
+            assert!(!reason.contains("never trained"), "{d}");
+            decided_at_100g += 1;
+        }
+    }
+    assert!(decided_at_100g > 0, "the model still decides for the 100G queues");
 }
 
 /// Before its first telemetry sample a queue is left as it is: an enforce controller against

@@ -148,6 +148,31 @@ async fn recommend_gives_bounded_settings_and_keeps_when_out_of_distribution() {
         assert!(q["reason"].as_str().unwrap().contains("out of the training distribution"), "{q}");
     }
 
+    // The same file from 800G ports, a rate the model never trained on: keep, and say so,
+    // unless the operator allows recommendations there.
+    let fast: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            let mut fast = r.clone();
+            fast.sample.link_bps = 800_000_000_000;
+            fast
+        })
+        .collect();
+    let fast_path = dir.path().join("fast.parquet").display().to_string();
+    ecn_datasets::io::write_telemetry_parquet(Path::new(&fast_path), &fast).unwrap();
+    let untrained = "the model never trained on 800G ports (its card lists 100G, 400G)";
+    let stdout = ok(&["recommend", "--telemetry", &fast_path, "--model", &model, "--json"]).await;
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    for q in doc["queues"].as_array().unwrap() {
+        assert_eq!(q["decision"], "keep", "{q}");
+        assert_eq!(q["recommended"], q["current"]);
+        assert!(q["reason"].as_str().unwrap().contains(untrained), "{q}");
+    }
+    let stdout =
+        ok(&["recommend", "--telemetry", &fast_path, "--model", &model, "--json", "--allow-untrained-rates"]).await;
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(doc["queues"].as_array().unwrap().iter().all(|q| !q["reason"].as_str().unwrap().contains(untrained)));
+
     // The table names every queue.
     let table = ok(&["recommend", "--telemetry", &a, "--model", &model]).await;
     for n in &names {

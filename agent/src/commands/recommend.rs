@@ -35,6 +35,10 @@ pub struct RecommendArgs {
     /// Print one JSON document instead of a table.
     #[arg(long)]
     json: bool,
+    /// Recommend for ports at line rates the model's card does not list (its
+    /// training.link_speeds_bps). Without it, those queues are told to keep their setting.
+    #[arg(long)]
+    allow_untrained_rates: bool,
     /// How to read and check the telemetry.
     #[command(flatten)]
     read: telemetry_input::ReadArgs,
@@ -72,6 +76,7 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     };
     let mut cfg = RecommendConfig::for_model(&model);
     cfg.min_confidence = args.min_confidence;
+    cfg.allow_untrained_rates = args.allow_untrained_rates;
     let states: Vec<QueueState> = tails.iter().filter_map(|t| queue_state(t, history)).collect();
     let recs = recommend::recommend(&model, &states, &cfg);
     if args.json {

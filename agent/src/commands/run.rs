@@ -97,6 +97,10 @@ pub struct RunArgs {
     /// back at once.
     #[arg(long)]
     controller_id: Option<String>,
+    /// Let a learned model decide for ports at line rates its card does not list (see the
+    /// card's training.link_speeds_bps). Without it, those queues keep their current setting.
+    #[arg(long)]
+    allow_untrained_rates: bool,
 }
 
 fn duration(flag: &str, v: &str) -> Result<Duration, CliError> {
@@ -169,6 +173,7 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
         health: HealthConfig { window: a.health_window, ..Default::default() },
         quarantine: duration("min-dwell", &a.min_dwell)? * 10,
         controller_id: a.controller_id.unwrap_or_else(default_controller_id),
+        allow_untrained_rates: a.allow_untrained_rates,
     };
     if cfg.interval.is_zero() {
         return Err(CliError::BadInput("--interval must be greater than 0".into()));

@@ -47,6 +47,9 @@ pub struct Metrics {
     pub decision_latency_seconds: Histogram,
     /// Seconds since the last telemetry batch.
     pub telemetry_age_seconds: Gauge<f64, AtomicU64>,
+    /// Decisions that kept a queue as it was because the learned model never trained at its
+    /// line rate.
+    pub untrained_rate_holds: Counter,
     /// Current Kmin per queue.
     pub kmin_bytes: Family<QueueLabels, Gauge>,
     /// Current Kmax per queue.
@@ -68,6 +71,7 @@ impl Metrics {
             clamps: Family::default(),
             decision_latency_seconds: Histogram::new(exponential_buckets(1e-5, 2.0, 20)),
             telemetry_age_seconds: Gauge::default(),
+            untrained_rate_holds: Counter::default(),
             kmin_bytes: Family::default(),
             kmax_bytes: Family::default(),
             pmax: Family::default(),
@@ -78,6 +82,11 @@ impl Metrics {
         r.register("confirms", "Changes confirmed after a healthy check", m.confirms.clone());
         r.register("rollbacks", "Changes rolled back, by reason", m.rollbacks.clone());
         r.register("guardrail_clamps", "Guardrail interventions, by rule", m.clamps.clone());
+        r.register(
+            "untrained_rate_holds",
+            "Decisions that kept a queue because the model never trained at its line rate",
+            m.untrained_rate_holds.clone(),
+        );
         r.register(
             "decision_latency_seconds",
             "Time from a telemetry batch's arrival to the decision it triggers",

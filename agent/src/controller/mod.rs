@@ -89,6 +89,10 @@ pub struct ControllerConfig {
     pub quarantine: Duration,
     /// Name used for the writer lease and the journal.
     pub controller_id: String,
+    /// Let a learned policy decide for ports at line rates its card does not list. Off, such
+    /// queues keep their current setting: the model's choices there are untested, and the
+    /// shipped model loses at 25G (README "Scenarios it was not trained on").
+    pub allow_untrained_rates: bool,
 }
 
 /// What a run did, for the caller's summary.
@@ -584,12 +588,28 @@ impl ControlLoop {
         let (cfg, metrics, log, stale_after) = (&self.cfg, &self.metrics, &self.log, self.stale_after);
         let mut changes = Vec::new();
         let stream_stale = now.duration_since(self.last_batch_at) > stale_after;
-        // A learned policy decides for every queue in one batch, from the same features it
-        // was trained on; a queue with no history yet gets no proposal (guardrails fall back).
+        // A learned model decides only for queues at line rates it trained on, unless the
+        // operator allowed the rest; an exploring policy uses it as an anchor only.
+        let untrained: Vec<bool> = match &cfg.policy {
+            Policy::Model(m) if !cfg.allow_untrained_rates => {
+                self.queues.iter().map(|q| !m.trained_at(ecn_env::BitsPerSec(q.link_bps))).collect()
+            }
+            _ => vec![false; self.queues.len()],
+        };
+        metrics.untrained_rate_holds.inc_by(untrained.iter().filter(|&&u| u).count() as u64);
+        // It decides for those queues in one batch, from the same features it was trained on;
+        // a queue with no history yet gets no proposal (guardrails fall back).
         let learned: Option<Vec<Option<EcnSetting>>> = cfg.policy.model().map(|m| {
-            let queues: Vec<_> =
-                self.queues.iter().map(|q| (ecn_env::BitsPerSec(q.link_bps), q.watch.features())).collect();
-            m.propose(&queues)
+            let decided: Vec<usize> = (0..self.queues.len()).filter(|&i| !untrained[i]).collect();
+            let queues: Vec<_> = decided
+                .iter()
+                .map(|&i| (ecn_env::BitsPerSec(self.queues[i].link_bps), self.queues[i].watch.features()))
+                .collect();
+            let mut out = vec![None; self.queues.len()];
+            for (&i, p) in decided.iter().zip(m.propose(&queues)) {
+                out[i] = p;
+            }
+            out
         });
         for (i, q) in self.queues.iter_mut().enumerate() {
             metrics.decisions.inc();
@@ -597,7 +617,9 @@ impl ControlLoop {
                 if stream_stale { guardrails::TelemetryHealth::Stale } else { q.watch.health(now, stale_after) };
             let quarantined = q.quarantine_until.is_some_and(|t| now < t);
             let model_choice = learned.as_ref().and_then(|l| l[i]);
-            let proposed = if quarantined {
+            let proposed = if untrained[i] {
+                None
+            } else if quarantined {
                 Some(q.current)
             } else if let Policy::Explore(e) = &cfg.policy {
                 e.setting(i, self.report.rounds, ecn_env::BitsPerSec(q.link_bps), model_choice)
@@ -614,8 +636,8 @@ impl ControlLoop {
                 telemetry,
             };
             // Before its first sample a queue is left as it is: there is nothing to decide on,
-            // and no reason yet to fall back.
-            let verdict = if q.watch.has_arrived() {
+            // and no reason yet to fall back. A queue the model may not decide for stays too.
+            let verdict = if q.watch.has_arrived() && !untrained[i] {
                 self.guardrails.check(proposed, &ctx, now)
             } else {
                 guardrails::Verdict { setting: q.current, clamps: Vec::new() }
@@ -637,6 +659,14 @@ impl ControlLoop {
                 }
                 if !q.watch.has_arrived() {
                     reason.push_str("; no telemetry yet, keeping the current setting");
+                }
+                if untrained[i] {
+                    let m = cfg.policy.model().expect("only a model leaves queues untrained");
+                    reason.push_str(&format!(
+                        "; the model never trained on {} ports (its card lists {}), keeping the current setting",
+                        crate::learned::gbps_list([q.link_bps]),
+                        m.trained_rates()
+                    ));
                 }
                 if !change {
                     reason.push_str("; no change");
