@@ -218,11 +218,7 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                 return rec;
             };
             if !cfg.allow_untrained_rates && !model.trained_at(q.link) {
-                rec.reason = format!(
-                    "the model never trained on {} ports (its card lists {}); its settings there are untested",
-                    crate::learned::gbps_list([q.link.0]),
-                    model.trained_rates()
-                );
+                rec.reason = format!("{}; its settings there are untested", model.untrained_rate_reason(q.link));
                 return rec;
             }
             if q.intervals < tuning.history {

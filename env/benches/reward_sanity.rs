@@ -9,29 +9,65 @@
 //! `-- --csv FILE` also writes the per-run interval statistics, for refitting weights.
 //! `-- --reward-weights depth=2,depth_max=0.2` checks other weights for ecn-tuner's reward
 //! (the form `ecn-tuner train --reward-weights` takes).
+//! `-- --scenario A B C` runs other scenarios (built-in names or TOML files) instead, and
+//! `-- --scale-to-rate` states the static settings at 100 Gb/s and scales them by each port's
+//! rate, as the action template does, with each §5 row at its own per-speed values: the check
+//! for a fabric whose ports are not 100G.
 
+use ecn_env::fabric::EcnPlan;
 use ecn_env::scenario::Scenario;
-use ecn_env::tuning::{FctMetrics, QueueInterval, Reward};
-use ecn_env::{Baseline, EcnSetting, Nanos, Simulator};
+use ecn_env::tuning::action::TEMPLATE_RATE_BPS;
+use ecn_env::tuning::{Bounds, FctMetrics, QueueInterval, Reward};
+use ecn_env::{Baseline, BitsPerSec, EcnSetting, Nanos, Simulator};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+/// The scenarios without `--scenario`.
 const SCENARIOS: [&str; 3] = ["websearch-50", "hadoop-50", "mixed"];
 const SEEDS: [u64; 2] = [501, 502];
 /// The reference of the FCT objective: the best single static row of REFERENCE.md §5.
 const REFERENCE: Baseline = Baseline::HuaweiLatency;
 
-fn settings() -> Vec<(String, EcnSetting)> {
-    let mut v: Vec<(String, EcnSetting)> = Baseline::ALL
-        .iter()
-        .map(|b| (format!("baseline:{}", b.name()), b.setting(ecn_env::BitsPerSec(100_000_000_000))))
-        .collect();
+/// How a setting meets the fabric's ports.
+#[derive(Clone, Copy)]
+enum Setting {
+    /// A §5 row: at 100G on every port, or at each port's own speed with `--scale-to-rate`.
+    Row(Baseline),
+    /// Thresholds stated at 100G: as they are on every port, or scaled by rate/100G and
+    /// clamped into the default bounds, as the action template does.
+    Static(EcnSetting),
+}
+
+impl Setting {
+    fn plan(self, scale_to_rate: bool, rates: &[BitsPerSec]) -> EcnPlan {
+        match (self, scale_to_rate) {
+            (Setting::Row(b), false) => EcnPlan::Fixed(b.setting(BitsPerSec(TEMPLATE_RATE_BPS))),
+            (Setting::Row(b), true) => EcnPlan::Baseline(b),
+            (Setting::Static(s), false) => EcnPlan::Fixed(s),
+            (Setting::Static(s), true) => EcnPlan::PerRate(
+                rates
+                    .iter()
+                    .map(|&r| {
+                        let k = |b: u64| (b as f64 * r.0 as f64 / TEMPLATE_RATE_BPS as f64).round().max(1.0) as u64;
+                        let scaled =
+                            EcnSetting { kmin_bytes: k(s.kmin_bytes), kmax_bytes: k(s.kmax_bytes), pmax: s.pmax };
+                        (r, Bounds::default().clamp(scaled))
+                    })
+                    .collect(),
+            ),
+        }
+    }
+}
+
+fn settings() -> Vec<(String, Setting)> {
+    let mut v: Vec<(String, Setting)> =
+        Baseline::ALL.iter().map(|&b| (format!("baseline:{}", b.name()), Setting::Row(b))).collect();
     for (kmin, kmax, pmax) in
         [(2, 80, 0.3), (2, 320, 0.1), (5, 40, 1.0), (20, 160, 0.3), (50, 800, 0.5), (300, 3000, 0.2)]
     {
         v.push((
             format!("static:{kmin}KB,{kmax}KB,{pmax}"),
-            EcnSetting { kmin_bytes: kmin * 1000, kmax_bytes: kmax * 1000, pmax },
+            Setting::Static(EcnSetting { kmin_bytes: kmin * 1000, kmax_bytes: kmax * 1000, pmax }),
         ));
     }
     v
@@ -51,11 +87,17 @@ struct RunStats {
     reward_acc: f64,
 }
 
-fn run(scenario: &str, seed: u64, setting: EcnSetting, reward: &Reward) -> (RunStats, FctMetrics) {
-    let mut sc = Scenario::load(scenario, Some(seed)).expect("built-in scenario");
+fn run(scenario: &str, seed: u64, setting: Setting, scale_to_rate: bool, reward: &Reward) -> (RunStats, FctMetrics) {
+    let mut sc = Scenario::load(scenario, Some(seed)).unwrap_or_else(|e| {
+        eprintln!("--scenario {scenario}: {e}");
+        std::process::exit(2)
+    });
     let interval = Nanos::from_micros(100);
     sc.fabric.sample_interval = interval;
-    sc.fabric.ecn = ecn_env::fabric::EcnPlan::Fixed(setting);
+    let mut rates: Vec<BitsPerSec> = sc.fabric.topology.links.iter().map(|l| l.rate).collect();
+    rates.sort_by_key(|r| r.0);
+    rates.dedup();
+    sc.fabric.ecn = setting.plan(scale_to_rate, &rates);
     let window_end = sc.fabric.window_end.0;
     let mut sim = Simulator::new(sc.fabric, sc.flows).expect("valid scenario");
     sim.run(|_| {});
@@ -130,13 +172,22 @@ fn main() {
             std::process::exit(2)
         }),
     };
+    let scenarios: Vec<String> = match args.iter().position(|a| a == "--scenario") {
+        Some(i) => args[i + 1..].iter().take_while(|a| !a.starts_with("--")).cloned().collect(),
+        None => SCENARIOS.map(String::from).to_vec(),
+    };
+    if scenarios.is_empty() {
+        eprintln!("--scenario: give at least one scenario");
+        std::process::exit(2)
+    }
+    let scale_to_rate = args.iter().any(|a| a == "--scale-to-rate");
     println!("ecn-tuner reward: {}", serde_json::to_string(&reward).expect("serializable"));
     let settings = settings();
-    let reference = REFERENCE.setting(ecn_env::BitsPerSec(100_000_000_000));
+    let reference = Setting::Row(REFERENCE);
     // Jobs: every (setting, scenario, seed), plus the reference runs.
     let mut jobs: Vec<(usize, usize, u64)> = Vec::new();
     for s in 0..=settings.len() {
-        for sc in 0..SCENARIOS.len() {
+        for sc in 0..scenarios.len() {
             for &seed in &SEEDS {
                 jobs.push((s, sc, seed));
             }
@@ -151,7 +202,7 @@ fn main() {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&(s, sc, seed)) = jobs.get(i) else { break };
                 let setting = settings.get(s).map(|x| x.1).unwrap_or(reference);
-                let r = run(SCENARIOS[sc], seed, setting, &reward);
+                let r = run(&scenarios[sc], seed, setting, scale_to_rate, &reward);
                 results.lock().unwrap()[i] = Some(r);
             });
         }
@@ -167,16 +218,16 @@ fn main() {
     let mut mean_tuner = Vec::new();
     let mut mean_acc = Vec::new();
     let mut mean_cost = Vec::new();
-    let mut per_scenario: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); SCENARIOS.len()];
+    let mut per_scenario: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); scenarios.len()];
     println!(
         "| setting | mean reward (tuner) | mean reward (ACC) | FCT cost | {} |",
-        SCENARIOS.join(" cost | ") + " cost"
+        scenarios.join(" cost | ") + " cost"
     );
-    println!("|---|---|---|---|{}", "---|".repeat(SCENARIOS.len()));
+    println!("|---|---|---|---|{}", "---|".repeat(scenarios.len()));
     for (s, (name, _)) in settings.iter().enumerate() {
         let (mut rt, mut ra, mut cost) = (0.0, 0.0, 0.0);
         let mut sc_costs = Vec::new();
-        for (sc, scenario) in SCENARIOS.iter().enumerate() {
+        for (sc, scenario) in scenarios.iter().enumerate() {
             let (mut sc_r, mut sc_c) = (0.0, 0.0);
             for &seed in &SEEDS {
                 let (stats, m) = find(s, sc, seed);
@@ -204,7 +255,7 @@ fn main() {
             per_scenario[sc].1.push(-sc_c);
             sc_costs.push(sc_c / SEEDS.len() as f64);
         }
-        let n = (SCENARIOS.len() * SEEDS.len()) as f64;
+        let n = (scenarios.len() * SEEDS.len()) as f64;
         mean_tuner.push(rt / n);
         mean_acc.push(ra / n);
         mean_cost.push(cost / n);
@@ -219,13 +270,13 @@ fn main() {
     println!(
         "Spearman(mean reward, -FCT cost) over {} settings x {} scenarios x {} seeds:",
         settings.len(),
-        SCENARIOS.len(),
+        scenarios.len(),
         SEEDS.len()
     );
     println!("  ecn-tuner reward: {rho_tuner:.3}");
     println!("  ACC linear reward: {rho_acc:.3}");
     for (sc, (r, c)) in per_scenario.iter().enumerate() {
-        println!("  ecn-tuner reward on {} alone: {:.3}", SCENARIOS[sc], spearman(r, c));
+        println!("  ecn-tuner reward on {} alone: {:.3}", scenarios[sc], spearman(r, c));
     }
     if let Some(path) = csv {
         std::fs::write(&path, csv_text).expect("write --csv");

@@ -662,11 +662,8 @@ impl ControlLoop {
                 }
                 if untrained[i] {
                     let m = cfg.policy.model().expect("only a model leaves queues untrained");
-                    reason.push_str(&format!(
-                        "; the model never trained on {} ports (its card lists {}), keeping the current setting",
-                        crate::learned::gbps_list([q.link_bps]),
-                        m.trained_rates()
-                    ));
+                    let why = m.untrained_rate_reason(ecn_env::BitsPerSec(q.link_bps));
+                    reason.push_str(&format!("; {why}, keeping the current setting"));
                 }
                 if !change {
                     reason.push_str("; no change");
