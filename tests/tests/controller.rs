@@ -233,21 +233,7 @@ async fn the_shipped_model_decides_from_telemetry_in_enforce_mode() {
     let log = act
         .controller_to_end(
             "model",
-            &[
-                "--mode",
-                "enforce",
-                "--allow-writes",
-                "--model",
-                "default",
-                "--interval",
-                "200ms",
-                "--min-dwell",
-                "0s",
-                "--confirm-within",
-                "20s",
-                "--duration",
-                "5s",
-            ],
+            &enforce_flags("model:default", &["--min-dwell", "0s", "--confirm-within", "20s", "--duration", "5s"]),
         )
         .await;
     let d = read_json_lines(&log);
@@ -280,21 +266,7 @@ async fn a_model_leaves_queues_at_untrained_rates_as_they_are() {
     let log = act
         .controller_to_end(
             "model-25g",
-            &[
-                "--mode",
-                "enforce",
-                "--allow-writes",
-                "--model",
-                "default",
-                "--interval",
-                "200ms",
-                "--min-dwell",
-                "0s",
-                "--confirm-within",
-                "20s",
-                "--duration",
-                "4s",
-            ],
+            &enforce_flags("model:default", &["--min-dwell", "0s", "--confirm-within", "20s", "--duration", "4s"]),
         )
         .await;
     let after = settings(&act).await;
