@@ -2,7 +2,6 @@
 //! telemetry alone, so that training in the simulator, training on recorded telemetry and
 //! the online controller all score the same way.
 
-use super::action::TEMPLATE_RATE_BPS;
 use super::observation::QueueInterval;
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +13,7 @@ pub enum Reward {
     ///
     /// `r = utilization − depth·(depth_avg/BDP) − depth_max·(depth_max/BDP)
     ///      − pause·(paused_fraction + pauses_sent_per_100µs) − drop·[drops > 0]
-    ///      − marked_idle·max(1, 100G/rate)^slow_marking·mark_fraction·(1 − utilization)
+    ///      − marked_idle·mark_fraction·(1 − utilization)
     ///      − change·[the setting differs from the previous interval's]`
     ///
     /// Depth in BDPs is queueing delay in units of the reference RTT, which is what a small
@@ -26,11 +25,6 @@ pub enum Reward {
     /// check (README "Reward"), which ranks static settings by mean reward and by FCT. The
     /// change term, which static settings never pay, discourages flapping between settings
     /// that score alike: every change restarts DCQCN's reaction to a new marking curve.
-    ///
-    /// `slow_marking` (0 by default) makes marks dearer on ports slower than 100G. Packets
-    /// stay 1 KB and DCQCN's timers stay fixed in µs as the rate falls, so a threshold that is
-    /// the same in BDPs marks a small flow earlier in its life at 25G, and its own NIC slows
-    /// it down (README "Scenarios it was not trained on").
     Tuner {
         /// Weight of utilization.
         utilization: f64,
@@ -45,9 +39,6 @@ pub enum Reward {
         /// Weight of marking while the link is not full (ECN-mark fraction × idle fraction).
         #[serde(default)]
         marked_idle: f64,
-        /// Exponent of the over-marking weight's growth below 100G: × (100G/rate)^this.
-        #[serde(default)]
-        slow_marking: f64,
         /// Cost of changing the setting.
         change: f64,
     },
@@ -71,7 +62,6 @@ impl Reward {
         pause: 3.0,
         drop: 3.0,
         marked_idle: 40.0,
-        slow_marking: 0.0,
         change: 0.05,
     };
     /// ACC with the 0.5/0.5 weights of its reimplementations.
@@ -80,15 +70,14 @@ impl Reward {
     /// The reward of one queue over one interval; `previous` is the interval before, if any.
     pub fn of(&self, iv: &QueueInterval, previous: Option<&QueueInterval>) -> f64 {
         match *self {
-            Reward::Tuner { utilization, depth, depth_max, pause, drop, marked_idle, slow_marking, change } => {
+            Reward::Tuner { utilization, depth, depth_max, pause, drop, marked_idle, change } => {
                 let changed = previous.is_some_and(|p| p.setting() != iv.setting());
-                let slowness = (TEMPLATE_RATE_BPS as f64 / iv.sample.link_bps.max(1) as f64).max(1.0);
                 utilization * iv.utilization()
                     - depth * iv.depth_avg_bdp()
                     - depth_max * iv.depth_max_bdp()
                     - pause * (iv.paused_fraction() + iv.pause_tx_rate())
                     - if iv.sample.drops > 0 { drop } else { 0.0 }
-                    - marked_idle * slowness.powf(slow_marking) * iv.marked_idle()
+                    - marked_idle * iv.marked_idle()
                     - if changed { change } else { 0.0 }
             }
             Reward::AccLinear { utilization, queue } => {
@@ -113,18 +102,17 @@ impl Reward {
             }
             let name = name.trim();
             let slot = match &mut out {
-                Reward::Tuner { utilization, depth, depth_max, pause, drop, marked_idle, slow_marking, change } => match name {
+                Reward::Tuner { utilization, depth, depth_max, pause, drop, marked_idle, change } => match name {
                     "utilization" => utilization,
                     "depth" => depth,
                     "depth_max" => depth_max,
                     "pause" => pause,
                     "drop" => drop,
                     "marked_idle" => marked_idle,
-                    "slow_marking" => slow_marking,
                     "change" => change,
                     _ => {
                         return Err(format!(
-                        "'{name}': not a weight of this reward (utilization, depth, depth_max, pause, drop, marked_idle, slow_marking, change)"
+                        "'{name}': not a weight of this reward (utilization, depth, depth_max, pause, drop, marked_idle, change)"
                     ))
                     }
                 },
@@ -157,34 +145,6 @@ mod tests {
         assert!((acc_queue_score(20_001.0) - 0.9).abs() < 1e-12);
         assert!((acc_queue_score(10_240_000.0) - 0.1).abs() < 1e-12);
         assert_eq!(acc_queue_score(1e9), 0.0);
-    }
-
-    #[test]
-    fn slow_marking_makes_marks_dearer_only_below_100g() {
-        let r = Reward::TUNER.with_weights("slow_marking=1").unwrap();
-        let at = |link_bps: u64| {
-            let sample = ecn_datasets::QueueSample {
-                link_bps,
-                tx_bytes: link_bps / 8 / 10_000 / 2,
-                tx_pkts: 100,
-                ecn_marked_pkts: 50,
-                ..Default::default()
-            };
-            let iv = QueueInterval { interval_ns: 100_000, sample };
-            (
-                Reward::TUNER.of(&iv, None),
-                r.of(&iv, None),
-                Reward::TUNER.with_weights("marked_idle=0").unwrap().of(&iv, None),
-            )
-        };
-        for link in [100_000_000_000, 400_000_000_000] {
-            let (plain, slow, _) = at(link);
-            assert_eq!(plain, slow, "{link}");
-        }
-        // Half the packets marked on a half-idle 25G port: 4× the over-marking penalty.
-        let (plain, slow, unmarked) = at(25_000_000_000);
-        assert!(((unmarked - slow) - 4.0 * (unmarked - plain)).abs() < 1e-9, "{plain} {slow} {unmarked}");
-        assert!(unmarked - plain > 0.0);
     }
 
     #[test]
