@@ -27,9 +27,6 @@ const TRAINING_MIX: &str = "training-mix";
 pub enum Preset {
     /// ecn-tuner: its features, template and FCT-ranked reward.
     Tuner,
-    /// ecn-tuner's, with the port's line rate as one more feature: for fabrics whose ports
-    /// run at different speeds, where the best thresholds do not scale with the rate.
-    TunerRate,
     /// The ACC-style baseline agent: ACC's features, template and linear reward
     /// (REFERENCE.md §6), trained the same way.
     Acc,
@@ -365,11 +362,6 @@ fn device(arg: DeviceArg) -> Result<tch::Device, CliError> {
 fn tuning(args: &TrainArgs, interval: Nanos) -> Result<TuningConfig, CliError> {
     let mut tuning = match args.preset {
         Preset::Tuner => TuningConfig { control_interval: interval, ..TuningConfig::default() },
-        Preset::TunerRate => TuningConfig {
-            control_interval: interval,
-            features: ecn_env::tuning::FeatureSet::TunerRate,
-            ..TuningConfig::default()
-        },
         Preset::Acc => TuningConfig { control_interval: interval, ..TuningConfig::acc() },
     };
     if let Some(spec) = &args.reward_weights {

@@ -116,11 +116,6 @@ fn threshold_feature(bytes: u64, bdp: f64) -> f32 {
     ((bytes.max(1) as f64 / bdp).log2() / 8.0) as f32
 }
 
-/// A line rate as a feature: log2 of it in units of 100 Gb/s, over 4 (25G is -0.5, 400G 0.5).
-fn link_rate_feature(link_bps: u64) -> f32 {
-    ((link_bps.max(1) as f64 / 100e9).log2() / 4.0) as f32
-}
-
 /// Which features a policy sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -128,12 +123,6 @@ pub enum FeatureSet {
     /// ecn-tuner's features: mean and max depth, utilization, mark fraction, pauses received
     /// and sent, drops, over `history` intervals; then the current setting.
     Tuner,
-    /// ecn-tuner's features and the port's line rate, `log2(rate / 100 Gb/s) / 4`. The rest
-    /// read the same at any rate, but the physics does not scale with it: packets stay 1 KB
-    /// and DCQCN's timers stay fixed in µs, so thresholds right at 100G mark small flows too
-    /// early at 25G (README "Scenarios it was not trained on"). With the rate in view, one
-    /// model can learn different settings for different port speeds.
-    TunerRate,
     /// ACC's features exactly (REFERENCE.md §6): queue length, output rate, output rate of
     /// marked packets and the ECN setting, for each of `history` intervals.
     Acc,
@@ -143,7 +132,7 @@ impl FeatureSet {
     /// Features per interval in the history.
     fn per_interval(self) -> usize {
         match self {
-            FeatureSet::Tuner | FeatureSet::TunerRate => 7,
+            FeatureSet::Tuner => 7,
             FeatureSet::Acc => 6,
         }
     }
@@ -152,7 +141,6 @@ impl FeatureSet {
     fn trailing(self) -> usize {
         match self {
             FeatureSet::Tuner => 3,
-            FeatureSet::TunerRate => 4,
             FeatureSet::Acc => 0,
         }
     }
@@ -165,7 +153,7 @@ impl FeatureSet {
     /// Names of the features, in order, for model cards and decision logs.
     pub fn names(self, history: usize) -> Vec<String> {
         let per: &[&str] = match self {
-            FeatureSet::Tuner | FeatureSet::TunerRate => {
+            FeatureSet::Tuner => {
                 &["depth_avg", "depth_max", "utilization", "mark_fraction", "paused_fraction", "pause_tx_rate", "drops"]
             }
             FeatureSet::Acc => &["queue_length", "output_rate", "marked_rate", "kmin", "kmax", "pmax"],
@@ -174,11 +162,8 @@ impl FeatureSet {
         for h in 0..history {
             names.extend(per.iter().map(|n| format!("{n}[t-{h}]")));
         }
-        if self != FeatureSet::Acc {
+        if self == FeatureSet::Tuner {
             names.extend(["kmin", "kmax", "pmax"].map(String::from));
-        }
-        if self == FeatureSet::TunerRate {
-            names.push("link_rate".into());
         }
         names
     }
@@ -187,7 +172,7 @@ impl FeatureSet {
     fn push_interval(self, iv: &QueueInterval, out: &mut Vec<f32>) {
         let bdp = iv.bdp_bytes();
         match self {
-            FeatureSet::Tuner | FeatureSet::TunerRate => out.extend([
+            FeatureSet::Tuner => out.extend([
                 iv.depth_avg_bdp().ln_1p() as f32,
                 iv.depth_max_bdp().ln_1p() as f32,
                 iv.utilization() as f32,
@@ -243,16 +228,13 @@ impl QueueHistory {
         for h in 0..history {
             features.push_interval(self.intervals.get(h).unwrap_or(oldest), out);
         }
-        if features != FeatureSet::Acc {
+        if features == FeatureSet::Tuner {
             let bdp = latest.bdp_bytes();
             out.extend([
                 threshold_feature(latest.setting().kmin_bytes, bdp),
                 threshold_feature(latest.setting().kmax_bytes, bdp),
                 latest.setting().pmax as f32,
             ]);
-        }
-        if features == FeatureSet::TunerRate {
-            out.push(link_rate_feature(latest.sample.link_bps));
         }
         true
     }
@@ -304,22 +286,6 @@ mod tests {
             assert!((x - y).abs() < 1e-3, "feature {i}: {x} vs {y}");
         }
         assert!((a[2] - 0.5).abs() < 1e-6, "utilization {}", a[2]);
-    }
-
-    #[test]
-    fn the_rate_aware_set_adds_the_line_rate_and_nothing_else() {
-        for (link, rate) in [(25_000_000_000, -0.5), (100_000_000_000, 0.0), (400_000_000_000, 0.5)] {
-            let mut h = QueueHistory::default();
-            h.push(interval(link, 100_000, 10_000.0, 1_000_000), 3);
-            let (mut tuner, mut with_rate) = (Vec::new(), Vec::new());
-            assert!(h.observe(FeatureSet::Tuner, 3, &mut tuner));
-            assert!(h.observe(FeatureSet::TunerRate, 3, &mut with_rate));
-            assert_eq!(with_rate.len(), FeatureSet::TunerRate.dim(3));
-            assert_eq!(FeatureSet::TunerRate.names(3).len(), with_rate.len());
-            assert_eq!(FeatureSet::TunerRate.names(3).last().map(String::as_str), Some("link_rate"));
-            assert_eq!(with_rate[..tuner.len()], tuner[..]);
-            assert!((with_rate[tuner.len()] - rate).abs() < 1e-6, "{link}: {}", with_rate[tuner.len()]);
-        }
     }
 
     #[test]
