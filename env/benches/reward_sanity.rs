@@ -99,7 +99,10 @@ fn run(scenario: &str, seed: u64, setting: Setting, scale_to_rate: bool, reward:
     rates.dedup();
     sc.fabric.ecn = setting.plan(scale_to_rate, &rates);
     let window_end = sc.fabric.window_end.0;
-    let mut sim = Simulator::new(sc.fabric, sc.flows).expect("valid scenario");
+    let mut sim = Simulator::new(sc.fabric, sc.flows).unwrap_or_else(|e| {
+        eprintln!("--scenario {scenario}: {e}");
+        std::process::exit(2)
+    });
     sim.run(|_| {});
     let mut s = RunStats::default();
     let mut n = 0.0;
