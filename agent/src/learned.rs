@@ -103,11 +103,12 @@ impl LearnedModel {
     /// Why a queue at `link` is not the model's to decide, for decision logs and
     /// recommendations: `the model never trained on 25G ports (its card lists 100G, 400G)`.
     pub fn untrained_rate_reason(&self, link: BitsPerSec) -> String {
-        format!(
-            "the model never trained on {} ports (its card lists {})",
-            gbps_list([link.0]),
-            gbps_list(self.card.training.link_speeds_bps.iter().copied())
-        )
+        format!("the model never trained on {} ports (its card lists {})", gbps_list([link.0]), self.trained_rates())
+    }
+
+    /// The line rates its card lists, as `100G, 400G`.
+    fn trained_rates(&self) -> String {
+        gbps_list(self.card.training.link_speeds_bps.iter().copied())
     }
 
     /// Warn once per model when it decides for a port at a line rate its training never saw:
@@ -121,7 +122,7 @@ impl LearnedModel {
         if !untrained.is_empty() && !self.warned_untrained_speed.swap(true, Ordering::Relaxed) {
             warn!(
                 model = %self.spec,
-                trained_on = %gbps_list(self.card.training.link_speeds_bps.iter().copied()),
+                trained_on = %self.trained_rates(),
                 "deciding for ports at {} that this model never trained on; its settings there are untested",
                 gbps_list(untrained)
             );
