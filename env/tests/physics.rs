@@ -582,3 +582,33 @@ fn flow_phases_put_the_delay_where_it_happens() {
         "the delay is on the data path: {sender} / {forward} / {ack}"
     );
 }
+
+/// PFC headroom must hold what arrives after XOFF at every line rate: twice the link's
+/// bytes in flight plus a packet finishing on each side. REFERENCE.md §3's 3 × rate × delay
+/// covers that at 25G and faster with 1 µs links, but not at 10G (3.75 KB, under four
+/// packets), where a lossless fabric dropped packets; the simulator takes the larger of the two.
+#[test]
+fn a_slow_lossless_fabric_never_drops() {
+    let g10 = BitsPerSec::from_gbps(10);
+    let topo = Topology::leaf_spine(2, 2, 4, g10, g10, Nanos(1000)).unwrap();
+    let mut cfg = FabricConfig::new(topo);
+    cfg.buffer = Bytes(2 * 1024 * 1024);
+    cfg.ecn = EcnPlan::Fixed(ecn_off());
+    cfg.window_start = Nanos(0);
+    cfg.window_end = Nanos(MS);
+    cfg.stop_at = Nanos(200 * MS);
+    // Every host sends to every other host at once: incasts on every downlink, and uplinks
+    // oversubscribed.
+    let mut flows = Vec::new();
+    for s in 0..8 {
+        for d in (0..8).filter(|&d| d != s) {
+            flows.push(flow(s, d, 500_000, 0));
+        }
+    }
+    let mut sim = Simulator::new(cfg, flows).unwrap();
+    assert!(sim.run(|_| {}), "every flow must complete");
+    let c = sim.counters();
+    eprintln!("10G all-to-all: {} pause frames, {} drops", c.pause_frames, c.drops);
+    assert!(c.pause_frames > 0, "the load must cross the XOFF level");
+    assert_eq!(c.drops, 0, "a PFC fabric must not drop");
+}

@@ -296,9 +296,16 @@ impl Port {
     }
 }
 
-/// PFC headroom of one ingress port: 3 × rate × delay, in bytes (REFERENCE.md §3).
-pub fn headroom_bytes(rate: BitsPerSec, delay: Nanos) -> u64 {
-    (3 * rate.0 as u128 * delay.0 as u128 / 8 / 1_000_000_000).min(u64::MAX as u128) as u64
+/// PFC headroom of one ingress port, in bytes: 3 × rate × delay (REFERENCE.md §3), or what
+/// can arrive after XOFF if that is more. After XOFF, the PAUSE frame may wait for a packet
+/// leaving on the reverse link, then crosses it; the sender finishes the packet it is sending,
+/// and everything on the wire arrives: 2 × rate × delay + 2 packets + the PAUSE frame. The
+/// reference's rule covers that at 25G and faster with 1 µs links; at 10G it holds under four
+/// packets and a lossless fabric dropped (tests/physics.rs, `a_slow_lossless_fabric_never_drops`).
+pub fn headroom_bytes(rate: BitsPerSec, delay: Nanos, mtu_payload: u32) -> u64 {
+    let in_flight = |k: u128| (k * rate.0 as u128 * delay.0 as u128 / 8 / 1_000_000_000).min(u64::MAX as u128) as u64;
+    let packets = 2 * (mtu_payload as u64 + DATA_HEADER_BYTES) + PFC_FRAME_BYTES;
+    in_flight(3).max(in_flight(2).saturating_add(packets))
 }
 
 /// Every switch's buffer must exceed its ports' headroom and reserve together, or PFC could
@@ -309,7 +316,7 @@ pub fn check_buffer(cfg: &FabricConfig) -> Result<(), String> {
     for l in &topo.links {
         for n in [l.a, l.b] {
             if topo.nodes[n as usize].kind == NodeKind::Switch {
-                let port = headroom_bytes(l.rate, l.delay).saturating_add(cfg.reserve.0);
+                let port = headroom_bytes(l.rate, l.delay, cfg.mtu_payload).saturating_add(cfg.reserve.0);
                 need[n as usize] = need[n as usize].saturating_add(port);
             }
         }
@@ -480,7 +487,7 @@ impl Simulator {
             let mut total_headroom = 0;
             for &p in &node_ports[n] {
                 let port = &ports[p as usize];
-                let headroom = headroom_bytes(port.rate, Nanos(port.delay));
+                let headroom = headroom_bytes(port.rate, Nanos(port.delay), cfg.mtu_payload);
                 let mut shift = cfg.pfc_shift;
                 let mut r = port.rate.0;
                 while r > nic_rate.0 && shift > 0 {
