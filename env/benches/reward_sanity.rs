@@ -17,7 +17,8 @@
 use ecn_env::fabric::EcnPlan;
 use ecn_env::scenario::Scenario;
 use ecn_env::tuning::action::TEMPLATE_RATE_BPS;
-use ecn_env::tuning::{Bounds, FctMetrics, QueueInterval, Reward};
+use ecn_env::tuning::objective::{LARGE_FLOW_BYTES, SMALL_FLOW_BYTES};
+use ecn_env::tuning::{Bounds, FctMetrics, FlowWait, QueueInterval, Reward};
 use ecn_env::{Baseline, BitsPerSec, EcnSetting, Nanos, Simulator};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -83,11 +84,20 @@ struct RunStats {
     drops: f64,
     /// ECN-mark fraction × idle fraction: marking while the link is not full.
     marked_idle: f64,
+    small_wait: f64,
+    large_wait: f64,
     reward_tuner: f64,
     reward_acc: f64,
 }
 
-fn run(scenario: &str, seed: u64, setting: Setting, scale_to_rate: bool, reward: &Reward) -> (RunStats, FctMetrics) {
+fn run(
+    scenario: &str,
+    seed: u64,
+    setting: Setting,
+    scale_to_rate: bool,
+    reward: &Reward,
+    flow_wait: FlowWait,
+) -> (RunStats, FctMetrics) {
     let mut sc = Scenario::load(scenario, Some(seed)).unwrap_or_else(|e| {
         eprintln!("--scenario {scenario}: {e}");
         std::process::exit(2)
@@ -98,7 +108,7 @@ fn run(scenario: &str, seed: u64, setting: Setting, scale_to_rate: bool, reward:
     rates.sort_by_key(|r| r.0);
     rates.dedup();
     sc.fabric.ecn = setting.plan(scale_to_rate, &rates);
-    let window_end = sc.fabric.window_end.0;
+    let (window_start, window_end) = (sc.fabric.window_start, sc.fabric.window_end);
     let mut sim = Simulator::new(sc.fabric, sc.flows).unwrap_or_else(|e| {
         eprintln!("--scenario {scenario}: {e}");
         std::process::exit(2)
@@ -106,7 +116,7 @@ fn run(scenario: &str, seed: u64, setting: Setting, scale_to_rate: bool, reward:
     sim.run(|_| {});
     let mut s = RunStats::default();
     let mut n = 0.0;
-    for row in sim.take_telemetry().iter().filter(|r| r.sample.ts_ns <= window_end) {
+    for row in sim.take_telemetry().iter().filter(|r| r.sample.ts_ns <= window_end.0) {
         // A static setting never changes, so no interval pays the change term.
         let iv = QueueInterval::from_sample(row, interval.0);
         s.utilization += iv.utilization();
@@ -119,7 +129,19 @@ fn run(scenario: &str, seed: u64, setting: Setting, scale_to_rate: bool, reward:
         s.reward_acc += Reward::ACC.of(&iv, None);
         n += 1.0;
     }
+    // The flow-wait term summed over every queue and interval of the window, as the
+    // environment charges it interval by interval.
+    let mut wait = vec![0.0; sim.queues().len()];
+    sim.flow_wait(window_start, window_end, 0..SMALL_FLOW_BYTES, flow_wait.small_power(), &mut wait);
+    s.small_wait = wait.iter().sum::<f64>();
+    let mut large = vec![0.0; sim.queues().len()];
+    sim.flow_wait(window_start, window_end, LARGE_FLOW_BYTES..u64::MAX, 1.0, &mut large);
+
+    s.large_wait = large.iter().sum::<f64>();
+    s.reward_tuner -= flow_wait.small * s.small_wait + flow_wait.large * s.large_wait;
     for x in [
+        &mut s.small_wait,
+        &mut s.large_wait,
         &mut s.utilization,
         &mut s.depth,
         &mut s.depth_max,
@@ -184,7 +206,14 @@ fn main() {
         std::process::exit(2)
     }
     let scale_to_rate = args.iter().any(|a| a == "--scale-to-rate");
-    println!("ecn-tuner reward: {}", serde_json::to_string(&reward).expect("serializable"));
+    let flow_wait = match flag("--flow-wait") {
+        None => FlowWait::default(),
+        Some(spec) => FlowWait::parse(&spec).unwrap_or_else(|e| {
+            eprintln!("--flow-wait {e}");
+            std::process::exit(2)
+        }),
+    };
+    println!("ecn-tuner reward: {}, {flow_wait:?}", serde_json::to_string(&reward).expect("serializable"));
     let settings = settings();
     let reference = Setting::Row(REFERENCE);
     // Jobs: every (setting, scenario, seed), plus the reference runs.
@@ -205,7 +234,7 @@ fn main() {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&(s, sc, seed)) = jobs.get(i) else { break };
                 let setting = settings.get(s).map(|x| x.1).unwrap_or(reference);
-                let r = run(&scenarios[sc], seed, setting, scale_to_rate, &reward);
+                let r = run(&scenarios[sc], seed, setting, scale_to_rate, &reward, flow_wait);
                 results.lock().unwrap()[i] = Some(r);
             });
         }
@@ -216,7 +245,7 @@ fn main() {
         results[i]
     };
     let mut csv_text = String::from(
-        "setting,scenario,seed,utilization,depth,depth_max,pause,drops,marked_idle,small_p99,large_p50,pause_frames,cost\n",
+        "setting,scenario,seed,utilization,depth,depth_max,pause,drops,marked_idle,small_wait,large_wait,small_p99,large_p50,pause_frames,cost\n",
     );
     let mut mean_tuner = Vec::new();
     let mut mean_acc = Vec::new();
@@ -242,13 +271,15 @@ fn main() {
                 sc_r += stats.reward_tuner;
                 sc_c += c;
                 csv_text.push_str(&format!(
-                    "\"{name}\",{scenario},{seed},{},{},{},{},{},{},{},{},{},{c}\n",
+                    "\"{name}\",{scenario},{seed},{},{},{},{},{},{},{},{},{},{},{},{c}\n",
                     stats.utilization,
                     stats.depth,
                     stats.depth_max,
                     stats.pause,
                     stats.drops,
                     stats.marked_idle,
+                    stats.small_wait,
+                    stats.large_wait,
                     m.small_p99,
                     m.large_p50,
                     m.pause_frames

@@ -583,6 +583,55 @@ fn flow_phases_put_the_delay_where_it_happens() {
     );
 }
 
+/// The flow-wait credit (`Simulator::flow_wait`, a training signal) charges exactly the data
+/// queues a flow's packets cross, as ECMP picks them, and adds up to (slowdown − 1) per queue
+/// over the flow's life.
+#[test]
+fn flow_wait_charges_the_queues_a_flow_crosses() {
+    let mut sides = [0usize; 2];
+    for src in 0..8u32 {
+        let topo = Topology::leaf_spine(2, 2, 8, G100, BitsPerSec::from_gbps(400), Nanos(1000)).unwrap();
+        let mut cfg = FabricConfig::new(topo);
+        cfg.window_start = Nanos(0);
+        cfg.window_end = Nanos(MS);
+        cfg.stop_at = Nanos(20 * MS);
+        let (dst, probe) = (8 + (3 * src) % 7, 200_000 + src as u64);
+        // A competitor on the receiver's leaf shares only the last hop, and slows the probe.
+        let flows = vec![flow(src, dst, probe, 0), flow(15, dst, 300_000, 0)];
+        let mut sim = Simulator::new(cfg, flows).unwrap();
+        assert!(sim.run(|_| {}));
+        let end = sim.now();
+        let mut wait = vec![0.0; sim.queues().len()];
+        sim.flow_wait(Nanos(0), end, probe..probe + 1, 1.0, &mut wait);
+        let tel = sim.take_telemetry();
+        let data = |q: usize| samples_of(&tel, &sim, q).map(|s| s.sample.tx_bytes).sum::<u64>();
+        let (src_name, dst_name) = (format!("host{src}"), format!("host{dst}"));
+        // Every queue between leaf0 and leaf1 carries probe data or nothing but ACKs.
+        for (sw, peer) in [("leaf0", "spine0"), ("leaf0", "spine1"), ("spine0", "leaf1"), ("spine1", "leaf1")] {
+            let q = queue_towards(&sim, sw, peer);
+            assert_eq!(wait[q] > 0.0, data(q) >= probe, "{src_name}: {sw} -> {peer} carried {} B", data(q));
+        }
+        sides[(wait[queue_towards(&sim, "leaf0", "spine1")] > 0.0) as usize] += 1;
+        let last = queue_towards(&sim, "leaf1", &dst_name);
+        let charged: Vec<usize> = (0..wait.len()).filter(|&q| wait[q] > 0.0).collect();
+        assert_eq!(charged.len(), 3, "{src_name}: up, across and down: {charged:?}");
+        assert!(charged.contains(&last));
+        let records = sim.flow_records();
+        let slowdown = records.iter().find(|r| r.size_bytes == probe).and_then(|r| r.slowdown).unwrap();
+        assert!(slowdown > 1.2, "the competitor slows the probe: {slowdown}");
+        for &q in &charged {
+            assert!((wait[q] - (slowdown - 1.0)).abs() < 1e-3 * slowdown, "{} vs {slowdown}", wait[q]);
+        }
+        // Interval by interval it adds up to the same.
+        let mut halves = vec![0.0; wait.len()];
+        let mid = Nanos(end.0 / 3);
+        sim.flow_wait(Nanos(0), mid, probe..probe + 1, 1.0, &mut halves);
+        sim.flow_wait(mid, end, probe..probe + 1, 1.0, &mut halves);
+        assert!(halves.iter().zip(&wait).all(|(a, b)| (a - b).abs() < 1e-9), "{halves:?} vs {wait:?}");
+    }
+    assert!(sides.iter().all(|&n| n > 0), "the probes cross both spines: {sides:?}");
+}
+
 /// PFC headroom must hold what arrives after XOFF at every line rate: twice the link's
 /// bytes in flight plus a packet finishing on each side. REFERENCE.md §3's 3 × rate × delay
 /// covers that at 25G and faster with 1 µs links, but not at 10G (3.75 KB, under four

@@ -11,7 +11,7 @@ use crate::telemetry_input;
 use clap::{Args, ValueEnum};
 use ecn_env::fabric::MIN_INTERVAL;
 use ecn_env::scenario::Scenario;
-use ecn_env::tuning::{EpisodeSource, TrainingMix, TuningConfig};
+use ecn_env::tuning::{EpisodeSource, FlowWait, TrainingMix, TuningConfig};
 use ecn_env::Nanos;
 use ecn_models::card::{NetworkSpec, MAX_LAYER_WIDTH};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -112,6 +112,12 @@ pub struct TrainArgs {
     /// the preset's defaults. The card records the weights used.
     #[arg(long, value_name = "NAME=VALUE,...")]
     reward_weights: Option<String>,
+    /// Also charge each queue, per interval, for the time the flows crossing it spent past
+    /// their ideal FCT, in ideal FCTs: flows under 100 KB times SMALL, flows of 1 MB and more
+    /// times LARGE; with POWER, small flows pay (slowdown − 1)^POWER / POWER over their life.
+    /// Only a simulator knows it (README "Flow-wait credit").
+    #[arg(long, value_name = "SMALL,LARGE[,POWER]", conflicts_with = "telemetry")]
+    flow_wait: Option<String>,
 }
 
 /// The largest CQL penalty accepted; far larger ones only overflow the loss (the usual range
@@ -367,6 +373,9 @@ fn tuning(args: &TrainArgs, interval: Nanos) -> Result<TuningConfig, CliError> {
     if let Some(spec) = &args.reward_weights {
         tuning.reward =
             tuning.reward.with_weights(spec).map_err(|e| CliError::BadInput(format!("--reward-weights {e}")))?;
+    }
+    if let Some(spec) = &args.flow_wait {
+        tuning.flow_wait = FlowWait::parse(spec).map_err(|e| CliError::BadInput(format!("--flow-wait {e}")))?;
     }
     Ok(tuning)
 }

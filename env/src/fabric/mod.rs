@@ -9,12 +9,14 @@
 //! - `switch`: forwarding, ECMP, admission, egress scheduling, ECN marking at dequeue, PFC frames.
 //! - `host`: NICs, per-flow DCQCN senders and receivers, ACK/CNP generation (REFERENCE.md §2).
 //! - [`stats`]: per-queue counters that become telemetry samples.
+//! - `credit`: the data queues each flow crosses, and the slowdown that accrues behind each queue.
 
 pub mod buffer;
 pub mod event;
 pub mod packet;
 pub mod stats;
 
+mod credit;
 mod host;
 mod switch;
 
@@ -406,6 +408,10 @@ pub struct Simulator {
     drops: u64,
     ecn_marks: u64,
     record_telemetry: bool,
+    /// Per flow, where its data queues start in `flow_path_queues` (one extra at the end).
+    flow_path_start: Vec<u32>,
+    /// The data queues each flow's data packets cross, flow after flow.
+    flow_path_queues: Vec<u32>,
 }
 
 impl Simulator {
@@ -645,8 +651,11 @@ impl Simulator {
             drops: 0,
             ecn_marks: 0,
             record_telemetry: true,
+            flow_path_start: Vec::new(),
+            flow_path_queues: Vec::new(),
             cfg,
         };
+        (sim.flow_path_start, sim.flow_path_queues) = sim.data_paths();
         if let Some(f) = sim.flows.first() {
             let t = f.spec.start.0;
             sim.events.push(t, Event::FlowStart(0));

@@ -49,6 +49,49 @@ pub struct TuningConfig {
     pub bounds: Bounds,
     /// Time between decisions.
     pub control_interval: Nanos,
+    /// Charges for the time flows crossing each queue spend past their ideal FCT (simulator
+    /// training only; zero weights, the default, turn it off).
+    #[serde(default)]
+    pub flow_wait: FlowWait,
+}
+
+/// A training-only addition to the reward: each queue is charged, per interval, the time
+/// that the flows crossing it spent past their ideal FCT then, in ideal FCTs
+/// ([`crate::fabric::Simulator::flow_wait`]), small and large flows with separate weights.
+/// Switch counters cannot give it, so the online controller and offline learning never
+/// score with it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowWait {
+    /// Weight for flows under 100 KB.
+    pub small: f64,
+    /// Weight for flows of 1 MB and more.
+    pub large: f64,
+    /// Small flows are charged (slowdown − 1)^p / p over their life, so that the tail weighs
+    /// more (1, linear, when absent).
+    #[serde(default)]
+    pub small_power: Option<f64>,
+}
+
+impl FlowWait {
+    /// Whether it adds anything.
+    pub fn is_on(&self) -> bool {
+        self.small > 0.0 || self.large > 0.0
+    }
+
+    /// The exponent for small flows.
+    pub fn small_power(&self) -> f64 {
+        self.small_power.unwrap_or(1.0)
+    }
+
+    /// Weights from `SMALL,LARGE[,POWER]`: each finite and at least 0, the power above 0.
+    pub fn parse(spec: &str) -> Result<FlowWait, String> {
+        let bad = || format!("'{spec}': give SMALL,LARGE[,POWER], each a finite number at least 0, POWER above 0");
+        let w = spec.split(',').map(|x| x.trim().parse::<f64>()).collect::<Result<Vec<_>, _>>().map_err(|_| bad())?;
+        if !(2..=3).contains(&w.len()) || !w.iter().all(|x| x.is_finite() && *x >= 0.0) || w.get(2) == Some(&0.0) {
+            return Err(bad());
+        }
+        Ok(FlowWait { small: w[0], large: w[1], small_power: w.get(2).copied() })
+    }
 }
 
 impl Default for TuningConfig {
@@ -60,6 +103,7 @@ impl Default for TuningConfig {
             reward: Reward::TUNER,
             bounds: Bounds::default(),
             control_interval: Nanos::from_micros(100),
+            flow_wait: FlowWait::default(),
         }
     }
 }
@@ -317,6 +361,16 @@ impl TuningEnv {
                 self.histories[q].push(iv, self.cfg.history);
             }
         }
+        let fw = self.cfg.flow_wait;
+        if fw.is_on() {
+            let (from, to) = (Nanos(self.next_decision - interval), Nanos(self.next_decision));
+            let (mut small, mut large) = (vec![0f64; agents], vec![0f64; agents]);
+            sim.flow_wait(from, to, 0..objective::SMALL_FLOW_BYTES, fw.small_power(), &mut small);
+            sim.flow_wait(from, to, objective::LARGE_FLOW_BYTES..u64::MAX, 1.0, &mut large);
+            for ((r, s), l) in rewards.iter_mut().zip(small).zip(large) {
+                *r -= (fw.small * s + fw.large * l) as f32;
+            }
+        }
         if self.keep_telemetry {
             self.telemetry.extend(rows);
         }
@@ -398,6 +452,36 @@ mod tests {
         assert!(matches!(env.step(&[0]), Err(EnvError::BadAction(_))));
         let too_big = vec![env.template().len(); env.agents()];
         assert!(matches!(env.step(&too_big), Err(EnvError::BadAction(_))));
+    }
+
+    #[test]
+    fn flow_wait_charges_queues_and_changes_nothing_else() {
+        let run = |flow_wait| {
+            let mut env = small_env(TuningConfig { flow_wait, ..TuningConfig::default() });
+            let (first, _) = env.reset(5).unwrap();
+            let mut rewards = vec![0.0f64; env.agents()];
+            let mut obs = first;
+            for i in 0..20 {
+                let s = env.step(&vec![i % env.template().len(); env.agents()]).unwrap();
+                rewards.iter_mut().zip(&s.rewards).for_each(|(t, &r)| *t += r as f64);
+                obs = s.observations;
+            }
+            (obs, rewards)
+        };
+        let (obs, plain) = run(FlowWait::default());
+        let (obs_charged, charged) = run(FlowWait { small: 1.0, large: 1.0, small_power: Some(2.0) });
+        assert_eq!(obs, obs_charged, "a reward term cannot change the episode");
+        assert!(plain.iter().zip(&charged).all(|(p, c)| c <= p), "{plain:?} vs {charged:?}");
+        assert!(plain.iter().zip(&charged).any(|(p, c)| c < p), "some flow waited somewhere");
+    }
+
+    #[test]
+    fn flow_wait_weights_parse_or_are_refused() {
+        assert_eq!(FlowWait::parse("0.5,1.5").unwrap(), FlowWait { small: 0.5, large: 1.5, small_power: None });
+        assert_eq!(FlowWait::parse("0.1, 1, 2").unwrap().small_power(), 2.0);
+        for bad in ["", "1", "1,2,3,4", "a,1", "-1,1", "1,inf", "1,1,0"] {
+            assert!(FlowWait::parse(bad).is_err(), "{bad} accepted");
+        }
     }
 
     #[test]

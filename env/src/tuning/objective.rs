@@ -15,6 +15,11 @@ use crate::fabric::stats::percentile_sorted;
 use crate::fabric::Simulator;
 use serde::{Deserialize, Serialize};
 
+/// Flows under this size are the small flows whose tail the objective measures.
+pub const SMALL_FLOW_BYTES: u64 = 100_000;
+/// Flows of this size and more are the large flows whose median the objective guards.
+pub const LARGE_FLOW_BYTES: u64 = 1_000_000;
+
 /// The three numbers the objective reads from a run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct FctMetrics {
@@ -33,9 +38,9 @@ impl FctMetrics {
         let mut large = Vec::new();
         for r in sim.flow_records() {
             let Some(s) = r.slowdown else { continue };
-            if r.size_bytes < 100_000 {
+            if r.size_bytes < SMALL_FLOW_BYTES {
                 small.push(s);
-            } else if r.size_bytes >= 1_000_000 {
+            } else if r.size_bytes >= LARGE_FLOW_BYTES {
                 large.push(s);
             }
         }

@@ -1,0 +1,74 @@
+//! Which switch data queues each flow's packets cross, and how long small flows waited beyond
+//! their ideal FCT while crossing them.
+//!
+//! Switch counters cannot see a flow that waits at its own NIC because marks cut its rate, and
+//! that is where much of the small-flow tail waits (README "Where the tail waits"). The
+//! simulator can: this is a training signal that only a simulator has.
+
+use super::Simulator;
+use crate::rng::mix_hash;
+use crate::topology::NodeKind;
+use crate::units::Nanos;
+use std::ops::Range;
+
+impl Simulator {
+    /// The data queues (indices into [`Simulator::queues`]) that every flow's data packets
+    /// cross, in hop order: the same ECMP choices the packets make (REFERENCE.md §3).
+    pub(super) fn data_paths(&self) -> (Vec<u32>, Vec<u32>) {
+        let mut queue_of = vec![u32::MAX; self.ports.len() * 8];
+        for (q, info) in self.data_queues.iter().enumerate() {
+            queue_of[info.port_id as usize * 8 + info.queue as usize] = q as u32;
+        }
+        let (mut start, mut hops) = (Vec::with_capacity(self.flows.len() + 1), Vec::new());
+        for f in &self.flows {
+            start.push(hops.len() as u32);
+            let (dst, prio) = (f.spec.dst as usize, f.spec.priority as usize);
+            let nic_port = self.nics[self.node_nic[f.spec.src as usize] as usize].port;
+            let mut node = self.ports[(nic_port ^ 1) as usize].node as usize;
+            // A path in a validated topology is shorter than the node count.
+            for _ in 0..self.n_nodes {
+                if self.node_kind[node] != NodeKind::Switch {
+                    break;
+                }
+                let ri = node * self.n_nodes + dst;
+                let n = self.route_len[ri] as u32;
+                if n == 0 {
+                    break;
+                }
+                let pick = if n == 1 { 0 } else { mix_hash(f.key_fwd, node as u64) % n };
+                let egress = self.routes[(self.route_start[ri] + pick) as usize];
+                if let Some(&q) = queue_of.get(egress as usize * 8 + prio).filter(|&&q| q != u32::MAX) {
+                    hops.push(q);
+                }
+                node = self.ports[(egress ^ 1) as usize].node as usize;
+            }
+        }
+        start.push(hops.len() as u32);
+        (start, hops)
+    }
+
+    /// Adds to `out[q]`, for every flow of a size in `sizes` whose data crosses queue `q`, how
+    /// much of its slowdown accrued within `[from, to)`. With `power` 1 that is the time the
+    /// flow spent past its ideal FCT then, in units of that ideal FCT, and over the flow's life
+    /// it sums to slowdown − 1. With `power` p it is the same stretch of excess x measured as
+    /// x^p / p, summing to (slowdown − 1)^p / p: a flow already far behind weighs more, as the
+    /// tail percentiles do. `out` has one slot per queue.
+    pub fn flow_wait(&self, from: Nanos, to: Nanos, sizes: Range<u64>, power: f64, out: &mut [f64]) {
+        for (i, f) in self.flows[..self.next_flow].iter().enumerate() {
+            if !sizes.contains(&f.spec.size_bytes) {
+                continue;
+            }
+            let late_from = (f.spec.start.0 + f.ideal_ns).max(from.0);
+            let until = f.finished_at.unwrap_or(u64::MAX).min(to.0).min(self.now);
+            if until <= late_from {
+                continue;
+            }
+            let excess = |t: u64| (t - f.spec.start.0 - f.ideal_ns) as f64 / f.ideal_ns.max(1) as f64;
+            let wait = (excess(until).powf(power) - excess(late_from).powf(power)) / power;
+            let (a, b) = (self.flow_path_start[i] as usize, self.flow_path_start[i + 1] as usize);
+            for &q in &self.flow_path_queues[a..b] {
+                out[q as usize] += wait;
+            }
+        }
+    }
+}
