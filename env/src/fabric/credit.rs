@@ -1,5 +1,5 @@
-//! Which switch data queues each flow's packets cross, and how long small flows waited beyond
-//! their ideal FCT while crossing them.
+//! Which switch data queues each flow's packets cross, and how much slowdown flows accrued
+//! beyond their ideal FCT while crossing them.
 //!
 //! Switch counters cannot see a flow that waits at its own NIC because marks cut its rate, and
 //! that is where much of the small-flow tail waits (README "Where the tail waits"). The
