@@ -118,11 +118,14 @@ async fn train_writes_a_reproducible_checkpoint_that_runs_in_closed_loop() {
     let doc: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(doc["runs"].as_array().unwrap().len(), 2);
 
-    // Other widths: the card records them, and the model loads from the card alone.
+    // Other widths and the flow-wait credit: the card records them, and the model loads from
+    // the card alone.
     assert_eq!(card["network"]["hidden"], serde_json::json!([64, 64]));
-    let narrow = train(dir.path(), "narrow.safetensors", "5", &["--hidden", "16"]).await;
+    assert_eq!(card["tuning"]["flow_wait"], serde_json::json!({"small": 0.0, "large": 0.0, "small_power": null}));
+    let narrow = train(dir.path(), "narrow.safetensors", "5", &["--hidden", "16", "--flow-wait", "0.1,0.5,2"]).await;
     let card: Value = serde_json::from_slice(&std::fs::read(dir.path().join("narrow.card.json")).unwrap()).unwrap();
     assert_eq!(card["network"]["hidden"], serde_json::json!([16]));
+    assert_eq!(card["tuning"]["flow_wait"], serde_json::json!({"small": 0.1, "large": 0.5, "small_power": 2.0}));
     let (code, _, stderr) =
         run_cli(&["sim", "--scenario", &tiny, "--policy", &format!("model:{narrow}"), "--seed", "3", "--json"]).await;
     assert_eq!(code, Some(0), "{stderr}");
@@ -138,6 +141,8 @@ async fn bad_training_input_exits_2_naming_the_problem() {
         (vec!["train", "--out", &out, "--interval", "fast"], "--interval"),
         (vec!["train", "--out", &out, "--hidden", "64,0"], "--hidden"),
         (vec!["train", "--out", &out, "--hidden", "64,wide"], "--hidden"),
+        (vec!["train", "--out", &out, "--flow-wait", "1"], "--flow-wait"),
+        (vec!["train", "--out", &out, "--flow-wait", "1,1,0"], "--flow-wait"),
         (vec!["sim", "--scenario", "websearch-50", "--policy", "model:/no/such.safetensors"], "card.json"),
     ] {
         let (code, _, stderr) = run_cli(&args).await;
