@@ -633,9 +633,10 @@ fn flow_wait_charges_the_queues_a_flow_crosses() {
 }
 
 /// PFC headroom must hold what arrives after XOFF at every line rate: twice the link's
-/// bytes in flight plus a packet finishing on each side. REFERENCE.md §3's 3 × rate × delay
-/// covers that at 25G and faster with 1 µs links, but not at 10G (3.75 KB, under four
-/// packets), where a lossless fabric dropped packets; the simulator takes the larger of the two.
+/// bytes in flight plus three packets (the one that crossed the threshold, one the PAUSE frame
+/// waits behind, one the sender is finishing). REFERENCE.md §3's 3 × rate × delay covers that
+/// at 40G and faster with 1 µs links, but not at 10G (3.75 KB, under four packets), where a
+/// lossless fabric dropped packets; the simulator takes the larger of the two.
 #[test]
 fn a_slow_lossless_fabric_never_drops() {
     let g10 = BitsPerSec::from_gbps(10);

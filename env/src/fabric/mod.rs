@@ -299,14 +299,15 @@ impl Port {
 }
 
 /// PFC headroom of one ingress port, in bytes: 3 × rate × delay (REFERENCE.md §3), or what
-/// can arrive after XOFF if that is more. After XOFF, the PAUSE frame may wait for a packet
-/// leaving on the reverse link, then crosses it; the sender finishes the packet it is sending,
-/// and everything on the wire arrives: 2 × rate × delay + 2 packets + the PAUSE frame. The
-/// reference's rule covers that at 25G and faster with 1 µs links; at 10G it holds under four
-/// packets and a lossless fabric dropped (tests/physics.rs, `a_slow_lossless_fabric_never_drops`).
+/// can arrive after XOFF if that is more. The packet whose arrival crossed the threshold may
+/// itself sit in headroom; the PAUSE frame may wait for a packet leaving on the reverse link,
+/// then crosses it; the sender finishes the packet it is sending, and everything on the wire
+/// arrives: 2 × rate × delay + 3 packets + the PAUSE frame. The reference's rule covers that at
+/// 40G and faster with 1 µs links (47 bytes short at 25G); at 10G it holds under four packets
+/// and a lossless fabric dropped (tests/physics.rs, `a_slow_lossless_fabric_never_drops`).
 pub fn headroom_bytes(rate: BitsPerSec, delay: Nanos, mtu_payload: u32) -> u64 {
     let in_flight = |k: u128| (k * rate.0 as u128 * delay.0 as u128 / 8 / 1_000_000_000).min(u64::MAX as u128) as u64;
-    let packets = 2 * (mtu_payload as u64 + DATA_HEADER_BYTES) + PFC_FRAME_BYTES;
+    let packets = 3 * (mtu_payload as u64 + DATA_HEADER_BYTES) + PFC_FRAME_BYTES;
     in_flight(3).max(in_flight(2).saturating_add(packets))
 }
 
