@@ -640,25 +640,39 @@ fn flow_wait_charges_the_queues_a_flow_crosses() {
 #[test]
 fn a_slow_lossless_fabric_never_drops() {
     let g10 = BitsPerSec::from_gbps(10);
-    let topo = Topology::leaf_spine(2, 2, 4, g10, g10, Nanos(1000)).unwrap();
-    let mut cfg = FabricConfig::new(topo);
-    cfg.buffer = Bytes(2 * 1024 * 1024);
-    cfg.ecn = EcnPlan::Fixed(ecn_off());
-    cfg.window_start = Nanos(0);
-    cfg.window_end = Nanos(MS);
-    cfg.stop_at = Nanos(200 * MS);
-    // Every host sends to every other host at once: incasts on every downlink, and uplinks
-    // oversubscribed.
-    let mut flows = Vec::new();
-    for s in 0..8 {
-        for d in (0..8).filter(|&d| d != s) {
-            flows.push(flow(s, d, 500_000, 0));
+    for seed in 1..=3 {
+        let topo = Topology::leaf_spine(2, 2, 4, g10, g10, Nanos(1000)).unwrap();
+        let mut cfg = FabricConfig::new(topo);
+        cfg.buffer = Bytes(2 * 1024 * 1024);
+        cfg.ecn = EcnPlan::Fixed(ecn_off());
+        cfg.window_start = Nanos(0);
+        cfg.window_end = Nanos(MS);
+        cfg.stop_at = Nanos(2_000 * MS);
+        // Each host starts twenty 1 MB flows to random peers within 500 µs: incasts on every
+        // downlink, oversubscribed uplinks, and pauses crossing full-size packets both ways.
+        // With headroom for only two packets beyond 2 × rate × delay, seed 1 drops 42 packets
+        // and seed 2 strands a flow (no retransmission timeout runs under PFC); with the
+        // reference's 3 × rate × delay, seed 1 already strands one.
+        let mut rng = Rng::new(seed, 7);
+        let mut flows = Vec::new();
+        for src in 0..8 {
+            for _ in 0..20 {
+                let dst = (src + 1 + rng.below(7) as u32) % 8;
+                flows.push(FlowSpec {
+                    src,
+                    dst,
+                    size_bytes: 1_000_000,
+                    start: Nanos(rng.below(500_000)),
+                    priority: 3,
+                    dport: 100 + flows.len() as u16,
+                });
+            }
         }
+        let mut sim = Simulator::new(cfg, flows).unwrap();
+        assert!(sim.run(|_| {}), "seed {seed}: every flow must complete");
+        let c = sim.counters();
+        eprintln!("10G random 1 MB flows, seed {seed}: {} pause frames, {} drops", c.pause_frames, c.drops);
+        assert!(c.pause_frames > 0, "seed {seed}: the load must cross the XOFF level");
+        assert_eq!(c.drops, 0, "seed {seed}: a PFC fabric must not drop");
     }
-    let mut sim = Simulator::new(cfg, flows).unwrap();
-    assert!(sim.run(|_| {}), "every flow must complete");
-    let c = sim.counters();
-    eprintln!("10G all-to-all: {} pause frames, {} drops", c.pause_frames, c.drops);
-    assert!(c.pause_frames > 0, "the load must cross the XOFF level");
-    assert_eq!(c.drops, 0, "a PFC fabric must not drop");
 }
