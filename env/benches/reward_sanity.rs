@@ -17,7 +17,6 @@
 use ecn_env::fabric::EcnPlan;
 use ecn_env::scenario::Scenario;
 use ecn_env::tuning::action::TEMPLATE_RATE_BPS;
-use ecn_env::tuning::objective::{LARGE_FLOW_BYTES, SMALL_FLOW_BYTES};
 use ecn_env::tuning::{Bounds, FctMetrics, FlowWait, QueueInterval, Reward};
 use ecn_env::{Baseline, BitsPerSec, EcnSetting, Nanos, Simulator};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -131,13 +130,8 @@ fn run(
     }
     // The flow-wait term summed over every queue and interval of the window, as the
     // environment charges it interval by interval.
-    let mut wait = vec![0.0; sim.queues().len()];
-    sim.flow_wait(window_start, window_end, 0..SMALL_FLOW_BYTES, flow_wait.small_power(), &mut wait);
-    s.small_wait = wait.iter().sum::<f64>();
-    let mut large = vec![0.0; sim.queues().len()];
-    sim.flow_wait(window_start, window_end, LARGE_FLOW_BYTES..u64::MAX, 1.0, &mut large);
-
-    s.large_wait = large.iter().sum::<f64>();
+    let [small, large] = flow_wait.waits(&sim, window_start, window_end);
+    (s.small_wait, s.large_wait) = (small.iter().sum(), large.iter().sum());
     s.reward_tuner -= flow_wait.small * s.small_wait + flow_wait.large * s.large_wait;
     for x in [
         &mut s.small_wait,

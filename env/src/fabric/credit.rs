@@ -11,10 +11,18 @@ use crate::topology::NodeKind;
 use crate::units::Nanos;
 use std::ops::Range;
 
+/// The data queues (indices into [`Simulator::queues`]) that every flow's data packets cross,
+/// in hop order, flow after flow.
+#[derive(Debug)]
+pub(super) struct FlowPaths {
+    /// Per flow, where its queues start in `queues` (one extra at the end).
+    start: Vec<u32>,
+    queues: Vec<u32>,
+}
+
 impl Simulator {
-    /// The data queues (indices into [`Simulator::queues`]) that every flow's data packets
-    /// cross, in hop order: the same ECMP choices the packets make (REFERENCE.md §3).
-    pub(super) fn data_paths(&self) -> (Vec<u32>, Vec<u32>) {
+    /// Every flow's data path: the same ECMP choices the packets make (REFERENCE.md §3).
+    fn data_paths(&self) -> FlowPaths {
         let mut queue_of = vec![u32::MAX; self.ports.len() * 8];
         for (q, info) in self.data_queues.iter().enumerate() {
             queue_of[info.port_id as usize * 8 + info.queue as usize] = q as u32;
@@ -44,7 +52,7 @@ impl Simulator {
             }
         }
         start.push(hops.len() as u32);
-        (start, hops)
+        FlowPaths { start, queues: hops }
     }
 
     /// Adds to `out[q]`, for every flow of a size in `sizes` whose data crosses queue `q`, how
@@ -54,6 +62,7 @@ impl Simulator {
     /// x^p / p, summing to (slowdown − 1)^p / p: a flow already far behind weighs more, as the
     /// tail percentiles do. `out` has one slot per queue.
     pub fn flow_wait(&self, from: Nanos, to: Nanos, sizes: Range<u64>, power: f64, out: &mut [f64]) {
+        let paths = self.flow_paths.get_or_init(|| self.data_paths());
         for (i, f) in self.flows[..self.next_flow].iter().enumerate() {
             if !sizes.contains(&f.spec.size_bytes) {
                 continue;
@@ -65,8 +74,8 @@ impl Simulator {
             }
             let excess = |t: u64| (t - f.spec.start.0 - f.ideal_ns) as f64 / f.ideal_ns.max(1) as f64;
             let wait = (excess(until).powf(power) - excess(late_from).powf(power)) / power;
-            let (a, b) = (self.flow_path_start[i] as usize, self.flow_path_start[i + 1] as usize);
-            for &q in &self.flow_path_queues[a..b] {
+            let (a, b) = (paths.start[i] as usize, paths.start[i + 1] as usize);
+            for &q in &paths.queues[a..b] {
                 out[q as usize] += wait;
             }
         }

@@ -32,6 +32,7 @@ use event::{Event, EventQueue};
 use packet::{Packet, PacketPool};
 use stats::QueueStats;
 use std::collections::VecDeque;
+use std::sync::OnceLock;
 
 /// Bytes on the wire around a data payload: 6 B sequence/timestamp, 8 B UDP, 20 B IPv4,
 /// 2 B PPP (shared/reference/README.md, "Packets").
@@ -409,10 +410,9 @@ pub struct Simulator {
     drops: u64,
     ecn_marks: u64,
     record_telemetry: bool,
-    /// Per flow, where its data queues start in `flow_path_queues` (one extra at the end).
-    flow_path_start: Vec<u32>,
-    /// The data queues each flow's data packets cross, flow after flow.
-    flow_path_queues: Vec<u32>,
+    /// The data queues each flow crosses, built on the first `flow_wait` call: only training
+    /// with the flow-wait credit needs them.
+    flow_paths: OnceLock<credit::FlowPaths>,
 }
 
 impl Simulator {
@@ -652,11 +652,9 @@ impl Simulator {
             drops: 0,
             ecn_marks: 0,
             record_telemetry: true,
-            flow_path_start: Vec::new(),
-            flow_path_queues: Vec::new(),
+            flow_paths: OnceLock::new(),
             cfg,
         };
-        (sim.flow_path_start, sim.flow_path_queues) = sim.data_paths();
         if let Some(f) = sim.flows.first() {
             let t = f.spec.start.0;
             sim.events.push(t, Event::FlowStart(0));

@@ -83,6 +83,15 @@ impl FlowWait {
         self.small_power.unwrap_or(1.0)
     }
 
+    /// Per data queue of `sim`, the unweighted waits of small and of large flows crossing it
+    /// within `[from, to)`: what SMALL and LARGE multiply.
+    pub fn waits(&self, sim: &Simulator, from: Nanos, to: Nanos) -> [Vec<f64>; 2] {
+        let (mut small, mut large) = (vec![0.0; sim.queues().len()], vec![0.0; sim.queues().len()]);
+        sim.flow_wait(from, to, 0..objective::SMALL_FLOW_BYTES, self.small_power(), &mut small);
+        sim.flow_wait(from, to, objective::LARGE_FLOW_BYTES..u64::MAX, 1.0, &mut large);
+        [small, large]
+    }
+
     /// Weights from `SMALL,LARGE[,POWER]`: each finite and at least 0, the power above 0.
     pub fn parse(spec: &str) -> Result<FlowWait, String> {
         let bad = || format!("'{spec}': give SMALL,LARGE[,POWER], each a finite number at least 0, POWER above 0");
@@ -363,10 +372,7 @@ impl TuningEnv {
         }
         let fw = self.cfg.flow_wait;
         if fw.is_on() {
-            let (from, to) = (Nanos(self.next_decision - interval), Nanos(self.next_decision));
-            let (mut small, mut large) = (vec![0f64; agents], vec![0f64; agents]);
-            sim.flow_wait(from, to, 0..objective::SMALL_FLOW_BYTES, fw.small_power(), &mut small);
-            sim.flow_wait(from, to, objective::LARGE_FLOW_BYTES..u64::MAX, 1.0, &mut large);
+            let [small, large] = fw.waits(sim, Nanos(self.next_decision - interval), Nanos(self.next_decision));
             for ((r, s), l) in rewards.iter_mut().zip(small).zip(large) {
                 *r -= (fw.small * s + fw.large * l) as f32;
             }
