@@ -2,8 +2,9 @@
 //! beyond their ideal FCT while crossing them.
 //!
 //! Switch counters cannot see a flow that waits at its own NIC because marks cut its rate, and
-//! that is where much of the small-flow tail waits (README "Where the tail waits"). The
-//! simulator can: this is a training signal that only a simulator has.
+//! in websearch-50 that is where half or more of the small-flow tail waits once marking is
+//! aggressive (README "Where the tail waits, measured"). The simulator can: this is a training
+//! signal that only a simulator has.
 
 use super::Simulator;
 use crate::rng::mix_hash;
