@@ -473,6 +473,44 @@ fn injected_pause_storm_stalls_and_recovers() {
     assert_eq!(sim.counters().drops, 0);
 }
 
+/// A queue that CE-marks every packet (an injected marking fault) starves a long flow
+/// through it: each CNP cuts the sender's rate (REFERENCE.md §2) and no increase stage ever
+/// completes, so throughput collapses while the queue stays empty. The queue still reports the
+/// profile as configured. Once the fault clears, DCQCN's increase brings the rate back.
+#[test]
+fn a_marking_fault_starves_the_queue_and_clearing_it_recovers() {
+    let mut cfg = FabricConfig::new(star(2));
+    cfg.ecn = EcnPlan::Fixed(ecn_off());
+    cfg.window_start = Nanos(0);
+    cfg.window_end = Nanos(30 * MS);
+    cfg.stop_at = Nanos(30 * MS);
+    let mut sim = Simulator::new(cfg, vec![flow(0, 1, 1_000_000_000, 0)]).unwrap();
+    let q = queue_towards(&sim, "sw", "h1");
+    let gbps = |sim: &mut Simulator, until_ms: u64| {
+        let from = sim.now().0;
+        sim.run_until(Nanos(until_ms * MS));
+        let tel = sim.take_telemetry();
+        let bytes: u64 = samples_of(&tel, sim, q).map(|s| s.sample.tx_bytes).sum();
+        let marked: u64 = samples_of(&tel, sim, q).map(|s| s.sample.ecn_marked_pkts).sum();
+        (bytes as f64 * 8.0 / (until_ms * MS - from) as f64, marked)
+    };
+    let (healthy, marks) = gbps(&mut sim, 2);
+    assert!(healthy > 90.0 && marks == 0, "ECN off: line rate, no marks ({healthy:.1} Gb/s, {marks} marks)");
+    sim.set_marking_fault(q, true).unwrap();
+    gbps(&mut sim, 3);
+    let (faulty, marks) = gbps(&mut sim, 6);
+    eprintln!("line rate {healthy:.1} Gb/s, under the marking fault {faulty:.1} Gb/s with {marks} marks");
+    assert!(faulty < 0.3 * healthy, "every packet marked: the sender backs off ({faulty:.1} Gb/s)");
+    assert!(marks > 0);
+    assert_eq!(sim.ecn(q).unwrap(), ecn_off(), "the configured profile is what the queue reports");
+    sim.set_marking_fault(q, false).unwrap();
+    gbps(&mut sim, 10);
+    let (recovered, marks) = gbps(&mut sim, 12);
+    eprintln!("after the fault cleared {recovered:.1} Gb/s");
+    assert!(recovered > 0.9 * healthy && marks == 0, "the rate recovers ({recovered:.1} Gb/s, {marks} marks)");
+    assert!(sim.set_marking_fault(99, true).is_err(), "an unknown queue is refused");
+}
+
 // ---- 9. NIC pacing wake-up -------------------------------------------------------------------
 
 /// Y's completion time, in ns, under `mode` in the one situation where the two wake-up modes

@@ -413,6 +413,8 @@ async fn bad_command_lines_exit_2_naming_the_flag() {
         (&["--backend", "sim", "--scenario", "no-such-scenario"], "no-such-scenario"),
         (&["--backend", "sim", "--inject-storm", "3@soon:1ms"], "--inject-storm"),
         (&["--backend", "sim", "--inject-storm", "9999@1ms:1ms"], "--inject-storm"),
+        (&["--backend", "sim", "--inject-bad-write", "0"], "--inject-bad-write"),
+        (&["--backend", "dry-run", "--inject-bad-write", "1"], "--inject-bad-write"),
         (&["--backend", "sim", "--time-scale", "0"], "--time-scale"),
         (&["--backend", "dry-run", "--token-file", "/nonexistent/token"], "--token-file"),
         (&["--backend", "dry-run", "--tls-cert", "/nonexistent/c", "--tls-key", "/nonexistent/k"], "--tls-cert"),

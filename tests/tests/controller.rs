@@ -114,6 +114,43 @@ async fn a_pause_storm_after_a_change_is_rolled_back() {
     assert_eq!(settings(&act).await, before, "back on the known-good settings");
 }
 
+/// The same 8 hosts at 70% load with a 100G fabric, so that every queue a change touches is
+/// busy enough (at least 50% utilized) for a throughput collapse to count.
+const BUSY_SCENARIO: &str = "base = \"websearch-50\"\nduration = \"20ms\"\ndrain = \"20ms\"\n\
+[topology]\nhosts_per_leaf = 4\nfabric_link = \"100Gbps\"\n\
+[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.7\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_that_starves_the_fabric_is_rolled_back_once_its_window_is_complete() {
+    // The first write lands mis-programmed: every queue it changes marks every packet, DCQCN
+    // starves the senders, and only the utilization guard, judged over the whole window (50
+    // samples, 5 ms of simulated time), sees it. Drops, pauses and depth all look fine.
+    let act = sim_actuator_running(BUSY_SCENARIO, &["--inject-bad-write", "1", "--time-scale", "0.01"]).await;
+    let log = act
+        .controller_to_end(
+            "starved",
+            &enforce_flags(
+                "static:100KB,400KB,0.5",
+                &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "50", "--duration", "10s"],
+            ),
+        )
+        .await;
+    let journal = act.journal();
+    let kinds: Vec<&str> = journal.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds.iter().take(2).copied().collect::<Vec<_>>(), ["apply", "rollback"], "{journal:?}");
+    let reasons = decision_reasons(&log);
+    assert!(
+        reasons.iter().any(|r| r.starts_with("rolled back") && r.contains("utilization of the changed queues fell")),
+        "{reasons:?}"
+    );
+    // The rollback was a write that changed those queues, so the fault went with it: the same
+    // steps, applied again, are healthy and reach the policy's setting.
+    assert!(!events(&journal, "confirm").is_empty(), "{journal:?}");
+    for (q, s) in settings(&act).await {
+        assert_eq!(s, (100_000, 400_000, 0.5), "{q}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_controller_leaves_only_confirmed_settings() {
     let act = sim_actuator(&[]).await;

@@ -46,6 +46,10 @@ pub struct SimOptions {
     pub time_scale: f64,
     /// Pause storms to inject (a test and demo knob).
     pub storms: Vec<StormSpec>,
+    /// The write (1 = the first apply, rollback or revert) that lands mis-programmed: each queue
+    /// it changes CE-marks every packet until a later write changes that queue again (a test
+    /// and demo knob, [`Simulator::set_marking_fault`]).
+    pub bad_write: Option<u64>,
 }
 
 /// Default `--time-scale`: 100 times slower than real time, so a 100 µs sample interval
@@ -84,11 +88,20 @@ impl FromStr for StormSpec {
     }
 }
 
+/// What the service has written: the settings, which queues the injected bad write left
+/// marking every packet, and a version bumped by every write.
+#[derive(Debug)]
+struct Written {
+    settings: Vec<EcnSetting>,
+    marking_faults: Vec<bool>,
+    version: u64,
+}
+
 /// State shared between the service side and the simulator thread.
 #[derive(Debug)]
 struct Shared {
-    /// The settings the service wants, and a version bumped by every apply.
-    settings: Mutex<(Vec<EcnSetting>, u64)>,
+    written: Mutex<Written>,
+    bad_write: Option<u64>,
     runs: Mutex<Vec<Summary>>,
     stop: AtomicBool,
     queue_count: usize,
@@ -145,7 +158,12 @@ impl SimBackend {
         }
         let initial: Vec<EcnSetting> = (0..caps.queues.len()).map(|q| sim.ecn(q).expect("queue index")).collect();
         let shared = Arc::new(Shared {
-            settings: Mutex::new((initial, 0)),
+            written: Mutex::new(Written {
+                marking_faults: vec![false; initial.len()],
+                settings: initial,
+                version: 0,
+            }),
+            bad_write: opts.bad_write,
             runs: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             queue_count: caps.queues.len(),
@@ -198,7 +216,7 @@ impl Backend for SimBackend {
     }
 
     fn read_settings(&self) -> Vec<EcnSetting> {
-        self.shared.settings.lock().expect("sim settings lock").0.clone()
+        self.shared.written.lock().expect("sim settings lock").settings.clone()
     }
 
     fn apply(&self, settings: &[EcnSetting]) -> Result<(), BackendError> {
@@ -211,9 +229,19 @@ impl Backend for SimBackend {
         if !self.running() {
             return Err(BackendError("the simulator has stopped (see the log)".into()));
         }
-        let mut slot = self.shared.settings.lock().expect("sim settings lock");
-        slot.0 = settings.to_vec();
-        slot.1 += 1;
+        let mut w = self.shared.written.lock().expect("sim settings lock");
+        w.version += 1;
+        let bad = self.shared.bad_write == Some(w.version);
+        for (q, s) in settings.iter().enumerate() {
+            if *s != w.settings[q] {
+                w.settings[q] = *s;
+                w.marking_faults[q] = bad;
+            }
+        }
+        if bad {
+            let queues = w.marking_faults.iter().filter(|f| **f).count();
+            warn!(write = w.version, queues, "injected fault: this write lands mis-programmed, its queues mark every packet");
+        }
         Ok(())
     }
 
@@ -342,20 +370,21 @@ impl Runner {
         debug!("simulator thread stopped");
     }
 
-    /// Put the wanted settings in effect if they changed (or always, on a fresh simulator).
+    /// Put the written settings (and injected marking faults) in effect if they changed, or
+    /// always, on a fresh simulator.
     fn sync_settings(&mut self, seen: u64, force: bool) -> u64 {
-        let slot = self.shared.settings.lock().expect("sim settings lock");
-        if slot.1 == seen && !force {
+        let w = self.shared.written.lock().expect("sim settings lock");
+        if w.version == seen && !force {
             return seen;
         }
-        for (q, s) in slot.0.iter().enumerate() {
-            if let Err(e) = self.sim.set_ecn(q, *s) {
-                // The service validated the set; this would be a bug, not bad input.
+        for (q, (s, fault)) in w.settings.iter().zip(&w.marking_faults).enumerate() {
+            // The service validated the set; an error here would be a bug, not bad input.
+            if let Err(e) = self.sim.set_ecn(q, *s).and_then(|()| self.sim.set_marking_fault(q, *fault)) {
                 error!(queue = q, "cannot set ECN in the simulator: {e}");
             }
         }
-        debug!(version = slot.1, at_ns = self.sim.now().0, "ECN settings in effect");
-        slot.1
+        debug!(version = w.version, at_ns = self.sim.now().0, "ECN settings in effect");
+        w.version
     }
 
     fn start_due_storms(&mut self, now: u64) {

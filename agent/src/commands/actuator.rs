@@ -50,6 +50,11 @@ pub struct ActuatorArgs {
     /// Repeatable.
     #[arg(long = "inject-storm", value_name = "QUEUE@SIMTIME:DURATION")]
     inject_storm: Vec<String>,
+    /// Test and demo knob (sim only): the Nth write to the settings (1 = the first apply,
+    /// rollback or revert) lands mis-programmed, as with thresholds written in the wrong unit:
+    /// every queue it changes CE-marks every packet until a later write changes that queue.
+    #[arg(long = "inject-bad-write", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    inject_bad_write: Option<u64>,
     /// Dry-run only: replay this recorded telemetry (Parquet or CSV, e.g. from `sim --out`,
     /// checked as `validate` checks it) as the telemetry stream, looping. Without it a dry-run
     /// actuator serves no telemetry.
@@ -106,6 +111,9 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
     if args.backend != BackendKind::Sim && !storms.is_empty() {
         return Err(CliError::BadInput("--inject-storm: only the sim backend has a fabric to storm".into()));
     }
+    if args.backend != BackendKind::Sim && args.inject_bad_write.is_some() {
+        return Err(CliError::BadInput("--inject-bad-write: only the sim backend can inject faults".into()));
+    }
     if args.backend != BackendKind::DryRun && args.telemetry.is_some() {
         return Err(CliError::BadInput("--telemetry: only the dry-run backend replays a recording".into()));
     }
@@ -151,6 +159,7 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
                     seed: args.seed,
                     time_scale: args.time_scale,
                     storms,
+                    bad_write: args.inject_bad_write,
                 };
                 actuator::serve_sim(sim, opts).await?
             }

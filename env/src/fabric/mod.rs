@@ -252,6 +252,9 @@ pub(crate) struct Port {
     pub rr_last: u8,
     /// ECN profile per priority.
     pub ecn: [EcnSetting; 8],
+    /// Bit p set: priority p CE-marks every data packet whatever its profile says (an
+    /// injected fault, [`Simulator::set_marking_fault`]).
+    pub mark_all: u8,
     /// Bytes sent before the end of the arrival window.
     pub window_tx_bytes: u64,
     /// When each priority's current pause began (`u64::MAX`: not paused), for the
@@ -475,6 +478,7 @@ impl Simulator {
                     paused: 0,
                     rr_last: 0,
                     ecn: [ecn; 8],
+                    mark_all: 0,
                     window_tx_bytes: 0,
                     pause_began: [u64::MAX; 8],
                 });
@@ -906,6 +910,18 @@ impl Simulator {
     /// Shared buffer size per switch.
     pub fn buffer_bytes(&self) -> u64 {
         self.cfg.buffer.0
+    }
+
+    /// Fault injection: while `on`, data queue `q` CE-marks every data packet it sends,
+    /// whatever its ECN profile, as a profile programmed with its thresholds at zero does (a
+    /// unit mix-up on a write). [`Simulator::ecn`] still reports the profile as configured,
+    /// as a switch reports its config: only the marks give the fault away.
+    pub fn set_marking_fault(&mut self, q: usize, on: bool) -> Result<(), SimError> {
+        let info = self.data_queues.get(q).ok_or(SimError::UnknownQueue(q))?;
+        let port = &mut self.ports[info.port_id as usize];
+        let bit = 1u8 << info.queue;
+        port.mark_all = if on { port.mark_all | bit } else { port.mark_all & !bit };
+        Ok(())
     }
 
     /// Fault injection: from now on, the device downstream of data queue `q` holds PFC PAUSE
