@@ -158,11 +158,7 @@ impl SimBackend {
         }
         let initial: Vec<EcnSetting> = (0..caps.queues.len()).map(|q| sim.ecn(q).expect("queue index")).collect();
         let shared = Arc::new(Shared {
-            written: Mutex::new(Written {
-                marking_faults: vec![false; initial.len()],
-                settings: initial,
-                version: 0,
-            }),
+            written: Mutex::new(Written { marking_faults: vec![false; initial.len()], settings: initial, version: 0 }),
             bad_write: opts.bad_write,
             runs: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
@@ -240,7 +236,10 @@ impl Backend for SimBackend {
         }
         if bad {
             let queues = w.marking_faults.iter().filter(|f| **f).count();
-            warn!(write = w.version, queues, "injected fault: this write lands mis-programmed, its queues mark every packet");
+            warn!(
+                write = w.version,
+                queues, "injected fault: this write lands mis-programmed, its queues mark every packet"
+            );
         }
         Ok(())
     }

@@ -194,7 +194,13 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
         if a.target.len() != 1 {
             return Err(CliError::BadInput("--target sim cannot be combined with other targets".into()));
         }
-        let sim = SimOptions { scenario: a.scenario, seed: a.seed, time_scale: a.time_scale, storms: Vec::new(), bad_write: None };
+        let sim = SimOptions {
+            scenario: a.scenario,
+            seed: a.seed,
+            time_scale: a.time_scale,
+            storms: Vec::new(),
+            bad_write: None,
+        };
         return rt.block_on(run_embedded(cfg, sim, a.journal));
     }
     let report = rt.block_on(controller::run_all(cfg, a.target))?;

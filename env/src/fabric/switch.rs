@@ -99,7 +99,8 @@ impl Simulator {
         st.tx_pkts += 1;
         // Dequeue marking on the queue left behind (REFERENCE.md §1).
         let fault = p.mark_all & (1 << prio) != 0;
-        if pkt.kind == PacketKind::Data && (fault || p.ecn[prio].should_mark(p.queued_bytes[prio], &mut self.mark_rng)) {
+        if pkt.kind == PacketKind::Data && (fault || p.ecn[prio].should_mark(p.queued_bytes[prio], &mut self.mark_rng))
+        {
             self.pool.get_mut(pkt_id).ecn = true;
             st.marked += 1;
             self.ecn_marks += 1;
