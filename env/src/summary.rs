@@ -6,6 +6,13 @@ use crate::fabric::Simulator;
 use ecn_datasets::FlowRecord;
 use serde::{Deserialize, Serialize};
 
+/// Flows under this size are small flows: the `lt_100KB` bucket, whose tail the FCT objective
+/// measures (REFERENCE.md §4).
+pub const SMALL_FLOW_BYTES: u64 = 100_000;
+/// Flows of this size and more are large flows: the `ge_1MB` bucket, whose median the FCT
+/// objective guards.
+pub const LARGE_FLOW_BYTES: u64 = 1_000_000;
+
 /// p50/p95/p99 of the slowdown of one bucket; `None` (JSON null) when it has no flows.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
@@ -64,12 +71,12 @@ impl SlowdownBuckets {
             b[0].push(s);
             let i = match r.size_bytes {
                 0..10_000 => 1,
-                10_000..100_000 => 2,
-                100_000..1_000_000 => 3,
+                10_000..SMALL_FLOW_BYTES => 2,
+                SMALL_FLOW_BYTES..LARGE_FLOW_BYTES => 3,
                 _ => 4,
             };
             b[i].push(s);
-            if r.size_bytes < 100_000 {
+            if r.size_bytes < SMALL_FLOW_BYTES {
                 b[5].push(s);
             }
         }
@@ -113,7 +120,7 @@ impl TailAnatomy {
         let p99 = p99?;
         let mut sums = [0f64; 3];
         let mut flows = 0;
-        for r in records.iter().filter(|r| r.size_bytes < 100_000 && r.slowdown.is_some_and(|s| s >= p99)) {
+        for r in records.iter().filter(|r| r.size_bytes < SMALL_FLOW_BYTES && r.slowdown.is_some_and(|s| s >= p99)) {
             let (Some(fct), Some(sent), Some(delivered), Some(base)) =
                 (r.fct_ns, r.sent_ns, r.delivered_ns, r.base_rtt_ns)
             else {

@@ -7,7 +7,6 @@
 //! signal that only a simulator has.
 
 use super::Simulator;
-use crate::rng::mix_hash;
 use crate::topology::NodeKind;
 use crate::units::Nanos;
 use std::ops::Range;
@@ -39,13 +38,7 @@ impl Simulator {
                 if self.node_kind[node] != NodeKind::Switch {
                     break;
                 }
-                let ri = node * self.n_nodes + dst;
-                let n = self.route_len[ri] as u32;
-                if n == 0 {
-                    break;
-                }
-                let pick = if n == 1 { 0 } else { mix_hash(f.key_fwd, node as u64) % n };
-                let egress = self.routes[(self.route_start[ri] + pick) as usize];
+                let Some(egress) = self.ecmp_egress(node, dst, f.key_fwd) else { break };
                 if let Some(&q) = queue_of.get(egress as usize * 8 + prio).filter(|&&q| q != u32::MAX) {
                     hops.push(q);
                 }

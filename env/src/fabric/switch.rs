@@ -7,6 +7,20 @@ use super::Simulator;
 use crate::rng::mix_hash;
 
 impl Simulator {
+    /// The egress port switch `node` forwards a packet for host `dst` with ECMP key `key` to:
+    /// a hash of the key picks one of the equal-cost routes (REFERENCE.md §3). `None` when
+    /// `dst` is unreachable, which validated topologies never are.
+    #[inline]
+    pub(super) fn ecmp_egress(&self, node: usize, dst: usize, key: u64) -> Option<u32> {
+        let ri = node * self.n_nodes + dst;
+        let n = self.route_len[ri] as u32;
+        if n == 0 {
+            return None;
+        }
+        let pick = if n == 1 { 0 } else { mix_hash(key, node as u64) % n };
+        Some(self.routes[(self.route_start[ri] + pick) as usize])
+    }
+
     /// A packet finished arriving at switch port `port`.
     pub(super) fn switch_receive(&mut self, port: u32, pkt_id: u32) {
         let pkt = *self.pool.get(pkt_id);
@@ -19,16 +33,11 @@ impl Simulator {
             _ => {}
         }
         let node = self.ports[port as usize].node as usize;
-        let (dst, key) = (pkt.dst, pkt.ecmp);
-        let ri = node * self.n_nodes + dst as usize;
-        let n = self.route_len[ri] as u32;
-        if n == 0 {
+        let Some(egress) = self.ecmp_egress(node, pkt.dst as usize, pkt.ecmp) else {
             // Unreachable destination: validated topologies never get here.
             self.pool.free(pkt_id);
             return;
-        }
-        let pick = if n == 1 { 0 } else { mix_hash(key, node as u64) % n };
-        let egress = self.routes[(self.route_start[ri] + pick) as usize];
+        };
         let prio = pkt.prio as usize;
         let size = pkt.size as u64;
 

@@ -15,10 +15,7 @@ use crate::fabric::stats::percentile_sorted;
 use crate::fabric::Simulator;
 use serde::{Deserialize, Serialize};
 
-/// Flows under this size are the small flows whose tail the objective measures.
-pub const SMALL_FLOW_BYTES: u64 = 100_000;
-/// Flows of this size and more are the large flows whose median the objective guards.
-pub const LARGE_FLOW_BYTES: u64 = 1_000_000;
+pub use crate::summary::{LARGE_FLOW_BYTES, SMALL_FLOW_BYTES};
 
 /// The three numbers the objective reads from a run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
