@@ -7,7 +7,7 @@
 
 use ecn_datasets::{FlowRecord, TelemetrySample};
 use ecn_env::ecn::EcnSetting;
-use ecn_env::fabric::{EcnPlan, FabricConfig, NicWakeup, Simulator};
+use ecn_env::fabric::{EcnPlan, FabricConfig, MarkingFault, NicWakeup, Simulator};
 use ecn_env::rng::Rng;
 use ecn_env::scenario::Scenario;
 use ecn_env::topology::{Link, Node, NodeKind, Topology};
@@ -496,19 +496,62 @@ fn a_marking_fault_starves_the_queue_and_clearing_it_recovers() {
     };
     let (healthy, marks) = gbps(&mut sim, 2);
     assert!(healthy > 90.0 && marks == 0, "ECN off: line rate, no marks ({healthy:.1} Gb/s, {marks} marks)");
-    sim.set_marking_fault(q, true).unwrap();
+    sim.set_marking_fault(q, Some(MarkingFault::MarkEvery)).unwrap();
     gbps(&mut sim, 3);
     let (faulty, marks) = gbps(&mut sim, 6);
     eprintln!("line rate {healthy:.1} Gb/s, under the marking fault {faulty:.1} Gb/s with {marks} marks");
     assert!(faulty < 0.3 * healthy, "every packet marked: the sender backs off ({faulty:.1} Gb/s)");
     assert!(marks > 0);
     assert_eq!(sim.ecn(q).unwrap(), ecn_off(), "the configured profile is what the queue reports");
-    sim.set_marking_fault(q, false).unwrap();
+    sim.set_marking_fault(q, None).unwrap();
     gbps(&mut sim, 10);
     let (recovered, marks) = gbps(&mut sim, 12);
     eprintln!("after the fault cleared {recovered:.1} Gb/s");
     assert!(recovered > 0.9 * healthy && marks == 0, "the rate recovers ({recovered:.1} Gb/s, {marks} marks)");
-    assert!(sim.set_marking_fault(99, true).is_err(), "an unknown queue is refused");
+    assert!(sim.set_marking_fault(99, None).is_err(), "an unknown queue is refused");
+}
+
+/// The opposite fault: a queue that marks nothing (thresholds landed above the buffer). The
+/// four long flows of `queue_settles_between_kmin_and_kmax` no longer get marks, DCQCN's
+/// increase takes them back towards line rate, and the queue grows far past Kmax, held only by
+/// PFC. The queue still reports its profile. Once the fault clears, marks bring it back into
+/// the ramp.
+#[test]
+fn a_fault_that_stops_marking_lets_the_queue_grow_and_clearing_it_recovers() {
+    let setting = EcnSetting { kmin_bytes: 100_000, kmax_bytes: 400_000, pmax: 0.01 };
+    let mut cfg = FabricConfig::new(star(5));
+    cfg.ecn = EcnPlan::Fixed(setting);
+    cfg.window_start = Nanos(0);
+    cfg.window_end = Nanos(40 * MS);
+    cfg.stop_at = Nanos(40 * MS);
+    let flows: Vec<FlowSpec> = (0..4).map(|h| flow(h, 4, 200_000_000, h as u64 * 5_000)).collect();
+    let mut sim = Simulator::new(cfg, flows).unwrap();
+    let q = queue_towards(&sim, "sw", "h4");
+    // Mean depth and marks of the queue over (from, until] ms.
+    let depth = |sim: &mut Simulator, from_ms: u64, until_ms: u64| {
+        sim.run_until(Nanos(until_ms * MS));
+        let tel = sim.take_telemetry();
+        let window: Vec<_> = samples_of(&tel, sim, q).filter(|s| s.sample.ts_ns > from_ms * MS).collect();
+        let avg = window.iter().map(|s| s.sample.queue_bytes_avg).sum::<f64>() / window.len() as f64;
+        (avg, window.iter().map(|s| s.sample.ecn_marked_pkts).sum::<u64>())
+    };
+    let (healthy, marks) = depth(&mut sim, 5, 10);
+    assert!(
+        healthy <= (setting.kmax_bytes + MTU_WIRE) as f64 && marks > 0,
+        "in the ramp: {healthy:.0} B, {marks} marks"
+    );
+    sim.set_marking_fault(q, Some(MarkingFault::MarkNone)).unwrap();
+    let pauses_before = sim.counters().pause_frames;
+    let (faulty, marks) = depth(&mut sim, 12, 20);
+    eprintln!("healthy {healthy:.0} B, with marking stopped {faulty:.0} B ({marks} marks)");
+    assert_eq!(marks, 0, "a queue that marks nothing");
+    assert!(faulty > 4.0 * setting.kmax_bytes as f64, "the queue grows past the ramp ({faulty:.0} B)");
+    assert!(sim.counters().pause_frames > pauses_before, "only PFC holds it");
+    assert_eq!(sim.ecn(q).unwrap(), setting, "the configured profile is what the queue reports");
+    sim.set_marking_fault(q, None).unwrap();
+    let (recovered, marks) = depth(&mut sim, 30, 40);
+    eprintln!("after the fault cleared {recovered:.0} B ({marks} marks)");
+    assert!(recovered <= (setting.kmax_bytes + MTU_WIRE) as f64 && marks > 0, "back in the ramp: {recovered:.0} B");
 }
 
 // ---- 9. NIC pacing wake-up -------------------------------------------------------------------

@@ -415,6 +415,8 @@ async fn bad_command_lines_exit_2_naming_the_flag() {
         (&["--backend", "sim", "--inject-storm", "9999@1ms:1ms"], "--inject-storm"),
         (&["--backend", "sim", "--inject-bad-write", "0"], "--inject-bad-write"),
         (&["--backend", "dry-run", "--inject-bad-write", "1"], "--inject-bad-write"),
+        (&["--backend", "sim", "--bad-write-marks", "none"], "--inject-bad-write"),
+        (&["--backend", "sim", "--inject-bad-write", "1", "--bad-write-marks", "some"], "--bad-write-marks"),
         (&["--backend", "sim", "--time-scale", "0"], "--time-scale"),
         (&["--backend", "dry-run", "--token-file", "/nonexistent/token"], "--token-file"),
         (&["--backend", "dry-run", "--tls-cert", "/nonexistent/c", "--tls-key", "/nonexistent/k"], "--tls-cert"),

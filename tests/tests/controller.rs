@@ -151,6 +151,45 @@ async fn a_change_that_starves_the_fabric_is_rolled_back_once_its_window_is_comp
     }
 }
 
+/// The same 8 hosts at 50% load on deep-buffered switches: PFC's dynamic threshold at α = 1
+/// (`pfc_shift = 0`) lets one ingress hold up to half the free buffer, so a queue that stops
+/// marking grows by megabytes before anything pauses.
+const DEEP_SCENARIO: &str = "base = \"websearch-50\"\nduration = \"20ms\"\ndrain = \"20ms\"\n\
+[topology]\nhosts_per_leaf = 4\nfabric_link = \"100Gbps\"\n[switch]\npfc_shift = 0\n\
+[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_that_deepens_the_queues_is_rolled_back_once_its_window_is_complete() {
+    // The first write lands mis-programmed the other way: the queues it changes mark nothing,
+    // DCQCN never slows the senders and the queues fill. No drops, no pauses, utilization
+    // holds: only the depth guard, judged over the whole window, sees it.
+    let act = sim_actuator_running(
+        DEEP_SCENARIO,
+        &["--inject-bad-write", "1", "--bad-write-marks", "none", "--time-scale", "0.01"],
+    )
+    .await;
+    let log = act
+        .controller_to_end(
+            "deepened",
+            &enforce_flags(
+                "static:100KB,400KB,0.5",
+                &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "50", "--duration", "10s"],
+            ),
+        )
+        .await;
+    let journal = act.journal();
+    let kinds: Vec<&str> = journal.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds.iter().take(2).copied().collect::<Vec<_>>(), ["apply", "rollback"], "{journal:?}");
+    let reasons = decision_reasons(&log);
+    let rollback = reasons.iter().find(|r| r.starts_with("rolled back")).expect("a rollback decision");
+    assert!(rollback.contains("average queue depth rose"), "{rollback}");
+    assert!(!rollback.contains("paus") && !rollback.contains("drops"), "the depth guard alone: {rollback}");
+    assert!(!events(&journal, "confirm").is_empty(), "{journal:?}");
+    for (q, s) in settings(&act).await {
+        assert_eq!(s, (100_000, 400_000, 0.5), "{q}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_controller_leaves_only_confirmed_settings() {
     let act = sim_actuator(&[]).await;

@@ -32,7 +32,7 @@ pub use backend::Backend;
 pub use dry_run::{DryRunBackend, DryRunOptions};
 pub use security::TlsFiles;
 pub use service::ActuatorService;
-pub use sim::{SimBackend, SimControl, SimOptions, StormSpec};
+pub use sim::{BadWrite, SimBackend, SimControl, SimOptions, StormSpec};
 pub use sonic::{SonicBackend, SonicOptions};
 
 use crate::error::CliError;

@@ -16,6 +16,7 @@ use super::backend::{Backend, BackendCaps, BackendError, Bounds, NoTelemetry, Qu
 use super::pacer::Pacer;
 use super::telemetry::batches_from_rows;
 use super::ActuatorError;
+use ecn_env::fabric::MarkingFault;
 use ecn_env::scenario::Scenario;
 use ecn_env::summary::Summary;
 use ecn_env::{EcnSetting, Nanos, Simulator};
@@ -46,10 +47,19 @@ pub struct SimOptions {
     pub time_scale: f64,
     /// Pause storms to inject (a test and demo knob).
     pub storms: Vec<StormSpec>,
-    /// The write (1 = the first apply, rollback or revert) that lands mis-programmed: each queue
-    /// it changes CE-marks every packet until a later write changes that queue again (a test
-    /// and demo knob, [`Simulator::set_marking_fault`]).
-    pub bad_write: Option<u64>,
+    /// A write that lands mis-programmed (a test and demo knob).
+    pub bad_write: Option<BadWrite>,
+}
+
+/// Fault injection, for tests and demos: write number `write` (1 = the first apply, rollback or
+/// revert) lands mis-programmed, and each queue it changes marks as `fault` says until a later
+/// write changes that queue again ([`Simulator::set_marking_fault`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadWrite {
+    /// Which write, counting from 1.
+    pub write: u64,
+    /// How the queues it changes mark.
+    pub fault: MarkingFault,
 }
 
 /// Default `--time-scale`: 100 times slower than real time, so a 100 µs sample interval
@@ -88,12 +98,12 @@ impl FromStr for StormSpec {
     }
 }
 
-/// What the service has written: the settings, which queues the injected bad write left
-/// marking every packet, and a version bumped by every write.
+/// What the service has written: the settings, the marking faults the injected bad write left
+/// on the queues it changed, and a version bumped by every write.
 #[derive(Debug)]
 struct Written {
     settings: Vec<EcnSetting>,
-    marking_faults: Vec<bool>,
+    marking_faults: Vec<Option<MarkingFault>>,
     version: u64,
 }
 
@@ -101,7 +111,7 @@ struct Written {
 #[derive(Debug)]
 struct Shared {
     written: Mutex<Written>,
-    bad_write: Option<u64>,
+    bad_write: Option<BadWrite>,
     runs: Mutex<Vec<Summary>>,
     stop: AtomicBool,
     queue_count: usize,
@@ -158,7 +168,7 @@ impl SimBackend {
         }
         let initial: Vec<EcnSetting> = (0..caps.queues.len()).map(|q| sim.ecn(q).expect("queue index")).collect();
         let shared = Arc::new(Shared {
-            written: Mutex::new(Written { marking_faults: vec![false; initial.len()], settings: initial, version: 0 }),
+            written: Mutex::new(Written { marking_faults: vec![None; initial.len()], settings: initial, version: 0 }),
             bad_write: opts.bad_write,
             runs: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
@@ -227,18 +237,22 @@ impl Backend for SimBackend {
         }
         let mut w = self.shared.written.lock().expect("sim settings lock");
         w.version += 1;
-        let bad = self.shared.bad_write == Some(w.version);
+        let fault = self.shared.bad_write.filter(|b| b.write == w.version).map(|b| b.fault);
         for (q, s) in settings.iter().enumerate() {
             if *s != w.settings[q] {
                 w.settings[q] = *s;
-                w.marking_faults[q] = bad;
+                w.marking_faults[q] = fault;
             }
         }
-        if bad {
-            let queues = w.marking_faults.iter().filter(|f| **f).count();
+        if let Some(fault) = fault {
+            let queues = w.marking_faults.iter().filter(|f| f.is_some()).count();
+            let marks = match fault {
+                MarkingFault::MarkEvery => "every packet",
+                MarkingFault::MarkNone => "no packet",
+            };
             warn!(
                 write = w.version,
-                queues, "injected fault: this write lands mis-programmed, its queues mark every packet"
+                queues, "injected fault: this write lands mis-programmed, its queues mark {marks}"
             );
         }
         Ok(())

@@ -1,9 +1,10 @@
 //! `ecn-tuner actuator`: serve a fabric's ECN settings over gRPC, with switch-side safety.
 
-use crate::actuator::{self, DryRunOptions, ServeOptions, SimOptions, SonicOptions, StormSpec, TlsFiles};
+use crate::actuator::{self, BadWrite, DryRunOptions, ServeOptions, SimOptions, SonicOptions, StormSpec, TlsFiles};
 use crate::commands::sonic::{duration, RedisArgs};
 use crate::error::CliError;
 use clap::{Args, ValueEnum};
+use ecn_env::fabric::MarkingFault;
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -18,6 +19,15 @@ pub enum BackendKind {
     DryRun,
     /// A SONiC switch through its Redis databases (--redis).
     Sonic,
+}
+
+/// How the queues of an injected bad write mark (`--bad-write-marks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BadWriteMarks {
+    /// Every packet, as thresholds that landed at zero: DCQCN starves the senders.
+    Every,
+    /// No packet, as thresholds that landed above the buffer: the queues grow until PFC.
+    None,
 }
 
 /// Arguments of `actuator`.
@@ -52,9 +62,14 @@ pub struct ActuatorArgs {
     inject_storm: Vec<String>,
     /// Test and demo knob (sim only): the Nth write to the settings (1 = the first apply,
     /// rollback or revert) lands mis-programmed, as with thresholds written in the wrong unit:
-    /// every queue it changes CE-marks every packet until a later write changes that queue.
+    /// every queue it changes marks as --bad-write-marks says until a later write changes
+    /// that queue.
     #[arg(long = "inject-bad-write", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     inject_bad_write: Option<u64>,
+    /// What the queues of --inject-bad-write mark: `every` packet (thresholds landed at zero)
+    /// or `none` (thresholds landed above the buffer).
+    #[arg(long, value_enum, value_name = "MARKS", default_value = "every", requires = "inject_bad_write")]
+    bad_write_marks: BadWriteMarks,
     /// Dry-run only: replay this recorded telemetry (Parquet or CSV, e.g. from `sim --out`,
     /// checked as `validate` checks it) as the telemetry stream, looping. Without it a dry-run
     /// actuator serves no telemetry.
@@ -159,7 +174,13 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
                     seed: args.seed,
                     time_scale: args.time_scale,
                     storms,
-                    bad_write: args.inject_bad_write,
+                    bad_write: args.inject_bad_write.map(|write| BadWrite {
+                        write,
+                        fault: match args.bad_write_marks {
+                            BadWriteMarks::Every => MarkingFault::MarkEvery,
+                            BadWriteMarks::None => MarkingFault::MarkNone,
+                        },
+                    }),
                 };
                 actuator::serve_sim(sim, opts).await?
             }

@@ -189,6 +189,19 @@ impl FabricConfig {
     }
 }
 
+/// How a mis-programmed ECN profile marks, for fault injection
+/// ([`Simulator::set_marking_fault`]): what a write whose thresholds landed in the wrong unit
+/// does to a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkingFault {
+    /// CE-mark every data packet, as thresholds that landed at zero do: DCQCN starves the
+    /// senders.
+    MarkEvery,
+    /// Mark nothing, as thresholds that landed above the buffer do: the senders never slow
+    /// down and the queue grows until PFC stops them.
+    MarkNone,
+}
+
 /// Why a simulator could not be built or changed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SimError {
@@ -255,6 +268,8 @@ pub(crate) struct Port {
     /// Bit p set: priority p CE-marks every data packet whatever its profile says (an
     /// injected fault, [`Simulator::set_marking_fault`]).
     pub mark_all: u8,
+    /// Bit p set: priority p marks no packet whatever its profile says (an injected fault).
+    pub mark_none: u8,
     /// Bytes sent before the end of the arrival window.
     pub window_tx_bytes: u64,
     /// When each priority's current pause began (`u64::MAX`: not paused), for the
@@ -479,6 +494,7 @@ impl Simulator {
                     rr_last: 0,
                     ecn: [ecn; 8],
                     mark_all: 0,
+                    mark_none: 0,
                     window_tx_bytes: 0,
                     pause_began: [u64::MAX; 8],
                 });
@@ -912,15 +928,20 @@ impl Simulator {
         self.cfg.buffer.0
     }
 
-    /// Fault injection: while `on`, data queue `q` CE-marks every data packet it sends,
-    /// whatever its ECN profile, as a profile programmed with its thresholds at zero does (a
-    /// unit mix-up on a write). [`Simulator::ecn`] still reports the profile as configured,
-    /// as a switch reports its config: only the marks give the fault away.
-    pub fn set_marking_fault(&mut self, q: usize, on: bool) -> Result<(), SimError> {
+    /// Fault injection: while `fault` is set, data queue `q` marks as the fault says instead of
+    /// as its ECN profile does; `None` clears it. [`Simulator::ecn`] still reports the profile
+    /// as configured, as a switch reports its config: only the marks give the fault away.
+    pub fn set_marking_fault(&mut self, q: usize, fault: Option<MarkingFault>) -> Result<(), SimError> {
         let info = self.data_queues.get(q).ok_or(SimError::UnknownQueue(q))?;
         let port = &mut self.ports[info.port_id as usize];
         let bit = 1u8 << info.queue;
-        port.mark_all = if on { port.mark_all | bit } else { port.mark_all & !bit };
+        port.mark_all &= !bit;
+        port.mark_none &= !bit;
+        match fault {
+            Some(MarkingFault::MarkEvery) => port.mark_all |= bit,
+            Some(MarkingFault::MarkNone) => port.mark_none |= bit,
+            None => {}
+        }
         Ok(())
     }
 

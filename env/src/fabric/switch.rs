@@ -107,8 +107,10 @@ impl Simulator {
         st.tx_bytes += size;
         st.tx_pkts += 1;
         // Dequeue marking on the queue left behind (REFERENCE.md §1).
-        let fault = p.mark_all & (1 << prio) != 0;
-        if pkt.kind == PacketKind::Data && (fault || p.ecn[prio].should_mark(p.queued_bytes[prio], &mut self.mark_rng))
+        let bit = 1u8 << prio;
+        if pkt.kind == PacketKind::Data
+            && (p.mark_all & bit != 0
+                || (p.mark_none & bit == 0 && p.ecn[prio].should_mark(p.queued_bytes[prio], &mut self.mark_rng)))
         {
             self.pool.get_mut(pkt_id).ecn = true;
             st.marked += 1;
