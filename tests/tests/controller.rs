@@ -5,6 +5,7 @@ use ecn_tests::{
     assert_applied_within_bounds, decision_reasons, enforce_flags, events, eventually, pb, queue_name, read_json_lines,
     Actuator,
 };
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// An 8-host fabric at 30% load: small enough for a debug build to keep pace with the clock.
@@ -42,6 +43,29 @@ async fn settings(act: &Actuator) -> Vec<(String, (u64, u64, f64))> {
             (queue_name(q.id.as_ref().unwrap()), (s.kmin_bytes, s.kmax_bytes, s.pmax))
         })
         .collect()
+}
+
+/// Run a controller to its end, as [`Actuator::controller_to_end`] does, exporting metrics on a
+/// free port: its decision log, and its `rollbacks_total` series once the first was counted.
+async fn controller_to_end_counting_rollbacks(act: &Actuator, name: &str, args: &[&str]) -> (PathBuf, Vec<String>) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let metrics = format!("127.0.0.1:{port}");
+    let mut full = args.to_vec();
+    full.extend(["--metrics", metrics.as_str()]);
+    let (child, log) = act.controller(name, &full);
+    let rollbacks = eventually("a rollback counted in the metrics", Duration::from_secs(60), || {
+        let m = metrics.clone();
+        async move {
+            let t = tokio::time::timeout(Duration::from_secs(5), http_get(&m, "/metrics")).await.ok()??;
+            let series: Vec<String> =
+                t.lines().filter(|l| l.starts_with("ecn_tuner_rollbacks_total{")).map(String::from).collect();
+            (!series.is_empty()).then_some(series)
+        }
+    })
+    .await;
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success(), "controller {name} failed: {}", act.controller_log(name));
+    (log, rollbacks)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -126,15 +150,16 @@ async fn a_change_that_starves_the_fabric_is_rolled_back_once_its_window_is_comp
     // starves the senders, and only the utilization guard, judged over the whole window (50
     // samples, 5 ms of simulated time), sees it. Drops, pauses and depth all look fine.
     let act = sim_actuator_running(BUSY_SCENARIO, &["--inject-bad-write", "1", "--time-scale", "0.01"]).await;
-    let log = act
-        .controller_to_end(
-            "starved",
-            &enforce_flags(
-                "static:100KB,400KB,0.5",
-                &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "50", "--duration", "10s"],
-            ),
-        )
-        .await;
+    let (log, rollbacks) = controller_to_end_counting_rollbacks(
+        &act,
+        "starved",
+        &enforce_flags(
+            "static:100KB,400KB,0.5",
+            &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "50", "--duration", "10s"],
+        ),
+    )
+    .await;
+    assert_eq!(rollbacks, [r#"ecn_tuner_rollbacks_total{reason="utilization"} 1"#]);
     let journal = act.journal();
     let kinds: Vec<&str> = journal.iter().filter_map(|e| e["event"].as_str()).collect();
     assert_eq!(kinds.iter().take(2).copied().collect::<Vec<_>>(), ["apply", "rollback"], "{journal:?}");
@@ -152,8 +177,9 @@ async fn a_change_that_starves_the_fabric_is_rolled_back_once_its_window_is_comp
 }
 
 /// The same 8 hosts at 50% load on deep-buffered switches: PFC's dynamic threshold at α = 1
-/// (`pfc_shift = 0`) lets one ingress hold up to half the free buffer, so a queue that stops
-/// marking grows by megabytes before anything pauses.
+/// (`pfc_shift = 0`) pauses an ingress only once it holds as much as the buffer has left free
+/// (half of it when alone), so a queue that stops marking grows by megabytes before anything
+/// pauses.
 const DEEP_SCENARIO: &str = "base = \"websearch-50\"\nduration = \"20ms\"\ndrain = \"20ms\"\n\
 [topology]\nhosts_per_leaf = 4\nfabric_link = \"100Gbps\"\n[switch]\npfc_shift = 0\n\
 [[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n";
@@ -168,15 +194,16 @@ async fn a_change_that_deepens_the_queues_is_rolled_back_once_its_window_is_comp
         &["--inject-bad-write", "1", "--bad-write-marks", "none", "--time-scale", "0.01"],
     )
     .await;
-    let log = act
-        .controller_to_end(
-            "deepened",
-            &enforce_flags(
-                "static:100KB,400KB,0.5",
-                &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "50", "--duration", "10s"],
-            ),
-        )
-        .await;
+    let (log, rollbacks) = controller_to_end_counting_rollbacks(
+        &act,
+        "deepened",
+        &enforce_flags(
+            "static:100KB,400KB,0.5",
+            &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "50", "--duration", "10s"],
+        ),
+    )
+    .await;
+    assert_eq!(rollbacks, [r#"ecn_tuner_rollbacks_total{reason="depth"} 1"#]);
     let journal = act.journal();
     let kinds: Vec<&str> = journal.iter().filter_map(|e| e["event"].as_str()).collect();
     assert_eq!(kinds.iter().take(2).copied().collect::<Vec<_>>(), ["apply", "rollback"], "{journal:?}");

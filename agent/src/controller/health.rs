@@ -22,6 +22,63 @@
 //! marks reads as zero.
 
 use serde::Serialize;
+use std::fmt;
+
+/// Which check a change failed. Its label is the `reason` of the controller's
+/// `rollbacks_total` metric, so that an operator sees why changes come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Check {
+    /// New drops.
+    Drops,
+    /// More PFC pause frames.
+    Pauses,
+    /// More time paused.
+    PausedTime,
+    /// Average depth grew past its bound.
+    Depth,
+    /// The changed queues' combined utilization collapsed.
+    Utilization,
+    /// The telemetry of a changed queue went stale or invalid during the watch.
+    Telemetry,
+    /// Too few intervals arrived to judge the change before its confirm deadline.
+    Deadline,
+}
+
+impl Check {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Check::Drops => "drops",
+            Check::Pauses => "pauses",
+            Check::PausedTime => "paused_time",
+            Check::Depth => "depth",
+            Check::Utilization => "utilization",
+            Check::Telemetry => "telemetry",
+            Check::Deadline => "deadline",
+        }
+    }
+}
+
+/// One failed check, with the figures that failed it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    /// The check.
+    pub check: Check,
+    /// What it saw, e.g. "average queue depth rose from 0 B to 1853153 B".
+    pub detail: String,
+}
+
+impl Finding {
+    fn new(check: Check, detail: String) -> Finding {
+        Finding { check, detail }
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
 
 /// What one queue did during one telemetry interval.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -151,20 +208,23 @@ fn mean_utilization(queues: &[WindowStats]) -> f64 {
 
 /// Strong signals, judged on however much of the window has arrived: drops and pauses mean
 /// harm in a lossless fabric, so a change that causes them is rolled back at once.
-pub fn judge_strong(cfg: &HealthConfig, before: &WindowStats, after: &WindowStats) -> Result<(), Vec<String>> {
+pub fn judge_strong(cfg: &HealthConfig, before: &WindowStats, after: &WindowStats) -> Result<(), Vec<Finding>> {
     let mut why = Vec::new();
     if after.drops > before.drops {
-        why.push(format!("drops rose from {} to {}", before.drops, after.drops));
+        why.push(Finding::new(Check::Drops, format!("drops rose from {} to {}", before.drops, after.drops)));
     }
     let pause_limit = (cfg.pause_ratio * before.pauses as f64).max(cfg.pause_floor as f64);
     if after.pauses as f64 > pause_limit {
-        why.push(format!("PFC pauses rose from {} to {}", before.pauses, after.pauses));
+        why.push(Finding::new(Check::Pauses, format!("PFC pauses rose from {} to {}", before.pauses, after.pauses)));
     }
     if after.paused_fraction > (cfg.pause_ratio * before.paused_fraction).max(cfg.paused_floor) {
-        why.push(format!(
-            "time paused rose from {:.1}% to {:.1}%",
-            before.paused_fraction * 100.0,
-            after.paused_fraction * 100.0
+        why.push(Finding::new(
+            Check::PausedTime,
+            format!(
+                "time paused rose from {:.1}% to {:.1}%",
+                before.paused_fraction * 100.0,
+                after.paused_fraction * 100.0
+            ),
         ));
     }
     if why.is_empty() {
@@ -175,12 +235,12 @@ pub fn judge_strong(cfg: &HealthConfig, before: &WindowStats, after: &WindowStat
 }
 
 /// The full verdict on one queue's complete window: strong signals plus depth.
-pub fn judge(cfg: &HealthConfig, before: &WindowStats, after: &WindowStats) -> Result<(), Vec<String>> {
+pub fn judge(cfg: &HealthConfig, before: &WindowStats, after: &WindowStats) -> Result<(), Vec<Finding>> {
     let mut why = judge_strong(cfg, before, after).err().unwrap_or_default();
     if after.queue_bytes_avg > cfg.depth_ratio * before.queue_bytes_avg + cfg.depth_slack_bytes {
-        why.push(format!(
-            "average queue depth rose from {:.0} B to {:.0} B",
-            before.queue_bytes_avg, after.queue_bytes_avg
+        why.push(Finding::new(
+            Check::Depth,
+            format!("average queue depth rose from {:.0} B to {:.0} B", before.queue_bytes_avg, after.queue_bytes_avg),
         ));
     }
     if why.is_empty() {
@@ -194,17 +254,20 @@ pub fn judge(cfg: &HealthConfig, before: &WindowStats, after: &WindowStats) -> R
 /// with its traffic to judge a change by): a collapse of their combined throughput, unless a
 /// smaller fraction of their packets was marked (thresholds set too low throttle senders
 /// through marks). The windows are the changed queues', before and after, in the same order.
-pub fn judge_utilization(cfg: &HealthConfig, before: &[WindowStats], after: &[WindowStats]) -> Result<(), String> {
+pub fn judge_utilization(cfg: &HealthConfig, before: &[WindowStats], after: &[WindowStats]) -> Result<(), Finding> {
     let (util_before, util_after) = (mean_utilization(before), mean_utilization(after));
     let (marked_before, marked_after) = (marked_fraction(before), marked_fraction(after));
     if util_before >= cfg.util_min_before && util_after < cfg.util_ratio * util_before && marked_after >= marked_before
     {
-        Err(format!(
-            "utilization of the changed queues fell from {:.1}% to {:.1}% (marked packets: {:.1}% before, {:.1}% after)",
-            util_before * 100.0,
-            util_after * 100.0,
-            marked_before * 100.0,
-            marked_after * 100.0
+        Err(Finding::new(
+            Check::Utilization,
+            format!(
+                "utilization of the changed queues fell from {:.1}% to {:.1}% (marked packets: {:.1}% before, {:.1}% after)",
+                util_before * 100.0,
+                util_after * 100.0,
+                marked_before * 100.0,
+                marked_after * 100.0
+            ),
         ))
     } else {
         Ok(())
@@ -229,11 +292,18 @@ mod tests {
     fn each_degradation_is_caught() {
         let c = HealthConfig::default();
         let before = w(0.6, 100e3, 1, 0);
-        assert!(judge(&c, &before, &w(0.6, 100e3, 1, 3)).unwrap_err()[0].contains("drops"));
-        assert!(judge(&c, &before, &w(0.6, 100e3, 40, 0)).unwrap_err()[0].contains("pauses"));
-        assert!(judge(&c, &before, &w(0.6, 1.5e6, 1, 0)).unwrap_err()[0].contains("depth"));
+        let failed = |after: &WindowStats| {
+            judge(&c, &before, after).unwrap_err().iter().map(|f| (f.check, f.to_string())).collect::<Vec<_>>()
+        };
+        assert_eq!(failed(&w(0.6, 100e3, 1, 3)), [(Check::Drops, "drops rose from 0 to 3".to_string())]);
+        assert_eq!(failed(&w(0.6, 100e3, 40, 0)), [(Check::Pauses, "PFC pauses rose from 1 to 40".to_string())]);
+        let deeper = failed(&w(0.6, 1.5e6, 1, 0));
+        assert_eq!(deeper, [(Check::Depth, "average queue depth rose from 100000 B to 1500000 B".to_string())]);
         let stalled = WindowStats { paused_fraction: 0.9, ..w(0.6, 100e3, 1, 0) };
-        assert!(judge(&c, &before, &stalled).unwrap_err()[0].contains("paused"));
+        assert_eq!(failed(&stalled)[0].0, Check::PausedTime);
+        // Several at once are all reported, strong signals first.
+        let checks: Vec<Check> = failed(&w(0.6, 1.5e6, 40, 3)).into_iter().map(|(c, _)| c).collect();
+        assert_eq!(checks, [Check::Drops, Check::Pauses, Check::Depth]);
         // Strong signals do not wait for the window.
         assert!(judge_strong(&c, &before, &w(0.6, 100e3, 1, 1)).is_err());
     }
@@ -249,6 +319,8 @@ mod tests {
         // Over-marking: senders were told to slow down, and did.
         let throttled = [sent(0.1, 150, 120), sent(0.1, 150, 30)];
         let why = judge_utilization(&c, &before, &throttled).unwrap_err();
+        assert_eq!(why.check, Check::Utilization);
+        let why = why.to_string();
         assert!(why.contains("fell from 60.0% to 10.0% (marked packets: 2.8% before, 50.0% after)"), "{why}");
         // The same fall with fewer marks is the traffic ending, not the change.
         let demand_fell = [sent(0.1, 150, 0), sent(0.1, 150, 2)];

@@ -24,7 +24,7 @@ use crate::policy::Policy;
 use ecn_env::EcnSetting;
 use ecn_proto::v1 as pb;
 use guardrails::{Clamp, GuardrailConfig, Guardrails, QueueContext, TelemetryHealth};
-use health::{HealthConfig, IntervalStats, WindowStats};
+use health::{Check, Finding, HealthConfig, IntervalStats, WindowStats};
 use log::{unix_ms, Decision, DecisionLog};
 use metrics::{Metrics, QueueLabels, ReasonLabels};
 use pb::actuator_client::ActuatorClient;
@@ -802,7 +802,10 @@ impl ControlLoop {
         let Some((lease_id, _)) = &self.lease else { return Ok(None) };
         let after: Vec<WindowStats> = p.after.iter().map(WindowStats::of).collect();
         let verdict = if blind {
-            Err(vec!["telemetry of a changed queue became stale or invalid during the health check".into()])
+            Err(vec![Finding {
+                check: Check::Telemetry,
+                detail: "telemetry of a changed queue became stale or invalid during the health check".into(),
+            }])
         } else {
             let mut why = Vec::new();
             for (k, &i) in p.queues.iter().enumerate() {
@@ -812,7 +815,8 @@ impl ControlLoop {
                     health::judge_strong(&cfg.health, &p.before[k], &after[k])
                 };
                 if let Err(w) = judged {
-                    why.extend(w.into_iter().map(|w| format!("{}: {w}", queue_key(&self.queues[i].id))));
+                    let queue = queue_key(&self.queues[i].id);
+                    why.extend(w.into_iter().map(|f| Finding { detail: format!("{queue}: {}", f.detail), ..f }));
                 }
             }
             if complete {
@@ -822,7 +826,10 @@ impl ControlLoop {
             } else if why.is_empty() && !near_deadline {
                 return Ok(Some(p));
             } else if why.is_empty() {
-                why.push(format!("fewer than {window} telemetry intervals arrived before the confirm deadline"));
+                why.push(Finding {
+                    check: Check::Deadline,
+                    detail: format!("fewer than {window} telemetry intervals arrived before the confirm deadline"),
+                });
             }
             if why.is_empty() {
                 Ok(())
@@ -849,13 +856,15 @@ impl ControlLoop {
                 }
             }
             Err(why) => {
-                let reason = why.join("; ");
+                let reason = why.iter().map(Finding::to_string).collect::<Vec<_>>().join("; ");
+                // Counted once, under the gravest check that failed (the order of `Check`).
+                let gravest = why.iter().map(|f| f.check).min().unwrap_or(Check::Deadline);
                 warn!(generation = p.generation, %reason, "degraded: rolling back");
                 let req =
                     pb::RollbackRequest { lease_id: lease_id.clone(), to_generation: None, reason: reason.clone() };
                 self.client.rollback(req).await.map_err(|s| CliError::Failed(format!("Rollback: {}", s.message())))?;
                 self.report.rollbacks += 1;
-                self.metrics.rollbacks.get_or_create(&ReasonLabels { reason: "health".into() }).inc();
+                self.metrics.rollbacks.get_or_create(&ReasonLabels { reason: gravest.label().into() }).inc();
                 let until = Instant::now() + cfg.quarantine;
                 for (k, (i, old)) in p.previous.iter().enumerate() {
                     let q = &mut self.queues[*i];
