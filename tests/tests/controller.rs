@@ -138,6 +138,38 @@ async fn a_pause_storm_after_a_change_is_rolled_back() {
     assert_eq!(settings(&act).await, before, "back on the known-good settings");
 }
 
+/// Enforce `static:100KB,400KB,0.5` with a 50-sample health window (5 ms of simulated time)
+/// on `scenario`, whose first write lands mis-programmed with `--bad-write-marks marks`. The
+/// first write must be rolled back, counted under `rollbacks_total{reason=label}`. The
+/// rollback is a write that changes those queues, so the fault goes with it: the same steps,
+/// applied again, are confirmed and reach the policy's setting. Returns the rollback's reason.
+async fn bad_write_is_rolled_back_then_reapplied(scenario: &str, marks: &str, label: &str) -> String {
+    let act = sim_actuator_running(
+        scenario,
+        &["--inject-bad-write", "1", "--bad-write-marks", marks, "--time-scale", "0.01"],
+    )
+    .await;
+    let (log, rollbacks) = controller_to_end_counting_rollbacks(
+        &act,
+        "faulty",
+        &enforce_flags(
+            "static:100KB,400KB,0.5",
+            &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "50", "--duration", "10s"],
+        ),
+    )
+    .await;
+    assert_eq!(rollbacks, [format!("ecn_tuner_rollbacks_total{{reason=\"{label}\"}} 1")]);
+    let journal = act.journal();
+    let kinds: Vec<&str> = journal.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds.iter().take(2).copied().collect::<Vec<_>>(), ["apply", "rollback"], "{journal:?}");
+    assert!(!events(&journal, "confirm").is_empty(), "{journal:?}");
+    for (q, s) in settings(&act).await {
+        assert_eq!(s, (100_000, 400_000, 0.5), "{q}");
+    }
+    let reasons = decision_reasons(&log);
+    reasons.into_iter().find(|r| r.starts_with("rolled back")).expect("a rollback decision")
+}
+
 /// The same 8 hosts at 70% load with a 100G fabric, so that every queue a change touches is
 /// busy enough (at least 50% utilized) for a throughput collapse to count.
 const BUSY_SCENARIO: &str = "base = \"websearch-50\"\nduration = \"20ms\"\ndrain = \"20ms\"\n\
@@ -146,34 +178,11 @@ const BUSY_SCENARIO: &str = "base = \"websearch-50\"\nduration = \"20ms\"\ndrain
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_change_that_starves_the_fabric_is_rolled_back_once_its_window_is_complete() {
-    // The first write lands mis-programmed: every queue it changes marks every packet, DCQCN
-    // starves the senders, and only the utilization guard, judged over the whole window (50
-    // samples, 5 ms of simulated time), sees it. Drops, pauses and depth all look fine.
-    let act = sim_actuator_running(BUSY_SCENARIO, &["--inject-bad-write", "1", "--time-scale", "0.01"]).await;
-    let (log, rollbacks) = controller_to_end_counting_rollbacks(
-        &act,
-        "starved",
-        &enforce_flags(
-            "static:100KB,400KB,0.5",
-            &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "50", "--duration", "10s"],
-        ),
-    )
-    .await;
-    assert_eq!(rollbacks, [r#"ecn_tuner_rollbacks_total{reason="utilization"} 1"#]);
-    let journal = act.journal();
-    let kinds: Vec<&str> = journal.iter().filter_map(|e| e["event"].as_str()).collect();
-    assert_eq!(kinds.iter().take(2).copied().collect::<Vec<_>>(), ["apply", "rollback"], "{journal:?}");
-    let reasons = decision_reasons(&log);
-    assert!(
-        reasons.iter().any(|r| r.starts_with("rolled back") && r.contains("utilization of the changed queues fell")),
-        "{reasons:?}"
-    );
-    // The rollback was a write that changed those queues, so the fault went with it: the same
-    // steps, applied again, are healthy and reach the policy's setting.
-    assert!(!events(&journal, "confirm").is_empty(), "{journal:?}");
-    for (q, s) in settings(&act).await {
-        assert_eq!(s, (100_000, 400_000, 0.5), "{q}");
-    }
+    // Every queue the first write changes marks every packet, DCQCN starves the senders, and
+    // only the utilization guard, judged over the whole window, sees it. Drops, pauses and
+    // depth all look fine.
+    let reason = bad_write_is_rolled_back_then_reapplied(BUSY_SCENARIO, "every", "utilization").await;
+    assert!(reason.contains("utilization of the changed queues fell"), "{reason}");
 }
 
 /// The same 8 hosts at 50% load on deep-buffered switches: PFC's dynamic threshold at α = 1
@@ -186,35 +195,12 @@ const DEEP_SCENARIO: &str = "base = \"websearch-50\"\nduration = \"20ms\"\ndrain
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_change_that_deepens_the_queues_is_rolled_back_once_its_window_is_complete() {
-    // The first write lands mis-programmed the other way: the queues it changes mark nothing,
-    // DCQCN never slows the senders and the queues fill. No drops, no pauses, utilization
-    // holds: only the depth guard, judged over the whole window, sees it.
-    let act = sim_actuator_running(
-        DEEP_SCENARIO,
-        &["--inject-bad-write", "1", "--bad-write-marks", "none", "--time-scale", "0.01"],
-    )
-    .await;
-    let (log, rollbacks) = controller_to_end_counting_rollbacks(
-        &act,
-        "deepened",
-        &enforce_flags(
-            "static:100KB,400KB,0.5",
-            &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "50", "--duration", "10s"],
-        ),
-    )
-    .await;
-    assert_eq!(rollbacks, [r#"ecn_tuner_rollbacks_total{reason="depth"} 1"#]);
-    let journal = act.journal();
-    let kinds: Vec<&str> = journal.iter().filter_map(|e| e["event"].as_str()).collect();
-    assert_eq!(kinds.iter().take(2).copied().collect::<Vec<_>>(), ["apply", "rollback"], "{journal:?}");
-    let reasons = decision_reasons(&log);
-    let rollback = reasons.iter().find(|r| r.starts_with("rolled back")).expect("a rollback decision");
-    assert!(rollback.contains("average queue depth rose"), "{rollback}");
-    assert!(!rollback.contains("paus") && !rollback.contains("drops"), "the depth guard alone: {rollback}");
-    assert!(!events(&journal, "confirm").is_empty(), "{journal:?}");
-    for (q, s) in settings(&act).await {
-        assert_eq!(s, (100_000, 400_000, 0.5), "{q}");
-    }
+    // The other way round: the queues the first write changes mark nothing, DCQCN never slows
+    // the senders and the queues fill. No drops, no pauses, utilization holds: only the depth
+    // guard, judged over the whole window, sees it.
+    let reason = bad_write_is_rolled_back_then_reapplied(DEEP_SCENARIO, "none", "depth").await;
+    assert!(reason.contains("average queue depth rose"), "{reason}");
+    assert!(!reason.contains("paus") && !reason.contains("drops"), "the depth guard alone: {reason}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
