@@ -110,6 +110,20 @@ fn two_dcqcn_flows_share_a_bottleneck_fairly() {
 
 // ---- 2. queue in the ECN ramp --------------------------------------------------------------
 
+/// Four 200 MB flows from h0..h3 into h4 of a 5-host star, under `setting`, with arrivals
+/// open until `window_end_ms`: the simulator and the data queue towards h4.
+fn four_long_flows_into_one_port(setting: EcnSetting, window_end_ms: u64) -> (Simulator, usize) {
+    let mut cfg = FabricConfig::new(star(5));
+    cfg.ecn = EcnPlan::Fixed(setting);
+    cfg.window_start = Nanos(0);
+    cfg.window_end = Nanos(window_end_ms * MS);
+    cfg.stop_at = Nanos(40 * MS);
+    let flows: Vec<FlowSpec> = (0..4).map(|h| flow(h, 4, 200_000_000, h as u64 * 5_000)).collect();
+    let sim = Simulator::new(cfg, flows).unwrap();
+    let q = queue_towards(&sim, "sw", "h4");
+    (sim, q)
+}
+
 /// Long flows into one 100G port with a static RED/ECN profile. DCQCN can only stop growing
 /// its rate when it receives marks, and marks need q > Kmin; once q ≥ Kmax every packet is
 /// marked and all senders cut hard. The long-run queue therefore settles inside
@@ -125,14 +139,7 @@ fn two_dcqcn_flows_share_a_bottleneck_fairly() {
 #[test]
 fn queue_settles_between_kmin_and_kmax() {
     let setting = EcnSetting { kmin_bytes: 100_000, kmax_bytes: 400_000, pmax: 0.01 };
-    let mut cfg = FabricConfig::new(star(5));
-    cfg.ecn = EcnPlan::Fixed(setting);
-    cfg.window_start = Nanos(0);
-    cfg.window_end = Nanos(30 * MS);
-    cfg.stop_at = Nanos(40 * MS);
-    let flows: Vec<FlowSpec> = (0..4).map(|h| flow(h, 4, 200_000_000, h as u64 * 5_000)).collect();
-    let mut sim = Simulator::new(cfg, flows).unwrap();
-    let q = queue_towards(&sim, "sw", "h4");
+    let (mut sim, q) = four_long_flows_into_one_port(setting, 30);
     let (t0, t1) = (5 * MS, 20 * MS);
     sim.run_until(Nanos(t1));
     assert!(sim.flow_progress().iter().all(|f| !f.finished), "flows must still be active");
@@ -519,14 +526,7 @@ fn a_marking_fault_starves_the_queue_and_clearing_it_recovers() {
 #[test]
 fn a_fault_that_stops_marking_lets_the_queue_grow_and_clearing_it_recovers() {
     let setting = EcnSetting { kmin_bytes: 100_000, kmax_bytes: 400_000, pmax: 0.01 };
-    let mut cfg = FabricConfig::new(star(5));
-    cfg.ecn = EcnPlan::Fixed(setting);
-    cfg.window_start = Nanos(0);
-    cfg.window_end = Nanos(40 * MS);
-    cfg.stop_at = Nanos(40 * MS);
-    let flows: Vec<FlowSpec> = (0..4).map(|h| flow(h, 4, 200_000_000, h as u64 * 5_000)).collect();
-    let mut sim = Simulator::new(cfg, flows).unwrap();
-    let q = queue_towards(&sim, "sw", "h4");
+    let (mut sim, q) = four_long_flows_into_one_port(setting, 40);
     // Mean depth and marks of the queue over (from, until] ms.
     let depth = |sim: &mut Simulator, from_ms: u64, until_ms: u64| {
         sim.run_until(Nanos(until_ms * MS));
