@@ -147,7 +147,7 @@ impl Actuator {
     /// target. Its decision log (returned) and its stderr (`NAME.log`) go into [`Actuator::dir`];
     /// stdout is piped.
     pub fn controller(&self, name: &str, args: &[&str]) -> (Child, PathBuf) {
-        let log = self.dir.path().join(format!("{name}-decisions.jsonl"));
+        let log = self.decision_log(name);
         let stderr = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
         let child = Command::new(ecn_tuner_bin())
             .args(["run", "--target", &self.url(), "--controller-id", name, "--decision-log"])
@@ -171,6 +171,60 @@ impl Actuator {
         log
     }
 
+    /// Run a controller as [`Actuator::controller`] does until `done` (polled every 100 ms)
+    /// returns `Some`, then stop it with SIGTERM and expect a clean exit; returns its decision
+    /// log's path and what `done` returned.
+    ///
+    /// Waiting for the simulated fabric to reach a state, not for a wall-clock `--duration`, keeps
+    /// a test right on a machine of any speed: the sim backend falls behind its time scale on a
+    /// loaded machine, and a slow one only takes longer. Panics, with the controller's log, if it
+    /// exits first or `done` does not hold within `timeout`.
+    pub async fn controller_until<T, F, Fut>(
+        &self,
+        name: &str,
+        args: &[&str],
+        what: &str,
+        timeout: Duration,
+        mut done: F,
+    ) -> (PathBuf, T)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let (mut child, log) = self.controller(name, args);
+        let deadline = Instant::now() + timeout;
+        let value = loop {
+            if let Some(v) = done().await {
+                break v;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("controller {name} ended ({status}) before {what}: {}", self.controller_log(name));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {timeout:?} waiting for {what}; controller {name}: {}",
+                self.controller_log(name)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        self.stop_controller(name, child).await;
+        (log, value)
+    }
+
+    /// Stop the controller started as `name` with SIGTERM, as an operator would, and expect a
+    /// clean exit (its log in the panic message otherwise).
+    pub async fn stop_controller(&self, name: &str, mut child: Child) {
+        terminate(child.id());
+        let status = tokio::time::timeout(Duration::from_secs(60), child.wait()).await;
+        let ok = matches!(status, Ok(Ok(s)) if s.success());
+        assert!(ok, "controller {name} did not stop cleanly ({status:?}): {}", self.controller_log(name));
+    }
+
+    /// The decision log of the controller started as `name` by [`Actuator::controller`].
+    pub fn decision_log(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}-decisions.jsonl"))
+    }
+
     /// The stderr so far of the controller started as `name` by [`Actuator::controller`].
     pub fn controller_log(&self, name: &str) -> String {
         std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
@@ -178,15 +232,20 @@ impl Actuator {
 
     /// Ask the child to stop (SIGTERM) and wait for it: its exit code and final journal.
     pub async fn stop(mut self) -> (Option<i32>, Vec<Value>) {
-        if let Some(pid) = self.child.id() {
-            // The standard library can only SIGKILL; the `kill` utility sends SIGTERM.
-            let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
-        }
+        terminate(self.child.id());
         let code = match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
             Ok(Ok(status)) => status.code(),
             _ => None,
         };
         (code, self.journal())
+    }
+}
+
+/// Ask the process `pid` (if it still runs) to stop, with SIGTERM: the standard library can
+/// only SIGKILL, and the `kill` utility sends SIGTERM.
+fn terminate(pid: Option<u32>) {
+    if let Some(pid) = pid {
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
     }
 }
 

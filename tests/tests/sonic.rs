@@ -142,19 +142,26 @@ async fn shadow_makes_no_writes() {
 async fn enforce_applies_bounded_settings_and_confirms_them() {
     let spec = Spec::default();
     let rig = rig(spec.clone(), &[]).await;
-    let log = rig
+    let target = (100_000, 400_000, 50);
+    let (log, ()) = rig
         .act
-        .controller_to_end(
+        .controller_until(
             "enforce",
             &enforce_flags(
                 "static:100KB,400KB,0.5",
-                &["--min-dwell", "0s", "--confirm-within", "20s", "--health-window", "3", "--duration", "12s"],
+                &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "3"],
             ),
+            "every queue on the policy's setting in CONFIG_DB, confirmed",
+            Duration::from_secs(300),
+            || {
+                let on_target = switch_settings(&rig.redis, &spec).iter().all(|(_, s)| *s == target);
+                let confirmed = rig.act.journal().last().is_some_and(|e| e["event"] == "confirm");
+                async move { (on_target && confirmed).then_some(()) }
+            },
         )
         .await;
     let journal = rig.act.journal();
     assert!(!events(&journal, "apply").is_empty(), "{journal:?}");
-    assert!(!events(&journal, "confirm").is_empty(), "{journal:?}");
     for (q, s) in switch_settings(&rig.redis, &spec) {
         assert_eq!(s, (100_000, 400_000, 50), "{q} in CONFIG_DB");
     }
@@ -170,18 +177,13 @@ async fn a_pause_storm_after_a_change_is_rolled_back() {
     let before = tables(&mut rig.redis.con(CONFIG_DB));
     let (child, log) = rig.act.controller(
         "health",
-        &enforce_flags(
-            "static:200KB,800KB,0.3",
-            &["--confirm-within", "60s", "--health-window", "2000", "--duration", "10s"],
-        ),
+        &enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "120s", "--health-window", "2000"]),
     );
     rig.act.wait_for_event("apply", WAIT).await;
     // Ethernet0's priority 3 is paused by its downstream 80% of the time from now on.
     rig.ticker.counters.lock().unwrap().traffic.insert((0, 3), Traffic { paused_fraction: 0.8, ..Traffic::default() });
-    let out = child.wait_with_output().await.unwrap();
-    assert!(out.status.success(), "{}", rig.act.controller_log("health"));
-    let journal = rig.act.journal();
-    assert!(!events(&journal, "rollback").is_empty(), "{journal:?}");
+    let journal = rig.act.wait_for_event("rollback", WAIT).await;
+    rig.act.stop_controller("health", child).await;
     assert!(events(&journal, "confirm").is_empty(), "{journal:?}");
     let reasons = decision_reasons(&log);
     assert!(reasons.iter().any(|r| r.contains("rolled back") && r.contains("paused")), "{reasons:?}");
