@@ -245,7 +245,7 @@ async fn a_killed_controller_leaves_only_confirmed_settings() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_controller_cannot_write() {
     let act = sim_actuator(&[]).await;
-    let args = enforce_flags("static:200KB,800KB,0.3", &["--duration", "60s"]);
+    let args = enforce_flags("static:200KB,800KB,0.3", &[]);
     let (_first, _) = act.controller("first", &args);
     // An apply in the journal proves the first controller holds the writer lease.
     act.wait_for_event("apply", Duration::from_secs(60)).await;
@@ -278,32 +278,31 @@ async fn http_get(addr: &str, path: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn one_controller_serves_two_actuators_and_exports_metrics() {
     let (a, b) = (sim_actuator(&[]).await, sim_actuator(&[]).await);
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let metrics = format!("127.0.0.1:{port}");
-    let (child, log) = a.controller(
-        "multi",
-        &["--target", &b.url(), "--mode", "shadow", "--interval", "100ms", "--duration", "4s", "--metrics", &metrics],
-    );
+    let metrics = metrics_addr();
     let (url_a, url_b) = (a.url(), b.url());
-    let text = eventually("metrics with decisions", Duration::from_secs(60), || {
-        let m = metrics.clone();
-        let (url_a, url_b) = (url_a.clone(), url_b.clone());
-        async move {
-            let t = tokio::time::timeout(Duration::from_secs(5), http_get(&m, "/metrics")).await.ok()??;
-            // The endpoint serves before the first round, and the two targets' first rounds
-            // come in either order: wait for per-queue series of both.
-            let both = t.contains(&url_a) && t.contains(&url_b);
-            (both && t.contains("ecn_tuner_queue_kmin_bytes")).then_some(t)
-        }
-    })
-    .await;
+    let (log, text) = a
+        .controller_until(
+            "multi",
+            &["--target", &url_b, "--mode", "shadow", "--interval", "100ms", "--metrics", &metrics],
+            "metrics with decisions for both targets",
+            FABRIC_PATIENCE,
+            || {
+                let (m, url_a, url_b) = (&metrics, &url_a, &url_b);
+                async move {
+                    let t = tokio::time::timeout(Duration::from_secs(5), http_get(m, "/metrics")).await.ok()??;
+                    // The endpoint serves before the first round, and the two targets' first rounds
+                    // come in either order: wait for per-queue series of both.
+                    let both = t.contains(url_a.as_str()) && t.contains(url_b.as_str());
+                    (both && t.contains("ecn_tuner_queue_kmin_bytes")).then_some(t)
+                }
+            },
+        )
+        .await;
     for name in ["ecn_tuner_telemetry_age_seconds", "ecn_tuner_queue_kmin_bytes", "ecn_tuner_decision_latency_seconds"]
     {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
     assert!(text.contains(&a.url()) && text.contains(&b.url()), "per-target labels:\n{text}");
-    let out = child.wait_with_output().await.unwrap();
-    assert!(out.status.success());
     let d = read_json_lines(&log);
     for url in [a.url(), b.url()] {
         assert!(d.iter().any(|x| x["target"] == url.as_str()), "no decision for {url}");
@@ -320,7 +319,7 @@ async fn the_kill_switch_returns_every_queue_to_the_baseline() {
         "killable",
         &enforce_flags(
             "static:200KB,800KB,0.3",
-            &["--min-dwell", "0s", "--health-window", "3", "--duration", "30s", "--kill-file", &kill_arg],
+            &["--min-dwell", "0s", "--health-window", "3", "--kill-file", &kill_arg],
         ),
     );
     act.wait_for_event("confirm", Duration::from_secs(60)).await;
@@ -343,10 +342,20 @@ async fn the_kill_switch_returns_every_queue_to_the_baseline() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_shipped_model_decides_from_telemetry_in_enforce_mode() {
     let act = sim_actuator(&[]).await;
-    let log = act
-        .controller_to_end(
+    let decisions = act.decision_log("model");
+    let (log, ()) = act
+        .controller_until(
             "model",
-            &enforce_flags("model:default", &["--min-dwell", "0s", "--confirm-within", "20s", "--duration", "5s"]),
+            &enforce_flags("model:default", &["--min-dwell", "0s", "--confirm-within", "60s"]),
+            "an apply and two different proposals",
+            FABRIC_PATIENCE,
+            || {
+                let applied = !events(&act.journal(), "apply").is_empty();
+                let d = read_json_lines(&decisions);
+                let mut proposed = d.iter().map(|x| &x["proposed"]).filter(|p| !p.is_null());
+                let two = proposed.next().is_some_and(|first| proposed.any(|p| p != first));
+                async move { (applied && two).then_some(()) }
+            },
         )
         .await;
     let d = read_json_lines(&log);
@@ -376,10 +385,18 @@ async fn a_model_leaves_queues_at_untrained_rates_as_they_are() {
         caps.queues.iter().map(|q| (queue_name(q.id.as_ref().unwrap()), q.link_bps)).collect();
     assert!(rate.values().any(|&r| r == 25_000_000_000) && rate.values().any(|&r| r == 100_000_000_000));
     let before = settings(&act).await;
-    let log = act
-        .controller_to_end(
+    let decisions = act.decision_log("model-25g");
+    let (log, ()) = act
+        .controller_until(
             "model-25g",
-            &enforce_flags("model:default", &["--min-dwell", "0s", "--confirm-within", "20s", "--duration", "4s"]),
+            &enforce_flags("model:default", &["--min-dwell", "0s", "--confirm-within", "60s"]),
+            "a proposal for a 100G queue",
+            FABRIC_PATIENCE,
+            || {
+                let d = read_json_lines(&decisions);
+                let at_100g = d.iter().any(|x| !x["proposed"].is_null());
+                async move { at_100g.then_some(()) }
+            },
         )
         .await;
     let after = settings(&act).await;
@@ -456,13 +473,29 @@ async fn stale_telemetry_falls_back_once_and_holds() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_change_budget_holds_within_a_round() {
     let act = sim_actuator(&[]).await;
-    let log = act
-        .controller_to_end(
+    // Once the first change is confirmed the policy would change every other queue in the next
+    // round; the rounds that follow within the minute must still be held back.
+    let decisions = act.decision_log("budget");
+    let mut rounds_at_confirm = None;
+    let (log, ()) = act
+        .controller_until(
             "budget",
             &enforce_flags(
                 "static:100KB,400KB,0.5",
-                &["--min-dwell", "0s", "--max-changes-per-minute", "3", "--health-window", "2", "--duration", "5s"],
+                &["--min-dwell", "0s", "--max-changes-per-minute", "3", "--health-window", "2"],
             ),
+            "a confirmed change and five rounds after it",
+            FABRIC_PATIENCE,
+            || {
+                // Every round logs one decision per queue: count the first queue's.
+                let d = read_json_lines(&decisions);
+                let rounds = d.first().map_or(0, |first| d.iter().filter(|x| x["queue"] == first["queue"]).count());
+                if rounds_at_confirm.is_none() && !events(&act.journal(), "confirm").is_empty() {
+                    rounds_at_confirm = Some(rounds);
+                }
+                let done = rounds_at_confirm.is_some_and(|r| rounds >= r + 5);
+                async move { done.then_some(()) }
+            },
         )
         .await;
     let journal = act.journal();
@@ -484,7 +517,7 @@ async fn the_kill_switch_does_not_wait_for_a_pending_health_check() {
         "patient",
         &enforce_flags(
             "static:200KB,800KB,0.3",
-            &["--confirm-within", "60s", "--health-window", "1000000", "--duration", "40s", "--kill-file", &kill_arg],
+            &["--confirm-within", "60s", "--health-window", "1000000", "--kill-file", &kill_arg],
         ),
     );
     act.wait_for_event("apply", Duration::from_secs(60)).await;
@@ -507,10 +540,7 @@ async fn the_kill_switch_does_not_wait_for_a_pending_health_check() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_target_stops_the_others_cleanly() {
     let (a, b) = (sim_actuator(&[]).await, sim_actuator(&[]).await);
-    let args = enforce_flags(
-        "static:200KB,800KB,0.3",
-        &["--confirm-within", "60s", "--health-window", "1000000", "--duration", "60s"],
-    );
+    let args = enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "60s", "--health-window", "1000000"]);
     let mut args = args.to_vec();
     let url_b = b.url();
     args.extend(["--target", url_b.as_str()]);
