@@ -25,6 +25,11 @@ pub use ecn_proto::v1 as pb;
 pub mod sonic;
 pub mod telemetry_fixtures;
 
+/// How long a test waits for a fabric behind an actuator to reach a state. The sim backend
+/// falls behind its time scale on a loaded machine, so tests wait for states, not for
+/// wall-clock durations; only a hang reaches this.
+pub const FABRIC_PATIENCE: Duration = Duration::from_secs(300);
+
 /// A plain-text gRPC client of the actuator.
 pub type Client = pb::actuator_client::ActuatorClient<Channel>;
 
@@ -126,6 +131,11 @@ impl Actuator {
     /// The journal lines so far, parsed.
     pub fn journal(&self) -> Vec<Value> {
         read_json_lines(&self.journal)
+    }
+
+    /// Whether the journal's last event is a confirm: a change was made and none is pending.
+    pub fn last_change_confirmed(&self) -> bool {
+        self.journal().last().is_some_and(|e| e["event"] == "confirm")
     }
 
     /// Wait until the journal holds an event of `kind` (`apply`, `revert`, ...); the journal

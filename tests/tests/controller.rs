@@ -3,7 +3,7 @@
 
 use ecn_tests::{
     assert_applied_within_bounds, decision_reasons, enforce_flags, events, eventually, pb, queue_name, read_json_lines,
-    Actuator,
+    Actuator, FABRIC_PATIENCE,
 };
 use std::time::Duration;
 
@@ -44,16 +44,11 @@ async fn settings(act: &Actuator) -> Vec<(String, (u64, u64, f64))> {
         .collect()
 }
 
-/// How long a test waits for the simulated fabric to get somewhere. The sim backend falls
-/// behind its time scale on a loaded machine, so tests wait for states, not for wall-clock
-/// durations; only a hang reaches this.
-const FABRIC_PATIENCE: Duration = Duration::from_secs(300);
-
 /// Whether every queue is on `target` and the journal's last event is a confirm, so that no
 /// change is pending.
 async fn settled_on(act: &Actuator, target: (u64, u64, f64)) -> bool {
     let on_target = settings(act).await.iter().all(|(_, s)| *s == target);
-    on_target && act.journal().last().is_some_and(|e| e["event"] == "confirm")
+    on_target && act.last_change_confirmed()
 }
 
 /// A free loopback address for a controller's `--metrics`.

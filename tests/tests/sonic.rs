@@ -13,7 +13,7 @@ use ecn_tests::sonic::{
 };
 use ecn_tests::{
     assert_applied_within_bounds, assert_apply_refused, change, decision_reasons, enforce_flags, events, eventually,
-    pb, read_json_lines, run_cli, Actuator,
+    pb, read_json_lines, run_cli, Actuator, FABRIC_PATIENCE,
 };
 use std::time::Duration;
 use tokio_stream::StreamExt;
@@ -152,10 +152,10 @@ async fn enforce_applies_bounded_settings_and_confirms_them() {
                 &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "3"],
             ),
             "every queue on the policy's setting in CONFIG_DB, confirmed",
-            Duration::from_secs(300),
+            FABRIC_PATIENCE,
             || {
                 let on_target = switch_settings(&rig.redis, &spec).iter().all(|(_, s)| *s == target);
-                let confirmed = rig.act.journal().last().is_some_and(|e| e["event"] == "confirm");
+                let confirmed = rig.act.last_change_confirmed();
                 async move { (on_target && confirmed).then_some(()) }
             },
         )
@@ -163,7 +163,7 @@ async fn enforce_applies_bounded_settings_and_confirms_them() {
     let journal = rig.act.journal();
     assert!(!events(&journal, "apply").is_empty(), "{journal:?}");
     for (q, s) in switch_settings(&rig.redis, &spec) {
-        assert_eq!(s, (100_000, 400_000, 50), "{q} in CONFIG_DB");
+        assert_eq!(s, target, "{q} in CONFIG_DB");
     }
     let t = tables(&mut rig.redis.con(CONFIG_DB));
     assert!(t.keys().all(|k| !k.contains("ECN_TUNER")), "one setting for all: the shared profile carries it");
