@@ -3,9 +3,9 @@
 //!
 //! Every policy in an `eval` runs each scenario on the same seeds, so seed k offers every policy
 //! the same flows. A tail percentile of a few hundred small flows per run spreads more from seed
-//! to seed than the effects we measure (README "Why it falls short"); differences taken seed by
-//! seed cancel the part of that spread that the traffic causes, and their spread says how far a
-//! mean change can be trusted.
+//! to seed than the effects we measure (docs/learning-experiments.md, "Variance is the caveat");
+//! differences taken seed by seed cancel the part of that spread that the traffic causes, and
+//! their spread says how far a mean change can be trusted.
 
 use serde::Serialize;
 

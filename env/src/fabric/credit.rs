@@ -3,8 +3,8 @@
 //!
 //! Switch counters cannot see a flow that waits at its own NIC because marks cut its rate, and
 //! in websearch-50 that is where half or more of the small-flow tail waits once marking is
-//! aggressive (README "Where the tail waits, measured"). The simulator can: this is a training
-//! signal that only a simulator has.
+//! aggressive (docs/learning-experiments.md, "Where the tail waits, measured"). The simulator
+//! can: this is a training signal that only a simulator has.
 
 use super::Simulator;
 use crate::topology::NodeKind;
