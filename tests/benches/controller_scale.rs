@@ -19,7 +19,7 @@
 //!
 //! It prints figures; it asserts nothing about speed. Linux only (it reads /proc).
 
-use ecn_tests::{pb, Actuator};
+use ecn_tests::{pb, release_ecn_tuner_bin, Actuator};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
@@ -156,40 +156,6 @@ impl Cleanup {
     fn actuator(&mut self, a: &Actuator) {
         self.pids.extend(a.pid());
         self.dirs.push(a.dir.path().to_path_buf());
-    }
-}
-
-/// `<target>/release/ecn-tuner`, next to this benchmark's executable
-/// (`<target>/release/deps/controller_scale-<hash>`). Under Cargo (`$CARGO` set) it is built
-/// first, a no-op when fresh, so that the figures are those of the current source; a benchmark
-/// cannot depend on another package's binary through Cargo.
-fn ecn_tuner_bin() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("path of the benchmark executable: {e}"))?;
-    let mut dir = exe.parent().ok_or("benchmark executable directory")?.to_path_buf();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let bin = dir.join(format!("ecn-tuner{}", std::env::consts::EXE_SUFFIX));
-    let build = "cargo build --release -p ecn-agent --bin ecn-tuner";
-    let cargo = std::env::var_os("CARGO");
-    let release = dir.file_name().is_some_and(|n| n == "release");
-    let (Some(cargo), true, Some(target)) = (cargo, release, dir.parent()) else {
-        return if bin.exists() {
-            Ok(bin)
-        } else {
-            Err(format!("{} does not exist: build it first ({build})", bin.display()))
-        };
-    };
-    eprintln!("building ecn-tuner ({build})");
-    let ok = std::process::Command::new(cargo)
-        .args(["build", "--release", "-p", "ecn-agent", "--bin", "ecn-tuner"])
-        .env("CARGO_TARGET_DIR", target)
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok && bin.exists() {
-        Ok(bin)
-    } else {
-        Err(format!("could not build {}: run `{build}` with the same CARGO_TARGET_DIR and rerun", bin.display()))
     }
 }
 
@@ -367,7 +333,7 @@ fn fmt_secs(s: f64) -> String {
 
 async fn bench(opts: Opts, children: Arc<Mutex<Cleanup>>) -> Result<(), String> {
     let n = opts.actuators;
-    let bin = ecn_tuner_bin()?;
+    let bin = release_ecn_tuner_bin()?;
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let tck = clock_ticks_per_second();
     let load_before = load_average();

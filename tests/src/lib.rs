@@ -58,6 +58,40 @@ pub fn ecn_tuner_bin() -> PathBuf {
     bin
 }
 
+/// For benchmarks: `<target>/release/ecn-tuner`, next to the benchmark's executable
+/// (`<target>/release/deps/<bench>-<hash>`). Under Cargo (`$CARGO` set) it is built first, a
+/// no-op when fresh, so that the figures are those of the current source; a benchmark cannot
+/// depend on another package's binary through Cargo.
+pub fn release_ecn_tuner_bin() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("path of the benchmark executable: {e}"))?;
+    let mut dir = exe.parent().ok_or("benchmark executable directory")?.to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let bin = dir.join(format!("ecn-tuner{}", std::env::consts::EXE_SUFFIX));
+    let build = "cargo build --release -p ecn-agent --bin ecn-tuner";
+    let cargo = std::env::var_os("CARGO");
+    let release = dir.file_name().is_some_and(|n| n == "release");
+    let (Some(cargo), true, Some(target)) = (cargo, release, dir.parent()) else {
+        return if bin.exists() {
+            Ok(bin)
+        } else {
+            Err(format!("{} does not exist: build it first ({build})", bin.display()))
+        };
+    };
+    eprintln!("building ecn-tuner ({build})");
+    let ok = std::process::Command::new(cargo)
+        .args(["build", "--release", "-p", "ecn-agent", "--bin", "ecn-tuner"])
+        .env("CARGO_TARGET_DIR", target)
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok && bin.exists() {
+        Ok(bin)
+    } else {
+        Err(format!("could not build {}: run `{build}` with the same CARGO_TARGET_DIR and rerun", bin.display()))
+    }
+}
+
 /// An `ecn-tuner actuator` child process, killed when dropped.
 pub struct Actuator {
     /// The bound address, read from the first stdout line.
