@@ -312,6 +312,46 @@ async fn queues_that_differ_get_profiles_of_their_own_and_restore_is_byte_identi
     assert!(stdout.contains("nothing to restore"), "{stdout}");
 }
 
+/// A profile that queues ecn-tuner does not control also use (a range entry, which it leaves
+/// alone) is never edited in place, even when every controlled queue wants the same setting:
+/// the change would reach those queues too, with nothing watching their health.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_profile_shared_with_queues_left_alone_is_never_edited() {
+    let spec = Spec::default();
+    let redis = RedisServer::start();
+    seed(&redis, &spec);
+    let _: () = redis::cmd("HSET")
+        .arg("QUEUE|Ethernet0,Ethernet4|1-2")
+        .arg("wred_profile")
+        .arg("AZURE_LOSSLESS")
+        .query(&mut redis.con(CONFIG_DB))
+        .unwrap();
+    let before = tables(&mut redis.con(CONFIG_DB));
+    let _ticker = Ticker::start(&redis, Counters::new(&spec, 64), Duration::from_millis(50));
+    let url = redis.url();
+    let act = Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms"]).await;
+    let mut c = act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let all: Vec<pb::QueueSetting> = spec
+        .ports
+        .iter()
+        .flat_map(|p| spec.lossless.iter().map(move |&q| change(&qid(p, q), 300_000, 900_000, 0.25)))
+        .collect();
+    c.apply(pb::ApplyRequest { lease_id: l, changes: all, ..Default::default() }).await.expect("apply to every queue");
+    let t = tables(&mut redis.con(CONFIG_DB));
+    assert_eq!(t["WRED_PROFILE|AZURE_LOSSLESS"], before["WRED_PROFILE|AZURE_LOSSLESS"], "the shared profile as it was");
+    assert_eq!(t["QUEUE|Ethernet0,Ethernet4|1-2"], before["QUEUE|Ethernet0,Ethernet4|1-2"]);
+    for (q, s) in switch_settings(&redis, &spec) {
+        assert_eq!(s, (300_000, 900_000, 25), "{q} in CONFIG_DB");
+    }
+    // The actuator stops (the change was confirmed at once, so it stays); restore undoes it.
+    let (code, _) = act.stop().await;
+    assert_eq!(code, Some(0));
+    let (code, _, stderr) = run_cli(&["sonic", "restore", "--redis", &url]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(tables(&mut redis.con(CONFIG_DB)), before);
+}
+
 /// Redis dies while the actuator is inside a MULTI/EXEC transaction: CONFIG_DB comes back fully
 /// old (Redis discards an unfinished transaction), the apply is refused, and the controller,
 /// blind while Redis is away, falls back to the baseline; once Redis is back its applies land

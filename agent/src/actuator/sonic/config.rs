@@ -10,7 +10,11 @@
 //! of its own, `ECN_TUNER_<port>_<queue>`, a copy of its home profile with its own thresholds.
 //! A profile of ours that no queue uses any more is deleted in the same transaction.
 //!
-//! The mapping is a function of the wanted settings alone, so putting the original settings
+//! A home profile that a queue we do not control also uses is never edited in place (the
+//! change would reach that queue unjudged): only queues that want what it holds stay on it.
+//!
+//! The mapping is a function of the wanted settings (and of which profiles other queues use)
+//! alone, so putting the original settings
 //! back (a revert, a rollback) also puts the original bindings back and removes every profile
 //! ecn-tuner created.
 
@@ -281,7 +285,20 @@ fn effective(s: &EcnSetting) -> (u64, u64, u32) {
 }
 
 /// The managed tables for `settings` (one per queue of `layout`), given the tables now.
+///
+/// A profile that a queue we do not control is bound to (an entry covering several ports or
+/// queues, a queue whose port has no speed, one added by someone else) is never edited: a
+/// change to it would reach that queue too, unjudged by any health check. Controlled queues on
+/// such a profile stay on it only while they want exactly what it holds; any other setting gets
+/// a profile of their own.
 pub fn target(layout: &Layout, now: &Snapshot, settings: &[EcnSetting]) -> Target {
+    let managed: BTreeSet<String> = layout.queues.iter().map(QueueRef::name).collect();
+    let used_elsewhere: BTreeSet<&str> = now
+        .queues
+        .iter()
+        .filter(|(k, _)| !managed.contains(*k))
+        .filter_map(|(_, f)| schema::field(f, schema::WRED_PROFILE_FIELD))
+        .collect();
     let mut by_home: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, h) in layout.homes.iter().enumerate() {
         by_home.entry(h.as_str()).or_default().push(i);
@@ -290,22 +307,28 @@ pub fn target(layout: &Layout, now: &Snapshot, settings: &[EcnSetting]) -> Targe
     let mut bindings = vec![String::new(); layout.queues.len()];
     let empty = Fields::new();
     for (home, idx) in by_home {
-        // The setting most of the home's queues want; ties go to the first queue's.
-        let mut counts: Vec<((u64, u64, u32), usize, usize)> = Vec::new();
-        for &i in &idx {
-            let e = effective(&settings[i]);
-            match counts.iter_mut().find(|c| c.0 == e) {
-                Some(c) => c.1 += 1,
-                None => counts.push((e, 1, i)),
-            }
-        }
-        let best = counts.iter().max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2))).expect("a home has queues");
-        let (shared, first) = (best.0, best.2);
         let original = layout.originals.get(home).unwrap_or(&empty);
         let current_home = now.profiles.get(home).unwrap_or(original);
-        profiles.insert(home.to_string(), with_setting(current_home, original, &settings[first]));
+        let shared = if used_elsewhere.contains(home) {
+            // Left as it is; `None` (no green curve to match) sends every queue to its own.
+            schema::green_setting(current_home).map(|s| effective(&s))
+        } else {
+            // The setting most of the home's queues want; ties go to the first queue's.
+            let mut counts: Vec<((u64, u64, u32), usize, usize)> = Vec::new();
+            for &i in &idx {
+                let e = effective(&settings[i]);
+                match counts.iter_mut().find(|c| c.0 == e) {
+                    Some(c) => c.1 += 1,
+                    None => counts.push((e, 1, i)),
+                }
+            }
+            let best = counts.iter().max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2))).expect("a home has queues");
+            let (shared, first) = (best.0, best.2);
+            profiles.insert(home.to_string(), with_setting(current_home, original, &settings[first]));
+            Some(shared)
+        };
         for &i in &idx {
-            if effective(&settings[i]) == shared {
+            if Some(effective(&settings[i])) == shared {
                 bindings[i] = home.to_string();
             } else {
                 let q = &layout.queues[i];
@@ -316,14 +339,7 @@ pub fn target(layout: &Layout, now: &Snapshot, settings: &[EcnSetting]) -> Targe
         }
     }
     let homes: BTreeSet<&String> = layout.homes.iter().collect();
-    let managed: BTreeSet<String> = layout.queues.iter().map(QueueRef::name).collect();
     // Ours, unused by the target bindings and by any queue we do not control.
-    let used_elsewhere: BTreeSet<&str> = now
-        .queues
-        .iter()
-        .filter(|(k, _)| !managed.contains(*k))
-        .filter_map(|(_, f)| schema::field(f, schema::WRED_PROFILE_FIELD))
-        .collect();
     let delete = now
         .profiles
         .keys()
@@ -573,5 +589,37 @@ mod tests {
         assert_eq!(schema::green_setting(&t.profiles["AZURE_LOSSLESS"]).unwrap(), NEW);
         assert_eq!(schema::green_setting(&t.profiles["ECN_TUNER_Ethernet0_3"]).unwrap(), ORIG);
         assert!(plan(&layout, &after(&snap, &plan(&layout, &snap, &t)), &t).is_empty(), "idempotent");
+    }
+
+    #[test]
+    fn a_profile_that_an_uncontrolled_queue_uses_is_never_edited_in_place() {
+        let (layout, mut snap) = world();
+        // A range entry and a queue left alone at discovery (no port speed) share the profile.
+        for q in ["Ethernet0,Ethernet4|1-2", "Ethernet8|3"] {
+            snap.queues.insert(q.into(), f(&[("scheduler", "scheduler.1"), ("wred_profile", "AZURE_LOSSLESS")]));
+        }
+        let t = target(&layout, &snap, &[NEW; 4]);
+        assert!(!t.profiles.contains_key("AZURE_LOSSLESS"), "{:?}", t.profiles.keys());
+        assert_eq!(
+            t.bindings,
+            ["ECN_TUNER_Ethernet0_3", "ECN_TUNER_Ethernet0_4", "ECN_TUNER_Ethernet4_3", "ECN_TUNER_Ethernet4_4"]
+        );
+        let ops = plan(&layout, &snap, &t);
+        assert!(
+            !ops.iter()
+                .any(|op| matches!(op, Op::Set(k, _, _) | Op::Unset(k, _) if k == "WRED_PROFILE|AZURE_LOSSLESS")),
+            "{ops:?}"
+        );
+        let mid = after(&snap, &ops);
+        assert_eq!(mid.profiles["AZURE_LOSSLESS"], azure());
+        assert!(shows(&layout, &mid, &t));
+
+        // A queue that keeps the profile's own setting stays on it.
+        let t = target(&layout, &mid, &[ORIG, NEW, NEW, NEW]);
+        assert_eq!(t.bindings[0], "AZURE_LOSSLESS");
+
+        // Back to the original settings: the tables exactly as before.
+        let back = target(&layout, &mid, &[ORIG; 4]);
+        assert_eq!(after(&mid, &plan(&layout, &mid, &back)), snap);
     }
 }
