@@ -1,9 +1,11 @@
 //! The actuator journal: an append-only record of every change, revert and refusal
 //! (PRODUCT.md "JSON outputs").
 //!
-//! One JSON object per line, written with a single `write` on a file opened for appending,
-//! so lines from one actuator never interleave and a crash loses at most the line being
-//! written. Fields:
+//! One JSON object per line, written with a single `write` on a file opened for appending and
+//! synced to disk, so lines from one actuator never interleave and a crash loses at most the
+//! line being written. An `apply` line is written before the device is touched; if the device
+//! then fails, a `reject` line follows with the unchanged generation, and the next change
+//! takes the failed one's number. Fields:
 //! - `ts`: RFC 3339 UTC time with milliseconds, e.g. `2025-01-31T12:00:00.123Z`;
 //! - `ts_unix_ms`: the same instant as Unix milliseconds (easier to compare in scripts);
 //! - `event`: `apply`, `confirm`, `revert` (a confirm deadline passed, or the actuator stopped
@@ -187,16 +189,18 @@ impl Journal {
         Ok(Journal { file: Some((f, path.to_path_buf())), found })
     }
 
-    /// Append one event as one line. Logs it too, so a journal-less actuator still leaves a
+    /// Append one event as one line and sync it to disk. Logs it too, so a journal-less actuator still leaves a
     /// trace.
     pub fn write(&mut self, e: &Event) -> std::io::Result<()> {
         let mut line = serde_json::to_string(e).map_err(std::io::Error::other)?;
         tracing::info!(target: "journal", event = ?e.event, generation = e.generation, detail = %e.detail, "{line}");
         if let Some((f, path)) = &mut self.file {
             line.push('\n');
-            // One write call per line: with O_APPEND the line lands whole at the end.
+            // One write call per line: with O_APPEND the line lands whole at the end. Synced
+            // before returning, since the caller changes the device next and a crash must not
+            // leave the device ahead of the file.
             f.write_all(line.as_bytes())
-                .and_then(|_| f.flush())
+                .and_then(|_| f.sync_data())
                 .map_err(|err| std::io::Error::new(err.kind(), format!("journal {}: {err}", path.display())))?;
         }
         Ok(())
@@ -210,6 +214,8 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
     /// The fields of a line that matter here.
     #[derive(serde::Deserialize)]
     struct Line {
+        /// Not read, but required: a line without it is no event.
+        #[allow(dead_code)]
         event: String,
         generation: u64,
         confirmed_generation: u64,
@@ -219,10 +225,9 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
     for line in BufReader::new(&mut *f).lines() {
         let Ok(l) = serde_json::from_str::<Line>(&line?) else { continue };
         found.last_generation = found.last_generation.max(l.generation);
-        // A refusal changes nothing on the device.
-        if l.event != "reject" {
-            found.last_state = Some((l.generation, l.confirmed_generation));
-        }
+        // Every line carries the state after it, a refusal's too: the one that follows an apply
+        // line whose device write failed is what says the device kept the earlier generation.
+        found.last_state = Some((l.generation, l.confirmed_generation));
     }
     Ok(found)
 }

@@ -212,11 +212,6 @@ impl<B: Backend> ActuatorService<B> {
             });
         }
         let staged = st.ledger.staged(&changes);
-        let before = st.ledger.current_settings();
-        if let Err(e) = self.inner.backend.apply(&staged) {
-            let s = Status::internal(format!("the {} backend failed to apply: {e}", self.inner.caps.backend));
-            return Err(self.reject(&mut st, s, requested, ctl));
-        }
         let deadline = (!within.is_zero()).then(|| {
             let now = SystemTime::now();
             Deadline { at: Instant::now() + within, unix_ms: unix_ms(now) + within.as_millis() as u64 }
@@ -227,13 +222,21 @@ impl<B: Backend> ActuatorService<B> {
             .detail(if req.reason.is_empty() { "apply".to_string() } else { req.reason.clone() })
             .controller(ctl);
         e.confirm_deadline_unix_ms = deadline.map(|d| d.unix_ms);
+        // The line goes to disk before the device changes: an actuator killed in between must
+        // leave a journal that ends on this unconfirmed change, not on the confirmed state
+        // before it (a restart would take the device's tables for confirmed settings).
         if let Err(err) = st.journal.write(&e) {
-            // Nothing may change without its journal line: undo on the device and refuse.
-            if let Err(undo) = self.inner.backend.apply(&before) {
-                error!("journal failed and the undo failed too: {undo}");
-            }
             error!("{err}");
-            return Err(Status::unavailable(format!("{err}; the change was undone")));
+            return Err(Status::unavailable(format!("{err}; nothing changed")));
+        }
+        if let Err(e) = self.inner.backend.apply(&staged) {
+            // The reject line puts the journal's last state back to the unchanged generation;
+            // its number goes to the next change.
+            let s = Status::internal(format!(
+                "the {} backend failed to apply generation {generation}: {e}",
+                self.inner.caps.backend
+            ));
+            return Err(self.reject(&mut st, s, requested, ctl));
         }
         st.ledger.commit(staged, deadline);
         if deadline.is_some() {
@@ -569,12 +572,28 @@ mod tests {
     use super::super::backend::{Bounds, QueueCap, QueueKey, TelemetryReceiver};
     use super::*;
     use crate::actuator::backend::BackendError;
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicBool, Ordering};
 
-    /// Settings in memory; `fail` makes every apply fail.
+    /// A fresh journal path in a scratch directory (kept alive by the returned guard).
+    fn scratch_journal() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::Builder::new().prefix("ecn-service-").tempdir().unwrap();
+        let p = dir.path().join("journal.jsonl");
+        (dir, p)
+    }
+
+    fn journal_lines(p: &Path) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(p).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    /// Settings in memory; `fail` makes every apply fail. With `journal`, each apply first
+    /// notes the journal's last line as it is on disk at that moment.
     struct Mem {
         caps: BackendCaps,
         settings: Mutex<Vec<EcnSetting>>,
-        fail: bool,
+        fail: AtomicBool,
+        journal: Option<PathBuf>,
+        journal_at_apply: Mutex<Vec<serde_json::Value>>,
     }
 
     impl Backend for Mem {
@@ -585,7 +604,12 @@ mod tests {
             self.settings.lock().unwrap().clone()
         }
         fn apply(&self, s: &[EcnSetting]) -> Result<(), BackendError> {
-            if self.fail {
+            if let Some(p) = &self.journal {
+                let text = std::fs::read_to_string(p).unwrap_or_default();
+                let last = text.lines().last().map(|l| serde_json::from_str(l).unwrap());
+                self.journal_at_apply.lock().unwrap().push(last.unwrap_or_default());
+            }
+            if self.fail.load(Ordering::SeqCst) {
                 return Err(BackendError("device unreachable".into()));
             }
             *self.settings.lock().unwrap() = s.to_vec();
@@ -599,6 +623,10 @@ mod tests {
     const START: EcnSetting = EcnSetting { kmin_bytes: 400_000, kmax_bytes: 1_600_000, pmax: 0.2 };
 
     fn service(fail: bool) -> (ActuatorService<Mem>, watch::Sender<bool>) {
+        service_with(fail, None)
+    }
+
+    fn service_with(fail: bool, journal: Option<&Path>) -> (ActuatorService<Mem>, watch::Sender<bool>) {
         let caps = BackendCaps {
             backend: "mem".into(),
             queues: vec![QueueCap {
@@ -610,9 +638,16 @@ mod tests {
             bounds: Bounds::for_buffer(32_000_000),
             min_telemetry_interval_ns: 0,
         };
-        let mem = Mem { caps, settings: Mutex::new(vec![START]), fail };
+        let mem = Mem {
+            caps,
+            settings: Mutex::new(vec![START]),
+            fail: AtomicBool::new(fail),
+            journal: journal.map(Path::to_path_buf),
+            journal_at_apply: Mutex::new(Vec::new()),
+        };
         let (tx, rx) = watch::channel(false);
-        (ActuatorService::new(mem, Journal::none(), rx), tx)
+        let j = journal.map_or_else(Journal::none, |p| Journal::open(p).unwrap());
+        (ActuatorService::new(mem, j, rx), tx)
     }
 
     fn lease(s: &ActuatorService<Mem>) -> String {
@@ -695,5 +730,40 @@ mod tests {
         assert_ne!(s.inner.backend.read_settings(), vec![START]);
         s.stop();
         assert_eq!(s.inner.backend.read_settings(), vec![START]);
+    }
+
+    #[test]
+    fn the_apply_line_is_on_disk_before_the_device_changes() {
+        let (_dir, path) = scratch_journal();
+        let (s, _stop) = service_with(false, Some(&path));
+        let l = lease(&s);
+        s.do_apply(apply_req(&l, 60_000)).unwrap();
+        let seen = s.inner.backend.journal_at_apply.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            (seen[0]["event"].as_str(), seen[0]["generation"].as_u64(), seen[0]["confirmed_generation"].as_u64()),
+            (Some("apply"), Some(2), Some(1)),
+            "killed during the device write, the journal must already end unconfirmed: {seen:?}"
+        );
+        assert_eq!(Journal::open(&path).unwrap().unconfirmed_at_end(), Some((2, 1)));
+    }
+
+    #[test]
+    fn a_device_that_fails_after_the_apply_line_leaves_a_journal_that_says_nothing_changed() {
+        let (_dir, path) = scratch_journal();
+        let (s, _stop) = service_with(true, Some(&path));
+        let l = lease(&s);
+        let e = s.do_apply(apply_req(&l, 60_000)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Internal);
+        let lines = journal_lines(&path);
+        let last = lines.last().unwrap();
+        assert_eq!(last["event"], "reject", "{lines:?}");
+        assert_eq!((last["generation"].as_u64(), last["confirmed_generation"].as_u64()), (Some(1), Some(1)));
+        let reopened = Journal::open(&path).unwrap();
+        assert_eq!(reopened.unconfirmed_at_end(), None, "a restart may start: the device kept generation 1");
+        assert_eq!(reopened.last_generation(), 2, "a restart numbers after the failed apply's line");
+        // In this process the number goes to the next change.
+        s.inner.backend.fail.store(false, Ordering::SeqCst);
+        assert_eq!(s.do_apply(apply_req(&l, 0)).unwrap().generation, 2);
     }
 }
