@@ -10,7 +10,8 @@
 //! - `ts_unix_ms`: the same instant as Unix milliseconds (easier to compare in scripts);
 //! - `event`: `apply`, `confirm`, `revert` (a confirm deadline passed, or the actuator stopped
 //!   with a change unconfirmed), `rollback` (one was requested) or `reject`;
-//! - `generation`: the generation the event produced (for `reject`, the unchanged current one);
+//! - `generation`: the generation the event produced (for `confirm` and `reject`, the current
+//!   one, which may stay unconfirmed above a confirmed one);
 //! - `confirmed_generation`: the last confirmed generation after the event;
 //! - `queues`: the settings involved, each `{switch, port, queue, kmin_bytes, kmax_bytes,
 //!   pmax}`: for `apply` and `reject` the requested changes; for `confirm` the queues that
@@ -89,7 +90,7 @@ pub struct Event {
     pub ts_unix_ms: u64,
     /// What happened.
     pub event: EventKind,
-    /// Generation produced (or current, for a reject).
+    /// Generation produced (or current, for a confirm or a reject).
     pub generation: u64,
     /// Last confirmed generation after the event.
     pub confirmed_generation: u64,

@@ -269,7 +269,9 @@ impl<B: Backend> ActuatorService<B> {
             }
         };
         if !done.already {
-            let e = Event::now(EventKind::Confirm, req.generation, req.generation, self.entries(&done.changed))
+            // The current generation, not the confirmed one: a stack above it stays pending, and
+            // a restart must see that the journal ends unconfirmed.
+            let e = Event::now(EventKind::Confirm, plan.current(), plan.confirmed(), self.entries(&done.changed))
                 .detail(format!("generation {} confirmed (previously confirmed: {})", req.generation, done.previous))
                 .controller(Some(&ctl));
             if let Err(err) = st.journal.write(&e) {
@@ -765,5 +767,26 @@ mod tests {
         // In this process the number goes to the next change.
         s.inner.backend.fail.store(false, Ordering::SeqCst);
         assert_eq!(s.do_apply(apply_req(&l, 0)).unwrap().generation, 2);
+    }
+
+    #[test]
+    fn confirming_part_of_a_stack_leaves_a_journal_that_ends_unconfirmed() {
+        let (_dir, path) = scratch_journal();
+        let (s, _stop) = service_with(false, Some(&path));
+        let l = lease(&s);
+        assert_eq!(s.do_apply(apply_req(&l, 60_000)).unwrap().generation, 2);
+        let mut next = apply_req(&l, 60_000);
+        next.changes[0].setting.as_mut().unwrap().pmax = 0.7;
+        assert_eq!(s.do_apply(next).unwrap().generation, 3);
+        s.do_confirm(pb::ConfirmRequest { lease_id: l, generation: 2 }).unwrap();
+        let lines = journal_lines(&path);
+        let last = lines.last().unwrap();
+        assert_eq!(last["event"], "confirm");
+        assert_eq!((last["generation"].as_u64(), last["confirmed_generation"].as_u64()), (Some(3), Some(2)));
+        assert_eq!(
+            Journal::open(&path).unwrap().unconfirmed_at_end(),
+            Some((3, 2)),
+            "generation 3 is still unconfirmed on the device"
+        );
     }
 }
