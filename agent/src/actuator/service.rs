@@ -108,6 +108,20 @@ impl<B: Backend> ActuatorService<B> {
         status
     }
 
+    /// Refuse a change while a revert that fell due has failed: a late Confirm would keep the
+    /// expired change, an Apply would carry it along (one without a deadline confirming it
+    /// outright). The timer and every later call retry the revert.
+    fn revert_owed(&self, st: &mut State, queues: Vec<QueueEntry>) -> Status {
+        let s = Status::unavailable(format!(
+            "the confirm deadline of generation {} passed and reverting to generation {} failed on the {} backend; \
+             nothing else changes until that revert goes through (it is retried)",
+            st.ledger.current(),
+            st.ledger.confirmed(),
+            self.inner.caps.backend
+        ));
+        self.reject(st, s, queues, None)
+    }
+
     fn check_lease(&self, st: &mut State, lease_id: &str, queues: &[QueueEntry]) -> Result<String, Status> {
         match st.leases.check(lease_id, Instant::now()) {
             Ok(l) => Ok(l.controller_id.clone()),
@@ -165,8 +179,11 @@ impl<B: Backend> ActuatorService<B> {
 
     fn do_apply(&self, req: pb::ApplyRequest) -> Result<pb::ApplyResponse, Status> {
         let mut st = self.lock();
-        self.revert_locked(&mut st, Instant::now(), None);
+        let reverted = self.revert_locked(&mut st, Instant::now(), None);
         let requested: Vec<QueueEntry> = req.changes.iter().map(raw_entry).collect();
+        if !reverted && !req.validate_only {
+            return Err(self.revert_owed(&mut st, requested));
+        }
         // validate_only changes nothing, so it needs no lease (a shadow-mode controller may
         // check its proposals) and leaves no journal line (the journal records changes and
         // refused changes, not questions).
@@ -258,7 +275,9 @@ impl<B: Backend> ActuatorService<B> {
 
     fn do_confirm(&self, req: pb::ConfirmRequest) -> Result<pb::ConfirmResponse, Status> {
         let mut st = self.lock();
-        self.revert_locked(&mut st, Instant::now(), None);
+        if !self.revert_locked(&mut st, Instant::now(), None) {
+            return Err(self.revert_owed(&mut st, Vec::new()));
+        }
         let ctl = self.check_lease(&mut st, &req.lease_id, &[])?;
         let mut plan = st.ledger.clone();
         let done = match plan.confirm(req.generation) {
@@ -291,7 +310,9 @@ impl<B: Backend> ActuatorService<B> {
 
     fn do_rollback(&self, req: pb::RollbackRequest) -> Result<pb::RollbackResponse, Status> {
         let mut st = self.lock();
-        self.revert_locked(&mut st, Instant::now(), None);
+        if !self.revert_locked(&mut st, Instant::now(), None) {
+            return Err(self.revert_owed(&mut st, Vec::new()));
+        }
         let ctl = self.check_lease(&mut st, &req.lease_id, &[])?;
         let target = req.to_generation.unwrap_or(st.ledger.confirmed());
         let settings = match st.ledger.settings_of(target) {
@@ -788,5 +809,33 @@ mod tests {
             Some((3, 2)),
             "generation 3 is still unconfirmed on the device"
         );
+    }
+
+    #[test]
+    fn a_failed_revert_refuses_changes_until_it_goes_through() {
+        let (s, _stop) = service(false);
+        let l = lease(&s);
+        let r = s.do_apply(apply_req(&l, 1)).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        s.inner.backend.fail.store(true, Ordering::SeqCst);
+        let late = pb::ConfirmRequest { lease_id: l.clone(), generation: r.generation };
+        let e = s.do_confirm(late.clone()).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable, "the expired change must not be kept: {e:?}");
+        for within_ms in [0, 60_000] {
+            let e = s.do_apply(apply_req(&l, within_ms)).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+        }
+        let e = s.do_rollback(pb::RollbackRequest { lease_id: l.clone(), ..Default::default() }).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+        {
+            let st = s.lock();
+            assert_eq!((st.ledger.current(), st.ledger.confirmed()), (2, 1));
+            assert!(st.ledger.deadline().is_some(), "the revert is still owed");
+        }
+        // The device is back: the next call reverts first, and the expired change is gone.
+        s.inner.backend.fail.store(false, Ordering::SeqCst);
+        let e = s.do_confirm(late).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert_eq!(s.inner.backend.read_settings(), vec![START]);
     }
 }
