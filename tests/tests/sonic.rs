@@ -776,6 +776,55 @@ async fn a_transaction_held_in_the_network_is_undone_when_it_lands() {
     assert_eq!(queue_setting(&mut p.redis.con(CONFIG_DB), "Ethernet4", 3), ORIGINAL);
 }
 
+/// After a Redis restart client ids start again from 1, so by the time the actuator fences off
+/// a failed transaction, its connection's id may name another program's connection (a SONiC
+/// daemon's). That one must stay open: only a connection bearing ecn-tuner's name is closed.
+#[tokio::test(flavor = "multi_thread")]
+async fn fencing_after_a_redis_restart_never_closes_another_programs_connection() {
+    let mut redis = RedisServer::start_durable();
+    seed(&redis, &Spec::default());
+    let proxy = Proxy::start(redis.port);
+    let url = proxy.url();
+    let act =
+        Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms", "--redis-timeout", "1s"])
+            .await;
+    let mut c = act.client().await;
+    let (l, _) = leased_after_a_first_change(&mut c, &redis).await;
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut redis.con(0)).unwrap();
+    let stale: i64 = list
+        .lines()
+        .find(|line| line.split(' ').any(|kv| kv == "name=ecn-tuner-config"))
+        .and_then(|line| line.split(' ').find_map(|kv| kv.strip_prefix("id=")))
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("the writer's connection in CLIENT LIST: {list}"));
+
+    proxy.hold();
+    let e = apply_ethernet4(&mut c, &l).await.expect_err("an apply that times out fails");
+    assert!(e.message().contains("cannot reach Redis to fence"), "{}", e.message());
+    redis.restart();
+    // Another program's connections take the ids up to the writer's old one.
+    let mut others = Vec::new();
+    loop {
+        let mut con = redis.con(0);
+        let _: () = redis::cmd("CLIENT").arg("SETNAME").arg("sonic-daemon").query(&mut con).unwrap();
+        let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut con).unwrap();
+        others.push((id, con));
+        if id >= stale {
+            break;
+        }
+    }
+    assert_eq!(others.last().map(|(id, _)| *id), Some(stale), "the old id now names another program's connection");
+    // The actuator retries the fence every --redis-timeout once it reaches Redis again.
+    proxy.release();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for (id, con) in &mut others {
+        let pong: redis::RedisResult<String> = redis::cmd("PING").query(con);
+        assert!(pong.is_ok(), "client {id} (not ecn-tuner's) was closed: {pong:?}\n{}", act.log_text());
+    }
+    apply_ethernet4(&mut c, &l).await.expect("the writer is whole again");
+    assert_eq!(queue_setting(&mut redis.con(CONFIG_DB), "Ethernet4", 3), (200_000, 800_000, 30));
+}
+
 /// Counters that stop moving (syncd hung, `counterpoll` off) are not an idle fabric: once
 /// nothing has moved for `--frozen-after`, the actuator publishes no telemetry, so that a
 /// controller sees it stale and falls back, and it resumes when the counters move again.

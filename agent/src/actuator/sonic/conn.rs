@@ -62,7 +62,7 @@ pub fn redact_password(url: &str) -> String {
 }
 
 /// This connection's id on the server (`CLIENT ID`, Redis 5.0 and newer): what
-/// [`kill_client`] needs to fence it off later.
+/// [`fence_client`] needs to fence it off later.
 pub fn client_id(con: &mut Connection) -> redis::RedisResult<i64> {
     redis::cmd("CLIENT").arg("ID").query(con)
 }
@@ -71,20 +71,69 @@ pub fn client_id(con: &mut Connection) -> redis::RedisResult<i64> {
 /// how many connections were closed (0 or 1). Redis runs one command at a time, so once this
 /// returns nothing more that client sent can run: a transaction of its either ran before or
 /// never will.
-pub fn kill_client(con: &mut Connection, id: i64) -> redis::RedisResult<i64> {
+fn kill_client(con: &mut Connection, id: i64) -> redis::RedisResult<i64> {
     redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query(con)
 }
 
-/// Check, once at start-up, that this Redis and user allow what fencing needs (`CLIENT ID` and
-/// `CLIENT KILL ID`): open a connection and close it from another. `Ok(Err(why))` when Redis
-/// refuses (an old server, an ACL), `Err` when it cannot be reached.
+/// What [`fence_client`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fenced {
+    /// Our old connection was still open and is closed now.
+    Killed,
+    /// No client has that id any more: the connection is closed already.
+    Gone,
+    /// The id names a connection that is not ours (this one, or one with another name): Redis
+    /// restarted, which closed ours, and numbers its clients from 1 again.
+    NotOurs {
+        /// The other connection's name (`CLIENT SETNAME`), empty if it has none.
+        name: String,
+    },
+}
+
+/// Close our earlier connection `stale_id`, named `name`, at the server, so that nothing it
+/// sent can run any more; `con` is a new connection of ours whose own id is `own_id`. Client
+/// ids are unique only while the server runs: after a restart `stale_id` may be another
+/// program's connection (a SONiC daemon's), so it is closed only if `CLIENT LIST` shows it still
+/// has our name. Between that check and the kill the id cannot change hands: that would take
+/// another restart, which would break `con` first.
+pub fn fence_client(con: &mut Connection, own_id: i64, stale_id: i64, name: &str) -> redis::RedisResult<Fenced> {
+    if own_id == stale_id {
+        return Ok(Fenced::NotOurs { name: name.to_string() });
+    }
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(con)?;
+    let wanted = stale_id.to_string();
+    let Some(entry) = list.lines().find(|l| client_field(l, "id") == Some(wanted.as_str())) else {
+        return Ok(Fenced::Gone);
+    };
+    let theirs = client_field(entry, "name").unwrap_or("");
+    if theirs != name {
+        return Ok(Fenced::NotOurs { name: theirs.to_string() });
+    }
+    Ok(match kill_client(con, stale_id)? {
+        0 => Fenced::Gone,
+        _ => Fenced::Killed,
+    })
+}
+
+/// A `key=value` field of one `CLIENT LIST` line.
+fn client_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split(' ').find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v))
+}
+
+/// Check, once at start-up, that this Redis and user allow what fencing needs (`CLIENT ID`,
+/// `CLIENT LIST` and `CLIENT KILL ID`): open a connection and close it from another. `Ok(Err(why))`
+/// when Redis refuses (an old server, an ACL), `Err` when it cannot be reached.
 pub fn can_fence(target: &RedisTarget, db: i64) -> Result<Result<(), String>, String> {
-    let mut victim = target.connect(db, "ecn-tuner-fence-check")?;
-    let mut killer = target.connect(db, "ecn-tuner-fence-check")?;
-    let killed = client_id(&mut victim).and_then(|id| kill_client(&mut killer, id));
+    const NAME: &str = "ecn-tuner-fence-check";
+    let mut victim = target.connect(db, NAME)?;
+    let mut killer = target.connect(db, NAME)?;
+    let killed = client_id(&mut victim).and_then(|victim_id| {
+        let own = client_id(&mut killer)?;
+        fence_client(&mut killer, own, victim_id, NAME)
+    });
     Ok(match killed {
-        Ok(1) => Ok(()),
-        Ok(n) => Err(format!("CLIENT KILL ID closed {n} connections instead of 1")),
+        Ok(Fenced::Killed) => Ok(()),
+        Ok(other) => Err(format!("fencing off a test connection did not close it ({other:?})")),
         Err(e) => Err(e.to_string()),
     })
 }
@@ -132,5 +181,15 @@ mod tests {
         assert_eq!(redact_password("unix:///var/run/redis/redis.sock"), "unix:///var/run/redis/redis.sock");
         let t = RedisTarget::parse("redis://tuner:hunter2@127.0.0.1:1", Duration::from_secs(1)).unwrap();
         assert!(!t.url().contains("hunter2"));
+    }
+
+    #[test]
+    fn client_list_fields_are_read_whole() {
+        let line = "id=12 addr=127.0.0.1:5000 laddr=127.0.0.1:6379 fd=8 name=ecn-tuner-config age=3 db=4";
+        assert_eq!(client_field(line, "id"), Some("12"));
+        assert_eq!(client_field(line, "name"), Some("ecn-tuner-config"));
+        assert_eq!(client_field(line, "addr"), Some("127.0.0.1:5000"));
+        assert_eq!(client_field("id=12 name= age=3", "name"), Some(""));
+        assert_eq!(client_field(line, "nam"), None);
     }
 }

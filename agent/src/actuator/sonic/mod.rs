@@ -19,8 +19,9 @@
 //! connection), the writer cannot tell from the error whether EXEC ran, or whether it is still
 //! on its way: held in a socket buffer or on a stalled network path, it could run after any
 //! read-back. So the writer first fences the old connection off: on a new one it closes it
-//! at the server (`CLIENT KILL ID`), after which nothing sent on it can run, and only then reads
-//! the tables back. When they show the new settings the apply is reported done; otherwise it is
+//! at the server (`CLIENT KILL ID`, once `CLIENT LIST` shows that id still bears our connection's
+//! name: after a Redis restart the id may be another program's), after which nothing sent on it
+//! can run, and only then reads the tables back. When they show the new settings the apply is reported done; otherwise it is
 //! reported failed, and that is then true for good (nothing changed, as the service expects).
 //!
 //! When Redis cannot be reached to fence, the apply is reported failed and the writer owes the
@@ -99,6 +100,10 @@ impl SonicOptions {
     }
 }
 
+/// `CLIENT SETNAME` of the writer's CONFIG_DB connection: fencing closes an old connection only
+/// if it still bears this name.
+const CONFIG_CONNECTION: &str = "ecn-tuner-config";
+
 /// A request to the writer thread.
 struct Job {
     settings: Vec<EcnSetting>,
@@ -156,8 +161,9 @@ impl SonicBackend {
         )?;
         if let Err(why) = conn::can_fence(&target, opts.dbs.config).map_err(ActuatorError::Failed)? {
             return Err(ActuatorError::BadInput(format!(
-                "--redis {}: the actuator must be able to run CLIENT ID and CLIENT KILL ID (Redis 5.0 or newer; with \
-                 ACLs, +client|id +client|kill) to fence off a transaction that timed out, and it cannot: {why}",
+                "--redis {}: the actuator must be able to run CLIENT ID, CLIENT LIST and CLIENT KILL ID (Redis 5.0 or \
+                 newer; with ACLs, +client|id +client|list +client|kill) to fence off a transaction that timed out, \
+                 and it cannot: {why}",
                 target.url()
             )));
         }
@@ -379,7 +385,7 @@ impl Writer {
 
     fn connection(&mut self) -> Result<&mut Connection, String> {
         if self.con.is_none() {
-            let mut con = self.target.connect(self.dbs.config, "ecn-tuner-config")?;
+            let mut con = self.target.connect(self.dbs.config, CONFIG_CONNECTION)?;
             let id = conn::client_id(&mut con).map_err(|e| {
                 format!("Redis at {}: CLIENT ID failed ({e}); ecn-tuner needs Redis 5.0 or newer", self.target.url())
             })?;
@@ -393,9 +399,20 @@ impl Writer {
     fn fence(&mut self) -> Result<(), String> {
         let Some(id) = self.unfenced else { return Ok(()) };
         let url = self.target.url().to_string();
-        let con = self.connection()?;
-        conn::kill_client(con, id).map_err(|e| format!("Redis at {url}: CLIENT KILL ID {id}: {e}"))?;
-        debug!(client = id, "fenced off the connection of a failed transaction");
+        self.connection()?;
+        let (con, own) = self.con.as_mut().expect("connected");
+        match conn::fence_client(con, *own, id, CONFIG_CONNECTION)
+            .map_err(|e| format!("Redis at {url}: fencing off client {id} (CLIENT LIST, CLIENT KILL ID): {e}"))?
+        {
+            conn::Fenced::Killed => debug!(client = id, "fenced off the connection of a failed transaction"),
+            conn::Fenced::Gone => debug!(client = id, "the connection of a failed transaction is closed already"),
+            conn::Fenced::NotOurs { name } => info!(
+                client = id,
+                other = %name,
+                "the failed transaction's client id now names another connection (Redis restarted, closing ours); \
+                 left open"
+            ),
+        }
         self.unfenced = None;
         self.fresh = false;
         Ok(())
