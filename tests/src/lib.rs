@@ -22,6 +22,7 @@ use tonic::transport::Channel;
 
 pub use ecn_proto::v1 as pb;
 
+pub mod faulty_link;
 pub mod sonic;
 pub mod telemetry_fixtures;
 
@@ -191,10 +192,16 @@ impl Actuator {
     /// target. Its decision log (returned) and its stderr (`NAME.log`) go into [`Actuator::dir`];
     /// stdout is piped.
     pub fn controller(&self, name: &str, args: &[&str]) -> (Child, PathBuf) {
+        self.controller_at(name, &self.url(), args)
+    }
+
+    /// As [`Actuator::controller`], with the controller pointed at `target` instead (a
+    /// [`faulty_link::FaultyLink`] in front of this actuator).
+    pub fn controller_at(&self, name: &str, target: &str, args: &[&str]) -> (Child, PathBuf) {
         let log = self.decision_log(name);
         let stderr = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
         let child = Command::new(ecn_tuner_bin())
-            .args(["run", "--target", &self.url(), "--controller-id", name, "--decision-log"])
+            .args(["run", "--target", target, "--controller-id", name, "--decision-log"])
             .arg(&log)
             .args(args)
             .stdin(Stdio::null())
@@ -229,13 +236,31 @@ impl Actuator {
         args: &[&str],
         what: &str,
         timeout: Duration,
+        done: F,
+    ) -> (PathBuf, T)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        self.controller_until_at(name, &self.url(), args, what, timeout, done).await
+    }
+
+    /// As [`Actuator::controller_until`], with the controller pointed at `target` instead (a
+    /// [`faulty_link::FaultyLink`] in front of this actuator).
+    pub async fn controller_until_at<T, F, Fut>(
+        &self,
+        name: &str,
+        target: &str,
+        args: &[&str],
+        what: &str,
+        timeout: Duration,
         mut done: F,
     ) -> (PathBuf, T)
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
     {
-        let (mut child, log) = self.controller(name, args);
+        let (mut child, log) = self.controller_at(name, target, args);
         let deadline = Instant::now() + timeout;
         let value = loop {
             if let Some(v) = done().await {

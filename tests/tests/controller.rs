@@ -1,6 +1,7 @@
 //! End-to-end: the real controller (`ecn-tuner run`) against the real actuator
 //! (`ecn-tuner actuator --backend sim`) over gRPC on loopback.
 
+use ecn_tests::faulty_link::{Faults, FaultyLink};
 use ecn_tests::{
     assert_applied_within_bounds, decision_reasons, enforce_flags, events, eventually, pb, queue_name, read_json_lines,
     Actuator, FABRIC_PATIENCE,
@@ -549,4 +550,84 @@ async fn a_failed_target_stops_the_others_cleanly() {
     let rollback = events(&journal, "rollback");
     assert_eq!(rollback.len(), 1, "the surviving target's pending change is rolled back: {journal:?}");
     assert!(rollback[0]["detail"].as_str().unwrap().contains("never confirmed"), "{}", rollback[0]);
+}
+
+/// An Apply whose reply is lost after the actuator applied it: the controller reads the
+/// actuator back, rolls back the change it cannot watch, and carries on with the actuator's
+/// generation. It used to keep its old generation and have every later Apply refused as stale.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_apply_reply_is_rolled_back_and_the_controller_carries_on() {
+    let act = sim_actuator(&[]).await;
+    let link = FaultyLink::start(&act.url(), Faults { lost_apply_replies: 1.into(), ..Default::default() }).await;
+    let target = (100_000, 400_000, 0.5);
+    act.controller_until_at(
+        "lossy-apply",
+        &link.url(),
+        &enforce_flags(
+            "static:100KB,400KB,0.5",
+            &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "5"],
+        ),
+        "every queue on the policy's setting, confirmed, or a refused Apply",
+        FABRIC_PATIENCE,
+        || {
+            let act = &act;
+            async move {
+                let refused = !events(&act.journal(), "reject").is_empty();
+                (refused || settled_on(act, target).await).then_some(())
+            }
+        },
+    )
+    .await;
+    let journal = act.journal();
+    assert!(events(&journal, "reject").is_empty(), "an Apply was refused: {journal:?}");
+    let kinds: Vec<&str> = journal.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds[..2], ["apply", "rollback"], "{journal:?}");
+    for (q, s) in settings(&act).await {
+        assert_eq!(s, target, "{q}");
+    }
+}
+
+/// A Confirm that lands but whose reply is lost: the controller reads the actuator back and
+/// knows the change is in effect, so the kill switch returns those queues to the baseline. It
+/// used to believe the old setting and skip them as already on the baseline.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_lost_confirm_reply_the_kill_switch_still_restores_the_baseline() {
+    let act = sim_actuator(&[]).await;
+    let before = settings(&act).await;
+    let link = FaultyLink::start(&act.url(), Faults { lost_confirm_replies: 1.into(), ..Default::default() }).await;
+    let kill = act.dir.path().join("KILL");
+    let kill_arg = kill.display().to_string();
+    // A long dwell keeps the controller from writing the same setting again, which would hide
+    // a wrong belief.
+    let mut killed_at = None;
+    let (_, restored) = act
+        .controller_until_at(
+            "lossy-confirm",
+            &link.url(),
+            &enforce_flags(
+                "static:200KB,800KB,0.3",
+                &["--min-dwell", "120s", "--health-window", "3", "--kill-file", &kill_arg],
+            ),
+            "the baseline back after the kill switch, or 30 s of waiting for it",
+            FABRIC_PATIENCE,
+            || {
+                let act = &act;
+                let before = &before;
+                if killed_at.is_none() && !events(&act.journal(), "confirm").is_empty() {
+                    std::fs::write(&kill, "stop").unwrap();
+                    killed_at = Some(std::time::Instant::now());
+                }
+                let waited_out = killed_at.is_some_and(|t| t.elapsed() > Duration::from_secs(30));
+                let killed = killed_at.is_some();
+                async move {
+                    if !killed {
+                        return None;
+                    }
+                    let back = settings(act).await == *before;
+                    (back || waited_out).then_some(back)
+                }
+            },
+        )
+        .await;
+    assert!(restored, "the kill switch left queues off the baseline: {:?}", act.journal());
 }

@@ -308,6 +308,9 @@ pub async fn run(
         if lp.check_pending().await? {
             continue;
         }
+        if lp.needs_resync && !lp.try_resync().await {
+            continue;
+        }
         if !lp.round_due(now, arrived.is_some()) {
             continue;
         }
@@ -393,6 +396,9 @@ struct ControlLoop {
     last_renew: Instant,
     killed: bool,
     next_due: Option<Instant>,
+    /// A write's outcome is unknown and reading the actuator back failed: no new change until
+    /// a read succeeds, since `generation` and the queues' `current` may be wrong.
+    needs_resync: bool,
 }
 
 impl ControlLoop {
@@ -492,6 +498,7 @@ impl ControlLoop {
             last_renew: now,
             killed: false,
             next_due: None,
+            needs_resync: false,
         })
     }
 
@@ -741,11 +748,82 @@ impl ControlLoop {
                 self.pending = Some(Pending { generation: g, queues: idx, before, after, deadline, previous });
             }
             Err(e) => {
-                warn!(error = %e, "apply refused; settings unchanged");
+                warn!(error = %e, "apply failed; reading the actuator back");
                 self.record_planned(&round, false, &format!("; the actuator refused the apply: {e}"))?;
+                self.settle_unknown_outcome("Apply").await;
             }
         }
         Ok(())
+    }
+
+    /// Read the actuator's generation and settings back into `generation` and every queue's
+    /// `current` (and their gauges); returns what it read.
+    async fn resync(&mut self) -> Result<pb::Config, tonic::Status> {
+        let config = self.client.get_config(pb::GetConfigRequest {}).await?.into_inner();
+        self.generation = config.generation;
+        for qs in &config.queues {
+            let (Some(id), Some(setting)) = (qs.id.as_ref(), to_setting(qs.setting.as_ref())) else { continue };
+            let Some(&i) = self.index.get(&queue_key(id)) else { continue };
+            let q = &mut self.queues[i];
+            if q.current != setting {
+                q.current = setting;
+                set_queue_metrics(&self.metrics, &self.cfg.target, q);
+            }
+        }
+        self.needs_resync = false;
+        Ok(config)
+    }
+
+    /// Retry a failed read-back; whether the controller's view is in sync again.
+    async fn try_resync(&mut self) -> bool {
+        match self.resync().await {
+            Ok(_) => true,
+            Err(s) => {
+                warn!(code = ?s.code(), message = s.message(), "still cannot read the actuator back; no change until then");
+                false
+            }
+        }
+    }
+
+    /// A write failed, but it may have landed with only its reply lost: read the actuator back,
+    /// and roll back an unconfirmed change that nobody is watching (only this controller
+    /// writes, under its lease). Without this, a stale `generation` would have every later
+    /// Apply refused, and `current` would be wrong for the step limits and the kill switch.
+    async fn settle_unknown_outcome(&mut self, call: &str) {
+        let config = match self.resync().await {
+            Ok(c) => c,
+            Err(s) => {
+                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a failed {call}");
+                self.needs_resync = true;
+                return;
+            }
+        };
+        let Some((lease_id, _)) = self.lease.clone() else { return };
+        if config.generation == config.confirmed_generation {
+            return;
+        }
+        warn!(
+            generation = config.generation,
+            "an unconfirmed change is in effect after a failed {call}: rolling it back, it was never health-checked"
+        );
+        let req = pb::RollbackRequest {
+            lease_id,
+            to_generation: None,
+            reason: format!("generation {} is unconfirmed after a failed {call}", config.generation),
+        };
+        match self.client.rollback(req).await {
+            Ok(_) => {
+                self.report.rollbacks += 1;
+                self.metrics.rollbacks.get_or_create(&ReasonLabels { reason: "unknown_outcome".into() }).inc();
+            }
+            Err(s) => {
+                warn!(code = ?s.code(), message = s.message(), "rollback failed; the confirm deadline will revert it")
+            }
+        }
+        if let Err(s) = self.resync().await {
+            warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after the rollback");
+            self.needs_resync = true;
+        }
     }
 
     /// Apply the round's changes in one atomic call with a confirm deadline. On success the
@@ -847,11 +925,8 @@ impl ControlLoop {
                         info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed");
                     }
                     Err(s) => {
-                        // The deadline passed first: the actuator reverted by itself.
-                        warn!(code = ?s.code(), message = s.message(), "confirm refused; the actuator reverted the change");
-                        for (i, old) in &p.previous {
-                            self.queues[*i].current = *old;
-                        }
+                        warn!(code = ?s.code(), message = s.message(), "confirm failed; reading the actuator back");
+                        self.after_failed_confirm(&p).await;
                     }
                 }
             }
@@ -880,6 +955,29 @@ impl ControlLoop {
         Ok(None)
     }
 
+    /// A Confirm failed: the deadline may have passed first (the actuator reverted the change
+    /// by itself), or the confirm landed and only its reply was lost. The actuator says which.
+    async fn after_failed_confirm(&mut self, p: &Pending) {
+        let config = match self.resync().await {
+            Ok(c) => c,
+            Err(s) => {
+                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a failed Confirm");
+                self.needs_resync = true;
+                return;
+            }
+        };
+        if config.confirmed_generation == p.generation {
+            self.report.confirms += 1;
+            self.metrics.confirms.inc();
+            info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed (the reply was lost)");
+            return;
+        }
+        if config.generation == p.generation {
+            // Still waiting for a confirm that will not come: take it back now.
+            self.settle_unknown_outcome("Confirm").await;
+        }
+    }
+
     /// Kill switch: any pending change rolled back, then every queue back to its baseline
     /// (inside the actuator's bounds), confirmed at once; no further changes.
     async fn kill_switch(&mut self) -> Result<(), CliError> {
@@ -896,10 +994,10 @@ impl ControlLoop {
                 .map_err(|s| CliError::Failed(format!("kill switch rollback: {}", s.message())))?;
             self.report.rollbacks += 1;
             self.metrics.rollbacks.get_or_create(&ReasonLabels { reason: "kill_switch".into() }).inc();
-            for (i, old) in &p.previous {
-                self.queues[*i].current = *old;
-            }
         }
+        // What the actuator holds, not what this controller believes: a lost reply can leave a
+        // queue off its baseline while `current` says otherwise.
+        self.resync().await.map_err(|s| CliError::Failed(format!("kill switch: GetConfig: {}", s.message())))?;
         let guardrails = &self.guardrails;
         let queues = &mut self.queues;
         let target = |q: &QueueState| guardrails.safe_baseline(q.baseline, q.xoff);

@@ -1,0 +1,174 @@
+//! A faulty network path between a controller and a real actuator: a gRPC server on loopback
+//! that forwards every call to the actuator and, on request, loses replies after the actuator
+//! acted on them, holds calls back, breaks telemetry streams, or rewrites what the actuator
+//! reports. The actuator and the controller stay the real ones; only the path between them
+//! misbehaves, as a flaky network or a buggy actuator would.
+
+use crate::{connect, pb, Client};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+/// What the link does wrong. Counters count down as faults are injected.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// The replies of this many successful Apply calls that open a confirm window are lost:
+    /// the actuator applies the change, the controller hears UNAVAILABLE.
+    pub lost_apply_replies: AtomicU32,
+    /// The replies of this many Confirm calls are lost, whatever the actuator answered.
+    pub lost_confirm_replies: AtomicU32,
+    /// This many Confirm calls are held back for `confirm_delay_ms` before they are forwarded.
+    pub late_confirms: AtomicU32,
+    /// How long a late Confirm is held back.
+    pub confirm_delay_ms: AtomicU64,
+    /// This many telemetry streams end with an error after `stream_break_after` batches.
+    pub broken_streams: AtomicU32,
+    /// Batches a broken stream forwards before it fails.
+    pub stream_break_after: AtomicU32,
+    /// Telemetry streams opened through the link so far.
+    pub streams_opened: AtomicU32,
+    /// Bounds reported instead of the actuator's.
+    pub bounds: Mutex<Option<pb::Bounds>>,
+}
+
+/// Take one from a fault counter; whether there was one.
+fn take(counter: &AtomicU32) -> bool {
+    counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+}
+
+fn lost(what: &str) -> Status {
+    Status::unavailable(format!("faulty link: the {what} reply was lost"))
+}
+
+/// A running faulty link; it serves until the test process ends.
+pub struct FaultyLink {
+    /// Where the controller connects.
+    pub addr: SocketAddr,
+    /// The faults, shared with the serving task.
+    pub faults: Arc<Faults>,
+}
+
+impl FaultyLink {
+    /// Serve on `127.0.0.1:0`, forwarding to the actuator at `upstream` (`http://...`).
+    pub async fn start(upstream: &str, faults: Faults) -> FaultyLink {
+        let faults = Arc::new(faults);
+        let client = connect(upstream).await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the faulty link");
+        let addr = listener.local_addr().expect("faulty link address");
+        let service = Forward { client, faults: faults.clone() };
+        tokio::spawn(async move {
+            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            let server = tonic::transport::Server::builder()
+                .add_service(pb::actuator_server::ActuatorServer::new(service))
+                .serve_with_incoming(incoming);
+            if let Err(e) = server.await {
+                eprintln!("faulty link stopped: {e}");
+            }
+        });
+        FaultyLink { addr, faults }
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+struct Forward {
+    client: Client,
+    faults: Arc<Faults>,
+}
+
+#[tonic::async_trait]
+impl pb::actuator_server::Actuator for Forward {
+    async fn get_capabilities(
+        &self,
+        req: Request<pb::GetCapabilitiesRequest>,
+    ) -> Result<Response<pb::Capabilities>, Status> {
+        let mut caps = self.client.clone().get_capabilities(req.into_inner()).await?.into_inner();
+        let bounds = self.faults.bounds.lock().unwrap().clone();
+        if bounds.is_some() {
+            caps.bounds = bounds;
+        }
+        Ok(Response::new(caps))
+    }
+
+    async fn get_config(&self, req: Request<pb::GetConfigRequest>) -> Result<Response<pb::Config>, Status> {
+        self.client.clone().get_config(req.into_inner()).await
+    }
+
+    async fn acquire_writer(
+        &self,
+        req: Request<pb::AcquireWriterRequest>,
+    ) -> Result<Response<pb::WriterLease>, Status> {
+        self.client.clone().acquire_writer(req.into_inner()).await
+    }
+
+    async fn release_writer(
+        &self,
+        req: Request<pb::ReleaseWriterRequest>,
+    ) -> Result<Response<pb::ReleaseWriterResponse>, Status> {
+        self.client.clone().release_writer(req.into_inner()).await
+    }
+
+    async fn apply(&self, req: Request<pb::ApplyRequest>) -> Result<Response<pb::ApplyResponse>, Status> {
+        let req = req.into_inner();
+        let opens_window = !req.validate_only && req.confirm_within_ms > 0;
+        let reply = self.client.clone().apply(req).await?;
+        if opens_window && take(&self.faults.lost_apply_replies) {
+            return Err(lost("Apply"));
+        }
+        Ok(reply)
+    }
+
+    async fn confirm(&self, req: Request<pb::ConfirmRequest>) -> Result<Response<pb::ConfirmResponse>, Status> {
+        if take(&self.faults.late_confirms) {
+            tokio::time::sleep(Duration::from_millis(self.faults.confirm_delay_ms.load(Ordering::SeqCst))).await;
+        }
+        let reply = self.client.clone().confirm(req.into_inner()).await;
+        if take(&self.faults.lost_confirm_replies) {
+            return Err(lost("Confirm"));
+        }
+        reply
+    }
+
+    async fn rollback(&self, req: Request<pb::RollbackRequest>) -> Result<Response<pb::RollbackResponse>, Status> {
+        self.client.clone().rollback(req.into_inner()).await
+    }
+
+    type StreamTelemetryStream = ReceiverStream<Result<pb::TelemetryBatch, Status>>;
+
+    async fn stream_telemetry(
+        &self,
+        req: Request<pb::StreamTelemetryRequest>,
+    ) -> Result<Response<Self::StreamTelemetryStream>, Status> {
+        let mut upstream = self.client.clone().stream_telemetry(req.into_inner()).await?.into_inner();
+        self.faults.streams_opened.fetch_add(1, Ordering::SeqCst);
+        let break_after =
+            take(&self.faults.broken_streams).then(|| self.faults.stream_break_after.load(Ordering::SeqCst));
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut forwarded = 0u32;
+            loop {
+                if break_after.is_some_and(|n| forwarded >= n) {
+                    let _ = tx.send(Err(Status::unavailable("faulty link: the telemetry stream was reset"))).await;
+                    return;
+                }
+                let item = match upstream.message().await {
+                    Ok(Some(batch)) => Ok(batch),
+                    Ok(None) => return,
+                    Err(s) => Err(s),
+                };
+                let failed = item.is_err();
+                if tx.send(item).await.is_err() || failed {
+                    return;
+                }
+                forwarded += 1;
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
