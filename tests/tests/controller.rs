@@ -631,3 +631,28 @@ async fn after_a_lost_confirm_reply_the_kill_switch_still_restores_the_baseline(
         .await;
     assert!(restored, "the kill switch left queues off the baseline: {:?}", act.journal());
 }
+
+/// An actuator whose bounds leave no valid Pmax (minimum above maximum) is refused at start,
+/// with the figures; the controller used to panic in its first decision round.
+#[tokio::test(flavor = "multi_thread")]
+async fn bounds_that_leave_no_valid_setting_are_refused_at_start() {
+    let act = sim_actuator(&[]).await;
+    let bounds = ecn_tests::pb::Bounds {
+        kmin_min_bytes: 1_000,
+        kmax_max_bytes: 32 << 20,
+        pmax_min: 0.9,
+        pmax_max: 0.5,
+        granularity_bytes: 1,
+    };
+    let link = FaultyLink::start(&act.url(), Faults { bounds: Some(bounds).into(), ..Default::default() }).await;
+    let (child, _) = act.controller_at(
+        "bad-bounds",
+        &link.url(),
+        &["--mode", "shadow", "--policy", "static:200KB,800KB,0.3", "--interval", "100ms"],
+    );
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+    let log = act.controller_log("bad-bounds");
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(log.contains("reports bounds no setting can meet: pmax_min 0.9 is above pmax_max 0.5"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+}

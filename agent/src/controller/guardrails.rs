@@ -1,8 +1,9 @@
 //! Guardrails: what stands between a policy's proposal and a switch.
 //!
 //! Every proposal passes through [`Guardrails::check`], whatever produced it. In order:
-//! 1. a non-finite or invalid proposal, or telemetry that is stale, missing or invalid, falls
-//!    back to the queue's baseline setting (known good, applied as is);
+//! 1. a non-finite or invalid proposal, telemetry that is stale, missing or invalid, or a
+//!    setting in effect that is not valid (a NaN Pmax read back from the actuator), falls back
+//!    to the queue's baseline setting (known good, applied as is);
 //! 2. a queue changed less than `min_dwell` ago keeps its setting;
 //! 3. each threshold moves at most `max_step_ratio` times up or down per step, Pmax at most
 //!    `max_pmax_step`;
@@ -39,6 +40,43 @@ pub struct GuardrailConfig {
     pub stale_after: Duration,
 }
 
+impl GuardrailConfig {
+    /// These limits tightened to an actuator's bounds, or why the result leaves no valid
+    /// setting: the bounds come from a remote peer, and the guardrails' clamps assume a
+    /// non-empty range.
+    pub fn tightened(&self, bounds: Option<&ecn_proto::v1::Bounds>) -> Result<GuardrailConfig, String> {
+        let mut g = self.clone();
+        if let Some(b) = bounds {
+            for (name, v) in [("pmax_min", b.pmax_min), ("pmax_max", b.pmax_max)] {
+                if !v.is_finite() {
+                    return Err(format!("its bounds' {name} is {v}"));
+                }
+            }
+            g.kmin_min_bytes = g.kmin_min_bytes.max(b.kmin_min_bytes);
+            if b.kmax_max_bytes > 0 {
+                g.kmax_max_bytes = g.kmax_max_bytes.min(b.kmax_max_bytes);
+            }
+            g.pmax_min = g.pmax_min.max(b.pmax_min);
+            if b.pmax_max > 0.0 {
+                g.pmax_max = g.pmax_max.min(b.pmax_max);
+            }
+            g.granularity_bytes = g.granularity_bytes.max(b.granularity_bytes);
+        }
+        if g.pmax_min > g.pmax_max {
+            return Err(format!("pmax_min {} is above pmax_max {}", g.pmax_min, g.pmax_max));
+        }
+        // Room for Kmin < Kmax on the granularity grid.
+        let room = g.kmin_min_bytes.checked_add(g.granularity_bytes.max(1).saturating_mul(2));
+        if room.is_none_or(|r| r > g.kmax_max_bytes) {
+            return Err(format!(
+                "no valid setting fits: kmin_min_bytes {}, kmax_max_bytes {}, granularity_bytes {}",
+                g.kmin_min_bytes, g.kmax_max_bytes, g.granularity_bytes
+            ));
+        }
+        Ok(g)
+    }
+}
+
 impl Default for GuardrailConfig {
     fn default() -> Self {
         GuardrailConfig {
@@ -66,6 +104,8 @@ pub enum Clamp {
     InvalidTelemetry,
     /// The policy's output was not a finite, valid setting: baseline.
     InvalidProposal,
+    /// The setting in effect is not valid (e.g. a NaN Pmax read back): baseline.
+    InvalidCurrent,
     /// Changed too recently: kept.
     Dwell,
     /// Moved further than one step allows: limited.
@@ -83,6 +123,7 @@ impl Clamp {
             Clamp::StaleTelemetry => "stale_telemetry",
             Clamp::InvalidTelemetry => "invalid_telemetry",
             Clamp::InvalidProposal => "invalid_proposal",
+            Clamp::InvalidCurrent => "invalid_current",
             Clamp::Dwell => "dwell",
             Clamp::Step => "step",
             Clamp::Bounds => "bounds",
@@ -148,6 +189,8 @@ impl Guardrails {
             (TelemetryHealth::Invalid, _) => Some(Clamp::InvalidTelemetry),
             (_, None) => Some(Clamp::InvalidProposal),
             (_, Some(p)) if p.validate().is_err() || !p.pmax.is_finite() => Some(Clamp::InvalidProposal),
+            // Steps are measured from the current setting, which must be a number to measure from.
+            _ if q.current.validate().is_err() => Some(Clamp::InvalidCurrent),
             _ => None,
         };
         if let Some(why) = fallback {
@@ -327,6 +370,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_nan_current_pmax_falls_back_to_the_baseline() {
+        let mut g = Guardrails::new(GuardrailConfig::default());
+        let q = ctx(s(400_000, 1_600_000, f64::NAN));
+        let v = g.check(Some(s(300_000, 1_200_000, 0.3)), &q, Instant::now());
+        assert_eq!((v.setting, v.clamps), (q.baseline, vec![Clamp::InvalidCurrent]));
+    }
+
+    #[test]
+    fn bounds_that_leave_no_valid_setting_are_refused() {
+        let b = |pmax_min: f64, pmax_max: f64, kmin_min_bytes: u64| ecn_proto::v1::Bounds {
+            kmin_min_bytes,
+            kmax_max_bytes: 10_000_000,
+            pmax_min,
+            pmax_max,
+            granularity_bytes: 1,
+        };
+        let cfg = GuardrailConfig::default();
+        let ok = cfg.tightened(Some(&b(0.1, 0.5, 2_000))).unwrap();
+        assert_eq!((ok.pmax_min, ok.pmax_max, ok.kmin_min_bytes, ok.kmax_max_bytes), (0.1, 0.5, 2_000, 10_000_000));
+        let inverted = cfg.tightened(Some(&b(0.9, 0.5, 2_000))).unwrap_err();
+        assert_eq!(inverted, "pmax_min 0.9 is above pmax_max 0.5");
+        assert_eq!(cfg.tightened(Some(&b(f64::NAN, 0.5, 2_000))).unwrap_err(), "its bounds' pmax_min is NaN");
+        assert!(cfg.tightened(Some(&b(0.0, 1.0, u64::MAX))).unwrap_err().contains("no valid setting fits"));
     }
 
     #[test]

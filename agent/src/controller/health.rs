@@ -177,12 +177,13 @@ impl WindowStats {
             n += 1;
             util += s.utilization();
             depth += s.queue_bytes_avg;
-            w.pauses += s.pauses;
-            w.drops += s.drops;
-            w.tx_pkts += s.tx_pkts;
-            w.ecn_marked_pkts += s.ecn_marked_pkts;
-            paused += s.paused_ns;
-            span += s.span_ns;
+            // Counters come from a remote peer: saturate rather than overflow.
+            w.pauses = w.pauses.saturating_add(s.pauses);
+            w.drops = w.drops.saturating_add(s.drops);
+            w.tx_pkts = w.tx_pkts.saturating_add(s.tx_pkts);
+            w.ecn_marked_pkts = w.ecn_marked_pkts.saturating_add(s.ecn_marked_pkts);
+            paused = u64::saturating_add(paused, s.paused_ns);
+            span = u64::saturating_add(span, s.span_ns);
         }
         let n = n.max(1) as f64;
         w.paused_fraction = if span > 0 { paused as f64 / span as f64 } else { 0.0 };
@@ -192,8 +193,8 @@ impl WindowStats {
 
 /// Fraction of the packets sent by these queues together that carried an ECN mark.
 fn marked_fraction(queues: &[WindowStats]) -> f64 {
-    let sent: u64 = queues.iter().map(|w| w.tx_pkts).sum();
-    let marked: u64 = queues.iter().map(|w| w.ecn_marked_pkts).sum();
+    let sent = queues.iter().fold(0u64, |n, w| n.saturating_add(w.tx_pkts));
+    let marked = queues.iter().fold(0u64, |n, w| n.saturating_add(w.ecn_marked_pkts));
     if sent == 0 {
         0.0
     } else {
@@ -333,6 +334,22 @@ mod tests {
         assert!(judge_utilization(&c, &before, &[sent(0.4, 600, 300), sent(0.3, 500, 250)]).is_ok());
         // An idle fabric that stays idle is not a collapse.
         assert!(judge_utilization(&c, &[sent(0.05, 10, 0)], &[sent(0.0, 0, 0)]).is_ok());
+    }
+
+    #[test]
+    fn huge_counters_saturate() {
+        let huge = IntervalStats {
+            span_ns: u64::MAX,
+            tx_pkts: u64::MAX,
+            ecn_marked_pkts: u64::MAX,
+            pauses: u64::MAX,
+            paused_ns: u64::MAX,
+            drops: u64::MAX,
+            ..Default::default()
+        };
+        let w = WindowStats::of(&[huge, huge]);
+        assert_eq!((w.pauses, w.drops, w.tx_pkts, w.ecn_marked_pkts), (u64::MAX, u64::MAX, u64::MAX, u64::MAX));
+        assert!(judge_utilization(&HealthConfig::default(), &[w, w], &[w, w]).is_ok());
     }
 
     #[test]

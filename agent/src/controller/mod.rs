@@ -412,18 +412,9 @@ impl ControlLoop {
         let config = client.get_config(pb::GetConfigRequest {}).await.map_err(|s| status("GetConfig", s))?.into_inner();
         let generation = config.generation;
 
-        let mut guard_cfg = cfg.guardrails.clone();
-        if let Some(b) = &caps.bounds {
-            guard_cfg.kmin_min_bytes = guard_cfg.kmin_min_bytes.max(b.kmin_min_bytes);
-            if b.kmax_max_bytes > 0 {
-                guard_cfg.kmax_max_bytes = guard_cfg.kmax_max_bytes.min(b.kmax_max_bytes);
-            }
-            guard_cfg.pmax_min = guard_cfg.pmax_min.max(b.pmax_min);
-            if b.pmax_max > 0.0 {
-                guard_cfg.pmax_max = guard_cfg.pmax_max.min(b.pmax_max);
-            }
-            guard_cfg.granularity_bytes = guard_cfg.granularity_bytes.max(b.granularity_bytes);
-        }
+        let guard_cfg = cfg.guardrails.tightened(caps.bounds.as_ref()).map_err(|why| {
+            CliError::Failed(format!("the actuator at {} reports bounds no setting can meet: {why}", cfg.target))
+        })?;
         let stale_after = guard_cfg.stale_after;
         let guardrails = Guardrails::new(guard_cfg);
 

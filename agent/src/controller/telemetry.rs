@@ -92,7 +92,8 @@ impl QueueWatch {
                 ecn_marked_pkts: s.ecn_marked_pkts,
                 link_bps: s.link_bps,
                 queue_bytes_avg: s.queue_bytes_avg,
-                pauses: s.pfc_pause_rx + s.pfc_pause_tx,
+                // Counters come from a remote peer: saturate rather than overflow.
+                pauses: s.pfc_pause_rx.saturating_add(s.pfc_pause_tx),
                 paused_ns: s.paused_ns,
                 drops: s.drops,
             });
@@ -183,6 +184,14 @@ mod tests {
         assert!(problem(&sample(1, -5.0, 0), None).is_some());
         assert!(problem(&sample(1, 10.0, 2_000_000), Some(100_000)).is_some());
         assert!(problem(&sample(1, 10.0, 1_000_000), Some(100_000)).is_none());
+    }
+
+    #[test]
+    fn huge_pause_counters_saturate() {
+        let mut w = QueueWatch::default();
+        w.push(&sample(100, 5.0, 0));
+        w.push(&pb::TelemetrySample { pfc_pause_rx: u64::MAX, pfc_pause_tx: 7, ..sample(200, 5.0, 100) });
+        assert_eq!(w.recent(1).next().map(|i| i.pauses), Some(u64::MAX));
     }
 
     #[test]
