@@ -205,6 +205,33 @@ struct Pending {
     previous: Vec<(usize, EcnSetting)>,
 }
 
+/// Feed telemetry samples to their queues, and the intervals they complete to the pending
+/// change's window. Only a valid sample that moved its queue's clock forward completes one: a
+/// batch without a new sample for a queue (a repeated timestamp, a counter reset, nothing at
+/// all) must not count that queue's previous interval again, or an interval from before the
+/// change, into the window.
+fn feed_samples(
+    queues: &mut [QueueState],
+    index: &HashMap<String, usize>,
+    pending: Option<&mut Pending>,
+    samples: &[pb::TelemetrySample],
+) {
+    let mut completed = Vec::new();
+    for s in samples {
+        let Some(&i) = s.id.as_ref().and_then(|id| index.get(&queue_key(id))) else { continue };
+        if let Some(stats) = queues[i].watch.push(s) {
+            completed.push((i, stats));
+        }
+    }
+    if let Some(p) = pending {
+        for (i, stats) in completed {
+            if let Some(k) = p.queues.iter().position(|&q| q == i) {
+                p.after[k].push(stats);
+            }
+        }
+    }
+}
+
 /// A change a round decided on, and its decision-log line, written once the apply's
 /// outcome is known.
 struct Planned {
@@ -511,15 +538,7 @@ impl ControlLoop {
     /// returns its arrival time.
     fn take_batch(&mut self, batch: &pb::TelemetryBatch) -> Instant {
         self.last_batch_at = Instant::now();
-        for s in &batch.samples {
-            let Some(i) = s.id.as_ref().and_then(|id| self.index.get(&queue_key(id))) else { continue };
-            self.queues[*i].watch.push(s);
-        }
-        if let Some(p) = &mut self.pending {
-            for (k, &i) in p.queues.iter().enumerate() {
-                p.after[k].extend(self.queues[i].watch.last_interval());
-            }
-        }
+        feed_samples(&mut self.queues, &self.index, self.pending.as_mut(), &batch.samples);
         self.last_batch_at
     }
 
@@ -1052,15 +1071,60 @@ impl ControlLoop {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Batches after a change that bring no new interval for a watched queue add nothing to
+    /// its window: neither the interval from before the change nor a repeated sample.
+    #[test]
+    fn only_new_intervals_enter_the_health_window() {
+        let id = pb::QueueId { switch: "leaf1".into(), port: "eth1".into(), queue: 3 };
+        let setting = EcnSetting { kmin_bytes: 100_000, kmax_bytes: 400_000, pmax: 0.2 };
+        let mut queues = vec![QueueState {
+            id: id.clone(),
+            link_bps: 100_000_000_000,
+            xoff: None,
+            current: setting,
+            baseline: setting,
+            last_change: None,
+            quarantine_until: None,
+            watch: QueueWatch::default(),
+        }];
+        let index = HashMap::from([(queue_key(&id), 0)]);
+        let sample = |ts_ns: u64, drops: u64| pb::TelemetrySample {
+            ts_ns,
+            id: Some(id.clone()),
+            link_bps: 100_000_000_000,
+            queue_bytes_avg: 10.0,
+            queue_bytes_max: 20,
+            drops,
+            ..Default::default()
+        };
+        // Before the change: an interval with 4 drops.
+        feed_samples(&mut queues, &index, None, &[sample(100, 0), sample(200, 4)]);
+        let mut p = Pending {
+            generation: 1,
+            queues: vec![0],
+            before: vec![WindowStats::default()],
+            after: vec![Vec::new()],
+            deadline: Instant::now(),
+            previous: Vec::new(),
+        };
+        feed_samples(&mut queues, &index, Some(&mut p), &[sample(200, 4)]);
+        feed_samples(&mut queues, &index, Some(&mut p), &[]);
+        assert!(p.after[0].is_empty(), "{:?}", p.after[0]);
+        feed_samples(&mut queues, &index, Some(&mut p), &[sample(300, 0)]);
+        assert_eq!(p.after[0].iter().map(|i| (i.span_ns, i.drops)).collect::<Vec<_>>(), [(100, 0)]);
+    }
+
     #[test]
     fn only_loopback_urls_are_loopback() {
         for url in ["http://127.0.0.1:50051", "http://localhost:1", "http://[::1]:9", "http://127.3.2.1"] {
-            assert!(super::is_loopback_url(url), "{url}");
+            assert!(is_loopback_url(url), "{url}");
         }
         for url in
             ["http://10.0.0.1:50051", "http://switch1:50051", "http://[2001:db8::1]:9", "http://127.0.0.1.evil:1"]
         {
-            assert!(!super::is_loopback_url(url), "{url}");
+            assert!(!is_loopback_url(url), "{url}");
         }
     }
 }

@@ -67,8 +67,9 @@ fn interval(s: &pb::TelemetrySample, span_ns: u64) -> QueueInterval {
 }
 
 impl QueueWatch {
-    /// Take in one sample.
-    pub fn push(&mut self, s: &pb::TelemetrySample) {
+    /// Take in one sample; returns the interval it completed, if it was valid and moved the
+    /// queue's clock forward (a repeated or reset timestamp completes none).
+    pub fn push(&mut self, s: &pb::TelemetrySample) -> Option<IntervalStats> {
         let now = Instant::now();
         let prev_ts = self.last.as_ref().map(|p| p.ts_ns);
         let advanced = prev_ts.is_none_or(|t| s.ts_ns > t);
@@ -80,12 +81,13 @@ impl QueueWatch {
         if advanced {
             self.advanced_at = Some(now);
         }
+        let mut completed = None;
         if let (Some(span), true) = (span, self.last_valid) {
             self.features.push(interval(s, span), FEATURE_HISTORY);
             if self.history.len() == HISTORY {
                 self.history.pop_front();
             }
-            self.history.push_back(IntervalStats {
+            let stats = IntervalStats {
                 span_ns: span,
                 tx_bytes: s.tx_bytes,
                 tx_pkts: s.tx_pkts,
@@ -96,9 +98,12 @@ impl QueueWatch {
                 pauses: s.pfc_pause_rx.saturating_add(s.pfc_pause_tx),
                 paused_ns: s.paused_ns,
                 drops: s.drops,
-            });
+            };
+            self.history.push_back(stats);
+            completed = Some(stats);
         }
         self.last = Some(s.clone());
+        completed
     }
 
     /// Whether any sample has arrived yet.
@@ -123,15 +128,6 @@ impl QueueWatch {
             return TelemetryHealth::Invalid;
         }
         TelemetryHealth::Good
-    }
-
-    /// The most recent complete interval.
-    pub fn last_interval(&self) -> Option<IntervalStats> {
-        if self.last_valid {
-            self.history.back().copied()
-        } else {
-            None
-        }
     }
 
     /// The last `n` intervals.
