@@ -656,3 +656,61 @@ async fn bounds_that_leave_no_valid_setting_are_refused_at_start() {
     assert!(log.contains("reports bounds no setting can meet: pmax_min 0.9 is above pmax_max 0.5"), "{log}");
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// A Confirm that reaches the actuator after the change's deadline is refused, and the
+/// actuator has reverted the change. The controller logs the revert, quarantines the queues
+/// and shows the reverted setting in its gauges. It used to do none of that.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_confirm_refused_after_the_deadline_is_logged_and_quarantined() {
+    let act = sim_actuator(&[]).await;
+    let faults = Faults { late_confirms: 1.into(), confirm_delay_ms: 6_000.into(), ..Default::default() };
+    let link = FaultyLink::start(&act.url(), faults).await;
+    let metrics = metrics_addr();
+    let decisions = act.decision_log("late");
+    let mut reverted_at = None;
+    let (log, text) = act
+        .controller_until_at(
+            "late",
+            &link.url(),
+            &enforce_flags(
+                "static:200KB,800KB,0.3",
+                &["--confirm-within", "4s", "--health-window", "3", "--metrics", &metrics],
+            ),
+            "a revert in the journal and the controller's account of it, or 20 s of waiting for it",
+            FABRIC_PATIENCE,
+            || {
+                if reverted_at.is_none() && !events(&act.journal(), "revert").is_empty() {
+                    reverted_at = Some(std::time::Instant::now());
+                }
+                let logged = decision_reasons(&decisions).iter().any(|r| r.contains("reverted before its confirm"));
+                let waited_out = reverted_at.is_some_and(|t| t.elapsed() > Duration::from_secs(20));
+                let metrics = &metrics;
+                async move {
+                    if !(logged || waited_out) {
+                        return None;
+                    }
+                    let t =
+                        tokio::time::timeout(Duration::from_secs(5), http_get(metrics, "/metrics")).await.ok()??;
+                    Some(t)
+                }
+            },
+        )
+        .await;
+    let d = read_json_lines(&log);
+    let first = d.iter().position(|x| x["reason"].as_str().unwrap().contains("reverted before its confirm landed"));
+    let first = first.unwrap_or_else(|| panic!("no revert in the decision log: {:?}", decision_reasons(&log)));
+    let reverted: std::collections::HashSet<&str> = d[first..]
+        .iter()
+        .take_while(|x| x["reason"].as_str().unwrap().contains("reverted before"))
+        .map(|x| x["queue"].as_str().unwrap())
+        .collect();
+    // Later rounds hold those queues on their known-good setting.
+    for x in d[first + reverted.len()..].iter().filter(|x| reverted.contains(x["queue"].as_str().unwrap())) {
+        assert!(x["reason"].as_str().unwrap().contains("quarantined"), "{x}");
+    }
+    let kmin: Vec<&str> = text.lines().filter(|l| l.starts_with("ecn_tuner_queue_kmin_bytes{")).collect();
+    assert!(
+        !kmin.is_empty() && kmin.iter().all(|l| !l.ends_with(" 200000")),
+        "gauges show the reverted setting: {kmin:?}"
+    );
+}

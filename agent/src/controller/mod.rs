@@ -936,7 +936,7 @@ impl ControlLoop {
                     }
                     Err(s) => {
                         warn!(code = ?s.code(), message = s.message(), "confirm failed; reading the actuator back");
-                        self.after_failed_confirm(&p).await;
+                        self.after_failed_confirm(&p, &s).await?;
                     }
                 }
             }
@@ -967,25 +967,42 @@ impl ControlLoop {
 
     /// A Confirm failed: the deadline may have passed first (the actuator reverted the change
     /// by itself), or the confirm landed and only its reply was lost. The actuator says which.
-    async fn after_failed_confirm(&mut self, p: &Pending) {
+    async fn after_failed_confirm(&mut self, p: &Pending, failure: &tonic::Status) -> Result<(), CliError> {
         let config = match self.resync().await {
             Ok(c) => c,
             Err(s) => {
                 warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a failed Confirm");
                 self.needs_resync = true;
-                return;
+                return Ok(());
             }
         };
         if config.confirmed_generation == p.generation {
             self.report.confirms += 1;
             self.metrics.confirms.inc();
             info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed (the reply was lost)");
-            return;
+            return Ok(());
         }
         if config.generation == p.generation {
             // Still waiting for a confirm that will not come: take it back now.
             self.settle_unknown_outcome("Confirm").await;
         }
+        // The change is gone: its queues keep their known-good setting for the quarantine, as
+        // after a rollback, and the decision log says why they are back.
+        warn!(generation = p.generation, queues = p.queues.len(), "the change was reverted before its confirm landed");
+        let until = Instant::now() + self.cfg.quarantine;
+        let why = format!(
+            "generation {} was reverted before its confirm landed ({:?}: {})",
+            p.generation,
+            failure.code(),
+            failure.message()
+        );
+        for &i in &p.queues {
+            let q = &mut self.queues[i];
+            q.quarantine_until = Some(until);
+            set_queue_metrics(&self.metrics, &self.cfg.target, q);
+            record(&self.log, &decision(&self.cfg, q, q.current, true, why.clone()))?;
+        }
+        Ok(())
     }
 
     /// Kill switch: any pending change rolled back, then every queue back to its baseline
