@@ -6,6 +6,7 @@ use ecn_tests::{
     assert_applied_within_bounds, decision_reasons, enforce_flags, events, eventually, pb, queue_name, read_json_lines,
     Actuator, FABRIC_PATIENCE,
 };
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// An 8-host fabric at 30% load: small enough for a debug build to keep pace with the clock.
@@ -637,7 +638,7 @@ async fn after_a_lost_confirm_reply_the_kill_switch_still_restores_the_baseline(
 #[tokio::test(flavor = "multi_thread")]
 async fn bounds_that_leave_no_valid_setting_are_refused_at_start() {
     let act = sim_actuator(&[]).await;
-    let bounds = ecn_tests::pb::Bounds {
+    let bounds = pb::Bounds {
         kmin_min_bytes: 1_000,
         kmax_max_bytes: 32 << 20,
         pmax_min: 0.9,
@@ -713,4 +714,51 @@ async fn a_confirm_refused_after_the_deadline_is_logged_and_quarantined() {
         !kmin.is_empty() && kmin.iter().all(|l| !l.ends_with(" 200000")),
         "gauges show the reverted setting: {kmin:?}"
     );
+}
+
+/// A telemetry stream that fails is reopened: decisions go on from fresh telemetry, and the
+/// reconnection is counted. The controller used to give up on the stream, so that every queue
+/// went stale and was held at its baseline for the rest of the run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_telemetry_stream_is_reopened() {
+    let act = sim_actuator(&[]).await;
+    let faults = Faults { broken_streams: 1.into(), stream_break_after: 20.into(), ..Default::default() };
+    let link = FaultyLink::start(&act.url(), faults).await;
+    let metrics = metrics_addr();
+    let decisions = act.decision_log("reconnect");
+    let mut reopened_at = None;
+    let mut failed_at = None;
+    let (log, text) = act
+        .controller_until_at(
+            "reconnect",
+            &link.url(),
+            &["--mode", "shadow", "--policy", "static:200KB,800KB,0.3", "--interval", "100ms", "--metrics", &metrics],
+            "decisions from a reopened stream, or 20 s of waiting for it",
+            FABRIC_PATIENCE,
+            || {
+                let lines = read_json_lines(&decisions).len();
+                if link.faults.streams_opened.load(Ordering::SeqCst) >= 2 && reopened_at.is_none() {
+                    reopened_at = Some(lines);
+                }
+                if failed_at.is_none() && act.controller_log("reconnect").contains("telemetry stream failed") {
+                    failed_at = Some(std::time::Instant::now());
+                }
+                // Ten rounds' worth of decisions after the stream came back.
+                let fresh = reopened_at.is_some_and(|n| lines > n + 10 * 32);
+                let waited_out = failed_at.is_some_and(|t| t.elapsed() > Duration::from_secs(20));
+                let metrics = &metrics;
+                async move {
+                    if !(fresh || waited_out) {
+                        return None;
+                    }
+                    tokio::time::timeout(Duration::from_secs(5), http_get(metrics, "/metrics")).await.ok()?
+                }
+            },
+        )
+        .await;
+    assert!(link.faults.streams_opened.load(Ordering::SeqCst) >= 2, "{}", act.controller_log("reconnect"));
+    assert!(text.lines().any(|l| l == "ecn_tuner_telemetry_reconnects_total 1"), "{text}");
+    let reasons = decision_reasons(&log);
+    let last = reasons.last().unwrap();
+    assert!(!last.contains("stale_telemetry"), "decisions still on stale telemetry: {last}");
 }

@@ -47,6 +47,8 @@ pub struct Metrics {
     pub decision_latency_seconds: Histogram,
     /// Seconds since the last telemetry batch.
     pub telemetry_age_seconds: Gauge<f64, AtomicU64>,
+    /// Telemetry streams reopened after one was lost.
+    pub telemetry_reconnects: Counter,
     /// Decisions that kept a queue as it was because the learned model never trained at its
     /// line rate.
     pub untrained_rate_holds: Counter,
@@ -71,6 +73,7 @@ impl Metrics {
             clamps: Family::default(),
             decision_latency_seconds: Histogram::new(exponential_buckets(1e-5, 2.0, 20)),
             telemetry_age_seconds: Gauge::default(),
+            telemetry_reconnects: Counter::default(),
             untrained_rate_holds: Counter::default(),
             kmin_bytes: Family::default(),
             kmax_bytes: Family::default(),
@@ -93,6 +96,11 @@ impl Metrics {
             m.decision_latency_seconds.clone(),
         );
         r.register("telemetry_age_seconds", "Seconds since the last telemetry batch", m.telemetry_age_seconds.clone());
+        r.register(
+            "telemetry_reconnects",
+            "Telemetry streams reopened after one was lost",
+            m.telemetry_reconnects.clone(),
+        );
         r.register("queue_kmin_bytes", "ECN Kmin in effect", m.kmin_bytes.clone());
         r.register("queue_kmax_bytes", "ECN Kmax in effect", m.kmax_bytes.clone());
         r.register("queue_pmax", "ECN Pmax in effect", m.pmax.clone());

@@ -294,31 +294,70 @@ pub async fn run(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<RunReport, CliError> {
     let mut lp = ControlLoop::start(cfg, metrics, log).await?;
-    let mut stream = lp.open_stream().await?;
+    let mut stream = Some(lp.open_stream().await?);
+    let now = Instant::now();
+    (lp.last_batch_at, lp.last_renew) = (now, now);
+    // A lost stream is reopened with a growing pause between tries; its queues go stale
+    // meanwhile, and are held at the baseline like any queue without fresh telemetry.
+    let mut backoff = RECONNECT_BACKOFF_MIN;
+    let mut reconnect_at = tokio::time::Instant::now();
 
     let started = Instant::now();
     let mut ticker = tokio::time::interval(lp.cfg.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut sigusr1 = signal(tokio::signal::unix::SignalKind::user_defined1())?;
-    let mut stream_open = true;
 
     loop {
+        let connected = stream.is_some();
         // Wait for something to do; decisions follow the first telemetry batch of each interval,
         // and the ticker keeps deciding (and falling back) when telemetry stops.
-        let arrived = tokio::select! {
+        let woke = tokio::select! {
             _ = tokio::signal::ctrl_c() => { info!("interrupted"); break; }
             _ = sigterm.recv() => { info!("terminated"); break; }
             _ = stop.changed() => { warn!(target = %lp.cfg.target, "another target failed; stopping this one cleanly"); break; }
-            _ = sigusr1.recv() => { lp.killed = true; None }
-            msg = stream.message(), if stream_open => {
-                match msg {
-                    Ok(Some(batch)) => Some(lp.take_batch(&batch)),
-                    Ok(None) => { warn!("the actuator closed the telemetry stream"); stream_open = false; None }
-                    Err(s) => { warn!(code = ?s.code(), message = s.message(), "telemetry stream failed"); stream_open = false; None }
-                }
+            _ = sigusr1.recv() => { lp.killed = true; Wake::Other }
+            msg = next_batch(&mut stream) => Wake::Telemetry(msg),
+            _ = tokio::time::sleep_until(reconnect_at), if !connected => Wake::Reconnect,
+            _ = ticker.tick() => Wake::Other,
+        };
+        let arrived = match woke {
+            Wake::Telemetry(Ok(Some(batch))) => {
+                backoff = RECONNECT_BACKOFF_MIN;
+                Some(lp.take_batch(&batch))
             }
-            _ = ticker.tick() => None,
+            Wake::Telemetry(Ok(None)) => {
+                stream = None;
+                reconnect_at = stream_lost(&lp.cfg.target, "the actuator closed the telemetry stream", &mut backoff);
+                None
+            }
+            Wake::Telemetry(Err(s)) => {
+                stream = None;
+                reconnect_at = stream_lost(
+                    &lp.cfg.target,
+                    &format!("telemetry stream failed: {:?}: {}", s.code(), s.message()),
+                    &mut backoff,
+                );
+                None
+            }
+            Wake::Reconnect => {
+                match lp.open_stream().await {
+                    Ok(s) => {
+                        info!(target = %lp.cfg.target, "telemetry stream reopened");
+                        lp.metrics.telemetry_reconnects.inc();
+                        stream = Some(s);
+                    }
+                    Err(e) => {
+                        reconnect_at = stream_lost(
+                            &lp.cfg.target,
+                            &format!("cannot reopen the telemetry stream: {e}"),
+                            &mut backoff,
+                        );
+                    }
+                }
+                None
+            }
+            Wake::Other => None,
         };
         if lp.cfg.duration.is_some_and(|d| started.elapsed() >= d) {
             info!("duration reached");
@@ -352,6 +391,41 @@ pub async fn run(
     }
 
     lp.shutdown().await
+}
+
+/// The first pause before reopening a lost telemetry stream; it doubles while tries fail.
+const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// The longest pause between two tries to reopen the telemetry stream.
+const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// What woke the control loop.
+enum Wake {
+    /// The telemetry stream yielded a batch, ended, or failed.
+    Telemetry(Result<Option<pb::TelemetryBatch>, tonic::Status>),
+    /// Time to try reopening the telemetry stream.
+    Reconnect,
+    /// The ticker or the kill signal.
+    Other,
+}
+
+/// Log a lost telemetry stream; returns when to try reopening it.
+/// The pause doubles with every loss until a batch arrives again, so that a stream that
+/// fails as soon as it opens is not reopened in a tight loop.
+fn stream_lost(target: &str, why: &str, backoff: &mut Duration) -> tokio::time::Instant {
+    warn!(%target, retry_in = ?*backoff, "{why}; reopening it");
+    let at = tokio::time::Instant::now() + *backoff;
+    *backoff = (*backoff * 2).min(RECONNECT_BACKOFF_MAX);
+    at
+}
+
+/// The next message of the telemetry stream; never, while there is none.
+async fn next_batch(
+    stream: &mut Option<tonic::Streaming<pb::TelemetryBatch>>,
+) -> Result<Option<pb::TelemetryBatch>, tonic::Status> {
+    match stream {
+        Some(s) => s.message().await,
+        None => std::future::pending().await,
+    }
 }
 
 fn status(what: &str, s: tonic::Status) -> CliError {
@@ -520,7 +594,7 @@ impl ControlLoop {
         })
     }
 
-    /// Open the telemetry stream; the telemetry-age and lease-renewal clocks start here.
+    /// Open the telemetry stream.
     async fn open_stream(&mut self) -> Result<tonic::Streaming<pb::TelemetryBatch>, CliError> {
         let stream = self
             .client
@@ -528,9 +602,6 @@ impl ControlLoop {
             .await
             .map_err(|s| status("StreamTelemetry", s))?
             .into_inner();
-        let now = Instant::now();
-        self.last_batch_at = now;
-        self.last_renew = now;
         Ok(stream)
     }
 
