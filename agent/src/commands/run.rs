@@ -182,6 +182,24 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
     if cfg.confirm_within < Duration::from_millis(1) {
         return Err(CliError::BadInput(format!("--confirm-within '{}': must be at least 1ms", a.confirm_within)));
     }
+    // The actuator refuses longer confirm windows: every Apply would fail.
+    let max_confirm = crate::actuator::service::MAX_CONFIRM_WITHIN;
+    if cfg.confirm_within > max_confirm {
+        return Err(CliError::BadInput(format!(
+            "--confirm-within '{}': must be at most {} minutes, the longest confirm window an actuator grants",
+            a.confirm_within,
+            max_confirm.as_secs() / 60
+        )));
+    }
+    // A change is judged at the latest two intervals before its deadline; a window no longer
+    // than that leaves no time to watch its health, and every change would be rolled back.
+    if cfg.confirm_within <= cfg.interval * 2 {
+        return Err(CliError::BadInput(format!(
+            "--confirm-within '{}': must be longer than two --interval ('{}'), or no change can be \
+             health-checked before its deadline and every change is rolled back",
+            a.confirm_within, a.interval
+        )));
+    }
     // The writer lease lives 10 intervals; the actuator grants at most an hour.
     if cfg.interval * 10 > crate::actuator::lease::MAX_TTL {
         return Err(CliError::BadInput(format!("--interval '{}': must be at most 6 minutes", a.interval)));
@@ -296,6 +314,23 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         run: RunArgs,
+    }
+
+    /// A confirm window the actuator refuses, or too short to watch a change's health before its
+    /// deadline, is refused at start, naming the flag.
+    #[test]
+    fn confirm_windows_that_cannot_work_are_refused() {
+        for (flags, why) in [
+            (["--confirm-within", "3601s", "--interval", "1s"], "must be at most 60 minutes"),
+            (["--confirm-within", "2s", "--interval", "1s"], "must be longer than two --interval ('1s')"),
+        ] {
+            let mut argv = vec!["run", "--target", "http://127.0.0.1:1", "--mode", "shadow"];
+            argv.extend(flags);
+            let e = run(Cli::try_parse_from(argv).unwrap().run).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{e}");
+            assert!(e.to_string().starts_with("--confirm-within '"), "{e}");
+            assert!(e.to_string().contains(why), "{e}");
+        }
     }
 
     /// `scripts/quickstart` passes `--model default` and then the user's arguments, so a
