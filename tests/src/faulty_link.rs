@@ -89,7 +89,7 @@ impl pb::actuator_server::Actuator for Forward {
         req: Request<pb::GetCapabilitiesRequest>,
     ) -> Result<Response<pb::Capabilities>, Status> {
         let mut caps = self.client.clone().get_capabilities(req.into_inner()).await?.into_inner();
-        let bounds = self.faults.bounds.lock().unwrap().clone();
+        let bounds = *self.faults.bounds.lock().unwrap();
         if bounds.is_some() {
             caps.bounds = bounds;
         }
