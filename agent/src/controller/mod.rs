@@ -1053,20 +1053,21 @@ impl ControlLoop {
             info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed (the reply was lost)");
             return Ok(());
         }
-        if config.generation == p.generation {
+        let still_pending = config.generation == p.generation;
+        if still_pending {
             // Still waiting for a confirm that will not come: take it back now.
             self.settle_unknown_outcome("Confirm").await;
         }
         // The change is gone: its queues keep their known-good setting for the quarantine, as
         // after a rollback, and the decision log says why they are back.
-        warn!(generation = p.generation, queues = p.queues.len(), "the change was reverted before its confirm landed");
+        let what = if still_pending {
+            "could not be confirmed and was rolled back"
+        } else {
+            "was reverted before its confirm landed"
+        };
+        warn!(generation = p.generation, queues = p.queues.len(), "the change {what}");
         let until = Instant::now() + self.cfg.quarantine;
-        let why = format!(
-            "generation {} was reverted before its confirm landed ({:?}: {})",
-            p.generation,
-            failure.code(),
-            failure.message()
-        );
+        let why = format!("generation {} {what} ({:?}: {})", p.generation, failure.code(), failure.message());
         for &i in &p.queues {
             let q = &mut self.queues[i];
             q.quarantine_until = Some(until);
