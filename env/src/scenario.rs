@@ -207,6 +207,47 @@ struct TopologyFile {
     link_delay: Option<Nanos>,
 }
 
+impl TopologyFile {
+    /// The file's `[topology]` over its base's, field by field. A file that names a different
+    /// `kind` describes another fabric, so none of the base's fields carry over.
+    fn merge(file: Option<TopologyFile>, base: Option<TopologyFile>) -> TopologyFile {
+        let (f, b) = match (file, base) {
+            (None, b) => return b.unwrap_or_default(),
+            (Some(f), None) => return f,
+            (Some(f), Some(b)) => (f, b),
+        };
+        let base_kind = b.kind.as_deref().unwrap_or("leaf-spine");
+        if f.kind.as_deref().is_some_and(|k| k != base_kind) {
+            return f;
+        }
+        TopologyFile {
+            kind: f.kind.or(b.kind),
+            path: f.path.or(b.path),
+            leaves: f.leaves.or(b.leaves),
+            spines: f.spines.or(b.spines),
+            hosts_per_leaf: f.hosts_per_leaf.or(b.hosts_per_leaf),
+            host_link: f.host_link.or(b.host_link),
+            fabric_link: f.fabric_link.or(b.fabric_link),
+            link_delay: f.link_delay.or(b.link_delay),
+        }
+    }
+
+    /// The leaf-spine keys given, in the README's order.
+    fn leaf_spine_keys(&self) -> Vec<&'static str> {
+        [
+            ("leaves", self.leaves.is_some()),
+            ("spines", self.spines.is_some()),
+            ("hosts_per_leaf", self.hosts_per_leaf.is_some()),
+            ("host_link", self.host_link.is_some()),
+            ("fabric_link", self.fabric_link.is_some()),
+            ("link_delay", self.link_delay.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(key, given)| given.then_some(key))
+        .collect()
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SwitchFile {
@@ -528,7 +569,7 @@ fn resolve(
     }
 
     // Topology.
-    let t = file.topology.or(base.topology).unwrap_or_default();
+    let t = TopologyFile::merge(file.topology, base.topology);
     let kind = t.kind.as_deref().unwrap_or("leaf-spine");
     let topology = match kind {
         "leaf-spine" => {
@@ -553,6 +594,15 @@ fn resolve(
             .map_err(|e| err(source, "topology", e.to_string()))?
         }
         "hpcc" => {
+            // The topology file sets the fabric's shape, speeds and delays; a leaf-spine key
+            // beside it would be silently ignored.
+            if let Some(key) = t.leaf_spine_keys().first() {
+                return Err(err(
+                    source,
+                    format!("topology.{key}"),
+                    "only used with kind = \"leaf-spine\" (the hpcc topology file gives the fabric)",
+                ));
+            }
             let p = t.path.as_deref().ok_or_else(|| err(source, "topology.path", "required with kind = \"hpcc\""))?;
             let path = dir.join(p);
             let text =
@@ -903,6 +953,37 @@ mod tests {
     fn endless_files_are_refused_not_read_forever() {
         let e = Scenario::load("/dev/zero", None).unwrap_err();
         assert!(e.message.contains("larger than 256 MiB"), "{e}");
+    }
+
+    /// `[topology]` over a base overrides the fields it names and keeps the base's others; a
+    /// leaf-spine key beside `kind = "hpcc"` is refused rather than ignored.
+    #[test]
+    fn topology_merges_with_the_base_field_by_field() {
+        let s = parse("base = \"leafspine-64\"\n[topology]\nlink_delay = \"2us\"\n").unwrap();
+        assert_eq!(s.fabric.topology.hosts().len(), 64);
+        assert!(s.fabric.topology.links.iter().all(|l| l.delay == Nanos::from_micros(2)));
+        let s = parse("base = \"leafspine-64\"\n[topology]\nkind = \"leaf-spine\"\nhosts_per_leaf = 2\n").unwrap();
+        assert_eq!(s.fabric.topology.hosts().len(), 8, "4 leaves of the base x 2 hosts");
+
+        let dir = std::env::temp_dir().join(format!("ecn-scenario-topo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // 3 hosts on one switch.
+        std::fs::write(dir.join("t.txt"), "4 1 3\n3\n0 3 100Gbps 1us 0\n1 3 100Gbps 1us 0\n2 3 100Gbps 1us 0\n")
+            .unwrap();
+        let hpcc = |text: &str| Scenario::from_toml(text, "test.toml", &dir, None);
+        // Another kind over the base is another fabric: none of the base's leaf-spine keys apply.
+        let s = hpcc("base = \"leafspine-64\"\n[topology]\nkind = \"hpcc\"\npath = \"t.txt\"\n").unwrap();
+        assert_eq!(s.fabric.topology.hosts().len(), 3);
+        for key in ["leaves = 4", "host_link = \"25Gbps\"", "link_delay = \"2us\""] {
+            let text = format!("base = \"websearch-50\"\n[topology]\nkind = \"hpcc\"\npath = \"t.txt\"\n{key}\n");
+            let e = hpcc(&text).unwrap_err();
+            let name = key.split(' ').next().unwrap();
+            assert_eq!(e.field, format!("topology.{name}"), "{e}");
+            assert!(e.message.contains("leaf-spine"), "{e}");
+        }
+        let e = hpcc("base = \"websearch-50\"\n[topology]\npath = \"t.txt\"\n").unwrap_err();
+        assert_eq!(e.field, "topology.path", "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
