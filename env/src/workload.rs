@@ -84,11 +84,14 @@ impl Cdf {
         }
     }
 
-    /// Mean flow size in bytes, exact for the piecewise-linear distribution.
+    /// Mean flow size in bytes, exact for the distribution [`Cdf::sample`] draws from: the
+    /// first point's share is a point mass at its size (as in the reference simulator), and
+    /// each later segment is uniform between its two sizes.
     pub fn mean(&self) -> f64 {
-        let mut prev = (0.0, 0.0);
-        let mut m = 0.0;
-        for &(s, p) in &self.points {
+        let (s0, p0) = self.points[0];
+        let mut m = s0 * p0 / 100.0;
+        let mut prev = (s0, p0);
+        for &(s, p) in &self.points[1..] {
             m += (prev.0 + s) / 2.0 * (p - prev.1) / 100.0;
             prev = (s, p);
         }
@@ -344,6 +347,35 @@ mod tests {
         let n = 200_000;
         let m: f64 = (0..n).map(|_| c.sample(&mut rng) as f64).sum::<f64>() / n as f64;
         assert!((m - c.mean()).abs() / c.mean() < 0.02, "{m} vs {}", c.mean());
+    }
+
+    /// A file whose first percentage is above 0 puts that share at the first size, in the
+    /// mean as in the draws, so that the offered load is the one asked for.
+    #[test]
+    fn a_first_share_above_zero_is_a_point_mass_in_mean_and_samples() {
+        let c = Cdf::parse("1000000 50\n2000000 100\n").unwrap();
+        assert_eq!(c.mean(), 1_250_000.0);
+        let mut rng = Rng::new(5, 0);
+        let n = 200_000;
+        let draws: Vec<u64> = (0..n).map(|_| c.sample(&mut rng)).collect();
+        let at_first = draws.iter().filter(|&&s| s == 1_000_000).count() as f64 / n as f64;
+        assert!((at_first - 0.5).abs() < 0.01, "{at_first}");
+        let m = draws.iter().map(|&s| s as f64).sum::<f64>() / n as f64;
+        assert!((m - c.mean()).abs() / c.mean() < 0.005, "{m} vs {}", c.mean());
+        // Files that start at `0 0`, as REFERENCE.md's and the built-ins do, keep their mean
+        // to the bit: the trapezoids from the origin.
+        let c = Cdf::parse("0 0\n1000 50\n3000 100\n").unwrap();
+        assert_eq!(c.mean(), 250.0 + 1000.0);
+        for builtin in ecn_datasets::workloads::BUILTIN_CDFS {
+            let c = Cdf::parse(builtin.text).unwrap();
+            assert_eq!(c.points[0], (0.0, 0.0), "{}", builtin.name);
+            let (mut prev, mut trapezoids) = ((0.0, 0.0), 0.0);
+            for &(s, p) in &c.points {
+                trapezoids += (prev.0 + s) / 2.0 * (p - prev.1) / 100.0;
+                prev = (s, p);
+            }
+            assert_eq!(c.mean().to_bits(), trapezoids.to_bits(), "{}", builtin.name);
+        }
     }
 
     #[test]
