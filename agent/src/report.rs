@@ -4,6 +4,7 @@ use crate::error::CliError;
 use ecn_datasets::io;
 use ecn_env::summary::{Percentiles, Summary, TailAnatomy};
 use ecn_env::Simulator;
+use ecn_models::staged::StagedFiles;
 use std::fmt::Write;
 use std::path::Path;
 
@@ -70,10 +71,12 @@ fn tail_line(t: &TailAnatomy) -> String {
 pub const OUTPUT_FILES: [&str; 4] = ["flows.parquet", "fct.txt", "telemetry.parquet", "summary.json"];
 
 /// Write flow records (Parquet and HPCC FCT text), telemetry (Parquet) and the summary
-/// (JSON) into `dir`, as [`OUTPUT_FILES`].
+/// (JSON) into `dir`, as [`OUTPUT_FILES`]. They replace a previous run's files together or not
+/// at all, so a failure part way never leaves one run's flows beside another's summary.
 pub fn write_outputs(dir: &Path, sim: &mut Simulator, summary: &Summary) -> Result<(), CliError> {
     let fail = |e: &dyn std::fmt::Display| CliError::Failed(e.to_string());
-    let [flows_file, fct_file, telemetry_file, summary_file] = OUTPUT_FILES.map(|name| dir.join(name));
+    let mut staged = StagedFiles::new();
+    let [flows_file, fct_file, telemetry_file, summary_file] = OUTPUT_FILES.map(|name| staged.stage(&dir.join(name)));
     let flows = sim.flow_records();
     io::write_flows_parquet(&flows_file, &flows).map_err(|e| fail(&e))?;
     io::write_flows_hpcc_fct(&fct_file, &flows).map_err(|e| fail(&e))?;
@@ -81,5 +84,44 @@ pub fn write_outputs(dir: &Path, sim: &mut Simulator, summary: &Summary) -> Resu
     io::write_telemetry_parquet(&telemetry_file, &telemetry).map_err(|e| fail(&e))?;
     let json = serde_json::to_string_pretty(summary).map_err(|e| fail(&e))?;
     std::fs::write(&summary_file, json + "\n").map_err(|e| fail(&format!("{}: {e}", summary_file.display())))?;
-    Ok(())
+    staged.commit().map_err(|e| fail(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ecn_env::scenario::Scenario;
+
+    /// A run whose last file cannot be written leaves the previous run's files as they were,
+    /// not this run's flows beside that run's summary.
+    #[test]
+    fn outputs_replace_the_previous_run_together_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in &OUTPUT_FILES[..3] {
+            std::fs::write(dir.path().join(name), "previous run").unwrap();
+        }
+        // Nothing can be written where the summary goes.
+        std::fs::create_dir(dir.path().join("summary.json")).unwrap();
+        let text = "duration = \"200us\"\ndrain = \"1ms\"\n[[workload]]\nkind = \"incast\"\nfan_in = 2\nflow_size = \"10KB\"\ncount = 1\n";
+        let run = || {
+            let sc = Scenario::from_toml(text, "test.toml", Path::new("."), None).unwrap();
+            let mut sim = Simulator::new(sc.fabric, sc.flows).unwrap();
+            sim.run(|_| {});
+            let summary = Summary::new(&sim, &sc.name, "scenario", sc.seed, 0.0);
+            (sim, summary)
+        };
+        let (mut sim, summary) = run();
+        let e = write_outputs(dir.path(), &mut sim, &summary).unwrap_err();
+        assert!(e.to_string().contains("summary.json"), "{e}");
+        for name in &OUTPUT_FILES[..3] {
+            assert_eq!(std::fs::read_to_string(dir.path().join(name)).unwrap(), "previous run", "{name}");
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 4, "no temporary file is left");
+
+        std::fs::remove_dir(dir.path().join("summary.json")).unwrap();
+        let (mut sim, summary) = run();
+        write_outputs(dir.path(), &mut sim, &summary).unwrap();
+        assert!(std::fs::read_to_string(dir.path().join("summary.json")).unwrap().contains("\"scenario\""));
+        assert_ne!(std::fs::read_to_string(dir.path().join("fct.txt")).unwrap(), "previous run");
+    }
 }

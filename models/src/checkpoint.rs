@@ -3,6 +3,7 @@
 
 use crate::card::{CardError, ModelCard};
 use crate::qnet::QNetwork;
+pub use crate::staged::StagedFiles;
 use std::path::{Path, PathBuf};
 use tch::Device;
 
@@ -36,8 +37,21 @@ pub fn default_model_path(name: &str) -> PathBuf {
 }
 
 impl Checkpoint {
-    /// Write weights (safetensors) and card (JSON) side by side.
+    /// Write weights (safetensors) and card (JSON) side by side, replacing both or neither
+    /// (see [`StagedFiles`]).
     pub fn save(&self, weights: &Path) -> Result<(), CardError> {
+        let mut staged = StagedFiles::new();
+        self.save_staged(weights, &mut staged)?;
+        staged.commit().map_err(|e| CardError {
+            path: weights.display().to_string(),
+            field: "file".into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Write weights and card under temporary names in `staged`, to be moved into place with
+    /// the other files of the same model when `staged` commits.
+    pub fn save_staged(&self, weights: &Path, staged: &mut StagedFiles) -> Result<(), CardError> {
         let io =
             |field: &str, e: String| CardError { path: weights.display().to_string(), field: field.into(), message: e };
         if let Some(dir) = weights.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -46,9 +60,9 @@ impl Checkpoint {
         if weights.extension().is_none_or(|e| e != "safetensors") {
             return Err(io("path", "a model path must end in .safetensors".into()));
         }
-        self.net.var_store().save(weights).map_err(|e| io("weights", e.to_string()))?;
+        self.net.var_store().save(staged.stage(weights)).map_err(|e| io("weights", e.to_string()))?;
         let card = serde_json::to_string_pretty(&self.card).map_err(|e| io("card", e.to_string()))?;
-        std::fs::write(card_path(weights), card + "\n").map_err(|e| io("card", e.to_string()))
+        std::fs::write(staged.stage(&card_path(weights)), card + "\n").map_err(|e| io("card", e.to_string()))
     }
 
     /// Read and check the card beside `weights`, then load the weights onto `device`.

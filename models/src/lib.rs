@@ -7,12 +7,14 @@
 //! - [`card`]: the JSON model card that sits beside the weights (PRODUCT.md "Data
 //!   contracts") and the checks that a card matches this build.
 //! - [`checkpoint`]: save and load, safetensors weights plus card.
+//! - [`staged`]: files that belong together, replaced all at once or not at all.
 //!
 //! Networks run wherever libtorch can: [`default_device`] picks CUDA when present.
 
 pub mod card;
 pub mod checkpoint;
 pub mod qnet;
+pub mod staged;
 
 pub use card::{Calibration, CardError, ModelCard, NetworkSpec, TrainingRecord};
 pub use checkpoint::{default_model_path, Checkpoint};

@@ -57,6 +57,29 @@ fn a_loaded_checkpoint_acts_like_the_saved_one() {
     }
 }
 
+/// A save that cannot write the card leaves the previous model whole: the old weights stay
+/// under the old card, not new weights under it.
+#[test]
+fn a_failed_save_replaces_neither_weights_nor_card() {
+    let (_dir, path) = tmp("failed-save");
+    let old = checkpoint(TuningConfig::default());
+    old.save(&path).unwrap();
+    let old_weights = std::fs::read(&path).unwrap();
+    // The card cannot be written where it goes.
+    let card = ecn_models::checkpoint::card_path(&path);
+    std::fs::remove_file(&card).unwrap();
+    std::fs::create_dir(&card).unwrap();
+    tch::manual_seed(8);
+    let mut new = checkpoint(TuningConfig::default());
+    new.net = QNetwork::new(Device::Cpu, new.card.network.obs_dim, &new.card.network.hidden, new.card.network.actions);
+    let e = new.save(&path).unwrap_err();
+    assert!(e.to_string().contains("card.json"), "{e}");
+    assert!(std::fs::read(&path).unwrap() == old_weights, "the old weights must stay");
+    // No temporary file is left beside them.
+    let names: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
+
 fn rewrite_card(path: &Path, edit: impl Fn(&mut serde_json::Value)) {
     let card = ecn_models::checkpoint::card_path(path);
     let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&card).unwrap()).unwrap();

@@ -14,6 +14,7 @@ use ecn_env::scenario::Scenario;
 use ecn_env::tuning::{EpisodeSource, FlowWait, TrainingMix, TuningConfig};
 use ecn_env::Nanos;
 use ecn_models::card::{NetworkSpec, MAX_LAYER_WIDTH};
+use ecn_models::staged::StagedFiles;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -198,9 +199,11 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     let trained = trainer::train(&cfg, &bar)?;
     bar.finish_and_clear();
 
-    trained.checkpoint.save(&args.out).map_err(|e| CliError::Failed(e.to_string()))?;
+    // Weights, card, curve and plot replace the previous model's together or not at all.
+    let mut staged = StagedFiles::new();
+    trained.checkpoint.save_staged(&args.out, &mut staged).map_err(|e| CliError::Failed(e.to_string()))?;
     let csv = ecn_models::checkpoint::sibling(&args.out, CURVE_CSV);
-    write_curve_csv(&csv, &trained.curve)?;
+    write_curve_csv(&staged.stage(&csv), &trained.curve)?;
     let png = ecn_models::checkpoint::sibling(&args.out, CURVE_PNG);
     let pts = |f: fn(&trainer::CurvePoint) -> f64| trained.curve.iter().map(|p| (p.env_steps as f64, f(p))).collect();
     // The reference's cost is its own small-flow p99 (nothing to penalise against itself).
@@ -208,7 +211,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         trained.reference.iter().map(|m| m.small_p99).sum::<f64>() / trained.reference.len().max(1) as f64;
     let reference_line = trained.curve.iter().map(|p| (p.env_steps as f64, reference_cost)).collect();
     plot::training_curve(
-        &png,
+        &staged.stage(&png),
         &format!("{name}: greedy evaluation every {} steps", cfg.eval_every),
         "environment steps",
         &[
@@ -219,6 +222,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
             (&format!("{} cost (reference)", trainer::REFERENCE_BASELINE.name()), reference_line),
         ],
     )?;
+    staged.commit().map_err(|e| CliError::Failed(e.to_string()))?;
     let sel = &trained.checkpoint.card.evaluation["selected"];
     print_written(&args.out, &csv, &png);
     println!(
@@ -292,7 +296,8 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
     let bar = progress_bar(cfg.updates, "updates");
     let trained = offline::train(&cfg, &data, &bar)?;
     bar.finish_and_clear();
-    trained.checkpoint.save(&args.out).map_err(|e| CliError::Failed(e.to_string()))?;
+    let mut staged = StagedFiles::new();
+    trained.checkpoint.save_staged(&args.out, &mut staged).map_err(|e| CliError::Failed(e.to_string()))?;
     let csv = ecn_models::checkpoint::sibling(&args.out, CURVE_CSV);
     let mut s = String::from("updates,loss,td_error_rms,agrees_with_logged,wall_seconds\n");
     for p in &trained.curve {
@@ -301,11 +306,11 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
             p.updates, p.loss, p.td_error_rms, p.agrees_with_logged, p.wall_seconds
         ));
     }
-    std::fs::write(&csv, s).map_err(|e| CliError::Failed(format!("{}: {e}", csv.display())))?;
+    std::fs::write(staged.stage(&csv), s).map_err(|e| CliError::Failed(format!("{}: {e}", csv.display())))?;
     let png = ecn_models::checkpoint::sibling(&args.out, CURVE_PNG);
     let pts = |f: fn(&offline::OfflinePoint) -> f64| trained.curve.iter().map(|p| (p.updates as f64, f(p))).collect();
     plot::training_curve(
-        &png,
+        &staged.stage(&png),
         &format!("{}: offline CQL on {} transitions", cfg.name, data.replay.len()),
         "gradient updates",
         &[
@@ -314,6 +319,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
             ("greedy = logged action", pts(|p| p.agrees_with_logged)),
         ],
     )?;
+    staged.commit().map_err(|e| CliError::Failed(e.to_string()))?;
     print_written(&args.out, &csv, &png);
     let last = trained.curve.last().expect("at least one point");
     println!(

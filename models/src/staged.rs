@@ -1,0 +1,99 @@
+//! Output files that belong together (a model's weights, card and training curve; a run's
+//! report files) replaced as one: each is written under a temporary name beside its
+//! destination, and none is renamed into place until every one is written. A failure part way
+//! (a full disk, a plot that cannot be drawn) leaves the previous files as they were, never new
+//! weights under an old card.
+
+use std::path::{Path, PathBuf};
+
+/// Files written under temporary names, moved into place together by [`StagedFiles::commit`].
+/// Dropped without a commit, it removes what was written.
+#[derive(Debug, Default)]
+pub struct StagedFiles {
+    /// (temporary, destination), in the order they were staged.
+    files: Vec<(PathBuf, PathBuf)>,
+}
+
+impl StagedFiles {
+    /// Nothing staged yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The path to write `destination`'s content to. It lies in the same folder, so that the
+    /// rename is atomic, and ends in the destination's file name, so that writers choosing a
+    /// format by extension (libtorch's safetensors, the PNG encoder) choose the same one.
+    pub fn stage(&mut self, destination: &Path) -> PathBuf {
+        let name = destination.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let temporary = destination.with_file_name(format!(".tmp-{}-{name}", std::process::id()));
+        self.files.push((temporary.clone(), destination.to_path_buf()));
+        temporary
+    }
+
+    /// Rename every staged file into place, in the order staged. Before renaming any, it checks
+    /// that every temporary file was written and that no destination is a directory, the
+    /// failures a rename within one folder can meet; on an error nothing has been replaced.
+    pub fn commit(mut self) -> std::io::Result<()> {
+        let error = |path: &Path, why: String| std::io::Error::other(format!("{}: {why}", path.display()));
+        for (temporary, destination) in &self.files {
+            if destination.is_dir() {
+                return Err(error(destination, "is a directory".into()));
+            }
+            if !temporary.is_file() {
+                return Err(error(destination, format!("{} was not written", temporary.display())));
+            }
+        }
+        for (temporary, destination) in std::mem::take(&mut self.files) {
+            if let Err(e) = std::fs::rename(&temporary, &destination) {
+                let _ = std::fs::remove_file(&temporary);
+                return Err(error(&destination, format!("cannot move {} into place: {e}", temporary.display())));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for StagedFiles {
+    fn drop(&mut self) {
+        for (temporary, _) in &self.files {
+            let _ = std::fs::remove_file(temporary);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_is_replaced_until_every_file_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("m.safetensors"), dir.path().join("m.card.json"));
+        std::fs::write(&a, "old weights").unwrap();
+        std::fs::write(&b, "old card").unwrap();
+
+        // The second file is never written: the first destination keeps its old content.
+        let mut staged = StagedFiles::new();
+        std::fs::write(staged.stage(&a), "new weights").unwrap();
+        let _ = staged.stage(&b);
+        assert!(staged.commit().unwrap_err().to_string().contains("m.card.json"));
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "old weights");
+
+        // Dropped part way, it leaves no temporary file behind.
+        let mut staged = StagedFiles::new();
+        std::fs::write(staged.stage(&a), "new weights").unwrap();
+        drop(staged);
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+
+        let mut staged = StagedFiles::new();
+        let (ta, tb) = (staged.stage(&a), staged.stage(&b));
+        assert!(ta.to_string_lossy().ends_with("m.safetensors") && tb.to_string_lossy().ends_with("m.card.json"));
+        std::fs::write(ta, "new weights").unwrap();
+        std::fs::write(tb, "new card").unwrap();
+        staged.commit().unwrap();
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "new weights");
+        assert_eq!(std::fs::read_to_string(&b).unwrap(), "new card");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+}
