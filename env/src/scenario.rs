@@ -275,8 +275,9 @@ struct NicFile {
     wakeup: Option<NicWakeup>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+/// One `[[workload]]`, read key by key by [`WorkloadFile::read`] so that every error names its
+/// key (serde's tagged enums lose the key of a bad value).
+#[derive(Debug)]
 enum WorkloadFile {
     Poisson {
         cdf: String,
@@ -300,6 +301,86 @@ enum WorkloadFile {
         start: Option<Nanos>,
         stop: Option<Nanos>,
     },
+}
+
+/// The keys of one TOML table, taken one at a time with their types checked, so that an error
+/// names the key (`workload[0].load`), and keys no one took are refused by name.
+struct TableKeys<'a> {
+    source: &'a str,
+    /// Where the table is, as errors name it: `workload[0]`.
+    prefix: String,
+    table: toml::Table,
+}
+
+impl<'a> TableKeys<'a> {
+    fn new(source: &'a str, prefix: String, table: toml::Table) -> Self {
+        TableKeys { source, prefix, table }
+    }
+
+    fn field(&self, key: &str) -> String {
+        format!("{}.{key}", self.prefix)
+    }
+
+    /// The value of `key`, if given.
+    fn take<T: serde::de::DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>, ScenarioError> {
+        match self.table.remove(key) {
+            None => Ok(None),
+            Some(v) => T::deserialize(v).map(Some).map_err(|e| err(self.source, self.field(key), e.message())),
+        }
+    }
+
+    /// The value of `key`, which must be given.
+    fn need<T: serde::de::DeserializeOwned>(&mut self, key: &str) -> Result<T, ScenarioError> {
+        self.take(key)?.ok_or_else(|| err(self.source, self.field(key), "missing"))
+    }
+
+    /// Refuse a key that was not taken; `known` lists those that may be given.
+    fn finish(self, known: &str) -> Result<(), ScenarioError> {
+        match self.table.keys().next() {
+            Some(k) => Err(err(self.source, self.field(k), format!("unknown key (known: {known})"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl WorkloadFile {
+    /// Read `[[workload]]` number `i`.
+    fn read(source: &str, i: usize, table: toml::Table) -> Result<WorkloadFile, ScenarioError> {
+        let mut keys = TableKeys::new(source, format!("workload[{i}]"), table);
+        let kind: String = keys.need("kind")?;
+        let w = match kind.as_str() {
+            "poisson" => WorkloadFile::Poisson {
+                cdf: keys.need("cdf")?,
+                load: keys.need("load")?,
+                start: keys.take("start")?,
+                stop: keys.take("stop")?,
+                priority: keys.take("priority")?,
+            },
+            "incast" => WorkloadFile::Incast {
+                fan_in: keys.need("fan_in")?,
+                flow_size: keys.need("flow_size")?,
+                load: keys.take("load")?,
+                count: keys.take("count")?,
+                at: keys.take("at")?,
+                start: keys.take("start")?,
+                stop: keys.take("stop")?,
+                priority: keys.take("priority")?,
+            },
+            "flows" => {
+                WorkloadFile::Flows { path: keys.need("path")?, start: keys.take("start")?, stop: keys.take("stop")? }
+            }
+            other => {
+                return Err(err(source, keys.field("kind"), format!("'{other}' is not one of poisson, incast, flows")))
+            }
+        };
+        let known = match w {
+            WorkloadFile::Poisson { .. } => "kind, cdf, load, start, stop, priority",
+            WorkloadFile::Incast { .. } => "kind, fan_in, flow_size, load, count, at, start, stop, priority",
+            WorkloadFile::Flows { .. } => "kind, path, start, stop",
+        };
+        keys.finish(known)?;
+        Ok(w)
+    }
 }
 
 // ---- the resolved scenario ---------------------------------------------------------------
@@ -659,7 +740,8 @@ fn resolve(
         DcqcnVariant::Hpcc => DcqcnParams::hpcc(line),
         DcqcnVariant::Paper => DcqcnParams::paper(),
     };
-    let mut merged = toml::Table::try_from(&defaults).expect("params serialize");
+    let defaults = toml::Table::try_from(&defaults).expect("params serialize");
+    let mut merged = defaults.clone();
     for (k, v) in dc_table {
         if !merged.contains_key(&k) {
             let keys: Vec<&String> = merged.keys().collect();
@@ -669,6 +751,10 @@ fn resolve(
                 format!("unknown key (known: {})", keys.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")),
             ));
         }
+        // Each key alone over the defaults, so that a bad value is reported under its key.
+        let mut alone = defaults.clone();
+        alone.insert(k.clone(), v.clone());
+        DcqcnParams::deserialize(alone).map_err(|e| err(source, format!("dcqcn.{k}"), e.message()))?;
         merged.insert(k, v);
     }
     fabric.dcqcn = DcqcnParams::deserialize(merged).map_err(|e| err(source, "dcqcn", e.message()))?;
@@ -717,7 +803,7 @@ fn resolve(
     };
     for (i, table) in workloads.into_iter().enumerate() {
         let field = |f: &str| format!("workload[{i}].{f}");
-        let w = WorkloadFile::deserialize(table).map_err(|e| err(source, format!("workload[{i}]"), e.message()))?;
+        let w = WorkloadFile::read(source, i, table)?;
         let mut rng = Rng::new(seed, 1000 + i as u64);
         let window = |start: Option<Nanos>, stop: Option<Nanos>| -> Result<(Nanos, Nanos), ScenarioError> {
             let (a, b) = (start.unwrap_or(Nanos(0)), stop.unwrap_or(duration));
@@ -870,8 +956,24 @@ mod tests {
         let e = parse("[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 1.7\n").unwrap_err();
         assert_eq!((e.source_name.as_str(), e.field.as_str()), ("test.toml", "workload[0].load"));
         let e = parse("[[workload]]\nkind = \"teleport\"\n").unwrap_err();
-        assert_eq!(e.field, "workload[0]");
+        assert_eq!(e.field, "workload[0].kind");
         assert!(e.message.contains("teleport"), "{e}");
+        // A bad value names its key, in a workload as in [dcqcn], and so does a missing one.
+        let e = parse("[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = \"0.5\"\n").unwrap_err();
+        assert_eq!(e.field, "workload[0].load", "{e}");
+        assert!(e.message.contains("invalid type"), "{e}");
+        let e = parse("[[workload]]\nkind = \"incast\"\nfan_in = 3\nflow_size = 500\ncount = 1\n").unwrap_err();
+        assert_eq!(e.field, "workload[0].flow_size", "{e}");
+        assert!(e.message.contains("500 has no unit"), "{e}");
+        let e = parse("[[workload]]\nkind = \"poisson\"\nload = 0.5\n").unwrap_err();
+        assert_eq!((e.field.as_str(), e.message.as_str()), ("workload[0].cdf", "missing"), "{e}");
+        let e = parse("[[workload]]\nkind = \"flows\"\npath = \"f.txt\"\nload = 0.5\n").unwrap_err();
+        assert_eq!(e.field, "workload[0].load", "{e}");
+        assert!(e.message.contains("unknown key"), "{e}");
+        let e = parse("[dcqcn]\nrp_timer = 300\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n")
+            .unwrap_err();
+        assert_eq!(e.field, "dcqcn.rp_timer", "{e}");
+        assert!(e.message.contains("300 has no unit"), "{e}");
         let e = parse("[switch]\necn = { kmin = \"2MB\", kmax = \"1MB\", pmax = 0.2 }\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n").unwrap_err();
         assert_eq!(e.field, "switch.ecn");
         let e =
