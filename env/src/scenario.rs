@@ -253,18 +253,13 @@ impl TopologyFile {
 struct SwitchFile {
     buffer: Option<Bytes>,
     pfc: Option<bool>,
-    ecn: Option<EcnFile>,
+    /// A baseline name, or a table read by [`TableKeys`] (an untagged enum would drop unknown
+    /// keys such as `pmin` without a word).
+    ecn: Option<toml::Value>,
     reserve: Option<Bytes>,
     resume_offset: Option<Bytes>,
     pfc_shift: Option<u32>,
     ack_queue: Option<AckQueue>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum EcnFile {
-    Named(String),
-    Table { kmin: Bytes, kmax: Bytes, pmax: f64 },
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -712,15 +707,23 @@ fn resolve(
     fabric::check_buffer(&fabric).map_err(|m| err(source, "switch.buffer", m))?;
     if let Some(e) = sw.ecn.or(bsw.ecn) {
         fabric.ecn = match e {
-            EcnFile::Table { kmin, kmax, pmax } => {
+            toml::Value::Table(table) => {
+                let mut keys = TableKeys::new(source, "switch.ecn".into(), table);
+                let (kmin, kmax, pmax): (Bytes, Bytes, f64) =
+                    (keys.need("kmin")?, keys.need("kmax")?, keys.need("pmax")?);
+                keys.finish("kmin, kmax, pmax")?;
                 EcnPlan::Fixed(EcnSetting::new(kmin, kmax, pmax).map_err(|e| err(source, "switch.ecn", e.to_string()))?)
             }
-            EcnFile::Named(n) => {
+            toml::Value::String(n) => {
                 let b = n.strip_prefix("baseline:").unwrap_or(&n);
                 EcnPlan::Baseline(Baseline::from_name(b).ok_or_else(|| {
                     let names: Vec<&str> = Baseline::ALL.iter().map(|b| b.name()).collect();
                     err(source, "switch.ecn", format!("'{n}' is not a baseline ({})", names.join(", ")))
                 })?)
+            }
+            other => {
+                let why = format!("{other} is neither a baseline name nor {{ kmin, kmax, pmax }}");
+                return Err(err(source, "switch.ecn", why));
             }
         };
     }
@@ -976,6 +979,14 @@ mod tests {
         assert!(e.message.contains("300 has no unit"), "{e}");
         let e = parse("[switch]\necn = { kmin = \"2MB\", kmax = \"1MB\", pmax = 0.2 }\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n").unwrap_err();
         assert_eq!(e.field, "switch.ecn");
+        // A key the setting does not have is refused by name, not ignored.
+        let e = parse("[switch]\necn = { kmin = \"400KB\", kmax = \"1600KB\", pmax = 0.2, pmin = 0.01 }\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n").unwrap_err();
+        assert_eq!(e.field, "switch.ecn.pmin", "{e}");
+        assert!(e.message.contains("unknown key"), "{e}");
+        let e = parse("[switch]\necn = { kmin = \"400KB\", pmax = 0.2 }\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n").unwrap_err();
+        assert_eq!(e.field, "switch.ecn.kmax", "{e}");
+        let s = parse("[switch]\necn = { kmin = \"400KB\", kmax = \"1600KB\", pmax = 0.2 }\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n").unwrap();
+        assert_eq!(s.fabric.ecn, EcnPlan::Fixed(EcnSetting::new(Bytes(400_000), Bytes(1_600_000), 0.2).unwrap()));
         let e =
             parse("[dcqcn]\nrp_timr = \"300us\"\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n")
                 .unwrap_err();
