@@ -497,7 +497,9 @@ impl Scenario {
             .map_err(|e| err(&topo_path.display().to_string(), "topology", e.to_string()))?;
         let flow_text =
             read_text(&flow_path).map_err(|e| err(&flow_path.display().to_string(), "file", e.to_string()))?;
-        let flows = parse_flow_file(&flow_text, &flow_path, &topology)?;
+        let lined = parse_flow_file(&flow_text, &flow_path, &topology)?;
+        let first_flow = lined.iter().map(|(line, f)| (f.start, *line)).min();
+        let flows: Vec<FlowSpec> = lined.into_iter().map(|(_, f)| f).collect();
 
         let mut fabric = FabricConfig::new(topology);
         let line = fabric.topology.nic_rate();
@@ -584,10 +586,11 @@ impl Scenario {
             }
             fabric.ecn = EcnPlan::PerRate(per_rate);
         }
-        let first = flows.iter().map(|f| f.start).min().unwrap_or_default();
+        let (first, first_line) = first_flow.unwrap_or_default();
         let last = flows.iter().map(|f| f.start).max().unwrap_or_default();
+        let first_end = first.0.checked_add(1).ok_or_else(|| flow_start_too_late(&flow_path, first_line, first.0))?;
         fabric.window_start = first;
-        fabric.window_end = Nanos(last.0.max(first.0 + 1));
+        fabric.window_end = Nanos(last.0.max(first_end));
         let stop_time = num("SIMULATOR_STOP_TIME")?;
         fabric.stop_at = match stop_time {
             Some(s) if (s * 1e9) as u64 == 0 => {
@@ -616,9 +619,20 @@ impl Scenario {
     }
 }
 
-fn parse_flow_file(text: &str, path: &Path, topology: &Topology) -> Result<Vec<FlowSpec>, ScenarioError> {
-    workload::parse_hpcc_flows(text, topology.nodes.len(), |n| topology.nodes[n as usize].kind == NodeKind::Host)
+/// The flows of an HPCC flow file, each with its line.
+fn parse_flow_file(text: &str, path: &Path, topology: &Topology) -> Result<Vec<(usize, FlowSpec)>, ScenarioError> {
+    workload::parse_hpcc_flow_lines(text, topology.nodes.len(), |n| topology.nodes[n as usize].kind == NodeKind::Host)
         .map_err(|e| err(&path.display().to_string(), format!("line {}", e.line), e.why))
+}
+
+/// A run's arrival window ends 1 ns after its last flow starts, so a flow may not start at the
+/// last instant a u64 of nanoseconds holds.
+fn flow_start_too_late(path: &Path, line: usize, start_ns: u64) -> ScenarioError {
+    err(
+        &path.display().to_string(),
+        format!("line {line}"),
+        format!("the flow would start at {start_ns} ns, past the last instant a run can hold, 2^64 - 2 ns"),
+    )
 }
 
 /// Merge a file over its base (field by field) and build the scenario.
@@ -876,7 +890,8 @@ fn resolve(
             WorkloadFile::Flows { path, start, stop } => {
                 let p = dir.join(&path);
                 let text = read_text(&p).map_err(|e| err(source, field("path"), format!("{}: {e}", p.display())))?;
-                let mut fs = parse_flow_file(&text, &p, &fabric.topology)?;
+                let (lines, mut fs): (Vec<usize>, Vec<FlowSpec>) =
+                    parse_flow_file(&text, &p, &fabric.topology)?.into_iter().unzip();
                 // Replay keeps the file's spacing but moves its first flow to `start`
                 // (HPCC files conventionally begin at 2 s).
                 // `stop` cuts the replay; without it the file's flows run to their end.
@@ -888,10 +903,12 @@ fn resolve(
                     window(Some(offset), Some(stop))?;
                 }
                 let first = fs.iter().map(|f| f.start).min().unwrap_or_default();
-                for f in &mut fs {
-                    f.start = (f.start.0 - first.0).checked_add(offset.0).map(Nanos).ok_or_else(|| {
-                        err(source, field("path"), format!("{}: flow start times span more than 2^64 ns", p.display()))
-                    })?;
+                for (f, &line) in fs.iter_mut().zip(&lines) {
+                    let since_first = f.start.0 - first.0;
+                    let start = since_first.checked_add(offset.0).filter(|&t| t < u64::MAX);
+                    let start =
+                        start.ok_or_else(|| flow_start_too_late(&p, line, since_first.saturating_add(offset.0)))?;
+                    f.start = Nanos(start);
                 }
                 if let Some(stop) = stop {
                     fs.retain(|f| f.start < stop);
@@ -899,8 +916,10 @@ fn resolve(
                 expected_flows += fs.len() as f64;
                 check_flow_budget(expected_flows, &field("path"))?;
                 if let Some(last) = fs.iter().map(|f| f.start).max() {
-                    if last.0 + 1 > window_end.0 {
-                        window_end = Nanos(last.0 + 1);
+                    // Every start is below u64::MAX (checked above).
+                    let end = Nanos(last.0 + 1);
+                    if end > window_end {
+                        window_end = end;
                         length_field = field("path");
                     }
                 }
@@ -1059,6 +1078,42 @@ mod tests {
         assert_eq!(e.field, "workload[0].stop", "{e}");
         // Cut at stop, the replay is one flow.
         assert_eq!(flows("stop = \"1ms\"\n").unwrap().flows.len(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A flow starting at the last nanosecond a u64 holds is refused, naming the flow file's
+    /// line, rather than overflowing the end of the run's window.
+    #[test]
+    fn flows_at_the_end_of_time_are_refused_naming_the_line() {
+        let dir = std::env::temp_dir().join(format!("ecn-scenario-end-of-time-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let topo = "4 1 3\n3\n0 3 100Gbps 1us 0\n1 3 100Gbps 1us 0\n2 3 100Gbps 1us 0\n";
+        std::fs::write(dir.join("t.txt"), topo).unwrap();
+        let last_ns = "18446744073.709551615";
+        std::fs::write(dir.join("f.txt"), format!("2\n0 1 3 100 10000 0\n1 2 3 100 10000 {last_ns}\n")).unwrap();
+        std::fs::write(dir.join("late.txt"), format!("1\n\n0 1 3 100 10000 {last_ns}\n")).unwrap();
+        let flows = |file: &str, start: &str| {
+            let text = format!(
+                "[topology]\nkind = \"hpcc\"\npath = \"t.txt\"\n[[workload]]\nkind = \"flows\"\npath = \"{file}\"\n{start}"
+            );
+            Scenario::from_toml(&text, "test.toml", &dir, None)
+        };
+        let e = flows("f.txt", "").unwrap_err();
+        assert_eq!((e.source_name.as_str(), e.field.as_str()), (dir.join("f.txt").to_str().unwrap(), "line 3"), "{e}");
+        // One flow alone moves to `start`, so it is late only once moved.
+        flows("late.txt", "").unwrap();
+        let e = flows("f.txt", "start = \"1ns\"\n").unwrap_err();
+        assert_eq!(e.field, "line 3", "{e}");
+        let config = |flow_file: &str| {
+            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE {flow_file}\n");
+            Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
+        };
+        let e = config("late.txt").unwrap_err();
+        assert_eq!(
+            (e.source_name.as_str(), e.field.as_str()),
+            (dir.join("late.txt").to_str().unwrap(), "line 3"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -280,6 +280,16 @@ pub fn parse_hpcc_flows(
     n_nodes: usize,
     is_host: impl Fn(NodeId) -> bool,
 ) -> Result<Vec<FlowSpec>, LineError> {
+    Ok(parse_hpcc_flow_lines(text, n_nodes, is_host)?.into_iter().map(|(_, flow)| flow).collect())
+}
+
+/// [`parse_hpcc_flows`], each flow with its 1-based line, for errors found once the flows are
+/// placed in a run.
+pub fn parse_hpcc_flow_lines(
+    text: &str,
+    n_nodes: usize,
+    is_host: impl Fn(NodeId) -> bool,
+) -> Result<Vec<(usize, FlowSpec)>, LineError> {
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty());
     let (ln, first) = lines.next().ok_or(LineError { line: 1, why: "empty file".into() })?;
     let count: usize =
@@ -314,7 +324,7 @@ pub fn parse_hpcc_flows(
         }
         let start =
             parse_seconds_exact(f[5]).ok_or_else(|| err(format!("start '{}' is not a time in seconds", f[5])))?;
-        flows.push(FlowSpec { src, dst, size_bytes, start: Nanos(start), priority, dport });
+        flows.push((line, FlowSpec { src, dst, size_bytes, start: Nanos(start), priority, dport }));
     }
     if flows.len() != count {
         return Err(LineError { line: ln, why: format!("announces {count} flows but the file has {}", flows.len()) });
