@@ -874,6 +874,11 @@ fn resolve(
                     }
                     (None, Some(c), None) => IncastSchedule::Count(c),
                     (None, None, Some(at)) => {
+                        // The times are given; a window around them would be silently ignored.
+                        if let Some(key) = [("start", start), ("stop", stop)].iter().find_map(|(k, v)| v.map(|_| *k)) {
+                            let why = "not used with at: the incast happens at the times listed; remove one";
+                            return Err(err(source, field(key), why));
+                        }
                         if let Some(t) = at.iter().find(|t| **t >= duration) {
                             return Err(err(source, field("at"), format!("{t} is not within the duration {duration}")));
                         }
@@ -1043,6 +1048,21 @@ mod tests {
         let e = parse("duration = \"20 parsecs\"\n").unwrap_err();
         assert!(e.to_string().starts_with("test.toml: line 1:"), "{e}");
         assert!(!e.to_string().contains('\n'));
+    }
+
+    /// An incast at given times takes no window: `start` or `stop` beside `at` is refused, not
+    /// ignored.
+    #[test]
+    fn incast_at_refuses_a_window() {
+        let incast = "[[workload]]\nkind = \"incast\"\nfan_in = 3\nflow_size = \"500KB\"\nat = [\"5ms\"]\n";
+        for (extra, key) in [("start = \"10ms\"\n", "start"), ("stop = \"15ms\"\n", "stop")] {
+            let e = parse(&format!("{incast}{extra}")).unwrap_err();
+            assert_eq!(e.field, format!("workload[0].{key}"), "{e}");
+            assert!(e.message.contains("not used with at"), "{e}");
+        }
+        assert_eq!(parse(incast).unwrap().flows.len(), 3);
+        let e = parse(&format!("{incast}priority = 9\n")).unwrap_err();
+        assert_eq!(e.field, "workload[0].priority", "{e}");
     }
 
     /// Runs that would exhaust memory are refused before a flow is drawn, naming what made
