@@ -567,6 +567,18 @@ impl Scenario {
             Ok(pairs.chunks_exact(2).map(|pair| (pair[0] as u64, pair[1])).collect())
         };
         let (kmin, kmax, pmax) = (map("KMIN_MAP")?, map("KMAX_MAP")?, map("PMAX_MAP")?);
+        // KMIN_MAP's rates say which entries apply: without it the other maps would be ignored.
+        if kmin.is_empty() {
+            if let Some(k) =
+                [("KMAX_MAP", &kmax), ("PMAX_MAP", &pmax)].iter().find_map(|(k, m)| (!m.is_empty()).then_some(*k))
+            {
+                return Err(err(
+                    source,
+                    "KMIN_MAP",
+                    format!("missing, but {k} is given; the K maps apply only together"),
+                ));
+            }
+        }
         if !kmin.is_empty() {
             let mut per_rate = Vec::new();
             for (r, kmin_k) in &kmin {
@@ -1134,6 +1146,34 @@ mod tests {
             (dir.join("late.txt").to_str().unwrap(), "line 3"),
             "{e}"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// K maps apply only together: KMAX_MAP or PMAX_MAP without KMIN_MAP is refused, not
+    /// ignored.
+    #[test]
+    fn hpcc_k_maps_without_kmin_are_refused() {
+        let dir = std::env::temp_dir().join(format!("ecn-scenario-kmaps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let topo = "4 1 3\n3\n0 3 100Gbps 1us 0\n1 3 100Gbps 1us 0\n2 3 100Gbps 1us 0\n";
+        std::fs::write(dir.join("t.txt"), topo).unwrap();
+        std::fs::write(dir.join("f.txt"), "1\n0 1 3 100 10000 2.0\n").unwrap();
+        let config = |maps: &str| {
+            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{maps}");
+            Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
+        };
+        let kmax = "KMAX_MAP 1 100000000000 1600\n";
+        let pmax = "PMAX_MAP 1 100000000000 0.2\n";
+        let kmin = "KMIN_MAP 1 100000000000 400\n";
+        for maps in [format!("{kmax}{pmax}"), pmax.to_string(), format!("{kmax}KMIN_MAP 0\n")] {
+            let e = config(&maps).unwrap_err();
+            assert_eq!(e.field, "KMIN_MAP", "{maps}: {e}");
+            assert!(e.message.contains("missing"), "{e}");
+        }
+        let s = config(&format!("{kmax}{pmax}{kmin}")).unwrap();
+        let setting = EcnSetting::new(Bytes(400_000), Bytes(1_600_000), 0.2).unwrap();
+        assert_eq!(s.fabric.ecn, EcnPlan::PerRate(vec![(BitsPerSec::from_gbps(100), setting)]));
+        config("").unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
