@@ -204,7 +204,7 @@ fn usage_errors_exit_2() {
     assert_eq!(ecn_tuner(&["frobnicate"]).status.code(), Some(2));
     // A flag the chosen mode would ignore is refused, not dropped.
     let conflict = "cannot be used with";
-    let ignored: [(&[&str], &str); 8] = [
+    let ignored: [(&[&str], &str); 9] = [
         (&["train", "--telemetry", "t.parquet", "--interval", "200us", "--out", "m.safetensors"], conflict),
         (&["train", "--telemetry", "t.parquet", "--eval-seed", "7", "--out", "m.safetensors"], conflict),
         (&["train", "--conservative-alpha", "2", "--out", "m.safetensors"], "--telemetry"),
@@ -229,6 +229,7 @@ fn usage_errors_exit_2() {
             &["record", "--target", "http://127.0.0.1:1", "--duration", "3s", "--seed", "4", "--out", "t.parquet"],
             conflict,
         ),
+        (&["run", "--target", "http://127.0.0.1:1", "--mode", "shadow", "--journal", "j.jsonl"], "--target sim"),
     ];
     for (args, says) in ignored {
         let out = ecn_tuner(args);

@@ -26,15 +26,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "URL|sim", required = true)]
     target: Vec<String>,
     /// With --target sim: the scenario the embedded fabric runs (restarting with the next seed
-    /// whenever it ends).
-    #[arg(long, value_name = "NAME|FILE", default_value = "websearch-50")]
-    scenario: String,
+    /// whenever it ends). Default: websearch-50.
+    // The defaults of these sim-only flags are applied in `run`, so that a flag given with
+    // another target is told from one left out, and refused.
+    #[arg(long, value_name = "NAME|FILE")]
+    scenario: Option<String>,
     /// With --target sim: seed of the first scenario run.
     #[arg(long)]
     seed: Option<u64>,
-    /// With --target sim: simulated ns per wall-clock ns.
-    #[arg(long, value_name = "X", default_value_t = crate::actuator::sim::DEFAULT_TIME_SCALE)]
-    time_scale: f64,
+    /// With --target sim: simulated ns per wall-clock ns. Default: 0.01.
+    #[arg(long, value_name = "X")]
+    time_scale: Option<f64>,
     /// With --target sim: the embedded actuator's journal.
     #[arg(long, value_name = "FILE")]
     journal: Option<PathBuf>,
@@ -129,8 +131,33 @@ fn read(flag: &str, p: &PathBuf) -> Result<Vec<u8>, CliError> {
     std::fs::read(p).map_err(|e| CliError::BadInput(format!("--{flag} {}: {e}", p.display())))
 }
 
+/// The scenario `--target sim` runs without `--scenario`.
+const DEFAULT_SIM_SCENARIO: &str = "websearch-50";
+
+/// Refuse the flags only `--target sim` reads when the targets are real actuators, rather
+/// than ignore them.
+fn refuse_sim_flags_unless_sim(a: &RunArgs) -> Result<(), CliError> {
+    if a.target.iter().any(|t| t == "sim") {
+        return Ok(());
+    }
+    let given = [
+        ("--scenario", a.scenario.is_some()),
+        ("--seed", a.seed.is_some()),
+        ("--time-scale", a.time_scale.is_some()),
+        ("--journal", a.journal.is_some()),
+    ];
+    match given.iter().find(|(_, set)| *set) {
+        Some((flag, _)) => Err(CliError::BadInput(format!(
+            "{flag} configures the embedded simulator of --target sim; the targets here are actuators ({})",
+            a.target.join(", ")
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Parse the flags and run the controller.
 pub fn run(a: RunArgs) -> Result<(), CliError> {
+    refuse_sim_flags_unless_sim(&a)?;
     if a.health_window == 0 {
         return Err(CliError::BadInput(
             "--health-window 0: a change needs at least one interval of health checks".into(),
@@ -213,9 +240,9 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
             return Err(CliError::BadInput("--target sim cannot be combined with other targets".into()));
         }
         let sim = SimOptions {
-            scenario: a.scenario,
+            scenario: a.scenario.unwrap_or_else(|| DEFAULT_SIM_SCENARIO.into()),
             seed: a.seed,
-            time_scale: a.time_scale,
+            time_scale: a.time_scale.unwrap_or(crate::actuator::sim::DEFAULT_TIME_SCALE),
             storms: Vec::new(),
             bad_write: None,
         };
@@ -349,5 +376,31 @@ mod tests {
         assert_eq!(model.as_deref(), Some("default"));
         let (policy, model) = parse(&[]);
         assert_eq!((policy.as_str(), model), ("baseline:hpcc-alibaba", None));
+    }
+
+    /// The embedded simulator's flags are refused with a real actuator as the target, even
+    /// when given their default value, and accepted with `--target sim`.
+    #[test]
+    fn sim_only_flags_need_target_sim() {
+        let check = |target: &str, extra: &[&str]| {
+            let mut argv = vec!["run", "--target", target, "--mode", "shadow"];
+            argv.extend(extra);
+            let cli = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
+            refuse_sim_flags_unless_sim(&cli.run)
+        };
+        let actuator = "http://127.0.0.1:50051";
+        for flags in [
+            &["--scenario", "websearch-50"][..],
+            &["--seed", "3"],
+            &["--time-scale", "0.01"],
+            &["--journal", "j.jsonl"],
+        ] {
+            match check(actuator, flags) {
+                Err(CliError::BadInput(m)) => assert!(m.contains(flags[0]) && m.contains("--target sim"), "{m}"),
+                other => panic!("{flags:?}: {other:?}"),
+            }
+            check("sim", flags).unwrap();
+        }
+        check(actuator, &[]).unwrap();
     }
 }
