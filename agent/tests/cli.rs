@@ -239,6 +239,42 @@ fn usage_errors_exit_2() {
     }
 }
 
+/// Data row `i` of a telemetry CSV for a queue of switch `switch` (as written, quoted or not),
+/// at `(i + 1)` ms.
+fn telemetry_row(i: u64, switch: &str) -> String {
+    let ts = (i + 1) * 1_000_000;
+    format!("{ts},{switch},eth1,3,100000000000,0,0.0,0,0,0,0,0,0,0,0,400000,1600000,0.2")
+}
+
+/// A telemetry CSV with the schema's header and `lines` after it.
+fn telemetry_csv(dir: &Path, name: &str, lines: &[String]) -> String {
+    let header = "ts_ns,switch,port,queue,link_bps,queue_bytes,queue_bytes_avg,queue_bytes_max,tx_bytes,tx_pkts,\
+                  ecn_marked_pkts,pfc_pause_rx,pfc_pause_tx,paused_ns,drops,kmin_bytes,kmax_bytes,pmax";
+    write(dir, name, &format!("{header}\n{}\n", lines.join("\n")))
+}
+
+/// A quote inside a CSV field is an ordinary byte: it must not join the rest of the file into
+/// one record. A quote left open at the start of a field is bounded: past 1 MiB the record is
+/// an error naming its row and line, not the rest of the file held in memory.
+#[test]
+fn telemetry_csv_quotes_open_only_at_a_field_start_and_records_are_bounded() {
+    let dir = temp_dir("csv-quotes");
+    let lines: Vec<String> = (0..8).map(|i| telemetry_row(i, if i % 2 == 0 { "leaf\"0" } else { "leaf0" })).collect();
+    let stray = telemetry_csv(dir.path(), "stray.csv", &lines);
+    let out = ecn_tuner(&["validate", "--telemetry", &stray]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("ok: 8 rows, 2 queues"), "{stdout}");
+
+    let mut lines = vec![telemetry_row(0, "leaf0"), telemetry_row(1, "\"leaf0")];
+    lines.extend((2..20_000).map(|i| telemetry_row(i, "leaf0")));
+    let unclosed = telemetry_csv(dir.path(), "unclosed.csv", &lines);
+    let out = ecn_tuner(&["validate", "--telemetry", &unclosed]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("row 2, ") && stderr.contains("line 3") && stderr.contains("1 MiB"), "{stderr}");
+}
+
 /// A malformed `sonic restore --from` recording is the user's input: exit 2 naming it, before
 /// any Redis is contacted (none listens on port 1).
 #[test]

@@ -3,7 +3,7 @@
 //! failure a problem naming its row and column.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use super::problem::{Collector, ProblemKind};
@@ -13,12 +13,55 @@ use crate::io::TELEMETRY_COLUMNS;
 /// Rows per batch.
 const CHUNK_ROWS: usize = 65_536;
 
+/// The longest record read, in bytes. A telemetry row is about 200 bytes; only an unclosed
+/// quote makes a record this long, and it would otherwise hold the rest of the file in memory.
+const MAX_RECORD_BYTES: usize = 1 << 20;
+
+/// Whether a quoted field is open, read as [`split_record`] reads fields: a quote opens one only
+/// at the start of a field (elsewhere it is an ordinary byte), `""` inside is a quote, and a
+/// lone quote closes it.
+#[derive(Debug, Clone, Copy)]
+struct QuoteScan {
+    in_quotes: bool,
+    at_field_start: bool,
+}
+
+impl QuoteScan {
+    fn new() -> Self {
+        QuoteScan { in_quotes: false, at_field_start: true }
+    }
+
+    /// Scans the next bytes of a record: a whole line, so that a `""` never straddles a call.
+    fn scan(&mut self, bytes: &[u8]) {
+        let mut i = 0;
+        while i < bytes.len() {
+            match (self.in_quotes, bytes[i]) {
+                (true, b'"') if bytes.get(i + 1) == Some(&b'"') => i += 1,
+                (true, b'"') => self.in_quotes = false,
+                (false, b',') => {
+                    self.at_field_start = true;
+                    i += 1;
+                    continue;
+                }
+                (false, b'"') if self.at_field_start => self.in_quotes = true,
+                _ => {}
+            }
+            self.at_field_start = false;
+            i += 1;
+        }
+    }
+}
+
 pub(crate) struct CsvSource {
     reader: BufReader<File>,
     /// Position of each telemetry column in a record.
     index: [usize; 18],
     header_fields: usize,
     next_row: u64,
+    /// Physical lines read so far, blank ones and those inside quoted fields included.
+    lines_read: u64,
+    /// The line the record in `line` starts on.
+    record_line: u64,
     line: Vec<u8>,
     /// The current record's unquoted field bytes, back to back, and where each field ends.
     scratch: Vec<u8>,
@@ -75,6 +118,8 @@ impl CsvSource {
             index: [0; 18],
             header_fields: 0,
             next_row: 1,
+            lines_read: 0,
+            record_line: 0,
             line: Vec::new(),
             scratch: Vec::new(),
             ends: Vec::new(),
@@ -119,16 +164,32 @@ impl CsvSource {
     }
 
     /// Reads the next record into `scratch`/`ends`; `false` at the end of the file. A quoted
-    /// field may span lines, so lines are joined while a quote is open.
+    /// field may span lines, so lines are joined while a quote is open, up to
+    /// [`MAX_RECORD_BYTES`] (an `InvalidData` error beyond).
     fn read_record(&mut self) -> std::io::Result<bool> {
         self.line.clear();
+        self.record_line = self.lines_read + 1;
+        let mut quotes = QuoteScan::new();
         loop {
-            let n = self.reader.read_until(b'\n', &mut self.line)?;
+            let start = self.line.len();
+            let room = (MAX_RECORD_BYTES + 1 - start) as u64;
+            let n = (&mut self.reader).take(room).read_until(b'\n', &mut self.line)?;
             if n == 0 && self.line.is_empty() {
                 return Ok(false);
             }
-            let quotes = self.line.iter().filter(|&&b| b == b'"').count();
-            if quotes % 2 == 0 || n == 0 {
+            if self.line.len() > MAX_RECORD_BYTES {
+                let why = format!(
+                    "the record starting on line {} is longer than {} MiB: an unclosed quote?",
+                    self.record_line,
+                    MAX_RECORD_BYTES >> 20
+                );
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
+            }
+            if n > 0 {
+                self.lines_read += 1;
+            }
+            quotes.scan(&self.line[start..]);
+            if !quotes.in_quotes || n == 0 {
                 break;
             }
         }
@@ -152,8 +213,13 @@ impl CsvSource {
                     self.done = true;
                     break;
                 }
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    problems.push(Some(self.next_row), None, ProblemKind::Unreadable(e.to_string()), false);
+                    self.done = true;
+                    return false;
+                }
                 Err(e) => {
-                    let m = format!("cannot read after row {}: {e}", self.next_row - 1);
+                    let m = format!("cannot read after line {}: {e}", self.lines_read);
                     problems.push(None, None, ProblemKind::Unreadable(m), false);
                     self.done = true;
                     return false;
