@@ -275,6 +275,22 @@ fn telemetry_csv_quotes_open_only_at_a_field_start_and_records_are_bounded() {
     assert!(stderr.contains("row 2, ") && stderr.contains("line 3") && stderr.contains("1 MiB"), "{stderr}");
 }
 
+/// Problems name data row N for line N + 1, as documented, whatever blank lines or
+/// multi-line records came before.
+#[test]
+fn telemetry_csv_rows_are_named_by_their_line() {
+    let dir = temp_dir("csv-lines");
+    let bad = "4000000,leaf0,eth1,3,100000000000,0,0.0,0,x,0,0,0,0,0,0,400000,1600000,0.2".to_string();
+    // Lines: 1 header, 2 a row, 3 blank, 4 a row, 5-6 one record, 7 the bad row.
+    let lines =
+        [telemetry_row(0, "leaf0"), String::new(), telemetry_row(1, "leaf0"), telemetry_row(2, "\"leaf\n0\""), bad];
+    let csv = telemetry_csv(dir.path(), "lines.csv", &lines);
+    let out = ecn_tuner(&["validate", "--telemetry", &csv]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("row 6, column `tx_bytes`"), "{stderr}");
+}
+
 /// A malformed `sonic restore --from` recording is the user's input: exit 2 naming it, before
 /// any Redis is contacted (none listens on port 1).
 #[test]

@@ -214,7 +214,7 @@ impl CsvSource {
                     break;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                    problems.push(Some(self.next_row), None, ProblemKind::Unreadable(e.to_string()), false);
+                    problems.push(Some(self.record_line - 1), None, ProblemKind::Unreadable(e.to_string()), false);
                     self.done = true;
                     return false;
                 }
@@ -229,7 +229,9 @@ impl CsvSource {
             if self.line.is_empty() {
                 continue;
             }
-            let i = batch.push_row();
+            // Data row N is line N + 1, as documented, even after blank lines or records that
+            // span lines.
+            let i = batch.push_row(self.record_line - 1);
             self.next_row += 1;
             self.parse_row(batch, i, interner, problems);
         }

@@ -21,6 +21,9 @@ pub(crate) struct Batch {
     pub(crate) ids: Vec<u32>,
     /// False for a row with a problem of its own; such rows go no further.
     pub(crate) ok: Vec<bool>,
+    /// Each row's data row number where they are not consecutive from `first_row` (CSV: blank
+    /// lines and records spanning lines leave gaps); empty otherwise.
+    pub(crate) row_numbers: Vec<u64>,
 }
 
 impl Batch {
@@ -35,10 +38,12 @@ impl Batch {
         self.ids.resize(len, 0);
         self.ok.clear();
         self.ok.resize(len, true);
+        self.row_numbers.clear();
     }
 
-    /// Appends a default row (CSV rows arrive one by one) and returns its index.
-    pub(crate) fn push_row(&mut self) -> usize {
+    /// Appends a default row numbered `row` (CSV rows arrive one by one) and returns its index.
+    pub(crate) fn push_row(&mut self, row: u64) -> usize {
+        self.row_numbers.push(row);
         self.samples.push(QueueSample::default());
         self.queues.push(0);
         self.ids.push(0);
@@ -51,7 +56,7 @@ impl Batch {
     }
 
     pub(crate) fn row(&self, i: usize) -> u64 {
-        self.first_row + i as u64
+        self.row_numbers.get(i).copied().unwrap_or(self.first_row + i as u64)
     }
 
     /// Marks row `i` bad and records why.
