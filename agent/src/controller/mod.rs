@@ -393,6 +393,13 @@ pub async fn run(
     lp.shutdown().await
 }
 
+/// Count a rollback the actuator accepted, in the run report and under `reason` in
+/// `rollbacks_total`.
+fn count_rollback(report: &mut RunReport, metrics: &Metrics, reason: &str) {
+    report.rollbacks += 1;
+    metrics.rollbacks.get_or_create(&ReasonLabels { reason: reason.into() }).inc();
+}
+
 /// The first pause before reopening a lost telemetry stream; it doubles while tries fail.
 const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// The longest pause between two tries to reopen the telemetry stream.
@@ -894,8 +901,7 @@ impl ControlLoop {
         };
         match self.client.rollback(req).await {
             Ok(_) => {
-                self.report.rollbacks += 1;
-                self.metrics.rollbacks.get_or_create(&ReasonLabels { reason: "unknown_outcome".into() }).inc();
+                count_rollback(&mut self.report, &self.metrics, "unknown_outcome");
             }
             Err(s) => {
                 warn!(code = ?s.code(), message = s.message(), "rollback failed; the confirm deadline will revert it")
@@ -1019,9 +1025,8 @@ impl ControlLoop {
                 let req =
                     pb::RollbackRequest { lease_id: lease_id.clone(), to_generation: None, reason: reason.clone() };
                 self.client.rollback(req).await.map_err(|s| CliError::Failed(format!("Rollback: {}", s.message())))?;
-                self.report.rollbacks += 1;
-                self.metrics.rollbacks.get_or_create(&ReasonLabels { reason: gravest.label().into() }).inc();
                 let until = Instant::now() + cfg.quarantine;
+                count_rollback(&mut self.report, &self.metrics, gravest.label());
                 for (k, (i, old)) in p.previous.iter().enumerate() {
                     let q = &mut self.queues[*i];
                     q.current = *old;
@@ -1091,8 +1096,7 @@ impl ControlLoop {
                 .rollback(req)
                 .await
                 .map_err(|s| CliError::Failed(format!("kill switch rollback: {}", s.message())))?;
-            self.report.rollbacks += 1;
-            self.metrics.rollbacks.get_or_create(&ReasonLabels { reason: "kill_switch".into() }).inc();
+            count_rollback(&mut self.report, &self.metrics, "kill_switch");
         }
         // What the actuator holds, not what this controller believes: a lost reply can leave a
         // queue off its baseline while `current` says otherwise.
@@ -1143,8 +1147,7 @@ impl ControlLoop {
             };
             match self.client.rollback(req).await {
                 Ok(_) => {
-                    self.report.rollbacks += 1;
-                    self.metrics.rollbacks.get_or_create(&ReasonLabels { reason: "shutdown".into() }).inc();
+                    count_rollback(&mut self.report, &self.metrics, "shutdown");
                 }
                 Err(s) => {
                     warn!(code = ?s.code(), "rollback at shutdown failed; the actuator's deadline will revert it")
