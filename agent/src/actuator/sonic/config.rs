@@ -14,9 +14,8 @@
 //! change would reach that queue unjudged): only queues that want what it holds stay on it.
 //!
 //! The mapping is a function of the wanted settings (and of which profiles other queues use)
-//! alone, so putting the original settings
-//! back (a revert, a rollback) also puts the original bindings back and removes every profile
-//! ecn-tuner created.
+//! alone, so putting the original settings back (a revert, a rollback) also puts the original
+//! bindings back and removes every profile ecn-tuner created.
 
 use super::conn::{hgetall_many, scan_keys, RedisTarget};
 use super::originals::Recording;
