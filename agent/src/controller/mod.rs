@@ -845,9 +845,16 @@ impl ControlLoop {
     }
 
     /// Read the actuator's generation and settings back into `generation` and every queue's
-    /// `current` (and their gauges); returns what it read.
+    /// `current` (and their gauges); returns what it read. A failure leaves `needs_resync` set,
+    /// so that no change is made until a read succeeds.
     async fn resync(&mut self) -> Result<pb::Config, tonic::Status> {
-        let config = self.client.get_config(pb::GetConfigRequest {}).await?.into_inner();
+        let config = match self.client.get_config(pb::GetConfigRequest {}).await {
+            Ok(c) => c.into_inner(),
+            Err(s) => {
+                self.needs_resync = true;
+                return Err(s);
+            }
+        };
         self.generation = config.generation;
         for qs in &config.queues {
             let (Some(id), Some(setting)) = (qs.id.as_ref(), to_setting(qs.setting.as_ref())) else { continue };
@@ -878,14 +885,17 @@ impl ControlLoop {
     /// writes, under its lease). Without this, a stale `generation` would have every later
     /// Apply refused, and `current` would be wrong for the step limits and the kill switch.
     async fn settle_unknown_outcome(&mut self, call: &str) {
-        let config = match self.resync().await {
-            Ok(c) => c,
+        match self.resync().await {
+            Ok(config) => self.roll_back_unwatched(&config, call).await,
             Err(s) => {
-                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a failed {call}");
-                self.needs_resync = true;
-                return;
+                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a failed {call}")
             }
-        };
+        }
+    }
+
+    /// Roll back the unconfirmed change that `config`, just read back after a failed `call`,
+    /// shows in effect, if any, and read the actuator back again.
+    async fn roll_back_unwatched(&mut self, config: &pb::Config, call: &str) {
         let Some((lease_id, _)) = self.lease.clone() else { return };
         if config.generation == config.confirmed_generation {
             return;
@@ -909,7 +919,6 @@ impl ControlLoop {
         }
         if let Err(s) = self.resync().await {
             warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after the rollback");
-            self.needs_resync = true;
         }
     }
 
@@ -1048,7 +1057,6 @@ impl ControlLoop {
             Ok(c) => c,
             Err(s) => {
                 warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a failed Confirm");
-                self.needs_resync = true;
                 return Ok(());
             }
         };
@@ -1061,7 +1069,7 @@ impl ControlLoop {
         let still_pending = config.generation == p.generation;
         if still_pending {
             // Still waiting for a confirm that will not come: take it back now.
-            self.settle_unknown_outcome("Confirm").await;
+            self.roll_back_unwatched(&config, "Confirm").await;
         }
         // The change is gone: its queues keep their known-good setting for the quarantine, as
         // after a rollback, and the decision log says why they are back.
