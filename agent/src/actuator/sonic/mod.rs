@@ -383,7 +383,13 @@ impl Writer {
         }
     }
 
+    /// The CONFIG_DB connection, opened if there is none.
     fn connection(&mut self) -> Result<&mut Connection, String> {
+        self.connected().map(|(con, _)| con)
+    }
+
+    /// The CONFIG_DB connection with its client id, opened if there is none.
+    fn connected(&mut self) -> Result<&mut (Connection, i64), String> {
         if self.con.is_none() {
             let mut con = self.target.connect(self.dbs.config, CONFIG_CONNECTION)?;
             let id = conn::client_id(&mut con).map_err(|e| {
@@ -391,7 +397,7 @@ impl Writer {
             })?;
             self.con = Some((con, id));
         }
-        Ok(&mut self.con.as_mut().expect("connected").0)
+        Ok(self.con.as_mut().expect("connected"))
     }
 
     /// Close the server side of the connection a failed transaction went out on, so that it
@@ -399,8 +405,7 @@ impl Writer {
     fn fence(&mut self) -> Result<(), String> {
         let Some(id) = self.unfenced else { return Ok(()) };
         let url = self.target.url().to_string();
-        self.connection()?;
-        let (con, own) = self.con.as_mut().expect("connected");
+        let (con, own) = self.connected()?;
         match conn::fence_client(con, *own, id, CONFIG_CONNECTION)
             .map_err(|e| format!("Redis at {url}: fencing off client {id} (CLIENT LIST, CLIENT KILL ID): {e}"))?
         {
