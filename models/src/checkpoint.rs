@@ -3,7 +3,7 @@
 
 use crate::card::{CardError, ModelCard};
 use crate::qnet::QNetwork;
-pub use crate::staged::StagedFiles;
+use crate::staged::StagedFiles;
 use std::path::{Path, PathBuf};
 use tch::Device;
 
