@@ -69,7 +69,8 @@ const SILENCE: Duration = Duration::from_secs(30);
 /// Read telemetry from `target` until `until`.
 pub async fn capture(target: &Target, until: Until) -> Result<Captured, CliError> {
     let status = |what: &str, s: tonic::Status| CliError::Failed(format!("{}: {what}: {}", target.url, s.message()));
-    let mut client = controller::connect(&target.url, target.token.as_deref(), target.tls_ca.as_deref()).await?;
+    let mut client =
+        controller::connect(&target.url, target.token.as_deref(), target.tls_ca.as_deref(), SILENCE).await?;
     let caps =
         client.get_capabilities(pb::GetCapabilitiesRequest {}).await.map_err(|s| status("GetCapabilities", s))?;
     let caps = caps.into_inner();

@@ -183,6 +183,24 @@ impl Actuator {
         .await
     }
 
+    /// Wait until the actuator's telemetry clock (simulated time, for the sim backend) reaches
+    /// `ts_ns`, reading its telemetry stream. Panics after `timeout` or if the stream ends.
+    pub async fn wait_for_telemetry_time(&self, ts_ns: u64, timeout: Duration) {
+        let mut client = self.client().await;
+        let watch = async {
+            let req = pb::StreamTelemetryRequest { interval_ns: 0 };
+            let mut stream = client.stream_telemetry(req).await.expect("StreamTelemetry").into_inner();
+            while let Some(batch) = stream.message().await.expect("a telemetry batch") {
+                if batch.ts_ns >= ts_ns {
+                    return;
+                }
+            }
+            panic!("the telemetry stream ended before {ts_ns} ns");
+        };
+        let reached = tokio::time::timeout(timeout, watch).await;
+        assert!(reached.is_ok(), "timed out after {timeout:?} waiting for telemetry time {ts_ns} ns");
+    }
+
     /// The child's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

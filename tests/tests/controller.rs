@@ -121,11 +121,18 @@ async fn enforce_applies_bounded_settings_and_confirms_them() {
     assert_applied_within_bounds(&log, 32 << 20);
 }
 
+/// The small fabric, with traffic for 600 ms of simulated time (30 s of wall-clock time at the
+/// default time scale): one run outlasts a test that needs two health windows of 200 ms.
+const LONG_SCENARIO: &str = "base = \"websearch-50\"\nduration = \"600ms\"\ndrain = \"20ms\"\n\
+[topology]\nhosts_per_leaf = 4\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.3\n";
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pause_storm_after_a_change_is_rolled_back() {
-    // The storm starts at 60 ms of simulated time (3 s of wall time at pace), after the first
-    // apply; the health window (2000 samples, 200 ms) is still open then.
-    let act = sim_actuator(&["--inject-storm", "0@60ms:100ms"]).await;
+    // The health window is 2000 samples (200 ms of simulated time, 10 s of wall-clock time at
+    // pace). The first apply comes once the window before it is full: 200 ms after the
+    // controller's first sample, itself within the first 100 ms (5 s) of the run. The storm
+    // starts at 350 ms, so after the apply and within the window after it.
+    let act = sim_actuator_running(LONG_SCENARIO, &["--inject-storm", "0@350ms:100ms"]).await;
     let before = settings(&act).await;
     let (log, ()) = act
         .controller_until(
@@ -158,6 +165,10 @@ async fn bad_write_is_rolled_back_then_reapplied(scenario: &str, marks: &str, la
         &["--inject-bad-write", "1", "--bad-write-marks", marks, "--time-scale", "0.01"],
     )
     .await;
+    // The controller starts once the fabric is past its ramp-up, so that the window before the
+    // first change (5 ms, after the controller's first sample) sees steady traffic, whatever
+    // the machine's speed. The scenario's 100 ms of traffic outlast the test.
+    act.wait_for_telemetry_time(5_000_000, FABRIC_PATIENCE).await;
     let target = (100_000, 400_000, 0.5);
     let metrics = metrics_addr();
     let (log, rollbacks) = act
@@ -193,7 +204,7 @@ async fn bad_write_is_rolled_back_then_reapplied(scenario: &str, marks: &str, la
 
 /// The same 8 hosts at 70% load with a 100G fabric, so that every queue a change touches is
 /// busy enough (at least 50% utilized) for a throughput collapse to count.
-const BUSY_SCENARIO: &str = "base = \"websearch-50\"\nduration = \"20ms\"\ndrain = \"20ms\"\n\
+const BUSY_SCENARIO: &str = "base = \"websearch-50\"\nduration = \"100ms\"\ndrain = \"20ms\"\n\
 [topology]\nhosts_per_leaf = 4\nfabric_link = \"100Gbps\"\n\
 [[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.7\n";
 
@@ -209,9 +220,10 @@ async fn a_change_that_starves_the_fabric_is_rolled_back_once_its_window_is_comp
 /// The same 8 hosts at 50% load on deep-buffered switches: PFC's dynamic threshold at α = 1
 /// (`pfc_shift = 0`) pauses an ingress only once it holds as much as the buffer has left free
 /// (half of it when alone), so a queue that stops marking grows by megabytes before anything
-/// pauses.
-const DEEP_SCENARIO: &str = "base = \"websearch-50\"\nduration = \"20ms\"\ndrain = \"20ms\"\n\
-[topology]\nhosts_per_leaf = 4\nfabric_link = \"100Gbps\"\n[switch]\npfc_shift = 0\n\
+/// pauses. With the default buffer, a burst during the window sometimes reached that level;
+/// at 128 MB none does in 5 ms.
+const DEEP_SCENARIO: &str = "base = \"websearch-50\"\nduration = \"100ms\"\ndrain = \"20ms\"\n\
+[topology]\nhosts_per_leaf = 4\nfabric_link = \"100Gbps\"\n[switch]\npfc_shift = 0\nbuffer = \"128MB\"\n\
 [[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n";
 
 #[tokio::test(flavor = "multi_thread")]
@@ -225,12 +237,50 @@ async fn a_change_that_deepens_the_queues_is_rolled_back_once_its_window_is_comp
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn no_queue_changes_before_its_health_window_is_full() {
+    // A change is judged against the 500 intervals before it (50 ms of simulated time, 2.5 s of
+    // wall-clock time at this time scale), more than a few 200 ms rounds see: the policy's
+    // setting must wait through those rounds.
+    let act = sim_actuator(&[]).await;
+    let caps = act.client().await.get_capabilities(pb::GetCapabilitiesRequest {}).await.unwrap().into_inner();
+    let sample_ns = caps.min_telemetry_interval_ns;
+    let flags = enforce_flags("static:100KB,400KB,0.5", &["--min-dwell", "0s", "--health-window", "500"]);
+    let (log, ()) = act
+        .controller_until("patient", &flags, "a first apply", FABRIC_PATIENCE, || {
+            let journal = act.journal();
+            async move { (!events(&journal, "apply").is_empty()).then_some(()) }
+        })
+        .await;
+    let decisions = read_json_lines(&log);
+    let ts = |d: &serde_json::Value| d["observation"]["ts_ns"].as_u64();
+    let applied: Vec<&serde_json::Value> = decisions.iter().filter(|d| d["applied"] == true).collect();
+    assert!(!applied.is_empty(), "no applied decision in {}", log.display());
+    let waiting = " of the 500 intervals a health check compares before a change, keeping the current setting";
+    for d in applied {
+        let queue = d["queue"].as_str().unwrap();
+        // The queue's first decision with telemetry says how many intervals it had then.
+        let first = decisions.iter().filter(|e| e["queue"] == queue).find(|e| ts(e).is_some()).unwrap();
+        let reason = first["reason"].as_str().unwrap();
+        let had: u64 = reason
+            .split("; ")
+            .find_map(|part| part.strip_suffix(waiting))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{queue}: its first decision does not wait for its window: {reason}"));
+        let (from, at) = (ts(first).unwrap(), ts(d).unwrap());
+        assert!(
+            at >= from + (500 - had) * sample_ns,
+            "{queue} changed at {at} ns; at {from} ns it had {had} of 500 intervals of {sample_ns} ns"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_killed_controller_leaves_only_confirmed_settings() {
     let act = sim_actuator(&[]).await;
     let before = settings(&act).await;
     let (mut child, _) = act.controller(
         "victim",
-        &enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "3s", "--health-window", "1000000"]),
+        &enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "3s", "--health-window", "2000"]),
     );
     act.wait_for_event("apply", Duration::from_secs(60)).await;
     child.kill().await.unwrap(); // SIGKILL: no chance to clean up
@@ -503,7 +553,7 @@ async fn the_change_budget_holds_within_a_round() {
 }
 
 /// The kill switch acts at once, rolling back a change still under its health check rather
-/// than waiting for the check (here, one that would never complete) to end.
+/// than waiting for the check (here, 2000 samples: 10 s of wall-clock time at pace) to end.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_kill_switch_does_not_wait_for_a_pending_health_check() {
     let act = sim_actuator(&[]).await;
@@ -514,7 +564,7 @@ async fn the_kill_switch_does_not_wait_for_a_pending_health_check() {
         "patient",
         &enforce_flags(
             "static:200KB,800KB,0.3",
-            &["--confirm-within", "60s", "--health-window", "1000000", "--kill-file", &kill_arg],
+            &["--confirm-within", "60s", "--health-window", "2000", "--kill-file", &kill_arg],
         ),
     );
     act.wait_for_event("apply", Duration::from_secs(60)).await;
@@ -537,7 +587,7 @@ async fn the_kill_switch_does_not_wait_for_a_pending_health_check() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_target_stops_the_others_cleanly() {
     let (a, b) = (sim_actuator(&[]).await, sim_actuator(&[]).await);
-    let args = enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "60s", "--health-window", "1000000"]);
+    let args = enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "60s", "--health-window", "2000"]);
     let mut args = args.to_vec();
     let url_b = b.url();
     args.extend(["--target", url_b.as_str()]);
@@ -633,6 +683,70 @@ async fn after_a_lost_confirm_reply_the_kill_switch_still_restores_the_baseline(
     assert!(restored, "the kill switch left queues off the baseline: {:?}", act.journal());
 }
 
+/// A Confirm that gets no reply (held back for two minutes on the way) fails after
+/// `--call-timeout`: the controller reads the actuator back, rolls the unwatched change back,
+/// and the kill switch acts at once. It used to wait for the reply, deaf to the kill switch
+/// and to SIGTERM; the long confirm window keeps the actuator's own revert out of the picture.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_confirm_does_not_block_the_kill_switch() {
+    let act = sim_actuator(&[]).await;
+    let before = settings(&act).await;
+    let faults = Faults { late_confirms: 1.into(), confirm_delay_ms: 120_000.into(), ..Default::default() };
+    let link = FaultyLink::start(&act.url(), faults).await;
+    let kill = act.dir.path().join("KILL");
+    let kill_arg = kill.display().to_string();
+    let mut killed_at = None;
+    let flags = enforce_flags(
+        "static:200KB,800KB,0.3",
+        &["--confirm-within", "300s", "--health-window", "3", "--call-timeout", "2s", "--kill-file", &kill_arg],
+    );
+    let (_, restored) = act
+        .controller_until_at(
+            "hung-confirm",
+            &link.url(),
+            &flags,
+            "the baseline back after the kill switch, or 30 s of waiting for it",
+            FABRIC_PATIENCE,
+            || {
+                let act = &act;
+                let before = &before;
+                // Once the link holds the Confirm back, the controller is waiting for its reply.
+                let held = link.faults.late_confirms.load(Ordering::SeqCst) == 0;
+                if killed_at.is_none() && held {
+                    std::fs::write(&kill, "stop").unwrap();
+                    killed_at = Some(std::time::Instant::now());
+                }
+                let waited_out = killed_at.is_some_and(|t| t.elapsed() > Duration::from_secs(30));
+                let killed = killed_at.is_some();
+                async move {
+                    if !killed {
+                        return None;
+                    }
+                    let back = settings(act).await == *before;
+                    (back || waited_out).then_some(back)
+                }
+            },
+        )
+        .await;
+    assert!(restored, "queues still off the baseline 30 s after the kill switch: {:?}", act.journal());
+    assert!(events(&act.journal(), "revert").is_empty(), "the actuator's revert did it: {:?}", act.journal());
+}
+
+/// A health window that cannot be complete before the confirm deadline, even at the
+/// actuator's fastest telemetry, would roll back every change: refused at start, exit 2.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_health_window_longer_than_the_confirm_window_is_refused() {
+    let act = sim_actuator(&[]).await;
+    // 100 000 intervals of 100 µs take 10 s; a change is judged 400 ms before its 10 s deadline.
+    let flags = enforce_flags("static:200KB,800KB,0.3", &["--health-window", "100000"]);
+    let (child, _) = act.controller("long-window", &flags);
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+    let log = act.controller_log("long-window");
+    assert_eq!(out.status.code(), Some(2), "{log}");
+    assert!(log.contains("--health-window 100000 takes at least 10s"), "{log}");
+    assert!(act.journal().is_empty(), "{:?}", act.journal());
+}
+
 /// An actuator whose bounds leave no valid Pmax (minimum above maximum) is refused at start,
 /// with the figures; the controller used to panic in its first decision round.
 #[tokio::test(flavor = "multi_thread")]
@@ -675,7 +789,7 @@ async fn a_confirm_refused_after_the_deadline_is_logged_and_quarantined() {
             &link.url(),
             &enforce_flags(
                 "static:200KB,800KB,0.3",
-                &["--confirm-within", "4s", "--health-window", "3", "--metrics", &metrics],
+                &["--confirm-within", "4s", "--health-window", "3", "--metrics", &metrics, "--call-timeout", "60s"],
             ),
             "a revert in the journal and the controller's account of it, or 20 s of waiting for it",
             FABRIC_PATIENCE,

@@ -175,9 +175,11 @@ async fn enforce_applies_bounded_settings_and_confirms_them() {
 async fn a_pause_storm_after_a_change_is_rolled_back() {
     let rig = rig(Spec::default(), &[]).await;
     let before = tables(&mut rig.redis.con(CONFIG_DB));
+    // 50 polls of 100 ms: the first apply waits 5 s for its window before, and the pauses
+    // injected right after it fall within the 5 s after.
     let (child, log) = rig.act.controller(
         "health",
-        &enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "120s", "--health-window", "2000"]),
+        &enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "120s", "--health-window", "50"]),
     );
     rig.act.wait_for_event("apply", WAIT).await;
     // Ethernet0's priority 3 is paused by its downstream 80% of the time from now on.
@@ -195,9 +197,11 @@ async fn a_killed_controller_leaves_only_confirmed_settings() {
     let spec = Spec::default();
     let rig = rig(spec.clone(), &[]).await;
     let before = tables(&mut rig.redis.con(CONFIG_DB));
+    // 80 polls of 100 ms: the controller is killed right after its apply, 8 s before it could
+    // judge the change, and the actuator reverts it at the 10 s deadline.
     let (mut child, _) = rig.act.controller(
         "victim",
-        &enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "3s", "--health-window", "1000000"]),
+        &enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "10s", "--health-window", "80"]),
     );
     rig.act.wait_for_event("apply", WAIT).await;
     assert_ne!(switch_settings(&rig.redis, &spec)[0].1, ORIGINAL, "the apply reached CONFIG_DB");

@@ -74,6 +74,10 @@ pub struct RunArgs {
     /// Telemetry older than this is stale: queues fall back to the baseline.
     #[arg(long, value_name = "DUR", default_value = "3s")]
     stale_after: String,
+    /// A call to the actuator without a reply after this has failed (a Confirm or Apply with an
+    /// unknown outcome is then read back), so that a hung actuator never blocks the kill switch.
+    #[arg(long, value_name = "DUR", default_value = "5s")]
+    call_timeout: String,
     /// Stop cleanly after this long (default: run until interrupted).
     #[arg(long, value_name = "DUR")]
     duration: Option<String>,
@@ -185,6 +189,7 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
         baseline,
         interval: positive_duration("interval", &a.interval)?,
         confirm_within: positive_duration("confirm-within", &a.confirm_within)?,
+        call_timeout: positive_duration("call-timeout", &a.call_timeout)?,
         duration: a.duration.as_deref().map(|d| duration("duration", d)).transpose()?,
         decision_log: a.decision_log,
         kill_file: a.kill_file,

@@ -69,6 +69,8 @@ pub struct ControllerConfig {
     pub interval: Duration,
     /// Unconfirmed changes revert after this.
     pub confirm_within: Duration,
+    /// A call to the actuator without a reply after this has failed.
+    pub call_timeout: Duration,
     /// Stop after this long (None: until interrupted).
     pub duration: Option<Duration>,
     /// Decision log file.
@@ -124,8 +126,15 @@ impl tonic::service::Interceptor for Auth {
 /// A connected actuator client.
 pub type Client = ActuatorClient<InterceptedService<Channel, Auth>>;
 
-/// Connect to an actuator, with TLS and a bearer token when configured.
-pub async fn connect(target: &str, token: Option<&str>, tls_ca: Option<&[u8]>) -> Result<Client, CliError> {
+/// Connect to an actuator, with TLS and a bearer token when configured. A call without a reply
+/// (its response headers, for the telemetry stream) after `call_timeout` fails with
+/// `CANCELLED`, as a lost connection would; a stream's batches are not timed.
+pub async fn connect(
+    target: &str,
+    token: Option<&str>,
+    tls_ca: Option<&[u8]>,
+    call_timeout: Duration,
+) -> Result<Client, CliError> {
     let bad = |e: &dyn std::fmt::Display| CliError::BadInput(format!("--target {target}: {e}"));
     // Anything else only fails later, as an unhelpful transport error.
     if !(target.starts_with("http://") || target.starts_with("https://")) {
@@ -139,7 +148,7 @@ pub async fn connect(target: &str, token: Option<&str>, tls_ca: Option<&[u8]>) -
         return Err(bad(&"a token is only sent over https:// (or to a loopback address)"));
     }
     let mut endpoint = Channel::from_shared(target.to_string()).map_err(|e| bad(&e))?;
-    endpoint = endpoint.connect_timeout(Duration::from_secs(5));
+    endpoint = endpoint.connect_timeout(Duration::from_secs(5)).timeout(call_timeout);
     if let Some(ca) = tls_ca {
         let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(ca));
         endpoint = endpoint.tls_config(tls).map_err(|e| bad(&e))?;
@@ -393,6 +402,23 @@ pub async fn run(
     lp.shutdown().await
 }
 
+/// A change is judged at the latest two intervals before its confirm deadline. A health window
+/// that takes longer than that even at the actuator's fastest telemetry could never be
+/// complete: every change would be rolled back for its deadline.
+fn window_fits_confirm(cfg: &ControllerConfig, telemetry_interval: Duration) -> Result<(), CliError> {
+    let watch = telemetry_interval.saturating_mul(u32::try_from(cfg.health.window).unwrap_or(u32::MAX));
+    let time_to_judge = cfg.confirm_within.saturating_sub(cfg.interval * 2);
+    if watch >= time_to_judge {
+        return Err(CliError::BadInput(format!(
+            "--health-window {} takes at least {watch:?} at the {telemetry_interval:?} telemetry interval of {}, \
+             which does not fit in --confirm-within {:?} less two --interval ({time_to_judge:?}): every change \
+             would be rolled back for its deadline",
+            cfg.health.window, cfg.target, cfg.confirm_within
+        )));
+    }
+    Ok(())
+}
+
 /// Count a rollback the actuator accepted, in the run report and under `reason` in
 /// `rollbacks_total`.
 fn count_rollback(report: &mut RunReport, metrics: &Metrics, reason: &str) {
@@ -513,7 +539,7 @@ impl ControlLoop {
     /// Connect, read the actuator's capabilities and config, tighten the guardrails to its
     /// bounds, and (in enforce mode) take the writer lease.
     async fn start(cfg: ControllerConfig, metrics: Metrics, log: DecisionLog) -> Result<Self, CliError> {
-        let mut client = connect(&cfg.target, cfg.token.as_deref(), cfg.tls_ca.as_deref()).await?;
+        let mut client = connect(&cfg.target, cfg.token.as_deref(), cfg.tls_ca.as_deref(), cfg.call_timeout).await?;
         let caps =
             client.get_capabilities(pb::GetCapabilitiesRequest {}).await.map_err(|s| status("GetCapabilities", s))?;
         let caps = caps.into_inner();
@@ -525,6 +551,9 @@ impl ControlLoop {
         })?;
         let stale_after = guard_cfg.stale_after;
         let guardrails = Guardrails::new(guard_cfg);
+        if cfg.mode == Mode::Enforce {
+            window_fits_confirm(&cfg, Duration::from_nanos(caps.min_telemetry_interval_ns))?;
+        }
 
         let current: HashMap<String, EcnSetting> = config
             .queues
@@ -544,7 +573,7 @@ impl ControlLoop {
                 baseline,
                 last_change: None,
                 quarantine_until: None,
-                watch: QueueWatch::default(),
+                watch: QueueWatch::keeping(cfg.health.window),
                 id,
             });
         }
@@ -732,13 +761,23 @@ impl ControlLoop {
             };
             // Before its first sample a queue is left as it is: there is nothing to decide on,
             // and no reason yet to fall back. A queue the model may not decide for stays too.
-            let verdict = if q.watch.has_arrived() && !untrained[i] {
+            let mut verdict = if q.watch.has_arrived() && !untrained[i] {
                 self.guardrails.check(proposed, &ctx, now)
             } else {
                 guardrails::Verdict { setting: q.current, clamps: Vec::new() }
             };
             for c in &verdict.clamps {
                 metrics.clamps.get_or_create(&ReasonLabels { reason: c.name().into() }).inc();
+            }
+            let telemetry_fallback =
+                verdict.clamps.iter().any(|c| matches!(c, Clamp::StaleTelemetry | Clamp::InvalidTelemetry));
+            // A change is judged against the queue's window before it (health.rs), so the queue
+            // waits until that window is complete: against a partial one, or none at all (the
+            // first rounds after a start), the utilization guard cannot fire and the depth guard
+            // compares with an empty queue. A telemetry fallback is not judged, so it need not wait.
+            let warming_up = q.watch.intervals() < cfg.health.window && !telemetry_fallback;
+            if warming_up {
+                verdict.setting = q.current;
             }
             let change = verdict.setting != q.current;
             // The log line costs a JSON observation and a reason string: build them only if kept.
@@ -754,6 +793,11 @@ impl ControlLoop {
                 }
                 if !q.watch.has_arrived() {
                     reason.push_str("; no telemetry yet, keeping the current setting");
+                } else if warming_up {
+                    let (have, want) = (q.watch.intervals(), cfg.health.window);
+                    reason.push_str(&format!(
+                        "; {have} of the {want} intervals a health check compares before a change, keeping the current setting"
+                    ));
                 }
                 if untrained[i] {
                     let m = cfg.policy.model().expect("only a model leaves queues untrained");
@@ -769,8 +813,6 @@ impl ControlLoop {
             }
             if change {
                 self.guardrails.record_change(now);
-                let telemetry_fallback =
-                    verdict.clamps.iter().any(|c| matches!(c, Clamp::StaleTelemetry | Clamp::InvalidTelemetry));
                 changes.push(Planned {
                     queue: i,
                     setting: verdict.setting,
@@ -1187,7 +1229,7 @@ mod tests {
             baseline: setting,
             last_change: None,
             quarantine_until: None,
-            watch: QueueWatch::default(),
+            watch: QueueWatch::keeping(5),
         }];
         let index = HashMap::from([(queue_key(&id), 0)]);
         let sample = |ts_ns: u64, drops: u64| pb::TelemetrySample {

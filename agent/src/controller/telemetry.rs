@@ -9,13 +9,12 @@ use ecn_proto::v1 as pb;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// Intervals kept per queue.
-const HISTORY: usize = 64;
-
 /// The controller's view of one queue's telemetry.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct QueueWatch {
+    /// The last `keep` intervals: a change's health check compares the window before it.
     history: VecDeque<IntervalStats>,
+    keep: usize,
     last: Option<pb::TelemetrySample>,
     last_valid: bool,
     last_problem: Option<String>,
@@ -67,6 +66,20 @@ fn interval(s: &pb::TelemetrySample, span_ns: u64) -> QueueInterval {
 }
 
 impl QueueWatch {
+    /// A watch that keeps the last `keep` intervals (at least one): the health window.
+    pub fn keeping(keep: usize) -> QueueWatch {
+        QueueWatch {
+            history: VecDeque::new(),
+            keep: keep.max(1),
+            last: None,
+            last_valid: false,
+            last_problem: None,
+            arrived_at: None,
+            advanced_at: None,
+            features: QueueHistory::default(),
+        }
+    }
+
     /// Take in one sample; returns the interval it completed, if it was valid and moved the
     /// queue's clock forward (a repeated or reset timestamp completes none).
     pub fn push(&mut self, s: &pb::TelemetrySample) -> Option<IntervalStats> {
@@ -84,7 +97,7 @@ impl QueueWatch {
         let mut completed = None;
         if let (Some(span), true) = (span, self.last_valid) {
             self.features.push(interval(s, span), FEATURE_HISTORY);
-            if self.history.len() == HISTORY {
+            if self.history.len() == self.keep {
                 self.history.pop_front();
             }
             let stats = IntervalStats {
@@ -128,6 +141,11 @@ impl QueueWatch {
             return TelemetryHealth::Invalid;
         }
         TelemetryHealth::Good
+    }
+
+    /// How many intervals it holds (at most `keep`).
+    pub fn intervals(&self) -> usize {
+        self.history.len()
     }
 
     /// The last `n` intervals.
@@ -184,7 +202,7 @@ mod tests {
 
     #[test]
     fn huge_pause_counters_saturate() {
-        let mut w = QueueWatch::default();
+        let mut w = QueueWatch::keeping(8);
         w.push(&sample(100, 5.0, 0));
         w.push(&pb::TelemetrySample { pfc_pause_rx: u64::MAX, pfc_pause_tx: 7, ..sample(200, 5.0, 100) });
         assert_eq!(w.recent(1).next().map(|i| i.pauses), Some(u64::MAX));
@@ -192,7 +210,7 @@ mod tests {
 
     #[test]
     fn health_tracks_validity_and_freshness() {
-        let mut w = QueueWatch::default();
+        let mut w = QueueWatch::keeping(8);
         let t = Duration::from_secs(1);
         assert_eq!(w.health(Instant::now(), t), TelemetryHealth::Stale);
         w.push(&sample(100, 5.0, 0));
