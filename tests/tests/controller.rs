@@ -255,7 +255,7 @@ async fn no_queue_changes_before_its_health_window_is_full() {
     let ts = |d: &serde_json::Value| d["observation"]["ts_ns"].as_u64();
     let applied: Vec<&serde_json::Value> = decisions.iter().filter(|d| d["applied"] == true).collect();
     assert!(!applied.is_empty(), "no applied decision in {}", log.display());
-    let waiting = " of the 500 intervals a health check compares before a change, keeping the current setting";
+    let waiting = " of the 500 intervals at this setting a health check compares before a change, keeping it";
     for d in applied {
         let queue = d["queue"].as_str().unwrap();
         // The queue's first decision with telemetry says how many intervals it had then.

@@ -141,7 +141,11 @@ impl Default for HealthConfig {
             pause_floor: 2,
             pause_ratio: 2.0,
             paused_floor: 0.05,
-            util_ratio: 0.3,
+            // A setting that CE-marks every packet leaves the simulated fabric at 25–40% of its
+            // throughput over a 5 ms window (DCQCN recovers between CNPs, and new flows start at
+            // line rate), so a bar at 30% missed it about half the time. Halving while marks do
+            // not fall is no traffic swing: a swing in demand marks less.
+            util_ratio: 0.5,
             util_min_before: 0.5,
             depth_ratio: 2.0,
             depth_slack_bytes: 1_000_000.0,

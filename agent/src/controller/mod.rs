@@ -203,6 +203,17 @@ struct QueueState {
     watch: QueueWatch,
 }
 
+impl QueueState {
+    /// Take `setting` as the queue's current one. A new setting starts the window a health
+    /// check compares before the next change again: intervals at the old one do not describe it.
+    fn set_current(&mut self, setting: EcnSetting) {
+        if setting != self.current {
+            self.current = setting;
+            self.watch.setting_changed();
+        }
+    }
+}
+
 /// A change under health watch: per changed queue, its window before the change and the
 /// intervals seen since.
 struct Pending {
@@ -772,10 +783,12 @@ impl ControlLoop {
             let telemetry_fallback =
                 verdict.clamps.iter().any(|c| matches!(c, Clamp::StaleTelemetry | Clamp::InvalidTelemetry));
             // A change is judged against the queue's window before it (health.rs), so the queue
-            // waits until that window is complete: against a partial one, or none at all (the
-            // first rounds after a start), the utilization guard cannot fire and the depth guard
-            // compares with an empty queue. A telemetry fallback is not judged, so it need not wait.
-            let warming_up = q.watch.intervals() < cfg.health.window && !telemetry_fallback;
+            // waits until that window is complete and all at its current setting: against a
+            // partial one, or none at all (the first rounds after a start), the utilization guard
+            // cannot fire and the depth guard compares with an empty queue; against intervals
+            // from under a rolled-back change, the fabric's recovery reads as harm. A telemetry
+            // fallback is not judged, so it need not wait.
+            let warming_up = q.watch.intervals_at_setting() < cfg.health.window && !telemetry_fallback;
             if warming_up {
                 verdict.setting = q.current;
             }
@@ -794,9 +807,9 @@ impl ControlLoop {
                 if !q.watch.has_arrived() {
                     reason.push_str("; no telemetry yet, keeping the current setting");
                 } else if warming_up {
-                    let (have, want) = (q.watch.intervals(), cfg.health.window);
+                    let (have, want) = (q.watch.intervals_at_setting(), cfg.health.window);
                     reason.push_str(&format!(
-                        "; {have} of the {want} intervals a health check compares before a change, keeping the current setting"
+                        "; {have} of the {want} intervals at this setting a health check compares before a change, keeping it"
                     ));
                 }
                 if untrained[i] {
@@ -903,7 +916,7 @@ impl ControlLoop {
             let Some(&i) = self.index.get(&queue_key(id)) else { continue };
             let q = &mut self.queues[i];
             if q.current != setting {
-                q.current = setting;
+                q.set_current(setting);
                 set_queue_metrics(&self.metrics, &self.cfg.target, q);
             }
         }
@@ -996,7 +1009,7 @@ impl ControlLoop {
         );
         let now = Instant::now();
         for (i, s) in round {
-            self.queues[*i].current = *s;
+            self.queues[*i].set_current(*s);
             self.queues[*i].last_change = Some(now);
         }
         Ok((resp.generation, now + confirm_within))
@@ -1080,7 +1093,7 @@ impl ControlLoop {
                 count_rollback(&mut self.report, &self.metrics, gravest.label());
                 for (k, (i, old)) in p.previous.iter().enumerate() {
                     let q = &mut self.queues[*i];
-                    q.current = *old;
+                    q.set_current(*old);
                     q.quarantine_until = Some(until);
                     set_queue_metrics(&self.metrics, &cfg.target, q);
                     let observation = serde_json::json!({"before": p.before[k], "after": after[k]});
@@ -1180,7 +1193,7 @@ impl ControlLoop {
         for i in off_baseline {
             let setting = target(&queues[i]);
             let q = &mut queues[i];
-            q.current = setting;
+            q.set_current(setting);
             set_queue_metrics(&self.metrics, &self.cfg.target, q);
             record(&self.log, &decision(&self.cfg, q, setting, true, "kill switch: baseline".into()))?;
         }

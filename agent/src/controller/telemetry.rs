@@ -15,6 +15,8 @@ pub struct QueueWatch {
     /// The last `keep` intervals: a change's health check compares the window before it.
     history: VecDeque<IntervalStats>,
     keep: usize,
+    /// Intervals completed since the queue's setting last changed.
+    at_setting: usize,
     last: Option<pb::TelemetrySample>,
     last_valid: bool,
     last_problem: Option<String>,
@@ -71,6 +73,7 @@ impl QueueWatch {
         QueueWatch {
             history: VecDeque::new(),
             keep: keep.max(1),
+            at_setting: 0,
             last: None,
             last_valid: false,
             last_problem: None,
@@ -113,6 +116,7 @@ impl QueueWatch {
                 drops: s.drops,
             };
             self.history.push_back(stats);
+            self.at_setting = self.at_setting.saturating_add(1);
             completed = Some(stats);
         }
         self.last = Some(s.clone());
@@ -143,9 +147,15 @@ impl QueueWatch {
         TelemetryHealth::Good
     }
 
-    /// How many intervals it holds (at most `keep`).
-    pub fn intervals(&self) -> usize {
-        self.history.len()
+    /// How many of the intervals it holds (at most `keep`) passed at the queue's current
+    /// setting.
+    pub fn intervals_at_setting(&self) -> usize {
+        self.at_setting.min(self.history.len())
+    }
+
+    /// The queue's setting changed: intervals from before no longer describe it.
+    pub fn setting_changed(&mut self) {
+        self.at_setting = 0;
     }
 
     /// The last `n` intervals.
@@ -206,6 +216,20 @@ mod tests {
         w.push(&sample(100, 5.0, 0));
         w.push(&pb::TelemetrySample { pfc_pause_rx: u64::MAX, pfc_pause_tx: 7, ..sample(200, 5.0, 100) });
         assert_eq!(w.recent(1).next().map(|i| i.pauses), Some(u64::MAX));
+    }
+
+    #[test]
+    fn the_window_before_a_change_counts_only_intervals_at_the_current_setting() {
+        let mut w = QueueWatch::keeping(3);
+        for ts in [100, 200, 300, 400, 500] {
+            w.push(&sample(ts, 5.0, 100));
+        }
+        // Four intervals arrived; the watch keeps the window's three.
+        assert_eq!((w.intervals_at_setting(), w.recent(10).count()), (3, 3));
+        w.setting_changed();
+        assert_eq!(w.intervals_at_setting(), 0);
+        w.push(&sample(600, 5.0, 100));
+        assert_eq!((w.intervals_at_setting(), w.recent(10).count()), (1, 3));
     }
 
     #[test]
