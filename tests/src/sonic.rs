@@ -17,7 +17,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
@@ -532,16 +532,27 @@ pub fn queue_setting(con: &mut redis::Connection, port: &str, queue: u32) -> (u6
 /// A TCP relay to a local port that a test can close: every relayed connection is cut at once
 /// and new ones are dropped on accept, until it is opened again. It can also hold what clients
 /// send on the connections open at the time, as a stalled network path does: the bytes arrive
-/// later, in order, even from a client that has hung up meanwhile.
+/// later, in order, even from a client that has hung up meanwhile. It can start holding at a
+/// client's next `MULTI`, so that the reads before a transaction go through and the transaction
+/// is what the network holds.
 pub struct Proxy {
     /// The port clients connect to.
     pub port: u16,
     open: Arc<AtomicBool>,
-    /// One flag per relayed connection: hold what its client sends.
-    held: Arc<Mutex<Vec<Arc<AtomicBool>>>>,
+    /// One state per relayed connection: [`RELAY`], [`HOLD`], or [`HOLD_AT_MULTI`].
+    held: Arc<Mutex<Vec<Arc<AtomicU8>>>>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
     stop: Arc<AtomicBool>,
 }
+
+/// A relayed connection's state: pass what its client sends on.
+const RELAY: u8 = 0;
+/// Hold what its client sends.
+const HOLD: u8 = 1;
+/// Pass it on up to the client's next `MULTI`, and hold from there.
+const HOLD_AT_MULTI: u8 = 2;
+/// `MULTI` as a client sends it (RESP).
+const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
 
 impl Proxy {
     /// Relay `127.0.0.1:<port of the returned proxy>` to `127.0.0.1:upstream`.
@@ -550,7 +561,7 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
         let open = Arc::new(AtomicBool::new(true));
-        let held: Arc<Mutex<Vec<Arc<AtomicBool>>>> = Arc::default();
+        let held: Arc<Mutex<Vec<Arc<AtomicU8>>>> = Arc::default();
         let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let (o, h, cs, st) = (open.clone(), held.clone(), conns.clone(), stop.clone());
@@ -575,7 +586,7 @@ impl Proxy {
                     list.push(server.try_clone().unwrap());
                 }
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let flag = Arc::new(AtomicBool::new(false));
+                let flag = Arc::new(AtomicU8::new(RELAY));
                 h.lock().unwrap().push(flag.clone());
                 let (h, st) = (flag, st.clone());
                 std::thread::spawn(move || relay(client, server, Some((h, st))));
@@ -603,25 +614,28 @@ impl Proxy {
         self.open.store(true, Ordering::Relaxed);
     }
 
-    /// Hold what clients send on the connections open now, until [`Proxy::release`]; new
-    /// connections are relayed as usual.
-    pub fn stall(&self) {
+    fn set_held(&self, state: u8) {
         for f in self.held.lock().unwrap().iter() {
-            f.store(true, Ordering::Relaxed);
+            f.store(state, Ordering::Relaxed);
         }
     }
 
-    /// [`Proxy::stall`], and refuse new connections too.
-    pub fn hold(&self) {
+    /// Hold what clients send on the connections open now, from each one's next `MULTI` on,
+    /// until [`Proxy::release`]: the commands before it (an apply's read of CONFIG_DB) go
+    /// through. New connections are relayed as usual.
+    pub fn stall_at_transaction(&self) {
+        self.set_held(HOLD_AT_MULTI);
+    }
+
+    /// [`Proxy::stall_at_transaction`], and refuse new connections from now on.
+    pub fn hold_at_transaction(&self) {
         self.open.store(false, Ordering::Relaxed);
-        self.stall();
+        self.stall_at_transaction();
     }
 
     /// Deliver what was held and relay again.
     pub fn release(&self) {
-        for f in self.held.lock().unwrap().iter() {
-            f.store(false, Ordering::Relaxed);
-        }
+        self.set_held(RELAY);
         self.open.store(true, Ordering::Relaxed);
     }
 }
@@ -633,10 +647,15 @@ impl Drop for Proxy {
     }
 }
 
-/// Copy `from` to `to` until either side closes. With `hold` (the flag, and the proxy's stop),
-/// bytes read while the flag is set wait until it is cleared, even past `from` closing.
-fn relay(mut from: TcpStream, mut to: TcpStream, hold: Option<(Arc<AtomicBool>, Arc<AtomicBool>)>) {
-    let held = || hold.as_ref().is_some_and(|(h, stop)| h.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed));
+/// Copy `from` to `to` until either side closes. With `hold` (the state, and the proxy's stop),
+/// bytes read while it is [`HOLD`] wait until it is [`RELAY`] again, even past `from` closing;
+/// at [`HOLD_AT_MULTI`], a read that holds a `MULTI` turns it to [`HOLD`] from there.
+fn relay(mut from: TcpStream, mut to: TcpStream, hold: Option<(Arc<AtomicU8>, Arc<AtomicBool>)>) {
+    let state = || {
+        hold.as_ref()
+            .map_or(RELAY, |(h, stop)| if stop.load(Ordering::Relaxed) { RELAY } else { h.load(Ordering::Relaxed) })
+    };
+    let held = || state() == HOLD;
     if hold.is_some() {
         let _ = from.set_read_timeout(Some(Duration::from_millis(10)));
     }
@@ -658,6 +677,16 @@ fn relay(mut from: TcpStream, mut to: TcpStream, hold: Option<(Arc<AtomicBool>, 
                 break;
             }
             Ok(n) if held() => pending.extend_from_slice(&buf[..n]),
+            Ok(n) if state() == HOLD_AT_MULTI && buf[..n].windows(MULTI.len()).any(|w| w == MULTI) => {
+                let at = buf[..n].windows(MULTI.len()).position(|w| w == MULTI).expect("found above");
+                if to.write_all(&buf[..at]).is_err() {
+                    break;
+                }
+                pending.extend_from_slice(&buf[at..n]);
+                if let Some((h, _)) = &hold {
+                    h.store(HOLD, Ordering::Relaxed);
+                }
+            }
             Ok(n) => {
                 if to.write_all(&buf[..n]).is_err() {
                     break;

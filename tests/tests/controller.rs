@@ -595,7 +595,9 @@ async fn a_failed_target_stops_the_others_cleanly() {
     a.wait_for_event("apply", Duration::from_secs(60)).await;
     b.wait_for_event("apply", Duration::from_secs(60)).await;
     drop(b); // SIGKILL: the controller loses that target
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await;
+    let out = out.unwrap_or_else(|_| panic!("still running 60 s after losing a target: {}", a.controller_log("pair")));
+    let out = out.unwrap();
     assert_eq!(out.status.code(), Some(1), "a lost target is a failure");
     let journal = a.journal();
     let rollback = events(&journal, "rollback");

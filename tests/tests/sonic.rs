@@ -356,6 +356,41 @@ async fn a_profile_shared_with_queues_left_alone_is_never_edited() {
     assert_eq!(tables(&mut redis.con(CONFIG_DB)), before);
 }
 
+/// An operator binds a queue ecn-tuner does not control to the profile it edits in place,
+/// between two applies: the second apply reads CONFIG_DB again, sees the new binding, and
+/// leaves that profile alone, moving the controlled queues to profiles of their own. It used to
+/// plan from the tables as it had last read them, and edited the profile under the operator's
+/// queue.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_profile_an_operator_shares_between_two_applies_is_not_edited() {
+    let spec = Spec::default();
+    let rig = rig(spec.clone(), &[]).await;
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let every_queue = |kmin, kmax, pmax| -> Vec<pb::QueueSetting> {
+        let ports = spec.ports.iter();
+        ports.flat_map(|p| spec.lossless.iter().map(move |&q| change(&qid(p, q), kmin, kmax, pmax))).collect()
+    };
+    let first =
+        pb::ApplyRequest { lease_id: l.clone(), changes: every_queue(300_000, 900_000, 0.25), ..Default::default() };
+    c.apply(first).await.expect("first apply");
+    let _: () = redis::cmd("HSET")
+        .arg("QUEUE|Ethernet0|1")
+        .arg("wred_profile")
+        .arg("AZURE_LOSSLESS")
+        .query(&mut rig.redis.con(CONFIG_DB))
+        .unwrap();
+    let shared = tables(&mut rig.redis.con(CONFIG_DB))["WRED_PROFILE|AZURE_LOSSLESS"].clone();
+    let second = pb::ApplyRequest { lease_id: l, changes: every_queue(200_000, 800_000, 0.3), ..Default::default() };
+    c.apply(second).await.expect("second apply");
+    let t = tables(&mut rig.redis.con(CONFIG_DB));
+    assert_eq!(t["WRED_PROFILE|AZURE_LOSSLESS"], shared, "the profile under the operator's queue, as it was");
+    assert!(t["QUEUE|Ethernet0|1"].contains(&("wred_profile".into(), "AZURE_LOSSLESS".into())), "{t:?}");
+    for (q, s) in switch_settings(&rig.redis, &spec) {
+        assert_eq!(s, (200_000, 800_000, 30), "{q} in CONFIG_DB");
+    }
+}
+
 /// Redis dies while the actuator is inside a MULTI/EXEC transaction: CONFIG_DB comes back fully
 /// old (Redis discards an unfinished transaction), the apply is refused, and the controller,
 /// blind while Redis is away, falls back to the baseline; once Redis is back its applies land
@@ -745,7 +780,7 @@ async fn a_transaction_that_outlives_its_timeout_never_lands_later() {
     let mut c = p.act.client().await;
     let (l, before) = leased_after_a_first_change(&mut c, &p.redis).await;
 
-    p.proxy.stall();
+    p.proxy.stall_at_transaction();
     let e = apply_ethernet4(&mut c, &l).await.expect_err("an apply that times out fails");
     assert_eq!(e.code(), tonic::Code::Internal, "{e:?}");
     assert!(e.message().contains("nothing changed"), "{}", e.message());
@@ -768,7 +803,7 @@ async fn a_transaction_held_in_the_network_is_undone_when_it_lands() {
     let mut c = p.act.client().await;
     let (l, before) = leased_after_a_first_change(&mut c, &p.redis).await;
 
-    p.proxy.hold();
+    p.proxy.hold_at_transaction();
     let e = apply_ethernet4(&mut c, &l).await.expect_err("an apply that times out fails");
     assert!(e.message().contains("cannot reach Redis to fence"), "{}", e.message());
     assert_eq!(tables(&mut p.redis.con(CONFIG_DB)), before, "held: nothing landed yet");
@@ -802,7 +837,7 @@ async fn fencing_after_a_redis_restart_never_closes_another_programs_connection(
         .and_then(|id| id.parse().ok())
         .unwrap_or_else(|| panic!("the writer's connection in CLIENT LIST: {list}"));
 
-    proxy.hold();
+    proxy.hold_at_transaction();
     let e = apply_ethernet4(&mut c, &l).await.expect_err("an apply that times out fails");
     assert!(e.message().contains("cannot reach Redis to fence"), "{}", e.message());
     redis.restart();

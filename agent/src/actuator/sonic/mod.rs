@@ -195,8 +195,6 @@ impl SonicBackend {
             dbs: opts.dbs,
             switch: switch.clone(),
             layout: found.layout.clone(),
-            model: found.snapshot,
-            fresh: false,
             con: None,
             recorder: Recorder::new(opts.originals_file.clone()),
             applied: found.initial.clone(),
@@ -322,10 +320,6 @@ struct Writer {
     dbs: DbIndices,
     switch: String,
     layout: Layout,
-    /// The managed tables as they are after our last successful write.
-    model: Snapshot,
-    /// True when `model` was read from Redis since the last failure (or start).
-    fresh: bool,
     /// The CONFIG_DB connection and its server-side client id.
     con: Option<(Connection, i64)>,
     recorder: Recorder,
@@ -419,7 +413,6 @@ impl Writer {
             ),
         }
         self.unfenced = None;
-        self.fresh = false;
         Ok(())
     }
 
@@ -436,27 +429,23 @@ impl Writer {
             self.unsettled = false;
         } else {
             self.con = None;
-            self.fresh = false;
         }
         r
     }
 
     fn try_apply(&mut self, settings: &[EcnSetting]) -> Result<(), String> {
         self.fence()?;
-        // Start from what CONFIG_DB holds after any failure (and once at first): a write we
-        // could not confirm, or an operator's edit, must not be planned around.
-        if !self.fresh {
-            self.model = self.read()?;
-            self.fresh = true;
-        }
-        let t = config::target(&self.layout, &self.model, settings);
-        let ops = config::plan(&self.layout, &self.model, &t);
+        // Plan from what CONFIG_DB holds now, read at every apply: a write we could not
+        // confirm, or an operator's edit since the last apply (a queue we do not control bound
+        // to a profile we would edit in place), must not be planned around.
+        let model = self.read()?;
+        let t = config::target(&self.layout, &model, settings);
+        let ops = config::plan(&self.layout, &model, &t);
         if ops.is_empty() {
             return Ok(());
         }
         {
             let (target, dbs, switch) = (self.target.clone(), self.dbs, self.switch.clone());
-            let model = self.model.clone();
             // The tables were just read: they are what the recording must hold.
             self.recorder.ensure(&target, &dbs, &|| Ok(model.clone()), &switch, &self.layout.queues)?;
         }
@@ -465,7 +454,6 @@ impl Writer {
         let con = self.connection()?;
         let e = match config::exec(con, &ops) {
             Ok(()) => {
-                self.model = config::after(&self.model, &ops);
                 debug!(writes = ops.len(), "CONFIG_DB transaction done");
                 return Ok(());
             }
@@ -484,13 +472,9 @@ impl Writer {
         match self.read() {
             Ok(now) if config::shows(&self.layout, &now, &t) => {
                 warn!("{what}; the transaction had landed (read back), so the apply is done");
-                self.model = now;
-                self.fresh = true;
                 Ok(())
             }
-            Ok(now) => {
-                self.model = now;
-                self.fresh = true;
+            Ok(_) => {
                 self.unsettled = false;
                 Err(format!("{what}; nothing changed (MULTI/EXEC: all or nothing; the connection is fenced off)"))
             }
