@@ -735,18 +735,25 @@ async fn a_hung_confirm_does_not_block_the_kill_switch() {
 }
 
 /// A health window that cannot be complete before the confirm deadline, even at the
-/// actuator's fastest telemetry, would roll back every change: refused at start, exit 2.
+/// actuator's fastest telemetry, would roll back every change: refused at start, exit 2. So is
+/// one longer than the 10 000 intervals each queue may keep.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_health_window_longer_than_the_confirm_window_is_refused() {
     let act = sim_actuator(&[]).await;
-    // 100 000 intervals of 100 µs take 10 s; a change is judged 400 ms before its 10 s deadline.
-    let flags = enforce_flags("static:200KB,800KB,0.3", &["--health-window", "100000"]);
+    // 10 000 intervals of 100 µs take 1 s; a change is judged 400 ms before its 1 s deadline.
+    let flags = enforce_flags("static:200KB,800KB,0.3", &["--health-window", "10000", "--confirm-within", "1s"]);
     let (child, _) = act.controller("long-window", &flags);
     let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
     let log = act.controller_log("long-window");
     assert_eq!(out.status.code(), Some(2), "{log}");
-    assert!(log.contains("--health-window 100000 takes at least 10s"), "{log}");
+    assert!(log.contains("--health-window 10000 takes at least 1s"), "{log}");
     assert!(act.journal().is_empty(), "{:?}", act.journal());
+
+    let url = act.url();
+    let (code, _, stderr) =
+        ecn_tests::run_cli(&["run", "--target", &url, "--mode", "shadow", "--health-window", "10001"]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--health-window 10001: at most 10000 intervals"), "{stderr}");
 }
 
 /// An actuator whose bounds leave no valid Pmax (minimum above maximum) is refused at start,

@@ -159,6 +159,9 @@ fn refuse_sim_flags_unless_sim(a: &RunArgs) -> Result<(), CliError> {
     }
 }
 
+/// The longest `--health-window`, in intervals.
+const MAX_HEALTH_WINDOW: usize = 10_000;
+
 /// Parse the flags and run the controller.
 pub fn run(a: RunArgs) -> Result<(), CliError> {
     refuse_sim_flags_unless_sim(&a)?;
@@ -166,6 +169,13 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
         return Err(CliError::BadInput(
             "--health-window 0: a change needs at least one interval of health checks".into(),
         ));
+    }
+    // Every queue keeps its last window of intervals (72 bytes each) to compare a change with.
+    if a.health_window > MAX_HEALTH_WINDOW {
+        return Err(CliError::BadInput(format!(
+            "--health-window {}: at most {MAX_HEALTH_WINDOW} intervals (each queue keeps a window's worth in memory)",
+            a.health_window
+        )));
     }
     if a.mode == Mode::Enforce && !a.allow_writes {
         return Err(CliError::BadInput(format!(
