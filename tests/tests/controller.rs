@@ -640,38 +640,38 @@ async fn a_lost_apply_reply_is_rolled_back_and_the_controller_carries_on() {
     }
 }
 
-/// A Confirm that lands but whose reply is lost: the controller reads the actuator back and
-/// knows the change is in effect, so the kill switch returns those queues to the baseline. It
-/// used to believe the old setting and skip them as already on the baseline.
-#[tokio::test(flavor = "multi_thread")]
-async fn after_a_lost_confirm_reply_the_kill_switch_still_restores_the_baseline() {
-    let act = sim_actuator(&[]).await;
-    let before = settings(&act).await;
-    let link = FaultyLink::start(&act.url(), Faults { lost_confirm_replies: 1.into(), ..Default::default() }).await;
+/// Run controller `name` against `act` through `link`, in enforce mode with `policy` and
+/// `extra` flags plus a kill file, engage the kill switch once `engage` holds, and return
+/// whether every queue is back on the settings the actuator started with within 30 s of that.
+async fn kill_switch_restores_the_start(
+    act: &Actuator,
+    link: &FaultyLink,
+    name: &str,
+    policy: &str,
+    extra: &[&str],
+    mut engage: impl FnMut() -> bool,
+) -> bool {
+    let before = settings(act).await;
     let kill = act.dir.path().join("KILL");
     let kill_arg = kill.display().to_string();
-    // A long dwell keeps the controller from writing the same setting again, which would hide
-    // a wrong belief.
+    let mut flags = enforce_flags(policy, extra);
+    flags.extend(["--kill-file", kill_arg.as_str()]);
     let mut killed_at = None;
     let (_, restored) = act
         .controller_until_at(
-            "lossy-confirm",
+            name,
             &link.url(),
-            &enforce_flags(
-                "static:200KB,800KB,0.3",
-                &["--min-dwell", "120s", "--health-window", "3", "--kill-file", &kill_arg],
-            ),
+            &flags,
             "the baseline back after the kill switch, or 30 s of waiting for it",
             FABRIC_PATIENCE,
             || {
-                let act = &act;
-                let before = &before;
-                if killed_at.is_none() && !events(&act.journal(), "confirm").is_empty() {
+                if killed_at.is_none() && engage() {
                     std::fs::write(&kill, "stop").unwrap();
                     killed_at = Some(std::time::Instant::now());
                 }
                 let waited_out = killed_at.is_some_and(|t| t.elapsed() > Duration::from_secs(30));
                 let killed = killed_at.is_some();
+                let before = &before;
                 async move {
                     if !killed {
                         return None;
@@ -682,6 +682,22 @@ async fn after_a_lost_confirm_reply_the_kill_switch_still_restores_the_baseline(
             },
         )
         .await;
+    restored
+}
+
+/// A Confirm that lands but whose reply is lost: the controller reads the actuator back and
+/// knows the change is in effect, so the kill switch returns those queues to the baseline. It
+/// used to believe the old setting and skip them as already on the baseline.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_lost_confirm_reply_the_kill_switch_still_restores_the_baseline() {
+    let act = sim_actuator(&[]).await;
+    let link = FaultyLink::start(&act.url(), Faults { lost_confirm_replies: 1.into(), ..Default::default() }).await;
+    // A long dwell keeps the controller from writing the same setting again, which would hide
+    // a wrong belief.
+    let flags = ["--min-dwell", "120s", "--health-window", "3"];
+    let confirmed = || !events(&act.journal(), "confirm").is_empty();
+    let restored =
+        kill_switch_restores_the_start(&act, &link, "lossy-confirm", "static:200KB,800KB,0.3", &flags, confirmed).await;
     assert!(restored, "the kill switch left queues off the baseline: {:?}", act.journal());
 }
 
@@ -692,44 +708,13 @@ async fn after_a_lost_confirm_reply_the_kill_switch_still_restores_the_baseline(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_confirm_does_not_block_the_kill_switch() {
     let act = sim_actuator(&[]).await;
-    let before = settings(&act).await;
     let faults = Faults { late_confirms: 1.into(), confirm_delay_ms: 120_000.into(), ..Default::default() };
     let link = FaultyLink::start(&act.url(), faults).await;
-    let kill = act.dir.path().join("KILL");
-    let kill_arg = kill.display().to_string();
-    let mut killed_at = None;
-    let flags = enforce_flags(
-        "static:200KB,800KB,0.3",
-        &["--confirm-within", "300s", "--health-window", "3", "--call-timeout", "2s", "--kill-file", &kill_arg],
-    );
-    let (_, restored) = act
-        .controller_until_at(
-            "hung-confirm",
-            &link.url(),
-            &flags,
-            "the baseline back after the kill switch, or 30 s of waiting for it",
-            FABRIC_PATIENCE,
-            || {
-                let act = &act;
-                let before = &before;
-                // Once the link holds the Confirm back, the controller is waiting for its reply.
-                let held = link.faults.late_confirms.load(Ordering::SeqCst) == 0;
-                if killed_at.is_none() && held {
-                    std::fs::write(&kill, "stop").unwrap();
-                    killed_at = Some(std::time::Instant::now());
-                }
-                let waited_out = killed_at.is_some_and(|t| t.elapsed() > Duration::from_secs(30));
-                let killed = killed_at.is_some();
-                async move {
-                    if !killed {
-                        return None;
-                    }
-                    let back = settings(act).await == *before;
-                    (back || waited_out).then_some(back)
-                }
-            },
-        )
-        .await;
+    let flags = ["--confirm-within", "300s", "--health-window", "3", "--call-timeout", "2s"];
+    // Once the link holds the Confirm back, the controller is waiting for its reply.
+    let held = || link.faults.late_confirms.load(Ordering::SeqCst) == 0;
+    let restored =
+        kill_switch_restores_the_start(&act, &link, "hung-confirm", "static:200KB,800KB,0.3", &flags, held).await;
     assert!(restored, "queues still off the baseline 30 s after the kill switch: {:?}", act.journal());
     assert!(events(&act.journal(), "revert").is_empty(), "the actuator's revert did it: {:?}", act.journal());
 }
