@@ -391,6 +391,31 @@ async fn a_profile_an_operator_shares_between_two_applies_is_not_edited() {
     }
 }
 
+/// Someone binds a queue ecn-tuner does not control to one of ecn-tuner's own profiles: an
+/// apply that would change that profile is refused whole, and CONFIG_DB stays as it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_apply_that_would_change_our_profile_under_someone_elses_queue_is_refused() {
+    let rig = rig(Spec::default(), &[]).await;
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let one = |kmin| pb::ApplyRequest {
+        lease_id: l.clone(),
+        changes: vec![change(&qid("Ethernet0", 3), kmin, 900_000, 0.25)],
+        ..Default::default()
+    };
+    c.apply(one(300_000)).await.expect("a queue of its own");
+    let _: () = redis::cmd("HSET")
+        .arg("QUEUE|Ethernet0|1")
+        .arg("wred_profile")
+        .arg("ECN_TUNER_Ethernet0_3")
+        .query(&mut rig.redis.con(CONFIG_DB))
+        .unwrap();
+    let before = tables(&mut rig.redis.con(CONFIG_DB));
+    let e = c.apply(one(200_000)).await.expect_err("the profile is someone else's too now");
+    assert!(e.message().contains("QUEUE|Ethernet0|1, which this actuator does not control"), "{}", e.message());
+    assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), before, "nothing written");
+}
+
 /// Redis dies while the actuator is inside a MULTI/EXEC transaction: CONFIG_DB comes back fully
 /// old (Redis discards an unfinished transaction), the apply is refused, and the controller,
 /// blind while Redis is away, falls back to the baseline; once Redis is back its applies land

@@ -347,6 +347,26 @@ pub fn target(layout: &Layout, now: &Snapshot, settings: &[EcnSetting]) -> Targe
     Target { profiles, bindings, delete }
 }
 
+/// The first profile that `ops` edit or delete while a queue we do not control uses it, with
+/// that queue: `target` keeps off home profiles so used, but a profile of ours that someone
+/// bound another queue to would be edited under it. Such a plan must not run.
+pub fn reaches_uncontrolled(layout: &Layout, now: &Snapshot, ops: &[Op]) -> Option<(String, String)> {
+    let managed: BTreeSet<String> = layout.queues.iter().map(QueueRef::name).collect();
+    let profile_of = |key: &str| key.strip_prefix(schema::WRED_PROFILE)?.strip_prefix('|').map(str::to_string);
+    ops.iter()
+        .filter_map(|op| match op {
+            Op::Set(k, _, _) | Op::Unset(k, _) | Op::Del(k) => profile_of(k),
+            Op::Create(..) => None,
+        })
+        .find_map(|profile| {
+            now.queues
+                .iter()
+                .filter(|(q, _)| !managed.contains(*q))
+                .find(|(_, f)| schema::field(f, schema::WRED_PROFILE_FIELD) == Some(profile.as_str()))
+                .map(|(q, _)| (profile.clone(), q.clone()))
+        })
+}
+
 /// `base`'s fields with the thresholds and probability of `s`, yellow/red following green as
 /// decided on `original`.
 fn with_setting(base: &Fields, original: &Fields, s: &EcnSetting) -> Fields {
@@ -620,5 +640,25 @@ mod tests {
         // Back to the original settings: the tables exactly as before.
         let back = target(&layout, &mid, &[ORIG; 4]);
         assert_eq!(after(&mid, &plan(&layout, &mid, &back)), snap);
+    }
+
+    #[test]
+    fn a_plan_that_edits_our_profile_under_someone_elses_queue_is_caught() {
+        let (layout, snap) = world();
+        let t = target(&layout, &snap, &[ORIG, NEW, ORIG, ORIG]);
+        let mid = after(&snap, &plan(&layout, &snap, &t));
+        assert_eq!(reaches_uncontrolled(&layout, &snap, &plan(&layout, &snap, &t)), None);
+        // Someone binds a queue we leave alone to the profile of ours that Ethernet0|4 uses.
+        let mut shared = mid.clone();
+        shared.queues.insert("Ethernet0|1".into(), f(&[("wred_profile", "ECN_TUNER_Ethernet0_4")]));
+        let other = EcnSetting { kmin_bytes: 200_000, ..NEW };
+        let ops = plan(&layout, &shared, &target(&layout, &shared, &[ORIG, other, ORIG, ORIG]));
+        assert_eq!(
+            reaches_uncontrolled(&layout, &shared, &ops),
+            Some(("ECN_TUNER_Ethernet0_4".to_string(), "Ethernet0|1".to_string()))
+        );
+        // A plan that leaves that profile alone is fine.
+        let ops = plan(&layout, &shared, &target(&layout, &shared, &[ORIG, NEW, NEW, NEW]));
+        assert_eq!(reaches_uncontrolled(&layout, &shared, &ops), None, "{ops:?}");
     }
 }

@@ -444,6 +444,12 @@ impl Writer {
         if ops.is_empty() {
             return Ok(());
         }
+        if let Some((profile, queue)) = config::reaches_uncontrolled(&self.layout, &model, &ops) {
+            return Err(format!(
+                "WRED_PROFILE|{profile} would change, and QUEUE|{queue}, which this actuator does not control, \
+                 uses it; nothing was written (bind that queue to another profile)"
+            ));
+        }
         {
             let (target, dbs, switch) = (self.target.clone(), self.dbs, self.switch.clone());
             // The tables were just read: they are what the recording must hold.
