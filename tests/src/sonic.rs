@@ -633,6 +633,12 @@ impl Proxy {
         self.stall_at_transaction();
     }
 
+    /// Whether a connection holds back what its client sent (after [`Proxy::stall_at_transaction`],
+    /// once its `MULTI` came).
+    pub fn holding(&self) -> bool {
+        self.held.lock().unwrap().iter().any(|f| f.load(Ordering::Relaxed) == HOLD)
+    }
+
     /// Deliver what was held and relay again.
     pub fn release(&self) {
         self.set_held(RELAY);

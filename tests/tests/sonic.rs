@@ -416,6 +416,45 @@ async fn an_apply_that_would_change_our_profile_under_someone_elses_queue_is_ref
     assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), before, "nothing written");
 }
 
+/// Another client edits a WRED profile after an apply has read CONFIG_DB and before its
+/// transaction runs: the transaction is a no-op (the keys read are watched), the apply is
+/// refused, the edit stands, and the next apply goes through.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_edit_between_an_applys_read_and_its_transaction_aborts_the_transaction() {
+    let spec = Spec::default();
+    let redis = RedisServer::start();
+    seed(&redis, &spec);
+    let proxy = Proxy::start(redis.port);
+    let _ticker = Ticker::start(&redis, Counters::new(&spec, 64), Duration::from_millis(50));
+    let url = proxy.url();
+    let act =
+        Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms", "--redis-timeout", "5s"])
+            .await;
+    let mut c = act.client().await;
+    let (l, _) = leased_after_a_first_change(&mut c, &redis).await;
+
+    proxy.stall_at_transaction();
+    let apply = tokio::spawn({
+        let (mut c, l) = (c.clone(), l.clone());
+        async move { apply_ethernet4(&mut c, &l).await }
+    });
+    eventually("the apply's MULTI held on the way", WAIT, || async { proxy.holding().then_some(()) }).await;
+    let _: () = redis::cmd("HSET")
+        .arg("WRED_PROFILE|AZURE_LOSSLESS")
+        .arg("green_drop_probability")
+        .arg("7")
+        .query(&mut redis.con(CONFIG_DB))
+        .unwrap();
+    let edited = tables(&mut redis.con(CONFIG_DB));
+    proxy.release();
+    let e = apply.await.unwrap().expect_err("the transaction must not run over the edit");
+    assert!(e.message().contains("another client changed a WRED profile"), "{}", e.message());
+    assert_eq!(tables(&mut redis.con(CONFIG_DB)), edited, "the edit stands, and nothing else was written");
+
+    apply_ethernet4(&mut c, &l).await.expect("the next apply plans from the new tables");
+    assert_eq!(queue_setting(&mut redis.con(CONFIG_DB), "Ethernet4", 3), (200_000, 800_000, 30));
+}
+
 /// Redis dies while the actuator is inside a MULTI/EXEC transaction: CONFIG_DB comes back fully
 /// old (Redis discards an unfinished transaction), the apply is refused, and the controller,
 /// blind while Redis is away, falls back to the baseline; once Redis is back its applies land

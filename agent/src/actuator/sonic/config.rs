@@ -38,9 +38,23 @@ pub struct Snapshot {
 
 /// Read both tables in full.
 pub fn read_snapshot(con: &mut Connection) -> redis::RedisResult<Snapshot> {
+    read_tables(con, false)
+}
+
+/// Read both tables in full, watching every key read (`WATCH`): a transaction sent next on this
+/// connection ([`exec`]) does not run if another client changed any of them meanwhile. A key
+/// created after the scan is not watched.
+pub fn read_snapshot_watched(con: &mut Connection) -> redis::RedisResult<Snapshot> {
+    read_tables(con, true)
+}
+
+fn read_tables(con: &mut Connection, watch: bool) -> redis::RedisResult<Snapshot> {
     let mut out = Snapshot::default();
     for (table, into) in [(schema::WRED_PROFILE, &mut out.profiles), (schema::QUEUE, &mut out.queues)] {
         let keys = scan_keys(con, &format!("{table}|*"))?;
+        if watch && !keys.is_empty() {
+            redis::cmd("WATCH").arg(&keys).query::<()>(con)?;
+        }
         let values = hgetall_many(con, &keys)?;
         for (k, v) in keys.into_iter().zip(values) {
             let name = k[table.len() + 1..].to_string();
@@ -490,8 +504,9 @@ pub fn shows(layout: &Layout, read: &Snapshot, t: &Target) -> bool {
     profiles_ok && bindings_ok && deleted_ok
 }
 
-/// Run `ops` as one MULTI/EXEC transaction: all of them or none.
-pub fn exec(con: &mut Connection, ops: &[Op]) -> redis::RedisResult<()> {
+/// Run `ops` as one MULTI/EXEC transaction: all of them, or none (then also when a key the
+/// connection watches changed first).
+pub fn exec(con: &mut Connection, ops: &[Op]) -> redis::RedisResult<Ran> {
     let mut pipe = redis::pipe();
     pipe.atomic();
     for op in ops {
@@ -514,7 +529,20 @@ pub fn exec(con: &mut Connection, ops: &[Op]) -> redis::RedisResult<()> {
             }
         }
     }
-    pipe.query::<()>(con)
+    // EXEC answers nil when a watched key changed: nothing ran.
+    Ok(match pipe.query::<Option<()>>(con)? {
+        Some(()) => Ran::Done,
+        None => Ran::Aborted,
+    })
+}
+
+/// Whether a transaction ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ran {
+    /// Every write ran.
+    Done,
+    /// None ran: a key read with [`read_snapshot_watched`] changed before EXEC.
+    Aborted,
 }
 
 #[cfg(test)]

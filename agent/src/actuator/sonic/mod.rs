@@ -423,6 +423,22 @@ impl Writer {
         config::read_snapshot(con).map_err(|e| format!("Redis at {url} (db {db}): {e}"))
     }
 
+    /// [`Writer::read`], watching what it reads until the next transaction or [`Writer::unwatch`].
+    fn read_watched(&mut self) -> Result<Snapshot, String> {
+        let db = self.dbs.config;
+        let url = self.target.url().to_string();
+        let con = self.connection()?;
+        config::read_snapshot_watched(con).map_err(|e| format!("Redis at {url} (db {db}): {e}"))
+    }
+
+    /// Stop watching (no transaction follows); a failure drops the connection instead.
+    fn unwatch(&mut self) {
+        let done = self.con.as_mut().map(|(con, _)| redis::cmd("UNWATCH").query::<()>(con));
+        if matches!(done, Some(Err(_))) {
+            self.con = None;
+        }
+    }
+
     fn apply(&mut self, settings: &[EcnSetting]) -> Result<(), String> {
         let r = self.try_apply(settings);
         if r.is_ok() {
@@ -437,14 +453,17 @@ impl Writer {
         self.fence()?;
         // Plan from what CONFIG_DB holds now, read at every apply: a write we could not
         // confirm, or an operator's edit since the last apply (a queue we do not control bound
-        // to a profile we would edit in place), must not be planned around.
-        let model = self.read()?;
+        // to a profile we would edit in place), must not be planned around. The keys read are
+        // watched, so one edited before our EXEC makes the transaction a no-op.
+        let model = self.read_watched()?;
         let t = config::target(&self.layout, &model, settings);
         let ops = config::plan(&self.layout, &model, &t);
         if ops.is_empty() {
+            self.unwatch();
             return Ok(());
         }
         if let Some((profile, queue)) = config::reaches_uncontrolled(&self.layout, &model, &ops) {
+            self.unwatch();
             return Err(format!(
                 "WRED_PROFILE|{profile} would change, and QUEUE|{queue}, which this actuator does not control, \
                  uses it; nothing was written (bind that queue to another profile)"
@@ -459,9 +478,14 @@ impl Writer {
         let db = self.dbs.config;
         let con = self.connection()?;
         let e = match config::exec(con, &ops) {
-            Ok(()) => {
+            Ok(config::Ran::Done) => {
                 debug!(writes = ops.len(), "CONFIG_DB transaction done");
                 return Ok(());
+            }
+            Ok(config::Ran::Aborted) => {
+                return Err("another client changed a WRED profile or queue binding while this apply was planned; \
+                     nothing was written (the next apply plans from the new tables)"
+                    .into())
             }
             Err(e) => e,
         };
