@@ -421,17 +421,11 @@ async fn an_apply_that_would_change_our_profile_under_someone_elses_queue_is_ref
 /// refused, the edit stands, and the next apply goes through.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_edit_between_an_applys_read_and_its_transaction_aborts_the_transaction() {
-    let spec = Spec::default();
-    let redis = RedisServer::start();
-    seed(&redis, &spec);
-    let proxy = Proxy::start(redis.port);
-    let _ticker = Ticker::start(&redis, Counters::new(&spec, 64), Duration::from_millis(50));
-    let url = proxy.url();
-    let act =
-        Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms", "--redis-timeout", "5s"])
-            .await;
+    // Time enough to make the edit while the transaction is held.
+    let p = proxied_with_timeout("5s").await;
+    let (redis, proxy, act) = (&p.redis, &p.proxy, &p.act);
     let mut c = act.client().await;
-    let (l, _) = leased_after_a_first_change(&mut c, &redis).await;
+    let (l, _) = leased_after_a_first_change(&mut c, redis).await;
 
     proxy.stall_at_transaction();
     let apply = tokio::spawn({
@@ -815,6 +809,11 @@ async fn apply_ethernet4(c: &mut ecn_tests::Client, lease_id: &str) -> Result<()
 
 /// A seeded switch with ticking counters, and a sonic actuator reaching its Redis through a
 /// [`Proxy`] with a 1 s `--redis-timeout`.
+async fn proxied() -> Proxied {
+    proxied_with_timeout("1s").await
+}
+
+/// [`proxied`], with `--redis-timeout` at `timeout`.
 struct Proxied {
     redis: RedisServer,
     proxy: Proxy,
@@ -822,16 +821,24 @@ struct Proxied {
     act: Actuator,
 }
 
-async fn proxied() -> Proxied {
+async fn proxied_with_timeout(timeout: &str) -> Proxied {
     let spec = Spec::default();
     let redis = RedisServer::start();
     seed(&redis, &spec);
     let proxy = Proxy::start(redis.port);
     let ticker = Ticker::start(&redis, Counters::new(&spec, 64), Duration::from_millis(50));
     let url = proxy.url();
-    let act =
-        Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms", "--redis-timeout", "1s"])
-            .await;
+    let act = Actuator::start(&[
+        "--backend",
+        "sonic",
+        "--redis",
+        &url,
+        "--poll-interval",
+        "100ms",
+        "--redis-timeout",
+        timeout,
+    ])
+    .await;
     Proxied { redis, proxy, _ticker: ticker, act }
 }
 
