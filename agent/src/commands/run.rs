@@ -235,7 +235,7 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
     }
     // A change is judged at the latest two intervals before its deadline; a window no longer
     // than that leaves no time to watch its health, and every change would be rolled back.
-    if cfg.confirm_within <= cfg.interval * 2 {
+    if cfg.confirm_within <= cfg.judging_margin() {
         return Err(CliError::BadInput(format!(
             "--confirm-within '{}': must be longer than two --interval ('{}'), or no change can be \
              health-checked before its deadline and every change is rolled back",

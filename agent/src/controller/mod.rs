@@ -97,6 +97,14 @@ pub struct ControllerConfig {
     pub allow_untrained_rates: bool,
 }
 
+impl ControllerConfig {
+    /// How long before its confirm deadline a change is judged at the latest (two
+    /// `interval`s), whatever its health window holds by then.
+    pub fn judging_margin(&self) -> Duration {
+        self.interval * 2
+    }
+}
+
 /// What a run did, for the caller's summary.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunReport {
@@ -204,13 +212,16 @@ struct QueueState {
 }
 
 impl QueueState {
-    /// Take `setting` as the queue's current one. A new setting starts the window a health
-    /// check compares before the next change again: intervals at the old one do not describe it.
-    fn set_current(&mut self, setting: EcnSetting) {
-        if setting != self.current {
+    /// Take `setting` as the queue's current one; returns whether it changed. A new setting
+    /// starts the window a health check compares before the next change again: intervals at
+    /// the old one do not describe it.
+    fn set_current(&mut self, setting: EcnSetting) -> bool {
+        let changed = setting != self.current;
+        if changed {
             self.current = setting;
             self.watch.setting_changed();
         }
+        changed
     }
 }
 
@@ -418,7 +429,7 @@ pub async fn run(
 /// complete: every change would be rolled back for its deadline.
 fn window_fits_confirm(cfg: &ControllerConfig, telemetry_interval: Duration) -> Result<(), CliError> {
     let watch = telemetry_interval.saturating_mul(u32::try_from(cfg.health.window).unwrap_or(u32::MAX));
-    let time_to_judge = cfg.confirm_within.saturating_sub(cfg.interval * 2);
+    let time_to_judge = cfg.confirm_within.saturating_sub(cfg.judging_margin());
     if watch >= time_to_judge {
         return Err(CliError::BadInput(format!(
             "--health-window {} takes at least {watch:?} at the {telemetry_interval:?} telemetry interval of {}, \
@@ -915,8 +926,7 @@ impl ControlLoop {
             let (Some(id), Some(setting)) = (qs.id.as_ref(), to_setting(qs.setting.as_ref())) else { continue };
             let Some(&i) = self.index.get(&queue_key(id)) else { continue };
             let q = &mut self.queues[i];
-            if q.current != setting {
-                q.set_current(setting);
+            if q.set_current(setting) {
                 set_queue_metrics(&self.metrics, &self.cfg.target, q);
             }
         }
@@ -1021,7 +1031,7 @@ impl ControlLoop {
         let cfg = &self.cfg;
         let window = cfg.health.window;
         let now = Instant::now();
-        let near_deadline = now + cfg.interval * 2 >= p.deadline;
+        let near_deadline = now + cfg.judging_margin() >= p.deadline;
         let complete = p.after.iter().all(|a| a.len() >= window);
         // Health cannot be confirmed without trustworthy telemetry: judge at once if it went bad.
         let blind = p

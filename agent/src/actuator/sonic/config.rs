@@ -303,13 +303,7 @@ fn effective(s: &EcnSetting) -> (u64, u64, u32) {
 /// such a profile stay on it only while they want exactly what it holds; any other setting gets
 /// a profile of their own.
 pub fn target(layout: &Layout, now: &Snapshot, settings: &[EcnSetting]) -> Target {
-    let managed: BTreeSet<String> = layout.queues.iter().map(QueueRef::name).collect();
-    let used_elsewhere: BTreeSet<&str> = now
-        .queues
-        .iter()
-        .filter(|(k, _)| !managed.contains(*k))
-        .filter_map(|(_, f)| schema::field(f, schema::WRED_PROFILE_FIELD))
-        .collect();
+    let used_elsewhere = used_by_uncontrolled(layout, now);
     let mut by_home: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, h) in layout.homes.iter().enumerate() {
         by_home.entry(h.as_str()).or_default().push(i);
@@ -320,7 +314,7 @@ pub fn target(layout: &Layout, now: &Snapshot, settings: &[EcnSetting]) -> Targe
     for (home, idx) in by_home {
         let original = layout.originals.get(home).unwrap_or(&empty);
         let current_home = now.profiles.get(home).unwrap_or(original);
-        let shared = if used_elsewhere.contains(home) {
+        let shared = if used_elsewhere.contains_key(home) {
             // Left as it is; `None` (no green curve to match) sends every queue to its own.
             schema::green_setting(current_home).map(|s| effective(&s))
         } else {
@@ -355,30 +349,35 @@ pub fn target(layout: &Layout, now: &Snapshot, settings: &[EcnSetting]) -> Targe
         .profiles
         .keys()
         .filter(|p| schema::is_tuner_profile(p) && !profiles.contains_key(*p) && !homes.contains(p))
-        .filter(|p| !used_elsewhere.contains(p.as_str()))
+        .filter(|p| !used_elsewhere.contains_key(p.as_str()))
         .cloned()
         .collect();
     Target { profiles, bindings, delete }
+}
+
+/// The profiles that queues we do not control are bound to, each with the first such queue.
+fn used_by_uncontrolled<'a>(layout: &Layout, now: &'a Snapshot) -> BTreeMap<&'a str, &'a str> {
+    let managed: BTreeSet<String> = layout.queues.iter().map(QueueRef::name).collect();
+    let mut used = BTreeMap::new();
+    for (queue, fields) in now.queues.iter().filter(|(q, _)| !managed.contains(*q)) {
+        if let Some(profile) = schema::field(fields, schema::WRED_PROFILE_FIELD) {
+            used.entry(profile).or_insert(queue.as_str());
+        }
+    }
+    used
 }
 
 /// The first profile that `ops` edit or delete while a queue we do not control uses it, with
 /// that queue: `target` keeps off home profiles so used, but a profile of ours that someone
 /// bound another queue to would be edited under it. Such a plan must not run.
 pub fn reaches_uncontrolled(layout: &Layout, now: &Snapshot, ops: &[Op]) -> Option<(String, String)> {
-    let managed: BTreeSet<String> = layout.queues.iter().map(QueueRef::name).collect();
-    let profile_of = |key: &str| key.strip_prefix(schema::WRED_PROFILE)?.strip_prefix('|').map(str::to_string);
+    let used = used_by_uncontrolled(layout, now);
     ops.iter()
         .filter_map(|op| match op {
-            Op::Set(k, _, _) | Op::Unset(k, _) | Op::Del(k) => profile_of(k),
+            Op::Set(k, _, _) | Op::Unset(k, _) | Op::Del(k) => k.strip_prefix(schema::WRED_PROFILE)?.strip_prefix('|'),
             Op::Create(..) => None,
         })
-        .find_map(|profile| {
-            now.queues
-                .iter()
-                .filter(|(q, _)| !managed.contains(*q))
-                .find(|(_, f)| schema::field(f, schema::WRED_PROFILE_FIELD) == Some(profile.as_str()))
-                .map(|(q, _)| (profile.clone(), q.clone()))
-        })
+        .find_map(|profile| used.get(profile).map(|queue| (profile.to_string(), queue.to_string())))
 }
 
 /// `base`'s fields with the thresholds and probability of `s`, yellow/red following green as

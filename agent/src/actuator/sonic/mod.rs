@@ -416,19 +416,14 @@ impl Writer {
         Ok(())
     }
 
-    fn read(&mut self) -> Result<Snapshot, String> {
+    /// Read the managed tables with `reader` ([`config::read_snapshot`], or
+    /// [`config::read_snapshot_watched`] to watch them until the next transaction or
+    /// [`Writer::unwatch`]).
+    fn read(&mut self, reader: fn(&mut Connection) -> redis::RedisResult<Snapshot>) -> Result<Snapshot, String> {
         let db = self.dbs.config;
         let url = self.target.url().to_string();
         let con = self.connection()?;
-        config::read_snapshot(con).map_err(|e| format!("Redis at {url} (db {db}): {e}"))
-    }
-
-    /// [`Writer::read`], watching what it reads until the next transaction or [`Writer::unwatch`].
-    fn read_watched(&mut self) -> Result<Snapshot, String> {
-        let db = self.dbs.config;
-        let url = self.target.url().to_string();
-        let con = self.connection()?;
-        config::read_snapshot_watched(con).map_err(|e| format!("Redis at {url} (db {db}): {e}"))
+        reader(con).map_err(|e| format!("Redis at {url} (db {db}): {e}"))
     }
 
     /// Stop watching (no transaction follows); a failure drops the connection instead.
@@ -455,15 +450,15 @@ impl Writer {
         // confirm, or an operator's edit since the last apply (a queue we do not control bound
         // to a profile we would edit in place), must not be planned around. The keys read are
         // watched, so one edited before our EXEC makes the transaction a no-op.
-        let model = self.read_watched()?;
+        let model = self.read(config::read_snapshot_watched)?;
         let t = config::target(&self.layout, &model, settings);
         let ops = config::plan(&self.layout, &model, &t);
         if ops.is_empty() {
             self.unwatch();
             return Ok(());
         }
+        // An error drops the connection (`apply`), and its watch with it.
         if let Some((profile, queue)) = config::reaches_uncontrolled(&self.layout, &model, &ops) {
-            self.unwatch();
             return Err(format!(
                 "WRED_PROFILE|{profile} would change, and QUEUE|{queue}, which this actuator does not control, \
                  uses it; nothing was written (bind that queue to another profile)"
@@ -499,7 +494,7 @@ impl Writer {
                  actuator puts the previous settings back as soon as it reaches Redis"
             ));
         }
-        match self.read() {
+        match self.read(config::read_snapshot) {
             Ok(now) if config::shows(&self.layout, &now, &t) => {
                 warn!("{what}; the transaction had landed (read back), so the apply is done");
                 Ok(())
