@@ -519,6 +519,11 @@ pub fn tables(con: &mut redis::Connection) -> BTreeMap<String, Vec<(String, Stri
     out
 }
 
+/// Set one field of a CONFIG_DB hash, as an operator (or a SONiC daemon) would.
+pub fn set_config_field(server: &RedisServer, key: &str, field: &str, value: &str) {
+    let _: () = redis::cmd("HSET").arg(key).arg(field).arg(value).query(&mut server.con(CONFIG_DB)).expect("HSET");
+}
+
 /// The green setting (kmin, kmax, probability %) of the profile bound to `QUEUE|port|queue`.
 pub fn queue_setting(con: &mut redis::Connection, port: &str, queue: u32) -> (u64, u64, u64) {
     let profile: String =

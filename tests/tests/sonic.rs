@@ -8,8 +8,8 @@
 //! starts its own server on a free loopback port in a scratch directory.
 
 use ecn_tests::sonic::{
-    client_in_multi, queue_setting, recording, seed, tables, Counters, Proxy, RedisServer, Spec, Ticker, Traffic,
-    CONFIG_DB, COUNTERS_DB,
+    client_in_multi, queue_setting, recording, seed, set_config_field, tables, Counters, Proxy, RedisServer, Spec,
+    Ticker, Traffic, CONFIG_DB, COUNTERS_DB,
 };
 use ecn_tests::{
     assert_applied_within_bounds, assert_apply_refused, change, decision_reasons, enforce_flags, events, eventually,
@@ -324,12 +324,7 @@ async fn a_profile_shared_with_queues_left_alone_is_never_edited() {
     let spec = Spec::default();
     let redis = RedisServer::start();
     seed(&redis, &spec);
-    let _: () = redis::cmd("HSET")
-        .arg("QUEUE|Ethernet0,Ethernet4|1-2")
-        .arg("wred_profile")
-        .arg("AZURE_LOSSLESS")
-        .query(&mut redis.con(CONFIG_DB))
-        .unwrap();
+    set_config_field(&redis, "QUEUE|Ethernet0,Ethernet4|1-2", "wred_profile", "AZURE_LOSSLESS");
     let before = tables(&mut redis.con(CONFIG_DB));
     let _ticker = Ticker::start(&redis, Counters::new(&spec, 64), Duration::from_millis(50));
     let url = redis.url();
@@ -374,12 +369,7 @@ async fn a_profile_an_operator_shares_between_two_applies_is_not_edited() {
     let first =
         pb::ApplyRequest { lease_id: l.clone(), changes: every_queue(300_000, 900_000, 0.25), ..Default::default() };
     c.apply(first).await.expect("first apply");
-    let _: () = redis::cmd("HSET")
-        .arg("QUEUE|Ethernet0|1")
-        .arg("wred_profile")
-        .arg("AZURE_LOSSLESS")
-        .query(&mut rig.redis.con(CONFIG_DB))
-        .unwrap();
+    set_config_field(&rig.redis, "QUEUE|Ethernet0|1", "wred_profile", "AZURE_LOSSLESS");
     let shared = tables(&mut rig.redis.con(CONFIG_DB))["WRED_PROFILE|AZURE_LOSSLESS"].clone();
     let second = pb::ApplyRequest { lease_id: l, changes: every_queue(200_000, 800_000, 0.3), ..Default::default() };
     c.apply(second).await.expect("second apply");
@@ -404,12 +394,7 @@ async fn an_apply_that_would_change_our_profile_under_someone_elses_queue_is_ref
         ..Default::default()
     };
     c.apply(one(300_000)).await.expect("a queue of its own");
-    let _: () = redis::cmd("HSET")
-        .arg("QUEUE|Ethernet0|1")
-        .arg("wred_profile")
-        .arg("ECN_TUNER_Ethernet0_3")
-        .query(&mut rig.redis.con(CONFIG_DB))
-        .unwrap();
+    set_config_field(&rig.redis, "QUEUE|Ethernet0|1", "wred_profile", "ECN_TUNER_Ethernet0_3");
     let before = tables(&mut rig.redis.con(CONFIG_DB));
     let e = c.apply(one(200_000)).await.expect_err("the profile is someone else's too now");
     assert!(e.message().contains("QUEUE|Ethernet0|1, which this actuator does not control"), "{}", e.message());
@@ -433,12 +418,7 @@ async fn an_edit_between_an_applys_read_and_its_transaction_aborts_the_transacti
         async move { apply_ethernet4(&mut c, &l).await }
     });
     eventually("the apply's MULTI held on the way", WAIT, || async { proxy.holding().then_some(()) }).await;
-    let _: () = redis::cmd("HSET")
-        .arg("WRED_PROFILE|AZURE_LOSSLESS")
-        .arg("green_drop_probability")
-        .arg("7")
-        .query(&mut redis.con(CONFIG_DB))
-        .unwrap();
+    set_config_field(redis, "WRED_PROFILE|AZURE_LOSSLESS", "green_drop_probability", "7");
     let edited = tables(&mut redis.con(CONFIG_DB));
     proxy.release();
     let e = apply.await.unwrap().expect_err("the transaction must not run over the edit");
