@@ -316,6 +316,36 @@ async fn queues_that_differ_get_profiles_of_their_own_and_restore_is_byte_identi
     assert!(stdout.contains("nothing to restore"), "{stdout}");
 }
 
+/// Someone binds a queue the recording does not hold to one of our profiles after the actuator
+/// stopped: the restore keeps that profile and names the queue, since deleting it would leave
+/// the queue bound to a profile that does not exist, and restores everything else. It used to
+/// delete every `ECN_TUNER_*` profile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_keeps_our_profile_while_a_queue_it_does_not_restore_is_bound_to_it() {
+    let rig = rig(Spec::default(), &[]).await;
+    let url = rig.redis.url();
+    let before = tables(&mut rig.redis.con(CONFIG_DB));
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let changes = vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)];
+    c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.expect("apply one queue");
+    let (code, _) = rig.act.stop().await;
+    assert_eq!(code, Some(0));
+    let ours = "WRED_PROFILE|ECN_TUNER_Ethernet0_3";
+    let profile = tables(&mut rig.redis.con(CONFIG_DB)).remove(ours).expect("the queue's own profile");
+    set_config_field(&rig.redis, "QUEUE|Ethernet0|7", "wred_profile", "ECN_TUNER_Ethernet0_3");
+
+    let (code, stdout, stderr) = run_cli(&["sonic", "restore", "--redis", &url]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains(&format!("kept {ours}")) && stdout.contains("QUEUE|Ethernet0|7"), "{stdout}");
+    assert!(stdout.contains("removed 0 ecn-tuner profile(s)"), "{stdout}");
+    let mut after = tables(&mut rig.redis.con(CONFIG_DB));
+    assert_eq!(after.remove(ours), Some(profile), "the profile under the added queue, as it was");
+    assert!(after.remove("QUEUE|Ethernet0|7").is_some());
+    assert_eq!(after, before, "everything else as recorded");
+    assert!(recording(&rig.redis).is_none(), "the recording is retired");
+}
+
 /// A profile that queues ecn-tuner does not control also use (a range entry, which it leaves
 /// alone) is never edited in place, even when every controlled queue wants the same setting:
 /// the change would reach those queues too, with nothing watching their health.
@@ -381,10 +411,12 @@ async fn a_profile_an_operator_shares_between_two_applies_is_not_edited() {
     }
 }
 
-/// Someone binds a queue ecn-tuner does not control to one of ecn-tuner's own profiles: an
-/// apply that would change that profile is refused whole, and CONFIG_DB stays as it was.
+/// Someone binds a queue ecn-tuner does not control to one of ecn-tuner's own profiles: the
+/// next apply leaves that profile as it is under their queue, and moves the controlled queue to
+/// a fresh profile of its own. A rollback is such an apply too, so it cannot be refused for
+/// this. (The apply used to be refused whole.)
 #[tokio::test(flavor = "multi_thread")]
-async fn an_apply_that_would_change_our_profile_under_someone_elses_queue_is_refused() {
+async fn an_apply_moves_off_our_profile_once_someone_elses_queue_is_bound_to_it() {
     let rig = rig(Spec::default(), &[]).await;
     let mut c = rig.act.client().await;
     let l = lease(&mut c, "ctl-a").await;
@@ -395,10 +427,16 @@ async fn an_apply_that_would_change_our_profile_under_someone_elses_queue_is_ref
     };
     c.apply(one(300_000)).await.expect("a queue of its own");
     set_config_field(&rig.redis, "QUEUE|Ethernet0|1", "wred_profile", "ECN_TUNER_Ethernet0_3");
+    let theirs = "WRED_PROFILE|ECN_TUNER_Ethernet0_3";
     let before = tables(&mut rig.redis.con(CONFIG_DB));
-    let e = c.apply(one(200_000)).await.expect_err("the profile is someone else's too now");
-    assert!(e.message().contains("QUEUE|Ethernet0|1, which this actuator does not control"), "{}", e.message());
-    assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), before, "nothing written");
+    c.apply(one(200_000)).await.expect("the queue moves to a profile no one else uses");
+    let mut con = rig.redis.con(CONFIG_DB);
+    let after = tables(&mut con);
+    assert_eq!(after[theirs], before[theirs], "the profile under their queue, as it was");
+    assert_eq!(after["QUEUE|Ethernet0|1"], before["QUEUE|Ethernet0|1"]);
+    let binding: String = redis::cmd("HGET").arg("QUEUE|Ethernet0|3").arg("wred_profile").query(&mut con).unwrap();
+    assert_eq!(binding, "ECN_TUNER_Ethernet0_3_v1");
+    assert_eq!(queue_setting(&mut con, "Ethernet0", 3), (200_000, 900_000, 25));
 }
 
 /// Another client edits a WRED profile after an apply has read CONFIG_DB and before its

@@ -112,5 +112,11 @@ fn restore(a: RestoreArgs) -> Result<(), CliError> {
     for k in &report.left_alone {
         println!("left alone (not in the recording, not created by ecn-tuner): {k}");
     }
+    for (profile, queue) in &report.kept_bound {
+        println!(
+            "kept {profile}, an ecn-tuner profile: {queue}, which the recording does not hold, is bound to it; bind that \
+             queue to another profile, then delete this one"
+        );
+    }
     Ok(())
 }

@@ -336,8 +336,7 @@ pub fn target(layout: &Layout, now: &Snapshot, settings: &[EcnSetting]) -> Targe
             if Some(effective(&settings[i])) == shared {
                 bindings[i] = home.to_string();
             } else {
-                let q = &layout.queues[i];
-                let own = schema::tuner_profile_name(&q.port, q.queue);
+                let own = own_profile(&layout.queues[i], &used_elsewhere);
                 profiles.insert(own.clone(), with_setting(current_home, original, &settings[i]));
                 bindings[i] = own;
             }
@@ -355,6 +354,18 @@ pub fn target(layout: &Layout, now: &Snapshot, settings: &[EcnSetting]) -> Targe
     Target { profiles, bindings, delete }
 }
 
+/// The profile of our own for queue `q`: `ECN_TUNER_<port>_<queue>`, or, if someone bound a
+/// queue we do not control to that one, the first `ECN_TUNER_<port>_<queue>_v<n>` that no such
+/// queue uses. Their queue keeps the profile as it is, and ours moves, so that a change (a
+/// rollback too) never has to edit a profile under a queue that nothing judges.
+fn own_profile(q: &QueueRef, used_elsewhere: &BTreeMap<&str, &str>) -> String {
+    let name = schema::tuner_profile_name(&q.port, q.queue);
+    if !used_elsewhere.contains_key(name.as_str()) {
+        return name;
+    }
+    (1..).map(|n| format!("{name}_v{n}")).find(|n| !used_elsewhere.contains_key(n.as_str())).expect("unbounded")
+}
+
 /// The profiles that queues we do not control are bound to, each with the first such queue.
 fn used_by_uncontrolled<'a>(layout: &Layout, now: &'a Snapshot) -> BTreeMap<&'a str, &'a str> {
     let managed: BTreeSet<String> = layout.queues.iter().map(QueueRef::name).collect();
@@ -368,8 +379,9 @@ fn used_by_uncontrolled<'a>(layout: &Layout, now: &'a Snapshot) -> BTreeMap<&'a 
 }
 
 /// The first profile that `ops` edit or delete while a queue we do not control uses it, with
-/// that queue: `target` keeps off home profiles so used, but a profile of ours that someone
-/// bound another queue to would be edited under it. Such a plan must not run.
+/// that queue. `target` never plans such a write (it keeps off home profiles so used, and
+/// moves a queue of ours off a profile of ours that someone bound another queue to); this is
+/// the check that a plan must pass before it runs, whatever planned it.
 pub fn reaches_uncontrolled(layout: &Layout, now: &Snapshot, ops: &[Op]) -> Option<(String, String)> {
     let used = used_by_uncontrolled(layout, now);
     ops.iter()
@@ -678,14 +690,38 @@ mod tests {
         // Someone binds a queue we leave alone to the profile of ours that Ethernet0|4 uses.
         let mut shared = mid.clone();
         shared.queues.insert("Ethernet0|1".into(), f(&[("wred_profile", "ECN_TUNER_Ethernet0_4")]));
-        let other = EcnSetting { kmin_bytes: 200_000, ..NEW };
-        let ops = plan(&layout, &shared, &target(&layout, &shared, &[ORIG, other, ORIG, ORIG]));
+        let edit = [Op::Set("WRED_PROFILE|ECN_TUNER_Ethernet0_4".into(), "green_min_threshold".into(), "1".into())];
         assert_eq!(
-            reaches_uncontrolled(&layout, &shared, &ops),
+            reaches_uncontrolled(&layout, &shared, &edit),
             Some(("ECN_TUNER_Ethernet0_4".to_string(), "Ethernet0|1".to_string()))
         );
-        // A plan that leaves that profile alone is fine.
-        let ops = plan(&layout, &shared, &target(&layout, &shared, &[ORIG, NEW, NEW, NEW]));
-        assert_eq!(reaches_uncontrolled(&layout, &shared, &ops), None, "{ops:?}");
+        let delete = [Op::Del("WRED_PROFILE|ECN_TUNER_Ethernet0_4".into())];
+        assert!(reaches_uncontrolled(&layout, &shared, &delete).is_some());
+    }
+
+    #[test]
+    fn a_queue_of_ours_moves_off_our_profile_when_someone_else_binds_a_queue_to_it() {
+        let (layout, snap) = world();
+        let mid = after(&snap, &plan(&layout, &snap, &target(&layout, &snap, &[ORIG, NEW, ORIG, ORIG])));
+        let mut shared = mid.clone();
+        shared.queues.insert("Ethernet0|1".into(), f(&[("wred_profile", "ECN_TUNER_Ethernet0_4")]));
+        shared.queues.insert("Ethernet0|2".into(), f(&[("wred_profile", "ECN_TUNER_Ethernet0_4_v1")]));
+        // Another setting, and a rollback to the original, both leave their profile as it is.
+        let other = EcnSetting { kmin_bytes: 200_000, ..NEW };
+        for settings in [[ORIG, other, ORIG, ORIG], [ORIG; 4]] {
+            let t = target(&layout, &shared, &settings);
+            let ops = plan(&layout, &shared, &t);
+            assert_eq!(reaches_uncontrolled(&layout, &shared, &ops), None, "{ops:?}");
+            let back = after(&shared, &ops);
+            assert!(shows(&layout, &back, &t));
+            for q in ["Ethernet0|1", "Ethernet0|2"] {
+                let profile = schema::field(&shared.queues[q], schema::WRED_PROFILE_FIELD).unwrap();
+                assert_eq!(back.profiles.get(profile), shared.profiles.get(profile), "{q}'s profile");
+            }
+        }
+        let t = target(&layout, &shared, &[ORIG, other, ORIG, ORIG]);
+        assert_eq!(t.bindings[1], "ECN_TUNER_Ethernet0_4_v2");
+        assert_eq!(schema::green_setting(&t.profiles["ECN_TUNER_Ethernet0_4_v2"]), Some(other));
+        assert!(!t.delete.contains("ECN_TUNER_Ethernet0_4"), "in use by their queue");
     }
 }

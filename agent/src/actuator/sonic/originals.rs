@@ -17,7 +17,7 @@
 //! The recording holds every `WRED_PROFILE` and `QUEUE` entry with all fields, in the order
 //! Redis returned them, so that a restore can make both tables byte-identical.
 
-use super::config::{exec, read_snapshot, Op, QueueRef, Snapshot};
+use super::config::{exec, read_snapshot, read_snapshot_watched, Op, QueueRef, Ran, Snapshot};
 use super::conn::RedisTarget;
 use super::schema::{self, DbIndices, Fields};
 use crate::actuator::ActuatorError;
@@ -247,6 +247,9 @@ pub struct RestoreReport {
     pub profiles_removed: usize,
     /// Entries that are not in the recording and not ours: left as they are.
     pub left_alone: Vec<String>,
+    /// Profiles of ours kept because a queue the recording does not hold is bound to them, as
+    /// (`WRED_PROFILE|<name>`, `QUEUE|<name>`).
+    pub kept_bound: Vec<(String, String)>,
 }
 
 /// The writes that take one recorded hash from `cur` back to `rec`, byte for byte: fields edited
@@ -273,10 +276,18 @@ fn restore_ops(key: String, cur: Option<&Fields>, rec: &Fields) -> Vec<Op> {
 }
 
 /// The whole restore plan: recorded profiles first (so that every binding points at a profile
-/// that exists), then queue entries, then our own profiles go.
+/// that exists), then queue entries, then our own profiles go, except one that a queue the
+/// recording does not hold is bound to: that queue stays as it is, and deleting its profile
+/// would leave it bound to nothing.
 pub fn restore_plan(rec: &Recording, now: &Snapshot) -> (Vec<Op>, RestoreReport) {
     let mut ops = Vec::new();
     let mut report = RestoreReport::default();
+    let mut bound_outside: BTreeMap<&str, &str> = BTreeMap::new();
+    for (queue, fields) in now.queues.iter().filter(|(q, _)| !rec.queue.contains_key(*q)) {
+        if let Some(profile) = schema::field(fields, schema::WRED_PROFILE_FIELD) {
+            bound_outside.entry(profile).or_insert(queue.as_str());
+        }
+    }
     for (name, fields) in &rec.wred_profile {
         let o = restore_ops(schema::config_key(schema::WRED_PROFILE, name), now.profiles.get(name), fields);
         report.profiles_restored += usize::from(!o.is_empty());
@@ -288,11 +299,15 @@ pub fn restore_plan(rec: &Recording, now: &Snapshot) -> (Vec<Op>, RestoreReport)
         ops.extend(o);
     }
     for name in now.profiles.keys().filter(|n| !rec.wred_profile.contains_key(*n)) {
-        if schema::is_tuner_profile(name) {
+        if !schema::is_tuner_profile(name) {
+            report.left_alone.push(schema::config_key(schema::WRED_PROFILE, name));
+        } else if let Some(queue) = bound_outside.get(name.as_str()) {
+            report
+                .kept_bound
+                .push((schema::config_key(schema::WRED_PROFILE, name), schema::config_key(schema::QUEUE, queue)));
+        } else {
             ops.push(Op::Del(schema::config_key(schema::WRED_PROFILE, name)));
             report.profiles_removed += 1;
-        } else {
-            report.left_alone.push(schema::config_key(schema::WRED_PROFILE, name));
         }
     }
     for name in now.queues.keys().filter(|n| !rec.queue.contains_key(*n)) {
@@ -300,6 +315,9 @@ pub fn restore_plan(rec: &Recording, now: &Snapshot) -> (Vec<Op>, RestoreReport)
     }
     (ops, report)
 }
+
+/// How many times a restore plans again after another client's edit aborted its transaction.
+const RESTORE_ATTEMPTS: u32 = 3;
 
 /// Put the recorded tables back in one transaction, check them, then retire the recording
 /// (STATE_DB key deleted, file renamed to `*.restored-<unix ms>`), so that a later run records
@@ -333,12 +351,38 @@ pub fn restore(
             "{source}: {e}; nothing restored (use --config-db, or --switch-name if the actuator ran with one)"
         ))
     })?;
-    let now = read_snapshot(&mut config).map_err(err)?;
-    let (ops, report) = restore_plan(&rec, &now);
-    if !ops.is_empty() {
-        exec(&mut config, &ops)
-            .map_err(|e| ActuatorError::Failed(format!("{}; CONFIG_DB is unchanged (one transaction)", err(e))))?;
-    }
+    // The plan is made from the tables as read, so the transaction runs only if none of the
+    // keys read changed meanwhile (WATCH); when one did, read again and plan afresh.
+    let mut attempts = 0;
+    let report = loop {
+        attempts += 1;
+        let now = read_snapshot_watched(&mut config).map_err(err)?;
+        let (ops, report) = restore_plan(&rec, &now);
+        if ops.is_empty() {
+            let _: () = redis::cmd("UNWATCH").query(&mut config).map_err(err)?;
+            break report;
+        }
+        match exec(&mut config, &ops) {
+            Ok(Ran::Done) => break report,
+            Ok(Ran::Aborted) if attempts < RESTORE_ATTEMPTS => {
+                warn!(attempts, "another client changed WRED_PROFILE or QUEUE during the restore; planning it again")
+            }
+            Ok(Ran::Aborted) => {
+                return Err(ActuatorError::Failed(format!(
+                    "another client changed WRED_PROFILE or QUEUE during each of {attempts} tries; nothing was \
+                     written, and the recording is kept: rerun `sonic restore` once the switch is quiet"
+                )))
+            }
+            // The reply is lost, so whether EXEC ran is unknown: a rerun plans from what is there.
+            Err(e) => {
+                return Err(ActuatorError::Failed(format!(
+                    "{}; the restore's transaction ran whole or not at all, and the recording is kept: rerun \
+                     `sonic restore`",
+                    err(e)
+                )))
+            }
+        }
+    };
     let back = read_snapshot(&mut config).map_err(err)?;
     for (name, fields) in &rec.wred_profile {
         if back.profiles.get(name) != Some(fields) {
@@ -406,6 +450,27 @@ mod tests {
         // Raising thresholds back: max before min.
         let pos = |field: &str| ops.iter().position(|o| matches!(o, Op::Set(_, f, _) if f == field)).unwrap();
         assert!(pos("green_max_threshold") < pos("green_min_threshold"));
+    }
+
+    #[test]
+    fn a_profile_of_ours_that_an_unrecorded_queue_is_bound_to_is_kept() {
+        let mut orig = Snapshot::default();
+        orig.profiles.insert("AZURE_LOSSLESS".into(), f(&[("ecn", "ecn_all")]));
+        orig.queues.insert("Ethernet0|3".into(), f(&[("wred_profile", "AZURE_LOSSLESS")]));
+        let rec = Recording::of(&orig, "sw", 4, None);
+        let mut now = orig.clone();
+        for q in ["Ethernet0_3", "Ethernet4_3"] {
+            now.profiles.insert(format!("ECN_TUNER_{q}"), f(&[("ecn", "ecn_all")]));
+        }
+        now.queues.insert("Ethernet0|3".into(), f(&[("wred_profile", "ECN_TUNER_Ethernet0_3")]));
+        now.queues.insert("Ethernet0|5".into(), f(&[("wred_profile", "ECN_TUNER_Ethernet0_3")]));
+        let (ops, report) = restore_plan(&rec, &now);
+        assert_eq!(report.kept_bound, [("WRED_PROFILE|ECN_TUNER_Ethernet0_3".into(), "QUEUE|Ethernet0|5".into())]);
+        assert_eq!(report.profiles_removed, 1);
+        assert!(ops.contains(&Op::Del("WRED_PROFILE|ECN_TUNER_Ethernet4_3".into())));
+        let back = super::super::config::after(&now, &ops);
+        assert!(back.profiles.contains_key("ECN_TUNER_Ethernet0_3"), "{ops:?}");
+        assert_eq!(back.queues["Ethernet0|3"], orig.queues["Ethernet0|3"]);
     }
 
     #[test]
