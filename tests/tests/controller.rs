@@ -723,7 +723,8 @@ async fn a_hung_confirm_does_not_block_the_kill_switch() {
 
 /// A health window that cannot be complete before the confirm deadline, even at the
 /// actuator's fastest telemetry, would roll back every change: refused at start, exit 2. So is
-/// one longer than the 10 000 intervals each queue may keep.
+/// one longer than the 10 000 intervals each queue may keep, and a health threshold that makes
+/// its check meaningless.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_health_window_longer_than_the_confirm_window_is_refused() {
     let act = sim_actuator(&[]).await;
@@ -741,6 +742,14 @@ async fn a_health_window_longer_than_the_confirm_window_is_refused() {
         ecn_tests::run_cli(&["run", "--target", &url, "--mode", "shadow", "--health-window", "10001"]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--health-window 10001: at most 10000 intervals"), "{stderr}");
+
+    // A threshold under which every change, or none, would fail its check.
+    for (spec, says) in [("depth_ratio=0.5", "depth_ratio is a growth factor"), ("util_ratio=0", "util_ratio is a")] {
+        let (code, _, stderr) =
+            ecn_tests::run_cli(&["run", "--target", &url, "--mode", "shadow", "--health-thresholds", spec]).await;
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains(&format!("--health-thresholds '{spec}': {says}")), "{stderr}");
+    }
 }
 
 /// An actuator whose bounds leave no valid Pmax (minimum above maximum) is refused at start,

@@ -65,6 +65,11 @@ pub struct RunArgs {
     /// Telemetry intervals compared before and after each change.
     #[arg(long, default_value_t = 5)]
     health_window: usize,
+    /// Health-check thresholds to change, as name=value,...: pause_floor (2), pause_ratio (2),
+    /// paused_floor (0.05), util_ratio (0.5), util_min_before (0.5), depth_ratio (2),
+    /// depth_slack_bytes (1000000).
+    #[arg(long, value_name = "SPEC")]
+    health_thresholds: Option<String>,
     /// Minimum time between two changes of one queue.
     #[arg(long, value_name = "DUR", default_value = "5s")]
     min_dwell: String,
@@ -212,7 +217,9 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
             stale_after: positive_duration("stale-after", &a.stale_after)?,
             ..Default::default()
         },
-        health: HealthConfig { window: a.health_window, ..Default::default() },
+        health: HealthConfig { window: a.health_window, ..Default::default() }
+            .with_thresholds(a.health_thresholds.as_deref().unwrap_or(""))
+            .map_err(|e| CliError::BadInput(format!("--health-thresholds {e}")))?,
         quarantine: duration("min-dwell", &a.min_dwell)? * 10,
         controller_id: a.controller_id.unwrap_or_else(default_controller_id),
         allow_untrained_rates: a.allow_untrained_rates,

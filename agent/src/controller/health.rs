@@ -153,6 +153,54 @@ impl Default for HealthConfig {
     }
 }
 
+impl HealthConfig {
+    /// The thresholds that `--health-thresholds` names: `pause_floor`, `pause_ratio`,
+    /// `paused_floor`, `util_ratio`, `util_min_before`, `depth_ratio`, `depth_slack_bytes`.
+    pub const KEYS: [&'static str; 7] = [
+        "pause_floor",
+        "pause_ratio",
+        "paused_floor",
+        "util_ratio",
+        "util_min_before",
+        "depth_ratio",
+        "depth_slack_bytes",
+    ];
+
+    /// These thresholds with some replaced, from `name=value,...`. Each value must keep its
+    /// check meaningful: growth factors at least 1 (a bar below "as before" would roll back
+    /// every change), fractions within [0, 1], `util_ratio` above 0, counts and bytes whole.
+    pub fn with_thresholds(&self, spec: &str) -> Result<HealthConfig, String> {
+        let mut out = self.clone();
+        for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').ok_or_else(|| format!("'{pair}': expected name=value"))?;
+            let (name, text) = (name.trim(), value.trim());
+            let v: f64 = text.parse().map_err(|_| format!("'{pair}': '{text}' is not a number"))?;
+            let whole = |v: f64| v.is_finite() && v >= 0.0 && v.fract() == 0.0;
+            let bad = |why: &str| Err(format!("'{pair}': {name} {why}"));
+            match name {
+                "pause_floor" if !whole(v) => return bad("is a count of pause frames: a whole number, 0 or more"),
+                "pause_floor" => out.pause_floor = v as u64,
+                "pause_ratio" | "depth_ratio" if !(v.is_finite() && v >= 1.0) => {
+                    return bad("is a growth factor: finite and at least 1")
+                }
+                "pause_ratio" => out.pause_ratio = v,
+                "depth_ratio" => out.depth_ratio = v,
+                "paused_floor" | "util_min_before" if !(0.0..=1.0).contains(&v) => {
+                    return bad("is a fraction: within [0, 1]")
+                }
+                "paused_floor" => out.paused_floor = v,
+                "util_min_before" => out.util_min_before = v,
+                "util_ratio" if !(v > 0.0 && v <= 1.0) => return bad("is a fraction of before: above 0, at most 1"),
+                "util_ratio" => out.util_ratio = v,
+                "depth_slack_bytes" if !whole(v) => return bad("is a byte count: a whole number, 0 or more"),
+                "depth_slack_bytes" => out.depth_slack_bytes = v,
+                _ => return Err(format!("'{name}': not a health threshold ({})", Self::KEYS.join(", "))),
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// Aggregate of a window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct WindowStats {
@@ -282,6 +330,29 @@ pub fn judge_utilization(cfg: &HealthConfig, before: &[WindowStats], after: &[Wi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thresholds_are_replaced_by_name_and_checked() {
+        let d = HealthConfig::default();
+        let c = d.with_thresholds("util_ratio=0.3, depth_ratio=4,pause_floor=10,depth_slack_bytes=0").unwrap();
+        assert_eq!((c.util_ratio, c.depth_ratio, c.pause_floor, c.depth_slack_bytes), (0.3, 4.0, 10, 0.0));
+        assert_eq!((c.window, c.pause_ratio, c.paused_floor, c.util_min_before), (5, 2.0, 0.05, 0.5));
+        assert_eq!(d.with_thresholds("").unwrap(), d);
+        for (spec, says) in [
+            ("util_ratio", "expected name=value"),
+            ("util_ratio=0", "above 0"),
+            ("util_ratio=1.5", "at most 1"),
+            ("depth_ratio=0.9", "at least 1"),
+            ("pause_ratio=NaN", "at least 1"),
+            ("paused_floor=-0.1", "within [0, 1]"),
+            ("pause_floor=2.5", "whole number"),
+            ("depth_slack_bytes=lots", "not a number"),
+            ("window=3", "not a health threshold"),
+        ] {
+            let e = d.with_thresholds(spec).unwrap_err();
+            assert!(e.contains(says), "{spec}: {e}");
+        }
+    }
 
     fn w(util: f64, depth: f64, pauses: u64, drops: u64) -> WindowStats {
         WindowStats { utilization: util, queue_bytes_avg: depth, pauses, drops, ..Default::default() }

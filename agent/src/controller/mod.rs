@@ -616,6 +616,7 @@ impl ControlLoop {
                 queues = queues.len(),
                 "ENFORCE mode: ecn-tuner will write ECN settings on this actuator"
             );
+            info!(health = ?cfg.health, "health checks");
             let ttl = (cfg.interval * 10).max(Duration::from_secs(10));
             let l = client
                 .acquire_writer(pb::AcquireWriterRequest {
