@@ -425,10 +425,7 @@ impl Scenario {
     /// Parse TOML scenario text. Relative paths inside resolve against `dir`.
     pub fn from_toml(text: &str, source: &str, dir: &Path, seed: Option<u64>) -> Result<Scenario, ScenarioError> {
         let file: ScenarioFile = toml::from_str(text).map_err(|e| {
-            let field = match e.span() {
-                Some(span) => format!("line {}", text[..span.start.min(text.len())].lines().count().max(1)),
-                None => "syntax".into(),
-            };
+            let field = e.span().map_or_else(|| "syntax".into(), |span| toml_location(text, span.start));
             err(source, field, e.message())
         })?;
         let base = match &file.base {
@@ -631,6 +628,35 @@ impl Scenario {
     }
 }
 
+/// Where in TOML `text` the byte at `offset` lies, named as the other errors name fields, with
+/// its line: `switch.buffer (line 3)`, `workload[1].load (line 9)`, or `line 2` outside any key.
+/// The parser's own errors give only a position, and a key is what a user looks for.
+fn toml_location(text: &str, offset: usize) -> String {
+    let offset = offset.min(text.len());
+    let line_no = text[..offset].matches('\n').count() + 1;
+    let lines: Vec<&str> = text.lines().take(line_no).collect();
+    let key = lines
+        .last()
+        .and_then(|l| l.split_once('='))
+        .map(|(k, _)| k.trim())
+        .filter(|k| !k.is_empty() && !k.starts_with(['[', '#']));
+    let (mut table, mut arrays) = (None, std::collections::BTreeMap::<&str, usize>::new());
+    for l in &lines[..lines.len().saturating_sub(1)] {
+        let l = l.trim();
+        if let Some((name, _)) = l.strip_prefix("[[").and_then(|r| r.split_once("]]")) {
+            let n = arrays.entry(name.trim()).and_modify(|n| *n += 1).or_insert(0);
+            table = Some(format!("{}[{n}]", name.trim()));
+        } else if let Some((name, _)) = l.strip_prefix('[').and_then(|r| r.split_once(']')) {
+            table = Some(name.trim().to_string());
+        }
+    }
+    match (table, key) {
+        (Some(t), Some(k)) => format!("{t}.{k} (line {line_no})"),
+        (None, Some(k)) => format!("{k} (line {line_no})"),
+        _ => format!("line {line_no}"),
+    }
+}
+
 /// The flows of an HPCC flow file, each with its line.
 fn parse_flow_file(text: &str, path: &Path, topology: &Topology) -> Result<Vec<(usize, FlowSpec)>, ScenarioError> {
     workload::parse_hpcc_flow_lines(text, topology.nodes.len(), |n| topology.nodes[n as usize].kind == NodeKind::Host)
@@ -646,6 +672,9 @@ fn flow_start_too_late(path: &Path, line: usize, start_ns: u64) -> ScenarioError
         format!("the flow would start at {start_ns} ns, past the last instant a run can hold, 2^64 - 2 ns"),
     )
 }
+
+/// `[dcqcn]` keys that a variant may leave unset (the hpcc variant has no byte counter).
+const DCQCN_OPTIONAL_KEYS: &[&str] = &["byte_counter"];
 
 /// Merge a file over its base (field by field) and build the scenario.
 fn resolve(
@@ -772,13 +801,11 @@ fn resolve(
     let defaults = toml::Table::try_from(&defaults).expect("params serialize");
     let mut merged = defaults.clone();
     for (k, v) in dc_table {
-        if !merged.contains_key(&k) {
-            let keys: Vec<&String> = merged.keys().collect();
-            return Err(err(
-                source,
-                format!("dcqcn.{k}"),
-                format!("unknown key (known: {})", keys.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")),
-            ));
+        // An optional parameter that is unset in the variant's defaults serializes to nothing.
+        if !merged.contains_key(&k) && !DCQCN_OPTIONAL_KEYS.contains(&k.as_str()) {
+            let known: Vec<&str> =
+                defaults.keys().map(String::as_str).chain(DCQCN_OPTIONAL_KEYS.iter().copied()).collect();
+            return Err(err(source, format!("dcqcn.{k}"), format!("unknown key (known: {})", known.join(", "))));
         }
         // Each key alone over the defaults, so that a bad value is reported under its key.
         let mut alone = defaults.clone();
@@ -990,6 +1017,34 @@ mod tests {
         }
     }
 
+    /// The TOML parser's own errors (a wrong type, an unknown key) name the key and its table,
+    /// as the later checks do, not only a line.
+    #[test]
+    fn parse_errors_name_the_key() {
+        let poisson = "[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n";
+        let e = parse(&format!("{poisson}\n[switch]\n# a comment\nbufer = \"1MB\"\n")).unwrap_err();
+        assert_eq!(e.field, "switch.bufer (line 8)", "{e}");
+        assert!(e.message.contains("unknown field"), "{e}");
+        let two = format!("{poisson}{poisson}");
+        assert_eq!(toml_location(&two, two.rfind("0.5").unwrap()), "workload[1].load (line 8)");
+        assert_eq!(toml_location(&two, two.find("0.5").unwrap()), "workload[0].load (line 4)");
+        let e = parse("name = \"x\"\n[nic]\nmtu = \"big\"\n").unwrap_err();
+        assert_eq!(e.field, "nic.mtu (line 3)", "{e}");
+        let e = parse("[switch\n").unwrap_err();
+        assert_eq!(e.field, "line 1", "{e}");
+    }
+
+    /// The paper's byte counter is a known `[dcqcn]` key under the hpcc variant too, which
+    /// leaves it unset by default.
+    #[test]
+    fn a_byte_counter_can_be_set_under_the_hpcc_variant() {
+        let s = parse("base = \"websearch-50\"\n[dcqcn]\nbyte_counter = \"10MB\"\n").unwrap();
+        assert_eq!(s.fabric.dcqcn.byte_counter, Some(Bytes(10_000_000)));
+        assert_eq!(parse("base = \"websearch-50\"\n").unwrap().fabric.dcqcn.byte_counter, None);
+        let e = parse("base = \"websearch-50\"\n[dcqcn]\nbyte_countr = \"10MB\"\n").unwrap_err();
+        assert!(e.field == "dcqcn.byte_countr" && e.message.contains("byte_counter"), "{e}");
+    }
+
     #[test]
     fn bad_fields_name_file_and_field() {
         let e = parse("[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 1.7\n").unwrap_err();
@@ -1049,7 +1104,7 @@ mod tests {
         assert!(e.field == "topology" && e.message.contains("delay"), "{e}");
         // A number without a unit is refused, and so is a run too short to start a flow.
         let e = parse(&format!("duration = 5\n{poisson}")).unwrap_err();
-        assert_eq!(e.field, "line 1", "{e}");
+        assert_eq!(e.field, "duration (line 1)", "{e}");
         assert!(e.message.contains("5 has no unit"), "{e}");
         let e = parse(&format!("duration = \"5ns\"\n{poisson}")).unwrap_err();
         assert_eq!(e.field, "workload", "{e}");
@@ -1058,7 +1113,7 @@ mod tests {
         assert_eq!(e.field, "dcqcn", "{e}");
         assert!(e.message.contains("rp_timer") && e.message.contains("minimum"), "{e}");
         let e = parse("duration = \"20 parsecs\"\n").unwrap_err();
-        assert!(e.to_string().starts_with("test.toml: line 1:"), "{e}");
+        assert!(e.to_string().starts_with("test.toml: duration (line 1):"), "{e}");
         assert!(!e.to_string().contains('\n'));
     }
 
