@@ -74,17 +74,18 @@ pub const OUTPUT_FILES: [&str; 4] = ["flows.parquet", "fct.txt", "telemetry.parq
 /// (JSON) into `dir`, as [`OUTPUT_FILES`]. They replace a previous run's files together or not
 /// at all, so a failure part way never leaves one run's flows beside another's summary.
 pub fn write_outputs(dir: &Path, sim: &mut Simulator, summary: &Summary) -> Result<(), CliError> {
-    let fail = |e: &dyn std::fmt::Display| CliError::Failed(e.to_string());
     let mut staged = StagedFiles::new();
-    let [flows_file, fct_file, telemetry_file, summary_file] = OUTPUT_FILES.map(|name| staged.stage(&dir.join(name)));
+    let [flows_file, fct_file, telemetry_file, summary_file] = OUTPUT_FILES.map(|name| dir.join(name));
     let flows = sim.flow_records();
-    io::write_flows_parquet(&flows_file, &flows).map_err(|e| fail(&e))?;
-    io::write_flows_hpcc_fct(&fct_file, &flows).map_err(|e| fail(&e))?;
+    staged.write(&flows_file, |p| io::write_flows_parquet(p, &flows)).map_err(CliError::Failed)?;
+    staged.write(&fct_file, |p| io::write_flows_hpcc_fct(p, &flows)).map_err(CliError::Failed)?;
     let telemetry = sim.take_telemetry();
-    io::write_telemetry_parquet(&telemetry_file, &telemetry).map_err(|e| fail(&e))?;
-    let json = serde_json::to_string_pretty(summary).map_err(|e| fail(&e))?;
-    std::fs::write(&summary_file, json + "\n").map_err(|e| fail(&format!("{}: {e}", summary_file.display())))?;
-    staged.commit().map_err(|e| fail(&e))
+    staged.write(&telemetry_file, |p| io::write_telemetry_parquet(p, &telemetry)).map_err(CliError::Failed)?;
+    let json = serde_json::to_string_pretty(summary).map_err(|e| CliError::Failed(e.to_string()))?;
+    staged
+        .write(&summary_file, |p| std::fs::write(p, json + "\n").map_err(|e| format!("{}: {e}", p.display())))
+        .map_err(CliError::Failed)?;
+    staged.commit().map_err(|e| CliError::Failed(e.to_string()))
 }
 
 #[cfg(test)]

@@ -60,9 +60,9 @@ impl Checkpoint {
         if weights.extension().is_none_or(|e| e != "safetensors") {
             return Err(io("path", "a model path must end in .safetensors".into()));
         }
-        self.net.var_store().save(staged.stage(weights)).map_err(|e| io("weights", e.to_string()))?;
+        staged.write(weights, |p| self.net.var_store().save(p)).map_err(|e| io("weights", e))?;
         let card = serde_json::to_string_pretty(&self.card).map_err(|e| io("card", e.to_string()))?;
-        std::fs::write(staged.stage(&card_path(weights)), card + "\n").map_err(|e| io("card", e.to_string()))
+        staged.write(&card_path(weights), |p| std::fs::write(p, card + "\n")).map_err(|e| io("card", e))
     }
 
     /// Read and check the card beside `weights`, then load the weights onto `device`.

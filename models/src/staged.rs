@@ -30,6 +30,19 @@ impl StagedFiles {
         temporary
     }
 
+    /// Stage `destination` and write its content with `write`, which is given the temporary
+    /// path. An error message names `destination` wherever it named the temporary file, which
+    /// the user never asked for and which is gone once the files are dropped.
+    pub fn write<E: std::fmt::Display>(
+        &mut self,
+        destination: &Path,
+        write: impl FnOnce(&Path) -> Result<(), E>,
+    ) -> Result<(), String> {
+        let temporary = self.stage(destination);
+        write(&temporary)
+            .map_err(|e| e.to_string().replace(&temporary.display().to_string(), &destination.display().to_string()))
+    }
+
     /// Rename every staged file into place, in the order staged. Before renaming any, it checks
     /// that every temporary file was written and that no destination is a directory, the
     /// failures a rename within one folder can meet; on an error nothing has been replaced.
@@ -95,5 +108,19 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&a).unwrap(), "new weights");
         assert_eq!(std::fs::read_to_string(&b).unwrap(), "new card");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn a_failed_write_names_the_destination() {
+        let dir = tempfile::tempdir().unwrap();
+        let destination = dir.path().join("missing").join("flows.parquet");
+        let mut staged = StagedFiles::new();
+        let e = staged
+            .write(&destination, |p| std::fs::write(p, "x").map_err(|e| format!("{}: {e}", p.display())))
+            .unwrap_err();
+        assert!(e.starts_with(&format!("{}: ", destination.display())), "{e}");
+        assert!(!e.contains(".tmp-"), "{e}");
+        staged.write(&dir.path().join("ok.txt"), |p| std::fs::write(p, "x")).unwrap();
+        staged.commit().unwrap_err();
     }
 }

@@ -203,25 +203,29 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     let mut staged = StagedFiles::new();
     trained.checkpoint.save_staged(&args.out, &mut staged).map_err(|e| CliError::Failed(e.to_string()))?;
     let csv = ecn_models::checkpoint::sibling(&args.out, CURVE_CSV);
-    write_curve_csv(&staged.stage(&csv), &trained.curve)?;
+    staged.write(&csv, |p| write_curve_csv(p, &trained.curve)).map_err(CliError::Failed)?;
     let png = ecn_models::checkpoint::sibling(&args.out, CURVE_PNG);
     let pts = |f: fn(&trainer::CurvePoint) -> f64| trained.curve.iter().map(|p| (p.env_steps as f64, f(p))).collect();
     // The reference's cost is its own small-flow p99 (nothing to penalise against itself).
     let reference_cost =
         trained.reference.iter().map(|m| m.small_p99).sum::<f64>() / trained.reference.len().max(1) as f64;
     let reference_line = trained.curve.iter().map(|p| (p.env_steps as f64, reference_cost)).collect();
-    plot::training_curve(
-        &staged.stage(&png),
-        &format!("{name}: greedy evaluation every {} steps", cfg.eval_every),
-        "environment steps",
-        &[
-            ("eval small-flow p99 slowdown", pts(|p| p.eval_small_p99)),
-            ("eval ≥1MB p50 slowdown", pts(|p| p.eval_large_p50)),
-            ("eval FCT cost", pts(|p| p.eval_cost)),
-            ("train reward ×10", pts(|p| p.train_reward * 10.0)),
-            (&format!("{} cost (reference)", trainer::REFERENCE_BASELINE.name()), reference_line),
-        ],
-    )?;
+    staged
+        .write(&png, |p| {
+            plot::training_curve(
+                p,
+                &format!("{name}: greedy evaluation every {} steps", cfg.eval_every),
+                "environment steps",
+                &[
+                    ("eval small-flow p99 slowdown", pts(|p| p.eval_small_p99)),
+                    ("eval ≥1MB p50 slowdown", pts(|p| p.eval_large_p50)),
+                    ("eval FCT cost", pts(|p| p.eval_cost)),
+                    ("train reward ×10", pts(|p| p.train_reward * 10.0)),
+                    (&format!("{} cost (reference)", trainer::REFERENCE_BASELINE.name()), reference_line),
+                ],
+            )
+        })
+        .map_err(CliError::Failed)?;
     staged.commit().map_err(|e| CliError::Failed(e.to_string()))?;
     let sel = &trained.checkpoint.card.evaluation["selected"];
     print_written(&args.out, &csv, &png);
@@ -306,19 +310,23 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
             p.updates, p.loss, p.td_error_rms, p.agrees_with_logged, p.wall_seconds
         ));
     }
-    std::fs::write(staged.stage(&csv), s).map_err(|e| CliError::Failed(format!("{}: {e}", csv.display())))?;
+    staged.write(&csv, |p| std::fs::write(p, s)).map_err(|e| CliError::Failed(format!("{}: {e}", csv.display())))?;
     let png = ecn_models::checkpoint::sibling(&args.out, CURVE_PNG);
     let pts = |f: fn(&offline::OfflinePoint) -> f64| trained.curve.iter().map(|p| (p.updates as f64, f(p))).collect();
-    plot::training_curve(
-        &staged.stage(&png),
-        &format!("{}: offline CQL on {} transitions", cfg.name, data.replay.len()),
-        "gradient updates",
-        &[
-            ("loss", pts(|p| p.loss)),
-            ("RMS TD error", pts(|p| p.td_error_rms)),
-            ("greedy = logged action", pts(|p| p.agrees_with_logged)),
-        ],
-    )?;
+    staged
+        .write(&png, |p| {
+            plot::training_curve(
+                p,
+                &format!("{}: offline CQL on {} transitions", cfg.name, data.replay.len()),
+                "gradient updates",
+                &[
+                    ("loss", pts(|p| p.loss)),
+                    ("RMS TD error", pts(|p| p.td_error_rms)),
+                    ("greedy = logged action", pts(|p| p.agrees_with_logged)),
+                ],
+            )
+        })
+        .map_err(CliError::Failed)?;
     staged.commit().map_err(|e| CliError::Failed(e.to_string()))?;
     print_written(&args.out, &csv, &png);
     let last = trained.curve.last().expect("at least one point");
