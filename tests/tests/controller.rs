@@ -607,6 +607,45 @@ async fn a_failed_target_stops_the_others_cleanly() {
     assert!(rollback[0]["detail"].as_str().unwrap().contains("never confirmed"), "{}", rollback[0]);
 }
 
+/// One controller, two actuators, and nothing to write: every queue is already where the policy
+/// wants it, so no change is pending when one actuator dies. The controller still notices: once
+/// the writer lease it can no longer renew has lapsed, it stops both targets and exits 1,
+/// naming the lost one. It used to go on for ever, no longer that actuator's writer, retrying
+/// its telemetry stream.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_lost_while_idle_ends_the_controller_once_its_lease_lapses() {
+    let (a, b) = (sim_actuator(&[]).await, sim_actuator(&[]).await);
+    let url_b = b.url();
+    let mut args = enforce_flags("baseline:hpcc-alibaba", &[]);
+    args.extend(["--target", url_b.as_str()]);
+    let (child, log) = a.controller("idle", &args);
+    eventually("decisions for both targets", Duration::from_secs(60), || {
+        let log = log.clone();
+        async move {
+            let targets: std::collections::BTreeSet<String> =
+                read_json_lines(&log).iter().filter_map(|d| d["target"].as_str().map(str::to_string)).collect();
+            (targets.len() == 2).then_some(())
+        }
+    })
+    .await;
+    // Queues the policy wants elsewhere (the 400G fabric ports, whose baseline scales with
+    // their speed) change once, a window after their first telemetry; then there is nothing
+    // left to write.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let settled = |act: &Actuator| act.journal().is_empty() || act.last_change_confirmed();
+    eventually("no change pending on either target", Duration::from_secs(60), || {
+        let done = settled(&a) && settled(&b);
+        async move { done.then_some(()) }
+    })
+    .await;
+    drop(b); // SIGKILL, with nothing pending on it
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await;
+    let out = out.unwrap_or_else(|_| panic!("still running 60 s after losing a target: {}", a.controller_log("idle")));
+    assert_eq!(out.unwrap().status.code(), Some(1), "{}", a.controller_log("idle"));
+    let text = a.controller_log("idle");
+    assert!(text.contains(&format!("lost the writer lease on {url_b}: not renewed for 10 s")), "{text}");
+}
+
 /// An Apply whose reply is lost after the actuator applied it: the controller reads the
 /// actuator back, rolls back the change it cannot watch, and carries on with the actuator's
 /// generation. It used to keep its old generation and have every later Apply refused as stale.

@@ -683,6 +683,18 @@ impl ControlLoop {
                 match self.client.acquire_writer(req).await {
                     Ok(l) if l.get_ref().lease_id == *id => self.last_renew = now,
                     Ok(_) => return Err(CliError::Failed("the writer lease changed hands".into())),
+                    // The actuator has let the lease go by now: this controller is no longer its
+                    // writer, whether or not it had anything to write. Without this, a target
+                    // lost while idle (nothing pending, nothing to change) went unnoticed.
+                    Err(s) if now.duration_since(self.last_renew) >= *ttl => {
+                        return Err(CliError::Failed(format!(
+                            "lost the writer lease on {}: not renewed for {} s ({:?}: {})",
+                            self.cfg.target,
+                            ttl.as_secs(),
+                            s.code(),
+                            s.message()
+                        )))
+                    }
                     Err(s) => warn!(code = ?s.code(), message = s.message(), "could not renew the writer lease"),
                 }
             }
