@@ -61,6 +61,9 @@ pub struct Captured {
     pub queues: usize,
     /// Batches received.
     pub batches: usize,
+    /// Why reading stopped before `until`, if it did (the stream failed or ended, or the
+    /// actuator went silent). What was read until then is kept.
+    pub cut_short: Option<String>,
 }
 
 /// A batch must come within this, or the actuator counts as silent.
@@ -93,6 +96,7 @@ pub async fn capture(target: &Target, until: Until) -> Result<Captured, CliError
     let started = Instant::now();
     let mut rows = Vec::new();
     let mut batches = 0;
+    let mut cut_short = None;
     loop {
         let wait = match until {
             Until::Batches(n) if batches >= n => break,
@@ -102,13 +106,22 @@ pub async fn capture(target: &Target, until: Until) -> Result<Captured, CliError
                 _ => break,
             },
         };
-        let next = match tokio::time::timeout(wait, stream.message()).await {
-            Ok(r) => r.map_err(|s| status("StreamTelemetry", s))?,
+        let after = |what: String| format!("{}: {what} after {:.1} s", target.url, started.elapsed().as_secs_f64());
+        let batch = match tokio::time::timeout(wait, stream.message()).await {
+            Ok(Ok(Some(batch))) => batch,
+            Ok(Ok(None)) => {
+                cut_short = Some(after("the telemetry stream ended".into()));
+                break;
+            }
+            Ok(Err(s)) => {
+                cut_short = Some(after(format!("StreamTelemetry: {}", s.message())));
+                break;
+            }
             Err(_) if matches!(until, Until::Elapsed(d) if started.elapsed() >= d) => break,
-            Err(_) => return Err(CliError::Failed(format!("{}: no telemetry for {SILENCE:?}", target.url))),
-        };
-        let Some(batch) = next else {
-            return Err(CliError::Failed(format!("{}: the telemetry stream ended", target.url)));
+            Err(_) => {
+                cut_short = Some(after(format!("no telemetry for {SILENCE:?}")));
+                break;
+            }
         };
         for s in &batch.samples {
             let key = s.id.as_ref().map(|id| format!("{}/{}/{}", id.switch, id.port, id.queue)).unwrap_or_default();
@@ -116,5 +129,5 @@ pub async fn capture(target: &Target, until: Until) -> Result<Captured, CliError
         }
         batches += 1;
     }
-    Ok(Captured { rows, backend: caps.backend, queues: caps.queues.len(), batches })
+    Ok(Captured { rows, backend: caps.backend, queues: caps.queues.len(), batches, cut_short })
 }

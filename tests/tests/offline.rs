@@ -10,6 +10,7 @@ use ecn_tests::{run_cli, Actuator};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// A small fabric with a short arrival window.
 const TINY: &str = "base = \"incast-15\"\nname = \"tiny-incast\"\nduration = \"3ms\"\ndrain = \"10ms\"\n";
@@ -224,6 +225,32 @@ async fn record_and_recommend_read_a_live_actuator() {
     let (code, _, stderr) = run_cli(&["record", "--target", &url, "--duration", "soon", "--out", &out]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--duration"), "{stderr}");
+}
+
+/// The actuator dies half way through `record --target`: the telemetry read until then is
+/// written all the same, and the exit code (1) and message say the recording is short. It
+/// used to exit 1 with nothing written.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recording_cut_short_keeps_what_it_read() {
+    let dir = tempfile::Builder::new().prefix("ecn-live-cut-").tempdir().unwrap();
+    let actuator = Actuator::start(&["--backend", "sim", "--scenario", "websearch-50"]).await;
+    let url = actuator.url();
+    let out = path(dir.path(), "cut.parquet");
+    let record = tokio::spawn({
+        let (url, out) = (url.clone(), out.clone());
+        async move { run_cli(&["record", "--target", &url, "--duration", "60s", "--out", &out]).await }
+    });
+    // Some telemetry has been served (the simulated clock has moved), then the actuator dies.
+    actuator.wait_for_telemetry_time(2_000_000, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    drop(actuator);
+    let (code, stdout, stderr) = tokio::time::timeout(Duration::from_secs(60), record).await.unwrap().unwrap();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("{url}: ")) && stderr.contains("short of --duration 60s"), "{stderr}");
+    assert!(stdout.contains("before the stream was lost"), "{stdout}");
+    let rows = ecn_datasets::io::read_telemetry_parquet(Path::new(&out)).unwrap();
+    assert!(!rows.is_empty());
+    assert!(stderr.contains(&format!("batches read until then are in {out}")), "{stderr}");
 }
 
 /// The bad-file suite through `recommend`: without `--repair` every corrupted file exits 2

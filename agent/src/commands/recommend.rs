@@ -59,6 +59,9 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
             let runtime = tokio::runtime::Runtime::new().map_err(|e| CliError::Failed(format!("tokio: {e}")))?;
             // Enough batches for the reader to infer the interval and the model's history.
             let captured = runtime.block_on(capture::capture(&target, Until::Batches(history + 2)))?;
+            if let Some(why) = captured.cut_short {
+                return Err(CliError::Failed(why));
+            }
             // Live telemetry passes the same validation as a file.
             let dir = tempfile::tempdir().map_err(|e| CliError::Failed(format!("scratch directory: {e}")))?;
             let file = dir.path().join("live.parquet");

@@ -84,16 +84,28 @@ fn record_target(args: &RecordArgs) -> Result<(), CliError> {
     let runtime = tokio::runtime::Runtime::new().map_err(|e| CliError::Failed(format!("tokio: {e}")))?;
     let captured = runtime.block_on(capture::capture(&target, Until::Elapsed(duration)))?;
     if captured.rows.is_empty() {
-        return Err(CliError::Failed(format!("{url}: no telemetry arrived in {text}")));
+        return Err(CliError::Failed(
+            captured.cut_short.unwrap_or_else(|| format!("{url}: no telemetry arrived in {text}")),
+        ));
     }
+    // A recording cut short keeps what it read: an hour of telemetry is not lost to an
+    // actuator restart in its last minute. The exit code still says it is short.
     io::write_telemetry_parquet(&args.out, &captured.rows).map_err(|e| CliError::Failed(e.to_string()))?;
     println!(
-        "wrote {}: {} rows ({} queues × {} batches) from {url} ({} backend) over {text}",
+        "wrote {}: {} rows ({} queues × {} batches) from {url} ({} backend) {}",
         args.out.display(),
         captured.rows.len(),
         captured.queues,
         captured.batches,
-        captured.backend
+        captured.backend,
+        if captured.cut_short.is_some() { "before the stream was lost".to_string() } else { format!("over {text}") }
     );
-    Ok(())
+    match captured.cut_short {
+        Some(why) => Err(CliError::Failed(format!(
+            "{why}, short of --duration {text}; the {} batches read until then are in {}",
+            captured.batches,
+            args.out.display()
+        ))),
+        None => Ok(()),
+    }
 }
