@@ -546,6 +546,8 @@ pub struct Proxy {
     open: Arc<AtomicBool>,
     /// One state per relayed connection: [`RELAY`], [`HOLD`], or [`HOLD_AT_MULTI`].
     held: Arc<Mutex<Vec<Arc<AtomicU8>>>>,
+    /// The state a new connection starts in.
+    fresh: Arc<AtomicU8>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
     stop: Arc<AtomicBool>,
 }
@@ -569,7 +571,8 @@ impl Proxy {
         let held: Arc<Mutex<Vec<Arc<AtomicU8>>>> = Arc::default();
         let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
-        let (o, h, cs, st) = (open.clone(), held.clone(), conns.clone(), stop.clone());
+        let fresh = Arc::new(AtomicU8::new(RELAY));
+        let (o, h, cs, st, fr) = (open.clone(), held.clone(), conns.clone(), stop.clone(), fresh.clone());
         std::thread::spawn(move || {
             while !st.load(Ordering::Relaxed) {
                 let client = match listener.accept() {
@@ -591,14 +594,14 @@ impl Proxy {
                     list.push(server.try_clone().unwrap());
                 }
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let flag = Arc::new(AtomicU8::new(RELAY));
+                let flag = Arc::new(AtomicU8::new(fr.load(Ordering::Relaxed)));
                 h.lock().unwrap().push(flag.clone());
                 let (h, st) = (flag, st.clone());
                 std::thread::spawn(move || relay(client, server, Some((h, st))));
                 std::thread::spawn(move || relay(s2, c2, None));
             }
         });
-        Proxy { port, open, held, conns, stop }
+        Proxy { port, open, held, conns, fresh, stop }
     }
 
     /// `redis://127.0.0.1:PORT` through the proxy.
@@ -632,6 +635,12 @@ impl Proxy {
         self.set_held(HOLD_AT_MULTI);
     }
 
+    /// [`Proxy::stall_at_transaction`], for the connections opened later too.
+    pub fn stall_every_transaction(&self) {
+        self.fresh.store(HOLD_AT_MULTI, Ordering::Relaxed);
+        self.stall_at_transaction();
+    }
+
     /// [`Proxy::stall_at_transaction`], and refuse new connections from now on.
     pub fn hold_at_transaction(&self) {
         self.open.store(false, Ordering::Relaxed);
@@ -646,6 +655,7 @@ impl Proxy {
 
     /// Deliver what was held and relay again.
     pub fn release(&self) {
+        self.fresh.store(RELAY, Ordering::Relaxed);
         self.set_held(RELAY);
         self.open.store(true, Ordering::Relaxed);
     }

@@ -316,34 +316,78 @@ async fn queues_that_differ_get_profiles_of_their_own_and_restore_is_byte_identi
     assert!(stdout.contains("nothing to restore"), "{stdout}");
 }
 
+/// CONFIG_DB's `WRED_PROFILE` and `QUEUE` tables, as [`tables`] reads them.
+type Tables = std::collections::BTreeMap<String, Vec<(String, String)>>;
+
+/// The profile of its own that Ethernet0|3 gets when it alone changes.
+const OWN_PROFILE: &str = "WRED_PROFILE|ECN_TUNER_Ethernet0_3";
+
+/// A switch after one confirmed change that gave Ethernet0|3 a profile of its own, with the
+/// actuator stopped: its Redis (and counters), the tables before the change, and that
+/// profile's fields.
+async fn one_queue_on_its_own_profile() -> (RedisServer, Ticker, Tables, Vec<(String, String)>) {
+    let Rig { redis, ticker, act } = rig(Spec::default(), &[]).await;
+    let before = tables(&mut redis.con(CONFIG_DB));
+    let mut c = act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let changes = vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)];
+    c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.expect("apply one queue");
+    let (code, _) = act.stop().await;
+    assert_eq!(code, Some(0));
+    let profile = tables(&mut redis.con(CONFIG_DB)).remove(OWN_PROFILE).expect("the queue's own profile");
+    (redis, ticker, before, profile)
+}
+
+/// After a restore that kept [`OWN_PROFILE`] for `QUEUE|Ethernet0|7`: that queue and the
+/// profile as they were, everything else as recorded, the recording retired.
+fn assert_restored_but_for_ethernet0_7(
+    redis: &RedisServer,
+    before: &Tables,
+    profile: Vec<(String, String)>,
+    stdout: &str,
+) {
+    assert!(stdout.contains(&format!("kept {OWN_PROFILE}")) && stdout.contains("QUEUE|Ethernet0|7"), "{stdout}");
+    assert!(stdout.contains("removed 0 ecn-tuner profile(s)"), "{stdout}");
+    let mut after = tables(&mut redis.con(CONFIG_DB));
+    assert_eq!(after.remove(OWN_PROFILE), Some(profile), "the profile under the added queue, as it was");
+    assert!(after.remove("QUEUE|Ethernet0|7").is_some());
+    assert_eq!(&after, before, "everything else as recorded");
+    assert!(recording(redis).is_none(), "the recording is retired");
+}
+
 /// Someone binds a queue the recording does not hold to one of our profiles after the actuator
 /// stopped: the restore keeps that profile and names the queue, since deleting it would leave
 /// the queue bound to a profile that does not exist, and restores everything else. It used to
 /// delete every `ECN_TUNER_*` profile.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restore_keeps_our_profile_while_a_queue_it_does_not_restore_is_bound_to_it() {
-    let rig = rig(Spec::default(), &[]).await;
-    let url = rig.redis.url();
-    let before = tables(&mut rig.redis.con(CONFIG_DB));
-    let mut c = rig.act.client().await;
-    let l = lease(&mut c, "ctl-a").await;
-    let changes = vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)];
-    c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.expect("apply one queue");
-    let (code, _) = rig.act.stop().await;
-    assert_eq!(code, Some(0));
-    let ours = "WRED_PROFILE|ECN_TUNER_Ethernet0_3";
-    let profile = tables(&mut rig.redis.con(CONFIG_DB)).remove(ours).expect("the queue's own profile");
-    set_config_field(&rig.redis, "QUEUE|Ethernet0|7", "wred_profile", "ECN_TUNER_Ethernet0_3");
-
-    let (code, stdout, stderr) = run_cli(&["sonic", "restore", "--redis", &url]).await;
+    let (redis, _ticker, before, profile) = one_queue_on_its_own_profile().await;
+    set_config_field(&redis, "QUEUE|Ethernet0|7", "wred_profile", "ECN_TUNER_Ethernet0_3");
+    let (code, stdout, stderr) = run_cli(&["sonic", "restore", "--redis", &redis.url()]).await;
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stdout.contains(&format!("kept {ours}")) && stdout.contains("QUEUE|Ethernet0|7"), "{stdout}");
-    assert!(stdout.contains("removed 0 ecn-tuner profile(s)"), "{stdout}");
-    let mut after = tables(&mut rig.redis.con(CONFIG_DB));
-    assert_eq!(after.remove(ours), Some(profile), "the profile under the added queue, as it was");
-    assert!(after.remove("QUEUE|Ethernet0|7").is_some());
-    assert_eq!(after, before, "everything else as recorded");
-    assert!(recording(&rig.redis).is_none(), "the recording is retired");
+    assert_restored_but_for_ethernet0_7(&redis, &before, profile, &stdout);
+}
+
+/// The same binding, made while the restore's transaction is on its way, after the restore
+/// read the tables: `WATCH` does not cover a key created then, so the transaction deletes the
+/// profile. The restore finds the queue bound to nothing, puts the profile back as it was, and
+/// reports it as kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queue_bound_to_our_profile_during_a_restore_gets_its_profile_back() {
+    let (redis, _ticker, before, profile) = one_queue_on_its_own_profile().await;
+    let proxy = Proxy::start(redis.port);
+    proxy.stall_every_transaction();
+    let restore = tokio::spawn({
+        let url = proxy.url();
+        async move { run_cli(&["sonic", "restore", "--redis", &url]).await }
+    });
+    eventually("the restore's MULTI held on the way", WAIT, || async { proxy.holding().then_some(()) }).await;
+    set_config_field(&redis, "QUEUE|Ethernet0|7", "wred_profile", "ECN_TUNER_Ethernet0_3");
+    proxy.release();
+    let (code, stdout, stderr) = restore.await.unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("putting it back"), "{stderr}");
+    assert_restored_but_for_ethernet0_7(&redis, &before, profile, &stdout);
 }
 
 /// A profile that queues ecn-tuner does not control also use (a range entry, which it leaves

@@ -354,16 +354,16 @@ pub fn restore(
     // The plan is made from the tables as read, so the transaction runs only if none of the
     // keys read changed meanwhile (WATCH); when one did, read again and plan afresh.
     let mut attempts = 0;
-    let report = loop {
+    let (mut report, now) = loop {
         attempts += 1;
         let now = read_snapshot_watched(&mut config).map_err(err)?;
         let (ops, report) = restore_plan(&rec, &now);
         if ops.is_empty() {
             let _: () = redis::cmd("UNWATCH").query(&mut config).map_err(err)?;
-            break report;
+            break (report, now);
         }
         match exec(&mut config, &ops) {
-            Ok(Ran::Done) => break report,
+            Ok(Ran::Done) => break (report, now),
             Ok(Ran::Aborted) if attempts < RESTORE_ATTEMPTS => {
                 warn!(attempts, "another client changed WRED_PROFILE or QUEUE during the restore; planning it again")
             }
@@ -383,7 +383,39 @@ pub fn restore(
             }
         }
     };
-    let back = read_snapshot(&mut config).map_err(err)?;
+    let mut back = read_snapshot(&mut config).map_err(err)?;
+    // WATCH does not cover a queue created between the read and the transaction: one bound
+    // meanwhile to a profile of ours that the restore deleted would point at nothing. Such a
+    // profile is put back as it was, as if the queue had been there all along.
+    let dangling: BTreeMap<&str, &str> = back
+        .queues
+        .iter()
+        .filter_map(|(queue, fields)| {
+            let profile = schema::field(fields, schema::WRED_PROFILE_FIELD)?;
+            (!back.profiles.contains_key(profile) && now.profiles.contains_key(profile))
+                .then_some((profile, queue.as_str()))
+        })
+        .collect();
+    if !dangling.is_empty() {
+        let put_back: Vec<Op> = dangling
+            .keys()
+            .map(|p| Op::Create(schema::config_key(schema::WRED_PROFILE, p), now.profiles[*p].clone()))
+            .collect();
+        let names: Vec<String> = dangling.iter().map(|(p, q)| format!("WRED_PROFILE|{p} (QUEUE|{q})")).collect();
+        warn!(profiles = %names.join(", "), "a queue was bound to a profile of ours during the restore; putting it back");
+        exec(&mut config, &put_back).map_err(|e| {
+            ActuatorError::Failed(format!(
+                "{}: queues were bound during the restore to profiles it deleted, and putting them back failed: {}",
+                err(e),
+                names.join(", ")
+            ))
+        })?;
+        for (p, q) in &dangling {
+            report.kept_bound.push((schema::config_key(schema::WRED_PROFILE, p), schema::config_key(schema::QUEUE, q)));
+            report.profiles_removed -= 1;
+        }
+        back = read_snapshot(&mut config).map_err(err)?;
+    }
     for (name, fields) in &rec.wred_profile {
         if back.profiles.get(name) != Some(fields) {
             return Err(ActuatorError::Failed(format!(
