@@ -87,6 +87,22 @@ fn to_u64(kind: &'static str, text: &str, v: f64) -> Result<u64, UnitError> {
     Err(UnitError { kind, text: text.into(), why: why.into() })
 }
 
+/// A list of `name=number` pairs as flags take it (`depth=2,depth_max=0.2`): each pair as
+/// written, its name and its value, in order. Empty entries are skipped; an error names the
+/// pair. What the names and values may be is the caller's to check.
+pub fn named_numbers(spec: &str) -> Result<Vec<(&str, &str, f64)>, String> {
+    spec.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').ok_or_else(|| format!("'{pair}': expected name=value"))?;
+            let value = value.trim();
+            let v = value.parse().map_err(|_| format!("'{pair}': '{value}' is not a number"))?;
+            Ok((pair, name.trim(), v))
+        })
+        .collect()
+}
+
 impl FromStr for Bytes {
     type Err = UnitError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

@@ -23,7 +23,7 @@ impl StagedFiles {
     /// The path to write `destination`'s content to. It lies in the same folder, so that the
     /// rename is atomic, and ends in the destination's file name, so that writers choosing a
     /// format by extension (libtorch's safetensors, the PNG encoder) choose the same one.
-    pub fn stage(&mut self, destination: &Path) -> PathBuf {
+    fn stage(&mut self, destination: &Path) -> PathBuf {
         let name = destination.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let temporary = destination.with_file_name(format!(".tmp-{}-{name}", std::process::id()));
         self.files.push((temporary.clone(), destination.to_path_buf()));

@@ -171,10 +171,7 @@ impl HealthConfig {
     /// every change), fractions within [0, 1], `util_ratio` above 0, counts and bytes whole.
     pub fn with_thresholds(&self, spec: &str) -> Result<HealthConfig, String> {
         let mut out = self.clone();
-        for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (name, value) = pair.split_once('=').ok_or_else(|| format!("'{pair}': expected name=value"))?;
-            let (name, text) = (name.trim(), value.trim());
-            let v: f64 = text.parse().map_err(|_| format!("'{pair}': '{text}' is not a number"))?;
+        for (pair, name, v) in ecn_env::units::named_numbers(spec)? {
             let whole = |v: f64| v.is_finite() && v >= 0.0 && v.fract() == 0.0;
             let bad = |why: &str| Err(format!("'{pair}': {name} {why}"));
             match name {

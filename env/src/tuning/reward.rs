@@ -93,14 +93,10 @@ impl Reward {
     /// must be finite and ≥ 0, since each term's sign is fixed by what it measures.
     pub fn with_weights(&self, spec: &str) -> Result<Reward, String> {
         let mut out = *self;
-        for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (name, value) = pair.split_once('=').ok_or_else(|| format!("'{pair}': expected name=value"))?;
-            let value: f64 =
-                value.trim().parse().map_err(|_| format!("'{pair}': '{}' is not a number", value.trim()))?;
+        for (pair, name, value) in crate::units::named_numbers(spec)? {
             if !(value.is_finite() && value >= 0.0) {
                 return Err(format!("'{pair}': a weight must be finite and at least 0"));
             }
-            let name = name.trim();
             let slot = match &mut out {
                 Reward::Tuner { utilization, depth, depth_max, pause, drop, marked_idle, change } => match name {
                     "utilization" => utilization,

@@ -369,8 +369,14 @@ fn own_profile(q: &QueueRef, used_elsewhere: &BTreeMap<&str, &str>) -> String {
 /// The profiles that queues we do not control are bound to, each with the first such queue.
 fn used_by_uncontrolled<'a>(layout: &Layout, now: &'a Snapshot) -> BTreeMap<&'a str, &'a str> {
     let managed: BTreeSet<String> = layout.queues.iter().map(QueueRef::name).collect();
+    bound_outside(now, |q| managed.contains(q))
+}
+
+/// The profiles that the queues of `now` not `inside` are bound to, each with the first such
+/// queue (by name).
+pub fn bound_outside(now: &Snapshot, inside: impl Fn(&str) -> bool) -> BTreeMap<&str, &str> {
     let mut used = BTreeMap::new();
-    for (queue, fields) in now.queues.iter().filter(|(q, _)| !managed.contains(*q)) {
+    for (queue, fields) in now.queues.iter().filter(|(q, _)| !inside(q)) {
         if let Some(profile) = schema::field(fields, schema::WRED_PROFILE_FIELD) {
             used.entry(profile).or_insert(queue.as_str());
         }

@@ -17,7 +17,7 @@
 //! The recording holds every `WRED_PROFILE` and `QUEUE` entry with all fields, in the order
 //! Redis returned them, so that a restore can make both tables byte-identical.
 
-use super::config::{exec, read_snapshot, read_snapshot_watched, Op, QueueRef, Ran, Snapshot};
+use super::config::{bound_outside, exec, read_snapshot, read_snapshot_watched, Op, QueueRef, Ran, Snapshot};
 use super::conn::RedisTarget;
 use super::schema::{self, DbIndices, Fields};
 use crate::actuator::ActuatorError;
@@ -282,12 +282,7 @@ fn restore_ops(key: String, cur: Option<&Fields>, rec: &Fields) -> Vec<Op> {
 pub fn restore_plan(rec: &Recording, now: &Snapshot) -> (Vec<Op>, RestoreReport) {
     let mut ops = Vec::new();
     let mut report = RestoreReport::default();
-    let mut bound_outside: BTreeMap<&str, &str> = BTreeMap::new();
-    for (queue, fields) in now.queues.iter().filter(|(q, _)| !rec.queue.contains_key(*q)) {
-        if let Some(profile) = schema::field(fields, schema::WRED_PROFILE_FIELD) {
-            bound_outside.entry(profile).or_insert(queue.as_str());
-        }
-    }
+    let used_outside = bound_outside(now, |q| rec.queue.contains_key(q));
     for (name, fields) in &rec.wred_profile {
         let o = restore_ops(schema::config_key(schema::WRED_PROFILE, name), now.profiles.get(name), fields);
         report.profiles_restored += usize::from(!o.is_empty());
@@ -301,7 +296,7 @@ pub fn restore_plan(rec: &Recording, now: &Snapshot) -> (Vec<Op>, RestoreReport)
     for name in now.profiles.keys().filter(|n| !rec.wred_profile.contains_key(*n)) {
         if !schema::is_tuner_profile(name) {
             report.left_alone.push(schema::config_key(schema::WRED_PROFILE, name));
-        } else if let Some(queue) = bound_outside.get(name.as_str()) {
+        } else if let Some(queue) = used_outside.get(name.as_str()) {
             report
                 .kept_bound
                 .push((schema::config_key(schema::WRED_PROFILE, name), schema::config_key(schema::QUEUE, queue)));
