@@ -13,6 +13,7 @@ mod error;
 mod explore;
 mod learn;
 mod learned;
+mod output;
 mod plot;
 mod policy;
 mod recommend;

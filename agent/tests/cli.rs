@@ -319,6 +319,28 @@ fn scenarios_lists_and_shows_builtins() {
 /// The acceptance check against the HPCC ns-3 simulator, through the CLI exactly as a user runs
 /// it: same topology, flows and configuration; every flow completes; overall median slowdown
 /// within 15% and p99 within 25% of the reference.
+
+/// `ecn-tuner scenarios | head -1`: a reader that has gone is no error, and never a panic.
+/// The pipe's read end is closed before the process starts, so every write fails.
+#[test]
+fn a_reader_that_went_away_ends_the_output_quietly() {
+    let tmp = temp_dir("pipe");
+    let csv = telemetry_csv(tmp.path(), "t.csv", &[telemetry_row(0, "s1"), telemetry_row(1, "s1")]);
+    for args in [vec!["scenarios"], vec!["scenarios", "--show", "mixed"], vec!["validate", "--telemetry", &csv]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
+            .args(&args)
+            .env("ECN_TUNER_LOG", "warn")
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run ecn-tuner");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
 #[test]
 fn ls16_matches_the_reference_simulator() {
     let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference/ls16");

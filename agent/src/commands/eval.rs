@@ -3,6 +3,7 @@
 
 use crate::compare::{self, Change};
 use crate::error::CliError;
+use crate::output::{out, outln};
 use crate::plot::{self, BucketSeries};
 use crate::policy::Policy;
 use crate::rollout;
@@ -149,9 +150,9 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
         write_outputs(dir, &table, &markdown, &json)?;
     }
     if args.json {
-        println!("{json}");
+        outln!("{json}");
     } else {
-        print!("{markdown}");
+        out!("{markdown}");
     }
     Ok(())
 }

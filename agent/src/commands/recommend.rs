@@ -4,6 +4,7 @@
 use crate::capture::{self, Target, Until};
 use crate::error::CliError;
 use crate::learned::LearnedModel;
+use crate::output::outln;
 use crate::recommend::{self, Decision, QueueState, RecommendConfig, Recommendation};
 use crate::telemetry_input::{self, QueueTail};
 use clap::Args;
@@ -89,7 +90,7 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
             "min_confidence": cfg.min_confidence,
             "queues": recs,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("plain data"));
+        outln!("{}", serde_json::to_string_pretty(&doc).expect("plain data"));
     } else {
         print_table(&source, &model, &recs);
     }
@@ -131,10 +132,15 @@ fn setting(s: &EcnSetting) -> String {
 
 fn print_table(source: &str, model: &LearnedModel, recs: &[Recommendation]) {
     let changes = recs.iter().filter(|r| r.decision == Decision::Change).count();
-    println!("recommendations from {source} with model:{} ({} queues, {changes} to change)", model.spec, recs.len());
-    println!(
+    outln!("recommendations from {source} with model:{} ({} queues, {changes} to change)", model.spec, recs.len());
+    outln!(
         "{:<24} {:<20} {:<20} {:<7} {:>5} {:>10}  reason",
-        "queue", "current", "recommended", "action", "conf", "gain/int"
+        "queue",
+        "current",
+        "recommended",
+        "action",
+        "conf",
+        "gain/int"
     );
     for r in recs {
         let gain = r
@@ -147,7 +153,7 @@ fn print_table(source: &str, model: &LearnedModel, recs: &[Recommendation]) {
         } else {
             format!(" [clamped: {}]", r.clamps.iter().map(|c| c.name()).collect::<Vec<_>>().join(", "))
         };
-        println!(
+        outln!(
             "{:<24} {:<20} {:<20} {:<7} {:>5.2} {:>10}  {}{clamps}",
             format!("{}/{}/{}", r.switch, r.port, r.queue),
             setting(&r.current),
@@ -162,7 +168,7 @@ fn print_table(source: &str, model: &LearnedModel, recs: &[Recommendation]) {
         );
     }
     if let Some(r) = recs.first() {
-        println!(
+        outln!(
             "gain/int: the model's expected reward gain per control interval over keeping the current setting; \
              the JSON output also compares with static {} (scaled to each port's speed)",
             r.baseline.name

@@ -8,6 +8,7 @@
 
 use crate::capture::{self, Target, Until};
 use crate::error::CliError;
+use crate::output::outln;
 use crate::policy::Policy;
 use crate::rollout;
 use clap::Args;
@@ -59,7 +60,7 @@ pub fn run(args: RecordArgs) -> Result<(), CliError> {
     let rows = outcome.sim.take_telemetry();
     io::write_telemetry_parquet(&args.out, &rows).map_err(|e| CliError::Failed(e.to_string()))?;
     let queues = outcome.sim.queues().len();
-    println!(
+    outln!(
         "wrote {}: {} rows ({} queues × {} intervals) from {} under {}",
         args.out.display(),
         rows.len(),
@@ -91,7 +92,7 @@ fn record_target(args: &RecordArgs) -> Result<(), CliError> {
     // A recording cut short keeps what it read: an hour of telemetry is not lost to an
     // actuator restart in its last minute. The exit code still says it is short.
     io::write_telemetry_parquet(&args.out, &captured.rows).map_err(|e| CliError::Failed(e.to_string()))?;
-    println!(
+    outln!(
         "wrote {}: {} rows ({} queues × {} batches) from {url} ({} backend) {}",
         args.out.display(),
         captured.rows.len(),

@@ -6,6 +6,7 @@ use crate::controller::health::HealthConfig;
 use crate::controller::{self, ControllerConfig, Mode};
 use crate::error::CliError;
 use crate::learned::LearnedModel;
+use crate::output::outln;
 use crate::policy::Policy;
 use clap::Args;
 use ecn_env::fabric::EcnPlan;
@@ -271,7 +272,7 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
         return rt.block_on(run_embedded(cfg, sim, a.journal));
     }
     let report = rt.block_on(controller::run_all(cfg, a.target))?;
-    println!("{}", report_json(&report, None));
+    outln!("{}", report_json(&report, None));
     Ok(())
 }
 
@@ -313,7 +314,7 @@ async fn run_embedded(cfg: ControllerConfig, sim: SimOptions, journal: Option<Pa
         .iter()
         .map(|(ours, base)| serde_json::json!({"seed": ours.seed, "controlled": ours, "baseline": base}))
         .collect::<Vec<_>>());
-    println!("{}", report_json(&report, Some(comparison)));
+    outln!("{}", report_json(&report, Some(comparison)));
     Ok(())
 }
 

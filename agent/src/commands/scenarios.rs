@@ -1,6 +1,7 @@
 //! `ecn-tuner scenarios`: what is built in.
 
 use crate::error::CliError;
+use crate::output::{out, outln};
 use clap::Args;
 use ecn_env::scenario::{builtin, Scenario, BUILTIN_SCENARIOS};
 
@@ -17,14 +18,14 @@ pub fn run(args: ScenariosArgs) -> Result<(), CliError> {
     if let Some(name) = args.show {
         let text =
             builtin(&name).ok_or_else(|| CliError::BadInput(format!("--show '{name}': not a built-in scenario")))?;
-        print!("{text}");
+        out!("{text}");
         return Ok(());
     }
-    println!("{:<14} {:>6} {:>6}  description", "name", "hosts", "flows");
+    outln!("{:<14} {:>6} {:>6}  description", "name", "hosts", "flows");
     for (name, text) in BUILTIN_SCENARIOS {
         let s = Scenario::load(name, None)?;
         let about = text.lines().next().unwrap_or("").trim_start_matches("# ");
-        println!("{:<14} {:>6} {:>6}  {}", name, s.fabric.topology.hosts().len(), s.flows.len(), about);
+        outln!("{:<14} {:>6} {:>6}  {}", name, s.fabric.topology.hosts().len(), s.flows.len(), about);
     }
     Ok(())
 }

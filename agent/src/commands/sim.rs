@@ -1,6 +1,7 @@
 //! `ecn-tuner sim`: one scenario, one static policy, one report.
 
 use crate::error::CliError;
+use crate::output::{out, outln};
 use crate::policy::Policy;
 use crate::report;
 use crate::rollout::{self, Outcome};
@@ -68,9 +69,9 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
         info!(dir = %dir.display(), files = ?report::OUTPUT_FILES, "wrote");
     }
     if args.json {
-        println!("{}", serde_json::to_string(&summary).map_err(|e| CliError::Failed(e.to_string()))?);
+        outln!("{}", serde_json::to_string(&summary).map_err(|e| CliError::Failed(e.to_string()))?);
     } else {
-        print!("{}", report::summary_table(&summary));
+        out!("{}", report::summary_table(&summary));
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 
 use crate::actuator::sonic::{self, schema::DbIndices};
 use crate::error::CliError;
+use crate::output::outln;
 use clap::{Args, Subcommand};
 use ecn_env::Nanos;
 use std::path::PathBuf;
@@ -97,7 +98,7 @@ fn restore(a: RestoreArgs) -> Result<(), CliError> {
     let url = a.redis.url()?;
     let report = sonic::restore(url, a.redis.dbs(), a.from.as_deref(), a.switch_name.as_deref(), a.redis.timeout()?)?;
     if report.nothing_recorded {
-        println!(
+        outln!(
             "nothing to restore: no recording of original profiles in STATE_DB (db {}) at {url}; ecn-tuner has not \
              changed this switch since the last restore (or use --from FILE)",
             a.redis.state_db,
@@ -105,15 +106,15 @@ fn restore(a: RestoreArgs) -> Result<(), CliError> {
         );
         return Ok(());
     }
-    println!(
+    outln!(
         "restored {} WRED profile(s) and {} queue binding(s) to their recorded originals; removed {} ecn-tuner profile(s)",
         report.profiles_restored, report.queues_restored, report.profiles_removed
     );
     for k in &report.left_alone {
-        println!("left alone (not in the recording, not created by ecn-tuner): {k}");
+        outln!("left alone (not in the recording, not created by ecn-tuner): {k}");
     }
     for (profile, queue) in &report.kept_bound {
-        println!(
+        outln!(
             "kept {profile}, an ecn-tuner profile: {queue}, which the recording does not hold, is bound to it; bind that \
              queue to another profile, then delete this one"
         );

@@ -6,6 +6,7 @@ use crate::error::CliError;
 use crate::learn::ddqn::DdqnConfig;
 use crate::learn::offline::{self, DataFileRecord, LoggedData, OfflineConfig};
 use crate::learn::trainer::{self, TrainConfig};
+use crate::output::outln;
 use crate::plot;
 use crate::telemetry_input;
 use clap::{Args, ValueEnum};
@@ -229,7 +230,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     staged.commit().map_err(|e| CliError::Failed(e.to_string()))?;
     let sel = &trained.checkpoint.card.evaluation["selected"];
     print_written(&args.out, &csv, &png);
-    println!(
+    outln!(
         "selected: step {} eval small-flow p99 {:.2}, ≥1MB p50 {:.2}, cost {:.2} (reference {}: cost {:.2})",
         sel["env_steps"],
         sel["eval_small_p99"].as_f64().unwrap_or(f64::NAN),
@@ -330,7 +331,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
     staged.commit().map_err(|e| CliError::Failed(e.to_string()))?;
     print_written(&args.out, &csv, &png);
     let last = trained.curve.last().expect("at least one point");
-    println!(
+    outln!(
         "trained on {} transitions from {} file(s): final loss {:.4}, RMS TD error {:.4}, greedy = logged {:.0}%",
         data.replay.len(),
         data.files.len(),
@@ -342,7 +343,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
 }
 
 fn print_written(out: &Path, csv: &Path, png: &Path) {
-    println!(
+    outln!(
         "wrote {} (+ {}), {}, {}",
         out.display(),
         ecn_models::checkpoint::card_path(out).display(),

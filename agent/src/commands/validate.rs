@@ -5,6 +5,7 @@
 //! file is loaded in memory, because repair sorts rows.
 
 use crate::error::CliError;
+use crate::output::outln;
 use crate::telemetry_input::ReadArgs;
 use clap::Args;
 use ecn_datasets::io;
@@ -65,7 +66,7 @@ pub fn run(args: ValidateArgs) -> Result<(), CliError> {
         checked.push(Checked { path: path.clone(), outcome: check(path, &opts, args.out.as_deref())? });
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&to_json(&checked)).expect("JSON of plain values"));
+        outln!("{}", serde_json::to_string_pretty(&to_json(&checked)).expect("JSON of plain values"));
     } else {
         for c in &checked {
             if let Ok(s) = &c.outcome {
@@ -128,7 +129,7 @@ fn print_summary(path: &Path, s: &Summary, repair: bool) {
     if s.report.baseline_samples > 0 {
         line.push_str(&format!("; {} cumulative baseline samples", s.report.baseline_samples));
     }
-    println!("{line}");
+    outln!("{line}");
 }
 
 fn to_json(checked: &[Checked]) -> Value {
