@@ -74,6 +74,7 @@ impl Actuator for Scripted {
                 granularity_bytes: 1,
             }),
             min_telemetry_interval_ns: 100_000,
+            telemetry_time_scale: 1.0,
         }))
     }
     async fn get_config(&self, _: Request<pb::GetConfigRequest>) -> Result<Response<pb::Config>, Status> {

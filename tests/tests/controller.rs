@@ -282,7 +282,8 @@ async fn a_killed_controller_leaves_only_confirmed_settings() {
     let before = settings(&act).await;
     let (mut child, _) = act.controller(
         "victim",
-        &enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "3s", "--health-window", "2000"]),
+        // 2 000 intervals take 10 s at the time scale of 0.02: no change is judged before the kill.
+        &enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "12s", "--health-window", "2000"]),
     );
     act.wait_for_event("apply", Duration::from_secs(60)).await;
     child.kill().await.unwrap(); // SIGKILL: no chance to clean up
@@ -480,7 +481,8 @@ async fn no_telemetry_yet_means_no_writes() {
             "early",
             &enforce_flags(
                 "static:100KB,400KB,0.5",
-                &["--baseline", "dcqcn-paper", "--min-dwell", "0s", "--duration", "4s"],
+                // A health window of 5 intervals of 10 s each fits in the confirm window.
+                &["--baseline", "dcqcn-paper", "--min-dwell", "0s", "--duration", "4s", "--confirm-within", "60s"],
             ),
         )
         .await;
@@ -506,7 +508,7 @@ async fn stale_telemetry_falls_back_once_and_holds() {
         "blind",
         &enforce_flags(
             "static:100KB,400KB,0.5",
-            &["--baseline", "dcqcn-paper", "--stale-after", "500ms", "--duration", "9s"],
+            &["--baseline", "dcqcn-paper", "--stale-after", "500ms", "--duration", "9s", "--confirm-within", "15s"],
         ),
     )
     .await;
@@ -761,19 +763,22 @@ async fn a_hung_confirm_does_not_block_the_kill_switch() {
 }
 
 /// A health window that cannot be complete before the confirm deadline, even at the
-/// actuator's fastest telemetry, would roll back every change: refused at start, exit 2. So is
-/// one longer than the 10 000 intervals each queue may keep, and a health threshold that makes
-/// its check meaningless.
+/// actuator's fastest telemetry, would roll back every change: refused at start, exit 2. The
+/// deadline is wall-clock time, and a simulated fabric's telemetry is slower than its own clock
+/// says by its time scale. A window longer than the 10 000 intervals each queue may keep is
+/// refused too, and so is a health threshold that makes its check meaningless.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_health_window_longer_than_the_confirm_window_is_refused() {
     let act = sim_actuator(&[]).await;
-    // 10 000 intervals of 100 µs take 1 s; a change is judged 400 ms before its 1 s deadline.
-    let flags = enforce_flags("static:200KB,800KB,0.3", &["--health-window", "10000", "--confirm-within", "1s"]);
+    // 1 000 intervals of 100 µs are 100 ms of simulated time, but 5 s of wall-clock time at
+    // the time scale of 0.02; a change is judged 400 ms before its 4 s deadline.
+    let flags = enforce_flags("static:200KB,800KB,0.3", &["--health-window", "1000", "--confirm-within", "4s"]);
     let (child, _) = act.controller("long-window", &flags);
     let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
     let log = act.controller_log("long-window");
     assert_eq!(out.status.code(), Some(2), "{log}");
-    assert!(log.contains("--health-window 10000 takes at least 1s"), "{log}");
+    assert!(log.contains("--health-window 1000 takes at least 5s at the 100µs telemetry interval"), "{log}");
+    assert!(log.contains("(5ms of wall-clock time at its time scale 0.02)"), "{log}");
     assert!(act.journal().is_empty(), "{:?}", act.journal());
 
     let url = act.url();

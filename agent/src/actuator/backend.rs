@@ -84,6 +84,16 @@ pub struct BackendCaps {
     pub bounds: Bounds,
     /// Native telemetry interval in the telemetry's own clock (`ts_ns`); 0 = no telemetry.
     pub min_telemetry_interval_ns: u64,
+    /// Telemetry-clock nanoseconds per wall-clock nanosecond, at most: 1 for a switch, the
+    /// `--time-scale` of a simulated or replayed fabric.
+    pub telemetry_time_scale: f64,
+}
+
+/// `interval_ns` on the telemetry clock, in wall-clock time at `time_scale` telemetry ns per
+/// wall-clock ns (0, or anything not a positive number, counts as 1: real time).
+pub fn wall_interval(interval_ns: u64, time_scale: f64) -> std::time::Duration {
+    let scale = if time_scale.is_finite() && time_scale > 0.0 { time_scale } else { 1.0 };
+    std::time::Duration::try_from_secs_f64(interval_ns as f64 / scale / 1e9).unwrap_or(std::time::Duration::MAX)
 }
 
 /// A backend could not do what was asked.

@@ -78,6 +78,7 @@ impl DryRunBackend {
                 )));
             }
             caps.min_telemetry_interval_ns = rec.interval_ns;
+            caps.telemetry_time_scale = opts.time_scale;
             let (tx, _) = broadcast::channel(1024);
             let (tx2, stop2, scale) = (tx.clone(), stop.clone(), opts.time_scale);
             info!(rows = rec.rows.len(), interval_ns = rec.interval_ns, "replaying recorded telemetry");
@@ -112,6 +113,7 @@ fn from_recording(rec: &Recording) -> (BackendCaps, Vec<EcnSetting>) {
         buffer_bytes: 0,
         bounds: Bounds::for_buffer(0),
         min_telemetry_interval_ns: rec.interval_ns,
+        telemetry_time_scale: 1.0,
     };
     (caps, initial)
 }

@@ -505,6 +505,7 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
                 granularity_bytes: c.bounds.granularity_bytes,
             }),
             min_telemetry_interval_ns: c.min_telemetry_interval_ns,
+            telemetry_time_scale: c.telemetry_time_scale,
         }))
     }
 
@@ -660,6 +661,7 @@ mod tests {
             buffer_bytes: 32_000_000,
             bounds: Bounds::for_buffer(32_000_000),
             min_telemetry_interval_ns: 0,
+            telemetry_time_scale: 1.0,
         };
         let mem = Mem {
             caps,

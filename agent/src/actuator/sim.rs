@@ -151,7 +151,7 @@ impl SimBackend {
         }
         let scenario = Scenario::load(&opts.scenario, opts.seed).map_err(|e| ActuatorError::BadInput(e.to_string()))?;
         let sim = build(&scenario).map_err(ActuatorError::BadInput)?;
-        let caps = capabilities(&sim);
+        let caps = BackendCaps { telemetry_time_scale: opts.time_scale, ..capabilities(&sim) };
         for s in &opts.storms {
             if s.queue >= caps.queues.len() {
                 return Err(ActuatorError::BadInput(format!(
@@ -302,6 +302,7 @@ pub fn capabilities(sim: &Simulator) -> BackendCaps {
         buffer_bytes: sim.buffer_bytes(),
         bounds: Bounds::for_buffer(sim.buffer_bytes()),
         min_telemetry_interval_ns: sim.config().sample_interval.0,
+        telemetry_time_scale: 1.0,
     }
 }
 

@@ -119,6 +119,7 @@ mod tests {
             buffer_bytes: 32_000_000,
             bounds: Bounds { granularity_bytes: 1000, ..Bounds::for_buffer(32_000_000) },
             min_telemetry_interval_ns: 0,
+            telemetry_time_scale: 1.0,
         }
     }
 

@@ -18,6 +18,7 @@ pub mod log;
 pub mod metrics;
 pub mod telemetry;
 
+use crate::actuator::backend::wall_interval;
 use crate::actuator::security::holds_pem_certificate;
 use crate::error::CliError;
 use crate::policy::Policy;
@@ -426,13 +427,21 @@ pub async fn run(
 
 /// A change is judged at the latest two intervals before its confirm deadline. A health window
 /// that takes longer than that even at the actuator's fastest telemetry could never be
-/// complete: every change would be rolled back for its deadline.
-fn window_fits_confirm(cfg: &ControllerConfig, telemetry_interval: Duration) -> Result<(), CliError> {
-    let watch = telemetry_interval.saturating_mul(u32::try_from(cfg.health.window).unwrap_or(u32::MAX));
+/// complete: every change would be rolled back for its deadline. The deadline runs on the wall
+/// clock, and telemetry on the actuator's, which a simulated fabric slows by its time scale.
+fn window_fits_confirm(cfg: &ControllerConfig, caps: &pb::Capabilities) -> Result<(), CliError> {
+    let native = Duration::from_nanos(caps.min_telemetry_interval_ns);
+    let interval = wall_interval(caps.min_telemetry_interval_ns, caps.telemetry_time_scale);
+    let watch = interval.saturating_mul(u32::try_from(cfg.health.window).unwrap_or(u32::MAX));
     let time_to_judge = cfg.confirm_within.saturating_sub(cfg.judging_margin());
     if watch >= time_to_judge {
+        let clock = if interval == native {
+            String::new()
+        } else {
+            format!(" ({interval:?} of wall-clock time at its time scale {})", caps.telemetry_time_scale)
+        };
         return Err(CliError::BadInput(format!(
-            "--health-window {} takes at least {watch:?} at the {telemetry_interval:?} telemetry interval of {}, \
+            "--health-window {} takes at least {watch:?} at the {native:?} telemetry interval of {}{clock}, \
              which does not fit in --confirm-within {:?} less two --interval ({time_to_judge:?}): every change \
              would be rolled back for its deadline",
             cfg.health.window, cfg.target, cfg.confirm_within
@@ -574,7 +583,7 @@ impl ControlLoop {
         let stale_after = guard_cfg.stale_after;
         let guardrails = Guardrails::new(guard_cfg);
         if cfg.mode == Mode::Enforce {
-            window_fits_confirm(&cfg, Duration::from_nanos(caps.min_telemetry_interval_ns))?;
+            window_fits_confirm(&cfg, &caps)?;
         }
 
         let current: HashMap<String, EcnSetting> = config

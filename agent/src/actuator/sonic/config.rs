@@ -275,6 +275,7 @@ pub fn discover(
         buffer_bytes,
         bounds: Bounds::for_buffer(buffer_bytes),
         min_telemetry_interval_ns: interval_ns,
+        telemetry_time_scale: 1.0,
     };
     Ok(Discovery { caps, layout, initial })
 }
