@@ -316,10 +316,6 @@ fn scenarios_lists_and_shows_builtins() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("kind = \"incast\""));
 }
 
-/// The acceptance check against the HPCC ns-3 simulator, through the CLI exactly as a user runs
-/// it: same topology, flows and configuration; every flow completes; overall median slowdown
-/// within 15% and p99 within 25% of the reference.
-
 /// `ecn-tuner scenarios | head -1`: a reader that has gone is no error, and never a panic.
 /// The pipe's read end is closed before the process starts, so every write fails.
 #[test]
@@ -341,6 +337,10 @@ fn a_reader_that_went_away_ends_the_output_quietly() {
         assert!(stderr.is_empty(), "{args:?}: {stderr}");
     }
 }
+
+/// The acceptance check against the HPCC ns-3 simulator, through the CLI exactly as a user runs
+/// it: same topology, flows and configuration; every flow completes; overall median slowdown
+/// within 15% and p99 within 25% of the reference.
 #[test]
 fn ls16_matches_the_reference_simulator() {
     let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference/ls16");
