@@ -130,6 +130,15 @@ pub const MAX_TELEMETRY_ROWS: u64 = 5_000_000;
 /// latest the run may go) over the sample interval, times the data queues (switch ports ×
 /// the priorities the flows use). `field` is what made the run that long.
 fn check_run_length(source: &str, field: &str, fabric: &FabricConfig, flows: &[FlowSpec]) -> Result<(), ScenarioError> {
+    let why = telemetry_rows(fabric, flows, fabric.sample_interval)
+        .err()
+        .map(|too_many| format!("{too_many}; shorten it or raise sample_interval"));
+    why.map_or(Ok(()), |why| Err(err(source, field, why)))
+}
+
+/// The telemetry rows of a run sampled every `interval`, or why they are more than
+/// [`MAX_TELEMETRY_ROWS`].
+fn telemetry_rows(fabric: &FabricConfig, flows: &[FlowSpec], interval: Nanos) -> Result<u64, String> {
     let topo = &fabric.topology;
     let is_switch = |n: u32| topo.nodes[n as usize].kind == NodeKind::Switch;
     let switch_ports = topo.links.iter().map(|l| u64::from(is_switch(l.a)) + u64::from(is_switch(l.b))).sum::<u64>();
@@ -138,19 +147,15 @@ fn check_run_length(source: &str, field: &str, fabric: &FabricConfig, flows: &[F
         priorities[usize::from(f.priority & 7)] = true;
     }
     let queues = switch_ports * priorities.iter().filter(|p| **p).count().max(1) as u64;
-    let intervals = fabric.stop_at.0.div_ceil(fabric.sample_interval.0.max(1));
+    let intervals = fabric.stop_at.0.div_ceil(interval.0.max(1));
     let rows = intervals.saturating_mul(queues);
     if rows <= MAX_TELEMETRY_ROWS {
-        return Ok(());
+        return Ok(rows);
     }
-    Err(err(
-        source,
-        field,
-        format!(
-            "the run may last {}: {} sample intervals of {} for {queues} queues make {rows} telemetry rows, more \
-             than the {MAX_TELEMETRY_ROWS} a run may hold; shorten it or raise sample_interval",
-            fabric.stop_at, intervals, fabric.sample_interval
-        ),
+    Err(format!(
+        "the run may last {}: {intervals} sample intervals of {interval} for {queues} queues make {rows} telemetry \
+         rows, more than the {MAX_TELEMETRY_ROWS} a run may hold",
+        fabric.stop_at
     ))
 }
 
@@ -396,6 +401,23 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// Refuse to run this scenario sampled every `interval` rather than every `sample_interval`
+    /// (checked when it was loaded) if that makes more than [`MAX_TELEMETRY_ROWS`] telemetry
+    /// rows: a policy that decides in closed loop samples at its own control interval.
+    pub fn check_sampled_every(&self, interval: Nanos) -> Result<(), ScenarioError> {
+        telemetry_rows(&self.fabric, &self.flows, interval).map(|_| ()).map_err(|why| {
+            err(
+                &self.source,
+                "sample_interval",
+                format!(
+                    "a policy deciding every {interval} samples telemetry at that interval, not every {}: {why}; \
+                     shorten the run",
+                    self.fabric.sample_interval
+                ),
+            )
+        })
+    }
+
     /// Load a scenario by built-in name or file path, with an optional seed override.
     ///
     /// Files ending in `.toml` are scenario files; any other file is read as an HPCC simulator
@@ -1140,8 +1162,12 @@ mod tests {
         let e = parse(&format!("duration = \"200s\"\n{sparse}")).unwrap_err();
         assert_eq!(e.field, "duration", "{e}");
         assert!(e.message.contains("telemetry rows") && e.message.contains("sample_interval"), "{e}");
-        // The same run at a coarser interval fits.
-        parse(&format!("duration = \"200s\"\nsample_interval = \"10ms\"\n{sparse}")).unwrap();
+        // The same run at a coarser interval fits, unless a policy samples it every 100 µs.
+        let coarse = parse(&format!("duration = \"200s\"\nsample_interval = \"10ms\"\n{sparse}")).unwrap();
+        coarse.check_sampled_every(Nanos::from_millis(10)).unwrap();
+        let e = coarse.check_sampled_every(Nanos::from_micros(100)).unwrap_err();
+        assert_eq!(e.field, "sample_interval", "{e}");
+        assert!(e.message.contains("a policy deciding every 100us") && e.message.contains("telemetry rows"), "{e}");
         let e =
             parse(&format!("[topology]\nleaves = 4000\nspines = 4000\nhosts_per_leaf = 4000\n{sparse}")).unwrap_err();
         assert_eq!(e.field, "topology", "{e}");

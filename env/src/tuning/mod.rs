@@ -302,6 +302,20 @@ impl TuningEnv {
 
     /// Start an episode on a scenario that is already loaded.
     pub fn start(&mut self, mut scenario: Scenario) -> Result<(Vec<f32>, StepInfo), EnvError> {
+        // Observations are built from samples, so the policy's clock sets the sampling.
+        scenario.check_sampled_every(self.cfg.control_interval)?;
+        // Said once per process: an `eval` runs the same scenario for every seed.
+        static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if scenario.fabric.sample_interval != self.cfg.control_interval
+            && !TOLD.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                scenario = %scenario.source,
+                sample_interval = %scenario.fabric.sample_interval,
+                "telemetry is sampled every {}, the policy's control interval, not every sample_interval",
+                self.cfg.control_interval
+            );
+        }
         scenario.fabric.sample_interval = self.cfg.control_interval;
         let mut sim = Simulator::new(scenario.fabric.clone(), scenario.flows.clone())?;
         if let Some(a) = self.initial_action {
