@@ -245,3 +245,36 @@ async fn eval_compares_every_policy_with_the_reference_seed_by_seed() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--reference"), "{stderr}");
 }
+
+/// Two files that share a scenario name are told apart by their arguments, in the tables and in
+/// every run of `--json` alike, so that runs join their comparison rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_are_named_as_their_table_rows() {
+    let dir = tempfile::Builder::new().prefix("ecn-eval-").tempdir().unwrap();
+    let unnamed = "base = \"websearch-50\"\nduration = \"2ms\"\ndrain = \"20ms\"\n";
+    let files: Vec<String> = ["a.toml", "b.toml"]
+        .iter()
+        .map(|f| {
+            let p = dir.path().join(f);
+            std::fs::write(&p, unnamed).unwrap();
+            p.display().to_string()
+        })
+        .collect();
+    let args = ["eval", "--scenario", &files[0], &files[1], "--policy", POLICIES[0], "--reference", POLICIES[1]];
+    let (code, stdout, stderr) = run_cli(&[&args[..], &["--seeds", "1", "--json"]].concat()).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    let named = |rows: &Value| -> Vec<String> {
+        let mut v: Vec<String> = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["scenario"].as_str().unwrap().to_string())
+            .filter(|s| s != "mean")
+            .collect();
+        v.dedup();
+        v
+    };
+    assert_eq!(named(&doc["runs"]), files, "{stdout}");
+    assert_eq!(named(&doc["comparisons"][0]["rows"]), files, "{stdout}");
+}

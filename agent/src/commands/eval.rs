@@ -134,8 +134,15 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
         "evaluating"
     );
     let started = Instant::now();
-    let runs = run_all(&jobs, threads)?;
+    let mut runs = run_all(&jobs, threads)?;
     info!(runs = runs.len(), wall_seconds = started.elapsed().as_secs_f64(), "done");
+    // Each run is named as its table rows are, so that runs and comparisons join even when
+    // two files share a name.
+    for (run, name) in
+        runs.iter_mut().zip(names.iter().flat_map(|n| std::iter::repeat_n(n, labels.len() * seeds.len())))
+    {
+        run.scenario.clone_from(name);
+    }
 
     let table = Table::new(&names, &labels, seeds.len(), &runs);
     let comparisons: Vec<Comparison> =
