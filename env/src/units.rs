@@ -132,8 +132,11 @@ impl FromStr for Nanos {
             "us" | "µs" => 1e3,
             "ms" => 1e6,
             "s" => 1e9,
-            "" => return Err(err("missing unit (ns, us, ms or s)")),
-            _ => return Err(err("unknown unit (use ns, us, ms or s)")),
+            // Not `m`, which reads as milli as readily as minutes.
+            "min" => 60e9,
+            "h" => 3600e9,
+            "" => return Err(err("missing unit (ns, us, ms, s, min or h)")),
+            _ => return Err(err("unknown unit (use ns, us, ms, s, min or h)")),
         };
         Ok(Nanos(to_u64("duration", s, v * mult)?))
     }
@@ -277,6 +280,10 @@ mod tests {
         assert_eq!("100us".parse::<Nanos>().unwrap(), Nanos(100_000));
         assert_eq!("1000ns".parse::<Nanos>().unwrap(), Nanos(1000));
         assert!("20".parse::<Nanos>().is_err());
+        assert_eq!("10min".parse::<Nanos>().unwrap(), Nanos(600_000_000_000));
+        assert_eq!("1.5h".parse::<Nanos>().unwrap(), Nanos(5_400_000_000_000));
+        // `m` could be milli or minutes: neither is guessed.
+        assert!("10m".parse::<Nanos>().unwrap_err().to_string().contains("use ns, us, ms, s, min or h"));
         assert_eq!("100Gbps".parse::<BitsPerSec>().unwrap(), BitsPerSec::from_gbps(100));
         assert_eq!("20Mb/s".parse::<BitsPerSec>().unwrap(), BitsPerSec(20_000_000));
     }

@@ -1,7 +1,8 @@
 //! `ecn-tuner actuator`: serve a fabric's ECN settings over gRPC, with switch-side safety.
 
 use crate::actuator::{self, BadWrite, DryRunOptions, ServeOptions, SimOptions, SonicOptions, StormSpec, TlsFiles};
-use crate::commands::sonic::{duration, RedisArgs};
+use crate::commands::positive_duration;
+use crate::commands::sonic::RedisArgs;
 use crate::error::CliError;
 use clap::{Args, ValueEnum};
 use ecn_env::fabric::MarkingFault;
@@ -141,9 +142,9 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
             o.dbs = args.redis.dbs();
             o.timeout = args.redis.timeout()?;
             o.switch_name = args.switch_name.clone();
-            o.poll_interval = duration("--poll-interval", &args.poll_interval)?;
+            o.poll_interval = positive_duration("--poll-interval", &args.poll_interval)?;
             o.counter_bits = args.counter_bits;
-            o.frozen_after = duration("--frozen-after", &args.frozen_after)?;
+            o.frozen_after = positive_duration("--frozen-after", &args.frozen_after)?;
             o.originals_file = args.journal.as_deref().map(actuator::sonic::originals::file_beside);
             Some(o)
         }

@@ -16,7 +16,27 @@ pub mod train;
 pub mod validate;
 
 use crate::error::CliError;
+use ecn_env::Nanos;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A duration flag's value (`--interval 200ms`): a number and a unit, as in scenario files
+/// (ns, us, ms, s, min or h). `flag` is the flag as typed, `--interval`.
+fn duration(flag: &str, v: &str) -> Result<Duration, CliError> {
+    let n: Nanos = v.parse().map_err(|e| CliError::BadInput(format!("{flag} '{v}': {e}")))?;
+    Ok(Duration::from_nanos(n.0))
+}
+
+/// As [`duration`], for a flag where 0 means nothing useful, or would disable a safety
+/// mechanism: a zero confirm deadline rolls back every change, zero staleness calls all
+/// telemetry stale.
+fn positive_duration(flag: &str, v: &str) -> Result<Duration, CliError> {
+    let d = duration(flag, v)?;
+    if d.is_zero() {
+        return Err(CliError::BadInput(format!("{flag} '{v}': must be greater than 0")));
+    }
+    Ok(d)
+}
 
 /// Make ready for an `--out` file before any work: refuse a path that is a directory, and
 /// create the folder the file goes into.

@@ -76,11 +76,7 @@ pub fn run(args: RecordArgs) -> Result<(), CliError> {
 fn record_target(args: &RecordArgs) -> Result<(), CliError> {
     let url = args.target.clone().expect("clap: --scenario or --target");
     let text = args.duration.as_deref().expect("clap: --target requires --duration");
-    let duration = humantime::parse_duration(text)
-        .map_err(|e| CliError::BadInput(format!("--duration '{text}': {e} (e.g. 30s, 5m)")))?;
-    if duration.is_zero() {
-        return Err(CliError::BadInput("--duration must be greater than 0".into()));
-    }
+    let duration = super::positive_duration("--duration", text)?;
     let target = Target::from_flags(&url, args.token_file.as_deref(), args.tls_ca.as_deref())?;
     let runtime = tokio::runtime::Runtime::new().map_err(|e| CliError::Failed(format!("tokio: {e}")))?;
     let captured = runtime.block_on(capture::capture(&target, Until::Elapsed(duration)))?;

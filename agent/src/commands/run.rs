@@ -1,5 +1,6 @@
 //! `ecn-tuner run`: the online controller, in shadow or enforce mode.
 
+use super::{duration, positive_duration};
 use crate::actuator::{self, ServeOptions, SimOptions};
 use crate::controller::guardrails::GuardrailConfig;
 use crate::controller::health::HealthConfig;
@@ -12,7 +13,7 @@ use clap::Args;
 use ecn_env::fabric::EcnPlan;
 use ecn_env::scenario::Scenario;
 use ecn_env::summary::Summary;
-use ecn_env::{Baseline, Nanos, Simulator};
+use ecn_env::{Baseline, Simulator};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,21 +116,6 @@ pub struct RunArgs {
     allow_untrained_rates: bool,
 }
 
-fn duration(flag: &str, v: &str) -> Result<Duration, CliError> {
-    let n: Nanos = v.parse().map_err(|e| CliError::BadInput(format!("--{flag} '{v}': {e}")))?;
-    Ok(Duration::from_nanos(n.0))
-}
-
-/// As [`duration`], for a flag where 0 would disable a safety mechanism: a zero confirm
-/// deadline rolls back every change, zero staleness calls all telemetry stale.
-fn positive_duration(flag: &str, v: &str) -> Result<Duration, CliError> {
-    let d = duration(flag, v)?;
-    if d.is_zero() {
-        return Err(CliError::BadInput(format!("--{flag} '{v}': must be greater than 0")));
-    }
-    Ok(d)
-}
-
 /// `ecn-tuner@HOST/PID`.
 fn default_controller_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
@@ -203,25 +189,25 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
             None => Policy::parse(&a.policy)?,
         },
         baseline,
-        interval: positive_duration("interval", &a.interval)?,
-        confirm_within: positive_duration("confirm-within", &a.confirm_within)?,
-        call_timeout: positive_duration("call-timeout", &a.call_timeout)?,
-        duration: a.duration.as_deref().map(|d| duration("duration", d)).transpose()?,
+        interval: positive_duration("--interval", &a.interval)?,
+        confirm_within: positive_duration("--confirm-within", &a.confirm_within)?,
+        call_timeout: positive_duration("--call-timeout", &a.call_timeout)?,
+        duration: a.duration.as_deref().map(|d| duration("--duration", d)).transpose()?,
         decision_log: a.decision_log,
         kill_file: a.kill_file,
         metrics: a.metrics,
         token,
         tls_ca: a.tls_ca.as_ref().map(|p| read("tls-ca", p)).transpose()?,
         guardrails: GuardrailConfig {
-            min_dwell: duration("min-dwell", &a.min_dwell)?,
+            min_dwell: duration("--min-dwell", &a.min_dwell)?,
             max_changes_per_minute: a.max_changes_per_minute,
-            stale_after: positive_duration("stale-after", &a.stale_after)?,
+            stale_after: positive_duration("--stale-after", &a.stale_after)?,
             ..Default::default()
         },
         health: HealthConfig { window: a.health_window, ..Default::default() }
             .with_thresholds(a.health_thresholds.as_deref().unwrap_or(""))
             .map_err(|e| CliError::BadInput(format!("--health-thresholds {e}")))?,
-        quarantine: duration("min-dwell", &a.min_dwell)? * 10,
+        quarantine: duration("--min-dwell", &a.min_dwell)? * 10,
         controller_id: a.controller_id.unwrap_or_else(default_controller_id),
         allow_untrained_rates: a.allow_untrained_rates,
     };

@@ -5,7 +5,6 @@ use crate::actuator::sonic::{self, schema::DbIndices};
 use crate::error::CliError;
 use crate::output::outln;
 use clap::{Args, Subcommand};
-use ecn_env::Nanos;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -40,22 +39,13 @@ impl RedisArgs {
 
     /// `--redis-timeout`.
     pub fn timeout(&self) -> Result<Duration, CliError> {
-        duration("--redis-timeout", &self.redis_timeout)
+        super::positive_duration("--redis-timeout", &self.redis_timeout)
     }
 
     /// `--redis`, required.
     pub fn url(&self) -> Result<&str, CliError> {
         self.redis.as_deref().ok_or_else(|| CliError::BadInput("--redis URL: required for SONiC".into()))
     }
-}
-
-/// A positive duration flag (`100ms`, `1s`).
-pub fn duration(flag: &str, v: &str) -> Result<Duration, CliError> {
-    let n: Nanos = v.parse().map_err(|e| CliError::BadInput(format!("{flag} '{v}': {e}")))?;
-    if n.0 == 0 {
-        return Err(CliError::BadInput(format!("{flag} '{v}': must be positive")));
-    }
-    Ok(Duration::from_nanos(n.0))
 }
 
 /// Arguments of `sonic`.
