@@ -178,9 +178,9 @@ impl Calibration {
 
 /// Why a card cannot be used with this build.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("model card {path}: {field}: {message}")]
+#[error("{path}: {field}: {message}")]
 pub struct CardError {
-    /// The card file.
+    /// The card file (`*.card.json`), or the weights file when they are what is wrong.
     pub path: String,
     /// The offending field.
     pub field: String,

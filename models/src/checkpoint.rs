@@ -76,6 +76,9 @@ impl Checkpoint {
         let card: ModelCard = serde_json::from_str(&text).map_err(|e| err(&card_name, "json", e.to_string()))?;
         card.check(&card_name)?;
         let weights_name = weights.display().to_string();
+        if weights.is_dir() {
+            return Err(err(&weights_name, "file", "is a directory, not a weights file".into()));
+        }
         if !weights.is_file() {
             return Err(err(&weights_name, "file", "no such file".into()));
         }

@@ -22,9 +22,9 @@ async fn train(dir: &Path, out: &str, seed: &str, extra: &[&str]) -> String {
         "--eval-seed",
         "77",
         "--steps",
-        "120",
+        "240",
         "--eval-every",
-        "60",
+        "120",
         "--seed",
         seed,
         "--out",
@@ -52,7 +52,8 @@ async fn train_writes_a_reproducible_checkpoint_that_runs_in_closed_loop() {
     assert_eq!(card["format"], "ecn-tuner/model-card-v1");
     assert_eq!(card["observation_schema"], "ecn-tuner/obs-v1");
     assert_eq!(card["training"]["seed"], 5);
-    assert_eq!(card["training"]["env_steps"], 120);
+    assert_eq!(card["training"]["env_steps"], 240);
+    assert!(card["training"]["updates"].as_u64().unwrap() > 0, "it learned: {}", card["training"]);
     assert_eq!(card["training"]["link_speeds_bps"], serde_json::json!([100_000_000_000u64, 400_000_000_000u64]));
     assert_eq!(
         card["action_template"].as_array().unwrap().len(),
@@ -177,4 +178,32 @@ async fn record_writes_exploratory_telemetry_as_parquet() {
     let (code, _, stderr) = run_cli(&["record", "--scenario", &tiny, "--out", "x.csv"]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--out"), "{stderr}");
+}
+
+/// A run too short to reach its first gradient update would save its random initialization as
+/// a model: refused, exit 2, and nothing written.
+#[tokio::test(flavor = "multi_thread")]
+async fn training_that_never_learned_writes_nothing() {
+    let dir = tempfile::Builder::new().prefix("ecn-train-").tempdir().unwrap();
+    std::fs::write(dir.path().join("tiny.toml"), TINY).unwrap();
+    let tiny = dir.path().join("tiny.toml").display().to_string();
+    let out = dir.path().join("m.safetensors").display().to_string();
+    let (code, _, stderr) = run_cli(&[
+        "train",
+        "--scenario",
+        &tiny,
+        "--eval-scenario",
+        &tiny,
+        "--eval-seed",
+        "77",
+        "--steps",
+        "10",
+        "--out",
+        &out,
+    ])
+    .await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--steps 10: training ended before its first gradient update"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["tiny.toml"], "nothing written");
 }

@@ -365,6 +365,16 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
             curve.push(point);
         }
     }
+    // A network that never learned is its random initialization: not a model.
+    if agent.updates() == 0 {
+        return Err(CliError::BadInput(format!(
+            "--steps {}: training ended before its first gradient update ({} transitions in the replay buffer, \
+             and learning starts at {}); nothing was written: train for more steps",
+            cfg.steps,
+            replay.len(),
+            cfg.ddqn.warmup
+        )));
+    }
     let training = TrainingRecord {
         algorithm: "ddqn".into(),
         scenarios: cfg.source_names.clone(),
