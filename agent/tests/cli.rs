@@ -191,6 +191,8 @@ fn bad_hpcc_config_numbers_exit_2_naming_the_key() {
         ("KMIN_MAP 1 100000000000 nan", "KMIN_MAP"),
         ("KMIN_MAP 1e30 1 2", "KMIN_MAP"),
         ("KMIN_MAP 2 100000000000 4", "KMIN_MAP"),
+        ("ENABLE_QCN yes", "ENABLE_QCN"),
+        ("ENABLE_QCN 2", "ENABLE_QCN"),
     ];
     for (line, key) in cases {
         let path = write(&dir, "config.txt", &format!("{head}{line}\n"));

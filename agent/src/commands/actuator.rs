@@ -38,9 +38,9 @@ pub struct ActuatorArgs {
     /// `sonic` (a SONiC switch's CONFIG_DB and COUNTERS_DB, see --redis).
     #[arg(long, value_enum)]
     backend: BackendKind,
-    /// Scenario (built-in name or TOML file): the simulated fabric for `sim`; the queues and
-    /// initial settings for `dry-run`. Default: websearch-50 (for dry-run with --telemetry:
-    /// the recording's queues).
+    /// Scenario (built-in name, TOML file or HPCC config.txt): the simulated fabric for `sim`;
+    /// the queues and initial settings for `dry-run`. Default: websearch-50 (for dry-run with
+    /// --telemetry: the recording's queues).
     #[arg(long, value_name = "NAME|FILE")]
     scenario: Option<String>,
     /// Seed of the first scenario run (default: the scenario's); each restart takes the next.

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 /// Arguments of `recommend`.
 #[derive(Args)]
 pub struct RecommendArgs {
-    /// Telemetry file (.parquet) to recommend from: the latest intervals of every queue.
+    /// Telemetry file (Parquet or CSV) to recommend from: the latest intervals of every queue.
     #[arg(long, value_name = "FILE", required_unless_present = "target", conflicts_with = "target")]
     telemetry: Option<PathBuf>,
     /// Actuator URL to read live telemetry from (read only: nothing is written).
