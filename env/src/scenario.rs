@@ -564,14 +564,9 @@ impl Scenario {
             }
             fabric.mtu_payload = v;
         }
-        match num("ENABLE_QCN")? {
-            Some(v) if v == 0.0 => {
-                return Err(err(source, "ENABLE_QCN", "0 is not supported (ECN marking is always simulated)"))
-            }
-            Some(v) if v != 1.0 => {
-                return Err(err(source, "ENABLE_QCN", format!("{v}: must be 1 (ECN marking is always simulated)")))
-            }
-            _ => {}
+        if let Some(qcn) = num("ENABLE_QCN")?.filter(|&v| v != 1.0) {
+            let why = if qcn == 0.0 { "0 is not supported" } else { "must be 1" };
+            return Err(err(source, "ENABLE_QCN", format!("{qcn}: {why} (ECN marking is always simulated)")));
         }
         // K maps: `n rate1 k1 rate2 k2 ...`, K in units of 1000 bytes.
         let map = |k: &str| -> Result<Vec<(u64, f64)>, ScenarioError> {
