@@ -292,6 +292,28 @@ async fn a_killed_controller_leaves_only_confirmed_settings() {
     assert_eq!(settings(&act).await, before);
 }
 
+/// A controller restarted under the same `--controller-id` takes its lease back, so the actuator
+/// does not revert the unconfirmed change its previous run left. The new run rolls it back at
+/// once instead of inheriting it: nobody health-checks it, and a change stacked on it would
+/// confirm it. It used to keep it until the confirm deadline, or confirm it with its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_controller_rolls_back_the_change_its_previous_run_left() {
+    let act = sim_actuator(&[]).await;
+    let before = settings(&act).await;
+    // 2 000 intervals take 10 s at the time scale of 0.02: no change is judged before the kill.
+    let flags = ["--confirm-within", "60s", "--health-window", "2000", "--controller-id", "steady"];
+    let (mut child, _) = act.controller("first-run", &enforce_flags("static:200KB,800KB,0.3", &flags));
+    act.wait_for_event("apply", Duration::from_secs(60)).await;
+    child.kill().await.unwrap();
+    let (mut again, _) = act.controller("second-run", &enforce_flags("static:200KB,800KB,0.3", &flags));
+    let journal = act.wait_for_event("rollback", Duration::from_secs(30)).await;
+    again.kill().await.unwrap();
+    let rollback = events(&journal, "rollback")[0];
+    assert!(rollback["detail"].as_str().unwrap().contains("unconfirmed at this controller's start"), "{rollback}");
+    assert!(events(&journal, "revert").is_empty() && events(&journal, "confirm").is_empty(), "{journal:?}");
+    assert_eq!(settings(&act).await, before);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_controller_cannot_write() {
     let act = sim_actuator(&[]).await;

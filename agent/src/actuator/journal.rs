@@ -147,6 +147,9 @@ pub struct Journal {
     file: Option<(File, PathBuf)>,
     /// What the file already held when opened.
     found: Found,
+    /// A write failed, and may have left part of its line (a full disk keeps a short write):
+    /// the next line starts on a new one.
+    torn: bool,
 }
 
 /// What an existing journal says, read once when it is opened.
@@ -161,7 +164,7 @@ struct Found {
 impl Journal {
     /// No file: events only reach the log.
     pub fn none() -> Journal {
-        Journal { file: None, found: Found::default() }
+        Journal { file: None, found: Found::default(), torn: false }
     }
 
     /// The highest generation already in the file: a restarted actuator continues after it, so
@@ -187,7 +190,7 @@ impl Journal {
             f.write_all(b"\n")?;
         }
         let found = scan(&mut f)?;
-        Ok(Journal { file: Some((f, path.to_path_buf())), found })
+        Ok(Journal { file: Some((f, path.to_path_buf())), found, torn: false })
     }
 
     /// Append one event as one line and sync it to disk. Logs it too, so a journal-less actuator still leaves a
@@ -197,19 +200,23 @@ impl Journal {
         tracing::info!(target: "journal", event = ?e.event, generation = e.generation, detail = %e.detail, "{line}");
         if let Some((f, path)) = &mut self.file {
             line.push('\n');
+            if self.torn {
+                // Glued to a fragment, this line would not parse, and a restart would not see it.
+                line.insert(0, '\n');
+            }
             // One write call per line: with O_APPEND the line lands whole at the end. Synced
             // before returning, since the caller changes the device next and a crash must not
             // leave the device ahead of the file.
-            f.write_all(line.as_bytes())
-                .and_then(|_| f.sync_data())
-                .map_err(|err| std::io::Error::new(err.kind(), format!("journal {}: {err}", path.display())))?;
+            let written = f.write_all(line.as_bytes()).and_then(|_| f.sync_data());
+            self.torn = written.is_err();
+            written.map_err(|err| std::io::Error::new(err.kind(), format!("journal {}: {err}", path.display())))?;
         }
         Ok(())
     }
 }
 
-/// One pass over an existing journal, line by line. Lines that do not parse (a torn last
-/// write) are skipped.
+/// One pass over an existing journal, line by line. Lines that do not parse (a torn write,
+/// cut inside a multi-byte character too) are skipped.
 fn scan(f: &mut File) -> std::io::Result<Found> {
     use std::io::{BufRead, BufReader, Seek, SeekFrom};
     /// The fields of a line that matter here.
@@ -223,8 +230,8 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
     }
     f.seek(SeekFrom::Start(0))?;
     let mut found = Found::default();
-    for line in BufReader::new(&mut *f).lines() {
-        let Ok(l) = serde_json::from_str::<Line>(&line?) else { continue };
+    for line in BufReader::new(&mut *f).split(b'\n') {
+        let Ok(l) = serde_json::from_slice::<Line>(&line?) else { continue };
         found.last_generation = found.last_generation.max(l.generation);
         // Every line carries the state after it, a refusal's too: the one that follows an apply
         // line whose device write failed is what says the device kept the earlier generation.
@@ -301,5 +308,37 @@ mod tests {
         let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
         assert_eq!(last["event"], "confirm", "{text}");
         assert_eq!(text.lines().count(), 3, "the fragment stays a line of its own: {text}");
+    }
+
+    /// A line cut inside a multi-byte character is skipped like any torn line, not a reason to
+    /// refuse the whole journal (and with it every restart).
+    #[test]
+    fn a_line_torn_inside_a_character_is_skipped() {
+        let path = std::env::temp_dir().join(format!("ecn-journal-utf8-{}", std::process::id()));
+        let apply = r#"{"event":"apply","generation":3,"confirmed_generation":2}"#;
+        let mut bytes = format!("{apply}\n{{\"event\":\"confirm\",\"detail\":\"caf").into_bytes();
+        bytes.push(0xC3); // the first byte of "é"
+        bytes.push(b'\n');
+        std::fs::write(&path, bytes).unwrap();
+        let j = Journal::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(j.unconfirmed_at_end(), Some((3, 2)));
+    }
+
+    /// After a write that failed (here: on a handle that cannot write), the next line starts on
+    /// a line of its own, so that a fragment the failure left cannot swallow it.
+    #[test]
+    fn a_line_after_a_failed_write_starts_afresh() {
+        let path = std::env::temp_dir().join(format!("ecn-journal-failed-{}", std::process::id()));
+        std::fs::write(&path, "{\"event\":\"apply\"}\n{\"event\":\"con").unwrap();
+        let mut j = Journal { file: None, found: Found::default(), torn: false };
+        j.file = Some((File::open(&path).unwrap(), path.clone()));
+        assert!(j.write(&Event::now(EventKind::Apply, 2, 1, vec![])).is_err());
+        j.file = Some((OpenOptions::new().append(true).open(&path).unwrap(), path.clone()));
+        j.write(&Event::now(EventKind::Apply, 3, 1, vec![])).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(last["generation"], 3, "{text}");
     }
 }

@@ -561,7 +561,7 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
         let asked = req.into_inner().interval_ns;
         // Whole multiples of the native interval, never below it (the contract's promise).
         let factor = if asked <= native { 1 } else { asked.div_ceil(native).min(u64::from(u32::MAX)) as u32 };
-        debug!(interval_ns = native * u64::from(factor), "telemetry subscriber");
+        debug!(interval_ns = native.saturating_mul(u64::from(factor)), "telemetry subscriber");
         let (tx, rx) = mpsc::channel(16);
         let mut stopping = self.inner.stopping.clone();
         tokio::spawn(async move {

@@ -641,7 +641,7 @@ impl ControlLoop {
         }
 
         let now = Instant::now();
-        Ok(ControlLoop {
+        let mut lp = ControlLoop {
             cfg,
             client,
             metrics,
@@ -659,7 +659,12 @@ impl ControlLoop {
             killed: false,
             next_due: None,
             needs_resync: false,
-        })
+        };
+        // An unconfirmed change left by a writer before this one (this controller's previous
+        // run under the same --controller-id keeps its lease, so the actuator does not revert
+        // it) is nobody's to judge: never inherited.
+        lp.roll_back_unwatched(&config, "at this controller's start").await;
+        Ok(lp)
     }
 
     /// Open the telemetry stream.
@@ -956,10 +961,17 @@ impl ControlLoop {
         Ok(config)
     }
 
-    /// Retry a failed read-back; whether the controller's view is in sync again.
+    /// Retry a failed read-back; whether the controller's view is in sync again, with no
+    /// unconfirmed change in effect that this controller does not watch (one it could not roll
+    /// back before: a new change would stack on it, and confirming that would confirm both).
     async fn try_resync(&mut self) -> bool {
         match self.resync().await {
-            Ok(_) => true,
+            Ok(config) => {
+                if self.pending.is_none() {
+                    self.roll_back_unwatched(&config, "when read back").await;
+                }
+                !self.needs_resync
+            }
             Err(s) => {
                 warn!(code = ?s.code(), message = s.message(), "still cannot read the actuator back; no change until then");
                 false
@@ -973,39 +985,47 @@ impl ControlLoop {
     /// Apply refused, and `current` would be wrong for the step limits and the kill switch.
     async fn settle_unknown_outcome(&mut self, call: &str) {
         match self.resync().await {
-            Ok(config) => self.roll_back_unwatched(&config, call).await,
+            Ok(config) => self.roll_back_unwatched(&config, &format!("after a failed {call}")).await,
             Err(s) => {
                 warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a failed {call}")
             }
         }
     }
 
-    /// Roll back the unconfirmed change that `config`, just read back after a failed `call`,
-    /// shows in effect, if any, and read the actuator back again.
-    async fn roll_back_unwatched(&mut self, config: &pb::Config, call: &str) {
+    /// Roll back the unconfirmed change that `config`, just read back, shows in effect, if any
+    /// (`when`: "after a failed Apply", ...), and read the actuator back again. Nobody
+    /// health-checks such a change, so it is never inherited. While one is still in effect
+    /// (the rollback failed), `needs_resync` holds every new change back: stacked on it, a
+    /// change's confirm would confirm it too.
+    async fn roll_back_unwatched(&mut self, config: &pb::Config, when: &str) {
         let Some((lease_id, _)) = self.lease.clone() else { return };
         if config.generation == config.confirmed_generation {
             return;
         }
         warn!(
             generation = config.generation,
-            "an unconfirmed change is in effect after a failed {call}: rolling it back, it was never health-checked"
+            "an unconfirmed change is in effect {when}: rolling it back, it was never health-checked"
         );
         let req = pb::RollbackRequest {
             lease_id,
             to_generation: None,
-            reason: format!("generation {} is unconfirmed after a failed {call}", config.generation),
+            reason: format!("generation {} is unconfirmed {when}", config.generation),
         };
         match self.client.rollback(req).await {
             Ok(_) => {
                 count_rollback(&mut self.report, &self.metrics, "unknown_outcome");
             }
-            Err(s) => {
-                warn!(code = ?s.code(), message = s.message(), "rollback failed; the confirm deadline will revert it")
-            }
+            Err(s) => warn!(
+                code = ?s.code(),
+                message = s.message(),
+                "rollback failed; no change until it succeeds or the confirm deadline reverts it"
+            ),
         }
-        if let Err(s) = self.resync().await {
-            warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after the rollback");
+        match self.resync().await {
+            Ok(after) => self.needs_resync = after.generation != after.confirmed_generation,
+            Err(s) => {
+                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after the rollback")
+            }
         }
     }
 
@@ -1029,6 +1049,10 @@ impl ControlLoop {
             confirm_within_ms: confirm_within.as_millis() as u64,
             reason: format!("policy {}", self.cfg.policy),
         };
+        // The actuator's deadline starts when it takes the request, and its reply comes after
+        // the journal's sync and the device's write (seconds, for a SONiC write that timed out
+        // and was read back): counted from the reply, a confirm could come after it.
+        let sent = Instant::now();
         let resp = self.client.apply(req).await.map_err(|s| format!("{:?}: {}", s.code(), s.message()))?.into_inner();
         let (i, s) = round[0];
         let first = &self.queues[i];
@@ -1044,7 +1068,7 @@ impl ControlLoop {
             self.queues[*i].set_current(*s);
             self.queues[*i].last_change = Some(now);
         }
-        Ok((resp.generation, now + confirm_within))
+        Ok((resp.generation, sent + confirm_within))
     }
 
     /// Judge a pending change once its window is complete (or its deadline is near): confirm it,
@@ -1156,7 +1180,7 @@ impl ControlLoop {
         let still_pending = config.generation == p.generation;
         if still_pending {
             // Still waiting for a confirm that will not come: take it back now.
-            self.roll_back_unwatched(&config, "Confirm").await;
+            self.roll_back_unwatched(&config, "after a failed Confirm").await;
         }
         // The change is gone: its queues keep their known-good setting for the quarantine, as
         // after a rollback, and the decision log says why they are back.

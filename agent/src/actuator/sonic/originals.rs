@@ -23,7 +23,7 @@ use super::schema::{self, DbIndices, Fields};
 use crate::actuator::ActuatorError;
 use redis::Connection;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use tracing::{info, warn};
 
@@ -349,16 +349,16 @@ pub fn restore(
     // The plan is made from the tables as read, so the transaction runs only if none of the
     // keys read changed meanwhile (WATCH); when one did, read again and plan afresh.
     let mut attempts = 0;
-    let (mut report, now) = loop {
+    let (mut report, now, ops) = loop {
         attempts += 1;
         let now = read_snapshot_watched(&mut config).map_err(err)?;
         let (ops, report) = restore_plan(&rec, &now);
         if ops.is_empty() {
             let _: () = redis::cmd("UNWATCH").query(&mut config).map_err(err)?;
-            break (report, now);
+            break (report, now, ops);
         }
         match exec(&mut config, &ops) {
-            Ok(Ran::Done) => break (report, now),
+            Ok(Ran::Done) => break (report, now, ops),
             Ok(Ran::Aborted) if attempts < RESTORE_ATTEMPTS => {
                 warn!(attempts, "another client changed WRED_PROFILE or QUEUE during the restore; planning it again")
             }
@@ -381,14 +381,21 @@ pub fn restore(
     let mut back = read_snapshot(&mut config).map_err(err)?;
     // WATCH does not cover a queue created between the read and the transaction: one bound
     // meanwhile to a profile of ours that the restore deleted would point at nothing. Such a
-    // profile is put back as it was, as if the queue had been there all along.
+    // profile is put back as it was, as if the queue had been there all along. (One that
+    // someone else deleted is theirs to mend.)
+    let deleted: BTreeSet<&str> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Del(key) => key.strip_prefix(schema::WRED_PROFILE)?.strip_prefix('|'),
+            _ => None,
+        })
+        .collect();
     let dangling: BTreeMap<&str, &str> = back
         .queues
         .iter()
         .filter_map(|(queue, fields)| {
             let profile = schema::field(fields, schema::WRED_PROFILE_FIELD)?;
-            (!back.profiles.contains_key(profile) && now.profiles.contains_key(profile))
-                .then_some((profile, queue.as_str()))
+            (!back.profiles.contains_key(profile) && deleted.contains(profile)).then_some((profile, queue.as_str()))
         })
         .collect();
     if !dangling.is_empty() {
