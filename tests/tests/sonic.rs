@@ -1046,3 +1046,17 @@ async fn a_redis_user_that_cannot_fence_is_refused_at_start() {
     assert!(stderr.contains("CLIENT KILL ID") && stderr.contains("+client|kill"), "{stderr}");
     assert!(stderr.contains("tuner:***@") && !stderr.contains("hunter2"), "{stderr}");
 }
+
+/// Without a journal, an actuator restarted after a crash would take an unconfirmed change it
+/// finds on the switch for confirmed settings: the SONiC backend refuses to start without one,
+/// and writes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sonic_actuator_needs_a_journal() {
+    let redis = RedisServer::start();
+    seed(&redis, &Spec::default());
+    let before = tables(&mut redis.con(CONFIG_DB));
+    let (code, stderr) = refused_start(&redis.url(), None).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--journal: required with the sonic backend"), "{stderr}");
+    assert_eq!(tables(&mut redis.con(CONFIG_DB)), before);
+}

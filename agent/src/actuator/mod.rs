@@ -156,13 +156,23 @@ impl Drop for ActuatorHandle {
 /// Serve `backend` until the handle is shut down or dropped.
 ///
 /// Refuses (as bad input) a non-loopback address without both TLS and a token, unreadable TLS
-/// files, an unwritable journal, and a journal ending on an unconfirmed change for a device
-/// that kept it ([`Backend::keeps_changes_across_restarts`]). Returns once the socket is bound.
+/// files, an unwritable journal, and, for a device that keeps changes across restarts
+/// ([`Backend::keeps_changes_across_restarts`]), no journal or one ending on an unconfirmed
+/// change. Returns once the socket is bound.
 pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<ActuatorHandle, ActuatorError> {
     security::check_exposure(opts.listen, opts.tls.is_some(), opts.token.is_some())?;
     let tls = opts.tls.as_ref().map(TlsFiles::load).transpose()?;
     let journal = match &opts.journal {
         Some(p) => Journal::open(p).map_err(|e| ActuatorError::BadInput(format!("--journal {}: {e}", p.display())))?,
+        // Without one, an actuator restarted after a crash takes the change it finds on the
+        // device for confirmed settings, whether or not anyone ever checked them.
+        None if backend.keeps_changes_across_restarts() => {
+            return Err(ActuatorError::BadInput(format!(
+                "--journal: required with the {} backend; the device keeps a change across an actuator restart, \
+                 and only the journal tells the next actuator that one was left unconfirmed",
+                backend.capabilities().backend
+            )))
+        }
         None => Journal::none(),
     };
     if let (Some((generation, confirmed)), true) =
