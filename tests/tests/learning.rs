@@ -9,9 +9,9 @@ use std::path::Path;
 /// A small fabric with a short arrival window: an episode is a few dozen decisions.
 const TINY: &str = "base = \"incast-15\"\nname = \"tiny-incast\"\nduration = \"2ms\"\ndrain = \"20ms\"\n";
 
-async fn train(dir: &Path, out: &str, seed: &str, extra: &[&str]) -> String {
+/// `train` on the tiny scenario for `steps` steps: exit code, stdout, stderr.
+async fn train_for(dir: &Path, out: &str, seed: &str, steps: &str, extra: &[&str]) -> (Option<i32>, String, String) {
     let tiny = dir.join("tiny.toml").display().to_string();
-    let out = dir.join(out).display().to_string();
     let mut args = vec![
         "train",
         "--scenario",
@@ -22,16 +22,22 @@ async fn train(dir: &Path, out: &str, seed: &str, extra: &[&str]) -> String {
         "--eval-seed",
         "77",
         "--steps",
-        "240",
+        steps,
         "--eval-every",
         "120",
         "--seed",
         seed,
         "--out",
-        &out,
+        out,
     ];
     args.extend(extra);
-    let (code, stdout, stderr) = run_cli(&args).await;
+    run_cli(&args).await
+}
+
+/// A model trained for 240 steps, long enough for some gradient updates; its path.
+async fn train(dir: &Path, out: &str, seed: &str, extra: &[&str]) -> String {
+    let out = dir.join(out).display().to_string();
+    let (code, stdout, stderr) = train_for(dir, &out, seed, "240", extra).await;
     assert_eq!(code, Some(0), "train failed:\n{stderr}");
     assert!(stdout.contains("selected: step"), "{stdout}");
     out
@@ -186,22 +192,8 @@ async fn record_writes_exploratory_telemetry_as_parquet() {
 async fn training_that_never_learned_writes_nothing() {
     let dir = tempfile::Builder::new().prefix("ecn-train-").tempdir().unwrap();
     std::fs::write(dir.path().join("tiny.toml"), TINY).unwrap();
-    let tiny = dir.path().join("tiny.toml").display().to_string();
     let out = dir.path().join("m.safetensors").display().to_string();
-    let (code, _, stderr) = run_cli(&[
-        "train",
-        "--scenario",
-        &tiny,
-        "--eval-scenario",
-        &tiny,
-        "--eval-seed",
-        "77",
-        "--steps",
-        "10",
-        "--out",
-        &out,
-    ])
-    .await;
+    let (code, _, stderr) = train_for(dir.path(), &out, "1", "10", &[]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--steps 10: training ended before its first gradient update"), "{stderr}");
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
