@@ -27,11 +27,19 @@ pub struct NetworkSpec {
 /// The widest hidden layer a card may declare.
 pub const MAX_LAYER_WIDTH: usize = 4096;
 
+/// The most hidden layers a card may declare: with [`MAX_LAYER_WIDTH`], a network of about
+/// 0.5 GB, where an unbounded list (a hand-edited card) would exhaust memory as it is built.
+pub const MAX_HIDDEN_LAYERS: usize = 8;
+
+/// The most intervals of history a card may declare: its feature names, built to compare, grow
+/// with it (the shipped models use 3).
+pub const MAX_HISTORY: usize = 64;
+
 impl NetworkSpec {
-    /// Whether `hidden` is a layer list a network can be built from: at least one layer, each
-    /// 1 to [`MAX_LAYER_WIDTH`] wide.
+    /// Whether `hidden` is a layer list a network can be built from: 1 to
+    /// [`MAX_HIDDEN_LAYERS`] layers, each 1 to [`MAX_LAYER_WIDTH`] wide.
     pub fn usable_hidden(hidden: &[usize]) -> bool {
-        !hidden.is_empty() && hidden.iter().all(|&h| (1..=MAX_LAYER_WIDTH).contains(&h))
+        (1..=MAX_HIDDEN_LAYERS).contains(&hidden.len()) && hidden.iter().all(|&h| (1..=MAX_LAYER_WIDTH).contains(&h))
     }
 }
 
@@ -229,6 +237,9 @@ impl ModelCard {
                 ),
             );
         }
+        if !(1..=MAX_HISTORY).contains(&self.tuning.history) {
+            return fail("tuning.history", format!("{} intervals; must be 1 to {MAX_HISTORY}", self.tuning.history));
+        }
         if self.observation_features != self.tuning.features.names(self.tuning.history) {
             return fail("observation_features", format!("they differ from what this build computes; {retrain}"));
         }
@@ -259,6 +270,12 @@ impl ModelCard {
         }
         if !NetworkSpec::usable_hidden(&self.network.hidden) {
             return fail("network.hidden", format!("{:?} is not a usable layer list", self.network.hidden));
+        }
+        // Q-values are sums discounted by it: outside [0, 1) every expected gain is meaningless.
+        if let Some(gamma) = self.training.hyperparameters.pointer("/ddqn/gamma") {
+            if !gamma.as_f64().is_some_and(|g| (0.0..1.0).contains(&g)) {
+                return fail("training.hyperparameters.ddqn.gamma", format!("{gamma} must be a number in [0, 1)"));
+            }
         }
         if self.tuning.control_interval < MIN_INTERVAL {
             return fail("tuning.control_interval", format!("must be at least {MIN_INTERVAL}"));

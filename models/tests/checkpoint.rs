@@ -102,6 +102,14 @@ fn a_card_that_does_not_match_this_build_fails_to_load() {
         ("tuning.bounds", Box::new(|v| v["tuning"]["bounds"]["kmin_min_bytes"] = 20_000_000.into())),
         ("tuning.bounds", Box::new(|v| v["tuning"]["bounds"]["pmax_max"] = 0.0005.into())),
         ("tuning.control_interval", Box::new(|v| v["tuning"]["control_interval"] = "1ns".into())),
+        // Hand-edited sizes that would exhaust memory while the card is checked or the network
+        // built, and a discount that makes every expected gain meaningless.
+        ("tuning.history", Box::new(|v| v["tuning"]["history"] = 1_000_000_000_000u64.into())),
+        ("network.hidden", Box::new(|v| v["network"]["hidden"] = serde_json::json!(vec![4096; 2000]))),
+        (
+            "training.hyperparameters.ddqn.gamma",
+            Box::new(|v| v["training"]["hyperparameters"] = serde_json::json!({"ddqn": {"gamma": 1e308}})),
+        ),
     ];
     for (i, (field, edit)) in cases.into_iter().enumerate() {
         let (_dir, path) = tmp(&format!("mismatch{i}"));

@@ -174,6 +174,30 @@ async fn recommend_gives_bounded_settings_and_keeps_when_out_of_distribution() {
     let doc: Value = serde_json::from_str(&stdout).unwrap();
     assert!(doc["queues"].as_array().unwrap().iter().all(|q| !q["reason"].as_str().unwrap().contains(untrained)));
 
+    // One queue with ECN marking off (Pmax 0, outside the bounds): that queue is told to change
+    // into the bounds, and the others still get their recommendations.
+    let first = &rows[0];
+    let (sw, port, queue) = (first.switch.clone(), first.port.clone(), first.queue);
+    let off: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            if (&r.switch, &r.port, r.queue) == (&sw, &port, queue) {
+                r.sample.pmax = 0.0;
+            }
+            r
+        })
+        .collect();
+    let off_path = dir.path().join("ecn-off.parquet");
+    ecn_datasets::io::write_telemetry_parquet(&off_path, &off).unwrap();
+    let stdout = ok(&["recommend", "--telemetry", &off_path.display().to_string(), "--model", &model, "--json"]).await;
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    let queues = doc["queues"].as_array().unwrap();
+    assert_eq!(queues.len(), names.len(), "{stdout}");
+    let fixed: Vec<&Value> = queues.iter().filter(|q| q["decision"] == "change" && q["confidence"] == 1.0).collect();
+    assert!(fixed.iter().any(|q| q["reason"].as_str().unwrap().contains("outside the bounds")), "{stdout}");
+    assert!(queues.iter().all(|q| setting_in_bounds(&q["recommended"])), "{stdout}");
+
     // The table names every queue.
     let table = ok(&["recommend", "--telemetry", &a, "--model", &model]).await;
     for n in &names {

@@ -52,7 +52,9 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     }
     let model = LearnedModel::load(&args.model, "--model ")?;
     let history = model.tuning().history;
-    let opts = args.read.options(Some(&model.tuning().bounds))?;
+    // A queue whose setting is outside the bounds (ECN marking off, Pmax 0) is a fault to
+    // recommend a fix for, not a reason to refuse the file and every other queue in it.
+    let opts = args.read.options(None)?;
     let (source, tails) = match (&args.telemetry, &args.target) {
         (Some(path), _) => (path.display().to_string(), telemetry_input::tails(path, &opts, history)?),
         (None, Some(url)) => {

@@ -14,7 +14,7 @@ use ecn_env::fabric::MIN_INTERVAL;
 use ecn_env::scenario::Scenario;
 use ecn_env::tuning::{EpisodeSource, FlowWait, TrainingMix, TuningConfig};
 use ecn_env::Nanos;
-use ecn_models::card::{NetworkSpec, MAX_LAYER_WIDTH};
+use ecn_models::card::{NetworkSpec, MAX_HIDDEN_LAYERS, MAX_LAYER_WIDTH};
 use ecn_models::staged::StagedFiles;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
@@ -281,7 +281,8 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
     let capacity: usize = files.iter().map(|(_, f, _)| f.samples()).sum();
     let mut data = LoggedData::new(&tuning, capacity.max(1));
     for (path, file, _) in &files {
-        let transitions = offline::add_transitions(&file.queues, &tuning, &mut data);
+        let transitions = offline::add_transitions(&file.queues, &tuning, &mut data)
+            .map_err(|e| CliError::BadInput(format!("{}: {e}", path.display())))?;
         data.files.push(DataFileRecord {
             path: path.display().to_string(),
             sha256: telemetry_input::sha256(path)?,
@@ -410,7 +411,9 @@ fn learner(args: &TrainArgs) -> Result<DdqnConfig, CliError> {
     ddqn.n_step = args.n_step;
     if let Some(hidden) = &args.hidden {
         if !NetworkSpec::usable_hidden(hidden) {
-            return Err(CliError::BadInput(format!("--hidden {hidden:?}: widths must be 1 to {MAX_LAYER_WIDTH}")));
+            return Err(CliError::BadInput(format!(
+                "--hidden {hidden:?}: 1 to {MAX_HIDDEN_LAYERS} layers, each 1 to {MAX_LAYER_WIDTH} wide"
+            )));
         }
         ddqn.hidden = hidden.clone();
     }

@@ -66,8 +66,9 @@ pub struct LoggedData {
 }
 
 /// Turn per-queue series into transitions (see the module docs), appending to `data`.
-/// Returns the number of transitions added.
-pub fn add_transitions(series: &[QueueSeries], tuning: &TuningConfig, data: &mut LoggedData) -> u64 {
+/// Returns the number of transitions added, or, for a sample whose reward or features are not
+/// finite (a depth of 1e300 B passes the schema's checks), the queue and time of the first.
+pub fn add_transitions(series: &[QueueSeries], tuning: &TuningConfig, data: &mut LoggedData) -> Result<u64, String> {
     let template = ActionTemplate::new(tuning.template);
     let interval = tuning.control_interval.0;
     let dim = tuning.observation_dim();
@@ -90,6 +91,14 @@ pub fn add_transitions(series: &[QueueSeries], tuning: &TuningConfig, data: &mut
                     history.push(iv, tuning.history);
                     next_obs.clear();
                     history.observe(tuning.features, tuning.history, &mut next_obs);
+                    // One such transition would make every Q-value, and the loss, infinite.
+                    if !(reward.is_finite() && obs.iter().chain(&next_obs).all(|v| v.is_finite())) {
+                        return Err(format!(
+                            "queue {} at ts_ns {}: its reward or features are not finite (reward {reward}); \
+                             a depth or counter is beyond any physical range",
+                            s.key, row.ts_ns
+                        ));
+                    }
                     // Continuing task: a stretch ends by truncation, never by termination.
                     data.replay.push(&obs, action, reward, &next_obs, false);
                     data.action_counts[action] += 1;
@@ -101,7 +110,7 @@ pub fn add_transitions(series: &[QueueSeries], tuning: &TuningConfig, data: &mut
             }
         }
     }
-    added
+    Ok(added)
 }
 
 impl LoggedData {
@@ -266,7 +275,7 @@ mod tests {
         // A break before row 4: stretches 0..4 and 4..6 give 3 + 1 transitions.
         let s = series(rows, vec![0, 4]);
         let mut data = LoggedData::new(&tuning, 100);
-        assert_eq!(add_transitions(std::slice::from_ref(&s), &tuning, &mut data), 4);
+        assert_eq!(add_transitions(std::slice::from_ref(&s), &tuning, &mut data), Ok(4));
         assert_eq!(data.off_template, 0);
         assert_eq!(data.action_counts[template.nearest(&a, link)], 2);
         assert_eq!(data.action_counts[template.nearest(&b, link)], 2);
@@ -278,7 +287,19 @@ mod tests {
         let odd = EcnSetting { kmin_bytes: 2_000, kmax_bytes: 1_234_567, pmax: 0.1 };
         let rows = (0..3u64).map(|i| sample(i * 100_000, odd, 0.0)).collect();
         let mut data = LoggedData::new(&tuning, 100);
-        assert_eq!(add_transitions(&[series(rows, vec![0])], &tuning, &mut data), 2);
+        assert_eq!(add_transitions(&[series(rows, vec![0])], &tuning, &mut data), Ok(2));
         assert_eq!(data.off_template, 2);
+    }
+
+    /// A depth no switch could hold passes the schema (finite, not negative), but its reward
+    /// is not finite: refused, naming the queue and time, before it can poison every Q-value.
+    #[test]
+    fn a_sample_with_a_non_finite_reward_is_refused() {
+        let tuning = TuningConfig::default();
+        let ok = ActionTemplate::new(tuning.template).settings()[0];
+        let rows = (0..6u64).map(|i| sample(i * 100_000, ok, if i == 4 { 1e300 } else { 1_000.0 })).collect();
+        let mut data = LoggedData::new(&tuning, 100);
+        let e = add_transitions(&[series(rows, vec![0])], &tuning, &mut data).unwrap_err();
+        assert!(e.contains("queue leaf0/eth0/3 at ts_ns 400000") && e.contains("not finite"), "{e}");
     }
 }
