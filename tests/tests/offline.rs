@@ -92,6 +92,31 @@ async fn offline_training_is_reproducible_and_records_its_data() {
     assert!(csv.starts_with("updates,loss,td_error_rms,agrees_with_logged"), "{csv}");
     assert!(dir.path().join("m1.training.png").exists());
 
+    // One queue sampled at twice the interval of the others (every other row dropped) would
+    // read as half as busy: refused, naming it, with nothing written.
+    let rows = ecn_datasets::io::read_telemetry_parquet(Path::new(&a)).unwrap();
+    let first = (rows[0].switch.clone(), rows[0].port.clone(), rows[0].queue);
+    let mut seen = 0;
+    let mixed: Vec<_> = rows
+        .into_iter()
+        .filter(|r| {
+            if (&r.switch, &r.port, r.queue) != (&first.0, &first.1, first.2) {
+                return true;
+            }
+            seen += 1;
+            seen % 2 == 1
+        })
+        .collect();
+    let mixed_path = dir.path().join("mixed-intervals.parquet");
+    ecn_datasets::io::write_telemetry_parquet(&mixed_path, &mixed).unwrap();
+    let out = path(dir.path(), "mixed.safetensors");
+    let (code, _, stderr) =
+        run_cli(&["train", "--telemetry", &mixed_path.display().to_string(), "--steps", "2", "--out", &out]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    let queue = format!("queue {}/{}/{} samples every 200000 ns", first.0, first.1, first.2);
+    assert!(stderr.contains(&queue) && stderr.contains("most of its queues every 100000 ns"), "{stderr}");
+    assert!(!Path::new(&out).exists());
+
     // The result runs in closed loop like any model.
     let tiny = path(dir.path(), "tiny.toml");
     let stdout = ok(&["sim", "--scenario", &tiny, "--policy", &format!("model:{m1}"), "--json"]).await;

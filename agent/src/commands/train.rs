@@ -257,6 +257,16 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
     for path in &args.telemetry {
         let data = telemetry_input::load(path, &opts)?;
         let interval = telemetry_input::interval_ns(&data)?;
+        // Features are rates per interval: a queue sampled at another interval than the one the
+        // model decides at would read as twice (or half) as busy as it was.
+        if let Some((q, i)) = data.queues.iter().find_map(|q| Some((q, q.interval_ns.filter(|&i| i != interval)?))) {
+            return Err(CliError::BadInput(format!(
+                "{}: queue {} samples every {i} ns, most of its queues every {interval} ns; offline training needs \
+                 one interval (split the file, or record it again)",
+                path.display(),
+                q.key
+            )));
+        }
         info!(file = %path.display(), rows = data.rows, queues = data.queues.len(), repaired = %data.report, "telemetry read");
         files.push((path, data, interval));
     }
