@@ -130,15 +130,13 @@ pub const MAX_TELEMETRY_ROWS: u64 = 5_000_000;
 /// latest the run may go) over the sample interval, times the data queues (switch ports ×
 /// the priorities the flows use). `field` is what made the run that long.
 fn check_run_length(source: &str, field: &str, fabric: &FabricConfig, flows: &[FlowSpec]) -> Result<(), ScenarioError> {
-    let why = telemetry_rows(fabric, flows, fabric.sample_interval)
-        .err()
-        .map(|too_many| format!("{too_many}; shorten it or raise sample_interval"));
-    why.map_or(Ok(()), |why| Err(err(source, field, why)))
+    check_telemetry_rows(fabric, flows, fabric.sample_interval)
+        .map_err(|why| err(source, field, format!("{why}; shorten it or raise sample_interval")))
 }
 
-/// The telemetry rows of a run sampled every `interval`, or why they are more than
-/// [`MAX_TELEMETRY_ROWS`].
-fn telemetry_rows(fabric: &FabricConfig, flows: &[FlowSpec], interval: Nanos) -> Result<u64, String> {
+/// Why a run sampled every `interval` would produce more than [`MAX_TELEMETRY_ROWS`]
+/// telemetry rows, if it would.
+fn check_telemetry_rows(fabric: &FabricConfig, flows: &[FlowSpec], interval: Nanos) -> Result<(), String> {
     let topo = &fabric.topology;
     let is_switch = |n: u32| topo.nodes[n as usize].kind == NodeKind::Switch;
     let switch_ports = topo.links.iter().map(|l| u64::from(is_switch(l.a)) + u64::from(is_switch(l.b))).sum::<u64>();
@@ -150,7 +148,7 @@ fn telemetry_rows(fabric: &FabricConfig, flows: &[FlowSpec], interval: Nanos) ->
     let intervals = fabric.stop_at.0.div_ceil(interval.0.max(1));
     let rows = intervals.saturating_mul(queues);
     if rows <= MAX_TELEMETRY_ROWS {
-        return Ok(rows);
+        return Ok(());
     }
     Err(format!(
         "the run may last {}: {intervals} sample intervals of {interval} for {queues} queues make {rows} telemetry \
@@ -405,7 +403,7 @@ impl Scenario {
     /// (checked when it was loaded) if that makes more than [`MAX_TELEMETRY_ROWS`] telemetry
     /// rows: a policy that decides in closed loop samples at its own control interval.
     pub fn check_sampled_every(&self, interval: Nanos) -> Result<(), ScenarioError> {
-        telemetry_rows(&self.fabric, &self.flows, interval).map(|_| ()).map_err(|why| {
+        check_telemetry_rows(&self.fabric, &self.flows, interval).map_err(|why| {
             err(
                 &self.source,
                 "sample_interval",

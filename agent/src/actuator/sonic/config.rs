@@ -393,7 +393,7 @@ pub fn reaches_uncontrolled(layout: &Layout, now: &Snapshot, ops: &[Op]) -> Opti
     let used = used_by_uncontrolled(layout, now);
     ops.iter()
         .filter_map(|op| match op {
-            Op::Set(k, _, _) | Op::Unset(k, _) | Op::Del(k) => k.strip_prefix(schema::WRED_PROFILE)?.strip_prefix('|'),
+            Op::Set(k, _, _) | Op::Unset(k, _) | Op::Del(k) => schema::entry_name(schema::WRED_PROFILE, k),
             Op::Create(..) => None,
         })
         .find_map(|profile| used.get(profile).map(|queue| (profile.to_string(), queue.to_string())))

@@ -386,7 +386,7 @@ pub fn restore(
     let deleted: BTreeSet<&str> = ops
         .iter()
         .filter_map(|op| match op {
-            Op::Del(key) => key.strip_prefix(schema::WRED_PROFILE)?.strip_prefix('|'),
+            Op::Del(key) => schema::entry_name(schema::WRED_PROFILE, key),
             _ => None,
         })
         .collect();

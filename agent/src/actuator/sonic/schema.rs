@@ -103,6 +103,12 @@ pub fn config_key(table: &str, name: &str) -> String {
     format!("{table}|{name}")
 }
 
+/// The name in a `<table>|<name>` key of `table`, as [`config_key`] builds it; `None` for a key
+/// of another table.
+pub fn entry_name<'a>(table: &str, key: &'a str) -> Option<&'a str> {
+    key.strip_prefix(table)?.strip_prefix('|')
+}
+
 /// `QUEUE|<port>|<queue>` → (port, queue). Other shapes (port lists `Ethernet0,Ethernet4`,
 /// queue ranges `3-4`) are `None`: ecn-tuner needs one entry per queue to bind it alone.
 pub fn parse_queue_key(key: &str) -> Option<(String, u32)> {
