@@ -1294,6 +1294,22 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// REFERENCE.md §2: the switch buffer is 16·bw/50 MiB for NICs of bw Gb/s, unless the
+    /// scenario sets one.
+    #[test]
+    fn the_default_buffer_scales_with_the_nic_rate() {
+        const MIB: u64 = 1024 * 1024;
+        for (rate, mib) in [("25Gbps", 8), ("100Gbps", 32), ("400Gbps", 128)] {
+            let s = parse(&format!("base = \"websearch-50\"\n[topology]\nhost_link = \"{rate}\"\n")).unwrap();
+            assert_eq!(s.fabric.buffer, Bytes(mib * MIB), "{rate}");
+        }
+        let s = parse("base = \"websearch-50\"\n[topology]\nhost_link = \"10Gbps\"\n").unwrap();
+        assert_eq!(s.fabric.buffer, Bytes(16 * MIB / 5), "3.2 MiB at 10G, not rounded to whole MiB");
+        let s = parse("base = \"websearch-50\"\n[topology]\nhost_link = \"25Gbps\"\n[switch]\nbuffer = \"32MiB\"\n")
+            .unwrap();
+        assert_eq!(s.fabric.buffer, Bytes(32 * MIB), "a buffer the scenario sets wins");
+    }
+
     #[test]
     fn base_and_overrides() {
         let s = parse("base = \"websearch-50\"\nseed = 7\n[switch]\nbuffer = \"8MB\"\npfc = false\n[dcqcn]\nrp_timer = \"55us\"\n").unwrap();

@@ -946,6 +946,44 @@ async fn a_transaction_held_in_the_network_is_undone_when_it_lands() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(tables(&mut p.redis.con(CONFIG_DB)), before, "the late transaction is undone");
     assert_eq!(queue_setting(&mut p.redis.con(CONFIG_DB), "Ethernet4", 3), ORIGINAL);
+    // The journal kept the write in doubt on record until then, and says when it was settled.
+    let journal = p.act.journal();
+    let reject = journal.iter().rev().find(|l| l["event"] == "reject").expect("the failed apply's reject line");
+    let doubt = reject["in_doubt_generation"].as_u64().unwrap_or_else(|| panic!("stamped in doubt: {journal:?}"));
+    let last = journal.last().unwrap();
+    assert_eq!(last["event"], "revert", "{journal:?}");
+    assert!(last.get("in_doubt_generation").is_none(), "{journal:?}");
+    assert!(last["detail"].as_str().unwrap().contains(&format!("generation {doubt} can no longer land")), "{last}");
+}
+
+/// An actuator that dies while a failed write is in doubt (Redis could not be reached to fence
+/// it off) cannot settle it; when the write lands after all, the switch holds a change nobody
+/// checked, so the next actuator on that journal refuses to start rather than serve it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_actuator_that_dies_with_a_write_in_doubt_stops_the_next_one() {
+    let p = proxied().await;
+    let mut c = p.act.client().await;
+    let (l, _) = leased_after_a_first_change(&mut c, &p.redis).await;
+
+    p.proxy.hold_at_transaction();
+    let e = apply_ethernet4(&mut c, &l).await.expect_err("an apply that times out fails");
+    assert!(e.message().contains("cannot reach Redis to fence"), "{}", e.message());
+    drop(c);
+    let journal_text = std::fs::read_to_string(&p.act.journal).unwrap();
+    let Proxied { redis, proxy, _ticker, act } = p;
+    drop(act); // SIGKILL: the writer never settles
+    proxy.release();
+    eventually("the held transaction lands", WAIT, || async {
+        (queue_setting(&mut redis.con(CONFIG_DB), "Ethernet4", 3) == (200_000, 800_000, 30)).then_some(())
+    })
+    .await;
+
+    let dir = tempfile::Builder::new().prefix("ecn-sonic-doubt-").tempdir().unwrap();
+    let journal = dir.path().join("journal.jsonl");
+    std::fs::write(&journal, journal_text).unwrap();
+    let (code, stderr) = refused_start(&redis.url(), Some(&journal)).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("failed without an answer") && stderr.contains("sonic restore"), "{stderr}");
 }
 
 /// After a Redis restart client ids start again from 1, so by the time the actuator fences off

@@ -140,6 +140,15 @@ pub trait Backend: Send + Sync + 'static {
         false
     }
 
+    /// Whether a failed [`Backend::apply`] may still take effect: the device did not answer,
+    /// and the write can still land (SONiC: a transaction held on the network path that could
+    /// not be fenced off). The backend must then put the settings last applied back by itself
+    /// once it can, and report false from then on. While it reports true the device may hold
+    /// settings that nobody confirmed. The default (a device that always answers) is false.
+    fn in_doubt(&self) -> bool {
+        false
+    }
+
     /// Stop background work. Called once when the server stops; the default does nothing.
     fn shutdown(&self) {}
 }

@@ -19,7 +19,12 @@
 //!   that changed back, with the settings they returned to;
 //! - `detail`: the reason given, the error text, or what happened;
 //! - `controller`: the writer's controller id, when known;
-//! - `confirm_deadline_unix_ms`: for an unconfirmed `apply`, when it reverts.
+//! - `confirm_deadline_unix_ms`: for an unconfirmed `apply`, when it reverts;
+//! - `in_doubt_generation`: on every line while a failed device write may still land (the
+//!   device did not answer, and the write could not be fenced off): the generation of that
+//!   write. A `revert` line without it follows once the backend has put the settings of the
+//!   current generation back. A journal whose last line carries it, like one that ends on an
+//!   unconfirmed apply, stops a restarted actuator for a device that keeps its settings.
 
 use super::backend::{BackendCaps, QueueKey};
 use ecn_env::EcnSetting;
@@ -150,6 +155,8 @@ pub struct Journal {
     /// A write failed, and may have left part of its line (a full disk keeps a short write):
     /// the next line starts on a new one.
     torn: bool,
+    /// The generation whose failed device write may still land, stamped on every line.
+    in_doubt: Option<u64>,
 }
 
 /// What an existing journal says, read once when it is opened.
@@ -159,12 +166,14 @@ struct Found {
     last_generation: u64,
     /// The last state-changing event's (generation, confirmed generation).
     last_state: Option<(u64, u64)>,
+    /// The last line's `in_doubt_generation`.
+    in_doubt: Option<u64>,
 }
 
 impl Journal {
     /// No file: events only reach the log.
     pub fn none() -> Journal {
-        Journal { file: None, found: Found::default(), torn: false }
+        Journal { file: None, found: Found::default(), torn: false, in_doubt: None }
     }
 
     /// The highest generation already in the file: a restarted actuator continues after it, so
@@ -181,6 +190,24 @@ impl Journal {
         self.found.last_state.filter(|(g, c)| c < g)
     }
 
+    /// The generation of a device write that failed without an answer, as the file's last line
+    /// says when opened: the actuator that wrote it stopped before that write was settled, so
+    /// the device may hold it.
+    pub fn in_doubt_at_end(&self) -> Option<u64> {
+        self.found.in_doubt
+    }
+
+    /// The generation whose failed device write may still land, if any ([`Journal::doubt`]).
+    pub fn in_doubt(&self) -> Option<u64> {
+        self.in_doubt
+    }
+
+    /// Stamp `generation` (a failed device write that may still land) on every line from the
+    /// next one on, or stop stamping with `None`, until told otherwise.
+    pub fn doubt(&mut self, generation: Option<u64>) {
+        self.in_doubt = generation;
+    }
+
     /// Open (create) `path` for appending.
     pub fn open(path: &Path) -> std::io::Result<Journal> {
         let mut f = OpenOptions::new().create(true).read(true).append(true).open(path)?;
@@ -190,13 +217,22 @@ impl Journal {
             f.write_all(b"\n")?;
         }
         let found = scan(&mut f)?;
-        Ok(Journal { file: Some((f, path.to_path_buf())), found, torn: false })
+        Ok(Journal { file: Some((f, path.to_path_buf())), found, torn: false, in_doubt: None })
     }
 
     /// Append one event as one line and sync it to disk. Logs it too, so a journal-less actuator still leaves a
     /// trace.
     pub fn write(&mut self, e: &Event) -> std::io::Result<()> {
-        let mut line = serde_json::to_string(e).map_err(std::io::Error::other)?;
+        /// An event with the journal's own stamp.
+        #[derive(Serialize)]
+        struct Line<'a> {
+            #[serde(flatten)]
+            event: &'a Event,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            in_doubt_generation: Option<u64>,
+        }
+        let stamped = Line { event: e, in_doubt_generation: self.in_doubt };
+        let mut line = serde_json::to_string(&stamped).map_err(std::io::Error::other)?;
         tracing::info!(target: "journal", event = ?e.event, generation = e.generation, detail = %e.detail, "{line}");
         if let Some((f, path)) = &mut self.file {
             line.push('\n');
@@ -227,6 +263,8 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
         event: String,
         generation: u64,
         confirmed_generation: u64,
+        #[serde(default)]
+        in_doubt_generation: Option<u64>,
     }
     f.seek(SeekFrom::Start(0))?;
     let mut found = Found::default();
@@ -236,6 +274,7 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
         // Every line carries the state after it, a refusal's too: the one that follows an apply
         // line whose device write failed is what says the device kept the earlier generation.
         found.last_state = Some((l.generation, l.confirmed_generation));
+        found.in_doubt = l.in_doubt_generation;
     }
     Ok(found)
 }
@@ -298,6 +337,32 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
     }
 
+    /// A device write in doubt is stamped on every line until it is settled, and a journal
+    /// whose last line carries the stamp says so when reopened.
+    #[test]
+    fn a_write_in_doubt_is_stamped_until_settled() {
+        let path = std::env::temp_dir().join(format!("ecn-journal-doubt-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let reopened = || Journal::open(&path).unwrap();
+        let mut j = reopened();
+        j.write(&Event::now(EventKind::Apply, 2, 1, vec![])).unwrap();
+        j.doubt(Some(2));
+        j.write(&Event::now(EventKind::Reject, 1, 1, vec![])).unwrap();
+        assert_eq!((reopened().unconfirmed_at_end(), reopened().in_doubt_at_end()), (None, Some(2)));
+        j.write(&Event::now(EventKind::Reject, 1, 1, vec![])).unwrap();
+        assert_eq!(reopened().in_doubt_at_end(), Some(2), "every line while in doubt");
+        j.doubt(None);
+        j.write(&Event::now(EventKind::Revert, 1, 1, vec![])).unwrap();
+        assert_eq!(reopened().in_doubt_at_end(), None);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let stamps: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["in_doubt_generation"].clone())
+            .collect();
+        assert_eq!(stamps, [serde_json::Value::Null, 2.into(), 2.into(), serde_json::Value::Null], "{text}");
+    }
+
     #[test]
     fn a_torn_last_line_does_not_swallow_the_next_event() {
         let path = std::env::temp_dir().join(format!("ecn-journal-torn-{}", std::process::id()));
@@ -331,7 +396,7 @@ mod tests {
     fn a_line_after_a_failed_write_starts_afresh() {
         let path = std::env::temp_dir().join(format!("ecn-journal-failed-{}", std::process::id()));
         std::fs::write(&path, "{\"event\":\"apply\"}\n{\"event\":\"con").unwrap();
-        let mut j = Journal { file: None, found: Found::default(), torn: false };
+        let mut j = Journal::none();
         j.file = Some((File::open(&path).unwrap(), path.clone()));
         assert!(j.write(&Event::now(EventKind::Apply, 2, 1, vec![])).is_err());
         j.file = Some((OpenOptions::new().append(true).open(&path).unwrap(), path.clone()));

@@ -158,7 +158,7 @@ impl Drop for ActuatorHandle {
 /// Refuses (as bad input) a non-loopback address without both TLS and a token, unreadable TLS
 /// files, an unwritable journal, and, for a device that keeps changes across restarts
 /// ([`Backend::keeps_changes_across_restarts`]), no journal or one ending on an unconfirmed
-/// change. Returns once the socket is bound.
+/// change or on a device write in doubt. Returns once the socket is bound.
 pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<ActuatorHandle, ActuatorError> {
     security::check_exposure(opts.listen, opts.tls.is_some(), opts.token.is_some())?;
     let tls = opts.tls.as_ref().map(TlsFiles::load).transpose()?;
@@ -183,6 +183,16 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
             "--journal {p}: generation {generation} was applied and never confirmed or reverted (confirmed: \
              {confirmed}); the previous actuator stopped in between, so the {} device may still hold that change. \
              Undo everything with `ecn-tuner sonic restore`, or keep the switch as it is; then start with a new journal",
+            backend.capabilities().backend
+        )));
+    }
+    if let (Some(generation), true) = (journal.in_doubt_at_end(), backend.keeps_changes_across_restarts()) {
+        let p = opts.journal.as_ref().expect("only a file has a past").display();
+        return Err(ActuatorError::BadInput(format!(
+            "--journal {p}: the device write of generation {generation} failed without an answer, and the previous \
+             actuator stopped before it could tell whether that write landed or put the settings before it back, so \
+             the {} device may hold that change. Undo everything with `ecn-tuner sonic restore`, or keep the switch as \
+             it is; then start with a new journal",
             backend.capabilities().backend
         )));
     }

@@ -29,6 +29,9 @@ use tracing::{debug, error, info, warn};
 /// Longest confirm deadline accepted: an unconfirmed change must not linger for days.
 pub const MAX_CONFIRM_WITHIN: Duration = Duration::from_secs(3600);
 
+/// How often the journal looks whether the backend has settled a write in doubt.
+const SETTLE_CHECK: Duration = Duration::from_millis(500);
+
 /// Mutable state, behind one lock.
 struct State {
     ledger: Ledger,
@@ -108,6 +111,47 @@ impl<B: Backend> ActuatorService<B> {
         status
     }
 
+    /// After a failed device write: if the backend cannot tell whether it will still land, every
+    /// journal line says so from now on, until [`Self::settle_doubt`]. A restart on a journal
+    /// that ends that way refuses, as it does after a crash between an apply and its confirm.
+    fn note_doubt(&self, st: &mut State, generation: u64) {
+        if self.inner.backend.in_doubt() && st.journal.in_doubt().is_none() {
+            error!(
+                generation,
+                "the {} backend cannot tell whether the failed write of generation {generation} will still land; \
+                 it puts the settings of generation {} back once it can",
+                self.inner.caps.backend,
+                st.ledger.current()
+            );
+            st.journal.doubt(Some(generation));
+            // The watcher looks for the backend to settle it only while it knows of the doubt.
+            self.inner.deadline_changed.notify_one();
+        }
+    }
+
+    /// Once the backend has settled a write in doubt (it can no longer land, and the device holds
+    /// the current generation's settings), journal that, without the stamp.
+    fn settle_doubt(&self, st: &mut State) {
+        let Some(doubt) = st.journal.in_doubt() else { return };
+        if self.inner.backend.in_doubt() {
+            return;
+        }
+        let current = st.ledger.current();
+        let e = Event::now(EventKind::Revert, current, st.ledger.confirmed(), Vec::new()).detail(format!(
+            "the failed write of generation {doubt} can no longer land: the device holds the settings of generation \
+             {current}"
+        ));
+        st.journal.doubt(None);
+        match st.journal.write(&e) {
+            Ok(()) => info!(generation = current, "the failed write of generation {doubt} is settled"),
+            Err(err) => {
+                // The stamp stays on the lines until one says otherwise: the safe side.
+                error!("{err}");
+                st.journal.doubt(Some(doubt));
+            }
+        }
+    }
+
     /// Refuse a change while a revert that fell due has failed: a late Confirm would keep the
     /// expired change, an Apply would carry it along (one without a deadline confirming it
     /// outright). The timer and every later call retry the revert.
@@ -179,6 +223,7 @@ impl<B: Backend> ActuatorService<B> {
 
     fn do_apply(&self, req: pb::ApplyRequest) -> Result<pb::ApplyResponse, Status> {
         let mut st = self.lock();
+        self.settle_doubt(&mut st);
         let reverted = self.revert_locked(&mut st, Instant::now(), None);
         let requested: Vec<QueueEntry> = req.changes.iter().map(raw_entry).collect();
         if !reverted && !req.validate_only {
@@ -248,7 +293,8 @@ impl<B: Backend> ActuatorService<B> {
         }
         if let Err(e) = self.inner.backend.apply(&staged) {
             // The reject line puts the journal's last state back to the unchanged generation;
-            // its number goes to the next change.
+            // its number goes to the next change. A write that may still land stays on record.
+            self.note_doubt(&mut st, generation);
             let s = Status::internal(format!(
                 "the {} backend failed to apply generation {generation}: {e}",
                 self.inner.caps.backend
@@ -259,6 +305,8 @@ impl<B: Backend> ActuatorService<B> {
         if deadline.is_some() {
             self.inner.deadline_changed.notify_one();
         }
+        // A write that succeeds replaces whatever an earlier one in doubt could have left.
+        self.settle_doubt(&mut st);
         info!(
             generation,
             queues = changes.len(),
@@ -275,6 +323,7 @@ impl<B: Backend> ActuatorService<B> {
 
     fn do_confirm(&self, req: pb::ConfirmRequest) -> Result<pb::ConfirmResponse, Status> {
         let mut st = self.lock();
+        self.settle_doubt(&mut st);
         if !self.revert_locked(&mut st, Instant::now(), None) {
             return Err(self.revert_owed(&mut st, Vec::new()));
         }
@@ -310,6 +359,7 @@ impl<B: Backend> ActuatorService<B> {
 
     fn do_rollback(&self, req: pb::RollbackRequest) -> Result<pb::RollbackResponse, Status> {
         let mut st = self.lock();
+        self.settle_doubt(&mut st);
         if !self.revert_locked(&mut st, Instant::now(), None) {
             return Err(self.revert_owed(&mut st, Vec::new()));
         }
@@ -338,6 +388,8 @@ impl<B: Backend> ActuatorService<B> {
     ) -> Result<u64, Status> {
         let before = st.ledger.current_settings();
         if let Err(e) = self.inner.backend.apply(settings) {
+            let would_be = st.ledger.next();
+            self.note_doubt(st, would_be);
             let s = Status::internal(format!(
                 "the {} backend failed to restore generation {target}: {e}",
                 self.inner.caps.backend
@@ -359,6 +411,7 @@ impl<B: Backend> ActuatorService<B> {
         }
         let (g, _) = st.ledger.restore(Some(target)).map_err(|e| Status::internal(e.to_string()))?;
         debug_assert_eq!(g, generation);
+        self.settle_doubt(st);
         self.inner.deadline_changed.notify_one();
         info!(generation, target, event = ?kind, queues = changed.len(), "{detail}");
         Ok(generation)
@@ -394,7 +447,10 @@ impl<B: Backend> ActuatorService<B> {
     pub async fn watch_deadlines(self) {
         let mut stopping = self.inner.stopping.clone();
         loop {
-            let next = self.lock().ledger.deadline().map(|d| d.at);
+            let (next, doubt) = {
+                let st = self.lock();
+                (st.ledger.deadline().map(|d| d.at), st.journal.in_doubt().is_some())
+            };
             let sleep = async {
                 match next {
                     Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
@@ -409,6 +465,8 @@ impl<B: Backend> ActuatorService<B> {
                     }
                 }
                 _ = self.inner.deadline_changed.notified() => {}
+                // The backend settles a write in doubt by itself; the journal follows it.
+                _ = tokio::time::sleep(SETTLE_CHECK), if doubt => self.settle_doubt(&mut self.lock()),
                 r = stopping.changed() => if r.is_err() || *stopping.borrow() { break },
             }
         }
@@ -419,6 +477,8 @@ impl<B: Backend> ActuatorService<B> {
     pub fn stop(&self) {
         self.revert_if_due(Instant::now(), Some("actuator stopping"));
         self.inner.backend.shutdown();
+        // The backend's last try to settle a write in doubt has run by now.
+        self.settle_doubt(&mut self.lock());
     }
 }
 

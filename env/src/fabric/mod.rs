@@ -163,13 +163,22 @@ pub struct FabricConfig {
     pub pfc_shift: u32,
 }
 
+/// The shared buffer per switch of REFERENCE.md §2 for NICs of `nic_rate`: 16·bw/50 MiB at
+/// bw Gb/s (HPCC's `run.py`), 32 MiB at 100G. Scaling it keeps PFC's dynamic threshold in step
+/// with the ECN thresholds, which scale with bw too: a fixed 32 MiB at 400G would put XOFF below
+/// the hpcc-alibaba Kmax, so that PFC fires before ECN can act (§1).
+pub fn reference_buffer(nic_rate: BitsPerSec) -> Bytes {
+    const MIB: u128 = 1024 * 1024;
+    Bytes((u128::from(nic_rate.0) * 16 * MIB / 50_000_000_000).min(u128::from(u64::MAX)) as u64)
+}
+
 impl FabricConfig {
     /// Defaults of REFERENCE.md §2–3 around a topology.
     pub fn new(topology: Topology) -> Self {
         let line = topology.nic_rate();
         FabricConfig {
             topology,
-            buffer: Bytes(32 * 1024 * 1024),
+            buffer: reference_buffer(line),
             pfc: true,
             ecn: EcnPlan::Baseline(Baseline::HpccAlibaba),
             dcqcn: DcqcnParams::hpcc(line),

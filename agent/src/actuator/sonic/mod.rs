@@ -117,6 +117,8 @@ pub struct SonicBackend {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     telemetry: broadcast::WeakSender<Arc<pb::TelemetryBatch>>,
     stop: Arc<AtomicBool>,
+    /// The writer's `unsettled`: a failed transaction may still land.
+    unsettled: Arc<AtomicBool>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -180,6 +182,7 @@ impl SonicBackend {
         }
         let settings = Arc::new(Mutex::new(found.initial.clone()));
         let stop = Arc::new(AtomicBool::new(false));
+        let unsettled = Arc::new(AtomicBool::new(false));
         info!(
             url = %target.url(),
             switch = %switch,
@@ -199,7 +202,7 @@ impl SonicBackend {
             recorder: Recorder::new(opts.originals_file.clone()),
             applied: found.initial.clone(),
             unfenced: None,
-            unsettled: false,
+            unsettled: unsettled.clone(),
             retry: opts.timeout,
         };
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
@@ -241,6 +244,7 @@ impl SonicBackend {
             jobs: Mutex::new(Some(jobs_tx)),
             telemetry: weak,
             stop,
+            unsettled,
             threads: Mutex::new(vec![writer_thread, poller_thread]),
         })
     }
@@ -263,6 +267,10 @@ impl Backend for SonicBackend {
 
     fn keeps_changes_across_restarts(&self) -> bool {
         true
+    }
+
+    fn in_doubt(&self) -> bool {
+        self.unsettled.load(Ordering::SeqCst)
     }
 
     fn read_settings(&self) -> Vec<EcnSetting> {
@@ -328,8 +336,8 @@ struct Writer {
     /// A connection whose failed transaction may still run: its client id, until fenced off.
     unfenced: Option<i64>,
     /// Whether CONFIG_DB may hold something other than `applied`: a transaction failed and
-    /// was not yet fenced off and read back.
-    unsettled: bool,
+    /// was not yet fenced off and read back. Shared with the backend ([`Backend::in_doubt`]).
+    unsettled: Arc<AtomicBool>,
     /// How long to wait between attempts to fence while idle.
     retry: Duration,
 }
@@ -337,7 +345,7 @@ struct Writer {
 impl Writer {
     fn run(mut self, jobs: mpsc::Receiver<Job>) {
         loop {
-            let job = if self.unsettled {
+            let job = if self.unsettled.load(Ordering::SeqCst) {
                 match jobs.recv_timeout(self.retry) {
                     Ok(job) => Some(job),
                     Err(mpsc::RecvTimeoutError::Timeout) => None,
@@ -361,7 +369,7 @@ impl Writer {
                 None => self.settle(),
             }
         }
-        if self.unsettled {
+        if self.unsettled.load(Ordering::SeqCst) {
             self.settle();
         }
         debug!("SONiC writer stopped");
@@ -437,7 +445,7 @@ impl Writer {
     fn apply(&mut self, settings: &[EcnSetting]) -> Result<(), String> {
         let r = self.try_apply(settings);
         if r.is_ok() {
-            self.unsettled = false;
+            self.unsettled.store(false, Ordering::SeqCst);
         } else {
             self.con = None;
         }
@@ -487,7 +495,7 @@ impl Writer {
         // Did EXEC run, or can it still? Fence the connection off, then look.
         let what = format!("Redis at {url} (db {db}) during the transaction: {e}");
         self.unfenced = self.con.take().map(|(_, id)| id);
-        self.unsettled = true;
+        self.unsettled.store(true, Ordering::SeqCst);
         if let Err(again) = self.fence() {
             return Err(format!(
                 "{what}; cannot reach Redis to fence the transaction off ({again}): if it still lands, the \
@@ -500,7 +508,7 @@ impl Writer {
                 Ok(())
             }
             Ok(_) => {
-                self.unsettled = false;
+                self.unsettled.store(false, Ordering::SeqCst);
                 Err(format!("{what}; nothing changed (MULTI/EXEC: all or nothing; the connection is fenced off)"))
             }
             Err(again) => Err(format!(
