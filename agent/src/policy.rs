@@ -38,9 +38,14 @@ impl PartialEq for Policy {
 }
 
 impl Policy {
-    /// Parse the command-line form.
+    /// Parse the command-line form given to `--policy`.
     pub fn parse(s: &str) -> Result<Policy, CliError> {
-        let bad = |why: String| CliError::BadInput(format!("--policy '{s}': {why}"));
+        Policy::parse_flag("--policy", s)
+    }
+
+    /// Parse the command-line form given to `flag`, which errors name.
+    pub fn parse_flag(flag: &str, s: &str) -> Result<Policy, CliError> {
+        let bad = |why: String| CliError::BadInput(format!("{flag} '{s}': {why}"));
         if s == "explore" {
             return Ok(Policy::Explore(Explore::new(0)));
         }
@@ -60,7 +65,9 @@ impl Policy {
                 let names: Vec<&str> = Baseline::ALL.iter().map(|b| b.name()).collect();
                 bad(format!("unknown baseline (one of: {})", names.join(", ")))
             }),
-            "model" if !arg.is_empty() => Ok(Policy::Model(Arc::new(LearnedModel::load(arg, "--policy model:")?))),
+            "model" if !arg.is_empty() => {
+                Ok(Policy::Model(Arc::new(LearnedModel::load(arg, &format!("{flag} model:"))?)))
+            }
             "explore" => {
                 let mut parts = arg.splitn(4, ':');
                 let seed = parts.next().unwrap_or_default();
@@ -82,7 +89,7 @@ impl Policy {
                 let anchor = match parts.next() {
                     None => Anchor::Baseline(crate::learn::trainer::REFERENCE_BASELINE),
                     Some(a) if matches!(a.split_once(':'), Some(("baseline" | "model", _))) => {
-                        let parsed = Policy::parse(a).map_err(|e| match e {
+                        let parsed = Policy::parse_flag(flag, a).map_err(|e| match e {
                             CliError::BadInput(why) => bad(format!("ANCHOR: {why}")),
                             other => other,
                         })?;

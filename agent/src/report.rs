@@ -28,11 +28,13 @@ pub fn summary_table(s: &Summary) -> String {
     let _ = writeln!(out);
     let _ = writeln!(out, "{:<12} {:>6} {:>8} {:>8} {:>8}", "slowdown", "flows", "p50", "p95", "p99");
     let b = &s.slowdown;
-    let rows: [(&str, &Percentiles); 5] = [
+    // <100KB is the two small buckets together: the headline small-flow tail.
+    let rows: [(&str, &Percentiles); 6] = [
         ("<10KB", &b.lt_10kb),
         ("10KB-100KB", &b.kb10_kb100),
         ("100KB-1MB", &b.kb100_mb1),
         (">=1MB", &b.ge_1mb),
+        ("<100KB", &b.lt_100kb),
         ("all", &b.all),
     ];
     for (name, p) in rows {

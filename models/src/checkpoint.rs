@@ -83,8 +83,23 @@ impl Checkpoint {
             return Err(err(&weights_name, "file", "no such file".into()));
         }
         let mut net = QNetwork::new(device, card.network.obs_dim, &card.network.hidden, card.network.actions);
-        // libtorch reports malformed files and shape mismatches as errors, never as panics
-        // across the FFI boundary, but be defensive: a corrupt user file must not abort us.
+        // libtorch reports malformed files as errors, never as panics across the FFI boundary,
+        // but be defensive: a corrupt user file must not abort us.
+        let read = std::panic::catch_unwind(|| tch::Tensor::read_safetensors(weights));
+        let stored = match read {
+            Ok(Ok(stored)) => stored,
+            Ok(Err(e)) => {
+                return Err(err(&weights_name, "weights", format!("{} (is this a safetensors file?)", first_line(&e))))
+            }
+            Err(_) => return Err(err(&weights_name, "weights", "unreadable safetensors file".into())),
+        };
+        // Loading copies each stored tensor into the network's, and a copy broadcasts and
+        // converts: a [1, 64] output layer would load into [54, 64] and give every action the
+        // same value, and double-precision weights would turn the network into one no
+        // observation fits. Only the exact tensors the card describes may load.
+        if let Err(message) = fits(&net, &stored) {
+            return Err(err(&weights_name, "weights", format!("{message} (do the weights belong to this card?)")));
+        }
         let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| net.var_store_mut().load(weights)));
         match loaded {
             Ok(Ok(())) => {
@@ -99,12 +114,37 @@ impl Checkpoint {
                 }
             }
             Ok(Err(e)) => {
-                // libtorch appends its C++ backtrace; its first line says what is wrong.
-                let what = e.to_string();
-                let what = what.lines().next().unwrap_or_default().to_string();
-                Err(err(&weights_name, "weights", format!("{what} (do the weights belong to this card?)")))
+                Err(err(&weights_name, "weights", format!("{} (do the weights belong to this card?)", first_line(&e))))
             }
             Err(_) => Err(err(&weights_name, "weights", "unreadable safetensors file".into())),
         }
     }
+}
+
+/// Whether `stored` holds exactly the tensors of `net`, by name, shape and element type.
+fn fits(net: &QNetwork, stored: &[(String, tch::Tensor)]) -> Result<(), String> {
+    let wanted = net.var_store().variables();
+    for (name, tensor) in stored {
+        let Some(want) = wanted.get(name) else {
+            return Err(format!("tensor {name} is not part of a network with this card's shape"));
+        };
+        if tensor.size() != want.size() {
+            return Err(format!("tensor {name} is {:?}; the card's network has {:?}", tensor.size(), want.size()));
+        }
+        if tensor.kind() != want.kind() {
+            return Err(format!("tensor {name} holds {:?}; the network holds {:?}", tensor.kind(), want.kind()));
+        }
+    }
+    let mut missing: Vec<&String> =
+        wanted.keys().filter(|name| !stored.iter().any(|(stored_name, _)| stored_name == *name)).collect();
+    missing.sort();
+    match missing.first() {
+        Some(name) => Err(format!("tensor {name} is missing")),
+        None => Ok(()),
+    }
+}
+
+/// What libtorch says went wrong: it appends its C++ backtrace to the message.
+fn first_line(e: &tch::TchError) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
 }

@@ -135,6 +135,26 @@ fn weights_that_do_not_fit_the_card_or_are_corrupt_fail_cleanly() {
     let e = Checkpoint::load(&path, Device::Cpu).err().expect("truncated");
     assert_eq!(e.field, "weights", "{e}");
 
+    // Weights a copy would broadcast or convert into the network (a one-action output layer,
+    // double precision) are refused before they load, naming the tensor.
+    let ck = checkpoint(TuningConfig::default());
+    let mut tensors: Vec<(String, tch::Tensor)> = ck.net.var_store().variables().into_iter().collect();
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    let rewrite = |edit: &dyn Fn(&str, &tch::Tensor) -> tch::Tensor| {
+        let edited: Vec<(String, tch::Tensor)> = tensors.iter().map(|(n, t)| (n.clone(), edit(n, t))).collect();
+        tch::Tensor::write_safetensors(&edited, &path).unwrap();
+        Checkpoint::load(&path, Device::Cpu).err()
+    };
+    let out_layer = tensors.iter().find(|(_, t)| t.size()[0] == ck.card.network.actions as i64).unwrap().0.clone();
+    let one_row =
+        |n: &str, t: &tch::Tensor| if n == out_layer { t.narrow(0, 0, 1).contiguous() } else { t.shallow_clone() };
+    let e = rewrite(&one_row).expect("a broadcastable output layer");
+    assert!(e.field == "weights" && e.message.contains(&out_layer), "{e}");
+    let e = rewrite(&|_, t| t.to_kind(tch::Kind::Double)).expect("double precision");
+    assert!(e.field == "weights" && e.message.contains("Double"), "{e}");
+    let e = rewrite(&|_, t| t.shallow_clone()).map(|e| e.to_string());
+    assert_eq!(e, None, "the same tensors, rewritten, load");
+
     std::fs::remove_file(ecn_models::checkpoint::card_path(&path)).unwrap();
     let e = Checkpoint::load(&path, Device::Cpu).err().expect("no card");
     assert!(e.to_string().contains("card"), "{e}");

@@ -264,8 +264,9 @@ fn parse_metrics(text: &str) -> Option<Scrape> {
             have_decisions = true;
         } else if name == "ecn_tuner_decision_latency_seconds_sum" {
             s.latency_sum = value;
-        } else if name == "ecn_tuner_telemetry_age_seconds" {
-            s.telemetry_age = value;
+        } else if name.starts_with("ecn_tuner_telemetry_age_seconds{") {
+            // The stalest of the targets.
+            s.telemetry_age = s.telemetry_age.max(value);
         } else if let Some(le) = name.strip_prefix("ecn_tuner_decision_latency_seconds_bucket{le=\"") {
             let le = le.trim_end_matches("\"}");
             let bound = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };

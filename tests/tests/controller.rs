@@ -375,6 +375,12 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
     assert!(text.contains(&a.url()) && text.contains(&b.url()), "per-target labels:\n{text}");
+    let head = text.split("\r\n\r\n").next().unwrap_or_default().to_ascii_lowercase();
+    assert!(head.contains("content-type: application/openmetrics-text; version=1.0.0"), "{head}");
+    for url in [a.url(), b.url()] {
+        let age = format!("ecn_tuner_telemetry_age_seconds{{target=\"{url}\"}} ");
+        assert!(text.lines().any(|l| l.starts_with(&age)), "a telemetry age for each target:\n{text}");
+    }
     let d = read_json_lines(&log);
     for url in [a.url(), b.url()] {
         assert!(d.iter().any(|x| x["target"] == url.as_str()), "no decision for {url}");
@@ -942,7 +948,8 @@ async fn a_failed_telemetry_stream_is_reopened() {
         )
         .await;
     assert!(link.faults.streams_opened.load(Ordering::SeqCst) >= 2, "{}", act.controller_log("reconnect"));
-    assert!(text.lines().any(|l| l == "ecn_tuner_telemetry_reconnects_total 1"), "{text}");
+    let reconnects = format!("ecn_tuner_telemetry_reconnects_total{{target=\"{}\"}} 1", link.url());
+    assert!(text.lines().any(|l| l == reconnects), "{text}");
     let reasons = decision_reasons(&log);
     let last = reasons.last().unwrap();
     assert!(!last.contains("stale_telemetry"), "decisions still on stale telemetry: {last}");

@@ -176,6 +176,15 @@ async fn eval_bad_input_exits_2_before_running() {
     let (code, _, stderr) = run_cli(&["eval", "--scenario", tiny, "--policy", POLICIES[0], "--seeds", "0"]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--seeds"), "{stderr}");
+
+    // A repeat would run twice and count twice in the means.
+    let (code, _, stderr) =
+        run_cli(&["eval", "--scenario", tiny, "--policy", POLICIES[0], "--policy", POLICIES[0]]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--policy") && stderr.contains("given twice"), "{stderr}");
+    let (code, _, stderr) = run_cli(&["eval", "--scenario", tiny, tiny, "--policy", POLICIES[0]]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--scenario") && stderr.contains("given twice"), "{stderr}");
 }
 
 /// `--reference`: every other policy's change against it, per scenario and on the mean, equal to

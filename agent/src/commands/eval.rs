@@ -78,10 +78,18 @@ struct Job<'a> {
 pub fn run(args: EvalArgs) -> Result<(), CliError> {
     // Bad input fails here, before any simulation starts.
     let mut policies: Vec<Policy> = args.policy.iter().map(|p| Policy::parse(p)).collect::<Result<_, _>>()?;
+    // A repeat would run twice and weigh twice in the mean over scenarios.
+    let policy_labels: Vec<String> = policies.iter().map(Policy::to_string).collect();
+    if let Some(label) = first_repeat(&policy_labels) {
+        return Err(CliError::BadInput(format!("--policy {label}: given twice")));
+    }
+    if let Some(name) = first_repeat(&args.scenario) {
+        return Err(CliError::BadInput(format!("--scenario {name}: given twice")));
+    }
     // Indices into `policies`.
     let mut references = Vec::new();
     for text in &args.reference {
-        let policy = Policy::parse(text).map_err(|e| CliError::BadInput(format!("--reference: {e}")))?;
+        let policy = Policy::parse_flag("--reference", text)?;
         let label = policy.to_string();
         references.push(match policies.iter().position(|p| p.to_string() == label) {
             Some(i) => i,
@@ -220,6 +228,11 @@ fn run_all(jobs: &[Job], threads: usize) -> Result<Vec<Summary>, CliError> {
     } else {
         Err(CliError::Failed(format!("only {} of {} runs finished", runs.len(), jobs.len())))
     }
+}
+
+/// The first value that appears again later in `values`.
+fn first_repeat(values: &[String]) -> Option<&String> {
+    values.iter().enumerate().find(|(i, v)| values[i + 1..].contains(v)).map(|(_, v)| v)
 }
 
 /// A row label per scenario argument: the scenario's name, or the argument itself where two

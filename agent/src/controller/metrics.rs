@@ -23,12 +23,23 @@ pub struct QueueLabels {
     pub queue: u32,
 }
 
+/// Labels of a per-target metric: with several targets, one that stalls must show apart from the
+/// rest.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TargetLabels {
+    /// Actuator URL.
+    pub target: String,
+}
+
 /// Labels carrying a reason or rule name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     /// Reason or rule.
     pub reason: String,
 }
+
+/// The media type of [`Metrics::render`]'s output.
+pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Every metric the controller exports.
 #[derive(Clone)]
@@ -45,10 +56,10 @@ pub struct Metrics {
     pub clamps: Family<ReasonLabels, Counter>,
     /// Telemetry arrival to decision, seconds.
     pub decision_latency_seconds: Histogram,
-    /// Seconds since the last telemetry batch.
-    pub telemetry_age_seconds: Gauge<f64, AtomicU64>,
-    /// Telemetry streams reopened after one was lost.
-    pub telemetry_reconnects: Counter,
+    /// Seconds since the last telemetry batch, per target.
+    pub telemetry_age_seconds: Family<TargetLabels, Gauge<f64, AtomicU64>>,
+    /// Telemetry streams reopened after one was lost, per target.
+    pub telemetry_reconnects: Family<TargetLabels, Counter>,
     /// Decisions that kept a queue as it was because the learned model never trained at its
     /// line rate.
     pub untrained_rate_holds: Counter,
@@ -72,8 +83,8 @@ impl Metrics {
             rollbacks: Family::default(),
             clamps: Family::default(),
             decision_latency_seconds: Histogram::new(exponential_buckets(1e-5, 2.0, 20)),
-            telemetry_age_seconds: Gauge::default(),
-            telemetry_reconnects: Counter::default(),
+            telemetry_age_seconds: Family::default(),
+            telemetry_reconnects: Family::default(),
             untrained_rate_holds: Counter::default(),
             kmin_bytes: Family::default(),
             kmax_bytes: Family::default(),
@@ -126,7 +137,9 @@ impl Metrics {
             "/metrics",
             axum::routing::get(move || {
                 let me = me.clone();
-                async move { me.render() }
+                // prometheus-client writes OpenMetrics text; say so, or a scraper parses it
+                // as the older text format.
+                async move { ([(axum::http::header::CONTENT_TYPE, OPENMETRICS_TEXT)], me.render()) }
             }),
         );
         tokio::spawn(async move {

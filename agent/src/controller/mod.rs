@@ -27,7 +27,7 @@ use ecn_proto::v1 as pb;
 use guardrails::{Clamp, GuardrailConfig, Guardrails, QueueContext, TelemetryHealth};
 use health::{Check, Finding, HealthConfig, IntervalStats, WindowStats};
 use log::{unix_ms, Decision, DecisionLog};
-use metrics::{Metrics, QueueLabels, ReasonLabels};
+use metrics::{Metrics, QueueLabels, ReasonLabels, TargetLabels};
 use pb::actuator_client::ActuatorClient;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -376,7 +376,10 @@ pub async fn run(
                 match lp.open_stream().await {
                     Ok(s) => {
                         info!(target = %lp.cfg.target, "telemetry stream reopened");
-                        lp.metrics.telemetry_reconnects.inc();
+                        lp.metrics
+                            .telemetry_reconnects
+                            .get_or_create(&TargetLabels { target: lp.cfg.target.clone() })
+                            .inc();
                         stream = Some(s);
                     }
                     Err(e) => {
@@ -396,7 +399,10 @@ pub async fn run(
             break;
         }
         let now = Instant::now();
-        lp.metrics.telemetry_age_seconds.set(now.duration_since(lp.last_batch_at).as_secs_f64());
+        lp.metrics
+            .telemetry_age_seconds
+            .get_or_create(&TargetLabels { target: lp.cfg.target.clone() })
+            .set(now.duration_since(lp.last_batch_at).as_secs_f64());
         lp.renew_lease(now).await?;
         // The kill switch does not wait for a pending change's health check.
         if lp.kill_requested() {

@@ -264,7 +264,8 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
     let mut next_episode = |env: &mut TuningEnv, rng: &mut ChaCha8Rng| {
         env.set_source(cfg.sources[(episode % cfg.sources.len() as u64) as usize].clone());
         env.set_initial_action(Some(rng.gen_range(0..template.len())));
-        let seed = 1_000_000 + cfg.seed * 100_000 + episode;
+        // Wrapping: any --seed is valid, and a huge one must not overflow.
+        let seed = cfg.seed.wrapping_mul(100_000).wrapping_add(1_000_000 + episode);
         episode += 1;
         let started = env.reset(seed);
         if let Some(sim) = env.simulator() {
