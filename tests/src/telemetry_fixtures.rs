@@ -229,6 +229,33 @@ pub fn write_fixtures(dir: &Path) -> Vec<TelemetryFixture> {
     rows[row].sample.tx_bytes = (1u64 << 32) - 3_000 + rows[row].sample.tx_bytes % 1_000;
     write_telemetry_parquet(&p, &rows).expect("wrap");
 
+    // More packets marked than sent, and a mean depth above the maximum: columns of one
+    // interval that contradict each other. Repair drops the sample.
+    let row = 8 * 30 + 3;
+    let r = &clean[row];
+    let p = add(
+        "marks_above_sent",
+        "parquet",
+        64,
+        problem("inconsistent", Some(row as u64 + 1), Some("ecn_marked_pkts")),
+        Some(vec![(key_of(r), r.sample.ts_ns)]),
+    );
+    let mut rows = clean.clone();
+    rows[row].sample.ecn_marked_pkts = rows[row].sample.tx_pkts + 1;
+    write_telemetry_parquet(&p, &rows).expect("marks");
+    let row = 8 * 40 + 6;
+    let r = &clean[row];
+    let p = add(
+        "mean_above_max",
+        "csv",
+        64,
+        problem("inconsistent", Some(row as u64 + 1), Some("queue_bytes_avg")),
+        Some(vec![(key_of(r), r.sample.ts_ns)]),
+    );
+    let mut rows = clean.clone();
+    rows[row].sample.queue_bytes_avg = rows[row].sample.queue_bytes_max as f64 * 1.5 + 10.0;
+    write_telemetry_csv(&p, &rows).expect("mean");
+
     // Cumulative 32-bit counters that wrap mid-recording: handled, no problem at all.
     let p = add("cumulative_wrap", "parquet", 32, None, Some(vec![]));
     let start = (1u64 << 32) - 500_000;

@@ -81,6 +81,9 @@ pub enum ProblemKind {
         /// The largest plausible delta.
         max: u64,
     },
+    /// Columns of one interval that contradict each other: more packets marked than sent, a
+    /// mean depth above the interval's maximum.
+    Inconsistent(String),
     /// A cumulative counter went down (or jumped implausibly far): reset, so the interval's
     /// delta is unknown.
     CounterReset {
@@ -114,6 +117,7 @@ impl ProblemKind {
             ProblemKind::OutOfOrder { .. } => "out_of_order",
             ProblemKind::Gap { .. } => "gap",
             ProblemKind::ImplausibleDelta { .. } => "implausible_delta",
+            ProblemKind::Inconsistent(_) => "inconsistent",
             ProblemKind::CounterReset { .. } => "counter_reset",
             ProblemKind::UnknownQueue(_) => "unknown_queue",
             ProblemKind::BadSetting(_) => "bad_setting",
@@ -155,6 +159,7 @@ impl fmt::Display for ProblemKind {
             ProblemKind::ImplausibleDelta { value, max } => {
                 write!(f, "per-interval delta {value} exceeds the plausible {max} (a wrapped counter?)")
             }
+            ProblemKind::Inconsistent(m) => write!(f, "{m}"),
             ProblemKind::CounterReset { previous, current } => {
                 write!(f, "cumulative counter went from {previous} to {current} (reset)")
             }

@@ -36,6 +36,22 @@ fn plausible_max(link_bps: u64, interval_ns: u64) -> [Option<u64>; 7] {
     [Some(bytes), Some(frames), Some(frames), Some(frames), Some(frames), Some(paused), None]
 }
 
+/// Where the columns of one interval (as deltas) contradict each other, the column to blame and
+/// why. A queue marks only packets it sends, and a time average cannot exceed the maximum it
+/// averages (give or take a byte of rounding).
+fn inconsistency(s: &QueueSample) -> Option<(&'static str, String)> {
+    if s.ecn_marked_pkts > s.tx_pkts {
+        let why = format!("{} packets marked, but only {} sent in the interval", s.ecn_marked_pkts, s.tx_pkts);
+        return Some(("ecn_marked_pkts", why));
+    }
+    let max = s.queue_bytes_max as f64;
+    if s.queue_bytes_avg > max + 1.0 + max * 1e-9 {
+        let why = format!("mean depth {} is above the interval's maximum {}", s.queue_bytes_avg, s.queue_bytes_max);
+        return Some(("queue_bytes_avg", why));
+    }
+    None
+}
+
 /// The first column whose value differs between two samples of the same timestamp.
 fn first_difference(a: &QueueSample, b: &QueueSample) -> &'static str {
     let ca = counters(a);
@@ -251,6 +267,11 @@ impl Track {
                     }
                 }
             }
+        }
+        if let Some((column, why)) = inconsistency(&s) {
+            problems.push(Some(row), Some(column), ProblemKind::Inconsistent(why), true);
+            self.next = Continuity::AfterDrop;
+            return;
         }
         if !problems.failed() {
             sink(&s, self.next);
