@@ -3,7 +3,7 @@
 //!
 //! Every queue holds a setting for `hold` decisions ([`DEFAULT_HOLD_DECISIONS`] unless
 //! `explore:SEED:HOLD` says otherwise), then moves to another entry of ecn-tuner's action
-//! template, drawn by a hash of (seed, queue, epoch). SHARE of the draws return to an
+//! template (the anchor model's, when anchored on one), drawn by a hash of (seed, queue, epoch). SHARE of the draws return to an
 //! [`Anchor`] instead: a baseline's template entry, or the decision of a learned policy. With a
 //! policy as the anchor the log looks like a production fabric's, its policy deciding most of
 //! the time with excursions around it, and that is the data a conservative offline learner can
@@ -86,15 +86,21 @@ impl Explore {
     }
 
     /// Explore, holding each draw for `hold` decisions, with `anchor_share` of the draws
-    /// (clamped to 0–1) returning to `anchor`.
+    /// (clamped to 0–1) returning to `anchor`. Around a learned policy the draws come from that
+    /// policy's own template and bounds, so that its decisions and the draws are entries of one
+    /// action space (an ACC-style model's template is not ecn-tuner's).
     pub fn anchored(seed: u64, hold: u64, anchor_share: f64, anchor: Anchor) -> Self {
+        let (template, bounds) = match &anchor {
+            Anchor::Model(m) => (m.tuning().template, m.tuning().bounds.clone()),
+            Anchor::Baseline(_) => (TemplateKind::Tuner, Bounds::default()),
+        };
         Explore {
             seed,
             hold: hold.max(1),
             anchor_share: if anchor_share.is_nan() { 0.0 } else { anchor_share.clamp(0.0, 1.0) },
             anchor,
-            template: ActionTemplate::new(TemplateKind::Tuner),
-            bounds: Bounds::default(),
+            template: ActionTemplate::new(template),
+            bounds,
         }
     }
 
@@ -223,5 +229,22 @@ mod tests {
         let share = |s| Explore::anchored(7, 1, s, Anchor::Baseline(REFERENCE_BASELINE));
         assert_eq!(share(0.0), plain);
         assert_eq!(share(f64::NAN).anchor_share, 0.0);
+    }
+
+    /// Around an ACC-style model, the draws are entries of the model's own template (72
+    /// settings, not ecn-tuner's 54), so the closed loop reads every action in one space.
+    #[test]
+    fn around_a_model_the_draws_come_from_its_template() {
+        let model = Arc::new(LearnedModel::load("acc-baseline", "model:").expect("shipped model"));
+        assert_eq!(model.tuning().template, TemplateKind::Acc);
+        let around = Explore::anchored(7, 1, 0.0, Anchor::Model(model));
+        let seen: std::collections::HashSet<usize> = (0..20_000).map(|d| around.action(3, d, None)).collect();
+        assert_eq!(seen.len(), ActionTemplate::new(TemplateKind::Acc).len());
+        let link = BitsPerSec(TEMPLATE_RATE_BPS);
+        let acc = ActionTemplate::new(TemplateKind::Acc);
+        for d in 0..100 {
+            let a = around.action(3, d, None);
+            assert_eq!(around.setting(3, d, link, None), acc.setting(a, link, &around.bounds));
+        }
     }
 }

@@ -126,8 +126,9 @@ pub struct Calibration {
 }
 
 impl Calibration {
-    /// Statistics of `obs` (row-major, `dim` features per row) and of the TD errors of the
-    /// final network on a sample of transitions.
+    /// Statistics of `obs` (row-major, `dim` features per row) and of `td_errors`, the TD
+    /// errors of the shipped network on a sample of transitions (the trainer measures the
+    /// selected network against the final learner's targets).
     pub fn of(obs: &[f32], dim: usize, td_errors: &[f32]) -> Calibration {
         let finite: Vec<f64> = td_errors.iter().filter(|e| e.is_finite()).map(|&e| e as f64).collect();
         let td_error_rms = (finite.iter().map(|e| e * e).sum::<f64>() / finite.len().max(1) as f64).sqrt();

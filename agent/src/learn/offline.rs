@@ -226,6 +226,7 @@ pub fn train(cfg: &OfflineConfig, data: &LoggedData, bar: &ProgressBar) -> Resul
             "action_counts": data.action_counts,
             "off_template_transitions": data.off_template,
             "selection": "the final network (offline: no simulator in the loop)",
+            "device": format!("{:?}", cfg.device),
         }),
         data: data.files.iter().map(|f| serde_json::to_value(f).expect("plain struct")).collect(),
         link_speeds_bps: data.link_speeds_bps.iter().copied().collect(),

@@ -390,6 +390,9 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
             "eval_scenarios": cfg.eval_scenarios,
             "eval_seeds": cfg.eval_seeds,
             "selection": "the evaluation with the lowest FCT cost",
+            // CPU and CUDA kernels differ in the last bits, so a rerun on the other one does not
+            // reproduce the weights exactly.
+            "device": format!("{:?}", cfg.device),
         }),
         data: vec![],
         link_speeds_bps: link_speeds_bps.into_iter().collect(),
