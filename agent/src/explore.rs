@@ -91,7 +91,7 @@ impl Explore {
     /// action space (an ACC-style model's template is not ecn-tuner's).
     pub fn anchored(seed: u64, hold: u64, anchor_share: f64, anchor: Anchor) -> Self {
         let (template, bounds) = match &anchor {
-            Anchor::Model(m) => (m.tuning().template, m.tuning().bounds.clone()),
+            Anchor::Model(m) => (m.tuning().template, m.tuning().bounds),
             Anchor::Baseline(_) => (TemplateKind::Tuner, Bounds::default()),
         };
         Explore {
