@@ -26,7 +26,10 @@ pub struct Faults {
     pub confirm_delay_ms: AtomicU64,
     /// This many telemetry streams end with an error after `stream_break_after` batches.
     pub broken_streams: AtomicU32,
-    /// Batches a broken stream forwards before it fails.
+    /// This many telemetry streams go silent after `stream_break_after` batches, without
+    /// failing or ending: a hung actuator.
+    pub stalled_streams: AtomicU32,
+    /// Batches a broken or stalled stream forwards before it fails or goes silent.
     pub stream_break_after: AtomicU32,
     /// Telemetry streams opened through the link so far.
     pub streams_opened: AtomicU32,
@@ -147,14 +150,20 @@ impl pb::actuator_server::Actuator for Forward {
     ) -> Result<Response<Self::StreamTelemetryStream>, Status> {
         let mut upstream = self.client.clone().stream_telemetry(req.into_inner()).await?.into_inner();
         self.faults.streams_opened.fetch_add(1, Ordering::SeqCst);
-        let break_after =
-            take(&self.faults.broken_streams).then(|| self.faults.stream_break_after.load(Ordering::SeqCst));
+        let after = || self.faults.stream_break_after.load(Ordering::SeqCst);
+        let break_after = take(&self.faults.broken_streams).then(after);
+        let stall_after = take(&self.faults.stalled_streams).then(after);
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
             let mut forwarded = 0u32;
             loop {
                 if break_after.is_some_and(|n| forwarded >= n) {
                     let _ = tx.send(Err(Status::unavailable("faulty link: the telemetry stream was reset"))).await;
+                    return;
+                }
+                if stall_after.is_some_and(|n| forwarded >= n) {
+                    // Hold the stream open, silent, until the controller lets it go.
+                    tx.closed().await;
                     return;
                 }
                 let item = match upstream.message().await {

@@ -912,18 +912,34 @@ async fn a_confirm_refused_after_the_deadline_is_logged_and_quarantined() {
 /// went stale and was held at its baseline for the rest of the run.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_telemetry_stream_is_reopened() {
-    let act = sim_actuator(&[]).await;
     let faults = Faults { broken_streams: 1.into(), stream_break_after: 20.into(), ..Default::default() };
+    the_stream_is_reopened("reconnect", faults, "telemetry stream failed").await;
+}
+
+/// A telemetry stream that goes silent without failing (a hung actuator) is reopened once its
+/// queues are stale. The controller used to wait on it forever, holding every queue at its
+/// baseline.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_telemetry_stream_is_reopened() {
+    let faults = Faults { stalled_streams: 1.into(), stream_break_after: 20.into(), ..Default::default() };
+    the_stream_is_reopened("stall", faults, "telemetry stream stalled").await;
+}
+
+/// Run a shadow controller through a link with `faults` on its first telemetry stream, which
+/// the controller logs as `symptom`, and check that decisions resume from a reopened stream.
+async fn the_stream_is_reopened(name: &str, faults: Faults, symptom: &str) {
+    let act = sim_actuator(&[]).await;
     let link = FaultyLink::start(&act.url(), faults).await;
     let metrics = metrics_addr();
-    let decisions = act.decision_log("reconnect");
+    let decisions = act.decision_log(name);
     let mut reopened_at = None;
     let mut failed_at = None;
+    let flags = ["--interval", "100ms", "--stale-after", "1s", "--metrics", &metrics];
     let (log, text) = act
         .controller_until_at(
-            "reconnect",
+            name,
             &link.url(),
-            &["--mode", "shadow", "--policy", "static:200KB,800KB,0.3", "--interval", "100ms", "--metrics", &metrics],
+            &[&["--mode", "shadow", "--policy", "static:200KB,800KB,0.3"], &flags[..]].concat(),
             "decisions from a reopened stream, or 20 s of waiting for it",
             FABRIC_PATIENCE,
             || {
@@ -931,7 +947,7 @@ async fn a_failed_telemetry_stream_is_reopened() {
                 if link.faults.streams_opened.load(Ordering::SeqCst) >= 2 && reopened_at.is_none() {
                     reopened_at = Some(lines);
                 }
-                if failed_at.is_none() && act.controller_log("reconnect").contains("telemetry stream failed") {
+                if failed_at.is_none() && act.controller_log(name).contains(symptom) {
                     failed_at = Some(std::time::Instant::now());
                 }
                 // Ten rounds' worth of decisions after the stream came back.
@@ -947,7 +963,8 @@ async fn a_failed_telemetry_stream_is_reopened() {
             },
         )
         .await;
-    assert!(link.faults.streams_opened.load(Ordering::SeqCst) >= 2, "{}", act.controller_log("reconnect"));
+    assert!(act.controller_log(name).contains(symptom), "{}", act.controller_log(name));
+    assert!(link.faults.streams_opened.load(Ordering::SeqCst) >= 2, "{}", act.controller_log(name));
     let reconnects = format!("ecn_tuner_telemetry_reconnects_total{{target=\"{}\"}} 1", link.url());
     assert!(text.lines().any(|l| l == reconnects), "{text}");
     let reasons = decision_reasons(&log);

@@ -333,6 +333,8 @@ pub async fn run(
     // meanwhile, and are held at the baseline like any queue without fresh telemetry.
     let mut backoff = RECONNECT_BACKOFF_MIN;
     let mut reconnect_at = tokio::time::Instant::now();
+    // When the stream in use was opened: a stall counts from the later of this and the last batch.
+    let mut stream_opened_at = now;
 
     let started = Instant::now();
     let mut ticker = tokio::time::interval(lp.cfg.interval);
@@ -381,6 +383,7 @@ pub async fn run(
                             .get_or_create(&TargetLabels { target: lp.cfg.target.clone() })
                             .inc();
                         stream = Some(s);
+                        stream_opened_at = Instant::now();
                     }
                     Err(e) => {
                         reconnect_at = stream_lost(
@@ -399,6 +402,15 @@ pub async fn run(
             break;
         }
         let now = Instant::now();
+        // A stream can stall without failing: a hung actuator, a connection whose peer vanished
+        // without a reset. By the staleness limit its queues are already held at the baseline;
+        // reopen it, as if it had failed, so that decisions resume when the actuator does.
+        let silent_for = now.duration_since(lp.last_batch_at.max(stream_opened_at));
+        if stream.is_some() && silent_for > lp.stale_after {
+            stream = None;
+            let why = format!("telemetry stream stalled: no batch for {:.1} s", silent_for.as_secs_f64());
+            reconnect_at = stream_lost(&lp.cfg.target, &why, &mut backoff);
+        }
         lp.metrics
             .telemetry_age_seconds
             .get_or_create(&TargetLabels { target: lp.cfg.target.clone() })
