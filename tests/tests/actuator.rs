@@ -309,6 +309,13 @@ async fn rollback_to_a_named_generation_and_to_the_confirmed_one() {
     let cfg = config(&mut c).await;
     assert_eq!((cfg.confirmed_generation, cfg.confirm_deadline_unix_ms), (6, 0));
     assert_eq!(cfg.queues, cfg2.queues);
+    // Generation 5 was reverted before anyone confirmed it: no rollback returns to it.
+    let e = c
+        .rollback(pb::RollbackRequest { lease_id: l.clone(), to_generation: Some(5), ..Default::default() })
+        .await
+        .expect_err("never confirmed");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("never confirmed"), "{e:?}");
 
     c.rollback(pb::RollbackRequest { lease_id: l.clone(), to_generation: Some(1), ..Default::default() })
         .await
@@ -326,7 +333,7 @@ async fn rollback_to_a_named_generation_and_to_the_confirmed_one() {
     assert_eq!(rb[0]["generation"], 4);
     assert!(rb[0]["detail"].as_str().unwrap().contains("generation 2"), "{}", rb[0]);
     assert_eq!(rb[0]["queues"][0]["port"], q[1].port.as_str(), "the queue that changed back");
-    assert_eq!(events(&j, "reject").len(), 1);
+    assert_eq!(events(&j, "reject").len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

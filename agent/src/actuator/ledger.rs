@@ -8,10 +8,12 @@
 //! - an apply with a deadline is unconfirmed until confirmed; further applies may stack on
 //!   top of it and move the deadline; a revert returns to the last confirmed generation,
 //!   undoing the whole unconfirmed stack;
-//! - a revert or a rollback produces a confirmed generation (a known-good state by definition).
+//! - a revert or a rollback produces a confirmed generation (a known-good state by definition),
+//!   so a rollback may only return to a generation that was confirmed: never to one still
+//!   pending, nor to one a revert discarded, as neither passed a health check.
 
 use ecn_env::EcnSetting;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -47,6 +49,15 @@ pub enum LedgerError {
         /// Oldest generation still kept.
         oldest: u64,
     },
+    /// Rolling back to a generation that never passed a health check: still pending, or
+    /// discarded by a revert or rollback before it was confirmed.
+    #[error("generation {asked} was never confirmed, so it cannot be rolled back to (confirmed is {confirmed})")]
+    NeverConfirmed {
+        /// Asked for.
+        asked: u64,
+        /// Confirmed generation.
+        confirmed: u64,
+    },
     /// Confirming a generation that was reverted, rolled back or is older than the confirmed one.
     #[error("generation {asked} cannot be confirmed: it is not pending (current {current}, confirmed {confirmed})")]
     NotPending {
@@ -79,6 +90,8 @@ pub struct Ledger {
     unconfirmed: Vec<u64>,
     deadline: Option<Deadline>,
     history: BTreeMap<u64, Arc<[EcnSetting]>>,
+    /// Kept generations that were discarded unconfirmed.
+    discarded: BTreeSet<u64>,
 }
 
 impl Ledger {
@@ -87,7 +100,14 @@ impl Ledger {
     pub fn starting_at(generation: u64, initial: Vec<EcnSetting>) -> Ledger {
         let mut history = BTreeMap::new();
         history.insert(generation, Arc::from(initial));
-        Ledger { current: generation, confirmed: generation, unconfirmed: Vec::new(), deadline: None, history }
+        Ledger {
+            current: generation,
+            confirmed: generation,
+            unconfirmed: Vec::new(),
+            deadline: None,
+            history,
+            discarded: BTreeSet::new(),
+        }
     }
 
     /// Generation in effect.
@@ -185,12 +205,23 @@ impl Ledger {
         Ok(Confirmed { previous, changed, already: false })
     }
 
-    /// Return to the settings of `target` (default: the last confirmed generation) as a new,
-    /// confirmed generation. Returns the new generation and the queues it changed back.
+    /// The settings of `generation` if a rollback may return to it: kept, and confirmed once.
+    pub fn known_good(&self, generation: u64) -> Result<Arc<[EcnSetting]>, LedgerError> {
+        let settings = self.settings_of(generation)?;
+        if self.unconfirmed.contains(&generation) || self.discarded.contains(&generation) {
+            return Err(LedgerError::NeverConfirmed { asked: generation, confirmed: self.confirmed });
+        }
+        Ok(settings)
+    }
+
+    /// Return to the settings of `target` (default: the last confirmed generation; see
+    /// [`Ledger::known_good`]) as a new, confirmed generation; the unconfirmed stack is
+    /// discarded. Returns the new generation and the queues it changed back.
     pub fn restore(&mut self, target: Option<u64>) -> Result<(u64, Vec<(usize, EcnSetting)>), LedgerError> {
         let target = target.unwrap_or(self.confirmed);
-        let settings = self.settings_of(target)?;
+        let settings = self.known_good(target)?;
         let changed = diff(&self.current_settings(), &settings);
+        self.discarded.extend(self.unconfirmed.drain(..));
         let g = self.push(settings.to_vec());
         self.settle(g);
         Ok((g, changed))
@@ -206,6 +237,7 @@ impl Ledger {
                 break;
             };
             self.history.remove(&oldest);
+            self.discarded.remove(&oldest);
         }
         self.current
     }
@@ -259,6 +291,24 @@ mod tests {
         assert!(l.deadline().is_none());
         // The reverted generations can no longer be confirmed.
         assert!(matches!(l.confirm(3), Err(LedgerError::NotPending { .. })));
+    }
+
+    #[test]
+    fn a_rollback_returns_only_to_a_generation_once_confirmed() {
+        let mut l = Ledger::starting_at(1, vec![s(100)]);
+        let g2 = l.commit(l.staged(&[(0, s(200))]), None);
+        let g3 = l.commit(l.staged(&[(0, s(300))]), dl());
+        let never = Err(LedgerError::NeverConfirmed { asked: g3, confirmed: 2 });
+        assert_eq!(l.known_good(g3), never, "pending");
+        assert_eq!(l.restore(Some(g3)).map(|_| ()), never.map(|_: Arc<[EcnSetting]>| ()));
+        let (g4, _) = l.restore(None).unwrap();
+        assert_eq!(l.restore(Some(g3)).map(|_| ()), Err(LedgerError::NeverConfirmed { asked: g3, confirmed: g4 }));
+        assert_eq!(&*l.known_good(g2).unwrap(), &[s(200)], "confirmed before");
+        assert_eq!(&*l.known_good(g4).unwrap(), &[s(200)]);
+        // A stack settled by a confirmed apply was confirmed with it.
+        let g5 = l.commit(l.staged(&[(0, s(500))]), dl());
+        l.commit(l.staged(&[(0, s(600))]), None);
+        assert_eq!(&*l.known_good(g5).unwrap(), &[s(500)]);
     }
 
     #[test]

@@ -365,7 +365,7 @@ impl<B: Backend> ActuatorService<B> {
         }
         let ctl = self.check_lease(&mut st, &req.lease_id, &[])?;
         let target = req.to_generation.unwrap_or(st.ledger.confirmed());
-        let settings = match st.ledger.settings_of(target) {
+        let settings = match st.ledger.known_good(target) {
             Ok(s) => s,
             Err(e) => return Err(self.reject(&mut st, ledger_status(&e), Vec::new(), Some(&ctl))),
         };
@@ -499,7 +499,9 @@ fn raw_entry(c: &pb::QueueSetting) -> QueueEntry {
 fn ledger_status(e: &LedgerError) -> Status {
     match e {
         LedgerError::Unknown { .. } | LedgerError::Forgotten { .. } => Status::not_found(e.to_string()),
-        LedgerError::NotPending { .. } => Status::failed_precondition(e.to_string()),
+        LedgerError::NotPending { .. } | LedgerError::NeverConfirmed { .. } => {
+            Status::failed_precondition(e.to_string())
+        }
     }
 }
 
