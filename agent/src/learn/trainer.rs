@@ -252,6 +252,7 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
     let mut agent = Ddqn::new(cfg.ddqn.clone(), cfg.device, obs_dim, template.len()).map_err(torch_err)?;
     let mut best = QNetwork::new(cfg.device, obs_dim, &cfg.ddqn.hidden, template.len());
     let mut best_cost = f64::INFINITY;
+    let mut best_point = None;
     let mut replay = ReplayBuffer::new(obs_dim, cfg.ddqn.replay_capacity);
 
     let reference = reference_metrics(&eval_runs(cfg))?;
@@ -347,8 +348,11 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
                 wall_seconds: started.elapsed().as_secs_f64(),
             };
             (loss_sum, loss_n, reward_sum, reward_n) = (0.0, 0, 0.0, 0);
-            if cost < best_cost {
+            // An evaluation before the first update scores the random initialization, which
+            // must not become the model however lucky it was.
+            if cost < best_cost && agent.updates() > 0 {
                 best_cost = cost;
+                best_point = Some(point);
                 best.var_store_mut().copy(agent.online().var_store()).map_err(torch_err)?;
             }
             info!(
@@ -376,6 +380,11 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
             cfg.ddqn.warmup
         )));
     }
+    if best_point.is_none() {
+        return Err(CliError::Failed(
+            "no evaluation after the first gradient update scored a finite FCT cost; nothing was written".into(),
+        ));
+    }
     let training = TrainingRecord {
         algorithm: "ddqn".into(),
         scenarios: cfg.source_names.clone(),
@@ -401,7 +410,6 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
     // Drawn after training, so the network does not depend on it.
     let held = replay.sample(4096.min(replay.len()), &mut rng);
     card.calibration = Some(Calibration::of(replay.observations(), obs_dim, &agent.td_errors(&best, &held)));
-    let best_point = curve.iter().min_by(|a, b| a.eval_cost.total_cmp(&b.eval_cost)).copied();
     card.evaluation = serde_json::json!({
         "scenarios": cfg.eval_scenarios,
         "seeds": cfg.eval_seeds,
