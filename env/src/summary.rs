@@ -92,6 +92,45 @@ impl SlowdownBuckets {
     }
 }
 
+/// Buckets of the HPCC analysis tool's report (REFERENCE.md §4): flows sorted by size, in 20
+/// groups of 5% each.
+pub const SIZE_QUANTILE_BUCKETS: usize = 20;
+
+/// One 5% group of the completed flows, by size: the slowdown of flows of similar size however
+/// the workload spreads them, where the fixed size buckets can hold very different numbers of
+/// flows.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SizeQuantile {
+    /// The largest flow in the group, bytes: the size HPCC's tool labels the group with.
+    pub max_size_bytes: u64,
+    /// Slowdown percentiles of the group, and its flow count.
+    #[serde(flatten)]
+    pub slowdown: Percentiles,
+}
+
+impl SizeQuantile {
+    /// The groups of `records`' completed flows: sorted by size (ties in record order), group
+    /// i holds flows floor(i·n/20) up to floor((i+1)·n/20), as HPCC's `fct_analysis.py` splits
+    /// them. Empty with fewer than 20 completed flows, where a 5% group has no flow.
+    pub fn of(records: &[FlowRecord]) -> Vec<SizeQuantile> {
+        let mut done: Vec<(u64, f64)> = records.iter().filter_map(|r| Some((r.size_bytes, r.slowdown?))).collect();
+        let n = done.len();
+        if n < SIZE_QUANTILE_BUCKETS {
+            return Vec::new();
+        }
+        done.sort_by_key(|&(size, _)| size);
+        (0..SIZE_QUANTILE_BUCKETS)
+            .map(|i| {
+                let group = &done[i * n / SIZE_QUANTILE_BUCKETS..(i + 1) * n / SIZE_QUANTILE_BUCKETS];
+                SizeQuantile {
+                    max_size_bytes: group.last().map_or(0, |&(size, _)| size),
+                    slowdown: Percentiles::of(group.iter().map(|&(_, s)| s).collect()),
+                }
+            })
+            .collect()
+    }
+}
+
 /// Where the slowest small flows lost their time: the flows under 100 KB whose slowdown is at
 /// or above the bucket's p99, with each flow's FCT split at two instants. Before the last byte
 /// leaves the sender's NIC, a flow waits for the NIC (round-robin with the host's other flows,
@@ -191,6 +230,10 @@ pub struct Summary {
     pub flows: FlowCounts,
     /// Slowdown by size bucket.
     pub slowdown: SlowdownBuckets,
+    /// Slowdown by 5% group of flows sorted by size, HPCC's report; empty under 20 completed
+    /// flows.
+    #[serde(default)]
+    pub slowdown_by_size_quantile: Vec<SizeQuantile>,
     /// Where the <100KB p99 tail waited; absent for runs without phase times.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub small_flow_tail: Option<TailAnatomy>,
@@ -227,6 +270,7 @@ impl Summary {
                 completed: records.iter().filter(|r| r.fct_ns.is_some()).count(),
             },
             small_flow_tail: TailAnatomy::of_small_flows(&records, slowdown.lt_100kb.p99),
+            slowdown_by_size_quantile: SizeQuantile::of(&records),
             slowdown,
             pfc: PfcSummary { pause_frames: c.pause_frames, paused_ns: c.paused_ns },
             drops: c.drops,
@@ -281,6 +325,29 @@ mod tests {
         for key in ["all", "lt_10KB", "10KB_100KB", "100KB_1MB", "ge_1MB", "lt_100KB"] {
             assert!(json[key]["p99"].is_number(), "{key}");
         }
+    }
+
+    /// 45 completed flows in 20 groups: group i holds flows floor(45i/20) up to
+    /// floor(45(i+1)/20), 2 or 3 each, as HPCC's tool splits them; unfinished flows stay out.
+    #[test]
+    fn size_quantiles_split_the_completed_flows_sorted_by_size_into_twenty_groups() {
+        // Sizes 1000, 2000, ... in reverse order; slowdown = size / 1000.
+        let mut records: Vec<FlowRecord> = (1..=45).rev().map(|k| record(k * 1_000, Some(k as f64))).collect();
+        records.push(record(500, None));
+        let q = SizeQuantile::of(&records);
+        assert_eq!(q.len(), SIZE_QUANTILE_BUCKETS);
+        let sizes: Vec<usize> = q.iter().map(|g| g.slowdown.n).collect();
+        assert_eq!(sizes.iter().sum::<usize>(), 45);
+        assert_eq!(&sizes[..4], &[2, 2, 2, 3]);
+        assert_eq!(q[0].max_size_bytes, 2_000);
+        assert_eq!((q[0].slowdown.p50, q[0].slowdown.p99), (Some(2.0), Some(2.0)));
+        assert_eq!(q[3].max_size_bytes, 9_000);
+        assert_eq!(q[3].slowdown.p50, Some(8.0), "flows 7, 8, 9 KB: the middle one");
+        assert_eq!(q[19].max_size_bytes, 45_000);
+        assert!(q.windows(2).all(|w| w[0].max_size_bytes < w[1].max_size_bytes));
+        let json = serde_json::to_value(q[3]).unwrap();
+        assert_eq!((json["max_size_bytes"].as_u64(), json["n"].as_u64()), (Some(9_000), Some(3)));
+        assert!(SizeQuantile::of(&records[..19]).is_empty(), "under 20 flows a group would be empty");
     }
 
     #[test]
