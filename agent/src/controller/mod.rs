@@ -404,9 +404,12 @@ pub async fn run(
         let now = Instant::now();
         // A stream can stall without failing: a hung actuator, a connection whose peer vanished
         // without a reset. By the staleness limit its queues are already held at the baseline;
-        // reopen it, as if it had failed, so that decisions resume when the actuator does.
+        // reopen it, as if it had failed, so that decisions resume when the actuator does. Not
+        // sooner than STREAM_STALL_MIN: a reopened stream misses the batches sent meanwhile, and
+        // an actuator that samples more slowly than the staleness limit must not be cut off
+        // before its first batch.
         let silent_for = now.duration_since(lp.last_batch_at.max(stream_opened_at));
-        if stream.is_some() && silent_for > lp.stale_after {
+        if stream.is_some() && silent_for > lp.stale_after.max(STREAM_STALL_MIN) {
             stream = None;
             let why = format!("telemetry stream stalled: no batch for {:.1} s", silent_for.as_secs_f64());
             reconnect_at = stream_lost(&lp.cfg.target, &why, &mut backoff);
@@ -477,6 +480,8 @@ fn count_rollback(report: &mut RunReport, metrics: &Metrics, reason: &str) {
 
 /// The first pause before reopening a lost telemetry stream; it doubles while tries fail.
 const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// The shortest silence after which a telemetry stream counts as stalled and is reopened.
+const STREAM_STALL_MIN: Duration = Duration::from_secs(10);
 /// The longest pause between two tries to reopen the telemetry stream.
 const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
