@@ -3,14 +3,14 @@
 //!
 //! Every queue holds a setting for `hold` decisions ([`DEFAULT_HOLD_DECISIONS`] unless
 //! `explore:SEED:HOLD` says otherwise), then moves to another entry of ecn-tuner's action
-//! template (the anchor model's, when anchored on one), drawn by a hash of (seed, queue, epoch). SHARE of the draws return to an
-//! [`Anchor`] instead: a baseline's template entry, or the decision of a learned policy. With a
-//! policy as the anchor the log looks like a production fabric's, its policy deciding most of
-//! the time with excursions around it, and that is the data a conservative offline learner can
-//! improve on (README "Offline learning"). Every setting it proposes is a template entry scaled
-//! to the port's speed and clamped into the bounds, so it never leaves what a learned policy
-//! could choose; online, the guardrails bound it further. The draws are stateless, so the same
-//! seed replays the same behaviour.
+//! template (the anchor model's, when anchored on one), drawn by a hash of (seed, queue,
+//! epoch). SHARE of the draws return to an [`Anchor`] instead: a baseline's template entry, or
+//! the decision of a learned policy. With a policy as the anchor the log looks like a
+//! production fabric's, its policy deciding most of the time with excursions around it, and
+//! that is the data a conservative offline learner can improve on (README "Offline learning").
+//! Every setting it proposes is a template entry scaled to the port's speed and clamped into
+//! the bounds, so it never leaves what a learned policy could choose; online, the guardrails
+//! bound it further. The draws are stateless, so the same seed replays the same behaviour.
 
 use crate::learn::trainer::REFERENCE_BASELINE;
 use crate::learned::LearnedModel;

@@ -82,7 +82,7 @@ impl Checkpoint {
         if !weights.is_file() {
             return Err(err(&weights_name, "file", "no such file".into()));
         }
-        let mut net = QNetwork::new(device, card.network.obs_dim, &card.network.hidden, card.network.actions);
+        let net = QNetwork::new(device, card.network.obs_dim, &card.network.hidden, card.network.actions);
         // libtorch reports malformed files as errors, never as panics across the FFI boundary,
         // but be defensive: a corrupt user file must not abort us.
         let read = std::panic::catch_unwind(|| tch::Tensor::read_safetensors(weights));
@@ -93,31 +93,23 @@ impl Checkpoint {
             }
             Err(_) => return Err(err(&weights_name, "weights", "unreadable safetensors file".into())),
         };
-        // Loading copies each stored tensor into the network's, and a copy broadcasts and
-        // converts: a [1, 64] output layer would load into [54, 64] and give every action the
-        // same value, and double-precision weights would turn the network into one no
-        // observation fits. Only the exact tensors the card describes may load.
-        if let Err(message) = fits(&net, &stored) {
-            return Err(err(&weights_name, "weights", format!("{message} (do the weights belong to this card?)")));
+        // A copy broadcasts and converts: a [1, 64] output layer would load into [54, 64] and
+        // give every action the same value, and double-precision weights would turn the network
+        // into one no observation fits. Only the exact tensors the card describes may load.
+        let doubt =
+            |message: String| err(&weights_name, "weights", format!("{message} (do the weights belong to this card?)"));
+        fits(&net, &stored).map_err(doubt)?;
+        // A network with a NaN or infinite weight outputs no usable Q-value anywhere.
+        if let Some((name, _)) = stored.iter().find(|(_, t)| !bool::try_from(t.isfinite().all()).unwrap_or(false)) {
+            return Err(err(&weights_name, "weights", format!("tensor {name} is not finite")));
         }
-        let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| net.var_store_mut().load(weights)));
-        match loaded {
-            Ok(Ok(())) => {
-                // A network with a NaN or infinite weight outputs no usable Q-value anywhere.
-                let bad = net.var_store().variables().into_iter().find(|(_, t)| {
-                    let finite: bool = t.isfinite().all().try_into().unwrap_or(false);
-                    !finite
-                });
-                match bad {
-                    Some((name, _)) => Err(err(&weights_name, "weights", format!("tensor {name} is not finite"))),
-                    None => Ok(Checkpoint { card, net }),
-                }
-            }
-            Ok(Err(e)) => {
-                Err(err(&weights_name, "weights", format!("{} (do the weights belong to this card?)", first_line(&e))))
-            }
-            Err(_) => Err(err(&weights_name, "weights", "unreadable safetensors file".into())),
+        // The tensors read above, copied into the network's own (on `device`): the file is read once.
+        let mut vars = net.var_store().variables();
+        for (name, tensor) in &stored {
+            let var = vars.get_mut(name).expect("fits checked every name");
+            tch::no_grad(|| var.f_copy_(tensor)).map_err(|e| doubt(first_line(&e)))?;
         }
+        Ok(Checkpoint { card, net })
     }
 }
 

@@ -175,24 +175,24 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
         }
         None => Journal::none(),
     };
-    if let (Some((generation, confirmed)), true) =
-        (journal.unconfirmed_at_end(), backend.keeps_changes_across_restarts())
-    {
+    // A journal that ends with the device possibly holding a change nobody confirmed: an apply
+    // whose confirm or revert never came, or a failed write that might still have landed.
+    let left_behind = match (journal.unconfirmed_at_end(), journal.in_doubt_at_end()) {
+        (Some((generation, confirmed)), _) => Some(format!(
+            "generation {generation} was applied and never confirmed or reverted (confirmed: {confirmed}); the \
+             previous actuator stopped in between"
+        )),
+        (None, Some(generation)) => Some(format!(
+            "the device write of generation {generation} failed without an answer, and the previous actuator \
+             stopped before it could tell whether that write landed or put the settings before it back"
+        )),
+        (None, None) => None,
+    };
+    if let (Some(what), true) = (left_behind, backend.keeps_changes_across_restarts()) {
         let p = opts.journal.as_ref().expect("only a file has a past").display();
         return Err(ActuatorError::BadInput(format!(
-            "--journal {p}: generation {generation} was applied and never confirmed or reverted (confirmed: \
-             {confirmed}); the previous actuator stopped in between, so the {} device may still hold that change. \
-             Undo everything with `ecn-tuner sonic restore`, or keep the switch as it is; then start with a new journal",
-            backend.capabilities().backend
-        )));
-    }
-    if let (Some(generation), true) = (journal.in_doubt_at_end(), backend.keeps_changes_across_restarts()) {
-        let p = opts.journal.as_ref().expect("only a file has a past").display();
-        return Err(ActuatorError::BadInput(format!(
-            "--journal {p}: the device write of generation {generation} failed without an answer, and the previous \
-             actuator stopped before it could tell whether that write landed or put the settings before it back, so \
-             the {} device may hold that change. Undo everything with `ecn-tuner sonic restore`, or keep the switch as \
-             it is; then start with a new journal",
+            "--journal {p}: {what}, so the {} device may still hold that change. Undo everything with `ecn-tuner \
+             sonic restore`, or keep the switch as it is; then start with a new journal",
             backend.capabilities().backend
         )));
     }

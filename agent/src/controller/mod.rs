@@ -335,6 +335,7 @@ pub async fn run(
     let mut reconnect_at = tokio::time::Instant::now();
     // When the stream in use was opened: a stall counts from the later of this and the last batch.
     let mut stream_opened_at = now;
+    let target_labels = TargetLabels { target: lp.cfg.target.clone() };
 
     let started = Instant::now();
     let mut ticker = tokio::time::interval(lp.cfg.interval);
@@ -378,10 +379,7 @@ pub async fn run(
                 match lp.open_stream().await {
                     Ok(s) => {
                         info!(target = %lp.cfg.target, "telemetry stream reopened");
-                        lp.metrics
-                            .telemetry_reconnects
-                            .get_or_create(&TargetLabels { target: lp.cfg.target.clone() })
-                            .inc();
+                        lp.metrics.telemetry_reconnects.get_or_create(&target_labels).inc();
                         stream = Some(s);
                         stream_opened_at = Instant::now();
                     }
@@ -416,7 +414,7 @@ pub async fn run(
         }
         lp.metrics
             .telemetry_age_seconds
-            .get_or_create(&TargetLabels { target: lp.cfg.target.clone() })
+            .get_or_create(&target_labels)
             .set(now.duration_since(lp.last_batch_at).as_secs_f64());
         lp.renew_lease(now).await?;
         // The kill switch does not wait for a pending change's health check.

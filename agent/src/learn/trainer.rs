@@ -251,8 +251,8 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
     let obs_dim = cfg.tuning.observation_dim();
     let mut agent = Ddqn::new(cfg.ddqn.clone(), cfg.device, obs_dim, template.len()).map_err(torch_err)?;
     let mut best = QNetwork::new(cfg.device, obs_dim, &cfg.ddqn.hidden, template.len());
-    let mut best_cost = f64::INFINITY;
-    let mut best_point = None;
+    // The evaluation whose network `best` holds.
+    let mut best_point: Option<CurvePoint> = None;
     let mut replay = ReplayBuffer::new(obs_dim, cfg.ddqn.replay_capacity);
 
     let reference = reference_metrics(&eval_runs(cfg))?;
@@ -350,8 +350,8 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
             (loss_sum, loss_n, reward_sum, reward_n) = (0.0, 0, 0.0, 0);
             // An evaluation before the first update scores the random initialization, which
             // must not become the model however lucky it was.
-            if cost < best_cost && agent.updates() > 0 {
-                best_cost = cost;
+            // A non-finite cost never wins.
+            if agent.updates() > 0 && cost < best_point.map_or(f64::INFINITY, |b| b.eval_cost) {
                 best_point = Some(point);
                 best.var_store_mut().copy(agent.online().var_store()).map_err(torch_err)?;
             }
@@ -366,6 +366,7 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
                 cost = format!("{cost:.2}"),
                 "evaluation"
             );
+            let best_cost = best_point.map_or(f64::INFINITY, |p| p.eval_cost);
             bar.set_message(format!("eval cost {cost:.2} (best {best_cost:.2}), ε {epsilon:.2}"));
             curve.push(point);
         }
