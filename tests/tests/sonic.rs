@@ -204,7 +204,12 @@ async fn a_killed_controller_leaves_only_confirmed_settings() {
         &enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "10s", "--health-window", "80"]),
     );
     rig.act.wait_for_event("apply", WAIT).await;
-    assert_ne!(switch_settings(&rig.redis, &spec)[0].1, ORIGINAL, "the apply reached CONFIG_DB");
+    // The journal line goes to disk before the write to CONFIG_DB, so the write may trail it.
+    eventually("the apply in CONFIG_DB", WAIT, || {
+        let changed = switch_settings(&rig.redis, &spec)[0].1 != ORIGINAL;
+        async move { changed.then_some(()) }
+    })
+    .await;
     child.kill().await.unwrap(); // SIGKILL: no chance to clean up
     let journal = rig.act.wait_for_event("revert", WAIT).await;
     assert!(events(&journal, "confirm").is_empty());
