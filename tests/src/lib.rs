@@ -328,11 +328,23 @@ impl Actuator {
     }
 }
 
-/// Ask the process `pid` (if it still runs) to stop, with SIGTERM: the standard library can
-/// only SIGKILL, and the `kill` utility sends SIGTERM.
+/// Ask the process `pid` (if it still runs) to stop, with SIGTERM.
 fn terminate(pid: Option<u32>) {
-    if let Some(pid) = pid {
-        let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+    send_signal(pid, "TERM");
+}
+
+/// Send the process `pid` (if it still runs) the signal `name` (`TERM`, `USR1`): the standard
+/// library can only SIGKILL, and the `kill` utility sends any signal. A `kill` that could not
+/// start (a loaded machine out of processes) is retried, not taken for a signal sent.
+pub fn send_signal(pid: Option<u32>, name: &str) {
+    let Some(pid) = pid else { return };
+    for attempt in 1.. {
+        match std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status() {
+            Ok(_) => return, // a failed kill means the process is gone already
+            Err(e) if attempt < 5 => eprintln!("cannot run kill ({e}); retrying"),
+            Err(e) => panic!("cannot run kill -{name} {pid}: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 

@@ -4,7 +4,7 @@
 use ecn_tests::faulty_link::{Faults, FaultyLink};
 use ecn_tests::{
     assert_applied_within_bounds, decision_reasons, enforce_flags, events, eventually, pb, queue_name, read_json_lines,
-    Actuator, FABRIC_PATIENCE,
+    send_signal, Actuator, FABRIC_PATIENCE,
 };
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -387,8 +387,26 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
     }
 }
 
+/// How an operator throws the kill switch.
+#[derive(Clone, Copy, Debug)]
+enum Throw {
+    /// `--kill-file` appears.
+    File,
+    /// SIGUSR1.
+    Signal,
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn the_kill_switch_returns_every_queue_to_the_baseline() {
+async fn the_kill_switch_file_returns_every_queue_to_the_baseline() {
+    kill_switch_returns_every_queue_to_the_baseline(Throw::File).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kill_switch_signal_returns_every_queue_to_the_baseline() {
+    kill_switch_returns_every_queue_to_the_baseline(Throw::Signal).await;
+}
+
+async fn kill_switch_returns_every_queue_to_the_baseline(how: Throw) {
     let act = sim_actuator(&[]).await;
     let before = settings(&act).await; // the actuator starts on the hpcc-alibaba baseline
     let kill = act.dir.path().join("KILL");
@@ -402,17 +420,20 @@ async fn the_kill_switch_returns_every_queue_to_the_baseline() {
     );
     act.wait_for_event("confirm", Duration::from_secs(60)).await;
     assert_ne!(settings(&act).await, before);
-    std::fs::write(&kill, "stop").unwrap();
+    match how {
+        Throw::File => std::fs::write(&kill, "stop").unwrap(),
+        Throw::Signal => send_signal(child.id(), "USR1"),
+    }
     eventually("every queue back on the baseline", Duration::from_secs(60), || {
         let a = &act;
         let before = before.clone();
         async move { (settings(a).await == before).then_some(()) }
     })
     .await;
-    // It stays there while the file exists.
+    // It stays there: while the file exists, and for good after the signal.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(settings(&act).await, before);
-    drop(child);
+    assert_eq!(settings(&act).await, before, "{how:?}");
+    act.stop_controller("killable", child).await;
 }
 
 /// The shipped learned policy drives enforce mode: it proposes settings from each queue's

@@ -16,6 +16,7 @@ pub mod guardrails;
 pub mod health;
 pub mod log;
 pub mod metrics;
+pub mod requests;
 pub mod telemetry;
 
 use crate::actuator::backend::wall_interval;
@@ -29,6 +30,7 @@ use health::{Check, Finding, HealthConfig, IntervalStats, WindowStats};
 use log::{unix_ms, Decision, DecisionLog};
 use metrics::{Metrics, QueueLabels, ReasonLabels, TargetLabels};
 use pb::actuator_client::ActuatorClient;
+use requests::{Requests, StopReason};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -286,14 +288,13 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
     }
     let decisions = DecisionLog::open(cfg.decision_log.as_deref())
         .map_err(|e| CliError::BadInput(format!("--decision-log: {e}")))?;
-    // One target's fatal error stops the others cleanly (pending changes rolled back, leases
-    // released) instead of abandoning them mid-change when the process exits.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (requester, requests) = requests::channel();
+    requester.listen_for_signals()?;
     let mut tasks = tokio::task::JoinSet::new();
     for target in targets {
         let cfg = ControllerConfig { target, ..cfg.clone() };
-        let (metrics, decisions, stop) = (metrics.clone(), decisions.clone(), stop_rx.clone());
-        tasks.spawn(async move { run(cfg, metrics, decisions, stop).await });
+        let (metrics, decisions, requests) = (metrics.clone(), decisions.clone(), requests.clone());
+        tasks.spawn(async move { run(cfg, metrics, decisions, requests).await });
     }
     let mut total = RunReport::default();
     let mut first_error = None;
@@ -307,7 +308,9 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
                 total.rollbacks += r.rollbacks;
             }
             Err(e) => {
-                let _ = stop_tx.send(true);
+                // One target's fatal error stops the others cleanly (pending changes rolled
+                // back, leases released) instead of abandoning them mid-change at exit.
+                requester.stop(StopReason::PeerFailed);
                 first_error.get_or_insert(e);
             }
         }
@@ -318,12 +321,12 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
     }
 }
 
-/// Run the control loop of one actuator until `duration`, SIGINT/SIGTERM, or a fatal error.
+/// Run the control loop of one actuator until `duration`, a stop request, or a fatal error.
 pub async fn run(
     cfg: ControllerConfig,
     metrics: Metrics,
     log: DecisionLog,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    mut requests: Requests,
 ) -> Result<RunReport, CliError> {
     let mut lp = ControlLoop::start(cfg, metrics, log).await?;
     let mut stream = Some(lp.open_stream().await?);
@@ -340,18 +343,23 @@ pub async fn run(
     let started = Instant::now();
     let mut ticker = tokio::time::interval(lp.cfg.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut sigusr1 = signal(tokio::signal::unix::SignalKind::user_defined1())?;
 
     loop {
         let connected = stream.is_some();
         // Wait for something to do; decisions follow the first telemetry batch of each interval,
         // and the ticker keeps deciding (and falling back) when telemetry stops.
         let woke = tokio::select! {
-            _ = tokio::signal::ctrl_c() => { info!("interrupted"); break; }
-            _ = sigterm.recv() => { info!("terminated"); break; }
-            _ = stop.changed() => { warn!(target = %lp.cfg.target, "another target failed; stopping this one cleanly"); break; }
-            _ = sigusr1.recv() => { lp.killed = true; Wake::Other }
+            why = requests.stop.stopped() => {
+                match why {
+                    StopReason::Interrupted => info!(target = %lp.cfg.target, "interrupted"),
+                    StopReason::Terminated => info!(target = %lp.cfg.target, "terminated"),
+                    StopReason::PeerFailed => {
+                        warn!(target = %lp.cfg.target, "another target failed; stopping this one cleanly")
+                    }
+                }
+                break;
+            }
+            _ = requests.kill.thrown(), if !lp.killed => { lp.killed = true; Wake::Other }
             msg = next_batch(&mut stream) => Wake::Telemetry(msg),
             _ = tokio::time::sleep_until(reconnect_at), if !connected => Wake::Reconnect,
             _ = ticker.tick() => Wake::Other,
@@ -515,10 +523,6 @@ async fn next_batch(
 
 fn status(what: &str, s: tonic::Status) -> CliError {
     CliError::Failed(format!("{what}: {}: {}", s.code(), s.message()))
-}
-
-fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal, CliError> {
-    tokio::signal::unix::signal(kind).map_err(|e| CliError::Failed(format!("cannot install a signal handler: {e}")))
 }
 
 async fn current_generation(client: &mut Client) -> Option<u64> {
