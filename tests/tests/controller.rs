@@ -811,6 +811,40 @@ async fn a_hung_confirm_does_not_block_the_kill_switch() {
     assert!(events(&act.journal(), "revert").is_empty(), "the actuator's revert did it: {:?}", act.journal());
 }
 
+/// A clean stop waits for the step in progress: here a Confirm the network holds for two
+/// minutes. A second SIGTERM does not wait: the controller exits 143 at once, and its change,
+/// never confirmed, is left to the actuator's deadline.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_signal_exits_without_waiting_for_a_clean_stop() {
+    let act = sim_actuator(&[]).await;
+    let faults = Faults { late_confirms: 1.into(), confirm_delay_ms: 120_000.into(), ..Default::default() };
+    let link = FaultyLink::start(&act.url(), faults).await;
+    let flags = enforce_flags(
+        "static:200KB,800KB,0.3",
+        &["--confirm-within", "300s", "--health-window", "3", "--call-timeout", "100s"],
+    );
+    let (child, _) = act.controller_at("impatient", &link.url(), &flags);
+    eventually("a Confirm held on the link", FABRIC_PATIENCE, || {
+        let held = link.faults.late_confirms.load(Ordering::SeqCst) == 0;
+        async move { held.then_some(()) }
+    })
+    .await;
+    send_signal(child.id(), "TERM");
+    eventually("the first SIGTERM taken", Duration::from_secs(30), || {
+        let taken = act.controller_log("impatient").contains("SIGTERM: stopping cleanly");
+        async move { taken.then_some(()) }
+    })
+    .await;
+    send_signal(child.id(), "TERM");
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await;
+    let out =
+        out.unwrap_or_else(|_| panic!("still running after a second SIGTERM: {}", act.controller_log("impatient")));
+    assert_eq!(out.unwrap().status.code(), Some(143), "{}", act.controller_log("impatient"));
+    assert!(act.controller_log("impatient").contains("exiting without cleaning up"));
+    let journal = act.journal();
+    assert!(events(&journal, "confirm").is_empty() && events(&journal, "rollback").is_empty(), "{journal:?}");
+}
+
 /// A health window that cannot be complete before the confirm deadline, even at the
 /// actuator's fastest telemetry, would roll back every change: refused at start, exit 2. The
 /// deadline is wall-clock time, and a simulated fabric's telemetry is slower than its own clock

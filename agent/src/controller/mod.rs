@@ -350,12 +350,10 @@ pub async fn run(
         // and the ticker keeps deciding (and falling back) when telemetry stops.
         let woke = tokio::select! {
             why = requests.stop.stopped() => {
-                match why {
-                    StopReason::Interrupted => info!(target = %lp.cfg.target, "interrupted"),
-                    StopReason::Terminated => info!(target = %lp.cfg.target, "terminated"),
-                    StopReason::PeerFailed => {
-                        warn!(target = %lp.cfg.target, "another target failed; stopping this one cleanly")
-                    }
+                if why == StopReason::PeerFailed {
+                    warn!(target = %lp.cfg.target, "another target failed; stopping this one cleanly");
+                } else {
+                    info!(target = %lp.cfg.target, ?why, "stopping");
                 }
                 break;
             }

@@ -67,7 +67,8 @@ impl Requester {
     }
 
     /// Install the SIGINT, SIGTERM and SIGUSR1 handlers now, and turn each signal into a
-    /// request from then on. Must be called inside the runtime.
+    /// request from then on; a second SIGINT or SIGTERM exits the process at once (130 or 143).
+    /// Must be called inside the runtime.
     pub fn listen_for_signals(&self) -> Result<(), CliError> {
         let install =
             |kind| signal(kind).map_err(|e| CliError::Failed(format!("cannot install a signal handler: {e}")));
@@ -78,12 +79,23 @@ impl Requester {
         );
         let me = self.clone();
         tokio::spawn(async move {
+            let mut asked = false;
             loop {
-                tokio::select! {
-                    _ = int.recv() => me.stop(StopReason::Interrupted),
-                    _ = term.recv() => me.stop(StopReason::Terminated),
-                    _ = usr1.recv() => { me.kill.send_replace(true); }
+                let (why, name, code) = tokio::select! {
+                    _ = int.recv() => (StopReason::Interrupted, "SIGINT", 130),
+                    _ = term.recv() => (StopReason::Terminated, "SIGTERM", 143),
+                    _ = usr1.recv() => { me.kill.send_replace(true); continue; }
+                };
+                // A clean stop can take a while (a rollback, a slow actuator, the comparison
+                // runs of `--target sim`); a second signal is someone who will not wait. What
+                // it leaves unconfirmed, the actuator reverts at the confirm deadline.
+                if asked {
+                    tracing::error!("second stop signal ({name}): exiting without cleaning up");
+                    std::process::exit(code);
                 }
+                asked = true;
+                tracing::info!("{name}: stopping cleanly; a second signal exits at once");
+                me.stop(why);
             }
         });
         Ok(())
