@@ -1,5 +1,5 @@
 //! Paired comparison of a policy against a reference run on the same seeds: the relative change
-//! of a metric's mean, with a 95% confidence interval from the seed-by-seed differences.
+//! of a metric's mean, with a 95% confidence interval from the seed-by-seed pairs.
 //!
 //! Every policy in an `eval` runs each scenario on the same seeds, so seed k offers every policy
 //! the same flows. A tail percentile of a few hundred small flows per run spreads more from seed
@@ -32,10 +32,14 @@ pub type Paired<'a> = (&'a [Option<f64>], &'a [Option<f64>]);
 /// that size finished) are left out. `None` when no seed is left or a reference mean is not
 /// positive.
 ///
-/// Seed k contributes d_k = mean over s of (x_sk − r_sk) / r̄_s, where r̄_s is the reference's
-/// mean over the seeds used. The mean of d_k is then the mean over scenarios of the change of
-/// the means, and the interval is mean ± t(0.975, n−1) · sd(d) / √n. Dividing by the fixed r̄_s
-/// (rather than by each r_sk) keeps the estimate the ratio of means that the tables report.
+/// The estimate is the mean over scenarios of R_s − 1, where R_s = x̄_s / r̄_s is the ratio of
+/// the policy's mean to the reference's over the seeds used: the change of the means that the
+/// tables report. Its interval is the delta method's for a ratio of means: seed k contributes
+/// e_k = mean over s of (x_sk − R_s · r_sk) / r̄_s, the first-order effect of that seed on the
+/// estimate, and the interval is estimate ± t(0.975, n−1) · sd(e) / √n. A policy that is the
+/// same fraction better on every seed thus has an interval of zero width, whatever the seeds'
+/// scale; differences x_sk − r_sk, scaled by r̄_s alone, would count the reference's own seed
+/// spread, times the change, as uncertainty.
 pub fn mean_paired_change(scenarios: &[Paired<'_>]) -> Option<Change> {
     let seeds = scenarios.iter().map(|(p, r)| p.len().min(r.len())).min()?;
     let usable: Vec<usize> = (0..seeds)
@@ -47,28 +51,35 @@ pub fn mean_paired_change(scenarios: &[Paired<'_>]) -> Option<Change> {
         return None;
     }
     let n = usable.len() as f64;
-    let mut reference_means = Vec::with_capacity(scenarios.len());
-    for (_, r) in scenarios {
-        let m = usable.iter().map(|&k| r[k].unwrap_or_default()).sum::<f64>() / n;
-        if m <= 0.0 {
+    let mean_of = |v: &[Option<f64>]| usable.iter().map(|&k| v[k].unwrap_or_default()).sum::<f64>() / n;
+    // (r̄_s, R_s) per scenario.
+    let mut means = Vec::with_capacity(scenarios.len());
+    for (p, r) in scenarios {
+        let reference_mean = mean_of(r);
+        if reference_mean <= 0.0 {
             return None;
         }
-        reference_means.push(m);
+        means.push((reference_mean, mean_of(p) / reference_mean));
     }
-    let d: Vec<f64> = usable
-        .iter()
-        .map(|&k| {
-            scenarios
-                .iter()
-                .zip(&reference_means)
-                .map(|((p, r), m)| (p[k].unwrap_or_default() - r[k].unwrap_or_default()) / m)
-                .sum::<f64>()
-                / scenarios.len() as f64
-        })
-        .collect();
-    let mean = d.iter().sum::<f64>() / n;
+    let scenario_count = scenarios.len() as f64;
+    let mean = means.iter().map(|(_, ratio)| ratio - 1.0).sum::<f64>() / scenario_count;
     let (low, high) = if usable.len() > 1 {
-        let variance = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        // The e_k sum to zero (Σ_k x_sk = R_s · Σ_k r_sk), so their sum of squares is their spread.
+        let sum_of_squares: f64 = usable
+            .iter()
+            .map(|&k| {
+                scenarios
+                    .iter()
+                    .zip(&means)
+                    .map(|((p, r), (reference_mean, ratio))| {
+                        (p[k].unwrap_or_default() - ratio * r[k].unwrap_or_default()) / reference_mean
+                    })
+                    .sum::<f64>()
+                    / scenario_count
+            })
+            .map(|e| e * e)
+            .sum();
+        let variance = sum_of_squares / (n - 1.0);
         let half = student_t_975(usable.len() - 1) * (variance / n).sqrt();
         (Some(mean - half), Some(mean + half))
     } else {
@@ -120,13 +131,22 @@ mod tests {
     }
 
     #[test]
-    fn a_constant_shift_has_no_spread() {
+    fn a_constant_ratio_has_no_spread() {
+        // 10% better on every seed, at very different scales: the change is certain.
         let c = paired_change(&some(&[9.0, 18.0, 27.0]), &some(&[10.0, 20.0, 30.0])).unwrap();
         assert!((c.mean + 0.1).abs() < 1e-12, "{c:?}");
-        // d_k = (−1, −2, −3) / 20: mean −0.1, sd 0.05, t(2) = 4.303.
-        let half = 4.303 * 0.05 / 3f64.sqrt();
-        assert!((c.low.unwrap() - (-0.1 - half)).abs() < 1e-9 && (c.high.unwrap() - (-0.1 + half)).abs() < 1e-9);
+        assert!((c.low.unwrap() - c.mean).abs() < 1e-12 && (c.high.unwrap() - c.mean).abs() < 1e-12, "{c:?}");
         assert_eq!(c.seeds, 3);
+    }
+
+    #[test]
+    fn the_interval_is_the_delta_method_for_a_ratio_of_means() {
+        // x̄ = 4, r̄ = 5, R = 0.8; e_k = (x_k − 0.8 r_k) / 5 = (0.4, −0.8, 0.4) / 5 = (0.08, −0.16, 0.08).
+        let c = paired_change(&some(&[4.0, 3.2, 4.8]), &some(&[4.5, 5.0, 5.5])).unwrap();
+        assert!((c.mean + 0.2).abs() < 1e-12, "{c:?}");
+        let sd = ((0.08f64.powi(2) * 2.0 + 0.16f64.powi(2)) / 2.0).sqrt();
+        let half = 4.303 * sd / 3f64.sqrt();
+        assert!((c.low.unwrap() - (-0.2 - half)).abs() < 1e-9 && (c.high.unwrap() - (-0.2 + half)).abs() < 1e-9);
     }
 
     #[test]
@@ -145,7 +165,7 @@ mod tests {
         let c = mean_paired_change(&[(&a, &ra), (&b, &rb)]).unwrap();
         // −20% and +10% average to −5%, whatever the scale of each scenario.
         assert!((c.mean + 0.05).abs() < 1e-12, "{c:?}");
-        assert_eq!((c.low, c.high), (Some(c.mean), Some(c.mean)));
+        assert!((c.low.unwrap() - c.mean).abs() < 1e-12 && (c.high.unwrap() - c.mean).abs() < 1e-12, "{c:?}");
     }
 
     #[test]

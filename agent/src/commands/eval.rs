@@ -528,8 +528,8 @@ impl Comparison {
         let _ = writeln!(
             out,
             "Change of each policy's mean against the reference's, with a 95% interval from the \
-             seed-by-seed differences (every policy runs the same seeds). The mean row averages the \
-             scenarios' changes with equal weight.\n"
+             seeds paired (every policy runs the same seeds; delta method for a ratio of means). \
+             The mean row averages the scenarios' changes with equal weight.\n"
         );
         let _ = writeln!(out, "| scenario | policy | <100KB p99 | ≥1MB p50 |");
         let _ = writeln!(out, "|---|---|---:|---:|");
