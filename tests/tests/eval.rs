@@ -141,6 +141,11 @@ async fn eval_prints_the_tables_without_json() {
     assert!(stdout.contains("| tiny | baseline:huawei-latency |"), "{stdout}");
     assert!(stdout.contains("seed 7"), "{stdout}");
     assert!(!stdout.contains("mean over scenarios"), "one scenario has no mean row:\n{stdout}");
+    // Each size bucket's cell ends with its completed flows per run; over all sizes, with one
+    // seed, that is the headline's completed count.
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| tiny | baseline:huawei-latency |")).collect();
+    let completed = rows[0].trim_end_matches(" |").rsplit("| ").next().unwrap().split(" / ").next().unwrap();
+    assert!(rows[1].ends_with(&format!(" ({completed}) |")), "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -257,6 +257,9 @@ fn mean(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
 struct Row {
     /// <10KB, 10KB–100KB, 100KB–1MB, ≥1MB, then <100KB and all: [p50, p95, p99].
     buckets: [[Option<f64>; 3]; 6],
+    /// Completed flows per run in each bucket, in the order of `buckets`: a p99 over 100 flows or
+    /// fewer is the bucket's maximum, and the reader should see when it is.
+    flows_per_run: [Option<f64>; 6],
     utilization: Option<f64>,
     queue_avg_bytes: Option<f64>,
     pause_frames: Option<f64>,
@@ -279,6 +282,7 @@ impl Row {
                 mean(runs.iter().map(|s| f(s).p99)),
             ]
         };
+        let count = |f: fn(&Summary) -> &Percentiles| mean(runs.iter().map(|s| Some(f(s).n as f64)));
         Row {
             buckets: [
                 pick(|s| &s.slowdown.lt_10kb),
@@ -287,6 +291,14 @@ impl Row {
                 pick(|s| &s.slowdown.ge_1mb),
                 pick(|s| &s.slowdown.lt_100kb),
                 pick(|s| &s.slowdown.all),
+            ],
+            flows_per_run: [
+                count(|s| &s.slowdown.lt_10kb),
+                count(|s| &s.slowdown.kb10_kb100),
+                count(|s| &s.slowdown.kb100_mb1),
+                count(|s| &s.slowdown.ge_1mb),
+                count(|s| &s.slowdown.lt_100kb),
+                count(|s| &s.slowdown.all),
             ],
             utilization: mean(runs.iter().map(|s| Some(s.utilization))),
             queue_avg_bytes: mean(runs.iter().map(|s| Some(s.queue_bytes.avg))),
@@ -308,6 +320,7 @@ impl Row {
         }
         Row {
             buckets,
+            flows_per_run: std::array::from_fn(|b| mean(rows.iter().map(|r| r.flows_per_run[b]))),
             utilization: mean(rows.iter().map(|r| r.utilization)),
             queue_avg_bytes: mean(rows.iter().map(|r| r.queue_avg_bytes)),
             pause_frames: mean(rows.iter().map(|r| r.pause_frames)),
@@ -411,13 +424,18 @@ impl<'a> Table<'a> {
                 headline(&mut out, "**mean over scenarios**", policy, &Row::mean_of(&rows));
             }
         }
-        let _ = writeln!(out, "\n## Slowdown by flow size (p50 / p95 / p99)\n");
+        let _ = writeln!(out, "\n## Slowdown by flow size (p50 / p95 / p99, and completed flows per run)\n");
         let _ = writeln!(out, "| scenario | policy | <10KB | 10KB–100KB | 100KB–1MB | ≥1MB | <100KB | all |");
         let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|");
         for (s, scenario) in self.scenarios.iter().enumerate() {
             for (p, policy) in self.policies.iter().enumerate() {
-                let cells: Vec<String> =
-                    self.rows[s][p].buckets.iter().map(|b| b.map(|v| num(v, 2)).join(" / ")).collect();
+                let row = &self.rows[s][p];
+                let cells: Vec<String> = row
+                    .buckets
+                    .iter()
+                    .zip(&row.flows_per_run)
+                    .map(|(b, n)| format!("{} ({})", b.map(|v| num(v, 2)).join(" / "), num(*n, 0)))
+                    .collect();
                 let _ = writeln!(out, "| {scenario} | {policy} | {} |", cells.join(" | "));
             }
         }
