@@ -49,7 +49,22 @@ impl LearnedModel {
                 PathBuf::from(spec)
             }
         } else {
-            ecn_models::default_model_path(spec)
+            let path = ecn_models::default_model_path(spec);
+            // A binary built in one checkout and run from another place (copied, or a shared
+            // target dir reused by another checkout) looks in a folder that is not there: say so,
+            // and how to point it at the models, instead of naming a missing card.
+            if let Some(dir) = path.parent().filter(|d| !d.is_dir()) {
+                let whose = match std::env::var_os("ECN_TUNER_MODELS") {
+                    Some(_) => "the folder that $ECN_TUNER_MODELS names",
+                    None => "the shipped models' folder, in the checkout this binary was built in,",
+                };
+                return Err(CliError::BadInput(format!(
+                    "{flag}{spec}: {whose} {} does not exist; set ECN_TUNER_MODELS to a folder that holds \
+                     {spec}.safetensors and its card (models/checkpoints in a checkout), or give a path",
+                    dir.display()
+                )));
+            }
+            path
         };
         let ck =
             Checkpoint::load(&path, tch::Device::Cpu).map_err(|e| CliError::BadInput(format!("{flag}{spec}: {e}")))?;

@@ -363,3 +363,18 @@ fn ls16_matches_the_reference_simulator() {
     assert!((p99 - r99).abs() / r99 <= 0.25, "p99 {p99} vs {r99}");
     assert_eq!(ours["drops"], 0);
 }
+
+#[test]
+fn a_missing_models_folder_is_named_with_the_way_out() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
+        .args(["sim", "--scenario", "websearch-50", "--policy", "model:default"])
+        .env("ECN_TUNER_LOG", "warn")
+        .env("ECN_TUNER_MODELS", "/nonexistent/ecn-tuner-models")
+        .output()
+        .expect("run ecn-tuner");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("/nonexistent/ecn-tuner-models does not exist"), "{stderr}");
+    assert!(stderr.contains("$ECN_TUNER_MODELS") && stderr.contains("default.safetensors"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
