@@ -270,6 +270,15 @@ struct Row {
     tail: Option<TailAnatomy>,
 }
 
+/// A run's size buckets in the order of [`Row::buckets`].
+const BUCKETS: [fn(&Summary) -> &Percentiles; 6] = [
+    |s| &s.slowdown.lt_10kb,
+    |s| &s.slowdown.kb10_kb100,
+    |s| &s.slowdown.kb100_mb1,
+    |s| &s.slowdown.ge_1mb,
+    |s| &s.slowdown.lt_100kb,
+    |s| &s.slowdown.all,
+];
 const SMALL: usize = 4;
 const ALL: usize = 5;
 
@@ -284,22 +293,8 @@ impl Row {
         };
         let count = |f: fn(&Summary) -> &Percentiles| mean(runs.iter().map(|s| Some(f(s).n as f64)));
         Row {
-            buckets: [
-                pick(|s| &s.slowdown.lt_10kb),
-                pick(|s| &s.slowdown.kb10_kb100),
-                pick(|s| &s.slowdown.kb100_mb1),
-                pick(|s| &s.slowdown.ge_1mb),
-                pick(|s| &s.slowdown.lt_100kb),
-                pick(|s| &s.slowdown.all),
-            ],
-            flows_per_run: [
-                count(|s| &s.slowdown.lt_10kb),
-                count(|s| &s.slowdown.kb10_kb100),
-                count(|s| &s.slowdown.kb100_mb1),
-                count(|s| &s.slowdown.ge_1mb),
-                count(|s| &s.slowdown.lt_100kb),
-                count(|s| &s.slowdown.all),
-            ],
+            buckets: BUCKETS.map(pick),
+            flows_per_run: BUCKETS.map(count),
             utilization: mean(runs.iter().map(|s| Some(s.utilization))),
             queue_avg_bytes: mean(runs.iter().map(|s| Some(s.queue_bytes.avg))),
             pause_frames: mean(runs.iter().map(|s| Some(s.pfc.pause_frames as f64))),
