@@ -54,12 +54,13 @@ impl LearnedModel {
             // target dir reused by another checkout) looks in a folder that is not there: say so,
             // and how to point it at the models, instead of naming a missing card.
             if let Some(dir) = path.parent().filter(|d| !d.is_dir()) {
-                let whose = match std::env::var_os("ECN_TUNER_MODELS") {
-                    Some(_) => "the folder that $ECN_TUNER_MODELS names",
-                    None => "the shipped models' folder, in the checkout this binary was built in,",
+                let env = ecn_models::MODELS_DIR_ENV;
+                let whose = match std::env::var_os(env) {
+                    Some(_) => format!("the folder that ${env} names"),
+                    None => "the shipped models' folder, in the checkout this binary was built in,".to_string(),
                 };
                 return Err(CliError::BadInput(format!(
-                    "{flag}{spec}: {whose} {} does not exist; set ECN_TUNER_MODELS to a folder that holds \
+                    "{flag}{spec}: {whose} {} does not exist; set {env} to a folder that holds \
                      {spec}.safetensors and its card (models/checkpoints in a checkout), or give a path",
                     dir.display()
                 )));

@@ -27,10 +27,14 @@ pub fn card_path(weights: &Path) -> PathBuf {
     sibling(weights, "card.json")
 }
 
+/// The environment variable that names the folder of the shipped models, for a binary run away
+/// from the checkout it was built in.
+pub const MODELS_DIR_ENV: &str = "ECN_TUNER_MODELS";
+
 /// The shipped model for `model:NAME` shorthands (`default`, `acc-baseline`): the
-/// checkpoints directory of this crate, or `$ECN_TUNER_MODELS` when set.
+/// checkpoints directory of this crate, or `$ECN_TUNER_MODELS` ([`MODELS_DIR_ENV`]) when set.
 pub fn default_model_path(name: &str) -> PathBuf {
-    let dir = std::env::var_os("ECN_TUNER_MODELS")
+    let dir = std::env::var_os(MODELS_DIR_ENV)
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("checkpoints"));
     dir.join(format!("{name}.safetensors"))
