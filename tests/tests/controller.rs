@@ -352,6 +352,7 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
     let (a, b) = (sim_actuator(&[]).await, sim_actuator(&[]).await);
     let metrics = metrics_addr();
     let (url_a, url_b) = (a.url(), b.url());
+    let decisions = a.decision_log("multi");
     let (log, text) = a
         .controller_until(
             "multi",
@@ -359,13 +360,19 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
             "metrics with decisions for both targets",
             FABRIC_PATIENCE,
             || {
-                let (m, url_a, url_b) = (&metrics, &url_a, &url_b);
+                let (m, url_a, url_b, decisions) = (&metrics, &url_a, &url_b, &decisions);
                 async move {
+                    // The two targets connect and decide in either order: wait for a decision for
+                    // each, then for per-queue series of both. Each target's other series must be
+                    // there as soon as its queues are (checked below).
+                    let logged = std::fs::read_to_string(decisions).unwrap_or_default();
+                    let decided = |url: &str| logged.contains(&format!("\"target\":\"{url}\""));
+                    if !(decided(url_a) && decided(url_b)) {
+                        return None;
+                    }
                     let t = tokio::time::timeout(Duration::from_secs(5), http_get(m, "/metrics")).await.ok()??;
-                    // The endpoint serves before the first round, and the two targets' first rounds
-                    // come in either order: wait for per-queue series of both.
-                    let both = t.contains(url_a.as_str()) && t.contains(url_b.as_str());
-                    (both && t.contains("ecn_tuner_queue_kmin_bytes")).then_some(t)
+                    let queues_of = |url: &str| t.contains(&format!("ecn_tuner_queue_kmin_bytes{{target=\"{url}\""));
+                    (queues_of(url_a) && queues_of(url_b)).then_some(t)
                 }
             },
         )
