@@ -67,8 +67,10 @@ pub struct ExpectedEffect {
     pub q_choice: f64,
     /// Q-value of keeping the current setting (its nearest template entry).
     pub q_current: f64,
-    /// Expected reward gain per control interval of the choice over the current setting:
-    /// (Q difference) × (1 − γ), in the units of the card's reward.
+    /// The choice's Q-value advantage over the current setting as a rate: (Q difference) ×
+    /// (1 − γ), the reward per control interval that, kept up for ever, is worth the same, in
+    /// the units of the card's reward. A scale for comparing choices, not a forecast of the
+    /// next interval: the Q difference is that of choosing once and following the model after.
     pub reward_gain_per_interval: f64,
     /// In words: what the change does to marking and what it should do to the queue.
     pub summary: String,
@@ -81,7 +83,8 @@ pub struct BaselineComparison {
     pub name: String,
     /// Its setting at this port's speed.
     pub setting: EcnSetting,
-    /// Expected reward gain per interval of the recommendation over this baseline.
+    /// The recommendation's advantage over this baseline, as a rate per interval (see
+    /// [`ExpectedEffect::reward_gain_per_interval`]).
     pub reward_gain_per_interval: Option<f64>,
 }
 
