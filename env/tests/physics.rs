@@ -220,6 +220,43 @@ fn incast_without_pfc_drops() {
     assert!(done, "go-back-N with an RTO must recover every flow");
 }
 
+/// Queue depth is summarised over the arrival window, as utilization is: intervals that start
+/// after the last arrival (the drain) are left out, so that a run's depth figures do not depend
+/// on how long its stragglers take. Here the incast arrives within the first millisecond and
+/// takes more than two to drain.
+#[test]
+fn queue_depth_is_summarised_over_the_arrival_window() {
+    let mut cfg = FabricConfig::new(star(16));
+    cfg.buffer = Bytes(2 * 1024 * 1024);
+    cfg.ecn = EcnPlan::Fixed(ecn_off());
+    cfg.window_start = Nanos(0);
+    cfg.window_end = Nanos(MS);
+    cfg.stop_at = Nanos(100 * MS);
+    let interval = cfg.sample_interval.0;
+    let flows: Vec<FlowSpec> = (1..16).map(|h| flow(h, 0, 2_000_000, 0)).collect();
+    let mut sim = Simulator::new(cfg, flows).unwrap();
+    assert!(sim.run(|_| {}));
+    let c = sim.counters();
+    let tel = sim.take_telemetry();
+    let (window, drain): (Vec<&TelemetrySample>, Vec<&TelemetrySample>) =
+        tel.iter().partition(|s| s.sample.ts_ns.saturating_sub(interval) < MS);
+    let busy_drain = drain.iter().filter(|s| s.sample.queue_bytes_avg > 0.0).count();
+    assert!(busy_drain > 0, "the incast must still queue after its arrivals");
+    let mean = |v: &[&TelemetrySample]| v.iter().map(|s| s.sample.queue_bytes_avg).sum::<f64>() / v.len() as f64;
+    let (in_window, overall) = (mean(&window), mean(&tel.iter().collect::<Vec<_>>()));
+    assert!(
+        (c.queue_bytes_avg - in_window).abs() <= 1e-9 * in_window,
+        "{} vs {in_window} (the whole run: {overall})",
+        c.queue_bytes_avg
+    );
+    let window_max = window.iter().map(|s| s.sample.queue_bytes_max).max().unwrap_or(0);
+    assert!(
+        c.queue_bytes_p99 <= window_max as f64,
+        "p99 {} above the window's maximum {window_max}",
+        c.queue_bytes_p99
+    );
+}
+
 // ---- 5. the marking law --------------------------------------------------------------------
 
 /// REFERENCE.md §1, computed here independently of `mark_probability`.

@@ -151,7 +151,8 @@ pub struct FabricConfig {
     pub seed: u64,
     /// Start of the arrival window; telemetry starts here.
     pub window_start: Nanos,
-    /// End of the arrival window (utilization is measured over `[window_start, window_end)`).
+    /// End of the arrival window (utilization is measured over `[window_start, window_end)`,
+    /// queue depth over the telemetry intervals that start before it).
     pub window_end: Nanos,
     /// Hard stop, even if flows remain.
     pub stop_at: Nanos,
@@ -855,8 +856,12 @@ impl Simulator {
             let (tx_bytes, tx_pkts, marked, pause_rx, pause_tx, drops, depth_max) =
                 (st.tx_bytes, st.tx_pkts, st.marked, st.pause_rx, st.pause_tx, st.drops, st.depth_max);
             let (avg, paused_ns) = st.close_interval(start, now, depth);
-            self.depth_avg_samples.push(avg);
-            self.depth_max_samples.push(depth_max as f64);
+            // The run's depth figures cover the arrival window, as utilization does: how long
+            // the stragglers take to drain would otherwise dilute (or inflate) them.
+            if start < self.cfg.window_end.0 {
+                self.depth_avg_samples.push(avg);
+                self.depth_max_samples.push(depth_max as f64);
+            }
             if self.record_telemetry {
                 self.telemetry.push(TelemetrySample {
                     switch: q.switch.clone(),
@@ -1060,7 +1065,8 @@ pub struct FabricCounters {
     pub ecn_marks: u64,
     /// Mean utilization of host downlinks over the arrival window.
     pub utilization: f64,
-    /// Mean of the per-interval time-weighted depth over every switch data queue and interval.
+    /// Mean of the per-interval time-weighted depth over every switch data queue and every
+    /// interval that starts within the arrival window.
     pub queue_bytes_avg: f64,
     /// 99th percentile of the per-interval maximum depth over the same population.
     pub queue_bytes_p99: f64,
