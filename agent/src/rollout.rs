@@ -10,6 +10,7 @@ use ecn_env::tuning::TuningConfig;
 use ecn_env::{BitsPerSec, Simulator};
 use indicatif::ProgressBar;
 use std::time::Instant;
+use tracing::warn;
 
 /// The result of [`simulate`].
 pub struct Outcome {
@@ -118,5 +119,18 @@ fn run_to_completion(
 fn finish(scenario: &Scenario, sim: Simulator, label: &str, started: Instant) -> Outcome {
     let wall = started.elapsed().as_secs_f64();
     let summary = Summary::new(&sim, &scenario.name, label, scenario.seed, wall);
+    let flows = &summary.flows;
+    if flows.completed < flows.total {
+        // Percentiles over the flows that finished flatter a policy that starves some: say so
+        // where the figures are read, not only in a count column.
+        warn!(
+            scenario = %scenario.name,
+            policy = label,
+            seed = scenario.seed,
+            completed = flows.completed,
+            total = flows.total,
+            "flows left unfinished at the scenario's end; this run's slowdowns cover only the completed ones"
+        );
+    }
     Outcome { summary, sim }
 }

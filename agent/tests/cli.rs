@@ -57,6 +57,32 @@ fn sim_json_follows_the_contract() {
     assert!(v["wall_seconds"].as_f64().unwrap() > 0.0);
 }
 
+/// A run cut off with flows still in flight says so on stderr, since its percentiles cover
+/// only the flows that finished; `eval` says it once per such run. A run that completes every
+/// flow says nothing.
+#[test]
+fn a_run_with_unfinished_flows_says_its_figures_cover_the_completed_ones() {
+    const WARNING: &str = "flows left unfinished";
+    let tmp = temp_dir("unfinished");
+    let cut = write(tmp.path(), "cut.toml", "base = \"websearch-50\"\nduration = \"3ms\"\ndrain = \"1us\"\n");
+    let out = ecn_tuner(&["sim", "--scenario", &cut, "--seed", "3", "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (completed, total) = (v["flows"]["completed"].as_u64().unwrap(), v["flows"]["total"].as_u64().unwrap());
+    assert!(completed < total, "the cut must leave flows in flight: {completed}/{total}");
+    assert!(err.contains(WARNING) && err.contains(&format!("completed={completed} total={total}")), "{err}");
+
+    let out = ecn_tuner(&["eval", "--scenario", &cut, "--policy", "baseline:huawei-latency", "--seeds", "2"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.matches(WARNING).count(), 2, "{err}");
+
+    let whole = write(tmp.path(), "whole.toml", SMALL);
+    let out = ecn_tuner(&["sim", "--scenario", &whole, "--seed", "3", "--json"]);
+    assert!(out.status.success() && !String::from_utf8_lossy(&out.stderr).contains(WARNING));
+}
+
 #[test]
 fn sim_out_writes_flows_fct_and_telemetry() {
     let tmp = temp_dir("out");
