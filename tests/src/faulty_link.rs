@@ -31,6 +31,9 @@ pub struct Faults {
     pub stalled_streams: AtomicU32,
     /// Batches a broken or stalled stream forwards before it fails or goes silent.
     pub stream_break_after: AtomicU32,
+    /// How long every StreamTelemetry call is held back before it is forwarded: a controller
+    /// that has connected but not yet opened its stream.
+    pub stream_open_delay_ms: AtomicU64,
     /// Telemetry streams opened through the link so far.
     pub streams_opened: AtomicU32,
     /// Bounds reported instead of the actuator's.
@@ -148,6 +151,8 @@ impl pb::actuator_server::Actuator for Forward {
         &self,
         req: Request<pb::StreamTelemetryRequest>,
     ) -> Result<Response<Self::StreamTelemetryStream>, Status> {
+        let delay = self.faults.stream_open_delay_ms.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(delay)).await;
         let mut upstream = self.client.clone().stream_telemetry(req.into_inner()).await?.into_inner();
         self.faults.streams_opened.fetch_add(1, Ordering::SeqCst);
         let after = || self.faults.stream_break_after.load(Ordering::SeqCst);

@@ -363,8 +363,7 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
                 let (m, url_a, url_b, decisions) = (&metrics, &url_a, &url_b, &decisions);
                 async move {
                     // The two targets connect and decide in either order: wait for a decision for
-                    // each, then for per-queue series of both. Each target's other series must be
-                    // there as soon as its queues are (checked below).
+                    // each, then for per-queue series of both.
                     let logged = std::fs::read_to_string(decisions).unwrap_or_default();
                     let decided = |url: &str| logged.contains(&format!("\"target\":\"{url}\""));
                     if !(decided(url_a) && decided(url_b)) {
@@ -392,6 +391,40 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
     for url in [a.url(), b.url()] {
         assert!(d.iter().any(|x| x["target"] == url.as_str()), "no decision for {url}");
     }
+}
+
+/// A target's series appear together, from its connection: while its telemetry stream is
+/// still being opened (held back here for 8 s), a scrape that shows its queues shows its
+/// telemetry age too. The age used to appear only at the loop's first wake, so a scrape in
+/// between saw queues without one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_exports_its_telemetry_age_with_its_queues() {
+    let act = sim_actuator(&[]).await;
+    let faults = Faults { stream_open_delay_ms: 8_000.into(), ..Default::default() };
+    let link = FaultyLink::start(&act.url(), faults).await;
+    let metrics = metrics_addr();
+    let (url, faults) = (link.url(), &link.faults);
+    let (_, (text, opened)) = act
+        .controller_until_at(
+            "opening",
+            &url,
+            &["--mode", "shadow", "--interval", "100ms", "--metrics", &metrics, "--call-timeout", "60s"],
+            "the target's queue series",
+            FABRIC_PATIENCE,
+            || {
+                let (m, url) = (&metrics, &url);
+                async move {
+                    let t = tokio::time::timeout(Duration::from_secs(5), http_get(m, "/metrics")).await.ok()??;
+                    // Read after the scrape: none opened yet means the scrape saw the opening.
+                    let opened = faults.streams_opened.load(Ordering::SeqCst);
+                    t.contains(&format!("ecn_tuner_queue_kmin_bytes{{target=\"{url}\"")).then_some((t, opened))
+                }
+            },
+        )
+        .await;
+    assert_eq!(opened, 0, "the scrape must come while the stream is still being opened");
+    let age = format!("ecn_tuner_telemetry_age_seconds{{target=\"{url}\"}} ");
+    assert!(text.lines().any(|l| l.starts_with(&age)), "queues without a telemetry age:\n{text}");
 }
 
 /// How an operator throws the kill switch.
