@@ -418,7 +418,7 @@ pub async fn run(
             let why = format!("telemetry stream stalled: no batch for {:.1} s", silent_for.as_secs_f64());
             reconnect_at = stream_lost(&lp.cfg.target, &why, &mut backoff);
         }
-        set_telemetry_age(&lp.metrics, &lp.cfg.target, now.duration_since(lp.last_batch_at));
+        set_telemetry_age(&lp.metrics, &target_labels, now.duration_since(lp.last_batch_at));
         lp.renew_lease(now).await?;
         // The kill switch does not wait for a pending change's health check.
         if lp.kill_requested() {
@@ -549,8 +549,8 @@ fn record(log: &DecisionLog, d: &Decision<'_>) -> Result<(), CliError> {
     log.write(d).map_err(|e| CliError::Failed(format!("decision log: {e}")))
 }
 
-fn set_telemetry_age(m: &Metrics, target: &str, age: Duration) {
-    m.telemetry_age_seconds.get_or_create(&TargetLabels { target: target.to_string() }).set(age.as_secs_f64());
+fn set_telemetry_age(m: &Metrics, target: &TargetLabels, age: Duration) {
+    m.telemetry_age_seconds.get_or_create(target).set(age.as_secs_f64());
 }
 
 fn set_queue_metrics(m: &Metrics, target: &str, q: &QueueState) {
@@ -639,7 +639,7 @@ impl ControlLoop {
 
         // Every series of a target appears at once: a scrape that sees its queues also sees how
         // old its telemetry is (counted from the connection until the first batch).
-        set_telemetry_age(&metrics, &cfg.target, Duration::ZERO);
+        set_telemetry_age(&metrics, &TargetLabels { target: cfg.target.clone() }, Duration::ZERO);
         for q in &queues {
             set_queue_metrics(&metrics, &cfg.target, q);
         }
