@@ -114,7 +114,7 @@ pub struct Calibration {
     pub low: Vec<f32>,
     /// Per-feature 99.9th percentile.
     pub high: Vec<f32>,
-    /// Root-mean-square temporal-difference error of the final network on training
+    /// Root-mean-square temporal-difference error of the shipped network on training
     /// transitions.
     pub td_error_rms: f64,
     /// A robust scale of the same errors (1.4826 × their median absolute value, the standard
@@ -128,7 +128,7 @@ pub struct Calibration {
 impl Calibration {
     /// Statistics of `obs` (row-major, `dim` features per row) and of `td_errors`, the TD
     /// errors of the shipped network on a sample of transitions (the trainer measures the
-    /// selected network against the final learner's targets).
+    /// selected network when it selects it, against the targets it was trained on then).
     pub fn of(obs: &[f32], dim: usize, td_errors: &[f32]) -> Calibration {
         let finite: Vec<f64> = td_errors.iter().filter(|e| e.is_finite()).map(|&e| e as f64).collect();
         let td_error_rms = (finite.iter().map(|e| e * e).sum::<f64>() / finite.len().max(1) as f64).sqrt();

@@ -199,3 +199,23 @@ async fn training_that_never_learned_writes_nothing() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, ["tiny.toml"], "nothing written");
 }
+
+/// The card's calibration belongs to the network it ships. With seed 8, 360 steps and an
+/// evaluation every 120, the evaluation at step 240 wins; the calibration must be taken then,
+/// on the 240 steps of transitions the buffer held (24 data queues in the tiny fabric, one
+/// transition per queue per step), not at the end of training.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_card_calibrates_the_network_it_ships() {
+    let dir = tempfile::Builder::new().prefix("ecn-train-").tempdir().unwrap();
+    std::fs::write(dir.path().join("tiny.toml"), TINY).unwrap();
+    let out = dir.path().join("m.safetensors").display().to_string();
+    let (code, _, stderr) = train_for(dir.path(), &out, "8", "360", &[]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let card: Value = serde_json::from_slice(&std::fs::read(dir.path().join("m.card.json")).unwrap()).unwrap();
+    let selected = card["evaluation"]["selected"]["env_steps"].as_u64().unwrap();
+    assert_eq!(card["training"]["env_steps"], 360);
+    assert_eq!(selected, 240, "the premise: an evaluation before the last one wins");
+    let calibration = &card["calibration"];
+    assert_eq!(calibration["samples"], 240 * 24, "{calibration}");
+    assert!(calibration["td_error_scale"].as_f64().unwrap() > 0.0, "{calibration}");
+}

@@ -201,6 +201,19 @@ fn evaluate(net: &QNetwork, cfg: &TrainConfig, reference: &[FctMetrics]) -> Resu
     Ok((small / n, large / n, cost / n))
 }
 
+/// The calibration of the learner's current network, taken when an evaluation selects it: its
+/// TD errors against the targets it was being trained on at that moment (the final learner's
+/// targets would measure how far training moved on since, and inflate the noise), and the
+/// statistics of the observations in the replay buffer then, the data it was trained on.
+/// The sample comes from its own random stream, so calibrating never changes the training
+/// that follows.
+fn calibrate(agent: &Ddqn, replay: &ReplayBuffer, obs_dim: usize, seed: u64) -> Calibration {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(1);
+    let held = replay.sample(4096.min(replay.len()), &mut rng);
+    Calibration::of(replay.observations(), obs_dim, &agent.td_errors(agent.online(), &held))
+}
+
 /// The last few steps of one simulator, not yet in the replay buffer: n-step returns need the
 /// n rewards after a decision before it can be stored.
 struct PendingSteps {
@@ -251,8 +264,9 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
     let obs_dim = cfg.tuning.observation_dim();
     let mut agent = Ddqn::new(cfg.ddqn.clone(), cfg.device, obs_dim, template.len()).map_err(torch_err)?;
     let mut best = QNetwork::new(cfg.device, obs_dim, &cfg.ddqn.hidden, template.len());
-    // The evaluation whose network `best` holds.
+    // The evaluation whose network `best` holds, and that network's calibration.
     let mut best_point: Option<CurvePoint> = None;
+    let mut calibration: Option<Calibration> = None;
     let mut replay = ReplayBuffer::new(obs_dim, cfg.ddqn.replay_capacity);
 
     let reference = reference_metrics(&eval_runs(cfg))?;
@@ -354,6 +368,7 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
             if agent.updates() > 0 && cost < best_point.map_or(f64::INFINITY, |b| b.eval_cost) {
                 best_point = Some(point);
                 best.var_store_mut().copy(agent.online().var_store()).map_err(torch_err)?;
+                calibration = Some(calibrate(&agent, &replay, obs_dim, cfg.seed));
             }
             info!(
                 steps = env_steps,
@@ -408,9 +423,7 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
         link_speeds_bps: link_speeds_bps.into_iter().collect(),
     };
     let mut card = ModelCard::new(&cfg.name, cfg.tuning.clone(), cfg.ddqn.hidden.clone(), training);
-    // Drawn after training, so the network does not depend on it.
-    let held = replay.sample(4096.min(replay.len()), &mut rng);
-    card.calibration = Some(Calibration::of(replay.observations(), obs_dim, &agent.td_errors(&best, &held)));
+    card.calibration = calibration;
     card.evaluation = serde_json::json!({
         "scenarios": cfg.eval_scenarios,
         "seeds": cfg.eval_seeds,
