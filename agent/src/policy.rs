@@ -125,7 +125,7 @@ impl Policy {
         match self {
             Policy::Static(s) => EcnPlan::Fixed(*s),
             Policy::Baseline(b) => EcnPlan::Baseline(*b),
-            Policy::Model(_) | Policy::Explore(_) => EcnPlan::Baseline(crate::learn::trainer::REFERENCE_BASELINE),
+            Policy::Model(_) | Policy::Explore(_) => crate::learn::trainer::LEARNED_START,
         }
     }
 

@@ -9,6 +9,7 @@ use crate::error::CliError;
 use crate::policy::Policy;
 use crate::rollout;
 use ecn_datasets::TelemetrySample;
+use ecn_env::fabric::EcnPlan;
 use ecn_env::scenario::Scenario;
 use ecn_env::tuning::{ActionTemplate, EpisodeSource, FctMetrics, TuningConfig, TuningEnv};
 use ecn_env::{Baseline, BitsPerSec, Nanos, Simulator};
@@ -25,6 +26,11 @@ use tracing::info;
 /// The static setting that learned policies are measured against during training (the best
 /// single REFERENCE.md §5 row on the standard scenarios) and fall back to.
 pub const REFERENCE_BASELINE: Baseline = Baseline::HuaweiLatency;
+
+/// Where a learned policy's queues start, until its first decision (after `history` intervals):
+/// on the reference baseline, in `sim` and `eval` ([`Policy::plan`]) as in training's periodic
+/// evaluations, so that checkpoint selection scores the runs `eval` will make.
+pub const LEARNED_START: EcnPlan = EcnPlan::Baseline(REFERENCE_BASELINE);
 
 /// Everything a training run needs.
 #[derive(Debug, Clone)]
@@ -183,10 +189,20 @@ fn reference_metrics(runs: &[(String, u64)]) -> Result<Vec<FctMetrics>, CliError
     })
 }
 
+/// The evaluation runs' scenarios, their queues on a learned policy's starting plan.
+fn evaluation_scenarios(runs: &[(String, u64)]) -> Result<Vec<Scenario>, CliError> {
+    runs.iter()
+        .map(|(name, seed)| {
+            let mut sc = Scenario::load(name, Some(*seed))?;
+            sc.fabric.ecn = LEARNED_START;
+            Ok(sc)
+        })
+        .collect()
+}
+
 /// Mean (small p99, large p50, cost) of a greedy evaluation.
 fn evaluate(net: &QNetwork, cfg: &TrainConfig, reference: &[FctMetrics]) -> Result<(f64, f64, f64), CliError> {
-    let scenarios =
-        eval_runs(cfg).iter().map(|(n, seed)| Scenario::load(n, Some(*seed))).collect::<Result<Vec<_>, _>>()?;
+    let scenarios = evaluation_scenarios(&eval_runs(cfg))?;
     let template = ActionTemplate::new(cfg.tuning.template);
     let runs =
         run_closed_loop(&cfg.tuning, scenarios, false, |obs, links| greedy_or_fallback(net, &template, obs, links))?;
@@ -437,6 +453,17 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Checkpoint selection scores the runs `eval` will make: a learned policy's queues start
+    /// on the plan `sim` and `eval` give it, not on the scenario's own (hpcc-alibaba).
+    #[test]
+    fn evaluations_start_where_eval_starts_a_learned_policy() {
+        let runs = [("websearch-50".to_string(), 9001), ("mixed".to_string(), 9002)];
+        for sc in evaluation_scenarios(&runs).unwrap() {
+            assert_eq!(sc.fabric.ecn, Policy::Explore(crate::explore::Explore::new(1)).plan(), "{}", sc.name);
+            assert_ne!(Scenario::load(&sc.name, Some(9001)).unwrap().fabric.ecn, sc.fabric.ecn, "{}", sc.name);
+        }
+    }
 
     /// One queue, observations 0, 1, 2, ... and rewards 1, 2, 4, 8, 16: every stored
     /// transition, as (obs, next_obs, return, steps, terminal), sorted by obs.
