@@ -218,9 +218,9 @@ fn evaluate(net: &QNetwork, cfg: &TrainConfig, reference: &[FctMetrics]) -> Resu
 }
 
 /// The calibration of the learner's current network, taken when an evaluation selects it: its
-/// TD errors against the targets it was being trained on at that moment (the final learner's
-/// targets would measure how far training moved on since, and inflate the noise), and the
-/// statistics of the observations in the replay buffer then, the data it was trained on.
+/// TD errors against the targets it was being trained on at that moment (against the final
+/// learner's targets they would add how far training moved on since), and the statistics of
+/// the observations in the replay buffer then, the data it was trained on.
 /// The sample comes from its own random stream, so calibrating never changes the training
 /// that follows.
 fn calibrate(agent: &Ddqn, replay: &ReplayBuffer, obs_dim: usize, seed: u64) -> Calibration {
