@@ -9,6 +9,13 @@ use std::path::Path;
 /// A small fabric with a short arrival window: an episode is a few dozen decisions.
 const TINY: &str = "base = \"incast-15\"\nname = \"tiny-incast\"\nduration = \"2ms\"\ndrain = \"20ms\"\n";
 
+/// A temporary folder holding the tiny scenario as `tiny.toml`.
+fn tiny_dir(prefix: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    std::fs::write(dir.path().join("tiny.toml"), TINY).unwrap();
+    dir
+}
+
 /// `train` on the tiny scenario for `steps` steps: exit code, stdout, stderr.
 async fn train_for(dir: &Path, out: &str, seed: &str, steps: &str, extra: &[&str]) -> (Option<i32>, String, String) {
     let tiny = dir.join("tiny.toml").display().to_string();
@@ -45,8 +52,7 @@ async fn train(dir: &Path, out: &str, seed: &str, extra: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn train_writes_a_reproducible_checkpoint_that_runs_in_closed_loop() {
-    let dir = tempfile::Builder::new().prefix("ecn-train-").tempdir().unwrap();
-    std::fs::write(dir.path().join("tiny.toml"), TINY).unwrap();
+    let dir = tiny_dir("ecn-train-");
     let a = train(dir.path(), "a.safetensors", "5", &[]).await;
     let b = train(dir.path(), "b.safetensors", "5", &[]).await;
     let c = train(dir.path(), "c.safetensors", "6", &[]).await;
@@ -163,8 +169,7 @@ async fn bad_training_input_exits_2_naming_the_problem() {
 /// interval, with the settings exploration put in effect, all inside the bounds.
 #[tokio::test(flavor = "multi_thread")]
 async fn record_writes_exploratory_telemetry_as_parquet() {
-    let dir = tempfile::Builder::new().prefix("ecn-record-").tempdir().unwrap();
-    std::fs::write(dir.path().join("tiny.toml"), TINY).unwrap();
+    let dir = tiny_dir("ecn-record-");
     let tiny = dir.path().join("tiny.toml").display().to_string();
     let out = dir.path().join("rec/explore.parquet");
     let (code, stdout, stderr) =
@@ -190,8 +195,7 @@ async fn record_writes_exploratory_telemetry_as_parquet() {
 /// a model: refused, exit 2, and nothing written.
 #[tokio::test(flavor = "multi_thread")]
 async fn training_that_never_learned_writes_nothing() {
-    let dir = tempfile::Builder::new().prefix("ecn-train-").tempdir().unwrap();
-    std::fs::write(dir.path().join("tiny.toml"), TINY).unwrap();
+    let dir = tiny_dir("ecn-train-");
     let out = dir.path().join("m.safetensors").display().to_string();
     let (code, _, stderr) = train_for(dir.path(), &out, "1", "10", &[]).await;
     assert_eq!(code, Some(2), "{stderr}");
@@ -206,8 +210,7 @@ async fn training_that_never_learned_writes_nothing() {
 /// transition per queue per step), not at the end of training.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_card_calibrates_the_network_it_ships() {
-    let dir = tempfile::Builder::new().prefix("ecn-train-").tempdir().unwrap();
-    std::fs::write(dir.path().join("tiny.toml"), TINY).unwrap();
+    let dir = tiny_dir("ecn-train-");
     let out = dir.path().join("m.safetensors").display().to_string();
     let (code, _, stderr) = train_for(dir.path(), &out, "8", "360", &[]).await;
     assert_eq!(code, Some(0), "{stderr}");
