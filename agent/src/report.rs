@@ -53,7 +53,7 @@ pub fn summary_table(s: &Summary) -> String {
     );
     let _ =
         writeln!(out, "PFC pause frames / paused     {} / {:.1} us", s.pfc.pause_frames, s.pfc.paused_ns as f64 / 1e3);
-    let _ = writeln!(out, "ECN marks / drops             {} / {}", s.ecn_marks, s.drops);
+    let _ = writeln!(out, "ECN marks / CNPs / drops      {} / {} / {}", s.ecn_marks, s.cnps, s.drops);
     out
 }
 

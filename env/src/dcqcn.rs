@@ -381,4 +381,50 @@ mod tests {
         }
         assert!(s.rate_bps >= 1e9);
     }
+
+    /// REFERENCE.md §2 "Byte counter", with the DCQCN paper's rule for combining it with the
+    /// timer: fast recovery while both stages are below F, hyper increase once both are above
+    /// it, additive increase otherwise.
+    #[test]
+    fn the_byte_counter_advances_its_own_stage() {
+        let p = DcqcnParams::paper();
+        let (f, ai, hai) = (p.fast_recovery_times, p.rate_ai.0 as f64, p.rate_hai.0 as f64);
+        let line = BitsPerSec::from_gbps(40);
+        let mut s = DcqcnSender::new(line);
+        s.on_bytes_sent(50_000_000, &p);
+        assert_eq!((s.rate_bps, s.target_bps), (40e9, 40e9), "a flow never cut has nothing to recover");
+        let check = s.on_cnp(Nanos(0), &p).unwrap();
+        s.on_decrease_check(check, &p).unwrap();
+        // Below line rate so that every increase is visible.
+        s.target_bps = 30e9;
+        let (rc, rt) = (s.rate_bps, s.target_bps);
+        s.on_bytes_sent(9_999_999, &p);
+        assert_eq!(s.rate_bps, rc, "one byte short of the counter");
+        s.on_bytes_sent(1, &p);
+        assert_eq!(s.target_bps, rt, "fast recovery leaves the target");
+        assert!((s.rate_bps - (rc + rt) / 2.0).abs() < 1e-3);
+        // The counter's stage reaches F; with the timer's still at 0 the next step is additive.
+        s.on_bytes_sent(u64::from(f - 1) * 10_000_000, &p);
+        assert_eq!(s.target_bps, rt);
+        s.on_bytes_sent(10_000_000, &p);
+        assert!((s.target_bps - (rt + ai)).abs() < 1e-3, "one stage past F is additive");
+        // The timer's stage catches up: additive until it too is past F, then hyper.
+        for _ in 0..=f {
+            s.on_increase_timer(Nanos(0), &p);
+        }
+        let additive = rt + ai * f64::from(f + 2);
+        assert!((s.target_bps - additive).abs() < 1e-3, "{} vs {additive}", s.target_bps);
+        s.on_bytes_sent(10_000_000, &p);
+        assert!((s.target_bps - (additive + hai)).abs() < 1e-3, "both stages past F: hyper");
+        // A rate cut restarts both stages, and the bytes counted towards the next one.
+        s.on_bytes_sent(5_000_000, &p);
+        let check = s.on_cnp(Nanos(100_000), &p).unwrap();
+        s.on_decrease_check(check, &p).unwrap();
+        let (rc, rt) = (s.rate_bps, s.target_bps);
+        s.on_bytes_sent(5_000_000, &p);
+        assert_eq!(s.rate_bps, rc, "the counter restarted at the cut");
+        s.on_bytes_sent(5_000_000, &p);
+        assert_eq!(s.target_bps, rt, "fast recovery again after the cut");
+        assert!((s.rate_bps - (rc + rt) / 2.0).abs() < 1e-3);
+    }
 }

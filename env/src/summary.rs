@@ -243,6 +243,10 @@ pub struct Summary {
     pub drops: u64,
     /// CE-marked packets.
     pub ecn_marks: u64,
+    /// Congestion notifications sent by receivers (CNP-flagged ACKs or stand-alone CNPs);
+    /// absent from summaries written before it was counted.
+    #[serde(default)]
+    pub cnps: u64,
     /// Mean utilization of host downlinks during the arrival window.
     pub utilization: f64,
     /// Queue depth.
@@ -275,6 +279,7 @@ impl Summary {
             pfc: PfcSummary { pause_frames: c.pause_frames, paused_ns: c.paused_ns },
             drops: c.drops,
             ecn_marks: c.ecn_marks,
+            cnps: c.cnps,
             utilization: c.utilization,
             queue_bytes: QueueDepth { avg: c.queue_bytes_avg, p99: c.queue_bytes_p99 },
             sim_ns: sim.now().0,

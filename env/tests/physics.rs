@@ -6,8 +6,9 @@
 //! fixed seeds, so a failure is reproducible.
 
 use ecn_datasets::{FlowRecord, TelemetrySample};
+use ecn_env::dcqcn::DcqcnParams;
 use ecn_env::ecn::EcnSetting;
-use ecn_env::fabric::{EcnPlan, FabricConfig, MarkingFault, NicWakeup, Simulator};
+use ecn_env::fabric::{EcnPlan, FabricConfig, FabricCounters, MarkingFault, NicWakeup, Simulator};
 use ecn_env::rng::Rng;
 use ecn_env::scenario::Scenario;
 use ecn_env::topology::{Link, Node, NodeKind, Topology};
@@ -348,6 +349,56 @@ fn simulator_marks_only_in_the_ramp() {
             assert_eq!(s.sample.ecn_marked_pkts, 0, "{s:?}");
         }
     }
+}
+
+/// Four long flows into one port for `duration`, marked on a steep ramp, under `dcqcn`: the
+/// fabric's counters.
+fn marked_long_flows(dcqcn: DcqcnParams, duration: Nanos) -> FabricCounters {
+    let mut cfg = FabricConfig::new(star(5));
+    cfg.ecn = EcnPlan::Fixed(EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 1.0 });
+    cfg.dcqcn = dcqcn;
+    cfg.window_start = Nanos(0);
+    cfg.window_end = duration;
+    cfg.stop_at = duration;
+    let flows: Vec<FlowSpec> = (0..4).map(|h| flow(h, 4, 1_000_000_000, 0)).collect();
+    let mut sim = Simulator::new(cfg, flows).unwrap();
+    assert!(!sim.run(|_| {}), "the flows must outlast the run");
+    sim.counters()
+}
+
+/// The notification point of REFERENCE.md §2. Under the HPCC variant every marked packet's
+/// ACK carries the CNP flag, so on one lossless path every mark becomes a notification. Under
+/// the paper variant each flow's receiver sends at most one CNP per `CNP_INTERVAL` (50 µs),
+/// as soon as a marked packet arrives once the interval is over.
+///
+/// Four senders at line rate into one port build a queue past Kmax within microseconds, and
+/// the paper variant's first rate cut comes a decrease interval (50 µs) after the first CNP
+/// and halves the rates at most: over the first 400 µs the queue stays above Kmax (about 1.4
+/// MB at 400 µs), every packet is marked, and every receiver sends its first CNP within
+/// microseconds and one every 50 µs after it: 8 per flow.
+#[test]
+fn the_notification_point_follows_the_variant() {
+    let duration = Nanos::from_micros(400);
+    let hpcc = marked_long_flows(DcqcnParams::hpcc(G100), duration);
+    eprintln!("HPCC variant: {} marks, {} notifications", hpcc.ecn_marks, hpcc.cnps);
+    assert!(hpcc.ecn_marks > 100, "the ramp must mark");
+    // Marking happens at dequeue; when the run stops, the marked packets on the last link (1 µs
+    // at 100G: 13 packets of 1036 B) have not reached their receivers yet.
+    let in_flight = hpcc.ecn_marks.checked_sub(hpcc.cnps).expect("more notifications than marks");
+    assert!(in_flight <= 13, "{in_flight} marked packets were not echoed");
+
+    let paper = DcqcnParams::paper();
+    let per_flow = duration.0 / paper.cnp_interval.0;
+    let c = marked_long_flows(paper, duration);
+    eprintln!("paper variant: {} marks, {} CNPs", c.ecn_marks, c.cnps);
+    assert!(c.ecn_marks > 1000, "the queue must stay past Kmax");
+    assert_eq!(
+        c.cnps,
+        4 * per_flow,
+        "CNPs from 4 receivers marked throughout {} µs: expected one each per {} µs",
+        duration.0 / 1000,
+        DcqcnParams::paper().cnp_interval.0 / 1000
+    );
 }
 
 // ---- 6. slowdown and completion of the built-in scenarios ----------------------------------

@@ -179,6 +179,7 @@ impl Simulator {
             ecn: false,
             cnp: ack_cnp,
         };
+        self.cnps += u64::from(ack_cnp || send_cnp);
         if send_cnp {
             // Stand-alone CNPs get the strict-priority queue, as deployments configure them.
             let cnp = Packet { size: CNP_BYTES as u16, kind: PacketKind::Cnp, cnp: true, prio: 0, ..ack };

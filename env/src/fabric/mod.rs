@@ -437,6 +437,7 @@ pub struct Simulator {
     paused_ns_total: u64,
     drops: u64,
     ecn_marks: u64,
+    cnps: u64,
     record_telemetry: bool,
     /// The data queues each flow crosses, built on the first `flow_wait` call: only training
     /// with the flow-wait credit needs them.
@@ -681,6 +682,7 @@ impl Simulator {
             paused_ns_total: 0,
             drops: 0,
             ecn_marks: 0,
+            cnps: 0,
             record_telemetry: true,
             flow_paths: OnceLock::new(),
             cfg,
@@ -1018,6 +1020,7 @@ impl Simulator {
             paused_ns: self.paused_ns_total + ongoing,
             drops: self.drops,
             ecn_marks: self.ecn_marks,
+            cnps: self.cnps,
             utilization: if cap > 0.0 { bytes / cap } else { 0.0 },
             queue_bytes_avg: if avg_n == 0 { 0.0 } else { avg_sum / avg_n as f64 },
             queue_bytes_p99: stats::percentile_sorted(&max, 99.0).unwrap_or(0.0),
@@ -1063,6 +1066,9 @@ pub struct FabricCounters {
     pub drops: u64,
     /// Packets CE-marked.
     pub ecn_marks: u64,
+    /// Congestion notifications sent by receivers: CNP-flagged ACKs under the HPCC variant,
+    /// stand-alone CNPs under the paper variant (REFERENCE.md §2 "Notification point").
+    pub cnps: u64,
     /// Mean utilization of host downlinks over the arrival window.
     pub utilization: f64,
     /// Mean of the per-interval time-weighted depth over every switch data queue and every
