@@ -221,6 +221,31 @@ fn incast_without_pfc_drops() {
     assert!(done, "go-back-N with an RTO must recover every flow");
 }
 
+/// REFERENCE.md §3: the dynamic threshold's shift is 3 (α = 1/8) at NIC speed and one smaller
+/// per doubling above it, so on leafspine-64's leaves (100G hosts, 400G spines) an ingress from
+/// a spine may take four times the shared buffer an ingress from a host may before it pauses.
+#[test]
+fn the_pfc_threshold_grows_with_port_speed() {
+    let sc = Scenario::load("leafspine-64", None).unwrap();
+    let sim = Simulator::new(sc.fabric.clone(), sc.flows.clone()).unwrap();
+    let reserve = sc.fabric.reserve.0;
+    let leaf = &sim.queues().iter().find(|q| q.to_host).unwrap().switch;
+    let xoff = |to_host: bool| {
+        let (q, info) =
+            sim.queues().iter().enumerate().find(|(_, q)| &q.switch == leaf && q.to_host == to_host).unwrap();
+        (info.link, sim.pfc_xoff_bytes(q).unwrap() - reserve)
+    };
+    let ((host_rate, host), (spine_rate, spine)) = (xoff(true), xoff(false));
+    let gbps = |r: BitsPerSec| r.0 / 1_000_000_000;
+    eprintln!(
+        "{leaf}: threshold {host} B from a {}G host, {spine} B from a {}G spine",
+        gbps(host_rate),
+        gbps(spine_rate)
+    );
+    assert_eq!((host_rate, spine_rate), (G100, BitsPerSec::from_gbps(400)));
+    assert_eq!(spine >> 2, host, "a 400G ingress must have α = 1/2 where a 100G one has 1/8");
+}
+
 /// Queue depth is summarised over the arrival window, as utilization is: intervals that start
 /// after the last arrival (the drain) are left out, so that a run's depth figures do not depend
 /// on how long its stragglers take. Here the incast arrives within the first millisecond and

@@ -152,6 +152,41 @@ mod tests {
         assert_eq!((ing.ingress_bytes[3], ing.headroom_bytes[3], b.shared_used), (0, 0, 0));
     }
 
+    /// The dynamic threshold's steady state (Choudhury and Hahne): one congested ingress with
+    /// α = 1/2^shift pauses once its shared bytes s reach α·(free − s), i.e. at α/(1+α) of the
+    /// buffer left after headroom and reserve, 1/9 of it for NIC-speed ports (shift 3) and 1/3
+    /// for 400G ports on 100G NICs (shift 1, REFERENCE.md §3). It resumes once s + 3 KB fits
+    /// under the threshold again: s ≤ (free − 3072/α)·α/(1+α).
+    #[test]
+    fn one_congested_ingress_pauses_at_its_share_of_the_free_buffer() {
+        const PKT: u64 = 1036;
+        for shift in [3u32, 1] {
+            let mut b = buffer();
+            let free = (b.size - b.total_headroom - b.total_reserve) as f64;
+            let alpha = 1.0 / f64::from(1u32 << shift);
+            let mut ing = IngressState { headroom: 37_500, shift, ..Default::default() };
+            while !b.should_pause(&ing, 3) {
+                b.enqueue(&mut ing, 3, PKT);
+            }
+            let paused_at = b.shared_used as f64;
+            let expected = free * alpha / (1.0 + alpha);
+            assert!(
+                (paused_at - expected).abs() <= PKT as f64,
+                "shift {shift}: XOFF at {paused_at} B, expected {expected}"
+            );
+            ing.paused_upstream |= 1 << 3;
+            while !b.should_resume(&ing, 3) {
+                b.dequeue(&mut ing, 3, PKT);
+            }
+            let resumed_at = b.shared_used as f64;
+            let expected = (free - 3072.0 / alpha) * alpha / (1.0 + alpha);
+            assert!(
+                (resumed_at - expected).abs() <= PKT as f64,
+                "shift {shift}: XON at {resumed_at} B, expected {expected}"
+            );
+        }
+    }
+
     #[test]
     fn full_headroom_drops() {
         let mut b = buffer();
