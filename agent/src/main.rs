@@ -87,6 +87,9 @@ fn main() -> ExitCode {
         .with_ansi(ansi)
         .init();
 
+    if let Command::Train(a) = &cli.command {
+        commands::train::before_libtorch(a);
+    }
     // Networks here are small: one libtorch thread per caller beats a thread pool that
     // spins against the simulators for the same cores.
     tch::set_num_threads(1);

@@ -8,9 +8,12 @@
 //!   contracts") and the checks that a card matches this build.
 //! - [`checkpoint`]: save and load, safetensors weights plus card.
 //! - [`staged`]: files that belong together, replaced all at once or not at all.
+//! - [`arithmetic`]: libtorch's CPU arithmetic, and pinning it so that training reproduces on
+//!   other CPUs.
 //!
 //! Networks run wherever libtorch can: [`default_device`] picks CUDA when present.
 
+pub mod arithmetic;
 pub mod card;
 pub mod checkpoint;
 pub mod qnet;

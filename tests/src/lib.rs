@@ -425,13 +425,21 @@ pub async fn run_cli(args: &[&str]) -> (Option<i32>, String, String) {
 /// [`run_cli`] for long jobs: `hang_guard` only stops a run that would never end, so it must
 /// leave room for a loaded machine, not measure speed.
 pub async fn run_cli_within(args: &[&str], hang_guard: Duration) -> (Option<i32>, String, String) {
-    let out = tokio::time::timeout(
-        hang_guard,
-        Command::new(ecn_tuner_bin()).args(args).stdin(Stdio::null()).kill_on_drop(true).output(),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("ecn-tuner {args:?} did not finish within {hang_guard:?}"))
-    .expect("run ecn-tuner");
+    run_cli_with_env(args, &[], hang_guard).await
+}
+
+/// [`run_cli_within`] with these environment variables set for the process.
+pub async fn run_cli_with_env(
+    args: &[&str],
+    env: &[(&str, &str)],
+    hang_guard: Duration,
+) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(ecn_tuner_bin());
+    cmd.args(args).envs(env.iter().copied()).stdin(Stdio::null()).kill_on_drop(true);
+    let out = tokio::time::timeout(hang_guard, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("ecn-tuner {args:?} did not finish within {hang_guard:?}"))
+        .expect("run ecn-tuner");
     (out.status.code(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 

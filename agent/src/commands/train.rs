@@ -96,6 +96,11 @@ pub struct TrainArgs {
     /// Where the networks run.
     #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
     device: DeviceArg,
+    /// Pin libtorch's CPU arithmetic (MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=default) so that
+    /// the same command trains the same weights on any x86-64 CPU, not only on the same kind
+    /// of CPU. Needs the networks on the CPU.
+    #[arg(long)]
+    portable_arithmetic: bool,
     /// Discount per control interval (default: the learner's, 0.8).
     #[arg(long)]
     gamma: Option<f64>,
@@ -129,6 +134,14 @@ const MAX_CONSERVATIVE_ALPHA: f64 = 100.0;
 /// The training curve's files beside `MODEL.safetensors`: `MODEL.training.csv` and `.png`.
 const CURVE_CSV: &str = "training.csv";
 const CURVE_PNG: &str = "training.png";
+
+/// Set up what must be in place before libtorch computes anything: the pinned CPU arithmetic
+/// of `--portable-arithmetic`. Runs first thing in `main`, before other threads start.
+pub fn before_libtorch(args: &TrainArgs) {
+    if args.portable_arithmetic {
+        ecn_models::arithmetic::pin_portable();
+    }
+}
 
 /// Train and write the checkpoint.
 pub fn run(args: TrainArgs) -> Result<(), CliError> {
@@ -170,7 +183,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     for name in &args.eval_scenario {
         Scenario::load(name, None)?;
     }
-    let device = device(args.device)?;
+    let device = device(&args)?;
     // One libtorch thread: the other cores run simulators.
     tch::set_num_threads(1);
     let tuning = tuning(&args, interval)?;
@@ -250,7 +263,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
             "--conservative-alpha {conservative_alpha}: must be within 0..={MAX_CONSERVATIVE_ALPHA}"
         )));
     }
-    let device = device(args.device)?;
+    let device = device(args)?;
     let bounds = tuning(args, Nanos(1))?.bounds;
     let opts = args.read.options(Some(&bounds))?;
     let mut files = Vec::new();
@@ -381,13 +394,19 @@ fn progress_bar(len: u64, unit: &str) -> ProgressBar {
     bar
 }
 
-fn device(arg: DeviceArg) -> Result<tch::Device, CliError> {
-    Ok(match arg {
+fn device(args: &TrainArgs) -> Result<tch::Device, CliError> {
+    let device = match args.device {
         DeviceArg::Auto => ecn_models::default_device(),
         DeviceArg::Cpu => tch::Device::Cpu,
         DeviceArg::Cuda if tch::Cuda::is_available() => tch::Device::Cuda(0),
         DeviceArg::Cuda => return Err(CliError::BadInput("--device cuda: libtorch sees no CUDA device".into())),
-    })
+    };
+    if args.portable_arithmetic && device != tch::Device::Cpu {
+        return Err(CliError::BadInput(format!(
+            "--portable-arithmetic pins the CPU's arithmetic, but the networks would run on {device:?}: add --device cpu"
+        )));
+    }
+    Ok(device)
 }
 
 /// The MDP of the preset at this control interval, with the reward weights of the flags.

@@ -431,9 +431,11 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
             "eval_scenarios": cfg.eval_scenarios,
             "eval_seeds": cfg.eval_seeds,
             "selection": "the evaluation with the lowest FCT cost",
-            // CPU and CUDA kernels differ in the last bits, so a rerun on the other one does not
-            // reproduce the weights exactly.
+            // CPU and CUDA kernels differ in the last bits, and so do CPUs of different kinds
+            // unless the arithmetic is pinned: a rerun reproduces the weights exactly only where
+            // both records match.
             "device": format!("{:?}", cfg.device),
+            "cpu_arithmetic": (cfg.device == Device::Cpu).then(ecn_models::arithmetic::CpuArithmetic::current),
         }),
         data: vec![],
         link_speeds_bps: link_speeds_bps.into_iter().collect(),
