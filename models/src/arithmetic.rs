@@ -5,9 +5,11 @@
 //! kernels to the widest instruction set present. Training is a long chain of such results, so
 //! the same command with the same seed trains another network on another kind of CPU (README
 //! "Reproducing the shipped weights"). Pinning both, MKL's conditional numerical
-//! reproducibility mode `COMPATIBLE` and ATen's scalar `default` kernels, gives every x86-64 CPU
-//! the same arithmetic, at a cost in speed. CUDA kernels are another arithmetic again; pinning
-//! concerns the CPU only.
+//! reproducibility mode `COMPATIBLE` (one code path for every processor, given the same MKL,
+//! thread count and 64-byte-aligned data, which libtorch allocates) and ATen's scalar `default`
+//! kernels, takes the processor out of the arithmetic. Tested by holding MKL to narrower
+//! instruction sets on one CPU; not yet run on another vendor's. CUDA kernels are another
+//! arithmetic again; pinning concerns the CPU only.
 
 use serde::Serialize;
 
