@@ -413,16 +413,16 @@ fn the_notification_point_follows_the_variant() {
     assert!(in_flight <= 13, "{in_flight} marked packets were not echoed");
 
     let paper = DcqcnParams::paper();
-    let per_flow = duration.0 / paper.cnp_interval.0;
+    let interval = paper.cnp_interval.0;
     let c = marked_long_flows(paper, duration);
     eprintln!("paper variant: {} marks, {} CNPs", c.ecn_marks, c.cnps);
     assert!(c.ecn_marks > 1000, "the queue must stay past Kmax");
     assert_eq!(
         c.cnps,
-        4 * per_flow,
+        4 * (duration.0 / interval),
         "CNPs from 4 receivers marked throughout {} µs: expected one each per {} µs",
         duration.0 / 1000,
-        DcqcnParams::paper().cnp_interval.0 / 1000
+        interval / 1000
     );
 }
 

@@ -43,6 +43,12 @@ pub struct CpuArithmetic {
 }
 
 impl CpuArithmetic {
+    /// What a card records for networks trained on `device`: the CPU's arithmetic, or nothing
+    /// on CUDA, whose kernels pinning does not concern.
+    pub fn on(device: tch::Device) -> Option<Self> {
+        (device == tch::Device::Cpu).then(Self::current)
+    }
+
     /// The arithmetic this process runs with.
     pub fn current() -> Self {
         let var = |name| std::env::var(name).ok();

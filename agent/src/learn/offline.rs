@@ -227,7 +227,7 @@ pub fn train(cfg: &OfflineConfig, data: &LoggedData, bar: &ProgressBar) -> Resul
             "off_template_transitions": data.off_template,
             "selection": "the final network (offline: no simulator in the loop)",
             "device": format!("{:?}", cfg.device),
-            "cpu_arithmetic": (cfg.device == Device::Cpu).then(ecn_models::arithmetic::CpuArithmetic::current),
+            "cpu_arithmetic": ecn_models::arithmetic::CpuArithmetic::on(cfg.device),
         }),
         data: data.files.iter().map(|f| serde_json::to_value(f).expect("plain struct")).collect(),
         link_speeds_bps: data.link_speeds_bps.iter().copied().collect(),

@@ -435,7 +435,7 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
             // unless the arithmetic is pinned: a rerun reproduces the weights exactly only where
             // both records match.
             "device": format!("{:?}", cfg.device),
-            "cpu_arithmetic": (cfg.device == Device::Cpu).then(ecn_models::arithmetic::CpuArithmetic::current),
+            "cpu_arithmetic": ecn_models::arithmetic::CpuArithmetic::on(cfg.device),
         }),
         data: vec![],
         link_speeds_bps: link_speeds_bps.into_iter().collect(),

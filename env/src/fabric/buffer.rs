@@ -179,7 +179,7 @@ mod tests {
                 b.dequeue(&mut ing, 3, PKT);
             }
             let resumed_at = b.shared_used as f64;
-            let expected = (free - 3072.0 / alpha) * alpha / (1.0 + alpha);
+            let expected = (free - b.resume_offset as f64 / alpha) * alpha / (1.0 + alpha);
             assert!(
                 (resumed_at - expected).abs() <= PKT as f64,
                 "shift {shift}: XON at {resumed_at} B, expected {expected}"
