@@ -6,7 +6,7 @@
 //! template, inference) that would leave it loading fine but deciding badly. The bounds are the
 //! acceptance criteria, not the published figures, so that a CPU whose floating point breaks
 //! an argmax tie differently, and thus runs other trajectories, still passes: the published
-//! small-flow interval is [−15.1%, −8.7%], far from zero.
+//! small-flow interval is [−14.7%, −9.2%], far from zero.
 
 use ecn_tests::run_cli_within;
 use serde_json::Value;
