@@ -11,7 +11,15 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 use tracing::warn;
+
+/// How far a telemetry interval may stray from the card's control interval, as a ratio either
+/// way, and still count as the interval the model trained at. A poller's jitter stays well
+/// inside it; half or twice the interval does not: the shipped model, trained at 100 µs, keeps
+/// almost none of its small-flow gain when it decides every 50 µs
+/// (`docs/learning-experiments.md`, "Another control interval").
+pub const INTERVAL_TOLERANCE: f64 = 1.25;
 
 /// A loaded checkpoint, shareable between threads (decisions take a short lock).
 pub struct LearnedModel {
@@ -120,6 +128,37 @@ impl LearnedModel {
     /// recommendations: `the model never trained on 25G ports (its card lists 100G, 400G)`.
     pub fn untrained_rate_reason(&self, link: BitsPerSec) -> String {
         format!("the model never trained on {} ports (its card lists {})", gbps_list([link.0]), self.trained_rates())
+    }
+
+    /// Whether telemetry that covers `interval_ns` per sample is what the model trained on:
+    /// within [`INTERVAL_TOLERANCE`] of its card's control interval. Its features are rates and
+    /// averages over one interval, and what they say about a queue changes with the interval.
+    pub fn trained_at_interval(&self, interval_ns: u64) -> bool {
+        let trained = self.tuning().control_interval.0 as f64;
+        let ratio = interval_ns as f64 / trained;
+        (1.0 / INTERVAL_TOLERANCE..=INTERVAL_TOLERANCE).contains(&ratio)
+    }
+
+    /// The first interval, newest first, among those the model would observe in `history`
+    /// (the card's `history` newest) that it never trained at, as its length in ns. After a
+    /// gap in the telemetry (a reconnect, a stalled poller) the interval that spans the gap
+    /// is one of them until it ages out.
+    pub fn untrained_interval(&self, history: &QueueHistory) -> Option<u64> {
+        history
+            .intervals()
+            .take(self.tuning().history)
+            .map(|iv| iv.interval_ns)
+            .find(|&ns| !self.trained_at_interval(ns))
+    }
+
+    /// Why a queue whose telemetry covers `interval_ns` per sample is not the model's to
+    /// decide: `the model trained on 100µs telemetry intervals, and this queue's cover 1s`.
+    pub fn untrained_interval_reason(&self, interval_ns: u64) -> String {
+        format!(
+            "the model trained on {:?} telemetry intervals, and this queue's cover {:?}",
+            Duration::from_nanos(self.tuning().control_interval.0),
+            Duration::from_nanos(interval_ns)
+        )
     }
 
     /// The line rates its card lists, as `100G, 400G`.

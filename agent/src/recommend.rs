@@ -3,7 +3,8 @@
 //! setting, and how sure it is; or "keep", with the reason, when it is not.
 //!
 //! A recommendation is only made when all of these hold, otherwise the current setting is kept:
-//! - the queue has `history` unbroken intervals of telemetry (the model's whole input);
+//! - the queue has `history` unbroken intervals of telemetry (the model's whole input), each
+//!   about as long as the model's control interval;
 //! - every feature lies inside the range the model was trained on (the card's calibration):
 //!   outside it, a Q-network extrapolates, and its numbers mean nothing;
 //! - the model prefers another setting by a margin that its own noise cannot explain: the
@@ -128,6 +129,9 @@ pub struct RecommendConfig {
     pub guardrails: GuardrailConfig,
     /// Recommend for ports at line rates the model's card does not list (otherwise: keep).
     pub allow_untrained_rates: bool,
+    /// Recommend from telemetry intervals other than the model's control interval (otherwise:
+    /// keep).
+    pub allow_untrained_intervals: bool,
 }
 
 impl RecommendConfig {
@@ -145,6 +149,7 @@ impl RecommendConfig {
                 ..GuardrailConfig::default()
             },
             allow_untrained_rates: false,
+            allow_untrained_intervals: false,
         }
     }
 }
@@ -222,6 +227,10 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
             };
             if !cfg.allow_untrained_rates && !model.trained_at(q.link) {
                 rec.reason = format!("{}; its settings there are untested", model.untrained_rate_reason(q.link));
+                return rec;
+            }
+            if let Some(ns) = model.untrained_interval(&q.history).filter(|_| !cfg.allow_untrained_intervals) {
+                rec.reason = format!("{}; its settings from them are untested", model.untrained_interval_reason(ns));
                 return rec;
             }
             if q.intervals < tuning.history {
@@ -351,12 +360,17 @@ mod tests {
     }
 
     fn state(current: EcnSetting, link_gbps: u64, depth: f64, intervals: usize) -> QueueState {
+        state_over(current, link_gbps, depth, intervals, 100_000)
+    }
+
+    /// A queue whose telemetry samples each cover `interval_ns`.
+    fn state_over(current: EcnSetting, link_gbps: u64, depth: f64, intervals: usize, interval_ns: u64) -> QueueState {
         let link = BitsPerSec(link_gbps * 1_000_000_000);
         let mut history = QueueHistory::default();
         for i in 0..intervals {
             history.push(
                 QueueInterval {
-                    interval_ns: 100_000,
+                    interval_ns,
                     sample: QueueSample {
                         link_bps: link.0,
                         queue_bytes_avg: depth * (i + 1) as f64,
@@ -395,6 +409,32 @@ mod tests {
         let r = &recommend(&bare, &[state(cur, 100, 1_000.0, 3)], &cfg)[0];
         assert_eq!(r.decision, Decision::Keep);
         assert!(r.reason.contains("no calibration"), "{}", r.reason);
+    }
+
+    #[test]
+    fn telemetry_over_another_interval_than_the_cards_keeps_the_current_setting() {
+        let m = model(1, Bounds::default(), 1e-6);
+        // The card's control interval is 100 µs; a poller's jitter passes, twice or half does not.
+        assert!(m.trained_at_interval(100_000) && m.trained_at_interval(80_000) && m.trained_at_interval(125_000));
+        assert!(!m.trained_at_interval(50_000) && !m.trained_at_interval(200_000));
+        let cur = EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.2 };
+        let mut cfg = RecommendConfig::for_model(&m);
+        let slow = state_over(cur, 100, 1_000.0, 3, 1_000_000_000);
+        let r = &recommend(&m, std::slice::from_ref(&slow), &cfg)[0];
+        assert_eq!((r.decision, r.recommended), (Decision::Keep, cur));
+        assert_eq!(r.reason, "the model trained on 100µs telemetry intervals, and this queue's cover 1s; its settings from them are untested");
+        assert!(r.expected_effect.is_none(), "the model was not asked");
+        // A gap in the telemetry: the one long interval among the model's three holds it too.
+        let mut gap = state(cur, 100, 1_000.0, 3);
+        let mut long = *gap.history.latest().unwrap();
+        long.interval_ns = 5_000_000;
+        gap.history.push(long, 3);
+        assert!(recommend(&m, &[gap.clone()], &cfg)[0].reason.contains("cover 5ms"));
+        cfg.allow_untrained_intervals = true;
+        for q in [slow, gap] {
+            let r = &recommend(&m, &[q], &cfg)[0];
+            assert!(r.expected_effect.is_some(), "the model decides when allowed: {}", r.reason);
+        }
     }
 
     #[test]

@@ -558,6 +558,50 @@ async fn a_model_leaves_queues_at_untrained_rates_as_they_are() {
     assert!(decided_at_100g > 0, "the model still decides for the 100G queues");
 }
 
+/// A model decides only from telemetry at its control interval: against a fabric sampled every
+/// millisecond, the shipped model (trained at 100 µs) leaves every queue as it was, says why
+/// in the decision log, and counts the holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_leaves_queues_sampled_at_another_interval_as_they_are() {
+    let act = sim_actuator_running(&format!("sample_interval = \"1ms\"\n{SCENARIO}"), &[]).await;
+    let before = settings(&act).await;
+    let decisions = act.decision_log("model-1ms");
+    let metrics = metrics_addr();
+    let held = "the model trained on 100µs telemetry intervals, and this queue's cover 1ms, keeping the current setting";
+    const HOLDS: &str = "ecn_tuner_untrained_interval_holds_total ";
+    let (log, holds) = act
+        .controller_until(
+            "model-1ms",
+            &enforce_flags("model:default", &["--min-dwell", "0s", "--confirm-within", "60s", "--metrics", &metrics]),
+            "a held decision for every queue, counted",
+            FABRIC_PATIENCE,
+            || {
+                let d = read_json_lines(&decisions);
+                let queues: std::collections::HashSet<&str> = d
+                    .iter()
+                    .filter(|x| x["reason"].as_str().is_some_and(|r| r.contains(held)))
+                    .filter_map(|x| x["queue"].as_str())
+                    .collect();
+                let every = queues.len() == before.len();
+                let metrics = &metrics;
+                async move {
+                    let text = if every { http_get(metrics, "/metrics").await? } else { return None };
+                    let line = text.lines().find(|l| l.starts_with(HOLDS))?;
+                    line[HOLDS.len()..].trim().parse::<f64>().ok()
+                }
+            },
+        )
+        .await;
+    assert_eq!(settings(&act).await, before, "no queue may change");
+    assert!(events(&act.journal(), "apply").is_empty(), "{:?}", act.journal());
+    for d in read_json_lines(&log) {
+        let reason = d["reason"].as_str().unwrap();
+        assert!(d["proposed"].is_null() && d["applied"] == false, "{d}");
+        assert!(reason.contains(held) || reason.contains("no telemetry yet"), "{d}");
+    }
+    assert!(holds >= before.len() as f64, "{holds} holds counted for {} queues", before.len());
+}
+
 /// Before its first telemetry sample a queue is left as it is: an enforce controller against
 /// an actuator whose fabric has produced no sample yet (a sim running 100 000 times slower than
 /// the clock) writes nothing, rather than "falling back" to its baseline.

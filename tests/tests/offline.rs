@@ -2,8 +2,8 @@
 //! - `train --telemetry` learns from recorded files, reproducibly by seed, and its card records
 //!   the data (file hashes, row counts) and the calibration `recommend` relies on;
 //! - `recommend` gives a valid setting for every queue (JSON and table), keeps the current
-//!   setting when the input is out of the model's training distribution, and reads a live
-//!   actuator with `--target`;
+//!   setting when the input is out of the model's training distribution, at a line rate or
+//!   telemetry interval it never trained at, and reads a live actuator with `--target`;
 //! - `record --target` records a live actuator's telemetry.
 
 use ecn_tests::{run_cli, Actuator};
@@ -198,6 +198,33 @@ async fn recommend_gives_bounded_settings_and_keeps_when_out_of_distribution() {
         ok(&["recommend", "--telemetry", &fast_path, "--model", &model, "--json", "--allow-untrained-rates"]).await;
     let doc: Value = serde_json::from_str(&stdout).unwrap();
     assert!(doc["queues"].as_array().unwrap().iter().all(|q| !q["reason"].as_str().unwrap().contains(untrained)));
+
+    // The same file with every other sample of each queue left out, as from a poller at twice
+    // the model's control interval: keep, and say so, unless the operator allows it.
+    let mut seen = std::collections::HashMap::new();
+    let slow: Vec<_> = rows
+        .iter()
+        .filter(|r| {
+            let n = seen.entry((r.switch.clone(), r.port.clone(), r.queue)).or_insert(0);
+            *n += 1;
+            *n % 2 == 0
+        })
+        .cloned()
+        .collect();
+    let slow_path = dir.path().join("slow.parquet").display().to_string();
+    ecn_datasets::io::write_telemetry_parquet(Path::new(&slow_path), &slow).unwrap();
+    let other = "the model trained on 100µs telemetry intervals, and this queue's cover 200µs";
+    let stdout = ok(&["recommend", "--telemetry", &slow_path, "--model", &model, "--json"]).await;
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["queues"].as_array().unwrap().len(), names.len(), "{stdout}");
+    for q in doc["queues"].as_array().unwrap() {
+        assert_eq!((&q["decision"], &q["recommended"]), (&Value::from("keep"), &q["current"]), "{q}");
+        assert!(q["reason"].as_str().unwrap().contains(other), "{q}");
+    }
+    let stdout =
+        ok(&["recommend", "--telemetry", &slow_path, "--model", &model, "--json", "--allow-untrained-intervals"]).await;
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(doc["queues"].as_array().unwrap().iter().all(|q| !q["reason"].as_str().unwrap().contains(other)));
 
     // One queue with ECN marking off (Pmax 0, outside the bounds): that queue is told to change
     // into the bounds, and the others still get their recommendations.

@@ -40,6 +40,11 @@ pub struct RecommendArgs {
     /// training.link_speeds_bps). Without it, those queues are told to keep their setting.
     #[arg(long)]
     allow_untrained_rates: bool,
+    /// Recommend from telemetry whose samples cover another interval than the control interval
+    /// the model's card records (more than 25% off either way). Without it, those queues are
+    /// told to keep their setting.
+    #[arg(long)]
+    allow_untrained_intervals: bool,
     /// How to read and check the telemetry.
     #[command(flatten)]
     read: telemetry_input::ReadArgs,
@@ -83,6 +88,7 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     let mut cfg = RecommendConfig::for_model(&model);
     cfg.min_confidence = args.min_confidence;
     cfg.allow_untrained_rates = args.allow_untrained_rates;
+    cfg.allow_untrained_intervals = args.allow_untrained_intervals;
     let states: Vec<QueueState> = tails.iter().filter_map(|t| queue_state(t, history)).collect();
     let recs = recommend::recommend(&model, &states, &cfg);
     if args.json {

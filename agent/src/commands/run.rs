@@ -114,6 +114,11 @@ pub struct RunArgs {
     /// card's training.link_speeds_bps). Without it, those queues keep their current setting.
     #[arg(long)]
     allow_untrained_rates: bool,
+    /// Let a learned model decide from telemetry whose samples cover another interval than the
+    /// control interval its card records (more than 25% off either way). Without it, those
+    /// queues keep their current setting.
+    #[arg(long)]
+    allow_untrained_intervals: bool,
 }
 
 /// `ecn-tuner@HOST/PID`.
@@ -210,6 +215,7 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
         quarantine: duration("--min-dwell", &a.min_dwell)? * 10,
         controller_id: a.controller_id.unwrap_or_else(default_controller_id),
         allow_untrained_rates: a.allow_untrained_rates,
+        allow_untrained_intervals: a.allow_untrained_intervals,
     };
     if cfg.interval.is_zero() {
         return Err(CliError::BadInput("--interval must be greater than 0".into()));

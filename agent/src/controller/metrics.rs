@@ -63,6 +63,9 @@ pub struct Metrics {
     /// Decisions that kept a queue as it was because the learned model never trained at its
     /// line rate.
     pub untrained_rate_holds: Counter,
+    /// Decisions that kept a queue as it was because its telemetry intervals are not the
+    /// learned model's control interval.
+    pub untrained_interval_holds: Counter,
     /// Current Kmin per queue.
     pub kmin_bytes: Family<QueueLabels, Gauge>,
     /// Current Kmax per queue.
@@ -86,6 +89,7 @@ impl Metrics {
             telemetry_age_seconds: Family::default(),
             telemetry_reconnects: Family::default(),
             untrained_rate_holds: Counter::default(),
+            untrained_interval_holds: Counter::default(),
             kmin_bytes: Family::default(),
             kmax_bytes: Family::default(),
             pmax: Family::default(),
@@ -100,6 +104,11 @@ impl Metrics {
             "untrained_rate_holds",
             "Decisions that kept a queue because the model never trained at its line rate",
             m.untrained_rate_holds.clone(),
+        );
+        r.register(
+            "untrained_interval_holds",
+            "Decisions that kept a queue because its telemetry interval is not the model's control interval",
+            m.untrained_interval_holds.clone(),
         );
         r.register(
             "decision_latency_seconds",

@@ -22,6 +22,7 @@ pub mod telemetry;
 use crate::actuator::backend::wall_interval;
 use crate::actuator::security::holds_pem_certificate;
 use crate::error::CliError;
+use crate::learned::LearnedModel;
 use crate::policy::Policy;
 use ecn_env::EcnSetting;
 use ecn_proto::v1 as pb;
@@ -98,6 +99,10 @@ pub struct ControllerConfig {
     /// queues keep their current setting: the model's choices there are untested, and the
     /// shipped model loses at 25G (README "Scenarios it was not trained on").
     pub allow_untrained_rates: bool,
+    /// Let a learned policy decide from telemetry intervals other than its card's control
+    /// interval (within [`crate::learned::INTERVAL_TOLERANCE`]). Off, such queues keep their
+    /// current setting: the model's features mean something else over another interval.
+    pub allow_untrained_intervals: bool,
 }
 
 impl ControllerConfig {
@@ -263,6 +268,28 @@ fn feed_samples(
                 p.after[k].push(stats);
             }
         }
+    }
+}
+
+/// Why a learned model may not decide for a queue this round.
+#[derive(Debug, Clone, Copy)]
+enum Untrained {
+    /// The port's line rate is not among those its card lists.
+    Rate,
+    /// One of the intervals it would observe, of this many ns, is not its control interval.
+    Interval(u64),
+}
+
+impl Untrained {
+    /// Whether (and why) `m` may not decide for `q`, given what the operator allowed.
+    fn of(m: &LearnedModel, q: &QueueState, cfg: &ControllerConfig) -> Option<Untrained> {
+        if !cfg.allow_untrained_rates && !m.trained_at(ecn_env::BitsPerSec(q.link_bps)) {
+            return Some(Untrained::Rate);
+        }
+        if cfg.allow_untrained_intervals {
+            return None;
+        }
+        m.untrained_interval(q.watch.features()).map(Untrained::Interval)
     }
 }
 
@@ -788,19 +815,20 @@ impl ControlLoop {
         let (cfg, metrics, log, stale_after) = (&self.cfg, &self.metrics, &self.log, self.stale_after);
         let mut changes = Vec::new();
         let stream_stale = now.duration_since(self.last_batch_at) > stale_after;
-        // A learned model decides only for queues at line rates it trained on, unless the
-        // operator allowed the rest; an exploring policy uses it as an anchor only.
-        let untrained: Vec<bool> = match &cfg.policy {
-            Policy::Model(m) if !cfg.allow_untrained_rates => {
-                self.queues.iter().map(|q| !m.trained_at(ecn_env::BitsPerSec(q.link_bps))).collect()
-            }
-            _ => vec![false; self.queues.len()],
+        // A learned model decides only for queues at the line rates and telemetry intervals it
+        // trained on, unless the operator allowed the rest; an exploring policy uses it as an
+        // anchor only.
+        let untrained: Vec<Option<Untrained>> = match &cfg.policy {
+            Policy::Model(m) => self.queues.iter().map(|q| Untrained::of(m, q, cfg)).collect(),
+            _ => vec![None; self.queues.len()],
         };
-        metrics.untrained_rate_holds.inc_by(untrained.iter().filter(|&&u| u).count() as u64);
+        let count = |kind: fn(&Untrained) -> bool| untrained.iter().flatten().filter(|u| kind(u)).count() as u64;
+        metrics.untrained_rate_holds.inc_by(count(|u| matches!(u, Untrained::Rate)));
+        metrics.untrained_interval_holds.inc_by(count(|u| matches!(u, Untrained::Interval(_))));
         // It decides for those queues in one batch, from the same features it was trained on;
         // a queue with no history yet gets no proposal (guardrails fall back).
         let learned: Option<Vec<Option<EcnSetting>>> = cfg.policy.model().map(|m| {
-            let decided: Vec<usize> = (0..self.queues.len()).filter(|&i| !untrained[i]).collect();
+            let decided: Vec<usize> = (0..self.queues.len()).filter(|&i| untrained[i].is_none()).collect();
             let queues: Vec<_> = decided
                 .iter()
                 .map(|&i| (ecn_env::BitsPerSec(self.queues[i].link_bps), self.queues[i].watch.features()))
@@ -817,7 +845,7 @@ impl ControlLoop {
                 if stream_stale { guardrails::TelemetryHealth::Stale } else { q.watch.health(now, stale_after) };
             let quarantined = q.quarantine_until.is_some_and(|t| now < t);
             let model_choice = learned.as_ref().and_then(|l| l[i]);
-            let proposed = if untrained[i] {
+            let proposed = if untrained[i].is_some() {
                 None
             } else if quarantined {
                 Some(q.current)
@@ -837,7 +865,7 @@ impl ControlLoop {
             };
             // Before its first sample a queue is left as it is: there is nothing to decide on,
             // and no reason yet to fall back. A queue the model may not decide for stays too.
-            let mut verdict = if q.watch.has_arrived() && !untrained[i] {
+            let mut verdict = if q.watch.has_arrived() && untrained[i].is_none() {
                 self.guardrails.check(proposed, &ctx, now)
             } else {
                 guardrails::Verdict { setting: q.current, clamps: Vec::new() }
@@ -877,9 +905,12 @@ impl ControlLoop {
                         "; {have} of the {want} intervals at this setting a health check compares before a change, keeping it"
                     ));
                 }
-                if untrained[i] {
+                if let Some(u) = untrained[i] {
                     let m = cfg.policy.model().expect("only a model leaves queues untrained");
-                    let why = m.untrained_rate_reason(ecn_env::BitsPerSec(q.link_bps));
+                    let why = match u {
+                        Untrained::Rate => m.untrained_rate_reason(ecn_env::BitsPerSec(q.link_bps)),
+                        Untrained::Interval(ns) => m.untrained_interval_reason(ns),
+                    };
                     reason.push_str(&format!("; {why}, keeping the current setting"));
                 }
                 if !change {

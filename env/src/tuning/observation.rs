@@ -214,6 +214,11 @@ impl QueueHistory {
         self.intervals.front()
     }
 
+    /// The intervals held, newest first.
+    pub fn intervals(&self) -> impl Iterator<Item = &QueueInterval> {
+        self.intervals.iter()
+    }
+
     /// Forget everything (a new episode, or telemetry that cannot be trusted).
     pub fn clear(&mut self) {
         self.intervals.clear();
