@@ -422,7 +422,8 @@ mod tests {
         let slow = state_over(cur, 100, 1_000.0, 3, 1_000_000_000);
         let r = &recommend(&m, std::slice::from_ref(&slow), &cfg)[0];
         assert_eq!((r.decision, r.recommended), (Decision::Keep, cur));
-        assert_eq!(r.reason, "the model trained on 100µs telemetry intervals, and this queue's cover 1s; its settings from them are untested");
+        let why = "the model trained on 100µs telemetry intervals, and this queue's cover 1s";
+        assert_eq!(r.reason, format!("{why}; its settings from them are untested"));
         assert!(r.expected_effect.is_none(), "the model was not asked");
         // A gap in the telemetry: the one long interval among the model's three holds it too.
         let mut gap = state(cur, 100, 1_000.0, 3);

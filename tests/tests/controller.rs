@@ -567,7 +567,8 @@ async fn a_model_leaves_queues_sampled_at_another_interval_as_they_are() {
     let before = settings(&act).await;
     let decisions = act.decision_log("model-1ms");
     let metrics = metrics_addr();
-    let held = "the model trained on 100µs telemetry intervals, and this queue's cover 1ms, keeping the current setting";
+    let held =
+        "the model trained on 100µs telemetry intervals, and this queue's cover 1ms, keeping the current setting";
     const HOLDS: &str = "ecn_tuner_untrained_interval_holds_total ";
     let (log, holds) = act
         .controller_until(
