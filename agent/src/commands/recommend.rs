@@ -41,8 +41,8 @@ pub struct RecommendArgs {
     #[arg(long)]
     allow_untrained_rates: bool,
     /// Recommend from telemetry whose samples cover another interval than the control interval
-    /// the model's card records (more than 25% off either way). Without it, those queues are
-    /// told to keep their setting.
+    /// the model's card records (less than 0.8 or more than 1.25 times it). Without it, those
+    /// queues are told to keep their setting.
     #[arg(long)]
     allow_untrained_intervals: bool,
     /// How to read and check the telemetry.

@@ -115,8 +115,8 @@ pub struct RunArgs {
     #[arg(long)]
     allow_untrained_rates: bool,
     /// Let a learned model decide from telemetry whose samples cover another interval than the
-    /// control interval its card records (more than 25% off either way). Without it, those
-    /// queues keep their current setting.
+    /// control interval its card records (less than 0.8 or more than 1.25 times it). Without
+    /// it, those queues keep their current setting.
     #[arg(long)]
     allow_untrained_intervals: bool,
 }
