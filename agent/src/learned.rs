@@ -21,6 +21,16 @@ use tracing::warn;
 /// (`docs/learning-experiments.md`, "Another control interval").
 pub const INTERVAL_TOLERANCE: f64 = 1.25;
 
+/// Why a learned model may not decide for a queue: something about it that the model never
+/// trained on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Untrained {
+    /// The port's line rate, not among those its card lists.
+    Rate(BitsPerSec),
+    /// The length in ns of an interval the model would observe, not its control interval.
+    Interval(u64),
+}
+
 /// A loaded checkpoint, shareable between threads (decisions take a short lock).
 pub struct LearnedModel {
     /// As the user wrote it after `model:`.
@@ -124,12 +134,6 @@ impl LearnedModel {
         trained.is_empty() || trained.contains(&link.0)
     }
 
-    /// Why a queue at `link` is not the model's to decide, for decision logs and
-    /// recommendations: `the model never trained on 25G ports (its card lists 100G, 400G)`.
-    pub fn untrained_rate_reason(&self, link: BitsPerSec) -> String {
-        format!("the model never trained on {} ports (its card lists {})", gbps_list([link.0]), self.trained_rates())
-    }
-
     /// Whether telemetry that covers `interval_ns` per sample is what the model trained on:
     /// within [`INTERVAL_TOLERANCE`] of its card's control interval. Its features are rates and
     /// averages over one interval, and what they say about a queue changes with the interval.
@@ -139,26 +143,46 @@ impl LearnedModel {
         (1.0 / INTERVAL_TOLERANCE..=INTERVAL_TOLERANCE).contains(&ratio)
     }
 
-    /// The first interval, newest first, among those the model would observe in `history`
-    /// (the card's `history` newest) that it never trained at, as its length in ns. After a
-    /// gap in the telemetry (a reconnect, a stalled poller) the interval that spans the gap
-    /// is one of them until it ages out.
-    pub fn untrained_interval(&self, history: &QueueHistory) -> Option<u64> {
-        history
-            .intervals()
-            .take(self.tuning().history)
-            .map(|iv| iv.interval_ns)
-            .find(|&ns| !self.trained_at_interval(ns))
+    /// Whether (and why) the model may not decide for a queue at `link` whose recent telemetry
+    /// is `history`, unless the operator allowed untrained rates or intervals. The rate is
+    /// checked first. Of the intervals, the card's `history` newest count, those the model would
+    /// observe: after a gap in the telemetry (a reconnect, a stalled poller) the interval that
+    /// spans the gap holds the queue until it ages out.
+    pub fn untrained(
+        &self,
+        link: BitsPerSec,
+        history: &QueueHistory,
+        allow_rates: bool,
+        allow_intervals: bool,
+    ) -> Option<Untrained> {
+        if !allow_rates && !self.trained_at(link) {
+            return Some(Untrained::Rate(link));
+        }
+        if allow_intervals {
+            return None;
+        }
+        let mut observed = history.intervals().take(self.tuning().history).map(|iv| iv.interval_ns);
+        observed.find(|&ns| !self.trained_at_interval(ns)).map(Untrained::Interval)
     }
 
-    /// Why a queue whose telemetry covers `interval_ns` per sample is not the model's to
-    /// decide: `the model trained on 100µs telemetry intervals, and this queue's cover 1s`.
-    pub fn untrained_interval_reason(&self, interval_ns: u64) -> String {
-        format!(
-            "the model trained on {:?} telemetry intervals, and this queue's cover {:?}",
-            Duration::from_nanos(self.tuning().control_interval.0),
-            Duration::from_nanos(interval_ns)
-        )
+    /// Why a queue is not the model's to decide, for decision logs and recommendations: `the
+    /// model never trained on 25G ports (its card lists 100G, 400G)`, or `the model trained on
+    /// 100µs telemetry intervals, and this queue's cover 1s`.
+    pub fn untrained_reason(&self, why: Untrained) -> String {
+        match why {
+            Untrained::Rate(link) => {
+                format!(
+                    "the model never trained on {} ports (its card lists {})",
+                    gbps_list([link.0]),
+                    self.trained_rates()
+                )
+            }
+            Untrained::Interval(ns) => format!(
+                "the model trained on {:?} telemetry intervals, and this queue's cover {:?}",
+                Duration::from_nanos(self.tuning().control_interval.0),
+                Duration::from_nanos(ns)
+            ),
+        }
     }
 
     /// The line rates its card lists, as `100G, 400G`.

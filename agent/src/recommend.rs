@@ -19,7 +19,7 @@
 
 use crate::controller::guardrails::{Clamp, GuardrailConfig, Guardrails, QueueContext, TelemetryHealth};
 use crate::learn::trainer::REFERENCE_BASELINE;
-use crate::learned::LearnedModel;
+use crate::learned::{LearnedModel, Untrained};
 use ecn_env::tuning::{ActionTemplate, QueueHistory};
 use ecn_env::{BitsPerSec, EcnSetting};
 use serde::Serialize;
@@ -225,12 +225,13 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     .into();
                 return rec;
             };
-            if !cfg.allow_untrained_rates && !model.trained_at(q.link) {
-                rec.reason = format!("{}; its settings there are untested", model.untrained_rate_reason(q.link));
-                return rec;
-            }
-            if let Some(ns) = model.untrained_interval(&q.history).filter(|_| !cfg.allow_untrained_intervals) {
-                rec.reason = format!("{}; its settings from them are untested", model.untrained_interval_reason(ns));
+            let (rates, intervals) = (cfg.allow_untrained_rates, cfg.allow_untrained_intervals);
+            if let Some(why) = model.untrained(q.link, &q.history, rates, intervals) {
+                let whence = match why {
+                    Untrained::Rate(_) => "there",
+                    Untrained::Interval(_) => "from them",
+                };
+                rec.reason = format!("{}; its settings {whence} are untested", model.untrained_reason(why));
                 return rec;
             }
             if q.intervals < tuning.history {

@@ -22,7 +22,7 @@ pub mod telemetry;
 use crate::actuator::backend::wall_interval;
 use crate::actuator::security::holds_pem_certificate;
 use crate::error::CliError;
-use crate::learned::LearnedModel;
+use crate::learned::Untrained;
 use crate::policy::Policy;
 use ecn_env::EcnSetting;
 use ecn_proto::v1 as pb;
@@ -268,28 +268,6 @@ fn feed_samples(
                 p.after[k].push(stats);
             }
         }
-    }
-}
-
-/// Why a learned model may not decide for a queue this round.
-#[derive(Debug, Clone, Copy)]
-enum Untrained {
-    /// The port's line rate is not among those its card lists.
-    Rate,
-    /// One of the intervals it would observe, of this many ns, is not its control interval.
-    Interval(u64),
-}
-
-impl Untrained {
-    /// Whether (and why) `m` may not decide for `q`, given what the operator allowed.
-    fn of(m: &LearnedModel, q: &QueueState, cfg: &ControllerConfig) -> Option<Untrained> {
-        if !cfg.allow_untrained_rates && !m.trained_at(ecn_env::BitsPerSec(q.link_bps)) {
-            return Some(Untrained::Rate);
-        }
-        if cfg.allow_untrained_intervals {
-            return None;
-        }
-        m.untrained_interval(q.watch.features()).map(Untrained::Interval)
     }
 }
 
@@ -819,12 +797,19 @@ impl ControlLoop {
         // trained on, unless the operator allowed the rest; an exploring policy uses it as an
         // anchor only.
         let untrained: Vec<Option<Untrained>> = match &cfg.policy {
-            Policy::Model(m) => self.queues.iter().map(|q| Untrained::of(m, q, cfg)).collect(),
+            Policy::Model(m) => {
+                let (rates, intervals) = (cfg.allow_untrained_rates, cfg.allow_untrained_intervals);
+                let link = |q: &QueueState| ecn_env::BitsPerSec(q.link_bps);
+                self.queues.iter().map(|q| m.untrained(link(q), q.watch.features(), rates, intervals)).collect()
+            }
             _ => vec![None; self.queues.len()],
         };
-        let count = |kind: fn(&Untrained) -> bool| untrained.iter().flatten().filter(|u| kind(u)).count() as u64;
-        metrics.untrained_rate_holds.inc_by(count(|u| matches!(u, Untrained::Rate)));
-        metrics.untrained_interval_holds.inc_by(count(|u| matches!(u, Untrained::Interval(_))));
+        for why in untrained.iter().flatten() {
+            match why {
+                Untrained::Rate(_) => metrics.untrained_rate_holds.inc(),
+                Untrained::Interval(_) => metrics.untrained_interval_holds.inc(),
+            };
+        }
         // It decides for those queues in one batch, from the same features it was trained on;
         // a queue with no history yet gets no proposal (guardrails fall back).
         let learned: Option<Vec<Option<EcnSetting>>> = cfg.policy.model().map(|m| {
@@ -905,13 +890,9 @@ impl ControlLoop {
                         "; {have} of the {want} intervals at this setting a health check compares before a change, keeping it"
                     ));
                 }
-                if let Some(u) = untrained[i] {
+                if let Some(why) = untrained[i] {
                     let m = cfg.policy.model().expect("only a model leaves queues untrained");
-                    let why = match u {
-                        Untrained::Rate => m.untrained_rate_reason(ecn_env::BitsPerSec(q.link_bps)),
-                        Untrained::Interval(ns) => m.untrained_interval_reason(ns),
-                    };
-                    reason.push_str(&format!("; {why}, keeping the current setting"));
+                    reason.push_str(&format!("; {}, keeping the current setting", m.untrained_reason(why)));
                 }
                 if !change {
                     reason.push_str("; no change");
