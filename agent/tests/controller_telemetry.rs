@@ -104,13 +104,13 @@ impl Actuator for Scripted {
             }
         }
         let g = 2 + self.applies.fetch_add(1, Ordering::SeqCst);
-        Ok(Response::new(pb::ApplyResponse { generation: g, confirmed: false, confirm_deadline_unix_ms: 0 }))
+        Ok(Response::new(pb::ApplyResponse { generation: g, ..Default::default() }))
     }
     async fn confirm(&self, r: Request<pb::ConfirmRequest>) -> Result<Response<pb::ConfirmResponse>, Status> {
         Ok(Response::new(pb::ConfirmResponse { confirmed_generation: r.get_ref().generation }))
     }
     async fn rollback(&self, _: Request<pb::RollbackRequest>) -> Result<Response<pb::RollbackResponse>, Status> {
-        Ok(Response::new(pb::RollbackResponse { generation: 1 }))
+        Ok(Response::new(pb::RollbackResponse { generation: 1, ..Default::default() }))
     }
     type StreamTelemetryStream = Pin<Box<dyn Stream<Item = Result<pb::TelemetryBatch, Status>> + Send>>;
     async fn stream_telemetry(

@@ -1,8 +1,8 @@
 //! A faulty network path between a controller and a real actuator: a gRPC server on loopback
 //! that forwards every call to the actuator and, on request, loses replies after the actuator
-//! acted on them, holds calls back, breaks telemetry streams, or rewrites what the actuator
-//! reports. The actuator and the controller stay the real ones; only the path between them
-//! misbehaves, as a flaky network or a buggy actuator would.
+//! acted on them, holds calls back, breaks or delays telemetry streams, or rewrites what the
+//! actuator reports. The actuator and the controller stay the real ones; only the path between
+//! them misbehaves, as a flaky network or a buggy actuator would.
 
 use crate::{connect, pb, Client};
 use std::net::SocketAddr;
@@ -34,6 +34,9 @@ pub struct Faults {
     /// How long every StreamTelemetry call is held back before it is forwarded: a controller
     /// that has connected but not yet opened its stream.
     pub stream_open_delay_ms: AtomicU64,
+    /// Every telemetry stream holds each batch back until this many newer ones have arrived: a
+    /// controller that reads its stream this far behind the fabric (a backlog, a slow path).
+    pub telemetry_lag: AtomicU32,
     /// Telemetry streams opened through the link so far.
     pub streams_opened: AtomicU32,
     /// Bounds reported instead of the actuator's.
@@ -158,9 +161,11 @@ impl pb::actuator_server::Actuator for Forward {
         let after = || self.faults.stream_break_after.load(Ordering::SeqCst);
         let break_after = take(&self.faults.broken_streams).then(after);
         let stall_after = take(&self.faults.stalled_streams).then(after);
+        let lag = self.faults.telemetry_lag.load(Ordering::SeqCst) as usize;
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
             let mut forwarded = 0u32;
+            let mut held = std::collections::VecDeque::with_capacity(lag + 1);
             loop {
                 if break_after.is_some_and(|n| forwarded >= n) {
                     let _ = tx.send(Err(Status::unavailable("faulty link: the telemetry stream was reset"))).await;
@@ -172,7 +177,13 @@ impl pb::actuator_server::Actuator for Forward {
                     return;
                 }
                 let item = match upstream.message().await {
-                    Ok(Some(batch)) => Ok(batch),
+                    Ok(Some(batch)) => {
+                        held.push_back(batch);
+                        if held.len() <= lag {
+                            continue;
+                        }
+                        Ok(held.pop_front().expect("a held batch"))
+                    }
                     Ok(None) => return,
                     Err(s) => Err(s),
                 };

@@ -489,20 +489,25 @@ async fn sim_streams_one_sample_per_queue_and_applies_settings() {
     assert_eq!(b1.samples.len(), q.len());
     assert_eq!(b2.ts_ns - b1.ts_ns, 3 * native);
 
-    // An applied setting shows in the telemetry of that queue.
+    // An applied setting shows in the telemetry of that queue from the time the reply names:
+    // every batch up to it was simulated with the old setting (the interval in progress at the
+    // apply among them), every batch after it with the new one.
+    let old = setting_of(&config(&mut c).await, &q[0]);
     let l = lease(&mut c, "ctl-a").await;
-    apply(&mut c, &l, vec![change(&q[0], 200_000, 800_000, 0.5)], 0).await;
+    let r = apply(&mut c, &l, vec![change(&q[0], 200_000, 800_000, 0.5)], 0).await;
     let want = pb::EcnSetting { kmin_bytes: 200_000, kmax_bytes: 800_000, pmax: 0.5 };
+    assert!(r.in_effect_from_ts_ns > 0, "{r:?}");
     let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    let mut after = 0;
+    while after < 3 {
         let b = tokio::time::timeout_at(deadline, stream.next())
             .await
             .expect("the new setting in telemetry")
             .unwrap()
             .unwrap();
-        if b.samples[0].ecn == Some(want) {
-            break;
-        }
+        let expected = if b.ts_ns <= r.in_effect_from_ts_ns { old } else { want };
+        assert_eq!(b.samples[0].ecn, Some(expected), "batch at {} ns, in effect from {r:?}", b.ts_ns);
+        after += usize::from(b.ts_ns > r.in_effect_from_ts_ns);
     }
 }
 
@@ -569,4 +574,9 @@ async fn dry_run_replays_a_csv_recording_as_its_telemetry() {
         assert!(b.ts_ns > last);
         last = b.ts_ns;
     }
+    // A change, which the recording does not follow, is judged from the replay's present on:
+    // never on a batch already sent.
+    let l = lease(&mut c, "ctl-replay").await;
+    let r = apply(&mut c, &l, vec![change(&ids(&caps)[0], 200_000, 800_000, 0.5)], 0).await;
+    assert!(r.in_effect_from_ts_ns >= last, "{r:?}, a batch at {last} ns was sent before");
 }

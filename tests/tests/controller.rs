@@ -158,8 +158,15 @@ async fn a_pause_storm_after_a_change_is_rolled_back() {
 /// on `scenario`, whose first write lands mis-programmed with `--bad-write-marks marks`. The
 /// first write must be rolled back, counted under `rollbacks_total{reason=label}`. The
 /// rollback is a write that changes those queues, so the fault goes with it: the same steps,
-/// applied again, are confirmed and reach the policy's setting. Returns the rollback's reason.
-async fn bad_write_is_rolled_back_then_reapplied(scenario: &str, marks: &str, label: &str) -> String {
+/// applied again, are confirmed and reach the policy's setting. With a `telemetry_lag`, the
+/// controller reads its telemetry that many batches behind the fabric, through a
+/// [`FaultyLink`]. Returns the rollback's reason.
+async fn bad_write_is_rolled_back_then_reapplied(
+    scenario: &str,
+    marks: &str,
+    label: &str,
+    telemetry_lag: u32,
+) -> String {
     let act = sim_actuator_running(
         scenario,
         &["--inject-bad-write", "1", "--bad-write-marks", marks, "--time-scale", "0.01"],
@@ -171,9 +178,15 @@ async fn bad_write_is_rolled_back_then_reapplied(scenario: &str, marks: &str, la
     act.wait_for_telemetry_time(5_000_000, FABRIC_PATIENCE).await;
     let target = (100_000, 400_000, 0.5);
     let metrics = metrics_addr();
+    let link = match telemetry_lag {
+        0 => None,
+        lag => Some(FaultyLink::start(&act.url(), Faults { telemetry_lag: lag.into(), ..Default::default() }).await),
+    };
+    let url = link.as_ref().map_or_else(|| act.url(), FaultyLink::url);
     let (log, rollbacks) = act
-        .controller_until(
+        .controller_until_at(
             "faulty",
+            &url,
             &enforce_flags(
                 "static:100KB,400KB,0.5",
                 &["--min-dwell", "0s", "--confirm-within", "120s", "--health-window", "50", "--metrics", &metrics],
@@ -215,7 +228,17 @@ async fn a_change_that_starves_the_fabric_is_rolled_back_once_its_window_is_comp
     // Every queue the first write changes marks every packet, DCQCN starves the senders, and
     // only the utilization guard, judged over the whole window, sees it. Drops, pauses and
     // depth all look fine.
-    let reason = bad_write_is_rolled_back_then_reapplied(BUSY_SCENARIO, "every", "utilization").await;
+    let reason = bad_write_is_rolled_back_then_reapplied(BUSY_SCENARIO, "every", "utilization", 0).await;
+    assert!(reason.contains("utilization of the changed queues fell"), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_is_judged_only_on_telemetry_measured_after_it_however_late_that_arrives() {
+    // The same starving write, with the controller reading its telemetry 100 intervals (10 ms
+    // of simulated time, 1 s of wall-clock time) behind the fabric, twice its health window:
+    // the 100 batches that arrive after the apply's reply were all simulated before the change.
+    // Judged on those, the write looks as healthy as the fabric before it and is confirmed.
+    let reason = bad_write_is_rolled_back_then_reapplied(BUSY_SCENARIO, "every", "utilization", 100).await;
     assert!(reason.contains("utilization of the changed queues fell"), "{reason}");
 }
 
@@ -233,7 +256,7 @@ async fn a_change_that_deepens_the_queues_is_rolled_back_once_its_window_is_comp
     // The other way round: the queues the first write changes mark nothing, DCQCN never slows
     // the senders and the queues fill. No drops, no pauses, utilization holds: only the depth
     // guard, judged over the whole window, sees it.
-    let reason = bad_write_is_rolled_back_then_reapplied(DEEP_SCENARIO, "none", "depth").await;
+    let reason = bad_write_is_rolled_back_then_reapplied(DEEP_SCENARIO, "none", "depth", 0).await;
     assert!(reason.contains("average queue depth rose"), "{reason}");
     assert!(!reason.contains("paus") && !reason.contains("drops"), "the depth guard alone: {reason}");
 }
@@ -615,8 +638,9 @@ async fn no_telemetry_yet_means_no_writes() {
             "early",
             &enforce_flags(
                 "static:100KB,400KB,0.5",
-                // A health window of 5 intervals of 10 s each fits in the confirm window.
-                &["--baseline", "dcqcn-paper", "--min-dwell", "0s", "--duration", "4s", "--confirm-within", "60s"],
+                // A health window of 5 intervals of 10 s each, and the two before the first
+                // that counts, fits in the confirm window.
+                &["--baseline", "dcqcn-paper", "--min-dwell", "0s", "--duration", "4s", "--confirm-within", "90s"],
             ),
         )
         .await;
@@ -938,14 +962,17 @@ async fn a_second_signal_exits_without_waiting_for_a_clean_stop() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_health_window_longer_than_the_confirm_window_is_refused() {
     let act = sim_actuator(&[]).await;
-    // 1 000 intervals of 100 µs are 100 ms of simulated time, but 5 s of wall-clock time at
-    // the time scale of 0.02; a change is judged 400 ms before its 4 s deadline.
+    // 1 000 intervals of 100 µs (and the two before the first that counts) are 100.2 ms of
+    // simulated time, but 5.01 s of wall-clock time at the time scale of 0.02; a change is
+    // judged 400 ms before its 4 s deadline.
     let flags = enforce_flags("static:200KB,800KB,0.3", &["--health-window", "1000", "--confirm-within", "4s"]);
     let (child, _) = act.controller("long-window", &flags);
     let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
     let log = act.controller_log("long-window");
     assert_eq!(out.status.code(), Some(2), "{log}");
-    assert!(log.contains("--health-window 1000 takes at least 5s at the 100µs telemetry interval"), "{log}");
+    let expected = "--health-window 1000 takes at least 5.01s (two intervals more than the window itself, to start \
+                    after the change) at the 100µs telemetry interval";
+    assert!(log.contains(expected), "{log}");
     assert!(log.contains("(5ms of wall-clock time at its time scale 0.02)"), "{log}");
     assert!(act.journal().is_empty(), "{:?}", act.journal());
 

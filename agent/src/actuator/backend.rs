@@ -133,6 +133,16 @@ pub trait Backend: Send + Sync + 'static {
     /// A new subscription to the telemetry stream, or why there is none.
     fn subscribe_telemetry(&self) -> Result<TelemetryReceiver, NoTelemetry>;
 
+    /// Called right after [`Backend::apply`] succeeded: the time on the telemetry's clock
+    /// (`ts_ns`) from which the settings it wrote are in effect, so that every telemetry
+    /// interval starting at or after it was measured under them. Later than the truth is safe
+    /// (a health check waits a little longer); earlier is not (it would judge a change on
+    /// intervals from before it). `None`: no telemetry clock, as a backend without telemetry
+    /// has none.
+    fn in_effect_from_ns(&self) -> Option<u64> {
+        None
+    }
+
     /// Whether the device keeps what it was given when the actuator dies, as a switch does
     /// and a simulator started afresh does not. An actuator for such a device refuses a
     /// journal that ends on an unconfirmed change: nothing would revert it.

@@ -15,7 +15,7 @@ use ecn_env::{EcnSetting, Simulator};
 use ecn_proto::v1::TelemetryBatch;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 use tracing::info;
@@ -42,6 +42,8 @@ pub struct DryRunBackend {
     caps: BackendCaps,
     settings: Mutex<Vec<EcnSetting>>,
     telemetry: Option<broadcast::Sender<Arc<TelemetryBatch>>>,
+    /// The replay's clock: the `ts_ns` of the batch it sent last.
+    replayed_to_ns: Option<Arc<AtomicU64>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -68,7 +70,7 @@ impl DryRunBackend {
         caps.backend = "dry-run".into();
         caps.min_telemetry_interval_ns = 0;
         let stop = Arc::new(AtomicBool::new(false));
-        let mut telemetry = None;
+        let (mut telemetry, mut replayed_to_ns) = (None, None);
         if let Some(rec) = recording {
             check_recording_queues(&caps, &rec, opts.telemetry.as_deref().expect("path"))?;
             if !(opts.time_scale.is_finite() && opts.time_scale > 0.0) {
@@ -80,15 +82,17 @@ impl DryRunBackend {
             caps.min_telemetry_interval_ns = rec.interval_ns;
             caps.telemetry_time_scale = opts.time_scale;
             let (tx, _) = broadcast::channel(1024);
-            let (tx2, stop2, scale) = (tx.clone(), stop.clone(), opts.time_scale);
+            let clock = Arc::new(AtomicU64::new(0));
+            let (tx2, clock2, stop2, scale) = (tx.clone(), clock.clone(), stop.clone(), opts.time_scale);
             info!(rows = rec.rows.len(), interval_ns = rec.interval_ns, "replaying recorded telemetry");
             std::thread::Builder::new()
                 .name("ecn-replay".into())
-                .spawn(move || replay::play(rec, scale, tx2, stop2))
+                .spawn(move || replay::play(rec, scale, tx2, &clock2, stop2))
                 .map_err(|e| ActuatorError::Failed(format!("cannot start the replay thread: {e}")))?;
             telemetry = Some(tx);
+            replayed_to_ns = Some(clock);
         }
-        Ok(DryRunBackend { caps, settings: Mutex::new(initial), telemetry, stop })
+        Ok(DryRunBackend { caps, settings: Mutex::new(initial), telemetry, replayed_to_ns, stop })
     }
 }
 
@@ -157,6 +161,12 @@ impl Backend for DryRunBackend {
                     .into(),
             )
         })
+    }
+
+    /// The recording does not change with the settings; what a controller judges after a
+    /// change is what the recording holds from the replay's present on.
+    fn in_effect_from_ns(&self) -> Option<u64> {
+        self.replayed_to_ns.as_ref().map(|c| c.load(Ordering::SeqCst))
     }
 
     fn shutdown(&self) {

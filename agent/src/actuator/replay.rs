@@ -13,7 +13,7 @@ use ecn_datasets::telemetry::{load_telemetry, ReadOptions};
 use ecn_datasets::TelemetrySample;
 use ecn_proto::v1::TelemetryBatch;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::broadcast;
 use tracing::debug;
@@ -53,8 +53,15 @@ impl Recording {
     }
 }
 
-/// Play `rec` on `tx` in scaled time until `stop` is set.
-pub fn play(rec: Recording, time_scale: f64, tx: broadcast::Sender<Arc<TelemetryBatch>>, stop: Arc<AtomicBool>) {
+/// Play `rec` on `tx` in scaled time until `stop` is set; `sent_to_ns` follows the `ts_ns` of
+/// the batch sent last.
+pub fn play(
+    rec: Recording,
+    time_scale: f64,
+    tx: broadcast::Sender<Arc<TelemetryBatch>>,
+    sent_to_ns: &AtomicU64,
+    stop: Arc<AtomicBool>,
+) {
     let first = rec.rows[0].sample.ts_ns;
     let last = rec.rows[rec.rows.len() - 1].sample.ts_ns;
     // Timestamps start near zero in every loop: shift the first row to one interval.
@@ -73,6 +80,7 @@ pub fn play(rec: Recording, time_scale: f64, tx: broadcast::Sender<Arc<Telemetry
             for s in &mut b.samples {
                 s.ts_ns = ts;
             }
+            sent_to_ns.store(ts, Ordering::SeqCst);
             let _ = tx.send(Arc::new(b));
         }
         base += span;

@@ -271,6 +271,7 @@ impl<B: Backend> ActuatorService<B> {
                 generation: current,
                 confirmed: current == confirmed,
                 confirm_deadline_unix_ms: st.ledger.deadline().map_or(0, |d| d.unix_ms),
+                in_effect_from_ts_ns: 0,
             });
         }
         let staged = st.ledger.staged(&changes);
@@ -301,6 +302,7 @@ impl<B: Backend> ActuatorService<B> {
             ));
             return Err(self.reject(&mut st, s, requested, ctl));
         }
+        let in_effect_from_ts_ns = self.inner.backend.in_effect_from_ns().unwrap_or(0);
         st.ledger.commit(staged, deadline);
         if deadline.is_some() {
             self.inner.deadline_changed.notify_one();
@@ -318,6 +320,7 @@ impl<B: Backend> ActuatorService<B> {
             generation,
             confirmed: deadline.is_none(),
             confirm_deadline_unix_ms: deadline.map_or(0, |d| d.unix_ms),
+            in_effect_from_ts_ns,
         })
     }
 
@@ -372,7 +375,9 @@ impl<B: Backend> ActuatorService<B> {
         let what = format!("rollback to generation {target}");
         let reason = if req.reason.is_empty() { what } else { format!("{what}: {}", req.reason) };
         let generation = self.restore(&mut st, target, &settings, EventKind::Rollback, &reason, Some(&ctl))?;
-        Ok(pb::RollbackResponse { generation })
+        // Read after the journal's write, so later than the device's write: the safe side.
+        let in_effect_from_ts_ns = self.inner.backend.in_effect_from_ns().unwrap_or(0);
+        Ok(pb::RollbackResponse { generation, in_effect_from_ts_ns })
     }
 
     /// Put `settings` (those of generation `target`) back as a new confirmed generation:

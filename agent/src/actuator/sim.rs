@@ -105,6 +105,10 @@ struct Written {
     settings: Vec<EcnSetting>,
     marking_faults: Vec<Option<MarkingFault>>,
     version: u64,
+    /// When (backend clock, that of telemetry `ts_ns`) the simulator thread next reads the
+    /// settings: a write made now is in effect from then. The interval it is simulating now
+    /// (or pacing towards) already runs with the settings it read at its start.
+    next_read_ns: u64,
 }
 
 /// State shared between the service side and the simulator thread.
@@ -168,7 +172,12 @@ impl SimBackend {
         }
         let initial: Vec<EcnSetting> = (0..caps.queues.len()).map(|q| sim.ecn(q).expect("queue index")).collect();
         let shared = Arc::new(Shared {
-            written: Mutex::new(Written { marking_faults: vec![None; initial.len()], settings: initial, version: 0 }),
+            written: Mutex::new(Written {
+                marking_faults: vec![None; initial.len()],
+                settings: initial,
+                version: 0,
+                next_read_ns: 0,
+            }),
             bad_write: opts.bad_write,
             runs: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
@@ -265,6 +274,10 @@ impl Backend for SimBackend {
             .ok_or_else(|| NoTelemetry::Stopped("the simulator has stopped (see the actuator's log)".into()))
     }
 
+    fn in_effect_from_ns(&self) -> Option<u64> {
+        Some(self.shared.written.lock().expect("sim settings lock").next_read_ns)
+    }
+
     fn shutdown(&self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.lock().expect("sim thread lock").take() {
@@ -331,7 +344,6 @@ impl Runner {
             if self.shared.stop.load(Ordering::Relaxed) {
                 break;
             }
-            version = self.sync_settings(version, false);
             let local = self.sim.now().0;
             self.start_due_storms(offset + local);
             let stop_at = self.sim.config().stop_at.0;
@@ -340,6 +352,7 @@ impl Runner {
                 target = target.min(s.at.0.saturating_sub(offset).max(local + 1));
             }
             let target = target.min(stop_at.max(local + 1));
+            version = self.sync_settings(version, false, offset + target);
             if !pacer.wait_until(offset + target, &self.shared.stop) {
                 break;
             }
@@ -377,7 +390,7 @@ impl Runner {
                 }
                 offset += self.sim.now().0.max(interval);
                 self.restart();
-                version = self.sync_settings(version, true);
+                version = self.sync_settings(version, true, offset);
                 run_wall = Instant::now();
             }
         }
@@ -385,9 +398,10 @@ impl Runner {
     }
 
     /// Put the written settings (and injected marking faults) in effect if they changed, or
-    /// always, on a fresh simulator.
-    fn sync_settings(&mut self, seen: u64, force: bool) -> u64 {
-        let w = self.shared.written.lock().expect("sim settings lock");
+    /// always, on a fresh simulator; the next read is at `next_read_ns` (backend clock).
+    fn sync_settings(&mut self, seen: u64, force: bool, next_read_ns: u64) -> u64 {
+        let mut w = self.shared.written.lock().expect("sim settings lock");
+        w.next_read_ns = next_read_ns;
         if w.version == seen && !force {
             return seen;
         }

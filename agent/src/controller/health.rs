@@ -83,6 +83,8 @@ impl fmt::Display for Finding {
 /// What one queue did during one telemetry interval.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct IntervalStats {
+    /// When the interval began, on the telemetry's clock (`ts_ns`).
+    pub start_ns: u64,
     /// Interval length, ns.
     pub span_ns: u64,
     /// Bytes sent.

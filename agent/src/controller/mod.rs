@@ -220,23 +220,28 @@ struct QueueState {
 }
 
 impl QueueState {
-    /// Take `setting` as the queue's current one; returns whether it changed. A new setting
-    /// starts the window a health check compares before the next change again: intervals at
-    /// the old one do not describe it.
-    fn set_current(&mut self, setting: EcnSetting) -> bool {
+    /// Take `setting` as the queue's current one, in effect from `in_effect_from_ns` on the
+    /// telemetry's clock (`None`: unknown); returns whether it changed. A new setting starts
+    /// the window a health check compares before the next change again: intervals at the old
+    /// one do not describe it.
+    fn set_current(&mut self, setting: EcnSetting, in_effect_from_ns: Option<u64>) -> bool {
         let changed = setting != self.current;
         if changed {
             self.current = setting;
-            self.watch.setting_changed();
+            self.watch.setting_changed(in_effect_from_ns);
         }
         changed
     }
 }
 
 /// A change under health watch: per changed queue, its window before the change and the
-/// intervals seen since.
+/// intervals measured since.
 struct Pending {
     generation: u64,
+    /// When the change took effect, on the telemetry's clock (0: unknown, every interval that
+    /// arrives counts). Batches sampled before it can arrive after the apply's reply, from a
+    /// backlogged stream or a slow network: they describe the settings before the change.
+    in_effect_from_ns: u64,
     queues: Vec<usize>,
     before: Vec<WindowStats>,
     after: Vec<Vec<IntervalStats>>,
@@ -244,11 +249,25 @@ struct Pending {
     previous: Vec<(usize, EcnSetting)>,
 }
 
+/// An apply the actuator took.
+struct Applied {
+    generation: u64,
+    /// The confirm deadline, on this controller's clock.
+    deadline: Instant,
+    /// As [`Pending::in_effect_from_ns`].
+    in_effect_from_ns: u64,
+}
+
+/// A telemetry time from the actuator, where 0 means unknown.
+fn known_time(ts_ns: u64) -> Option<u64> {
+    (ts_ns > 0).then_some(ts_ns)
+}
+
 /// Feed telemetry samples to their queues, and the intervals they complete to the pending
 /// change's window. Only a valid sample that moved its queue's clock forward completes one: a
 /// batch without a new sample for a queue (a repeated timestamp, a counter reset, nothing at
-/// all) must not count that queue's previous interval again, or an interval from before the
-/// change, into the window.
+/// all) must not count that queue's previous interval again into the window, and an interval
+/// that started before the change took effect does not count at all.
 fn feed_samples(
     queues: &mut [QueueState],
     index: &HashMap<String, usize>,
@@ -263,7 +282,7 @@ fn feed_samples(
         }
     }
     if let Some(p) = pending {
-        for (i, stats) in completed {
+        for (i, stats) in completed.into_iter().filter(|(_, s)| s.start_ns >= p.in_effect_from_ns) {
             if let Some(k) = p.queues.iter().position(|&q| q == i) {
                 p.after[k].push(stats);
             }
@@ -454,12 +473,16 @@ pub async fn run(
 
 /// A change is judged at the latest two intervals before its confirm deadline. A health window
 /// that takes longer than that even at the actuator's fastest telemetry could never be
-/// complete: every change would be rolled back for its deadline. The deadline runs on the wall
-/// clock, and telemetry on the actuator's, which a simulated fabric slows by its time scale.
+/// complete: every change would be rolled back for its deadline. The window's first interval
+/// can start up to two intervals after the apply: the one in progress when the change lands
+/// does not count, nor, on a switch, the one its agent may still be programming it in (the
+/// actuator's `in_effect_from_ts_ns`). The deadline runs on the wall clock, and telemetry on
+/// the actuator's, which a simulated fabric slows by its time scale.
 fn window_fits_confirm(cfg: &ControllerConfig, caps: &pb::Capabilities) -> Result<(), CliError> {
     let native = Duration::from_nanos(caps.min_telemetry_interval_ns);
     let interval = wall_interval(caps.min_telemetry_interval_ns, caps.telemetry_time_scale);
-    let watch = interval.saturating_mul(u32::try_from(cfg.health.window).unwrap_or(u32::MAX));
+    let intervals = u32::try_from(cfg.health.window).unwrap_or(u32::MAX).saturating_add(2);
+    let watch = interval.saturating_mul(intervals);
     let time_to_judge = cfg.confirm_within.saturating_sub(cfg.judging_margin());
     if watch >= time_to_judge {
         let clock = if interval == native {
@@ -468,7 +491,8 @@ fn window_fits_confirm(cfg: &ControllerConfig, caps: &pb::Capabilities) -> Resul
             format!(" ({interval:?} of wall-clock time at its time scale {})", caps.telemetry_time_scale)
         };
         return Err(CliError::BadInput(format!(
-            "--health-window {} takes at least {watch:?} at the {native:?} telemetry interval of {}{clock}, \
+            "--health-window {} takes at least {watch:?} (two intervals more than the window itself, to \
+             start after the change) at the {native:?} telemetry interval of {}{clock}, \
              which does not fit in --confirm-within {:?} less two --interval ({time_to_judge:?}): every change \
              would be rolled back for its deadline",
             cfg.health.window, cfg.target, cfg.confirm_within
@@ -949,7 +973,7 @@ impl ControlLoop {
         let previous: Vec<(usize, EcnSetting)> = changes.iter().map(|(i, _)| (*i, self.queues[*i].current)).collect();
         let within = if fallback { Duration::ZERO } else { self.cfg.confirm_within };
         match self.apply(&lease_id, &changes, within).await {
-            Ok((g, deadline)) => {
+            Ok(Applied { generation: g, deadline, in_effect_from_ns }) => {
                 self.report.applies += 1;
                 self.metrics.applies.inc();
                 self.generation = g;
@@ -965,7 +989,8 @@ impl ControlLoop {
                 let before =
                     idx.iter().map(|&i| WindowStats::of(self.queues[i].watch.recent(self.cfg.health.window))).collect();
                 let after = vec![Vec::new(); idx.len()];
-                self.pending = Some(Pending { generation: g, queues: idx, before, after, deadline, previous });
+                self.pending =
+                    Some(Pending { generation: g, in_effect_from_ns, queues: idx, before, after, deadline, previous });
             }
             Err(e) => {
                 warn!(error = %e, "apply failed; reading the actuator back");
@@ -992,7 +1017,7 @@ impl ControlLoop {
             let (Some(id), Some(setting)) = (qs.id.as_ref(), to_setting(qs.setting.as_ref())) else { continue };
             let Some(&i) = self.index.get(&queue_key(id)) else { continue };
             let q = &mut self.queues[i];
-            if q.set_current(setting) {
+            if q.set_current(setting, None) {
                 set_queue_metrics(&self.metrics, &self.cfg.target, q);
             }
         }
@@ -1069,13 +1094,13 @@ impl ControlLoop {
     }
 
     /// Apply the round's changes in one atomic call with a confirm deadline. On success the
-    /// queues' `current` become the new settings; returns the new generation and the deadline.
+    /// queues' `current` become the new settings.
     async fn apply(
         &mut self,
         lease_id: &str,
         round: &[(usize, EcnSetting)],
         confirm_within: Duration,
-    ) -> Result<(u64, Instant), String> {
+    ) -> Result<Applied, String> {
         let changes = round
             .iter()
             .map(|(i, s)| pb::QueueSetting { id: Some(self.queues[*i].id.clone()), setting: Some(to_pb(*s)) })
@@ -1104,10 +1129,14 @@ impl ControlLoop {
         );
         let now = Instant::now();
         for (i, s) in round {
-            self.queues[*i].set_current(*s);
+            self.queues[*i].set_current(*s, known_time(resp.in_effect_from_ts_ns));
             self.queues[*i].last_change = Some(now);
         }
-        Ok((resp.generation, sent + confirm_within))
+        Ok(Applied {
+            generation: resp.generation,
+            deadline: sent + confirm_within,
+            in_effect_from_ns: resp.in_effect_from_ts_ns,
+        })
     }
 
     /// Judge a pending change once its window is complete (or its deadline is near): confirm it,
@@ -1183,12 +1212,17 @@ impl ControlLoop {
                 warn!(generation = p.generation, %reason, "degraded: rolling back");
                 let req =
                     pb::RollbackRequest { lease_id: lease_id.clone(), to_generation: None, reason: reason.clone() };
-                self.client.rollback(req).await.map_err(|s| CliError::Failed(format!("Rollback: {}", s.message())))?;
+                let resp = self
+                    .client
+                    .rollback(req)
+                    .await
+                    .map_err(|s| CliError::Failed(format!("Rollback: {}", s.message())))?
+                    .into_inner();
                 let until = Instant::now() + cfg.quarantine;
                 count_rollback(&mut self.report, &self.metrics, gravest.label());
                 for (k, (i, old)) in p.previous.iter().enumerate() {
                     let q = &mut self.queues[*i];
-                    q.set_current(*old);
+                    q.set_current(*old, known_time(resp.in_effect_from_ts_ns));
                     q.quarantine_until = Some(until);
                     set_queue_metrics(&self.metrics, &cfg.target, q);
                     let observation = serde_json::json!({"before": p.before[k], "after": after[k]});
@@ -1284,11 +1318,12 @@ impl ControlLoop {
             .apply(req)
             .await
             .map_err(|s| CliError::Failed(format!("kill switch apply: {}", s.message())))?;
-        self.generation = resp.into_inner().generation;
+        let resp = resp.into_inner();
+        self.generation = resp.generation;
         for i in off_baseline {
             let setting = target(&queues[i]);
             let q = &mut queues[i];
-            q.set_current(setting);
+            q.set_current(setting, known_time(resp.in_effect_from_ts_ns));
             set_queue_metrics(&self.metrics, &self.cfg.target, q);
             record(&self.log, &decision(&self.cfg, q, setting, true, "kill switch: baseline".into()))?;
         }
@@ -1324,7 +1359,8 @@ mod tests {
     use super::*;
 
     /// Batches after a change that bring no new interval for a watched queue add nothing to
-    /// its window: neither the interval from before the change nor a repeated sample.
+    /// its window: neither the interval from before the change nor a repeated sample, nor an
+    /// interval that began before the change took effect.
     #[test]
     fn only_new_intervals_enter_the_health_window() {
         let id = pb::QueueId { switch: "leaf1".into(), port: "eth1".into(), queue: 3 };
@@ -1353,6 +1389,7 @@ mod tests {
         feed_samples(&mut queues, &index, None, &[sample(100, 0), sample(200, 4)]);
         let mut p = Pending {
             generation: 1,
+            in_effect_from_ns: 0,
             queues: vec![0],
             before: vec![WindowStats::default()],
             after: vec![Vec::new()],
@@ -1364,6 +1401,15 @@ mod tests {
         assert!(p.after[0].is_empty(), "{:?}", p.after[0]);
         feed_samples(&mut queues, &index, Some(&mut p), &[sample(300, 0)]);
         assert_eq!(p.after[0].iter().map(|i| (i.span_ns, i.drops)).collect::<Vec<_>>(), [(100, 0)]);
+
+        // A change in effect from 500 ns whose reply came before the batches up to there (a
+        // backlogged stream): the intervals that began before 500 ns stay out of its window.
+        p = Pending { in_effect_from_ns: 500, after: vec![Vec::new()], ..p };
+        feed_samples(&mut queues, &index, Some(&mut p), &[sample(400, 7)]);
+        feed_samples(&mut queues, &index, Some(&mut p), &[sample(500, 7)]);
+        assert!(p.after[0].is_empty(), "{:?}", p.after[0]);
+        feed_samples(&mut queues, &index, Some(&mut p), &[sample(600, 1)]);
+        assert_eq!(p.after[0].iter().map(|i| (i.start_ns, i.drops)).collect::<Vec<_>>(), [(500, 1)]);
     }
 
     #[test]

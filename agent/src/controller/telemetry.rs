@@ -17,6 +17,9 @@ pub struct QueueWatch {
     keep: usize,
     /// Intervals completed since the queue's setting last changed.
     at_setting: usize,
+    /// When (`ts_ns`) the current setting took effect: only intervals that start then or
+    /// later were measured under it.
+    setting_since_ns: u64,
     last: Option<pb::TelemetrySample>,
     last_valid: bool,
     last_problem: Option<String>,
@@ -74,6 +77,7 @@ impl QueueWatch {
             history: VecDeque::new(),
             keep: keep.max(1),
             at_setting: 0,
+            setting_since_ns: 0,
             last: None,
             last_valid: false,
             last_problem: None,
@@ -104,6 +108,7 @@ impl QueueWatch {
                 self.history.pop_front();
             }
             let stats = IntervalStats {
+                start_ns: s.ts_ns - span,
                 span_ns: span,
                 tx_bytes: s.tx_bytes,
                 tx_pkts: s.tx_pkts,
@@ -116,7 +121,9 @@ impl QueueWatch {
                 drops: s.drops,
             };
             self.history.push_back(stats);
-            self.at_setting = self.at_setting.saturating_add(1);
+            if stats.start_ns >= self.setting_since_ns {
+                self.at_setting = self.at_setting.saturating_add(1);
+            }
             completed = Some(stats);
         }
         self.last = Some(s.clone());
@@ -153,9 +160,12 @@ impl QueueWatch {
         self.at_setting.min(self.history.len())
     }
 
-    /// The queue's setting changed: intervals from before no longer describe it.
-    pub fn setting_changed(&mut self) {
+    /// The queue's setting changed, in effect from `in_effect_from_ns` on the telemetry's clock
+    /// (`None`, unknown: from the last sample seen). Intervals from before no longer describe
+    /// it, nor do those still in flight that started before it.
+    pub fn setting_changed(&mut self, in_effect_from_ns: Option<u64>) {
         self.at_setting = 0;
+        self.setting_since_ns = in_effect_from_ns.unwrap_or_else(|| self.last.as_ref().map_or(0, |s| s.ts_ns));
     }
 
     /// The last `n` intervals.
@@ -226,10 +236,17 @@ mod tests {
         }
         // Four intervals arrived; the watch keeps the window's three.
         assert_eq!((w.intervals_at_setting(), w.recent(10).count()), (3, 3));
-        w.setting_changed();
+        w.setting_changed(None);
         assert_eq!(w.intervals_at_setting(), 0);
         w.push(&sample(600, 5.0, 100));
         assert_eq!((w.intervals_at_setting(), w.recent(10).count()), (1, 3));
+        // A change in effect from 800 ns, with the samples up to there still in flight: the
+        // intervals that started before it were measured under the old setting.
+        w.setting_changed(Some(800));
+        for ts in [700, 800, 900] {
+            w.push(&sample(ts, 5.0, 100));
+        }
+        assert_eq!(w.intervals_at_setting(), 1);
     }
 
     #[test]

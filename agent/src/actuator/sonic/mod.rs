@@ -120,6 +120,9 @@ pub struct SonicBackend {
     /// The writer's `unsettled`: a failed transaction may still land.
     unsettled: Arc<AtomicBool>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Zero of telemetry `ts_ns`, shared with the poller.
+    epoch: Instant,
+    poll_interval: Duration,
 }
 
 impl SonicBackend {
@@ -213,6 +216,7 @@ impl SonicBackend {
 
         let (tx, _) = broadcast::channel(1024);
         let weak = tx.downgrade();
+        let epoch = Instant::now();
         let poller = counters::Poller {
             target,
             db: opts.dbs.counters,
@@ -231,7 +235,7 @@ impl SonicBackend {
             settings: settings.clone(),
             tx,
             stop: stop.clone(),
-            epoch: Instant::now(),
+            epoch,
             frozen_after: opts.frozen_after,
         };
         let poller_thread = std::thread::Builder::new()
@@ -246,6 +250,8 @@ impl SonicBackend {
             stop,
             unsettled,
             threads: Mutex::new(vec![writer_thread, poller_thread]),
+            epoch,
+            poll_interval: opts.poll_interval,
         })
     }
 }
@@ -305,6 +311,14 @@ impl Backend for SonicBackend {
             .upgrade()
             .map(|t| t.subscribe())
             .ok_or_else(|| NoTelemetry::Stopped("the COUNTERS_DB poller has stopped (see the actuator's log)".into()))
+    }
+
+    /// The write is in CONFIG_DB when `apply` returns; orchagent programs the ASIC from it
+    /// afterwards, on its own schedule (usually milliseconds). Allowing it one poll interval,
+    /// every interval that starts after that was counted under the new settings.
+    fn in_effect_from_ns(&self) -> Option<u64> {
+        let at = self.epoch.elapsed() + self.poll_interval;
+        Some(u64::try_from(at.as_nanos()).unwrap_or(u64::MAX))
     }
 
     fn shutdown(&self) {
