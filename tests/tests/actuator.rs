@@ -496,7 +496,7 @@ async fn sim_streams_one_sample_per_queue_and_applies_settings() {
     let l = lease(&mut c, "ctl-a").await;
     let r = apply(&mut c, &l, vec![change(&q[0], 200_000, 800_000, 0.5)], 0).await;
     let want = pb::EcnSetting { kmin_bytes: 200_000, kmax_bytes: 800_000, pmax: 0.5 };
-    assert!(r.in_effect_from_ts_ns > 0, "{r:?}");
+    assert!(r.in_effect_from_ts_ns > 0 && r.landed_ts_ns == r.in_effect_from_ts_ns, "{r:?}");
     let deadline = tokio::time::Instant::now() + WAIT;
     let mut after = 0;
     while after < 3 {
@@ -578,5 +578,8 @@ async fn dry_run_replays_a_csv_recording_as_its_telemetry() {
     // never on a batch already sent.
     let l = lease(&mut c, "ctl-replay").await;
     let r = apply(&mut c, &l, vec![change(&ids(&caps)[0], 200_000, 800_000, 0.5)], 0).await;
-    assert!(r.in_effect_from_ts_ns >= last, "{r:?}, a batch at {last} ns was sent before");
+    assert!(
+        r.landed_ts_ns >= last && r.in_effect_from_ts_ns == r.landed_ts_ns,
+        "{r:?}, a batch at {last} ns came first"
+    );
 }

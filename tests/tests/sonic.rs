@@ -113,14 +113,14 @@ async fn capabilities_and_telemetry_come_from_the_switch() {
     assert!((3.0..7.0).contains(&rate), "{rate} bytes/ns");
     assert!(marked > 0);
 
-    // A change counts as in effect a poll interval after its write at the earliest (orchagent
-    // programs the ASIC after CONFIG_DB), on the clock of the batches: later than every batch
-    // already sent.
+    // On the clock of the batches, a write lands after every batch already sent, and counts as
+    // in effect a poll interval later (orchagent programs the ASIC after CONFIG_DB).
     let l = lease(&mut c, "ctl-a").await;
     let changes = vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)];
     let r = c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.expect("apply").into_inner();
     let last_ts = last_ts.expect("batches");
-    assert!(r.in_effect_from_ts_ns >= last_ts + 100_000_000, "{r:?}, a batch at {last_ts} ns came before");
+    assert!(r.landed_ts_ns >= last_ts, "{r:?}, a batch at {last_ts} ns came before");
+    assert!(r.in_effect_from_ts_ns >= r.landed_ts_ns + 100_000_000, "{r:?}");
     drop(rig.ticker);
 }
 

@@ -96,6 +96,18 @@ pub fn wall_interval(interval_ns: u64, time_scale: f64) -> std::time::Duration {
     std::time::Duration::try_from_secs_f64(interval_ns as f64 / scale / 1e9).unwrap_or(std::time::Duration::MAX)
 }
 
+/// When a write changed the device, on the telemetry's clock (`ts_ns`), so that a health
+/// check compares intervals measured wholly before it with intervals measured wholly after.
+/// Erring outwards is safe (an interval left out of both windows); erring inwards is not (a
+/// change judged on intervals from before it, or against intervals from after it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteTimes {
+    /// No interval that ends at or before this saw the write.
+    pub landed_ns: u64,
+    /// Every interval that starts at or after this was measured under the write.
+    pub in_effect_from_ns: u64,
+}
+
 /// A backend could not do what was asked.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{0}")]
@@ -133,13 +145,10 @@ pub trait Backend: Send + Sync + 'static {
     /// A new subscription to the telemetry stream, or why there is none.
     fn subscribe_telemetry(&self) -> Result<TelemetryReceiver, NoTelemetry>;
 
-    /// Called right after [`Backend::apply`] succeeded: the time on the telemetry's clock
-    /// (`ts_ns`) from which the settings it wrote are in effect, so that every telemetry
-    /// interval starting at or after it was measured under them. Later than the truth is safe
-    /// (a health check waits a little longer); earlier is not (it would judge a change on
-    /// intervals from before it). `None`: no telemetry clock, as a backend without telemetry
-    /// has none.
-    fn in_effect_from_ns(&self) -> Option<u64> {
+    /// Called right after [`Backend::apply`] succeeded: when, on the telemetry's clock, the
+    /// write landed and from when it is in effect. `None`: no telemetry clock, as a backend
+    /// without telemetry has none.
+    fn write_times(&self) -> Option<WriteTimes> {
         None
     }
 

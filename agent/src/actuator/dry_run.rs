@@ -6,7 +6,9 @@
 //! from a recorded telemetry file. Telemetry: a recording if one is given (see
 //! [`super::replay`]), otherwise none; StreamTelemetry then answers `UNIMPLEMENTED`.
 
-use super::backend::{Backend, BackendCaps, BackendError, Bounds, NoTelemetry, QueueCap, QueueKey, TelemetryReceiver};
+use super::backend::{
+    Backend, BackendCaps, BackendError, Bounds, NoTelemetry, QueueCap, QueueKey, TelemetryReceiver, WriteTimes,
+};
 use super::replay::{self, Recording};
 use super::sim::capabilities;
 use super::ActuatorError;
@@ -165,8 +167,9 @@ impl Backend for DryRunBackend {
 
     /// The recording does not change with the settings; what a controller judges after a
     /// change is what the recording holds from the replay's present on.
-    fn in_effect_from_ns(&self) -> Option<u64> {
-        self.replayed_to_ns.as_ref().map(|c| c.load(Ordering::SeqCst))
+    fn write_times(&self) -> Option<WriteTimes> {
+        let at = self.replayed_to_ns.as_ref()?.load(Ordering::SeqCst);
+        Some(WriteTimes { landed_ns: at, in_effect_from_ns: at })
     }
 
     fn shutdown(&self) {

@@ -271,7 +271,7 @@ impl<B: Backend> ActuatorService<B> {
                 generation: current,
                 confirmed: current == confirmed,
                 confirm_deadline_unix_ms: st.ledger.deadline().map_or(0, |d| d.unix_ms),
-                in_effect_from_ts_ns: 0,
+                ..Default::default()
             });
         }
         let staged = st.ledger.staged(&changes);
@@ -302,7 +302,7 @@ impl<B: Backend> ActuatorService<B> {
             ));
             return Err(self.reject(&mut st, s, requested, ctl));
         }
-        let in_effect_from_ts_ns = self.inner.backend.in_effect_from_ns().unwrap_or(0);
+        let times = self.inner.backend.write_times();
         st.ledger.commit(staged, deadline);
         if deadline.is_some() {
             self.inner.deadline_changed.notify_one();
@@ -320,7 +320,8 @@ impl<B: Backend> ActuatorService<B> {
             generation,
             confirmed: deadline.is_none(),
             confirm_deadline_unix_ms: deadline.map_or(0, |d| d.unix_ms),
-            in_effect_from_ts_ns,
+            landed_ts_ns: times.map_or(0, |t| t.landed_ns),
+            in_effect_from_ts_ns: times.map_or(0, |t| t.in_effect_from_ns),
         })
     }
 
@@ -376,7 +377,7 @@ impl<B: Backend> ActuatorService<B> {
         let reason = if req.reason.is_empty() { what } else { format!("{what}: {}", req.reason) };
         let generation = self.restore(&mut st, target, &settings, EventKind::Rollback, &reason, Some(&ctl))?;
         // Read after the journal's write, so later than the device's write: the safe side.
-        let in_effect_from_ts_ns = self.inner.backend.in_effect_from_ns().unwrap_or(0);
+        let in_effect_from_ts_ns = self.inner.backend.write_times().map_or(0, |t| t.in_effect_from_ns);
         Ok(pb::RollbackResponse { generation, in_effect_from_ts_ns })
     }
 

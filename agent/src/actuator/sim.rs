@@ -12,7 +12,9 @@
 //! traffic. Telemetry timestamps (`ts_ns`) are simulated nanoseconds since the backend started
 //! and keep growing across runs.
 
-use super::backend::{Backend, BackendCaps, BackendError, Bounds, NoTelemetry, QueueCap, QueueKey, TelemetryReceiver};
+use super::backend::{
+    Backend, BackendCaps, BackendError, Bounds, NoTelemetry, QueueCap, QueueKey, TelemetryReceiver, WriteTimes,
+};
 use super::pacer::Pacer;
 use super::telemetry::batches_from_rows;
 use super::ActuatorError;
@@ -274,8 +276,10 @@ impl Backend for SimBackend {
             .ok_or_else(|| NoTelemetry::Stopped("the simulator has stopped (see the actuator's log)".into()))
     }
 
-    fn in_effect_from_ns(&self) -> Option<u64> {
-        Some(self.shared.written.lock().expect("sim settings lock").next_read_ns)
+    /// Settings change between intervals, so the write lands and takes effect at once.
+    fn write_times(&self) -> Option<WriteTimes> {
+        let at = self.shared.written.lock().expect("sim settings lock").next_read_ns;
+        Some(WriteTimes { landed_ns: at, in_effect_from_ns: at })
     }
 
     fn shutdown(&self) {

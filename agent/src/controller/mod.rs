@@ -234,19 +234,40 @@ impl QueueState {
     }
 }
 
-/// A change under health watch: per changed queue, its window before the change and the
-/// intervals measured since.
+/// A change under health watch: per changed queue, the last `window` intervals before the
+/// change and the intervals measured since.
+///
+/// Batches sampled before the change can arrive after the apply's reply, from a backlogged
+/// stream or a slow network. The actuator's times sort them, on the telemetry's clock: an
+/// interval that ends by the time the write landed joins the window before (it is more recent
+/// than what the queue had when the change was made), one that starts once the change is in
+/// effect joins the window after, and one in between joins neither. Unknown times (0) put
+/// every interval that arrives into the window after.
 struct Pending {
     generation: u64,
-    /// When the change took effect, on the telemetry's clock (0: unknown, every interval that
-    /// arrives counts). Batches sampled before it can arrive after the apply's reply, from a
-    /// backlogged stream or a slow network: they describe the settings before the change.
+    landed_ns: u64,
     in_effect_from_ns: u64,
+    window: usize,
     queues: Vec<usize>,
-    before: Vec<WindowStats>,
+    before: Vec<Vec<IntervalStats>>,
     after: Vec<Vec<IntervalStats>>,
     deadline: Instant,
     previous: Vec<(usize, EcnSetting)>,
+}
+
+impl Pending {
+    /// Sort an interval of changed queue `k` into its windows.
+    fn take(&mut self, k: usize, stats: IntervalStats) {
+        if stats.start_ns >= self.in_effect_from_ns {
+            self.after[k].push(stats);
+        } else if stats.start_ns + stats.span_ns <= self.landed_ns {
+            let before = &mut self.before[k];
+            before.push(stats);
+            if before.len() > self.window {
+                before.remove(0);
+            }
+        }
+    }
 }
 
 /// An apply the actuator took.
@@ -254,7 +275,8 @@ struct Applied {
     generation: u64,
     /// The confirm deadline, on this controller's clock.
     deadline: Instant,
-    /// As [`Pending::in_effect_from_ns`].
+    /// As [`pb::ApplyResponse`]'s fields of the same names (0: unknown).
+    landed_ns: u64,
     in_effect_from_ns: u64,
 }
 
@@ -264,10 +286,9 @@ fn known_time(ts_ns: u64) -> Option<u64> {
 }
 
 /// Feed telemetry samples to their queues, and the intervals they complete to the pending
-/// change's window. Only a valid sample that moved its queue's clock forward completes one: a
-/// batch without a new sample for a queue (a repeated timestamp, a counter reset, nothing at
-/// all) must not count that queue's previous interval again into the window, and an interval
-/// that started before the change took effect does not count at all.
+/// change's windows ([`Pending::take`]). Only a valid sample that moved its queue's clock
+/// forward completes one: a batch without a new sample for a queue (a repeated timestamp, a
+/// counter reset, nothing at all) must not count that queue's previous interval again.
 fn feed_samples(
     queues: &mut [QueueState],
     index: &HashMap<String, usize>,
@@ -282,9 +303,9 @@ fn feed_samples(
         }
     }
     if let Some(p) = pending {
-        for (i, stats) in completed.into_iter().filter(|(_, s)| s.start_ns >= p.in_effect_from_ns) {
+        for (i, stats) in completed {
             if let Some(k) = p.queues.iter().position(|&q| q == i) {
-                p.after[k].push(stats);
+                p.take(k, stats);
             }
         }
     }
@@ -973,7 +994,7 @@ impl ControlLoop {
         let previous: Vec<(usize, EcnSetting)> = changes.iter().map(|(i, _)| (*i, self.queues[*i].current)).collect();
         let within = if fallback { Duration::ZERO } else { self.cfg.confirm_within };
         match self.apply(&lease_id, &changes, within).await {
-            Ok(Applied { generation: g, deadline, in_effect_from_ns }) => {
+            Ok(Applied { generation: g, deadline, landed_ns, in_effect_from_ns }) => {
                 self.report.applies += 1;
                 self.metrics.applies.inc();
                 self.generation = g;
@@ -986,11 +1007,20 @@ impl ControlLoop {
                     return Ok(());
                 }
                 let idx: Vec<usize> = changes.iter().map(|(i, _)| *i).collect();
-                let before =
-                    idx.iter().map(|&i| WindowStats::of(self.queues[i].watch.recent(self.cfg.health.window))).collect();
+                let window = self.cfg.health.window;
+                let before = idx.iter().map(|&i| self.queues[i].watch.recent(window).copied().collect()).collect();
                 let after = vec![Vec::new(); idx.len()];
-                self.pending =
-                    Some(Pending { generation: g, in_effect_from_ns, queues: idx, before, after, deadline, previous });
+                self.pending = Some(Pending {
+                    generation: g,
+                    landed_ns,
+                    in_effect_from_ns,
+                    window,
+                    queues: idx,
+                    before,
+                    after,
+                    deadline,
+                    previous,
+                });
             }
             Err(e) => {
                 warn!(error = %e, "apply failed; reading the actuator back");
@@ -1135,6 +1165,7 @@ impl ControlLoop {
         Ok(Applied {
             generation: resp.generation,
             deadline: sent + confirm_within,
+            landed_ns: resp.landed_ts_ns,
             in_effect_from_ns: resp.in_effect_from_ts_ns,
         })
     }
@@ -1153,6 +1184,7 @@ impl ControlLoop {
             .iter()
             .any(|&i| self.queues[i].watch.health(now, cfg.guardrails.stale_after) != TelemetryHealth::Good);
         let Some((lease_id, _)) = &self.lease else { return Ok(None) };
+        let before: Vec<WindowStats> = p.before.iter().map(WindowStats::of).collect();
         let after: Vec<WindowStats> = p.after.iter().map(WindowStats::of).collect();
         let verdict = if blind {
             Err(vec![Finding {
@@ -1163,9 +1195,9 @@ impl ControlLoop {
             let mut why = Vec::new();
             for (k, &i) in p.queues.iter().enumerate() {
                 let judged = if complete {
-                    health::judge(&cfg.health, &p.before[k], &after[k])
+                    health::judge(&cfg.health, &before[k], &after[k])
                 } else {
-                    health::judge_strong(&cfg.health, &p.before[k], &after[k])
+                    health::judge_strong(&cfg.health, &before[k], &after[k])
                 };
                 if let Err(w) = judged {
                     let queue = queue_key(&self.queues[i].id);
@@ -1173,7 +1205,7 @@ impl ControlLoop {
                 }
             }
             if complete {
-                if let Err(w) = health::judge_utilization(&cfg.health, &p.before, &after) {
+                if let Err(w) = health::judge_utilization(&cfg.health, &before, &after) {
                     why.push(w);
                 }
             } else if why.is_empty() && !near_deadline {
@@ -1225,7 +1257,7 @@ impl ControlLoop {
                     q.set_current(*old, known_time(resp.in_effect_from_ts_ns));
                     q.quarantine_until = Some(until);
                     set_queue_metrics(&self.metrics, &cfg.target, q);
-                    let observation = serde_json::json!({"before": p.before[k], "after": after[k]});
+                    let observation = serde_json::json!({"before": before[k], "after": after[k]});
                     let reason = format!("rolled back generation {}: {reason}", p.generation);
                     record(&self.log, &Decision { observation, ..decision(cfg, q, *old, true, reason) })?;
                 }
@@ -1359,8 +1391,8 @@ mod tests {
     use super::*;
 
     /// Batches after a change that bring no new interval for a watched queue add nothing to
-    /// its window: neither the interval from before the change nor a repeated sample, nor an
-    /// interval that began before the change took effect.
+    /// its window: neither the interval from before the change nor a repeated sample. Late
+    /// intervals from before the change go to the window before it, or to neither.
     #[test]
     fn only_new_intervals_enter_the_health_window() {
         let id = pb::QueueId { switch: "leaf1".into(), port: "eth1".into(), queue: 3 };
@@ -1389,9 +1421,11 @@ mod tests {
         feed_samples(&mut queues, &index, None, &[sample(100, 0), sample(200, 4)]);
         let mut p = Pending {
             generation: 1,
+            landed_ns: 0,
             in_effect_from_ns: 0,
+            window: 5,
             queues: vec![0],
-            before: vec![WindowStats::default()],
+            before: vec![Vec::new()],
             after: vec![Vec::new()],
             deadline: Instant::now(),
             previous: Vec::new(),
@@ -1402,14 +1436,26 @@ mod tests {
         feed_samples(&mut queues, &index, Some(&mut p), &[sample(300, 0)]);
         assert_eq!(p.after[0].iter().map(|i| (i.span_ns, i.drops)).collect::<Vec<_>>(), [(100, 0)]);
 
-        // A change in effect from 500 ns whose reply came before the batches up to there (a
-        // backlogged stream): the intervals that began before 500 ns stay out of its window.
-        p = Pending { in_effect_from_ns: 500, after: vec![Vec::new()], ..p };
+        // A change that landed at 450 ns and is in effect from 500 ns, whose reply came before
+        // the batches up to there (a backlogged stream): 300-400 ns joins the window before,
+        // of which the last two (the window) are kept, and 400-500 ns, during the change,
+        // neither window.
+        let old = IntervalStats { drops: 9, ..Default::default() };
+        p = Pending {
+            landed_ns: 450,
+            in_effect_from_ns: 500,
+            window: 2,
+            before: vec![vec![old, old]],
+            after: vec![Vec::new()],
+            ..p
+        };
         feed_samples(&mut queues, &index, Some(&mut p), &[sample(400, 7)]);
-        feed_samples(&mut queues, &index, Some(&mut p), &[sample(500, 7)]);
+        feed_samples(&mut queues, &index, Some(&mut p), &[sample(500, 5)]);
         assert!(p.after[0].is_empty(), "{:?}", p.after[0]);
+        assert_eq!(p.before[0].iter().map(|i| i.drops).collect::<Vec<_>>(), [9, 7]);
         feed_samples(&mut queues, &index, Some(&mut p), &[sample(600, 1)]);
         assert_eq!(p.after[0].iter().map(|i| (i.start_ns, i.drops)).collect::<Vec<_>>(), [(500, 1)]);
+        assert_eq!(p.before[0].len(), 2);
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub mod counters;
 pub mod originals;
 pub mod schema;
 
-use super::backend::{Backend, BackendCaps, BackendError, NoTelemetry, TelemetryReceiver};
+use super::backend::{Backend, BackendCaps, BackendError, NoTelemetry, TelemetryReceiver, WriteTimes};
 use super::ActuatorError;
 use config::{Layout, Snapshot};
 use conn::RedisTarget;
@@ -46,7 +46,7 @@ use originals::{Recorder, Recording};
 use redis::Connection;
 use schema::DbIndices;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -123,6 +123,8 @@ pub struct SonicBackend {
     /// Zero of telemetry `ts_ns`, shared with the poller.
     epoch: Instant,
     poll_interval: Duration,
+    /// When (`ts_ns`) the last write was handed to the writer: it cannot have landed earlier.
+    write_started_ns: AtomicU64,
 }
 
 impl SonicBackend {
@@ -252,6 +254,7 @@ impl SonicBackend {
             threads: Mutex::new(vec![writer_thread, poller_thread]),
             epoch,
             poll_interval: opts.poll_interval,
+            write_started_ns: AtomicU64::new(0),
         })
     }
 }
@@ -263,6 +266,13 @@ fn wait<T>(rx: &mpsc::Receiver<T>) -> Result<T, mpsc::RecvError> {
     match Handle::try_current() {
         Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(|| rx.recv()),
         _ => rx.recv(),
+    }
+}
+
+impl SonicBackend {
+    /// Now plus `ahead`, on the clock of telemetry `ts_ns`.
+    fn telemetry_clock_ns(&self, ahead: Duration) -> u64 {
+        u64::try_from((self.epoch.elapsed() + ahead).as_nanos()).unwrap_or(u64::MAX)
     }
 }
 
@@ -290,6 +300,7 @@ impl Backend for SonicBackend {
         if let Some((q, e)) = settings.iter().enumerate().find_map(|(q, s)| s.validate().err().map(|e| (q, e))) {
             return Err(BackendError(format!("queue {}: {e}", self.caps.queues[q].key)));
         }
+        self.write_started_ns.store(self.telemetry_clock_ns(Duration::ZERO), Ordering::SeqCst);
         let (reply, rx) = mpsc::sync_channel(1);
         let job = Job { settings: settings.to_vec(), reply };
         let sent = self.jobs.lock().expect("sonic jobs lock").as_ref().map(|j| j.send(job).is_ok()).unwrap_or(false);
@@ -316,9 +327,11 @@ impl Backend for SonicBackend {
     /// The write is in CONFIG_DB when `apply` returns; orchagent programs the ASIC from it
     /// afterwards, on its own schedule (usually milliseconds). Allowing it one poll interval,
     /// every interval that starts after that was counted under the new settings.
-    fn in_effect_from_ns(&self) -> Option<u64> {
-        let at = self.epoch.elapsed() + self.poll_interval;
-        Some(u64::try_from(at.as_nanos()).unwrap_or(u64::MAX))
+    fn write_times(&self) -> Option<WriteTimes> {
+        Some(WriteTimes {
+            landed_ns: self.write_started_ns.load(Ordering::SeqCst),
+            in_effect_from_ns: self.telemetry_clock_ns(self.poll_interval),
+        })
     }
 
     fn shutdown(&self) {
