@@ -46,6 +46,8 @@ pub struct DryRunBackend {
     telemetry: Option<broadcast::Sender<Arc<TelemetryBatch>>>,
     /// The replay's clock: the `ts_ns` of the batch it sent last.
     replayed_to_ns: Option<Arc<AtomicU64>>,
+    /// That clock when the last write was made.
+    last_write_ns: AtomicU64,
     stop: Arc<AtomicBool>,
 }
 
@@ -94,7 +96,14 @@ impl DryRunBackend {
             telemetry = Some(tx);
             replayed_to_ns = Some(clock);
         }
-        Ok(DryRunBackend { caps, settings: Mutex::new(initial), telemetry, replayed_to_ns, stop })
+        Ok(DryRunBackend {
+            caps,
+            settings: Mutex::new(initial),
+            telemetry,
+            replayed_to_ns,
+            last_write_ns: AtomicU64::new(0),
+            stop,
+        })
     }
 }
 
@@ -152,6 +161,9 @@ impl Backend for DryRunBackend {
             return Err(BackendError(format!("expected {} settings, got {}", self.caps.queues.len(), settings.len())));
         }
         *self.settings.lock().expect("dry-run settings lock") = settings.to_vec();
+        if let Some(clock) = &self.replayed_to_ns {
+            self.last_write_ns.store(clock.load(Ordering::SeqCst), Ordering::SeqCst);
+        }
         Ok(())
     }
 
@@ -168,7 +180,8 @@ impl Backend for DryRunBackend {
     /// The recording does not change with the settings; what a controller judges after a
     /// change is what the recording holds from the replay's present on.
     fn write_times(&self) -> Option<WriteTimes> {
-        let at = self.replayed_to_ns.as_ref()?.load(Ordering::SeqCst);
+        self.replayed_to_ns.as_ref()?;
+        let at = self.last_write_ns.load(Ordering::SeqCst);
         Some(WriteTimes { landed_ns: at, in_effect_from_ns: at })
     }
 

@@ -111,6 +111,8 @@ struct Written {
     /// settings: a write made now is in effect from then. The interval it is simulating now
     /// (or pacing towards) already runs with the settings it read at its start.
     next_read_ns: u64,
+    /// `next_read_ns` when the last write was made: when it took effect.
+    last_write_ns: u64,
 }
 
 /// State shared between the service side and the simulator thread.
@@ -179,6 +181,7 @@ impl SimBackend {
                 settings: initial,
                 version: 0,
                 next_read_ns: 0,
+                last_write_ns: 0,
             }),
             bad_write: opts.bad_write,
             runs: Mutex::new(Vec::new()),
@@ -248,6 +251,7 @@ impl Backend for SimBackend {
         }
         let mut w = self.shared.written.lock().expect("sim settings lock");
         w.version += 1;
+        w.last_write_ns = w.next_read_ns;
         let fault = self.shared.bad_write.filter(|b| b.write == w.version).map(|b| b.fault);
         for (q, s) in settings.iter().enumerate() {
             if *s != w.settings[q] {
@@ -278,7 +282,7 @@ impl Backend for SimBackend {
 
     /// Settings change between intervals, so the write lands and takes effect at once.
     fn write_times(&self) -> Option<WriteTimes> {
-        let at = self.shared.written.lock().expect("sim settings lock").next_read_ns;
+        let at = self.shared.written.lock().expect("sim settings lock").last_write_ns;
         Some(WriteTimes { landed_ns: at, in_effect_from_ns: at })
     }
 
