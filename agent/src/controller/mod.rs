@@ -275,7 +275,7 @@ struct Applied {
     generation: u64,
     /// The confirm deadline, on this controller's clock.
     deadline: Instant,
-    /// As [`pb::ApplyResponse`]'s fields of the same names (0: unknown).
+    /// [`pb::ApplyResponse`]'s `landed_ts_ns` and `in_effect_from_ts_ns` (0: unknown).
     landed_ns: u64,
     in_effect_from_ns: u64,
 }
