@@ -61,8 +61,13 @@ fn metrics_addr() -> String {
 
 /// The `ecn_tuner_rollbacks_total` series the controller exporting metrics at `addr` serves.
 async fn rollback_series(addr: &str) -> Option<Vec<String>> {
+    metric_lines(addr, "ecn_tuner_rollbacks_total{").await
+}
+
+/// The lines of the metrics at `addr` that start with `prefix`; `None` if it does not answer.
+async fn metric_lines(addr: &str, prefix: &str) -> Option<Vec<String>> {
     let t = tokio::time::timeout(Duration::from_secs(5), http_get(addr, "/metrics")).await.ok()??;
-    Some(t.lines().filter(|l| l.starts_with("ecn_tuner_rollbacks_total{")).map(String::from).collect())
+    Some(t.lines().filter(|l| l.starts_with(prefix)).map(String::from).collect())
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -160,7 +165,7 @@ async fn a_pause_storm_after_a_change_is_rolled_back() {
 /// rollback is a write that changes those queues, so the fault goes with it: the same steps,
 /// applied again, are confirmed and reach the policy's setting. With a `telemetry_lag`, the
 /// controller reads its telemetry that many batches behind the fabric, through a
-/// [`FaultyLink`]. Returns the rollback's reason.
+/// [`FaultyLink`], and must say so in `telemetry_lag_seconds`. Returns the rollback's reason.
 async fn bad_write_is_rolled_back_then_reapplied(
     scenario: &str,
     marks: &str,
@@ -183,7 +188,7 @@ async fn bad_write_is_rolled_back_then_reapplied(
         lag => Some(FaultyLink::start(&act.url(), Faults { telemetry_lag: lag.into(), ..Default::default() }).await),
     };
     let url = link.as_ref().map_or_else(|| act.url(), FaultyLink::url);
-    let (log, rollbacks) = act
+    let (log, (rollbacks, lag)) = act
         .controller_until_at(
             "faulty",
             &url,
@@ -199,12 +204,20 @@ async fn bad_write_is_rolled_back_then_reapplied(
                     if !settled_on(act, target).await {
                         return None;
                     }
-                    rollback_series(metrics).await.filter(|s| !s.is_empty())
+                    let rollbacks = rollback_series(metrics).await.filter(|s| !s.is_empty())?;
+                    let lag = metric_lines(metrics, "ecn_tuner_telemetry_lag_seconds{").await?;
+                    Some((rollbacks, lag))
                 }
             },
         )
         .await;
     assert_eq!(rollbacks, [format!("ecn_tuner_rollbacks_total{{reason=\"{label}\"}} 1")]);
+    if telemetry_lag > 0 {
+        // At the last apply the controller's newest sample was at least `telemetry_lag`
+        // intervals of 100 µs behind, 10 ms of wall clock each at this time scale.
+        let seconds: f64 = lag.first().and_then(|l| l.rsplit(' ').next()?.parse().ok()).expect("a lag gauge");
+        assert!(seconds >= f64::from(telemetry_lag) * 0.01 * 0.99, "{lag:?}");
+    }
     let journal = act.journal();
     let kinds: Vec<&str> = journal.iter().filter_map(|e| e["event"].as_str()).collect();
     assert_eq!(kinds.iter().take(2).copied().collect::<Vec<_>>(), ["apply", "rollback"], "{journal:?}");

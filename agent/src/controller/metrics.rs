@@ -60,6 +60,9 @@ pub struct Metrics {
     pub telemetry_age_seconds: Family<TargetLabels, Gauge<f64, AtomicU64>>,
     /// Telemetry streams reopened after one was lost, per target.
     pub telemetry_reconnects: Family<TargetLabels, Counter>,
+    /// How far the newest telemetry sample the controller had was behind the actuator's
+    /// telemetry clock at its last apply, in wall-clock seconds, per target.
+    pub telemetry_lag_seconds: Family<TargetLabels, Gauge<f64, AtomicU64>>,
     /// Decisions that kept a queue as it was because the learned model never trained at its
     /// line rate.
     pub untrained_rate_holds: Counter,
@@ -88,6 +91,7 @@ impl Metrics {
             decision_latency_seconds: Histogram::new(exponential_buckets(1e-5, 2.0, 20)),
             telemetry_age_seconds: Family::default(),
             telemetry_reconnects: Family::default(),
+            telemetry_lag_seconds: Family::default(),
             untrained_rate_holds: Counter::default(),
             untrained_interval_holds: Counter::default(),
             kmin_bytes: Family::default(),
@@ -120,6 +124,11 @@ impl Metrics {
             "telemetry_reconnects",
             "Telemetry streams reopened after one was lost",
             m.telemetry_reconnects.clone(),
+        );
+        r.register(
+            "telemetry_lag_seconds",
+            "How far the newest telemetry sample was behind the actuator's clock at the last apply",
+            m.telemetry_lag_seconds.clone(),
         );
         r.register("queue_kmin_bytes", "ECN Kmin in effect", m.kmin_bytes.clone());
         r.register("queue_kmax_bytes", "ECN Kmax in effect", m.kmax_bytes.clone());

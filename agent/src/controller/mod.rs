@@ -632,6 +632,9 @@ struct ControlLoop {
     pending: Option<Pending>,
     report: RunReport,
     last_batch_at: Instant,
+    /// The newest `ts_ns` received, and the actuator's telemetry-clock ns per wall-clock ns.
+    newest_ts_ns: u64,
+    telemetry_time_scale: f64,
     last_renew: Instant,
     killed: bool,
     next_due: Option<Instant>,
@@ -732,6 +735,8 @@ impl ControlLoop {
             pending: None,
             report: RunReport::default(),
             last_batch_at: now,
+            newest_ts_ns: 0,
+            telemetry_time_scale: caps.telemetry_time_scale,
             last_renew: now,
             killed: false,
             next_due: None,
@@ -759,8 +764,31 @@ impl ControlLoop {
     /// returns its arrival time.
     fn take_batch(&mut self, batch: &pb::TelemetryBatch) -> Instant {
         self.last_batch_at = Instant::now();
+        self.newest_ts_ns = self.newest_ts_ns.max(batch.ts_ns);
         feed_samples(&mut self.queues, &self.index, self.pending.as_mut(), &batch.samples);
         self.last_batch_at
+    }
+
+    /// Export how far the telemetry this controller decides from is behind the fabric, as the
+    /// actuator's time of a write shows (`landed_ns`, 0: unknown), and warn past
+    /// `--stale-after`: a stream that arrives regularly but late counts as fresh, yet the
+    /// policy then decides from telemetry older than a stalled stream's would be. In step, the
+    /// lag is up to about one interval (the one in progress).
+    fn note_lag(&self, landed_ns: u64) {
+        if landed_ns == 0 || self.newest_ts_ns == 0 {
+            return;
+        }
+        let lag = wall_interval(landed_ns.saturating_sub(self.newest_ts_ns), self.telemetry_time_scale);
+        let labels = TargetLabels { target: self.cfg.target.clone() };
+        self.metrics.telemetry_lag_seconds.get_or_create(&labels).set(lag.as_secs_f64());
+        if lag > self.stale_after {
+            warn!(
+                target = %self.cfg.target,
+                lag = ?lag,
+                "the telemetry this controller decides from is behind the fabric by more than --stale-after: \
+                 it cannot keep up with the stream"
+            );
+        }
     }
 
     /// Renew the writer lease every third of its TTL; losing it to another writer is fatal.
@@ -995,6 +1023,7 @@ impl ControlLoop {
         let within = if fallback { Duration::ZERO } else { self.cfg.confirm_within };
         match self.apply(&lease_id, &changes, within).await {
             Ok(Applied { generation: g, deadline, landed_ns, in_effect_from_ns }) => {
+                self.note_lag(landed_ns);
                 self.report.applies += 1;
                 self.metrics.applies.inc();
                 self.generation = g;
