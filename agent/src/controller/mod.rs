@@ -785,8 +785,8 @@ impl ControlLoop {
             warn!(
                 target = %self.cfg.target,
                 lag = ?lag,
-                "the telemetry this controller decides from is behind the fabric by more than --stale-after: \
-                 it cannot keep up with the stream"
+                "the telemetry this controller decides from is behind the fabric by more than --stale-after \
+                 (a backlog here, or a slow path from the actuator)"
             );
         }
     }
