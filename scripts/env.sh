@@ -12,6 +12,17 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 mkdir -p "$CARGO_TARGET_DIR"
 
+# Cargo decides whether a workspace crate is fresh from the modification times of the files
+# its last build read, at that build's paths. Built last from another checkout (a CI clone, a
+# second worktree), a crate whose files there have not changed since counts as fresh here,
+# whatever this checkout holds, and tests run a binary of other sources. So when the checkout
+# changes, the workspace crates' fingerprints go: they are rebuilt, the dependencies are not.
+ecn_checkout="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+if [ "$(cat "$CARGO_TARGET_DIR/.last-checkout" 2>/dev/null)" != "$ecn_checkout" ]; then
+  rm -rf "$CARGO_TARGET_DIR"/*/.fingerprint/ecn-*
+  echo "$ecn_checkout" > "$CARGO_TARGET_DIR/.last-checkout"
+fi
+
 # libtorch for tch: PyTorch 2.13.0 from PyPI in a virtualenv cached outside the checkout
 # (tch 0.26 checks the version). torch-sys finds it through LIBTORCH_USE_PYTORCH, and the
 # crates that link it (models, agent) bake its lib directory into their rpath (their build.rs).
