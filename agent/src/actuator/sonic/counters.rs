@@ -197,6 +197,12 @@ pub struct Poller {
     pub frozen_after: Duration,
 }
 
+/// `at` on the clock of telemetry `ts_ns`: nanoseconds since `epoch`, the poller's start. The
+/// backend gives the times of its writes on it too.
+pub fn clock_ns(epoch: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// Whether the counters still move: the last reply, and when it last differed.
 struct Liveness {
     last: Vec<Vec<Option<String>>>,
@@ -347,7 +353,7 @@ impl Poller {
             }
         }
         let settings = self.settings.lock().expect("sonic settings lock").clone();
-        let ts_ns = at.duration_since(self.epoch).as_nanos() as u64;
+        let ts_ns = clock_ns(self.epoch, at);
         let mut samples = Vec::new();
         let mut reload = false;
         for (&i, vals) in polled.iter().zip(queue_replies) {

@@ -269,13 +269,6 @@ fn wait<T>(rx: &mpsc::Receiver<T>) -> Result<T, mpsc::RecvError> {
     }
 }
 
-impl SonicBackend {
-    /// Now plus `ahead`, on the clock of telemetry `ts_ns`.
-    fn telemetry_clock_ns(&self, ahead: Duration) -> u64 {
-        u64::try_from((self.epoch.elapsed() + ahead).as_nanos()).unwrap_or(u64::MAX)
-    }
-}
-
 impl Backend for SonicBackend {
     fn capabilities(&self) -> &BackendCaps {
         &self.caps
@@ -300,7 +293,7 @@ impl Backend for SonicBackend {
         if let Some((q, e)) = settings.iter().enumerate().find_map(|(q, s)| s.validate().err().map(|e| (q, e))) {
             return Err(BackendError(format!("queue {}: {e}", self.caps.queues[q].key)));
         }
-        self.write_started_ns.store(self.telemetry_clock_ns(Duration::ZERO), Ordering::SeqCst);
+        self.write_started_ns.store(counters::clock_ns(self.epoch, Instant::now()), Ordering::SeqCst);
         let (reply, rx) = mpsc::sync_channel(1);
         let job = Job { settings: settings.to_vec(), reply };
         let sent = self.jobs.lock().expect("sonic jobs lock").as_ref().map(|j| j.send(job).is_ok()).unwrap_or(false);
@@ -330,7 +323,7 @@ impl Backend for SonicBackend {
     fn write_times(&self) -> Option<WriteTimes> {
         Some(WriteTimes {
             landed_ns: self.write_started_ns.load(Ordering::SeqCst),
-            in_effect_from_ns: self.telemetry_clock_ns(self.poll_interval),
+            in_effect_from_ns: counters::clock_ns(self.epoch, Instant::now() + self.poll_interval),
         })
     }
 
