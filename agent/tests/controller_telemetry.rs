@@ -82,7 +82,15 @@ impl Actuator for Scripted {
             .iter()
             .map(|p| pb::QueueSetting { id: Some(qid(p)), setting: Some(ecn((50_000, 100_000, 0.5))) })
             .collect();
-        Ok(Response::new(pb::Config { generation: 1, confirmed_generation: 1, queues, confirm_deadline_unix_ms: 0 }))
+        // No telemetry clock (as from an actuator older than the field): staleness by arrival.
+        let telemetry_now_ts_ns = 0;
+        Ok(Response::new(pb::Config {
+            generation: 1,
+            confirmed_generation: 1,
+            queues,
+            confirm_deadline_unix_ms: 0,
+            telemetry_now_ts_ns,
+        }))
     }
     async fn acquire_writer(&self, r: Request<pb::AcquireWriterRequest>) -> Result<Response<pb::WriterLease>, Status> {
         Ok(Response::new(pb::WriterLease {

@@ -480,6 +480,9 @@ async fn sim_streams_one_sample_per_queue_and_applies_settings() {
         assert!(b.ts_ns > last_ts);
         last_ts = b.ts_ns;
     }
+    // Its present on the telemetry's clock is no earlier than any batch it has sent.
+    let now = config(&mut c).await.telemetry_now_ts_ns;
+    assert!(now >= last_ts, "present {now} ns, a batch at {last_ts} ns came before");
 
     // A coarser interval merges native batches.
     let mut coarse =
@@ -582,4 +585,6 @@ async fn dry_run_replays_a_csv_recording_as_its_telemetry() {
         r.landed_ts_ns >= last && r.in_effect_from_ts_ns == r.landed_ts_ns,
         "{r:?}, a batch at {last} ns came first"
     );
+    let now = config(&mut c).await.telemetry_now_ts_ns;
+    assert!(now >= last, "present {now} ns, a batch at {last} ns came first");
 }

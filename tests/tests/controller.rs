@@ -429,6 +429,77 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
     }
 }
 
+/// How far behind the fabric the telemetry of a controller is, as its gauge reads (seconds).
+async fn telemetry_lag_gauge(metrics: &str) -> Option<f64> {
+    let lines = metric_lines(metrics, "ecn_tuner_telemetry_lag_seconds{").await?;
+    lines.first()?.rsplit(' ').next()?.parse().ok()
+}
+
+/// A controller measures how far its telemetry is behind the fabric in shadow mode too, where
+/// no apply tells it, and telemetry that arrives regularly but further behind than
+/// `--stale-after` counts as stale: the queues fall back to the baseline, and the decisions
+/// say why. Staleness was judged by arrival alone, so such a stream counted as fresh, and the
+/// lag was measured only at applies. In step, the same controller reads a lag under the limit
+/// and decides as usual.
+#[tokio::test(flavor = "multi_thread")]
+async fn telemetry_that_arrives_regularly_but_late_counts_as_stale() {
+    let act = sim_actuator(&[]).await;
+    let before = settings(&act).await;
+    // 200 intervals of 100 µs at the time scale of 0.02: 1 s behind, twice --stale-after.
+    let link = FaultyLink::start(&act.url(), Faults { telemetry_lag: 200.into(), ..Default::default() }).await;
+    let flags = |metrics: &str| {
+        let f = ["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--interval", "100ms"];
+        let mut f: Vec<String> = f.iter().map(|s| s.to_string()).collect();
+        f.extend(["--stale-after", "500ms", "--metrics", metrics].map(String::from));
+        f
+    };
+    let behind = "behind the fabric, past --stale-after";
+    for (name, url) in [("late", link.url()), ("prompt", act.url())] {
+        let metrics = metrics_addr();
+        let args = flags(&metrics);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let decisions = act.decision_log(name);
+        let (log, lag) = act
+            .controller_until_at(
+                name,
+                &url,
+                &args,
+                "a measured lag and 20 decisions on telemetry",
+                FABRIC_PATIENCE,
+                || {
+                    let (metrics, decisions) = (&metrics, &decisions);
+                    async move {
+                        let on_telemetry =
+                            read_json_lines(decisions).iter().filter(|d| d["observation"]["ts_ns"].is_u64()).count();
+                        if on_telemetry < 20 {
+                            return None;
+                        }
+                        telemetry_lag_gauge(metrics).await
+                    }
+                },
+            )
+            .await;
+        let reasons: Vec<String> = decision_reasons(&log);
+        let stale = reasons.iter().filter(|r| r.contains(behind)).count();
+        let last = reasons.last();
+        eprintln!("{name}: telemetry {lag} s behind, {stale} of {} decisions stale for it", reasons.len());
+        if name == "late" {
+            assert!(lag >= 0.99, "{lag} s: the link holds 200 intervals, 1 s");
+            assert!(stale > 0, "no decision on late telemetry says so; the last: {last:?}");
+            assert!(
+                reasons.iter().filter(|r| r.contains(behind)).all(|r| r.contains("stale_telemetry")),
+                "late telemetry must fall back as stale telemetry does; the last decision: {last:?}"
+            );
+        } else {
+            assert!(lag < 0.5, "{lag} s behind with nothing in the way");
+            assert_eq!(stale, 0, "the last decision: {last:?}");
+        }
+    }
+    let journal = act.journal();
+    assert!(events(&journal, "apply").is_empty(), "shadow mode wrote: {journal:?}");
+    assert_eq!(settings(&act).await, before);
+}
+
 /// A target's series appear together, from its connection: while its telemetry stream is
 /// still being opened (held back here for 8 s), a scrape that shows its queues shows its
 /// telemetry age too. The age used to appear only at the loop's first wake, so a scrape in

@@ -152,6 +152,14 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// The present on the telemetry's clock: no earlier than the `ts_ns` of any batch already
+    /// published, and at most one native interval later. A controller compares it with the
+    /// newest `ts_ns` it has read to see how far behind the fabric it is. `None`: no telemetry
+    /// clock, or none running yet.
+    fn telemetry_now_ns(&self) -> Option<u64> {
+        None
+    }
+
     /// Whether the device keeps what it was given when the actuator dies, as a switch does
     /// and a simulator started afresh does not. An actuator for such a device refuses a
     /// journal that ends on an unconfirmed change: nothing would revert it.

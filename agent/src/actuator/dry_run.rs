@@ -185,6 +185,12 @@ impl Backend for DryRunBackend {
         Some(WriteTimes { landed_ns: at, in_effect_from_ns: at })
     }
 
+    /// The replay's present: the `ts_ns` of the batch it sent last.
+    fn telemetry_now_ns(&self) -> Option<u64> {
+        let at = self.replayed_to_ns.as_ref()?.load(Ordering::SeqCst);
+        (at > 0).then_some(at)
+    }
+
     fn shutdown(&self) {
         self.stop.store(true, Ordering::Relaxed);
     }

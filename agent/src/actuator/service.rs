@@ -584,6 +584,7 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
             confirmed_generation: st.ledger.confirmed(),
             queues: settings_to_wire(&self.inner.caps, &st.ledger.current_settings()),
             confirm_deadline_unix_ms: st.ledger.deadline().map_or(0, |d| d.unix_ms),
+            telemetry_now_ts_ns: self.inner.backend.telemetry_now_ns().unwrap_or(0),
         }))
     }
 

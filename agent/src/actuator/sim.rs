@@ -286,6 +286,13 @@ impl Backend for SimBackend {
         Some(WriteTimes { landed_ns: at, in_effect_from_ns: at })
     }
 
+    /// The end of the interval the simulator is running or pacing towards: the `ts_ns` of the
+    /// next batch it publishes.
+    fn telemetry_now_ns(&self) -> Option<u64> {
+        let at = self.shared.written.lock().expect("sim settings lock").next_read_ns;
+        (at > 0).then_some(at)
+    }
+
     fn shutdown(&self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.lock().expect("sim thread lock").take() {

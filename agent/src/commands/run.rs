@@ -78,7 +78,9 @@ pub struct RunArgs {
     /// Most queue changes per minute.
     #[arg(long, default_value_t = 600)]
     max_changes_per_minute: u32,
-    /// Telemetry older than this is stale: queues fall back to the baseline.
+    /// Telemetry older than this is stale: queues fall back to the baseline. Older by arrival
+    /// (no batch for this long) or by measurement (the newest batch is this far behind the
+    /// actuator's telemetry clock).
     #[arg(long, value_name = "DUR", default_value = "3s")]
     stale_after: String,
     /// A call to the actuator without a reply after this has failed (a Confirm or Apply with an

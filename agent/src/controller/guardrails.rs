@@ -36,7 +36,7 @@ pub struct GuardrailConfig {
     pub min_dwell: Duration,
     /// Most queue changes per minute, all queues together.
     pub max_changes_per_minute: u32,
-    /// Telemetry older than this is stale.
+    /// Telemetry older than this is stale: by arrival, or by how far it lags the fabric.
     pub stale_after: Duration,
 }
 

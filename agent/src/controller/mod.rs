@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use telemetry::QueueWatch;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Watch only, or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -465,6 +465,7 @@ pub async fn run(
         }
         set_telemetry_age(&lp.metrics, &target_labels, now.duration_since(lp.last_batch_at));
         lp.renew_lease(now).await?;
+        lp.probe_lag(now).await;
         // The kill switch does not wait for a pending change's health check.
         if lp.kill_requested() {
             lp.kill_switch().await?;
@@ -533,6 +534,8 @@ fn count_rollback(report: &mut RunReport, metrics: &Metrics, reason: &str) {
 const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// The shortest silence after which a telemetry stream counts as stalled and is reopened.
 const STREAM_STALL_MIN: Duration = Duration::from_secs(10);
+/// The shortest time between two reads of the actuator's telemetry clock.
+const LAG_PROBE_MIN: Duration = Duration::from_millis(100);
 /// The longest pause between two tries to reopen the telemetry stream.
 const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
@@ -636,6 +639,10 @@ struct ControlLoop {
     newest_ts_ns: u64,
     telemetry_time_scale: f64,
     last_renew: Instant,
+    /// How far behind the fabric the telemetry read so far was when last measured (at a
+    /// probe, an apply or a read-back), if the actuator tells its telemetry clock.
+    lag: Option<Duration>,
+    last_lag_probe: Instant,
     killed: bool,
     next_due: Option<Instant>,
     /// A write's outcome is unknown and reading the actuator back failed: no new change until
@@ -738,6 +745,8 @@ impl ControlLoop {
             newest_ts_ns: 0,
             telemetry_time_scale: caps.telemetry_time_scale,
             last_renew: now,
+            lag: None,
+            last_lag_probe: now,
             killed: false,
             next_due: None,
             needs_resync: false,
@@ -769,25 +778,50 @@ impl ControlLoop {
         self.last_batch_at
     }
 
-    /// Export how far the telemetry this controller decides from is behind the fabric, as the
-    /// actuator's time of a write shows (`landed_ns`, 0: unknown), and warn past
-    /// `--stale-after`: a stream that arrives regularly but late counts as fresh, yet the
-    /// policy then decides from telemetry older than a stalled stream's would be. In step, the
-    /// lag is up to about one interval (the one in progress).
-    fn note_lag(&self, landed_ns: u64) {
-        if landed_ns == 0 || self.newest_ts_ns == 0 {
+    /// Measure how far the telemetry this controller decides from is behind the fabric, from
+    /// the actuator's present on the telemetry's clock (`actuator_now_ns`, 0: unknown), export
+    /// it, and keep it for [`ControlLoop::lagging`]. Staleness by arrival misses this: a stream
+    /// that arrives regularly but late counts as fresh, yet the policy then decides from
+    /// telemetry older than a stalled stream's would be. In step, the lag is up to about one
+    /// interval (the one in progress).
+    fn note_lag(&mut self, actuator_now_ns: u64) {
+        if actuator_now_ns == 0 || self.newest_ts_ns == 0 {
             return;
         }
-        let lag = wall_interval(landed_ns.saturating_sub(self.newest_ts_ns), self.telemetry_time_scale);
+        let lag = wall_interval(actuator_now_ns.saturating_sub(self.newest_ts_ns), self.telemetry_time_scale);
         let labels = TargetLabels { target: self.cfg.target.clone() };
         self.metrics.telemetry_lag_seconds.get_or_create(&labels).set(lag.as_secs_f64());
-        if lag > self.stale_after {
+        let (was, is) = (self.lagging(), lag > self.stale_after);
+        self.lag = Some(lag);
+        if is && !was {
             warn!(
                 target = %self.cfg.target,
                 lag = ?lag,
                 "the telemetry this controller decides from is behind the fabric by more than --stale-after \
-                 (a backlog here, or a slow path from the actuator)"
+                 (a backlog here, or a slow path from the actuator); its queues count as stale until it catches up"
             );
+        } else if was && !is {
+            info!(target = %self.cfg.target, lag = ?lag, "the telemetry has caught up with the fabric");
+        }
+    }
+
+    /// Whether the telemetry was last measured more than `--stale-after` behind the fabric:
+    /// every queue then counts as stale, as if its samples had stopped arriving.
+    fn lagging(&self) -> bool {
+        self.lag.is_some_and(|l| l > self.stale_after)
+    }
+
+    /// Every third of `--stale-after` (at most once per [`LAG_PROBE_MIN`]), ask the actuator
+    /// for its telemetry clock and measure the lag, in every mode. A failed read changes
+    /// nothing: the stream's own staleness covers an actuator that stopped answering.
+    async fn probe_lag(&mut self, now: Instant) {
+        if now.duration_since(self.last_lag_probe) < (self.stale_after / 3).max(LAG_PROBE_MIN) {
+            return;
+        }
+        self.last_lag_probe = now;
+        match self.client.get_config(pb::GetConfigRequest {}).await {
+            Ok(c) => self.note_lag(c.into_inner().telemetry_now_ts_ns),
+            Err(s) => debug!(code = ?s.code(), message = s.message(), "cannot read the actuator's telemetry clock"),
         }
     }
 
@@ -865,7 +899,8 @@ impl ControlLoop {
     fn decide(&mut self, now: Instant) -> Result<Vec<Planned>, CliError> {
         let (cfg, metrics, log, stale_after) = (&self.cfg, &self.metrics, &self.log, self.stale_after);
         let mut changes = Vec::new();
-        let stream_stale = now.duration_since(self.last_batch_at) > stale_after;
+        let lagging = self.lagging();
+        let stream_stale = lagging || now.duration_since(self.last_batch_at) > stale_after;
         // A learned model decides only for queues at the line rates and telemetry intervals it
         // trained on, unless the operator allowed the rest; an exploring policy uses it as an
         // anchor only.
@@ -950,6 +985,9 @@ impl ControlLoop {
                 reason = format!("policy {}", cfg.policy);
                 if quarantined {
                     reason.push_str("; quarantined after a rollback, keeping the known-good setting");
+                }
+                if let (true, Some(lag)) = (lagging, self.lag) {
+                    reason.push_str(&format!("; the telemetry is {lag:.1?} behind the fabric, past --stale-after"));
                 }
                 if !verdict.clamps.is_empty() {
                     let names: Vec<&str> = verdict.clamps.iter().map(|c: &Clamp| c.name()).collect();
@@ -1081,6 +1119,7 @@ impl ControlLoop {
             }
         }
         self.needs_resync = false;
+        self.note_lag(config.telemetry_now_ts_ns);
         Ok(config)
     }
 

@@ -327,6 +327,11 @@ impl Backend for SonicBackend {
         })
     }
 
+    /// The poller's clock now; its newest sample is at most one poll interval older.
+    fn telemetry_now_ns(&self) -> Option<u64> {
+        Some(counters::clock_ns(self.epoch, Instant::now()))
+    }
+
     fn shutdown(&self) {
         self.stop.store(true, Ordering::Relaxed);
         self.jobs.lock().expect("sonic jobs lock").take();
