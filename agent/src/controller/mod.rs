@@ -465,12 +465,12 @@ pub async fn run(
         }
         set_telemetry_age(&lp.metrics, &target_labels, now.duration_since(lp.last_batch_at));
         lp.renew_lease(now).await?;
-        lp.probe_lag(now).await;
         // The kill switch does not wait for a pending change's health check.
         if lp.kill_requested() {
             lp.kill_switch().await?;
             continue;
         }
+        lp.probe_lag(now).await;
         if lp.check_pending().await? {
             continue;
         }
