@@ -36,6 +36,7 @@ pub struct Faults {
     pub stream_open_delay_ms: AtomicU64,
     /// Every telemetry stream holds each batch back until this many newer ones have arrived: a
     /// controller that reads its stream this far behind the fabric (a backlog, a slow path).
+    /// Lowered while a stream is open, the batches held beyond it go at once.
     pub telemetry_lag: AtomicU32,
     /// Telemetry streams opened through the link so far.
     pub streams_opened: AtomicU32,
@@ -161,11 +162,11 @@ impl pb::actuator_server::Actuator for Forward {
         let after = || self.faults.stream_break_after.load(Ordering::SeqCst);
         let break_after = take(&self.faults.broken_streams).then(after);
         let stall_after = take(&self.faults.stalled_streams).then(after);
-        let lag = self.faults.telemetry_lag.load(Ordering::SeqCst) as usize;
+        let faults = self.faults.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
             let mut forwarded = 0u32;
-            let mut held = std::collections::VecDeque::with_capacity(lag + 1);
+            let mut held = std::collections::VecDeque::new();
             loop {
                 if break_after.is_some_and(|n| forwarded >= n) {
                     let _ = tx.send(Err(Status::unavailable("faulty link: the telemetry stream was reset"))).await;
@@ -176,22 +177,23 @@ impl pb::actuator_server::Actuator for Forward {
                     tx.closed().await;
                     return;
                 }
-                let item = match upstream.message().await {
-                    Ok(Some(batch)) => {
-                        held.push_back(batch);
-                        if held.len() <= lag {
-                            continue;
-                        }
-                        Ok(held.pop_front().expect("a held batch"))
-                    }
+                match upstream.message().await {
+                    Ok(Some(batch)) => held.push_back(batch),
                     Ok(None) => return,
-                    Err(s) => Err(s),
-                };
-                let failed = item.is_err();
-                if tx.send(item).await.is_err() || failed {
-                    return;
+                    Err(s) => {
+                        let _ = tx.send(Err(s)).await;
+                        return;
+                    }
                 }
-                forwarded += 1;
+                // Read afresh for every batch, so that a test can end the lag: what was held
+                // back then goes at once, as a backlog drains.
+                let lag = faults.telemetry_lag.load(Ordering::SeqCst) as usize;
+                while held.len() > lag {
+                    if tx.send(Ok(held.pop_front().expect("a held batch"))).await.is_err() {
+                        return;
+                    }
+                    forwarded += 1;
+                }
             }
         });
         Ok(Response::new(ReceiverStream::new(rx)))

@@ -812,10 +812,13 @@ impl ControlLoop {
     }
 
     /// Every third of `--stale-after` (at most once per [`LAG_PROBE_MIN`]), ask the actuator
-    /// for its telemetry clock and measure the lag, in every mode. A failed read changes
-    /// nothing: the stream's own staleness covers an actuator that stopped answering.
+    /// for its telemetry clock and measure the lag, in every mode. While lagging, every
+    /// [`LAG_PROBE_MIN`]: the queues count as stale until a probe shows the telemetry caught
+    /// up, and it may well have by the next batch. A failed read changes nothing: the
+    /// stream's own staleness covers an actuator that stopped answering.
     async fn probe_lag(&mut self, now: Instant) {
-        if now.duration_since(self.last_lag_probe) < (self.stale_after / 3).max(LAG_PROBE_MIN) {
+        let every = if self.lagging() { LAG_PROBE_MIN } else { (self.stale_after / 3).max(LAG_PROBE_MIN) };
+        if now.duration_since(self.last_lag_probe) < every {
             return;
         }
         self.last_lag_probe = now;
