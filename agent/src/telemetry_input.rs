@@ -97,6 +97,25 @@ pub fn interval_ns(data: &TelemetryData) -> Result<u64, CliError> {
     })
 }
 
+/// The interval a sample covers: the step from the sample before it in the same unbroken run
+/// (its counters are deltas since then), as the online controller measures it, so that a
+/// poller's jitter reads as the time it was; `nominal_ns` for the first of a run (or a
+/// repeated timestamp).
+pub fn covered_ns(previous_ts_ns: Option<u64>, ts_ns: u64, nominal_ns: u64) -> u64 {
+    match previous_ts_ns {
+        Some(p) if ts_ns > p => ts_ns - p,
+        _ => nominal_ns,
+    }
+}
+
+/// Whether telemetry sampled every `interval_ns` can be learned from and decided on alike with
+/// telemetry sampled every `reference_ns`: within [`crate::learned::INTERVAL_TOLERANCE`], as a
+/// model decides (a poller's jitter passes, twice the interval does not).
+pub fn same_interval(interval_ns: u64, reference_ns: u64) -> bool {
+    let ratio = interval_ns as f64 / reference_ns as f64;
+    (1.0 / crate::learned::INTERVAL_TOLERANCE..=crate::learned::INTERVAL_TOLERANCE).contains(&ratio)
+}
+
 /// The ECN setting in effect during a sample.
 pub fn setting(s: &QueueSample) -> EcnSetting {
     EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }
@@ -183,4 +202,21 @@ pub fn sha256(path: &Path) -> Result<String, CliError> {
         h.update(&buf[..n]);
     }
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A poller's jitter is the time a sample covered, and stays one interval for learning; a
+    /// sample every other interval is another interval.
+    #[test]
+    fn a_sample_covers_the_step_from_the_one_before_it() {
+        assert_eq!(covered_ns(None, 500, 100), 100, "the first of a run: the nominal interval");
+        assert_eq!(covered_ns(Some(400), 510, 100), 110);
+        assert_eq!(covered_ns(Some(510), 510, 100), 100, "a repeated timestamp covers no time");
+        // Two recordings of one SONiC switch polled every 100 ms (measured in the sonic suite).
+        assert!(same_interval(99_963_812, 100_081_853));
+        assert!(!same_interval(200_000, 100_000) && !same_interval(50_000, 100_000));
+    }
 }

@@ -149,6 +149,48 @@ async fn shadow_makes_no_writes() {
     assert!(recording(&rig.redis).is_none(), "nothing recorded: nothing was changed");
 }
 
+/// The path README gives for a real switch, end to end on this one: record its telemetry
+/// (`record --target`, at the actuator's poll interval), train a model offline on it, and in
+/// the controller that model decides for the switch's queues, where the shipped one, trained
+/// on the simulator's 100 µs intervals, holds every one of them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_trained_on_the_switchs_own_recording_decides_for_it() {
+    let rig = rig(Spec::default(), &[]).await;
+    let dir = tempfile::Builder::new().prefix("ecn-sonic-offline-").tempdir().unwrap();
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    // Two recordings: a poller's timestamps jitter, so their intervals differ by a little.
+    let (rec, rec2, model) = (file("switch.parquet"), file("switch-2.parquet"), file("switch.safetensors"));
+    let url = rig.act.url();
+    for out in [&rec, &rec2] {
+        let (code, _, stderr) = run_cli(&["record", "--target", &url, "--duration", "3s", "--out", out]).await;
+        assert_eq!(code, Some(0), "record: {stderr}");
+    }
+    let (code, _, stderr) =
+        run_cli(&["train", "--telemetry", &rec, &rec2, "--steps", "300", "--seed", "1", "--out", &model]).await;
+    assert_eq!(code, Some(0), "train: {stderr}");
+    let card: serde_json::Value = serde_json::from_slice(&std::fs::read(file("switch.card.json")).unwrap()).unwrap();
+    // The poll interval, as measured: within a percent of the poller's 100 ms.
+    let interval = card["tuning"]["control_interval"].as_str().unwrap();
+    let ns: f64 = interval.strip_suffix("ns").map_or(1e8, |n| n.parse().unwrap());
+    assert!((ns / 1e8 - 1.0).abs() < 0.01, "{interval}");
+
+    let holds = "telemetry intervals, and this queue's cover";
+    for (name, policy) in [("own", format!("model:{model}")), ("shipped", "model:default".to_string())] {
+        let flags = ["--mode", "shadow", "--policy", &policy, "--interval", "200ms", "--duration", "4s"];
+        let d = read_json_lines(&rig.act.controller_to_end(name, &flags).await);
+        let on_telemetry: Vec<&serde_json::Value> = d.iter().filter(|x| x["observation"]["ts_ns"].is_u64()).collect();
+        let proposed = on_telemetry.iter().filter(|x| !x["proposed"].is_null()).count();
+        let held = on_telemetry.iter().filter(|x| x["reason"].as_str().unwrap_or_default().contains(holds)).count();
+        eprintln!("{name}: {} decisions on telemetry, {proposed} by the model, {held} held", on_telemetry.len());
+        assert!(on_telemetry.len() > 64 * 5, "{name}: {} decisions on telemetry", on_telemetry.len());
+        if name == "own" {
+            assert!(proposed > on_telemetry.len() / 2, "{name}: the model decided {proposed} times");
+        } else {
+            assert_eq!((proposed, held), (0, on_telemetry.len()), "{name}: every queue held");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn enforce_applies_bounded_settings_and_confirms_them() {
     let spec = Spec::default();

@@ -112,8 +112,11 @@ fn queue_state(t: &QueueTail, history: usize) -> Option<QueueState> {
     // Without a known interval there is no rate to compute: the history stays empty and the
     // recommendation is to keep.
     let intervals = if let Some(interval_ns) = t.interval_ns {
+        let mut previous_ts = None;
         for s in &t.recent {
-            h.push(QueueInterval::from_queue_sample(s, interval_ns), history);
+            let covered = telemetry_input::covered_ns(previous_ts, s.ts_ns, interval_ns);
+            previous_ts = Some(s.ts_ns);
+            h.push(QueueInterval::from_queue_sample(s, covered), history);
         }
         t.recent.len()
     } else {

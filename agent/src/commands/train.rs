@@ -270,9 +270,11 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
     for path in &args.telemetry {
         let data = telemetry_input::load(path, &opts)?;
         let interval = telemetry_input::interval_ns(&data)?;
-        // Features are rates per interval: a queue sampled at another interval than the one the
-        // model decides at would read as twice (or half) as busy as it was.
-        if let Some((q, i)) = data.queues.iter().find_map(|q| Some((q, q.interval_ns.filter(|&i| i != interval)?))) {
+        // Each sample's rates are over the time it covers, but what one interval of queue, marks
+        // and pauses says depends on how long it is: a model decides at one interval, within a
+        // poller's jitter (`same_interval`), and learns from data at it.
+        let other = |i: &u64| !telemetry_input::same_interval(*i, interval);
+        if let Some((q, i)) = data.queues.iter().find_map(|q| Some((q, q.interval_ns.filter(other)?))) {
             return Err(CliError::BadInput(format!(
                 "{}: queue {} samples every {i} ns, most of its queues every {interval} ns; offline training needs \
                  one interval (split the file, or record it again)",
@@ -291,7 +293,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
             files[0].0.display()
         )));
     }
-    if let Some((p, _, i)) = files.iter().find(|(_, _, i)| *i != interval_ns) {
+    if let Some((p, _, i)) = files.iter().find(|(_, _, i)| !telemetry_input::same_interval(*i, interval_ns)) {
         return Err(CliError::BadInput(format!(
             "{}: sample interval {i} ns, but {} has {interval_ns} ns; train on files of one interval",
             p.display(),

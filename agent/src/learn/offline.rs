@@ -23,6 +23,7 @@
 use super::ddqn::{Ddqn, DdqnConfig};
 use super::replay::ReplayBuffer;
 use crate::error::CliError;
+use crate::telemetry_input::covered_ns;
 use ecn_datasets::telemetry::QueueSeries;
 use ecn_env::tuning::{ActionTemplate, QueueHistory, QueueInterval, TuningConfig};
 use ecn_env::BitsPerSec;
@@ -77,8 +78,11 @@ pub fn add_transitions(series: &[QueueSeries], tuning: &TuningConfig, data: &mut
     for s in series {
         for seg in s.segments() {
             let mut history = QueueHistory::default();
+            let mut previous_ts = None;
             for row in seg {
-                let iv = QueueInterval::from_queue_sample(row, interval);
+                let covered = covered_ns(previous_ts, row.ts_ns, s.interval_ns.unwrap_or(interval));
+                previous_ts = Some(row.ts_ns);
+                let iv = QueueInterval::from_queue_sample(row, covered);
                 obs.clear();
                 if history.observe(tuning.features, tuning.history, &mut obs) {
                     let link = BitsPerSec(row.link_bps);
