@@ -14,7 +14,7 @@ use ecn_datasets::telemetry::{
 use ecn_env::tuning::Bounds;
 use ecn_env::EcnSetting;
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::Read;
 use std::path::Path;
 
@@ -81,15 +81,13 @@ pub fn load(path: &Path, opts: &ReadOptions) -> Result<TelemetryData, CliError> 
     load_telemetry(path, opts).map_err(|e| CliError::BadInput(e.to_string()))
 }
 
-/// The sample interval of a loaded file: the one most of its queues have.
+/// The sample interval of a loaded file: the median of its queues' intervals, which is the one
+/// most of them have when they share timestamps, and a typical one when each queue's jitter
+/// is its own.
 pub fn interval_ns(data: &TelemetryData) -> Result<u64, CliError> {
-    let mut votes: BTreeMap<u64, usize> = BTreeMap::new();
-    for q in &data.queues {
-        if let Some(i) = q.interval_ns {
-            *votes.entry(i).or_default() += 1;
-        }
-    }
-    votes.into_iter().max_by_key(|&(_, n)| n).map(|(i, _)| i).filter(|&i| i > 0).ok_or_else(|| {
+    let mut intervals: Vec<u64> = data.queues.iter().filter_map(|q| q.interval_ns).collect();
+    intervals.sort_unstable();
+    intervals.get(intervals.len() / 2).copied().filter(|&i| i > 0).ok_or_else(|| {
         CliError::BadInput(format!(
             "{}: cannot tell the sample interval (every queue needs two samples at distinct times)",
             data.path.display()

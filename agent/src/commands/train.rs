@@ -276,7 +276,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
         let other = |i: &u64| !telemetry_input::same_interval(*i, interval);
         if let Some((q, i)) = data.queues.iter().find_map(|q| Some((q, q.interval_ns.filter(other)?))) {
             return Err(CliError::BadInput(format!(
-                "{}: queue {} samples every {i} ns, most of its queues every {interval} ns; offline training needs \
+                "{}: queue {} samples every {i} ns, its queues' median every {interval} ns; offline training needs \
                  one interval (split the file, or record it again)",
                 path.display(),
                 q.key
