@@ -21,6 +21,14 @@ use tracing::warn;
 /// (`docs/learning-experiments.md`, "Another control interval").
 pub const INTERVAL_TOLERANCE: f64 = 1.25;
 
+/// Whether telemetry sampled every `interval_ns` counts as sampled every `reference_ns`:
+/// within [`INTERVAL_TOLERANCE`] either way. Offline training holds its data to the same
+/// bound that a model's decisions are held to.
+pub fn same_interval(interval_ns: u64, reference_ns: u64) -> bool {
+    let ratio = interval_ns as f64 / reference_ns as f64;
+    (1.0 / INTERVAL_TOLERANCE..=INTERVAL_TOLERANCE).contains(&ratio)
+}
+
 /// Why a learned model may not decide for a queue: something about it that the model never
 /// trained on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,9 +146,7 @@ impl LearnedModel {
     /// within [`INTERVAL_TOLERANCE`] of its card's control interval. Its features are rates and
     /// averages over one interval, and what they say about a queue changes with the interval.
     pub fn trained_at_interval(&self, interval_ns: u64) -> bool {
-        let trained = self.tuning().control_interval.0 as f64;
-        let ratio = interval_ns as f64 / trained;
-        (1.0 / INTERVAL_TOLERANCE..=INTERVAL_TOLERANCE).contains(&ratio)
+        same_interval(interval_ns, self.tuning().control_interval.0)
     }
 
     /// Whether (and why) the model may not decide for a queue at `link` whose recent telemetry

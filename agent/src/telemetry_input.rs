@@ -106,14 +106,6 @@ pub fn covered_ns(previous_ts_ns: Option<u64>, ts_ns: u64, nominal_ns: u64) -> u
     }
 }
 
-/// Whether telemetry sampled every `interval_ns` can be learned from and decided on alike with
-/// telemetry sampled every `reference_ns`: within [`crate::learned::INTERVAL_TOLERANCE`], as a
-/// model decides (a poller's jitter passes, twice the interval does not).
-pub fn same_interval(interval_ns: u64, reference_ns: u64) -> bool {
-    let ratio = interval_ns as f64 / reference_ns as f64;
-    (1.0 / crate::learned::INTERVAL_TOLERANCE..=crate::learned::INTERVAL_TOLERANCE).contains(&ratio)
-}
-
 /// The ECN setting in effect during a sample.
 pub fn setting(s: &QueueSample) -> EcnSetting {
     EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }
@@ -210,6 +202,7 @@ mod tests {
     /// sample every other interval is another interval.
     #[test]
     fn a_sample_covers_the_step_from_the_one_before_it() {
+        use crate::learned::same_interval;
         assert_eq!(covered_ns(None, 500, 100), 100, "the first of a run: the nominal interval");
         assert_eq!(covered_ns(Some(400), 510, 100), 110);
         assert_eq!(covered_ns(Some(510), 510, 100), 100, "a repeated timestamp covers no time");

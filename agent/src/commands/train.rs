@@ -6,6 +6,7 @@ use crate::error::CliError;
 use crate::learn::ddqn::DdqnConfig;
 use crate::learn::offline::{self, DataFileRecord, LoggedData, OfflineConfig};
 use crate::learn::trainer::{self, TrainConfig};
+use crate::learned;
 use crate::output::outln;
 use crate::plot;
 use crate::telemetry_input;
@@ -273,7 +274,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
         // Each sample's rates are over the time it covers, but what one interval of queue, marks
         // and pauses says depends on how long it is: a model decides at one interval, within a
         // poller's jitter (`same_interval`), and learns from data at it.
-        let other = |i: &u64| !telemetry_input::same_interval(*i, interval);
+        let other = |i: &u64| !learned::same_interval(*i, interval);
         if let Some((q, i)) = data.queues.iter().find_map(|q| Some((q, q.interval_ns.filter(other)?))) {
             return Err(CliError::BadInput(format!(
                 "{}: queue {} samples every {i} ns, its queues' median every {interval} ns; offline training needs \
@@ -293,7 +294,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
             files[0].0.display()
         )));
     }
-    if let Some((p, _, i)) = files.iter().find(|(_, _, i)| !telemetry_input::same_interval(*i, interval_ns)) {
+    if let Some((p, _, i)) = files.iter().find(|(_, _, i)| !learned::same_interval(*i, interval_ns)) {
         return Err(CliError::BadInput(format!(
             "{}: sample interval {i} ns, but {} has {interval_ns} ns; train on files of one interval",
             p.display(),
