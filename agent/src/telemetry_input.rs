@@ -11,7 +11,7 @@ use clap::Args;
 use ecn_datasets::telemetry::{
     load_telemetry, stream_telemetry, CounterMode, QueueKey, QueueSample, ReadOptions, SettingBounds, TelemetryData,
 };
-use ecn_env::tuning::Bounds;
+use ecn_env::tuning::{Bounds, QueueInterval};
 use ecn_env::EcnSetting;
 use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
@@ -95,15 +95,23 @@ pub fn interval_ns(data: &TelemetryData) -> Result<u64, CliError> {
     })
 }
 
-/// The interval a sample covers: the step from the sample before it in the same unbroken run
-/// (its counters are deltas since then), as the online controller measures it, so that a
-/// poller's jitter reads as the time it was; `nominal_ns` for the first of a run (or a
-/// repeated timestamp).
-pub fn covered_ns(previous_ts_ns: Option<u64>, ts_ns: u64, nominal_ns: u64) -> u64 {
-    match previous_ts_ns {
-        Some(p) if ts_ns > p => ts_ns - p,
-        _ => nominal_ns,
-    }
+/// An unbroken run of one queue's samples as the intervals they cover: each over the step
+/// from the sample before it (its counters are deltas since then), as the online controller
+/// measures it, so that a poller's jitter reads as the time it was; the first of the run (or a
+/// repeated timestamp) over `nominal_ns`.
+pub fn intervals<'a, I>(run: I, nominal_ns: u64) -> impl Iterator<Item = QueueInterval> + use<'a, I>
+where
+    I: IntoIterator<Item = &'a QueueSample>,
+{
+    let mut previous_ts = None;
+    run.into_iter().map(move |s| {
+        let covered = match previous_ts {
+            Some(p) if s.ts_ns > p => s.ts_ns - p,
+            _ => nominal_ns,
+        };
+        previous_ts = Some(s.ts_ns);
+        QueueInterval::from_queue_sample(s, covered)
+    })
 }
 
 /// The ECN setting in effect during a sample.
@@ -203,9 +211,11 @@ mod tests {
     #[test]
     fn a_sample_covers_the_step_from_the_one_before_it() {
         use crate::learned::same_interval;
-        assert_eq!(covered_ns(None, 500, 100), 100, "the first of a run: the nominal interval");
-        assert_eq!(covered_ns(Some(400), 510, 100), 110);
-        assert_eq!(covered_ns(Some(510), 510, 100), 100, "a repeated timestamp covers no time");
+        let at = |ts_ns| QueueSample { ts_ns, ..QueueSample::default() };
+        let run = [at(400), at(510), at(510)];
+        let covered: Vec<u64> = intervals(&run, 100).map(|iv| iv.interval_ns).collect();
+        // The first of a run: the nominal interval; a repeated timestamp covers no time.
+        assert_eq!(covered, [100, 110, 100]);
         // Two recordings of one SONiC switch polled every 100 ms (measured in the sonic suite).
         assert!(same_interval(99_963_812, 100_081_853));
         assert!(!same_interval(200_000, 100_000) && !same_interval(50_000, 100_000));

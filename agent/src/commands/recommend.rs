@@ -8,7 +8,7 @@ use crate::output::outln;
 use crate::recommend::{self, Decision, QueueState, RecommendConfig, Recommendation};
 use crate::telemetry_input::{self, QueueTail};
 use clap::Args;
-use ecn_env::tuning::{QueueHistory, QueueInterval};
+use ecn_env::tuning::QueueHistory;
 use ecn_env::{BitsPerSec, EcnSetting};
 use std::path::PathBuf;
 
@@ -112,11 +112,8 @@ fn queue_state(t: &QueueTail, history: usize) -> Option<QueueState> {
     // Without a known interval there is no rate to compute: the history stays empty and the
     // recommendation is to keep.
     let intervals = if let Some(interval_ns) = t.interval_ns {
-        let mut previous_ts = None;
-        for s in &t.recent {
-            let covered = telemetry_input::covered_ns(previous_ts, s.ts_ns, interval_ns);
-            previous_ts = Some(s.ts_ns);
-            h.push(QueueInterval::from_queue_sample(s, covered), history);
+        for iv in telemetry_input::intervals(&t.recent, interval_ns) {
+            h.push(iv, history);
         }
         t.recent.len()
     } else {

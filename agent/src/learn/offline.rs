@@ -23,9 +23,9 @@
 use super::ddqn::{Ddqn, DdqnConfig};
 use super::replay::ReplayBuffer;
 use crate::error::CliError;
-use crate::telemetry_input::covered_ns;
+use crate::telemetry_input::intervals;
 use ecn_datasets::telemetry::QueueSeries;
-use ecn_env::tuning::{ActionTemplate, QueueHistory, QueueInterval, TuningConfig};
+use ecn_env::tuning::{ActionTemplate, QueueHistory, TuningConfig};
 use ecn_env::BitsPerSec;
 use ecn_models::{Calibration, Checkpoint, ModelCard, QNetwork, TrainingRecord};
 use indicatif::ProgressBar;
@@ -78,11 +78,7 @@ pub fn add_transitions(series: &[QueueSeries], tuning: &TuningConfig, data: &mut
     for s in series {
         for seg in s.segments() {
             let mut history = QueueHistory::default();
-            let mut previous_ts = None;
-            for row in seg {
-                let covered = covered_ns(previous_ts, row.ts_ns, s.interval_ns.unwrap_or(interval));
-                previous_ts = Some(row.ts_ns);
-                let iv = QueueInterval::from_queue_sample(row, covered);
+            for (row, iv) in seg.iter().zip(intervals(seg, s.interval_ns.unwrap_or(interval))) {
                 obs.clear();
                 if history.observe(tuning.features, tuning.history, &mut obs) {
                     let link = BitsPerSec(row.link_bps);
