@@ -70,6 +70,12 @@ async fn metric_lines(addr: &str, prefix: &str) -> Option<Vec<String>> {
     Some(t.lines().filter(|l| l.starts_with(prefix)).map(String::from).collect())
 }
 
+/// How far behind the fabric the telemetry of a controller is, as its gauge reads (seconds).
+async fn telemetry_lag_gauge(metrics: &str) -> Option<f64> {
+    let lines = metric_lines(metrics, "ecn_tuner_telemetry_lag_seconds{").await?;
+    lines.first()?.rsplit(' ').next()?.parse().ok()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn shadow_over_a_full_scenario_makes_no_writes() {
     let act = sim_actuator(&[]).await;
@@ -205,8 +211,7 @@ async fn bad_write_is_rolled_back_then_reapplied(
                         return None;
                     }
                     let rollbacks = rollback_series(metrics).await.filter(|s| !s.is_empty())?;
-                    let lag = metric_lines(metrics, "ecn_tuner_telemetry_lag_seconds{").await?;
-                    Some((rollbacks, lag))
+                    Some((rollbacks, telemetry_lag_gauge(metrics).await))
                 }
             },
         )
@@ -215,8 +220,8 @@ async fn bad_write_is_rolled_back_then_reapplied(
     if telemetry_lag > 0 {
         // At the last apply the controller's newest sample was at least `telemetry_lag`
         // intervals of 100 µs behind, 10 ms of wall clock each at this time scale.
-        let seconds: f64 = lag.first().and_then(|l| l.rsplit(' ').next()?.parse().ok()).expect("a lag gauge");
-        assert!(seconds >= f64::from(telemetry_lag) * 0.01 * 0.99, "{lag:?}");
+        let seconds = lag.expect("a lag gauge");
+        assert!(seconds >= f64::from(telemetry_lag) * 0.01 * 0.99, "{seconds} s");
     }
     let journal = act.journal();
     let kinds: Vec<&str> = journal.iter().filter_map(|e| e["event"].as_str()).collect();
@@ -427,12 +432,6 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
     for url in [a.url(), b.url()] {
         assert!(d.iter().any(|x| x["target"] == url.as_str()), "no decision for {url}");
     }
-}
-
-/// How far behind the fabric the telemetry of a controller is, as its gauge reads (seconds).
-async fn telemetry_lag_gauge(metrics: &str) -> Option<f64> {
-    let lines = metric_lines(metrics, "ecn_tuner_telemetry_lag_seconds{").await?;
-    lines.first()?.rsplit(' ').next()?.parse().ok()
 }
 
 /// A controller measures how far its telemetry is behind the fabric in shadow mode too, where

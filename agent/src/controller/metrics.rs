@@ -61,7 +61,8 @@ pub struct Metrics {
     /// Telemetry streams reopened after one was lost, per target.
     pub telemetry_reconnects: Family<TargetLabels, Counter>,
     /// How far the newest telemetry sample the controller had was behind the actuator's
-    /// telemetry clock at its last apply, in wall-clock seconds, per target.
+    /// telemetry clock at its last measurement (a probe, an apply, a read-back), in wall-clock
+    /// seconds, per target.
     pub telemetry_lag_seconds: Family<TargetLabels, Gauge<f64, AtomicU64>>,
     /// Decisions that kept a queue as it was because the learned model never trained at its
     /// line rate.
@@ -127,7 +128,7 @@ impl Metrics {
         );
         r.register(
             "telemetry_lag_seconds",
-            "How far the newest telemetry sample was behind the actuator's clock at the last apply",
+            "How far the newest telemetry sample was behind the actuator's clock when last measured",
             m.telemetry_lag_seconds.clone(),
         );
         r.register("queue_kmin_bytes", "ECN Kmin in effect", m.kmin_bytes.clone());
