@@ -34,9 +34,7 @@ impl Target {
         };
         Ok(Target {
             url: url.to_string(),
-            token: token_file
-                .map(|p| read("token-file", p).map(|b| String::from_utf8_lossy(&b).trim().to_string()))
-                .transpose()?,
+            token: token_file.map(crate::actuator::security::read_token_file).transpose()?,
             tls_ca: tls_ca.map(|p| read("tls-ca", p)).transpose()?,
         })
     }

@@ -20,10 +20,38 @@ impl CliError {
             CliError::Failed(_) => 1,
         }
     }
+
+    /// The same error, its message prefixed with `FLAG VALUE: ` unless it already names
+    /// `value`: where one process talks to several actuators, every error says which one it is
+    /// about.
+    pub fn about(self, flag: &str, value: &str) -> CliError {
+        let name = |m: String| if m.contains(value) { m } else { format!("{flag} {value}: {m}") };
+        match self {
+            CliError::BadInput(m) => CliError::BadInput(name(m)),
+            CliError::Failed(m) => CliError::Failed(name(m)),
+        }
+    }
 }
 
 impl From<ecn_env::scenario::ScenarioError> for CliError {
     fn from(e: ecn_env::scenario::ScenarioError) -> Self {
         CliError::BadInput(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_names_its_subject_once_and_keeps_its_exit_code() {
+        let e = CliError::Failed("AcquireWriter: FailedPrecondition: writer role held".into())
+            .about("--target", "http://b:1");
+        assert_eq!(e.to_string(), "--target http://b:1: AcquireWriter: FailedPrecondition: writer role held");
+        assert_eq!(e.exit_code(), 1);
+        let e =
+            CliError::BadInput("the actuator at http://b:1 reports no queues".into()).about("--target", "http://b:1");
+        assert_eq!(e.to_string(), "the actuator at http://b:1 reports no queues");
+        assert_eq!(e.exit_code(), 2);
     }
 }

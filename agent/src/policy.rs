@@ -8,7 +8,8 @@ use crate::error::CliError;
 use crate::explore::{Anchor, Explore};
 use crate::learned::LearnedModel;
 use ecn_env::fabric::EcnPlan;
-use ecn_env::{Baseline, BitsPerSec, Bytes, EcnSetting};
+use ecn_env::tuning::TuningConfig;
+use ecn_env::{Baseline, BitsPerSec, Bytes, EcnSetting, Nanos};
 use std::fmt;
 use std::sync::Arc;
 
@@ -38,6 +39,19 @@ impl PartialEq for Policy {
 }
 
 impl Policy {
+    /// The interval a closed-loop policy decides at, and so samples the fabric at: a model's
+    /// card's, or for exploration its anchor's (the default control interval without one).
+    /// `None` for fixed settings, which run at the scenario's own `sample_interval`.
+    pub fn control_interval(&self) -> Option<Nanos> {
+        match self {
+            Policy::Static(_) | Policy::Baseline(_) => None,
+            Policy::Model(m) => Some(m.tuning().control_interval),
+            Policy::Explore(e) => {
+                Some(e.model().map_or(TuningConfig::default().control_interval, |m| m.tuning().control_interval))
+            }
+        }
+    }
+
     /// Parse the command-line form given to `--policy`.
     pub fn parse(s: &str) -> Result<Policy, CliError> {
         Policy::parse_flag("--policy", s)

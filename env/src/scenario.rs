@@ -629,6 +629,20 @@ impl Scenario {
             Some(s) => Nanos((s * 1e9) as u64),
             None => Nanos(last.0.saturating_add(1_000_000_000)),
         };
+        // HPCC flow files often start their flows at 2 s; a stop time copied from another
+        // config would end the run before any flow, and `sim` would report nothing done.
+        if stop_time.is_some() && fabric.stop_at <= first {
+            return Err(err(
+                source,
+                "SIMULATOR_STOP_TIME",
+                format!(
+                    "{} s: the run would end before its first flow starts ({} s, {} line {first_line}); no flow would run",
+                    fabric.stop_at.0 as f64 / 1e9,
+                    first.0 as f64 / 1e9,
+                    flow_path.display()
+                ),
+            ));
+        }
         if flows.len() > MAX_FLOWS {
             return Err(err(
                 source,
@@ -781,6 +795,15 @@ fn resolve(
         return Err(err(source, "switch.pfc_shift", "must be at most 16"));
     }
     fabric::check_buffer(&fabric).map_err(|m| err(source, "switch.buffer", m))?;
+    // PFC resumes once shared use is `resume_offset` below the pause threshold (REFERENCE.md
+    // §3); an offset past the buffer would keep a paused port paused for good.
+    if fabric.resume_offset > fabric.buffer {
+        return Err(err(
+            source,
+            "switch.resume_offset",
+            format!("{} is larger than the buffer ({})", fabric.resume_offset, fabric.buffer),
+        ));
+    }
     if let Some(e) = sw.ecn.or(bsw.ecn) {
         fabric.ecn = match e {
             toml::Value::Table(table) => {
@@ -1108,6 +1131,11 @@ mod tests {
         assert_eq!(e.field, "sample_interval", "{e}");
         let e = parse(&format!("[nic]\nrto = \"0us\"\n{poisson}")).unwrap_err();
         assert_eq!(e.field, "nic.rto", "{e}");
+        // A timer meant as "never" is refused by name: added to the clock, it would wrap it.
+        let e = parse(&format!("[nic]\nrto = \"18446744073709551615ns\"\n{poisson}")).unwrap_err();
+        assert!(e.field.starts_with("nic.rto") && e.message.contains("the most is 2^62 ns"), "{e}");
+        let e = parse(&format!("[switch]\nresume_offset = \"1GB\"\n{poisson}")).unwrap_err();
+        assert!(e.field == "switch.resume_offset" && e.message.contains("larger than the buffer"), "{e}");
         // Thresholds scaled to a 1 b/s link would be 0 bytes; the rate itself is the error.
         let e = parse(&format!("[topology]\nhost_link = \"1bps\"\n{poisson}")).unwrap_err();
         assert_eq!(e.field, "topology.host_link", "{e}");
@@ -1254,6 +1282,28 @@ mod tests {
         let setting = EcnSetting::new(Bytes(400_000), Bytes(1_600_000), 0.2).unwrap();
         assert_eq!(s.fabric.ecn, EcnPlan::PerRate(vec![(BitsPerSec::from_gbps(100), setting)]));
         config("").unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A stop time at or before the first flow's start is refused: the run would finish with
+    /// every flow unstarted and report nothing.
+    #[test]
+    fn hpcc_stop_time_before_the_first_flow_is_refused() {
+        let dir = std::env::temp_dir().join(format!("ecn-scenario-stop-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let topo = "4 1 3\n3\n0 3 100Gbps 1us 0\n1 3 100Gbps 1us 0\n2 3 100Gbps 1us 0\n";
+        std::fs::write(dir.join("t.txt"), topo).unwrap();
+        std::fs::write(dir.join("f.txt"), "1\n0 1 3 100 10000 2.0\n").unwrap();
+        let config = |stop: &str| {
+            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\nSIMULATOR_STOP_TIME {stop}\n");
+            Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
+        };
+        for stop in ["0.5", "2.0"] {
+            let e = config(stop).unwrap_err();
+            assert_eq!(e.field, "SIMULATOR_STOP_TIME", "{stop}: {e}");
+            assert!(e.message.contains("before its first flow starts (2 s") && e.message.contains("line 2"), "{e}");
+        }
+        assert_eq!(config("2.5").unwrap().fabric.stop_at, Nanos(2_500_000_000));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

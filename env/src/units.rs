@@ -77,15 +77,24 @@ fn split_number(text: &str) -> Option<(f64, &str)> {
 }
 
 fn to_u64(kind: &'static str, text: &str, v: f64) -> Result<u64, UnitError> {
+    to_u64_at_most(kind, text, v, u64::MAX, "2^64 − 1 in the base unit")
+}
+
+fn to_u64_at_most(kind: &'static str, text: &str, v: f64, max: u64, most: &str) -> Result<u64, UnitError> {
+    // `max as f64` may round up (2^64 − 1 becomes 2^64, which the cast below saturates back).
     let why = if !v.is_finite() || v < 0.0 {
-        "must be a finite, non-negative number"
-    } else if v > u64::MAX as f64 {
-        "is too large (the most is 2^64 − 1 in the base unit)"
+        "must be a finite, non-negative number".to_string()
+    } else if v.round() > max as f64 {
+        format!("is too large (the most is {most})")
     } else {
         return Ok(v.round() as u64);
     };
-    Err(UnitError { kind, text: text.into(), why: why.into() })
+    Err(UnitError { kind, text: text.into(), why })
 }
+
+/// The longest duration a flag or a scenario may give: 2^62 ns, about 146 years. A timer that
+/// long never fires in any run, and the simulator adds durations to times without overflow.
+pub const MAX_DURATION: Nanos = Nanos(1 << 62);
 
 /// A list of `name=number` pairs as flags take it (`depth=2,depth_max=0.2`): each pair as
 /// written, its name and its value, in order. Empty entries are skipped; an error names the
@@ -138,7 +147,7 @@ impl FromStr for Nanos {
             "" => return Err(err("missing unit (ns, us, ms, s, min or h)")),
             _ => return Err(err("unknown unit (use ns, us, ms, s, min or h)")),
         };
-        Ok(Nanos(to_u64("duration", s, v * mult)?))
+        Ok(Nanos(to_u64_at_most("duration", s, v * mult, MAX_DURATION.0, "2^62 ns, about 146 years")?))
     }
 }
 
@@ -284,6 +293,13 @@ mod tests {
         assert_eq!("1.5h".parse::<Nanos>().unwrap(), Nanos(5_400_000_000_000));
         // `m` could be milli or minutes: neither is guessed.
         assert!("10m".parse::<Nanos>().unwrap_err().to_string().contains("use ns, us, ms, s, min or h"));
+        // An "infinite" timer would wrap the simulator's clock when added to the time now.
+        assert_eq!(format!("{}ns", 1u64 << 62).parse::<Nanos>().unwrap(), MAX_DURATION);
+        for long in ["18446744073709551615ns", "4611686018427388928ns", "1e10s"] {
+            assert!(long.parse::<Nanos>().unwrap_err().to_string().contains("the most is 2^62 ns"), "{long}");
+        }
+        assert!("1e30bps".parse::<BitsPerSec>().unwrap_err().to_string().contains("too large"));
+        assert_eq!("18446744073709551615B".parse::<Bytes>().unwrap(), Bytes(u64::MAX));
         assert_eq!("100Gbps".parse::<BitsPerSec>().unwrap(), BitsPerSec::from_gbps(100));
         assert_eq!("20Mb/s".parse::<BitsPerSec>().unwrap(), BitsPerSec(20_000_000));
     }

@@ -301,10 +301,13 @@ impl Actuator {
     /// Stop the controller started as `name` with SIGTERM, as an operator would, and expect a
     /// clean exit (its log in the panic message otherwise).
     pub async fn stop_controller(&self, name: &str, mut child: Child) {
-        terminate(child.id());
+        let pid = child.id();
+        terminate(pid);
         let status = tokio::time::timeout(Duration::from_secs(60), child.wait()).await;
         let ok = matches!(status, Ok(Ok(s)) if s.success());
-        assert!(ok, "controller {name} did not stop cleanly ({status:?}): {}", self.controller_log(name));
+        // A controller that hangs on its way out says where each of its threads waits.
+        let threads = if status.is_err() { pid.map(thread_states).unwrap_or_default() } else { String::new() };
+        assert!(ok, "controller {name} did not stop cleanly ({status:?}){threads}: {}", self.controller_log(name));
     }
 
     /// The decision log of the controller started as `name` by [`Actuator::controller`].
@@ -328,23 +331,43 @@ impl Actuator {
     }
 }
 
+/// Each thread of process `pid`: its name, state and the kernel function it waits in
+/// (`/proc/PID/task/*/{comm,stat,wchan}`), one per line; empty where /proc cannot tell.
+fn thread_states(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return String::new() };
+    let mut out = String::from("\nthreads (name, state, wait channel):");
+    for task in tasks.flatten() {
+        let read = |f: &str| std::fs::read_to_string(task.path().join(f)).unwrap_or_default().trim().to_string();
+        // stat: "tid (comm) S ...": the state follows the parenthesised name.
+        let stat = read("stat");
+        let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').next()).unwrap_or("?").to_string();
+        out.push_str(&format!("\n  {} {state} {}", read("comm"), read("wchan")));
+    }
+    out
+}
+
 /// Ask the process `pid` (if it still runs) to stop, with SIGTERM.
 fn terminate(pid: Option<u32>) {
     send_signal(pid, "TERM");
 }
 
-/// Send the process `pid` (if it still runs) the signal `name` (`TERM`, `USR1`): the standard
-/// library can only SIGKILL, and the `kill` utility sends any signal. A `kill` that could not
-/// start (a loaded machine out of processes) is retried, not taken for a signal sent.
+/// Send the process `pid` (if it still runs) the signal `name` (`TERM`, `USR1`, `INT`): the
+/// standard library can only SIGKILL. `kill(2)` itself, not the `kill` utility, whose fork a
+/// loaded machine can refuse, leaving a test to wait for a stop it never asked for.
 pub fn send_signal(pid: Option<u32>, name: &str) {
     let Some(pid) = pid else { return };
-    for attempt in 1.. {
-        match std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status() {
-            Ok(_) => return, // a failed kill means the process is gone already
-            Err(e) if attempt < 5 => eprintln!("cannot run kill ({e}); retrying"),
-            Err(e) => panic!("cannot run kill -{name} {pid}: {e}"),
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    let signal = match name {
+        "TERM" => libc::SIGTERM,
+        "USR1" => libc::SIGUSR1,
+        "INT" => libc::SIGINT,
+        other => panic!("send_signal: no signal {other}"),
+    };
+    let pid = libc::pid_t::try_from(pid).expect("a pid fits pid_t");
+    // SAFETY: kill(2) takes two integers and touches no memory of ours.
+    if unsafe { libc::kill(pid, signal) } != 0 {
+        let e = std::io::Error::last_os_error();
+        // ESRCH: the process is gone already, which is what the signal asked for.
+        assert_eq!(e.raw_os_error(), Some(libc::ESRCH), "kill -{name} {pid}: {e}");
     }
 }
 

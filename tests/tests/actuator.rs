@@ -428,6 +428,11 @@ async fn bad_command_lines_exit_2_naming_the_flag() {
         (&["--backend", "dry-run", "--token-file", "/nonexistent/token"], "--token-file"),
         (&["--backend", "dry-run", "--tls-cert", "/nonexistent/c", "--tls-key", "/nonexistent/k"], "--tls-cert"),
         (&["--backend", "dry-run", "--journal", "/nonexistent/dir/j.jsonl"], "--journal"),
+        // A flag of another backend is refused, not ignored.
+        (&["--backend", "sim", "--poll-interval", "banana"], "--poll-interval"),
+        (&["--backend", "dry-run", "--counter-bits", "0"], "--counter-bits"),
+        (&["--backend", "sim", "--config-db", "5"], "--config-db"),
+        (&["--backend", "sonic", "--redis", "redis://127.0.0.1:1", "--seed", "3"], "--seed"),
     ];
     for (args, flag) in cases {
         let mut full = vec!["actuator"];

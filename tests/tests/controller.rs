@@ -367,6 +367,8 @@ async fn a_second_controller_cannot_write() {
     assert_eq!(out.status.code(), Some(1), "the second controller must be refused");
     let log = act.controller_log("second");
     assert!(log.contains("writer role held by controller 'first'"), "{log}");
+    // With several --target flags, the error must say which actuator refused.
+    assert!(log.contains(&format!("--target {}: AcquireWriter", act.url())), "the refusing actuator is named: {log}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

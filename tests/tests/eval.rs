@@ -190,6 +190,31 @@ async fn eval_bad_input_exits_2_before_running() {
     let (code, _, stderr) = run_cli(&["eval", "--scenario", tiny, tiny, "--policy", POLICIES[0]]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--scenario") && stderr.contains("given twice"), "{stderr}");
+
+    // A learned policy samples at its control interval (100 µs): a run that may last 10 minutes
+    // is fine sampled every second, and refused for the model before any run, the static one
+    // listed first included, rather than after it.
+    let long = dir.path().join("long.toml");
+    std::fs::write(
+        &long,
+        format!("{TINY}drain = \"600s\"\nsample_interval = \"1s\"\n").replace("drain = \"20ms\"\n", ""),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run_cli(&[
+        "eval",
+        "--scenario",
+        long.to_str().unwrap(),
+        "--policy",
+        POLICIES[0],
+        "--policy",
+        "model:default",
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("long.toml") && stderr.contains("a policy deciding every 100us"), "{stderr}");
+    assert!(stdout.is_empty() && !out.exists(), "nothing run or written: {stdout}");
 }
 
 /// `--reference`: every other policy's change against it, per scenario and on the mean, equal to

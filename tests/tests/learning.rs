@@ -160,7 +160,15 @@ async fn train_writes_a_reproducible_checkpoint_that_runs_in_closed_loop() {
 async fn bad_training_input_exits_2_naming_the_problem() {
     let dir = tempfile::Builder::new().prefix("ecn-train-bad-").tempdir().unwrap();
     let out = dir.path().join("m.safetensors").display().to_string();
+    // Ten minutes of simulated time: fine sampled every second, too long at the 100 µs control
+    // interval. Refused at the start, not when its first episode or evaluation comes up.
+    let long = dir.path().join("long.toml");
+    std::fs::write(&long, TINY.replace("drain = \"20ms\"", "drain = \"600s\"\nsample_interval = \"1s\"")).unwrap();
+    let long = long.display().to_string();
     for (args, needle) in [
+        (vec!["train", "--scenario", &long, "--out", &out], "a policy deciding every 100us"),
+        (vec!["train", "--eval-scenario", &long, "--out", &out], "a policy deciding every 100us"),
+        (vec!["train", "--out", &out, "--envs", "65"], "--envs 65: at most 64"),
         (vec!["train", "--scenario", "no-such-scenario", "--out", &out], "no-such-scenario"),
         (vec!["train", "--out", "model.bin"], "--out"),
         (vec!["train", "--out", &out, "--interval", "fast"], "--interval"),

@@ -268,8 +268,15 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
     }
     f.seek(SeekFrom::Start(0))?;
     let mut found = Found::default();
-    for line in BufReader::new(&mut *f).split(b'\n') {
+    for (n, line) in BufReader::new(&mut *f).split(b'\n').enumerate() {
         let Ok(l) = serde_json::from_slice::<Line>(&line?) else { continue };
+        if l.generation == u64::MAX {
+            // The next change would need generation 2^64: no number is left to name it.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("line {}: generation {} leaves no number for the next change", n + 1, l.generation),
+            ));
+        }
         found.last_generation = found.last_generation.max(l.generation);
         // Every line carries the state after it, a refusal's too: the one that follows an apply
         // line whose device write failed is what says the device kept the earlier generation.
@@ -334,6 +341,11 @@ mod tests {
         j.write(&Event::now(EventKind::Revert, 4, 4, vec![])).unwrap();
         assert_eq!(reopened().unconfirmed_at_end(), None);
         assert_eq!(reopened().last_generation(), 4, "a restart continues after 4");
+        // A hand-edited last generation that leaves no number for the next change is refused.
+        std::fs::write(&path, "{\"event\":\"apply\",\"generation\":18446744073709551615,\"confirmed_generation\":1}\n")
+            .unwrap();
+        let Err(e) = Journal::open(&path) else { panic!("a journal with no generation left must be refused") };
+        assert!(e.to_string().contains("line 1: generation 18446744073709551615"), "{e}");
         std::fs::remove_file(&path).unwrap();
     }
 

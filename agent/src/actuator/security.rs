@@ -49,7 +49,10 @@ pub fn holds_pem_certificate(pem: &[u8]) -> bool {
     certs.peek().is_some() && certs.all(|c| c.is_ok_and(|der| der.first() == Some(&0x30)))
 }
 
-/// Read a bearer token from a file: its content, surrounding whitespace removed.
+/// Read a bearer token from a file: its content, surrounding whitespace removed. The actuator
+/// and every client (`run`, `record`, `recommend`) read it here, so a file one side accepts
+/// the other does too, and a bad one is named where it is read instead of surfacing as an
+/// `Unauthenticated` reply from the far side.
 pub fn read_token_file(path: &Path) -> Result<String, ActuatorError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ActuatorError::BadInput(format!("--token-file {}: {e}", path.display())))?;
@@ -57,9 +60,12 @@ pub fn read_token_file(path: &Path) -> Result<String, ActuatorError> {
     if token.is_empty() {
         return Err(ActuatorError::BadInput(format!("--token-file {}: the file is empty", path.display())));
     }
-    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    // A bearer token travels in an HTTP header: printable ASCII only (RFC 6750's token68 is a
+    // subset). A byte-order mark or a non-breaking space from an editor would otherwise make
+    // every call fail far from the file.
+    if !token.chars().all(|c| c.is_ascii_graphic()) {
         return Err(ActuatorError::BadInput(format!(
-            "--token-file {}: the token must be one line without spaces",
+            "--token-file {}: the token must be one line of printable ASCII without spaces",
             path.display()
         )));
     }
@@ -136,6 +142,26 @@ mod tests {
         assert!(!holds_pem_certificate(broken.as_bytes()));
         assert!(!holds_pem_certificate(format!("{cert}\n{broken}").as_bytes()), "one bad block spoils the file");
         assert!(!holds_pem_certificate(b"no PEM at all"));
+    }
+
+    #[test]
+    fn a_token_file_must_hold_one_printable_ascii_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        assert_eq!(read_token_file(&file("ok", "s3cr3t-token_1\n")).unwrap(), "s3cr3t-token_1");
+        for (name, text, why) in [
+            ("empty", " \n", "the file is empty"),
+            ("two-words", "one two\n", "printable ASCII"),
+            ("bom", "\u{feff}s3cr3t\n", "printable ASCII"),
+            ("nbsp", "s3\u{a0}cr3t", "printable ASCII"),
+        ] {
+            let e = read_token_file(&file(name, text)).unwrap_err().to_string();
+            assert!(e.contains(&format!("--token-file {}", dir.path().join(name).display())) && e.contains(why), "{e}");
+        }
     }
 
     #[test]

@@ -89,20 +89,20 @@ pub struct ActuatorArgs {
     #[command(flatten)]
     redis: RedisArgs,
     /// SONiC: the switch's name in queue ids (default: DEVICE_METADATA|localhost hostname).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", requires = "redis")]
     switch_name: Option<String>,
     /// SONiC: how often COUNTERS_DB is read (the telemetry interval). Not below SONiC's own
     /// `counterpoll` interval for queue and port counters.
-    #[arg(long, value_name = "DUR", default_value = "1s")]
+    #[arg(long, value_name = "DUR", default_value = "1s", requires = "redis")]
     poll_interval: String,
     /// SONiC: width of the switch's counters in bits (SAI's are 64; a wrap of narrower ones is
     /// told apart from a reset).
-    #[arg(long, value_name = "BITS", default_value_t = 64)]
+    #[arg(long, value_name = "BITS", default_value_t = 64, requires = "redis")]
     counter_bits: u32,
     /// SONiC: when no counter (queues, and octets in and out of their ports) has moved for
     /// this long, take SONiC's counters as stopped and publish no telemetry until they move,
     /// so that the controller falls back instead of reading an idle fabric.
-    #[arg(long, value_name = "DUR", default_value = "60s")]
+    #[arg(long, value_name = "DUR", default_value = "60s", requires = "redis")]
     frozen_after: String,
 }
 
@@ -137,6 +137,11 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
         BackendKind::Sonic => {
             if args.scenario.is_some() {
                 return Err(CliError::BadInput("--scenario: a SONiC switch has its own queues; drop the flag".into()));
+            }
+            if args.seed.is_some() {
+                return Err(CliError::BadInput(
+                    "--seed: a SONiC switch runs no scenario to seed; drop the flag".into(),
+                ));
             }
             let mut o = SonicOptions::new(args.redis.url()?);
             o.dbs = args.redis.dbs();

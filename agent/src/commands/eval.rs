@@ -10,6 +10,7 @@ use crate::rollout;
 use clap::Args;
 use ecn_env::scenario::Scenario;
 use ecn_env::summary::{Percentiles, Summary, TailAnatomy};
+use ecn_models::staged::StagedFiles;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::collections::HashSet;
@@ -114,6 +115,13 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
         .iter()
         .map(|name| seeds.iter().map(|&seed| Scenario::load(name, Some(seed))).collect::<Result<_, _>>())
         .collect::<Result<_, _>>()?;
+    // A closed-loop policy samples at its own interval: a run too long at that interval is
+    // refused now, not after the runs before it.
+    for interval in policies.iter().filter_map(Policy::control_interval) {
+        for scenario in scenarios.iter().flatten() {
+            scenario.check_sampled_every(interval)?;
+        }
+    }
     let names = scenario_labels(&args.scenario, &scenarios);
     if let Some(dir) = &args.out {
         let plots = plot_files(&names);
@@ -461,8 +469,8 @@ impl<'a> Table<'a> {
         out
     }
 
-    /// One chart per scenario: p50 and p99 by bucket, one line per policy.
-    fn plots(&self, dir: &Path) -> Result<Vec<PathBuf>, CliError> {
+    /// One chart per scenario: p50 and p99 by bucket, one line per policy; staged in `files`.
+    fn plots(&self, dir: &Path, files: &mut StagedFiles) -> Result<Vec<PathBuf>, CliError> {
         let mut written = Vec::new();
         for ((s, scenario), file) in self.scenarios.iter().enumerate().zip(plot_files(self.scenarios)) {
             let series: Vec<BucketSeries> = self
@@ -477,7 +485,7 @@ impl<'a> Table<'a> {
                 .collect();
             let path = dir.join(file);
             let title = format!("{scenario}: FCT slowdown by flow size (mean over {} seed(s))", self.seeds);
-            plot::slowdown_by_bucket(&path, &title, &series)?;
+            files.write(&path, |staged| plot::slowdown_by_bucket(staged, &title, &series)).map_err(CliError::Failed)?;
             written.push(path);
         }
         Ok(written)
@@ -564,8 +572,15 @@ impl Comparison {
 /// else (path separators included) replaced by `_`.
 fn file_safe(name: &str) -> String {
     let base = Path::new(name).file_stem().and_then(|s| s.to_str()).filter(|_| name.contains('/')).unwrap_or(name);
-    base.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect()
+    // File names end at 255 bytes; a long scenario name would fail its chart after every run.
+    base.chars()
+        .take(MAX_LABEL_IN_FILE_NAME)
+        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+        .collect()
 }
+
+/// The most characters of a scenario's label in its chart's file name.
+const MAX_LABEL_IN_FILE_NAME: usize = 100;
 
 /// The slowdown chart's file name per scenario label: `slowdown_<label>.png`, made unique by
 /// the scenario's position where two labels clash.
@@ -583,14 +598,19 @@ fn plot_files(scenarios: &[String]) -> Vec<String> {
     files
 }
 
+/// Write the report files together: a failure part way (a full disk, a chart that cannot be
+/// drawn) leaves the folder's previous report whole instead of this run's tables beside the
+/// last run's charts.
 fn write_outputs(dir: &Path, table: &Table, markdown: &str, json: &str) -> Result<(), CliError> {
-    let write = |name: &str, text: &str| {
+    let mut files = StagedFiles::new();
+    let mut write = |name: &str, text: &str| {
         let path = dir.join(name);
-        std::fs::write(&path, text).map_err(|e| CliError::Failed(format!("{}: {e}", path.display())))
+        files.write(&path, |staged| std::fs::write(staged, text).map_err(|e| format!("{}: {e}", staged.display())))
     };
-    write("eval.md", markdown)?;
-    write("eval.json", &format!("{json}\n"))?;
-    let plots = table.plots(dir)?;
+    write("eval.md", markdown).map_err(CliError::Failed)?;
+    write("eval.json", &format!("{json}\n")).map_err(CliError::Failed)?;
+    let plots = table.plots(dir, &mut files)?;
+    files.commit().map_err(|e| CliError::Failed(e.to_string()))?;
     info!(dir = %dir.display(), plots = plots.len(), "wrote eval.md, eval.json and slowdown_<scenario>.png");
     Ok(())
 }
@@ -611,5 +631,9 @@ mod tests {
         assert_eq!(file_safe("websearch-50"), "websearch-50");
         assert_eq!(file_safe("/tmp/x/my scenario.toml"), "my_scenario");
         assert_eq!(file_safe("a/b:c"), "b_c");
+        let long = "x".repeat(300);
+        assert_eq!(file_safe(&long).len(), MAX_LABEL_IN_FILE_NAME);
+        let files = plot_files(&[format!("{long}1"), format!("{long}2")]);
+        assert!(files[0] != files[1] && files.iter().all(|f| f.len() < 120), "{files:?}");
     }
 }

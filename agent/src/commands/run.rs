@@ -184,10 +184,7 @@ pub fn run(a: RunArgs) -> Result<(), CliError> {
     }
     let baseline = Baseline::from_name(&a.baseline)
         .ok_or_else(|| CliError::BadInput(format!("--baseline '{}': not a baseline", a.baseline)))?;
-    let token = match &a.token_file {
-        Some(p) => Some(String::from_utf8_lossy(&read("token-file", p)?).trim().to_string()),
-        None => None,
-    };
+    let token = a.token_file.as_deref().map(crate::actuator::security::read_token_file).transpose()?;
     let cfg = ControllerConfig {
         target: String::new(),
         mode: a.mode,

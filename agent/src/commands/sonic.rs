@@ -9,25 +9,26 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Where SONiC's databases are: the Redis URL and the database indices (SONiC's defaults).
+/// Every other flag here needs `--redis`: given without it, it would be ignored.
 #[derive(Args, Debug, Clone)]
 pub struct RedisArgs {
     /// The switch's Redis: redis://HOST[:PORT] or unix:///var/run/redis/redis.sock.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
     /// Redis database index of CONFIG_DB.
-    #[arg(long, value_name = "N", default_value_t = DbIndices::default().config)]
+    #[arg(long, value_name = "N", default_value_t = DbIndices::default().config, requires = "redis")]
     pub config_db: i64,
     /// Redis database index of COUNTERS_DB.
-    #[arg(long, value_name = "N", default_value_t = DbIndices::default().counters)]
+    #[arg(long, value_name = "N", default_value_t = DbIndices::default().counters, requires = "redis")]
     pub counters_db: i64,
     /// Redis database index of STATE_DB (where the recording of the original profiles is kept).
-    #[arg(long, value_name = "N", default_value_t = DbIndices::default().state)]
+    #[arg(long, value_name = "N", default_value_t = DbIndices::default().state, requires = "redis")]
     pub state_db: i64,
     /// Redis database index of APPL_DB (port speeds that CONFIG_DB lacks).
-    #[arg(long, value_name = "N", default_value_t = DbIndices::default().appl)]
+    #[arg(long, value_name = "N", default_value_t = DbIndices::default().appl, requires = "redis")]
     pub appl_db: i64,
     /// Connect, read and write timeout of every Redis call.
-    #[arg(long, value_name = "DUR", default_value = "3s")]
+    #[arg(long, value_name = "DUR", default_value = "3s", requires = "redis")]
     pub redis_timeout: String,
 }
 

@@ -131,6 +131,9 @@ pub struct TrainArgs {
 /// The largest CQL penalty accepted; far larger ones only overflow the loss (the usual range
 /// is 0.1 to 10).
 const MAX_CONSERVATIVE_ALPHA: f64 = 100.0;
+/// The most `--envs`: each holds a whole fabric and steps it on a thread of its own, so far
+/// more than the cores only costs memory.
+const MAX_ENVS: usize = 64;
 
 /// The training curve's files beside `MODEL.safetensors`: `MODEL.training.csv` and `.png`.
 const CURVE_CSV: &str = "training.csv";
@@ -160,6 +163,12 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     if args.steps == 0 || args.envs == 0 {
         return Err(CliError::BadInput("--steps and --envs must be at least 1".into()));
     }
+    if args.envs > MAX_ENVS {
+        return Err(CliError::BadInput(format!(
+            "--envs {}: at most {MAX_ENVS} (each is a whole simulator stepping on a thread of its own)",
+            args.envs
+        )));
+    }
     let interval: Nanos =
         args.interval.parse().map_err(|e| CliError::BadInput(format!("--interval '{}': {e}", args.interval)))?;
     if interval < MIN_INTERVAL {
@@ -177,12 +186,14 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         if name == TRAINING_MIX {
             sources.push(EpisodeSource::Training(TrainingMix::default()));
         } else {
-            Scenario::load(name, None)?;
+            // Sampled at the control interval, not the file's own: refused now rather than
+            // when its first episode starts, minutes into training.
+            Scenario::load(name, None)?.check_sampled_every(interval)?;
             sources.push(EpisodeSource::Scenario(name.clone()));
         }
     }
     for name in &args.eval_scenario {
-        Scenario::load(name, None)?;
+        Scenario::load(name, None)?.check_sampled_every(interval)?;
     }
     let device = device(&args)?;
     // One libtorch thread: the other cores run simulators.

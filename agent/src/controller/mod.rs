@@ -331,15 +331,19 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
         let bound = metrics.serve(addr).await.map_err(|e| CliError::BadInput(format!("--metrics {addr}: {e}")))?;
         info!(%bound, "serving Prometheus metrics at /metrics");
     }
-    let decisions = DecisionLog::open(cfg.decision_log.as_deref())
-        .map_err(|e| CliError::BadInput(format!("--decision-log: {e}")))?;
+    let decisions = DecisionLog::open(cfg.decision_log.as_deref()).map_err(|e| {
+        let path = cfg.decision_log.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+        CliError::BadInput(format!("--decision-log {path}: {e}"))
+    })?;
     let (requester, requests) = requests::channel();
     requester.listen_for_signals()?;
     let mut tasks = tokio::task::JoinSet::new();
     for target in targets {
-        let cfg = ControllerConfig { target, ..cfg.clone() };
+        let cfg = ControllerConfig { target: target.clone(), ..cfg.clone() };
         let (metrics, decisions, requests) = (metrics.clone(), decisions.clone(), requests.clone());
-        tasks.spawn(async move { run(cfg, metrics, decisions, requests).await });
+        tasks.spawn(
+            async move { run(cfg, metrics, decisions, requests).await.map_err(|e| e.about("--target", &target)) },
+        );
     }
     let mut total = RunReport::default();
     let mut first_error = None;
