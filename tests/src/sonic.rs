@@ -10,6 +10,7 @@
 //!   with a configurable width (32 bits to see wraps) and resets (`sonic-clear counters`);
 //! - [`Proxy`]: a TCP relay that can cut every connection and refuse new ones, to take Redis
 //!   away from the actuator while a test still reads it directly;
+//! - [`Orchagent`]: programs CONFIG_DB's WRED profiles into ASIC_DB, late or not at all;
 //! - [`tables`]: `HGETALL` of every `WRED_PROFILE` and `QUEUE` key, to compare byte for byte.
 
 use std::collections::BTreeMap;
@@ -24,6 +25,8 @@ use tempfile::TempDir;
 
 /// SONiC's database indices (database_config.json).
 pub const APPL_DB: i64 = 0;
+/// ASIC_DB.
+pub const ASIC_DB: i64 = 1;
 /// COUNTERS_DB.
 pub const COUNTERS_DB: i64 = 2;
 /// CONFIG_DB.
@@ -503,6 +506,120 @@ impl Drop for Ticker {
             let _ = t.join();
         }
     }
+}
+
+/// The part of SONiC's orchagent that ecn-tuner can see: it programs CONFIG_DB's WRED profiles
+/// and queue bindings into ASIC_DB as SAI objects (`ASIC_STATE:SAI_OBJECT_TYPE_WRED:<oid>` with
+/// the green curve, `ASIC_STATE:SAI_OBJECT_TYPE_QUEUE:<oid>` naming its WRED object), on a
+/// thread, `lag` after it first sees CONFIG_DB change. While `stuck`, it programs nothing, as
+/// an orchagent that is busy, stopped, or refusing what the ASIC cannot do.
+pub struct Orchagent {
+    /// Program nothing while set.
+    pub stuck: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Orchagent {
+    /// Program `server`'s CONFIG_DB into its ASIC_DB now, then follow it.
+    pub fn start(server: &RedisServer, spec: &Spec, lag: Duration) -> Orchagent {
+        let (stop, stuck) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (mut config, mut asic) = (server.con(CONFIG_DB), server.con(ASIC_DB));
+        let mut oids = WredOids::default();
+        let mut programmed = tables(&mut config);
+        program(&mut asic, spec, &programmed, &mut oids);
+        let (s, k, spec) = (stop.clone(), stuck.clone(), spec.clone());
+        let thread = std::thread::spawn(move || {
+            let mut changed_at = None;
+            while !s.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5));
+                let now = tables(&mut config);
+                if now == programmed || k.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let since = *changed_at.get_or_insert_with(Instant::now);
+                if since.elapsed() >= lag {
+                    program(&mut asic, &spec, &now, &mut oids);
+                    (programmed, changed_at) = (now, None);
+                }
+            }
+        });
+        Orchagent { stuck, stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for Orchagent {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The WRED objects orchagent created: object id by profile name, and the next id to give.
+#[derive(Default)]
+struct WredOids {
+    by_profile: BTreeMap<String, String>,
+    created: u64,
+}
+
+/// Write `config` ([`tables`] of CONFIG_DB) into ASIC_DB as orchagent would: one WRED object per
+/// profile (an edited profile keeps its object), deleted with its profile, and each queue's
+/// `SAI_QUEUE_ATTR_WRED_PROFILE_ID`.
+fn program(
+    asic: &mut redis::Connection,
+    spec: &Spec,
+    config: &BTreeMap<String, Vec<(String, String)>>,
+    oids: &mut WredOids,
+) {
+    let field =
+        |fields: &[(String, String)], name: &str| fields.iter().find(|(f, _)| f == name).map(|(_, v)| v.clone());
+    let mut pipe = redis::pipe();
+    let profiles: BTreeMap<&str, &Vec<(String, String)>> =
+        config.iter().filter_map(|(k, f)| Some((k.strip_prefix("WRED_PROFILE|")?, f))).collect();
+    oids.by_profile.retain(|name, oid| {
+        let keep = profiles.contains_key(name.as_str());
+        if !keep {
+            pipe.cmd("DEL").arg(format!("ASIC_STATE:SAI_OBJECT_TYPE_WRED:{oid}")).ignore();
+        }
+        keep
+    });
+    for (name, fields) in &profiles {
+        let oid = match oids.by_profile.get(*name) {
+            Some(oid) => oid.clone(),
+            None => {
+                oids.created += 1;
+                let oid = format!("oid:0x{:x}", 0x13000000000100u64 + oids.created);
+                oids.by_profile.insert(name.to_string(), oid.clone());
+                oid
+            }
+        };
+        let cmd = pipe.cmd("HSET").arg(format!("ASIC_STATE:SAI_OBJECT_TYPE_WRED:{oid}"));
+        cmd.arg("SAI_WRED_ATTR_ECN_MARK_MODE").arg("SAI_ECN_MARK_MODE_ALL");
+        for (sai, cfg) in [
+            ("SAI_WRED_ATTR_GREEN_MIN_THRESHOLD", "green_min_threshold"),
+            ("SAI_WRED_ATTR_GREEN_MAX_THRESHOLD", "green_max_threshold"),
+            ("SAI_WRED_ATTR_GREEN_DROP_PROBABILITY", "green_drop_probability"),
+        ] {
+            if let Some(v) = field(fields, cfg) {
+                cmd.arg(sai).arg(v);
+            }
+        }
+        cmd.ignore();
+    }
+    for (i, port) in spec.ports.iter().enumerate() {
+        for q in 0..8u32 {
+            let bound = config.get(&format!("QUEUE|{port}|{q}")).and_then(|f| field(f, "wred_profile"));
+            let wred = bound.and_then(|name| oids.by_profile.get(&name).cloned()).unwrap_or_else(|| "oid:0x0".into());
+            pipe.cmd("HSET")
+                .arg(format!("ASIC_STATE:SAI_OBJECT_TYPE_QUEUE:{}", queue_oid(i, q)))
+                .arg("SAI_QUEUE_ATTR_WRED_PROFILE_ID")
+                .arg(wred)
+                .ignore();
+        }
+    }
+    pipe.query::<()>(asic).expect("program ASIC_DB");
 }
 
 /// Full `HGETALL` of every `WRED_PROFILE|*` and `QUEUE|*` key of CONFIG_DB, fields in the order

@@ -8,13 +8,14 @@
 //! starts its own server on a free loopback port in a scratch directory.
 
 use ecn_tests::sonic::{
-    client_in_multi, queue_setting, recording, seed, set_config_field, tables, Counters, Proxy, RedisServer, Spec,
-    Ticker, Traffic, CONFIG_DB, COUNTERS_DB,
+    client_in_multi, queue_oid, queue_setting, recording, seed, set_config_field, tables, Counters, Orchagent, Proxy,
+    RedisServer, Spec, Ticker, Traffic, ASIC_DB, CONFIG_DB, COUNTERS_DB,
 };
 use ecn_tests::{
     assert_applied_within_bounds, assert_apply_refused, change, decision_reasons, enforce_flags, events, eventually,
     pb, read_json_lines, run_cli, Actuator, FABRIC_PATIENCE,
 };
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio_stream::StreamExt;
 
@@ -124,6 +125,87 @@ async fn capabilities_and_telemetry_come_from_the_switch() {
     let now = c.get_config(pb::GetConfigRequest {}).await.expect("config").into_inner().telemetry_now_ts_ns;
     assert!(now >= r.landed_ts_ns, "present {now} ns, before the write at {r:?}");
     drop(rig.ticker);
+}
+
+/// A switch whose orchagent programs CONFIG_DB into ASIC_DB: `lag` after each change, or not
+/// at all once its `stuck` flag is set.
+async fn rig_with_orchagent(lag: Duration, extra: &[&str]) -> (Rig, Orchagent) {
+    let redis = RedisServer::start();
+    let spec = Spec::default();
+    seed(&redis, &spec);
+    let orchagent = Orchagent::start(&redis, &spec, lag);
+    let ticker = Ticker::start(&redis, Counters::new(&spec, 64), Duration::from_millis(50));
+    let url = redis.url();
+    let mut args = vec!["--backend", "sonic", "--redis", url.as_str(), "--poll-interval", "100ms"];
+    args.extend_from_slice(extra);
+    let act = Actuator::start(&args).await;
+    (Rig { redis, ticker, act }, orchagent)
+}
+
+/// The green curve ASIC_DB shows for port `i`'s queue `q`: (kmin, kmax, percent).
+fn asic_curve(redis: &RedisServer, i: usize, q: u32) -> Option<(u64, u64, u64)> {
+    let mut con = redis.con(ASIC_DB);
+    let key = format!("ASIC_STATE:SAI_OBJECT_TYPE_QUEUE:{}", queue_oid(i, q));
+    let wred: Option<String> =
+        redis::cmd("HGET").arg(key).arg("SAI_QUEUE_ATTR_WRED_PROFILE_ID").query(&mut con).ok()?;
+    let fields: Vec<Option<u64>> = redis::cmd("HMGET")
+        .arg(format!("ASIC_STATE:SAI_OBJECT_TYPE_WRED:{}", wred?))
+        .arg(&[
+            "SAI_WRED_ATTR_GREEN_MIN_THRESHOLD",
+            "SAI_WRED_ATTR_GREEN_MAX_THRESHOLD",
+            "SAI_WRED_ATTR_GREEN_DROP_PROBABILITY",
+        ])
+        .query(&mut con)
+        .ok()?;
+    Some((fields[0]?, fields[1]?, fields[2]?))
+}
+
+/// Where ASIC_DB shows what orchagent programmed, a write is done once it shows there: an
+/// orchagent 1.5 s late holds the Apply reply that long, and the reply's `in_effect_from_ts_ns`
+/// (before which an interval may still have run on the old curve) is that late too, not the
+/// one poll interval (100 ms) allowed where nothing can be read back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_is_in_effect_once_asic_db_shows_it_programmed() {
+    let (rig, _orchagent) = rig_with_orchagent(Duration::from_millis(1500), &[]).await;
+    assert_eq!(asic_curve(&rig.redis, 0, 3), Some(ORIGINAL), "the seeded curve, programmed");
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let changes = vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)];
+    let sent = std::time::Instant::now();
+    let r = c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.expect("apply").into_inner();
+    let waited = sent.elapsed();
+    assert!(waited >= Duration::from_millis(1400), "the reply waited for orchagent: {waited:?}");
+    assert!(r.in_effect_from_ts_ns >= r.landed_ts_ns + 1_400_000_000, "{r:?}");
+    assert_eq!(asic_curve(&rig.redis, 0, 3), Some((300_000, 900_000, 25)));
+    assert_eq!(asic_curve(&rig.redis, 0, 4), Some(ORIGINAL), "the queue left alone");
+}
+
+/// A write orchagent does not program (stopped, busy, or refusing what the ASIC cannot do) is
+/// undone: CONFIG_DB holds exactly what it held before, the Apply fails, and the settings the
+/// actuator reports are the old ones. Without the read-back, the write counted as done, and a
+/// health check would have judged the old curve as the new one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_orchagent_does_not_program_is_undone_and_fails() {
+    let (rig, orchagent) = rig_with_orchagent(Duration::ZERO, &["--program-timeout", "500ms"]).await;
+    let before = tables(&mut rig.redis.con(CONFIG_DB));
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let changes = vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)];
+    orchagent.stuck.store(true, Ordering::SeqCst);
+    let refused = c
+        .apply(pb::ApplyRequest { lease_id: l.clone(), changes: changes.clone(), ..Default::default() })
+        .await
+        .expect_err("an unprogrammed write fails");
+    assert!(refused.message().contains("orchagent did not program it within --program-timeout"), "{refused:?}");
+    assert!(refused.message().contains("ASIC_DB shows queue Ethernet0|3 at (1048576, 2097152, 5)"), "{refused:?}");
+    assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), before, "CONFIG_DB as it was, byte for byte");
+    let cfg = c.get_config(pb::GetConfigRequest {}).await.expect("config").into_inner();
+    let s = cfg.queues[0].setting.unwrap();
+    assert_eq!((s.kmin_bytes, s.kmax_bytes), (ORIGINAL.0, ORIGINAL.1), "the actuator reports the old setting");
+
+    orchagent.stuck.store(false, Ordering::SeqCst);
+    c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.expect("programmed this time");
+    assert_eq!(asic_curve(&rig.redis, 0, 3), Some((300_000, 900_000, 25)));
 }
 
 #[tokio::test(flavor = "multi_thread")]

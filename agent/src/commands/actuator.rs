@@ -104,6 +104,10 @@ pub struct ActuatorArgs {
     /// so that the controller falls back instead of reading an idle fabric.
     #[arg(long, value_name = "DUR", default_value = "60s", requires = "redis")]
     frozen_after: String,
+    /// SONiC: where ASIC_DB shows what orchagent programmed, how long it may take to program a
+    /// write; one it has not programmed by then is undone in CONFIG_DB and the apply fails.
+    #[arg(long, value_name = "DUR", default_value = "2s", requires = "redis")]
+    program_timeout: String,
 }
 
 /// Parse `--listen`: an IP:PORT, or HOST:PORT resolved once.
@@ -150,6 +154,7 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
             o.poll_interval = positive_duration("--poll-interval", &args.poll_interval)?;
             o.counter_bits = args.counter_bits;
             o.frozen_after = positive_duration("--frozen-after", &args.frozen_after)?;
+            o.program_timeout = positive_duration("--program-timeout", &args.program_timeout)?;
             o.originals_file = args.journal.as_deref().map(actuator::sonic::originals::file_beside);
             Some(o)
         }

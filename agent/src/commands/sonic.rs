@@ -27,6 +27,9 @@ pub struct RedisArgs {
     /// Redis database index of APPL_DB (port speeds that CONFIG_DB lacks).
     #[arg(long, value_name = "N", default_value_t = DbIndices::default().appl, requires = "redis")]
     pub appl_db: i64,
+    /// Redis database index of ASIC_DB (what orchagent programmed, read back after each write).
+    #[arg(long, value_name = "N", default_value_t = DbIndices::default().asic, requires = "redis")]
+    pub asic_db: i64,
     /// Connect, read and write timeout of every Redis call.
     #[arg(long, value_name = "DUR", default_value = "3s", requires = "redis")]
     pub redis_timeout: String,
@@ -35,7 +38,13 @@ pub struct RedisArgs {
 impl RedisArgs {
     /// The database indices.
     pub fn dbs(&self) -> DbIndices {
-        DbIndices { appl: self.appl_db, counters: self.counters_db, config: self.config_db, state: self.state_db }
+        DbIndices {
+            appl: self.appl_db,
+            asic: self.asic_db,
+            counters: self.counters_db,
+            config: self.config_db,
+            state: self.state_db,
+        }
     }
 
     /// `--redis-timeout`.

@@ -292,7 +292,7 @@ pub struct Target {
 }
 
 /// Settings are the same on the switch when their thresholds and whole-percent probability are.
-fn effective(s: &EcnSetting) -> (u64, u64, u32) {
+pub(super) fn effective(s: &EcnSetting) -> (u64, u64, u32) {
     (s.kmin_bytes, s.kmax_bytes, schema::drop_probability(s.pmax))
 }
 

@@ -3,6 +3,7 @@
 //! - [`schema`]: database indices, table and field names, value parsing, profile naming;
 //! - [`config`]: CONFIG_DB capabilities and the WRED writes, one MULTI/EXEC per apply;
 //! - [`counters`]: COUNTERS_DB polling into per-interval telemetry batches;
+//! - [`asic`]: ASIC_DB, read back to see each write programmed;
 //! - [`originals`]: the recording of the original profiles, and `sonic restore`;
 //! - [`conn`]: connections (one URL, one database index per SONiC database).
 //!
@@ -29,6 +30,7 @@
 //! `--redis-timeout` while idle (and before any other write), and puts back the settings last
 //! applied if the transaction did land meanwhile.
 
+pub mod asic;
 pub mod config;
 pub mod conn;
 pub mod counters;
@@ -37,6 +39,7 @@ pub mod schema;
 
 use super::backend::{Backend, BackendCaps, BackendError, NoTelemetry, TelemetryReceiver, WriteTimes};
 use super::ActuatorError;
+use asic::AsicQueues;
 use config::{Layout, Snapshot};
 use conn::RedisTarget;
 use ecn_datasets::counters::CounterWidth;
@@ -58,6 +61,11 @@ use tracing::{debug, info, warn};
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default `--redis-timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default `--program-timeout`: orchagent programs a WRED change in milliseconds when it is
+/// well; within the controller's default `--call-timeout` (5 s) with the transaction around it.
+pub const DEFAULT_PROGRAM_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often ASIC_DB is read while a write waits to be programmed.
+const READBACK_PERIOD: Duration = Duration::from_millis(10);
 /// Default `--frozen-after`: longer than SONiC's slowest default `counterpoll` interval for the
 /// counters read (queues, 10 s) and LLDP's transmit interval (30 s), so that a live switch
 /// never looks stopped.
@@ -82,6 +90,9 @@ pub struct SonicOptions {
     pub originals_file: Option<PathBuf>,
     /// Publish no telemetry once no counter has moved for this long.
     pub frozen_after: Duration,
+    /// With ASIC_DB read-back: how long orchagent may take to program a write before it is
+    /// undone and the apply fails.
+    pub program_timeout: Duration,
 }
 
 impl SonicOptions {
@@ -96,6 +107,7 @@ impl SonicOptions {
             timeout: DEFAULT_TIMEOUT,
             originals_file: None,
             frozen_after: DEFAULT_FROZEN_AFTER,
+            program_timeout: DEFAULT_PROGRAM_TIMEOUT,
         }
     }
 }
@@ -125,6 +137,8 @@ pub struct SonicBackend {
     poll_interval: Duration,
     /// When (`ts_ns`) the last write was handed to the writer: it cannot have landed earlier.
     write_started_ns: AtomicU64,
+    /// With ASIC_DB read-back, when it showed the last write programmed.
+    programmed_at: Option<Arc<Mutex<Option<Instant>>>>,
 }
 
 impl SonicBackend {
@@ -185,6 +199,8 @@ impl SonicBackend {
                 ))
             })?;
         }
+        let readback = readback(&target, &opts, &found.layout, &found.initial);
+        let programmed_at = readback.as_ref().map(|r| r.shown_at.clone());
         let settings = Arc::new(Mutex::new(found.initial.clone()));
         let stop = Arc::new(AtomicBool::new(false));
         let unsettled = Arc::new(AtomicBool::new(false));
@@ -209,6 +225,7 @@ impl SonicBackend {
             unfenced: None,
             unsettled: unsettled.clone(),
             retry: opts.timeout,
+            readback,
         };
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
         let writer_thread = std::thread::Builder::new()
@@ -255,7 +272,67 @@ impl SonicBackend {
             epoch,
             poll_interval: opts.poll_interval,
             write_started_ns: AtomicU64::new(0),
+            programmed_at,
         })
+    }
+}
+
+/// ASIC_DB read-back for this switch, if its ASIC_DB shows what CONFIG_DB holds now; logged
+/// either way, since it decides when a write counts as in effect.
+fn readback(target: &RedisTarget, opts: &SonicOptions, layout: &Layout, now: &[EcnSetting]) -> Option<Readback> {
+    let found = target.connect(opts.dbs.counters, "ecn-tuner-discover").and_then(|mut counters| {
+        let mut asic = target.connect(opts.dbs.asic, "ecn-tuner-asic")?;
+        let found = AsicQueues::discover(&mut counters, &mut asic, &layout.queues, now)
+            .map_err(|e| format!("Redis at {} (db {}): {e}", target.url(), opts.dbs.asic))?;
+        Ok(found.map(|queues| (queues, asic)))
+    });
+    match found {
+        Ok(Ok((queues, con))) => {
+            info!(
+                timeout = ?opts.program_timeout,
+                "ASIC_DB shows the queues' WRED curves: a write counts as done once orchagent has programmed it there"
+            );
+            Some(Readback {
+                queues,
+                target: target.clone(),
+                db: opts.dbs.asic,
+                con: Some(con),
+                timeout: opts.program_timeout,
+                shown_at: Arc::new(Mutex::new(None)),
+            })
+        }
+        Ok(Err(why)) | Err(why) => {
+            info!(
+                allowance = ?opts.poll_interval,
+                "no ASIC_DB read-back ({why}): a write counts as in effect one poll interval after CONFIG_DB took it"
+            );
+            None
+        }
+    }
+}
+
+/// ASIC_DB read-back of the writer's writes ([`asic`]).
+struct Readback {
+    queues: AsicQueues,
+    target: RedisTarget,
+    db: i64,
+    con: Option<Connection>,
+    timeout: Duration,
+    /// When ASIC_DB last showed a write programmed; shared with [`SonicBackend::write_times`].
+    shown_at: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Readback {
+    /// The first queue whose ASIC_DB curve is not `want`'s, with the curve shown.
+    fn differs(&mut self, want: &[EcnSetting]) -> Result<Option<(usize, Option<asic::Curve>)>, String> {
+        if self.con.is_none() {
+            self.con = Some(self.target.connect(self.db, "ecn-tuner-asic")?);
+        }
+        let read = self.queues.differs(self.con.as_mut().expect("connected"), want);
+        if read.is_err() {
+            self.con = None;
+        }
+        read.map_err(|e| format!("Redis at {} (db {}): {e}", self.target.url(), self.db))
     }
 }
 
@@ -317,13 +394,18 @@ impl Backend for SonicBackend {
             .ok_or_else(|| NoTelemetry::Stopped("the COUNTERS_DB poller has stopped (see the actuator's log)".into()))
     }
 
-    /// The write is in CONFIG_DB when `apply` returns; orchagent programs the ASIC from it
-    /// afterwards, on its own schedule (usually milliseconds). Allowing it one poll interval,
-    /// every interval that starts after that was counted under the new settings.
+    /// The write is in CONFIG_DB when `apply` returns; orchagent programs the ASIC from it on
+    /// its own schedule. With ASIC_DB read-back, `apply` returned once ASIC_DB showed it, and
+    /// every interval that starts after that was counted under the new settings. Without, one
+    /// poll interval is allowed for it (usually milliseconds are enough).
     fn write_times(&self) -> Option<WriteTimes> {
+        let shown = self.programmed_at.as_ref().and_then(|at| *at.lock().expect("sonic readback lock"));
         Some(WriteTimes {
             landed_ns: self.write_started_ns.load(Ordering::SeqCst),
-            in_effect_from_ns: counters::clock_ns(self.epoch, Instant::now() + self.poll_interval),
+            in_effect_from_ns: counters::clock_ns(
+                self.epoch,
+                shown.unwrap_or_else(|| Instant::now() + self.poll_interval),
+            ),
         })
     }
 
@@ -365,6 +447,8 @@ struct Writer {
     unsettled: Arc<AtomicBool>,
     /// How long to wait between attempts to fence while idle.
     retry: Duration,
+    /// ASIC_DB read-back, where the switch's ASIC_DB can be read.
+    readback: Option<Readback>,
 }
 
 impl Writer {
@@ -384,7 +468,7 @@ impl Writer {
             };
             match job {
                 Some(job) => {
-                    let r = self.apply(&job.settings);
+                    let r = self.apply(&job.settings).and_then(|()| self.await_programmed(&job.settings));
                     match &r {
                         Ok(()) => self.applied = job.settings,
                         Err(e) => warn!("apply to CONFIG_DB failed: {e}"),
@@ -407,6 +491,55 @@ impl Writer {
         match self.apply(&applied) {
             Ok(()) => info!("the failed transaction is fenced off; CONFIG_DB holds the settings last applied"),
             Err(e) => warn!("cannot yet fence off the failed transaction, retrying: {e}"),
+        }
+    }
+
+    /// With ASIC_DB read-back, wait until orchagent has programmed `settings` (just written to
+    /// CONFIG_DB), and note when ASIC_DB showed them. A write not programmed within
+    /// `--program-timeout` (orchagent busy, stopped, or refusing what the ASIC cannot do) is
+    /// undone: CONFIG_DB gets the settings last applied back and the apply fails, so that
+    /// the device is where the service believes it is.
+    fn await_programmed(&mut self, settings: &[EcnSetting]) -> Result<(), String> {
+        let Some(rb) = self.readback.as_mut() else { return Ok(()) };
+        *rb.shown_at.lock().expect("sonic readback lock") = None;
+        let deadline = Instant::now() + rb.timeout;
+        let last = loop {
+            match rb.differs(settings) {
+                Ok(None) => {
+                    *rb.shown_at.lock().expect("sonic readback lock") = Some(Instant::now());
+                    return Ok(());
+                }
+                Ok(Some(differs)) if Instant::now() >= deadline => break Ok(differs),
+                Err(e) if Instant::now() >= deadline => break Err(e),
+                _ => std::thread::sleep(READBACK_PERIOD),
+            }
+        };
+        let why = match last {
+            Ok((q, shown)) => format!(
+                "ASIC_DB shows queue {} at {} (Kmin, Kmax, percent), not {:?}",
+                self.layout.queues[q].name(),
+                shown.map_or("no WRED curve".to_string(), |c| format!("{c:?}")),
+                config::effective(&settings[q])
+            ),
+            Err(e) => format!("ASIC_DB cannot be read: {e}"),
+        };
+        let timeout = rb.timeout;
+        let previous = self.applied.clone();
+        match self.apply(&previous) {
+            Ok(()) => Err(format!(
+                "CONFIG_DB took the write, but orchagent did not program it within --program-timeout {timeout:?} \
+                 ({why}); CONFIG_DB holds the previous settings again"
+            )),
+            Err(e) => {
+                // CONFIG_DB may hold a write the service was told failed: keep putting the
+                // previous settings back, as after a transaction in doubt.
+                self.unsettled.store(true, Ordering::SeqCst);
+                Err(format!(
+                    "CONFIG_DB took the write, but orchagent did not program it within --program-timeout \
+                     {timeout:?} ({why}), and putting the previous settings back failed ({e}); the actuator \
+                     retries until it succeeds"
+                ))
+            }
         }
     }
 

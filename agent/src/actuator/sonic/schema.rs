@@ -21,11 +21,13 @@ pub struct DbIndices {
     pub config: i64,
     /// STATE_DB: where ecn-tuner keeps its recording of the original profiles.
     pub state: i64,
+    /// ASIC_DB: the SAI objects orchagent has programmed, read back after each write.
+    pub asic: i64,
 }
 
 impl Default for DbIndices {
     fn default() -> Self {
-        DbIndices { appl: 0, counters: 2, config: 4, state: 6 }
+        DbIndices { appl: 0, asic: 1, counters: 2, config: 4, state: 6 }
     }
 }
 
@@ -41,6 +43,20 @@ pub const BUFFER_POOL: &str = "BUFFER_POOL";
 pub const DEVICE_METADATA_LOCALHOST: &str = "DEVICE_METADATA|localhost";
 /// APPL_DB port table (`:` separator).
 pub const APPL_PORT_TABLE: &str = "PORT_TABLE";
+
+/// ASIC_DB key of a SAI queue object: `ASIC_STATE:SAI_OBJECT_TYPE_QUEUE:oid:0x...`.
+pub fn asic_queue_key(oid: &str) -> String {
+    format!("ASIC_STATE:SAI_OBJECT_TYPE_QUEUE:{oid}")
+}
+/// ASIC_DB key of a SAI WRED object, which orchagent creates for each WRED profile.
+pub fn asic_wred_key(oid: &str) -> String {
+    format!("ASIC_STATE:SAI_OBJECT_TYPE_WRED:{oid}")
+}
+/// The queue attribute naming its WRED object (`oid:0x0` for none).
+pub const SAI_QUEUE_WRED_PROFILE_ID: &str = "SAI_QUEUE_ATTR_WRED_PROFILE_ID";
+/// The WRED object's green curve as programmed: Kmin, Kmax (bytes) and the percent at Kmax.
+pub const SAI_WRED_GREEN: [&str; 3] =
+    ["SAI_WRED_ATTR_GREEN_MIN_THRESHOLD", "SAI_WRED_ATTR_GREEN_MAX_THRESHOLD", "SAI_WRED_ATTR_GREEN_DROP_PROBABILITY"];
 
 /// Field of `QUEUE|<port>|<queue>` naming its WRED profile.
 pub const WRED_PROFILE_FIELD: &str = "wred_profile";

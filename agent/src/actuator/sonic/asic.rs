@@ -1,0 +1,102 @@
+//! ASIC_DB: whether orchagent has programmed a write.
+//!
+//! A write is done in CONFIG_DB when its transaction returns, but the switch marks by what
+//! orchagent then programs through SAI, on its own schedule (usually milliseconds, seconds
+//! when it is busy), and it can refuse a profile the ASIC does not support. Orchagent records
+//! each SAI object it programs in ASIC_DB, so each controlled queue's green curve can be read
+//! back there:
+//!
+//! - the queue's SAI object id from COUNTERS_DB `COUNTERS_QUEUE_NAME_MAP` (`Ethernet0:3`);
+//! - `ASIC_STATE:SAI_OBJECT_TYPE_QUEUE:<oid>` `SAI_QUEUE_ATTR_WRED_PROFILE_ID`, its WRED object;
+//! - `ASIC_STATE:SAI_OBJECT_TYPE_WRED:<oid>` `SAI_WRED_ATTR_GREEN_MIN_THRESHOLD`, `_MAX_THRESHOLD`
+//!   and `_DROP_PROBABILITY`.
+//!
+//! A switch whose ASIC_DB does not show the settings CONFIG_DB holds at start-up (no orchagent
+//! writes it there, as on a bare Redis) cannot be read back; the backend then allows orchagent
+//! one poll interval instead, as it says in its log.
+
+use super::config::{effective as curve, QueueRef};
+use super::schema;
+use ecn_env::EcnSetting;
+use redis::Connection;
+use std::collections::HashMap;
+
+/// A green curve as the switch holds it: Kmin and Kmax in bytes, the percent at Kmax.
+pub type Curve = (u64, u64, u32);
+
+/// The SAI queue objects of the controlled queues, in capabilities order.
+#[derive(Debug, Clone)]
+pub struct AsicQueues {
+    oids: Vec<String>,
+}
+
+impl AsicQueues {
+    /// The SAI queue objects of `queues` from COUNTERS_DB's name map (`counters`, on the
+    /// COUNTERS_DB index), if ASIC_DB (`asic`) shows each with the curve of `now`, the settings
+    /// CONFIG_DB holds: then a later write can be read back. Otherwise the reason it cannot.
+    pub fn discover(
+        counters: &mut Connection,
+        asic: &mut Connection,
+        queues: &[QueueRef],
+        now: &[EcnSetting],
+    ) -> redis::RedisResult<Result<AsicQueues, String>> {
+        let names: HashMap<String, String> = redis::cmd("HGETALL").arg(schema::QUEUE_NAME_MAP).query(counters)?;
+        let mut oids = Vec::with_capacity(queues.len());
+        for q in queues {
+            match names.get(&schema::queue_counter_name(&q.port, q.queue)) {
+                Some(oid) => oids.push(oid.clone()),
+                None => return Ok(Err(format!("COUNTERS_QUEUE_NAME_MAP has no object id for queue {}", q.name()))),
+            }
+        }
+        let found = AsicQueues { oids };
+        let shown = found.read(asic)?;
+        for ((q, s), shown) in queues.iter().zip(now).zip(&shown) {
+            match shown {
+                None => return Ok(Err(format!("ASIC_DB shows no WRED curve for queue {}", q.name()))),
+                Some(c) if *c != curve(s) => {
+                    return Ok(Err(format!(
+                        "ASIC_DB shows queue {} at {c:?} (Kmin, Kmax, percent), CONFIG_DB at {:?}",
+                        q.name(),
+                        curve(s)
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(Ok(found))
+    }
+
+    /// Each queue's green curve as ASIC_DB shows it; `None` where it shows none (no WRED object
+    /// bound, or one without the three attributes as whole numbers).
+    pub fn read(&self, asic: &mut Connection) -> redis::RedisResult<Vec<Option<Curve>>> {
+        let mut pipe = redis::pipe();
+        for oid in &self.oids {
+            pipe.cmd("HGET").arg(schema::asic_queue_key(oid)).arg(schema::SAI_QUEUE_WRED_PROFILE_ID);
+        }
+        let wred: Vec<Option<String>> = pipe.query(asic)?;
+        let mut pipe = redis::pipe();
+        for w in &wred {
+            pipe.cmd("HMGET")
+                .arg(schema::asic_wred_key(w.as_deref().unwrap_or("oid:0x0")))
+                .arg(&schema::SAI_WRED_GREEN[..]);
+        }
+        let fields: Vec<(Option<String>, Option<String>, Option<String>)> = pipe.query(asic)?;
+        Ok(fields
+            .into_iter()
+            .map(|(kmin, kmax, percent)| {
+                let number = |v: Option<String>| v.and_then(|v| v.parse::<u64>().ok());
+                Some((number(kmin)?, number(kmax)?, u32::try_from(number(percent)?).ok()?))
+            })
+            .collect())
+    }
+
+    /// The first queue (index) whose ASIC_DB curve is not `want`'s, with what it shows.
+    pub fn differs(
+        &self,
+        asic: &mut Connection,
+        want: &[EcnSetting],
+    ) -> redis::RedisResult<Option<(usize, Option<Curve>)>> {
+        let shown = self.read(asic)?;
+        Ok(shown.into_iter().zip(want).enumerate().find(|(_, (c, s))| *c != Some(curve(s))).map(|(i, (c, _))| (i, c)))
+    }
+}
