@@ -1257,15 +1257,22 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// K maps apply only together: KMAX_MAP or PMAX_MAP without KMIN_MAP is refused, not
-    /// ignored.
-    #[test]
-    fn hpcc_k_maps_without_kmin_are_refused() {
-        let dir = std::env::temp_dir().join(format!("ecn-scenario-kmaps-{}", std::process::id()));
+    /// A scratch folder with an HPCC topology (3 hosts on one switch, `t.txt`) and a flow file
+    /// of one flow starting at 2 s (`f.txt`, the flow on its line 2).
+    fn one_flow_hpcc_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("ecn-scenario-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let topo = "4 1 3\n3\n0 3 100Gbps 1us 0\n1 3 100Gbps 1us 0\n2 3 100Gbps 1us 0\n";
         std::fs::write(dir.join("t.txt"), topo).unwrap();
         std::fs::write(dir.join("f.txt"), "1\n0 1 3 100 10000 2.0\n").unwrap();
+        dir
+    }
+
+    /// K maps apply only together: KMAX_MAP or PMAX_MAP without KMIN_MAP is refused, not
+    /// ignored.
+    #[test]
+    fn hpcc_k_maps_without_kmin_are_refused() {
+        let dir = one_flow_hpcc_dir("kmaps");
         let config = |maps: &str| {
             let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{maps}");
             Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
@@ -1289,11 +1296,7 @@ mod tests {
     /// every flow unstarted and report nothing.
     #[test]
     fn hpcc_stop_time_before_the_first_flow_is_refused() {
-        let dir = std::env::temp_dir().join(format!("ecn-scenario-stop-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let topo = "4 1 3\n3\n0 3 100Gbps 1us 0\n1 3 100Gbps 1us 0\n2 3 100Gbps 1us 0\n";
-        std::fs::write(dir.join("t.txt"), topo).unwrap();
-        std::fs::write(dir.join("f.txt"), "1\n0 1 3 100 10000 2.0\n").unwrap();
+        let dir = one_flow_hpcc_dir("stop");
         let config = |stop: &str| {
             let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\nSIMULATOR_STOP_TIME {stop}\n");
             Scenario::from_hpcc_config(&text, "config.txt", &dir, None)

@@ -459,19 +459,40 @@ impl Counters {
 /// Advances the counters on a thread every `tick` until dropped, as SONiC's flex counters do.
 /// Redis errors (a test took the server away) are retried on a new connection.
 pub struct Ticker {
-    stop: Arc<AtomicBool>,
     /// The counters; tests change their traffic (storms) through this.
     pub counters: Arc<Mutex<Counters>>,
+    _thread: Background,
+}
+
+/// A thread that runs until its value is dropped: it should return soon after `stop` is set.
+struct Background {
+    stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    fn spawn(run: impl FnOnce(Arc<AtomicBool>) + Send + 'static) -> Background {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        Background { stop, thread: Some(std::thread::spawn(move || run(s))) }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Ticker {
     /// Start ticking on `server`'s COUNTERS_DB.
     pub fn start(server: &RedisServer, counters: Counters, tick: Duration) -> Ticker {
-        let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(Mutex::new(counters));
-        let (s, c, url) = (stop.clone(), counters.clone(), format!("{}/{COUNTERS_DB}", server.url()));
-        let thread = std::thread::spawn(move || {
+        let (c, url) = (counters.clone(), format!("{}/{COUNTERS_DB}", server.url()));
+        let thread = Background::spawn(move |s| {
             let mut con: Option<redis::Connection> = None;
             let mut last = Instant::now();
             while !s.load(Ordering::Relaxed) {
@@ -495,16 +516,7 @@ impl Ticker {
                 }
             }
         });
-        Ticker { stop, counters, thread: Some(thread) }
-    }
-}
-
-impl Drop for Ticker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        Ticker { counters, _thread: thread }
     }
 }
 
@@ -516,20 +528,19 @@ impl Drop for Ticker {
 pub struct Orchagent {
     /// Program nothing while set.
     pub stuck: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _thread: Background,
 }
 
 impl Orchagent {
     /// Program `server`'s CONFIG_DB into its ASIC_DB now, then follow it.
     pub fn start(server: &RedisServer, spec: &Spec, lag: Duration) -> Orchagent {
-        let (stop, stuck) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let stuck = Arc::new(AtomicBool::new(false));
         let (mut config, mut asic) = (server.con(CONFIG_DB), server.con(ASIC_DB));
         let mut oids = WredOids::default();
         let mut programmed = tables(&mut config);
         program(&mut asic, spec, &programmed, &mut oids);
-        let (s, k, spec) = (stop.clone(), stuck.clone(), spec.clone());
-        let thread = std::thread::spawn(move || {
+        let (k, spec) = (stuck.clone(), spec.clone());
+        let thread = Background::spawn(move |s| {
             let mut changed_at = None;
             while !s.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(5));
@@ -544,16 +555,7 @@ impl Orchagent {
                 }
             }
         });
-        Orchagent { stuck, stop, thread: Some(thread) }
-    }
-}
-
-impl Drop for Orchagent {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        Orchagent { stuck, _thread: thread }
     }
 }
 

@@ -471,7 +471,7 @@ impl Writer {
                     let r = self.apply(&job.settings).and_then(|()| self.await_programmed(&job.settings));
                     match &r {
                         Ok(()) => self.applied = job.settings,
-                        Err(e) => warn!("apply to CONFIG_DB failed: {e}"),
+                        Err(e) => warn!("apply failed: {e}"),
                     }
                     let _ = job.reply.send(r);
                 }
