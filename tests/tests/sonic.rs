@@ -276,7 +276,8 @@ async fn a_model_trained_on_the_switchs_own_recording_decides_for_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn enforce_applies_bounded_settings_and_confirms_them() {
     let spec = Spec::default();
-    let rig = rig(spec.clone(), &[]).await;
+    // An orchagent that programs each write 300 ms late: every apply waits for ASIC_DB.
+    let (rig, _orchagent) = rig_with_orchagent(Duration::from_millis(300), &[]).await;
     let target = (100_000, 400_000, 50);
     let (log, ()) = rig
         .act
@@ -304,6 +305,9 @@ async fn enforce_applies_bounded_settings_and_confirms_them() {
     assert!(t.keys().all(|k| !k.contains("ECN_TUNER")), "one setting for all: the shared profile carries it");
     assert!(recording(&rig.redis).is_some(), "the originals were recorded before the first change");
     assert_applied_within_bounds(&log, 32_099_072);
+    for (i, q) in (0..spec.ports.len()).flat_map(|i| spec.lossless.iter().map(move |&q| (i, q))) {
+        assert_eq!(asic_curve(&rig.redis, i, q), Some(target), "port {i} queue {q} as programmed in ASIC_DB");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
