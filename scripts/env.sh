@@ -18,7 +18,17 @@ mkdir -p "$CARGO_TARGET_DIR"
 # whatever this checkout holds, and tests run a binary of other sources. So when the checkout
 # changes, the workspace crates' fingerprints go: they are rebuilt, the dependencies are not.
 ecn_checkout="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
-if [ "$(cat "$CARGO_TARGET_DIR/.last-checkout" 2>/dev/null)" != "$ecn_checkout" ]; then
+# A build still running from the other checkout holds cargo's lock on its profile directory;
+# taking its fingerprints away mid-build breaks it, so wait for it instead.
+ecn_last_checkout="$(cat "$CARGO_TARGET_DIR/.last-checkout" 2>/dev/null || true)"
+if [ "$ecn_last_checkout" != "$ecn_checkout" ]; then
+  for ecn_lock in "$CARGO_TARGET_DIR"/*/.cargo-lock; do
+    if [ -e "$ecn_lock" ] && command -v flock >/dev/null 2>&1 && ! flock -n "$ecn_lock" true; then
+      echo "error: a build from ${ecn_last_checkout:-another checkout} is running in $CARGO_TARGET_DIR;" \
+        "wait for it to finish, or set CARGO_TARGET_DIR to a directory of this checkout's own" >&2
+      return 1
+    fi
+  done
   rm -rf "$CARGO_TARGET_DIR"/*/.fingerprint/ecn-*
   echo "$ecn_checkout" > "$CARGO_TARGET_DIR/.last-checkout"
 fi
