@@ -88,26 +88,45 @@ pub struct ActuatorArgs {
     /// SONiC: the switch's Redis and database indices.
     #[command(flatten)]
     redis: RedisArgs,
+    // The SONiC-only flags have no clap defaults, so that one given to another backend is seen
+    // and refused by name; their defaults are `SonicOptions::new`'s.
     /// SONiC: the switch's name in queue ids (default: DEVICE_METADATA|localhost hostname).
-    #[arg(long, value_name = "NAME", requires = "redis")]
+    #[arg(long, value_name = "NAME")]
     switch_name: Option<String>,
-    /// SONiC: how often COUNTERS_DB is read (the telemetry interval). Not below SONiC's own
-    /// `counterpoll` interval for queue and port counters.
-    #[arg(long, value_name = "DUR", default_value = "1s", requires = "redis")]
-    poll_interval: String,
-    /// SONiC: width of the switch's counters in bits (SAI's are 64; a wrap of narrower ones is
-    /// told apart from a reset).
-    #[arg(long, value_name = "BITS", default_value_t = 64, requires = "redis")]
-    counter_bits: u32,
+    /// SONiC: how often COUNTERS_DB is read (the telemetry interval; default 1s). Not below
+    /// SONiC's own `counterpoll` interval for queue and port counters.
+    #[arg(long, value_name = "DUR")]
+    poll_interval: Option<String>,
+    /// SONiC: width of the switch's counters in bits (default 64, SAI's; a wrap of narrower
+    /// ones is told apart from a reset).
+    #[arg(long, value_name = "BITS")]
+    counter_bits: Option<u32>,
     /// SONiC: when no counter (queues, and octets in and out of their ports) has moved for
-    /// this long, take SONiC's counters as stopped and publish no telemetry until they move,
-    /// so that the controller falls back instead of reading an idle fabric.
-    #[arg(long, value_name = "DUR", default_value = "60s", requires = "redis")]
-    frozen_after: String,
+    /// this long (default 60s), take SONiC's counters as stopped and publish no telemetry until
+    /// they move, so that the controller falls back instead of reading an idle fabric.
+    #[arg(long, value_name = "DUR")]
+    frozen_after: Option<String>,
     /// SONiC: where ASIC_DB shows what orchagent programmed, how long it may take to program a
-    /// write; one it has not programmed by then is undone in CONFIG_DB and the apply fails.
-    #[arg(long, value_name = "DUR", default_value = "2s", requires = "redis")]
-    program_timeout: String,
+    /// write (default 2s); one it has not programmed by then is undone in CONFIG_DB and the
+    /// apply fails.
+    #[arg(long, value_name = "DUR")]
+    program_timeout: Option<String>,
+}
+
+impl ActuatorArgs {
+    /// The first SONiC-only flag given, if any.
+    fn sonic_flag_given(&self) -> Option<&'static str> {
+        [
+            ("--redis", self.redis.redis.is_some()),
+            ("--switch-name", self.switch_name.is_some()),
+            ("--poll-interval", self.poll_interval.is_some()),
+            ("--counter-bits", self.counter_bits.is_some()),
+            ("--frozen-after", self.frozen_after.is_some()),
+            ("--program-timeout", self.program_timeout.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(flag, given)| given.then_some(flag))
+    }
 }
 
 /// Parse `--listen`: an IP:PORT, or HOST:PORT resolved once.
@@ -151,17 +170,24 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
             o.dbs = args.redis.dbs();
             o.timeout = args.redis.timeout()?;
             o.switch_name = args.switch_name.clone();
-            o.poll_interval = positive_duration("--poll-interval", &args.poll_interval)?;
-            o.counter_bits = args.counter_bits;
-            o.frozen_after = positive_duration("--frozen-after", &args.frozen_after)?;
-            o.program_timeout = positive_duration("--program-timeout", &args.program_timeout)?;
+            let duration = |flag: &str, given: &Option<String>, default: std::time::Duration| {
+                given.as_deref().map_or(Ok(default), |text| positive_duration(flag, text))
+            };
+            o.poll_interval = duration("--poll-interval", &args.poll_interval, o.poll_interval)?;
+            o.counter_bits = args.counter_bits.unwrap_or(o.counter_bits);
+            o.frozen_after = duration("--frozen-after", &args.frozen_after, o.frozen_after)?;
+            o.program_timeout = duration("--program-timeout", &args.program_timeout, o.program_timeout)?;
             o.originals_file = args.journal.as_deref().map(actuator::sonic::originals::file_beside);
             Some(o)
         }
-        _ if args.redis.redis.is_some() => {
-            return Err(CliError::BadInput("--redis: only the sonic backend reads a switch's Redis".into()))
+        _ => {
+            if let Some(flag) = args.sonic_flag_given() {
+                return Err(CliError::BadInput(format!(
+                    "{flag}: only the sonic backend reads a switch's Redis; drop the flag, or use --backend sonic"
+                )));
+            }
+            None
         }
-        _ => None,
     };
     let token = args.token_file.as_deref().map(actuator::security::read_token_file).transpose()?;
     let tls = match (args.tls_cert, args.tls_key) {
