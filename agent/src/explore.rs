@@ -16,7 +16,7 @@ use crate::learn::trainer::REFERENCE_BASELINE;
 use crate::learned::LearnedModel;
 use ecn_env::rng::mix_hash;
 use ecn_env::tuning::action::TEMPLATE_RATE_BPS;
-use ecn_env::tuning::{ActionTemplate, Bounds, TemplateKind};
+use ecn_env::tuning::{ActionTemplate, Bounds, TemplateKind, TuningConfig};
 use ecn_env::{Baseline, BitsPerSec, EcnSetting};
 use std::fmt;
 use std::sync::Arc;
@@ -110,6 +110,12 @@ impl Explore {
             Anchor::Model(m) => Some(m),
             Anchor::Baseline(_) => None,
         }
+    }
+
+    /// The tuning exploration runs at: its anchor model's (control interval, features), or the
+    /// default one around a baseline.
+    pub fn tuning(&self) -> TuningConfig {
+        self.model().map(|m| m.tuning().clone()).unwrap_or_default()
     }
 
     /// The template entry of `queue` at decision number `decision`; `None` when the draw

@@ -8,7 +8,6 @@ use crate::error::CliError;
 use crate::explore::{Anchor, Explore};
 use crate::learned::LearnedModel;
 use ecn_env::fabric::EcnPlan;
-use ecn_env::tuning::TuningConfig;
 use ecn_env::{Baseline, BitsPerSec, Bytes, EcnSetting, Nanos};
 use std::fmt;
 use std::sync::Arc;
@@ -46,9 +45,7 @@ impl Policy {
         match self {
             Policy::Static(_) | Policy::Baseline(_) => None,
             Policy::Model(m) => Some(m.tuning().control_interval),
-            Policy::Explore(e) => {
-                Some(e.model().map_or(TuningConfig::default().control_interval, |m| m.tuning().control_interval))
-            }
+            Policy::Explore(e) => Some(e.tuning().control_interval),
         }
     }
 

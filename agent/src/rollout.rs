@@ -52,7 +52,7 @@ pub fn simulate(
         // if it has one), each queue on its own seeded schedule.
         Policy::Explore(explore) => {
             let mut decision = 0u64;
-            let tuning = explore.model().map(|m| m.tuning().clone()).unwrap_or_default();
+            let tuning = explore.tuning();
             closed_loop(scenario, policy, &tuning, progress, |obs, links| {
                 decision += 1;
                 let anchor: Vec<Option<usize>> = match explore.model() {

@@ -15,7 +15,7 @@
 //! writes it there, as on a bare Redis) cannot be read back; the backend then allows orchagent
 //! one poll interval instead, as it says in its log.
 
-use super::config::{effective as curve, QueueRef};
+use super::config::{effective, QueueRef};
 use super::schema;
 use ecn_env::EcnSetting;
 use redis::Connection;
@@ -53,11 +53,11 @@ impl AsicQueues {
         for ((q, s), shown) in queues.iter().zip(now).zip(&shown) {
             match shown {
                 None => return Ok(Err(format!("ASIC_DB shows no WRED curve for queue {}", q.name()))),
-                Some(c) if *c != curve(s) => {
+                Some(c) if *c != effective(s) => {
                     return Ok(Err(format!(
                         "ASIC_DB shows queue {} at {c:?} (Kmin, Kmax, percent), CONFIG_DB at {:?}",
                         q.name(),
-                        curve(s)
+                        effective(s)
                     )));
                 }
                 Some(_) => {}
@@ -97,6 +97,11 @@ impl AsicQueues {
         want: &[EcnSetting],
     ) -> redis::RedisResult<Option<(usize, Option<Curve>)>> {
         let shown = self.read(asic)?;
-        Ok(shown.into_iter().zip(want).enumerate().find(|(_, (c, s))| *c != Some(curve(s))).map(|(i, (c, _))| (i, c)))
+        Ok(shown
+            .into_iter()
+            .zip(want)
+            .enumerate()
+            .find(|(_, (c, s))| *c != Some(effective(s)))
+            .map(|(i, (c, _))| (i, c)))
     }
 }
