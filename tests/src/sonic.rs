@@ -210,9 +210,26 @@ pub fn port_oid(i: usize) -> String {
     format!("oid:0x{:x}", 0x1000000000002u64 + i as u64)
 }
 
-/// Queue oid of port `i`, queue `q`.
+/// Queue oid of port `i`, queue `q`, as seeded.
 pub fn queue_oid(i: usize, q: u32) -> String {
-    format!("oid:0x{:x}", 0x15000000000200u64 + (i as u64) * 0x10 + u64::from(q))
+    queue_oid_after(0, i, q)
+}
+
+/// Queue oid of port `i`, queue `q` after syncd restarted cold `restarts` times: a cold
+/// restart creates every SAI object afresh, under new ids.
+pub fn queue_oid_after(restarts: u64, i: usize, q: u32) -> String {
+    format!("oid:0x{:x}", 0x15000000000200u64 + restarts * 0x1000 + (i as u64) * 0x10 + u64::from(q))
+}
+
+/// `COUNTERS_QUEUE_NAME_MAP` (`Ethernet0:3` → oid) after `restarts` cold restarts.
+fn queue_name_map(spec: &Spec, restarts: u64) -> Vec<(String, String)> {
+    let mut map = Vec::new();
+    for (i, p) in spec.ports.iter().enumerate() {
+        for q in 0..8u32 {
+            map.push((format!("{p}:{q}"), queue_oid_after(restarts, i, q)));
+        }
+    }
+    map
 }
 
 fn hset(pipe: &mut redis::Pipeline, key: &str, fields: &[(&str, String)]) {
@@ -294,12 +311,7 @@ pub fn seed(server: &RedisServer, spec: &Spec) {
     let mut ctr = redis::pipe();
     let ports: Vec<(&str, String)> = spec.ports.iter().enumerate().map(|(i, p)| (p.as_str(), port_oid(i))).collect();
     hset(&mut ctr, "COUNTERS_PORT_NAME_MAP", &ports);
-    let mut queues = Vec::new();
-    for (i, p) in spec.ports.iter().enumerate() {
-        for q in 0..8u32 {
-            queues.push((format!("{p}:{q}"), queue_oid(i, q)));
-        }
-    }
+    let queues = queue_name_map(spec, 0);
     let queue_refs: Vec<(&str, String)> = queues.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     hset(&mut ctr, "COUNTERS_QUEUE_NAME_MAP", &queue_refs);
     ctr.query::<()>(&mut server.con(COUNTERS_DB)).expect("seed COUNTERS_DB");
@@ -528,34 +540,75 @@ impl Ticker {
 pub struct Orchagent {
     /// Program nothing while set.
     pub stuck: Arc<AtomicBool>,
+    asic: Arc<Mutex<Asic>>,
+    spec: Spec,
     _thread: Background,
+}
+
+/// What orchagent programmed, and under which object ids.
+struct Asic {
+    /// CONFIG_DB's [`tables`] as last programmed.
+    programmed: BTreeMap<String, Vec<(String, String)>>,
+    wred: WredOids,
+    /// Cold restarts so far: the queues' object ids are [`queue_oid_after`] this many.
+    restarts: u64,
 }
 
 impl Orchagent {
     /// Program `server`'s CONFIG_DB into its ASIC_DB now, then follow it.
     pub fn start(server: &RedisServer, spec: &Spec, lag: Duration) -> Orchagent {
         let stuck = Arc::new(AtomicBool::new(false));
-        let (mut config, mut asic) = (server.con(CONFIG_DB), server.con(ASIC_DB));
-        let mut oids = WredOids::default();
-        let mut programmed = tables(&mut config);
-        program(&mut asic, spec, &programmed, &mut oids);
-        let (k, spec) = (stuck.clone(), spec.clone());
+        let (mut config, mut con) = (server.con(CONFIG_DB), server.con(ASIC_DB));
+        let mut state = Asic { programmed: tables(&mut config), wred: WredOids::default(), restarts: 0 };
+        program(&mut con, spec, &state.programmed, &mut state.wred, 0);
+        let asic = Arc::new(Mutex::new(state));
+        let (k, a, spec_) = (stuck.clone(), asic.clone(), spec.clone());
         let thread = Background::spawn(move |s| {
             let mut changed_at = None;
             while !s.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(5));
                 let now = tables(&mut config);
-                if now == programmed || k.load(Ordering::Relaxed) {
+                let mut a = a.lock().unwrap();
+                if now == a.programmed || k.load(Ordering::Relaxed) {
                     continue;
                 }
                 let since = *changed_at.get_or_insert_with(Instant::now);
                 if since.elapsed() >= lag {
-                    program(&mut asic, &spec, &now, &mut oids);
-                    (programmed, changed_at) = (now, None);
+                    let restarts = a.restarts;
+                    program(&mut con, &spec_, &now, &mut a.wred, restarts);
+                    (a.programmed, changed_at) = (now, None);
                 }
             }
         });
-        Orchagent { stuck, _thread: thread }
+        Orchagent { stuck, asic, spec: spec.clone(), _thread: thread }
+    }
+
+    /// Restart syncd cold, as `config reload` or a reboot does: ASIC_DB starts empty, every
+    /// queue comes back under a new object id, and orchagent programs CONFIG_DB into it at
+    /// once. COUNTERS_QUEUE_NAME_MAP names the old ids until [`Orchagent::publish_queue_map`],
+    /// as SONiC's flex counters start only some time after the ASIC is up.
+    pub fn cold_restart(&self, server: &RedisServer) {
+        let mut a = self.asic.lock().unwrap();
+        let mut con = server.con(ASIC_DB);
+        redis::cmd("FLUSHDB").query::<()>(&mut con).expect("FLUSHDB ASIC_DB");
+        a.restarts += 1;
+        a.wred = WredOids { created: a.wred.created, ..WredOids::default() };
+        a.programmed = tables(&mut server.con(CONFIG_DB));
+        let (restarts, programmed) = (a.restarts, a.programmed.clone());
+        program(&mut con, &self.spec, &programmed, &mut a.wred, restarts);
+    }
+
+    /// Write COUNTERS_QUEUE_NAME_MAP with the queues' object ids since the last cold restart.
+    pub fn publish_queue_map(&self, server: &RedisServer) {
+        let restarts = self.asic.lock().unwrap().restarts;
+        let map = queue_name_map(&self.spec, restarts);
+        let mut pipe = redis::pipe();
+        hset(
+            &mut pipe,
+            "COUNTERS_QUEUE_NAME_MAP",
+            &map.iter().map(|(k, v)| (k.as_str(), v.clone())).collect::<Vec<_>>(),
+        );
+        pipe.query::<()>(&mut server.con(COUNTERS_DB)).expect("COUNTERS_QUEUE_NAME_MAP");
     }
 }
 
@@ -568,12 +621,13 @@ struct WredOids {
 
 /// Write `config` ([`tables`] of CONFIG_DB) into ASIC_DB as orchagent would: one WRED object per
 /// profile (an edited profile keeps its object), deleted with its profile, and each queue's
-/// `SAI_QUEUE_ATTR_WRED_PROFILE_ID`.
+/// `SAI_QUEUE_ATTR_WRED_PROFILE_ID` (the queues' ids after `restarts` cold restarts).
 fn program(
     asic: &mut redis::Connection,
     spec: &Spec,
     config: &BTreeMap<String, Vec<(String, String)>>,
     oids: &mut WredOids,
+    restarts: u64,
 ) {
     let field =
         |fields: &[(String, String)], name: &str| fields.iter().find(|(f, _)| f == name).map(|(_, v)| v.clone());
@@ -615,7 +669,7 @@ fn program(
             let bound = config.get(&format!("QUEUE|{port}|{q}")).and_then(|f| field(f, "wred_profile"));
             let wred = bound.and_then(|name| oids.by_profile.get(&name).cloned()).unwrap_or_else(|| "oid:0x0".into());
             pipe.cmd("HSET")
-                .arg(format!("ASIC_STATE:SAI_OBJECT_TYPE_QUEUE:{}", queue_oid(i, q)))
+                .arg(format!("ASIC_STATE:SAI_OBJECT_TYPE_QUEUE:{}", queue_oid_after(restarts, i, q)))
                 .arg("SAI_QUEUE_ATTR_WRED_PROFILE_ID")
                 .arg(wred)
                 .ignore();

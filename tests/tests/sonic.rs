@@ -8,8 +8,8 @@
 //! starts its own server on a free loopback port in a scratch directory.
 
 use ecn_tests::sonic::{
-    client_in_multi, queue_oid, queue_setting, recording, seed, set_config_field, tables, Counters, Orchagent, Proxy,
-    RedisServer, Spec, Ticker, Traffic, ASIC_DB, CONFIG_DB, COUNTERS_DB,
+    client_in_multi, queue_setting, recording, seed, set_config_field, tables, Counters, Orchagent, Proxy, RedisServer,
+    Spec, Ticker, Traffic, ASIC_DB, CONFIG_DB, COUNTERS_DB,
 };
 use ecn_tests::{
     assert_applied_within_bounds, assert_apply_refused, change, decision_reasons, enforce_flags, events, eventually,
@@ -142,10 +142,14 @@ async fn rig_with_orchagent(lag: Duration, extra: &[&str]) -> (Rig, Orchagent) {
     (Rig { redis, ticker, act }, orchagent)
 }
 
-/// The green curve ASIC_DB shows for port `i`'s queue `q`: (kmin, kmax, percent).
+/// The green curve ASIC_DB shows for port `i`'s queue `q` (its object id as
+/// COUNTERS_QUEUE_NAME_MAP gives it): (kmin, kmax, percent).
 fn asic_curve(redis: &RedisServer, i: usize, q: u32) -> Option<(u64, u64, u64)> {
+    let name = format!("{}:{q}", Spec::default().ports[i]);
+    let oid: String =
+        redis::cmd("HGET").arg("COUNTERS_QUEUE_NAME_MAP").arg(name).query(&mut redis.con(COUNTERS_DB)).ok()?;
     let mut con = redis.con(ASIC_DB);
-    let key = format!("ASIC_STATE:SAI_OBJECT_TYPE_QUEUE:{}", queue_oid(i, q));
+    let key = format!("ASIC_STATE:SAI_OBJECT_TYPE_QUEUE:{oid}");
     let wred: Option<String> =
         redis::cmd("HGET").arg(key).arg("SAI_QUEUE_ATTR_WRED_PROFILE_ID").query(&mut con).ok()?;
     let fields: Vec<Option<u64>> = redis::cmd("HMGET")
@@ -206,6 +210,33 @@ async fn a_write_orchagent_does_not_program_is_undone_and_fails() {
     orchagent.stuck.store(false, Ordering::SeqCst);
     c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.expect("programmed this time");
     assert_eq!(asic_curve(&rig.redis, 0, 3), Some((300_000, 900_000, 25)));
+}
+
+/// A syncd cold restart (`config reload`, a reboot) brings every queue back under a new SAI
+/// object id. The read-back follows COUNTERS_QUEUE_NAME_MAP to the new ids, also when flex
+/// counters publish it only while a write waits. Before, the ids were read once, at start-up:
+/// after a restart every write looked unprogrammed and was undone until the actuator restarted.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_syncd_cold_restart_writes_are_read_back_at_the_queues_new_ids() {
+    let (rig, orchagent) = rig_with_orchagent(Duration::ZERO, &[]).await;
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let q = qid("Ethernet0", 3);
+    let first = vec![change(&q, 300_000, 900_000, 0.25)];
+    c.apply(pb::ApplyRequest { lease_id: l.clone(), changes: first, ..Default::default() }).await.expect("apply");
+
+    orchagent.cold_restart(&rig.redis);
+    assert_eq!(asic_curve(&rig.redis, 0, 3), None, "the old ids are gone from ASIC_DB");
+    let second = vec![change(&q, 400_000, 1_200_000, 0.5)];
+    let apply =
+        tokio::spawn(
+            async move { c.apply(pb::ApplyRequest { lease_id: l, changes: second, ..Default::default() }).await },
+        );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    orchagent.publish_queue_map(&rig.redis);
+    apply.await.unwrap().expect("programmed, and read back at the new ids");
+    assert_eq!(asic_curve(&rig.redis, 0, 3), Some((400_000, 1_200_000, 50)));
+    assert_eq!(asic_curve(&rig.redis, 0, 4), Some(ORIGINAL), "the queue left alone");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -25,9 +25,15 @@ use std::collections::HashMap;
 pub type Curve = (u64, u64, u32);
 
 /// The SAI queue objects of the controlled queues, in capabilities order.
+///
+/// A syncd cold restart (`config reload`, a reboot) gives the queues new object ids, so they
+/// are read again ([`AsicQueues::remap`]) when ASIC_DB does not show a write.
 #[derive(Debug, Clone)]
 pub struct AsicQueues {
-    oids: Vec<String>,
+    /// Each queue's key in `COUNTERS_QUEUE_NAME_MAP` (`Ethernet0:3`).
+    names: Vec<String>,
+    /// Each queue's object id, `None` where the map has none.
+    oids: Vec<Option<String>>,
 }
 
 impl AsicQueues {
@@ -40,15 +46,12 @@ impl AsicQueues {
         queues: &[QueueRef],
         now: &[EcnSetting],
     ) -> redis::RedisResult<Result<AsicQueues, String>> {
-        let names: HashMap<String, String> = redis::cmd("HGETALL").arg(schema::QUEUE_NAME_MAP).query(counters)?;
-        let mut oids = Vec::with_capacity(queues.len());
-        for q in queues {
-            match names.get(&schema::queue_counter_name(&q.port, q.queue)) {
-                Some(oid) => oids.push(oid.clone()),
-                None => return Ok(Err(format!("COUNTERS_QUEUE_NAME_MAP has no object id for queue {}", q.name()))),
-            }
+        let names = queues.iter().map(|q| schema::queue_counter_name(&q.port, q.queue)).collect();
+        let mut found = AsicQueues { names, oids: Vec::new() };
+        found.remap(counters)?;
+        if let Some(q) = found.oids.iter().position(Option::is_none) {
+            return Ok(Err(format!("COUNTERS_QUEUE_NAME_MAP has no object id for queue {}", queues[q].name())));
         }
-        let found = AsicQueues { oids };
         let shown = found.read(asic)?;
         for ((q, s), shown) in queues.iter().zip(now).zip(&shown) {
             match shown {
@@ -66,18 +69,33 @@ impl AsicQueues {
         Ok(Ok(found))
     }
 
+    /// Read the queues' object ids again from COUNTERS_DB's name map; returns how many changed.
+    pub fn remap(&mut self, counters: &mut Connection) -> redis::RedisResult<usize> {
+        let map: HashMap<String, String> = redis::cmd("HGETALL").arg(schema::QUEUE_NAME_MAP).query(counters)?;
+        let oids: Vec<Option<String>> = self.names.iter().map(|n| map.get(n).cloned()).collect();
+        let changed = if self.oids.len() == oids.len() {
+            self.oids.iter().zip(&oids).filter(|(a, b)| a != b).count()
+        } else {
+            oids.len()
+        };
+        self.oids = oids;
+        Ok(changed)
+    }
+
     /// Each queue's green curve as ASIC_DB shows it; `None` where it shows none (no WRED object
     /// bound, or one without the three attributes as whole numbers).
     pub fn read(&self, asic: &mut Connection) -> redis::RedisResult<Vec<Option<Curve>>> {
         let mut pipe = redis::pipe();
         for oid in &self.oids {
+            // A queue the map has no id for reads as one without a curve.
+            let oid = oid.as_deref().unwrap_or(schema::SAI_NULL_OBJECT_ID);
             pipe.cmd("HGET").arg(schema::asic_queue_key(oid)).arg(schema::SAI_QUEUE_WRED_PROFILE_ID);
         }
         let wred: Vec<Option<String>> = pipe.query(asic)?;
         let mut pipe = redis::pipe();
         for w in &wred {
             pipe.cmd("HMGET")
-                .arg(schema::asic_wred_key(w.as_deref().unwrap_or("oid:0x0")))
+                .arg(schema::asic_wred_key(w.as_deref().unwrap_or(schema::SAI_NULL_OBJECT_ID)))
                 .arg(&schema::SAI_WRED_GREEN[..]);
         }
         let fields: Vec<(Option<String>, Option<String>, Option<String>)> = pipe.query(asic)?;

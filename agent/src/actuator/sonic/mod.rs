@@ -66,6 +66,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 pub const DEFAULT_PROGRAM_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often ASIC_DB is read while a write waits to be programmed.
 const READBACK_PERIOD: Duration = Duration::from_millis(10);
+/// How often, at most, the read-back reads the queues' object ids again while ASIC_DB does not
+/// show a write ([`Readback::differs`]).
+const REMAP_PERIOD: Duration = Duration::from_millis(100);
 /// Default `--frozen-after`: longer than SONiC's slowest default `counterpoll` interval for the
 /// counters read (queues, 10 s) and LLDP's transmit interval (30 s), so that a live switch
 /// never looks stopped.
@@ -115,6 +118,9 @@ impl SonicOptions {
 /// `CLIENT SETNAME` of the writer's CONFIG_DB connection: fencing closes an old connection only
 /// if it still bears this name.
 const CONFIG_CONNECTION: &str = "ecn-tuner-config";
+/// The read-back's connections' names: to ASIC_DB, and to COUNTERS_DB for the queues' ids.
+const READBACK_ASIC_CONNECTION: &str = "ecn-tuner-asic";
+const READBACK_COUNTERS_CONNECTION: &str = "ecn-tuner-readback";
 
 /// A request to the writer thread.
 struct Job {
@@ -280,23 +286,25 @@ impl SonicBackend {
 /// ASIC_DB read-back for this switch, if its ASIC_DB shows what CONFIG_DB holds now; logged
 /// either way, since it decides when a write counts as in effect.
 fn readback(target: &RedisTarget, opts: &SonicOptions, layout: &Layout, now: &[EcnSetting]) -> Option<Readback> {
-    let found = target.connect(opts.dbs.counters, "ecn-tuner-discover").and_then(|mut counters| {
-        let mut asic = target.connect(opts.dbs.asic, "ecn-tuner-asic")?;
+    let found = target.connect(opts.dbs.counters, READBACK_COUNTERS_CONNECTION).and_then(|mut counters| {
+        let mut asic = target.connect(opts.dbs.asic, READBACK_ASIC_CONNECTION)?;
         let found = AsicQueues::discover(&mut counters, &mut asic, &layout.queues, now)
             .map_err(|e| format!("Redis at {} (db {}): {e}", target.url(), opts.dbs.asic))?;
-        Ok(found.map(|queues| (queues, asic)))
+        Ok(found.map(|queues| (queues, counters, asic)))
     });
     match found {
-        Ok(Ok((queues, con))) => {
+        Ok(Ok((queues, counters, asic))) => {
             info!(
                 timeout = ?opts.program_timeout,
                 "ASIC_DB shows the queues' WRED curves: a write counts as done once orchagent has programmed it there"
             );
             Some(Readback {
                 queues,
+                mapped_at: Instant::now(),
                 target: target.clone(),
-                db: opts.dbs.asic,
-                con: Some(con),
+                dbs: opts.dbs,
+                counters: Some(counters),
+                asic: Some(asic),
                 timeout: opts.program_timeout,
                 shown_at: Arc::new(Mutex::new(None)),
             })
@@ -314,9 +322,12 @@ fn readback(target: &RedisTarget, opts: &SonicOptions, layout: &Layout, now: &[E
 /// ASIC_DB read-back of the writer's writes ([`asic`]).
 struct Readback {
     queues: AsicQueues,
+    /// When the queues' object ids were last read.
+    mapped_at: Instant,
     target: RedisTarget,
-    db: i64,
-    con: Option<Connection>,
+    dbs: DbIndices,
+    counters: Option<Connection>,
+    asic: Option<Connection>,
     timeout: Duration,
     /// When ASIC_DB last showed a write programmed; shared with [`SonicBackend::write_times`].
     shown_at: Arc<Mutex<Option<Instant>>>,
@@ -324,15 +335,47 @@ struct Readback {
 
 impl Readback {
     /// The first queue whose ASIC_DB curve is not `want`'s, with the curve shown.
+    ///
+    /// While ASIC_DB does not show `want`, the queues' object ids are read again every
+    /// [`REMAP_PERIOD`]: a syncd cold restart renumbers them, and without this every later
+    /// write would look unprogrammed, and be undone, until the actuator restarted.
     fn differs(&mut self, want: &[EcnSetting]) -> Result<Option<(usize, Option<asic::Curve>)>, String> {
-        if self.con.is_none() {
-            self.con = Some(self.target.connect(self.db, "ecn-tuner-asic")?);
+        let differs = self.read(want)?;
+        if differs.is_none() || self.mapped_at.elapsed() < REMAP_PERIOD {
+            return Ok(differs);
         }
-        let read = self.queues.differs(self.con.as_mut().expect("connected"), want);
+        self.mapped_at = Instant::now();
+        if self.counters.is_none() {
+            self.counters = Some(self.target.connect(self.dbs.counters, READBACK_COUNTERS_CONNECTION)?);
+        }
+        let changed = match self.queues.remap(self.counters.as_mut().expect("connected")) {
+            Ok(changed) => changed,
+            Err(e) => {
+                self.counters = None;
+                return Err(format!("Redis at {} (db {}): {e}", self.target.url(), self.dbs.counters));
+            }
+        };
+        if changed == 0 {
+            return Ok(differs);
+        }
+        info!(
+            queues = changed,
+            "COUNTERS_QUEUE_NAME_MAP gives controlled queues new SAI object ids (syncd restarted?); ASIC_DB is read \
+             at the new ones"
+        );
+        self.read(want)
+    }
+
+    /// [`AsicQueues::differs`] on the ASIC_DB connection, opened if there is none.
+    fn read(&mut self, want: &[EcnSetting]) -> Result<Option<(usize, Option<asic::Curve>)>, String> {
+        if self.asic.is_none() {
+            self.asic = Some(self.target.connect(self.dbs.asic, READBACK_ASIC_CONNECTION)?);
+        }
+        let read = self.queues.differs(self.asic.as_mut().expect("connected"), want);
         if read.is_err() {
-            self.con = None;
+            self.asic = None;
         }
-        read.map_err(|e| format!("Redis at {} (db {}): {e}", self.target.url(), self.db))
+        read.map_err(|e| format!("Redis at {} (db {}): {e}", self.target.url(), self.dbs.asic))
     }
 }
 
@@ -515,12 +558,13 @@ impl Writer {
             }
         };
         let why = match last {
-            Ok((q, shown)) => format!(
-                "ASIC_DB shows queue {} at {} (Kmin, Kmax, percent), not {:?}",
-                self.layout.queues[q].name(),
-                shown.map_or("no WRED curve".to_string(), |c| format!("{c:?}")),
-                config::effective(&settings[q])
-            ),
+            Ok((q, shown)) => {
+                let (queue, want) = (self.layout.queues[q].name(), config::effective(&settings[q]));
+                match shown {
+                    Some(c) => format!("ASIC_DB shows queue {queue} at {c:?} (Kmin, Kmax, percent), not {want:?}"),
+                    None => format!("ASIC_DB shows no WRED curve for queue {queue}, not {want:?}"),
+                }
+            }
             Err(e) => format!("ASIC_DB cannot be read: {e}"),
         };
         let timeout = rb.timeout;

@@ -52,7 +52,9 @@ pub fn asic_queue_key(oid: &str) -> String {
 pub fn asic_wred_key(oid: &str) -> String {
     format!("ASIC_STATE:SAI_OBJECT_TYPE_WRED:{oid}")
 }
-/// The queue attribute naming its WRED object (`oid:0x0` for none).
+/// SAI's null object id: no object.
+pub const SAI_NULL_OBJECT_ID: &str = "oid:0x0";
+/// The queue attribute naming its WRED object ([`SAI_NULL_OBJECT_ID`] for none).
 pub const SAI_QUEUE_WRED_PROFILE_ID: &str = "SAI_QUEUE_ATTR_WRED_PROFILE_ID";
 /// The WRED object's green curve as programmed: Kmin, Kmax (bytes) and the percent at Kmax.
 pub const SAI_WRED_GREEN: [&str; 3] =
