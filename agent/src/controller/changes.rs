@@ -1,0 +1,479 @@
+//! Enforce mode's writes: an Apply with a confirm deadline, the health window that judges it
+//! (confirm, or roll back and quarantine), reading the actuator back when an outcome is
+//! unknown, and the kill switch.
+
+use super::guardrails::TelemetryHealth;
+use super::health::{self, Check, Finding, IntervalStats, WindowStats};
+use super::log::Decision;
+use super::metrics::{Metrics, ReasonLabels};
+use super::{
+    current_generation, decision, queue_key, record, set_queue_metrics, to_pb, to_setting, ControlLoop, Mode, Planned,
+    QueueState, RunReport,
+};
+use crate::error::CliError;
+use ecn_env::EcnSetting;
+use ecn_proto::v1 as pb;
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// A change under health watch: per changed queue, the last `window` intervals before the
+/// change and the intervals measured since.
+///
+/// Batches sampled before the change can arrive after the apply's reply, from a backlogged
+/// stream or a slow network. The actuator's times sort them, on the telemetry's clock: an
+/// interval that ends by the time the write landed joins the window before (it is more recent
+/// than what the queue had when the change was made), one that starts once the change is in
+/// effect joins the window after, and one in between joins neither. Unknown times (0) put
+/// every interval that arrives into the window after.
+pub(super) struct Pending {
+    pub(super) generation: u64,
+    pub(super) landed_ns: u64,
+    pub(super) in_effect_from_ns: u64,
+    pub(super) window: usize,
+    pub(super) queues: Vec<usize>,
+    pub(super) before: Vec<Vec<IntervalStats>>,
+    pub(super) after: Vec<Vec<IntervalStats>>,
+    pub(super) deadline: Instant,
+    pub(super) previous: Vec<(usize, EcnSetting)>,
+}
+
+impl Pending {
+    /// Sort an interval of changed queue `k` into its windows.
+    pub(super) fn take(&mut self, k: usize, stats: IntervalStats) {
+        if stats.start_ns >= self.in_effect_from_ns {
+            self.after[k].push(stats);
+        } else if stats.start_ns + stats.span_ns <= self.landed_ns {
+            let before = &mut self.before[k];
+            before.push(stats);
+            if before.len() > self.window {
+                before.remove(0);
+            }
+        }
+    }
+}
+
+/// An apply the actuator took.
+struct Applied {
+    generation: u64,
+    /// The confirm deadline, on this controller's clock.
+    deadline: Instant,
+    /// [`pb::ApplyResponse`]'s `landed_ts_ns` and `in_effect_from_ts_ns` (0: unknown).
+    landed_ns: u64,
+    in_effect_from_ns: u64,
+}
+
+/// A telemetry time from the actuator, where 0 means unknown.
+fn known_time(ts_ns: u64) -> Option<u64> {
+    (ts_ns > 0).then_some(ts_ns)
+}
+
+/// Count a rollback the actuator accepted, in the run report and under `reason` in
+/// `rollbacks_total`.
+pub(super) fn count_rollback(report: &mut RunReport, metrics: &Metrics, reason: &str) {
+    report.rollbacks += 1;
+    metrics.rollbacks.get_or_create(&ReasonLabels { reason: reason.into() }).inc();
+}
+
+impl ControlLoop {
+    /// Judge the pending change, if any. Returns true while it is still being watched (no new
+    /// round until it is judged).
+    pub(super) async fn check_pending(&mut self) -> Result<bool, CliError> {
+        let Some(p) = self.pending.take() else { return Ok(false) };
+        if let Some(p) = self.finish_health_check(p).await? {
+            self.pending = Some(p);
+            return Ok(true);
+        }
+        self.generation = current_generation(&mut self.client).await.unwrap_or(self.generation);
+        Ok(false)
+    }
+
+    /// Apply a round's changes and put them under health watch; a refused apply leaves the
+    /// settings unchanged. Telemetry fallbacks go alone and are confirmed at once: they cannot
+    /// be judged on telemetry, and a blind health check would roll them back, round after
+    /// round. The other changes wait for a later round then. Shadow mode only logs.
+    pub(super) async fn apply_round(&mut self, mut round: Vec<Planned>) -> Result<(), CliError> {
+        let lease_id = match (&self.lease, self.cfg.mode) {
+            (Some((id, _)), Mode::Enforce) => id.clone(),
+            _ => return self.record_planned(&round, false, ""),
+        };
+        let fallback = round.iter().any(|p| p.telemetry_fallback);
+        if fallback {
+            let (fallbacks, deferred): (Vec<Planned>, Vec<Planned>) =
+                round.into_iter().partition(|p| p.telemetry_fallback);
+            self.record_planned(&deferred, false, "; deferred: telemetry fallbacks of this round go first")?;
+            round = fallbacks;
+        }
+        let changes: Vec<(usize, EcnSetting)> = round.iter().map(|p| (p.queue, p.setting)).collect();
+        let previous: Vec<(usize, EcnSetting)> = changes.iter().map(|(i, _)| (*i, self.queues[*i].current)).collect();
+        let within = if fallback { Duration::ZERO } else { self.cfg.confirm_within };
+        match self.apply(&lease_id, &changes, within).await {
+            Ok(Applied { generation: g, deadline, landed_ns, in_effect_from_ns }) => {
+                self.note_lag(landed_ns);
+                self.report.applies += 1;
+                self.metrics.applies.inc();
+                self.generation = g;
+                for (i, _) in &changes {
+                    set_queue_metrics(&self.metrics, &self.cfg.target, &self.queues[*i]);
+                }
+                let note = if fallback { "; confirmed at once (telemetry fallback)" } else { "" };
+                self.record_planned(&round, true, note)?;
+                if fallback {
+                    return Ok(());
+                }
+                let idx: Vec<usize> = changes.iter().map(|(i, _)| *i).collect();
+                let window = self.cfg.health.window;
+                let before = idx.iter().map(|&i| self.queues[i].watch.recent(window).copied().collect()).collect();
+                let after = vec![Vec::new(); idx.len()];
+                self.pending = Some(Pending {
+                    generation: g,
+                    landed_ns,
+                    in_effect_from_ns,
+                    window,
+                    queues: idx,
+                    before,
+                    after,
+                    deadline,
+                    previous,
+                });
+            }
+            Err(e) => {
+                warn!(error = %e, "apply failed; reading the actuator back");
+                self.record_planned(&round, false, &format!("; the actuator refused the apply: {e}"))?;
+                self.settle_unknown_outcome("Apply").await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Read the actuator's generation and settings back into `generation` and every queue's
+    /// `current` (and their gauges); returns what it read. A failure leaves `needs_resync` set,
+    /// so that no change is made until a read succeeds.
+    async fn resync(&mut self) -> Result<pb::Config, tonic::Status> {
+        let config = match self.client.get_config(pb::GetConfigRequest {}).await {
+            Ok(c) => c.into_inner(),
+            Err(s) => {
+                self.needs_resync = true;
+                return Err(s);
+            }
+        };
+        self.generation = config.generation;
+        for qs in &config.queues {
+            let (Some(id), Some(setting)) = (qs.id.as_ref(), to_setting(qs.setting.as_ref())) else { continue };
+            let Some(&i) = self.index.get(&queue_key(id)) else { continue };
+            let q = &mut self.queues[i];
+            if q.set_current(setting, None) {
+                set_queue_metrics(&self.metrics, &self.cfg.target, q);
+            }
+        }
+        self.needs_resync = false;
+        self.note_lag(config.telemetry_now_ts_ns);
+        Ok(config)
+    }
+
+    /// Retry a failed read-back; whether the controller's view is in sync again, with no
+    /// unconfirmed change in effect that this controller does not watch (one it could not roll
+    /// back before: a new change would stack on it, and confirming that would confirm both).
+    pub(super) async fn try_resync(&mut self) -> bool {
+        match self.resync().await {
+            Ok(config) => {
+                if self.pending.is_none() {
+                    self.roll_back_unwatched(&config, "when read back").await;
+                }
+                !self.needs_resync
+            }
+            Err(s) => {
+                warn!(code = ?s.code(), message = s.message(), "still cannot read the actuator back; no change until then");
+                false
+            }
+        }
+    }
+
+    /// A write failed, but it may have landed with only its reply lost: read the actuator back,
+    /// and roll back an unconfirmed change that nobody is watching (only this controller
+    /// writes, under its lease). Without this, a stale `generation` would have every later
+    /// Apply refused, and `current` would be wrong for the step limits and the kill switch.
+    async fn settle_unknown_outcome(&mut self, call: &str) {
+        match self.resync().await {
+            Ok(config) => self.roll_back_unwatched(&config, &format!("after a failed {call}")).await,
+            Err(s) => {
+                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a failed {call}")
+            }
+        }
+    }
+
+    /// Roll back the unconfirmed change that `config`, just read back, shows in effect, if any
+    /// (`when`: "after a failed Apply", ...), and read the actuator back again. Nobody
+    /// health-checks such a change, so it is never inherited. While one is still in effect
+    /// (the rollback failed), `needs_resync` holds every new change back: stacked on it, a
+    /// change's confirm would confirm it too.
+    pub(super) async fn roll_back_unwatched(&mut self, config: &pb::Config, when: &str) {
+        let Some((lease_id, _)) = self.lease.clone() else { return };
+        if config.generation == config.confirmed_generation {
+            return;
+        }
+        warn!(
+            generation = config.generation,
+            "an unconfirmed change is in effect {when}: rolling it back, it was never health-checked"
+        );
+        let req = pb::RollbackRequest {
+            lease_id,
+            to_generation: None,
+            reason: format!("generation {} is unconfirmed {when}", config.generation),
+        };
+        match self.client.rollback(req).await {
+            Ok(_) => {
+                count_rollback(&mut self.report, &self.metrics, "unknown_outcome");
+            }
+            Err(s) => warn!(
+                code = ?s.code(),
+                message = s.message(),
+                "rollback failed; no change until it succeeds or the confirm deadline reverts it"
+            ),
+        }
+        match self.resync().await {
+            Ok(after) => self.needs_resync = after.generation != after.confirmed_generation,
+            Err(s) => {
+                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after the rollback")
+            }
+        }
+    }
+
+    /// Apply the round's changes in one atomic call with a confirm deadline. On success the
+    /// queues' `current` become the new settings.
+    async fn apply(
+        &mut self,
+        lease_id: &str,
+        round: &[(usize, EcnSetting)],
+        confirm_within: Duration,
+    ) -> Result<Applied, String> {
+        let changes = round
+            .iter()
+            .map(|(i, s)| pb::QueueSetting { id: Some(self.queues[*i].id.clone()), setting: Some(to_pb(*s)) })
+            .collect();
+        let req = pb::ApplyRequest {
+            lease_id: lease_id.to_string(),
+            changes,
+            validate_only: false,
+            expected_generation: Some(self.generation),
+            confirm_within_ms: confirm_within.as_millis() as u64,
+            reason: format!("policy {}", self.cfg.policy),
+        };
+        // The actuator's deadline starts when it takes the request, and its reply comes after
+        // the journal's sync and the device's write (seconds, for a SONiC write that timed out
+        // and was read back): counted from the reply, a confirm could come after it.
+        let sent = Instant::now();
+        let resp = self.client.apply(req).await.map_err(|s| format!("{:?}: {}", s.code(), s.message()))?.into_inner();
+        let (i, s) = round[0];
+        let first = &self.queues[i];
+        info!(
+            generation = resp.generation,
+            queues = round.len(),
+            first = %format!("{} {}/{}/{} -> {}/{}/{}", queue_key(&first.id), first.current.kmin_bytes, first.current.kmax_bytes,
+                first.current.pmax, s.kmin_bytes, s.kmax_bytes, s.pmax),
+            "applied; watching health before confirming"
+        );
+        let now = Instant::now();
+        for (i, s) in round {
+            self.queues[*i].set_current(*s, known_time(resp.in_effect_from_ts_ns));
+            self.queues[*i].last_change = Some(now);
+        }
+        Ok(Applied {
+            generation: resp.generation,
+            deadline: sent + confirm_within,
+            landed_ns: resp.landed_ts_ns,
+            in_effect_from_ns: resp.in_effect_from_ts_ns,
+        })
+    }
+
+    /// Judge a pending change once its window is complete (or its deadline is near): confirm it,
+    /// or roll it back and quarantine its queues. Returns the change if it is still being watched.
+    async fn finish_health_check(&mut self, p: Pending) -> Result<Option<Pending>, CliError> {
+        let cfg = &self.cfg;
+        let window = cfg.health.window;
+        let now = Instant::now();
+        let near_deadline = now + cfg.judging_margin() >= p.deadline;
+        let complete = p.after.iter().all(|a| a.len() >= window);
+        // Health cannot be confirmed without trustworthy telemetry: judge at once if it went bad.
+        let blind = p
+            .queues
+            .iter()
+            .any(|&i| self.queues[i].watch.health(now, cfg.guardrails.stale_after) != TelemetryHealth::Good);
+        let Some((lease_id, _)) = &self.lease else { return Ok(None) };
+        let before: Vec<WindowStats> = p.before.iter().map(WindowStats::of).collect();
+        let after: Vec<WindowStats> = p.after.iter().map(WindowStats::of).collect();
+        let verdict = if blind {
+            Err(vec![Finding {
+                check: Check::Telemetry,
+                detail: "telemetry of a changed queue became stale or invalid during the health check".into(),
+            }])
+        } else {
+            let mut why = Vec::new();
+            for (k, &i) in p.queues.iter().enumerate() {
+                let judged = if complete {
+                    health::judge(&cfg.health, &before[k], &after[k])
+                } else {
+                    health::judge_strong(&cfg.health, &before[k], &after[k])
+                };
+                if let Err(w) = judged {
+                    let queue = queue_key(&self.queues[i].id);
+                    why.extend(w.into_iter().map(|f| Finding { detail: format!("{queue}: {}", f.detail), ..f }));
+                }
+            }
+            if complete {
+                if let Err(w) = health::judge_utilization(&cfg.health, &before, &after) {
+                    why.push(w);
+                }
+            } else if why.is_empty() && !near_deadline {
+                return Ok(Some(p));
+            } else if why.is_empty() {
+                why.push(Finding {
+                    check: Check::Deadline,
+                    detail: format!("fewer than {window} telemetry intervals arrived before the confirm deadline"),
+                });
+            }
+            if why.is_empty() {
+                Ok(())
+            } else {
+                Err(why)
+            }
+        };
+        match verdict {
+            Ok(()) => {
+                let req = pb::ConfirmRequest { lease_id: lease_id.clone(), generation: p.generation };
+                match self.client.confirm(req).await {
+                    Ok(_) => {
+                        self.report.confirms += 1;
+                        self.metrics.confirms.inc();
+                        info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed");
+                    }
+                    Err(s) => {
+                        warn!(code = ?s.code(), message = s.message(), "confirm failed; reading the actuator back");
+                        self.after_failed_confirm(&p, &s).await?;
+                    }
+                }
+            }
+            Err(why) => {
+                let reason = why.iter().map(Finding::to_string).collect::<Vec<_>>().join("; ");
+                // Counted once, under the gravest check that failed (the order of `Check`).
+                let gravest = why.iter().map(|f| f.check).min().unwrap_or(Check::Deadline);
+                warn!(generation = p.generation, %reason, "degraded: rolling back");
+                let req =
+                    pb::RollbackRequest { lease_id: lease_id.clone(), to_generation: None, reason: reason.clone() };
+                let resp = self
+                    .client
+                    .rollback(req)
+                    .await
+                    .map_err(|s| CliError::Failed(format!("Rollback: {}", s.message())))?
+                    .into_inner();
+                let until = Instant::now() + cfg.quarantine;
+                count_rollback(&mut self.report, &self.metrics, gravest.label());
+                for (k, (i, old)) in p.previous.iter().enumerate() {
+                    let q = &mut self.queues[*i];
+                    q.set_current(*old, known_time(resp.in_effect_from_ts_ns));
+                    q.quarantine_until = Some(until);
+                    set_queue_metrics(&self.metrics, &cfg.target, q);
+                    let observation = serde_json::json!({"before": before[k], "after": after[k]});
+                    let reason = format!("rolled back generation {}: {reason}", p.generation);
+                    record(&self.log, &Decision { observation, ..decision(cfg, q, *old, true, reason) })?;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// A Confirm failed: the deadline may have passed first (the actuator reverted the change
+    /// by itself), or the confirm landed and only its reply was lost. The actuator says which.
+    async fn after_failed_confirm(&mut self, p: &Pending, failure: &tonic::Status) -> Result<(), CliError> {
+        let config = match self.resync().await {
+            Ok(c) => c,
+            Err(s) => {
+                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a failed Confirm");
+                return Ok(());
+            }
+        };
+        if config.confirmed_generation == p.generation {
+            self.report.confirms += 1;
+            self.metrics.confirms.inc();
+            info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed (the reply was lost)");
+            return Ok(());
+        }
+        let still_pending = config.generation == p.generation;
+        if still_pending {
+            // Still waiting for a confirm that will not come: take it back now.
+            self.roll_back_unwatched(&config, "after a failed Confirm").await;
+        }
+        // The change is gone: its queues keep their known-good setting for the quarantine, as
+        // after a rollback, and the decision log says why they are back.
+        let what = if still_pending {
+            "could not be confirmed and was rolled back"
+        } else {
+            "was reverted before its confirm landed"
+        };
+        warn!(generation = p.generation, queues = p.queues.len(), "the change {what}");
+        let until = Instant::now() + self.cfg.quarantine;
+        let why = format!("generation {} {what} ({:?}: {})", p.generation, failure.code(), failure.message());
+        for &i in &p.queues {
+            let q = &mut self.queues[i];
+            q.quarantine_until = Some(until);
+            set_queue_metrics(&self.metrics, &self.cfg.target, q);
+            record(&self.log, &decision(&self.cfg, q, q.current, true, why.clone()))?;
+        }
+        Ok(())
+    }
+
+    /// Kill switch: any pending change rolled back, then every queue back to its baseline
+    /// (inside the actuator's bounds), confirmed at once; no further changes.
+    pub(super) async fn kill_switch(&mut self) -> Result<(), CliError> {
+        let Some((lease_id, _)) = self.lease.clone() else { return Ok(()) };
+        if let Some(p) = self.pending.take() {
+            let req = pb::RollbackRequest {
+                lease_id: lease_id.clone(),
+                to_generation: None,
+                reason: format!("kill switch; generation {} was never confirmed", p.generation),
+            };
+            self.client
+                .rollback(req)
+                .await
+                .map_err(|s| CliError::Failed(format!("kill switch rollback: {}", s.message())))?;
+            count_rollback(&mut self.report, &self.metrics, "kill_switch");
+        }
+        // What the actuator holds, not what this controller believes: a lost reply can leave a
+        // queue off its baseline while `current` says otherwise.
+        self.resync().await.map_err(|s| CliError::Failed(format!("kill switch: GetConfig: {}", s.message())))?;
+        let guardrails = &self.guardrails;
+        let queues = &mut self.queues;
+        let target = |q: &QueueState| guardrails.safe_baseline(q.baseline, q.xoff);
+        let off_baseline: Vec<usize> = (0..queues.len()).filter(|&i| queues[i].current != target(&queues[i])).collect();
+        if off_baseline.is_empty() {
+            return Ok(());
+        }
+        warn!(queues = off_baseline.len(), "kill switch engaged: returning every queue to its baseline");
+        let changes = off_baseline
+            .iter()
+            .map(|&i| pb::QueueSetting { id: Some(queues[i].id.clone()), setting: Some(to_pb(target(&queues[i]))) })
+            .collect();
+        let req = pb::ApplyRequest {
+            lease_id,
+            changes,
+            validate_only: false,
+            expected_generation: None,
+            confirm_within_ms: 0,
+            reason: "kill switch".into(),
+        };
+        let resp = self
+            .client
+            .apply(req)
+            .await
+            .map_err(|s| CliError::Failed(format!("kill switch apply: {}", s.message())))?;
+        let resp = resp.into_inner();
+        self.generation = resp.generation;
+        for i in off_baseline {
+            let setting = target(&queues[i]);
+            let q = &mut queues[i];
+            q.set_current(setting, known_time(resp.in_effect_from_ts_ns));
+            set_queue_metrics(&self.metrics, &self.cfg.target, q);
+            record(&self.log, &decision(&self.cfg, q, setting, true, "kill switch: baseline".into()))?;
+        }
+        Ok(())
+    }
+}
