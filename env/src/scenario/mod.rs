@@ -1,9 +1,9 @@
 //! Scenarios: one fabric, one traffic mix, one duration (PRODUCT.md "Scenario files").
 //!
 //! A scenario comes from a built-in name, a TOML file, or an HPCC simulator `config.txt`
-//! (which names its topology and flow files). TOML files may start from a built-in with
-//! `base = "websearch-50"` and override any field. Every problem is reported as one line that
-//! names the file and the field.
+//! (which names its topology and flow files; module `hpcc`). TOML files may start from a
+//! built-in with `base = "websearch-50"` and override any field. Every problem is reported as
+//! one line that names the file and the field.
 
 use crate::dcqcn::{DcqcnParams, DcqcnVariant};
 use crate::ecn::{Baseline, EcnSetting};
@@ -14,6 +14,8 @@ use crate::units::{BitsPerSec, Bytes, Nanos};
 use crate::workload::{self, Cdf, FlowSpec, Incast, IncastSchedule};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+
+mod hpcc;
 
 /// A problem with a scenario, naming the file (or built-in) and the field.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -457,209 +459,6 @@ impl Scenario {
             None => None,
         };
         resolve(file, base, source, dir, seed)
-    }
-
-    /// Import an HPCC simulator `config.txt` with its topology and flow files.
-    pub fn from_hpcc_config(
-        text: &str,
-        source: &str,
-        dir: &Path,
-        seed: Option<u64>,
-    ) -> Result<Scenario, ScenarioError> {
-        let mut kv = std::collections::BTreeMap::new();
-        for line in text.lines() {
-            let mut it = line.split_whitespace();
-            if let Some(k) = it.next() {
-                kv.insert(k.to_string(), it.collect::<Vec<_>>());
-            }
-        }
-        let get1 = |k: &str| kv.get(k).and_then(|v| v.first().copied());
-        let need = |k: &str| get1(k).ok_or_else(|| err(source, k, "missing (is this an HPCC config.txt?)"));
-        // Every numeric key of config.txt is a size, a time, a count or a gain: finite and not
-        // negative. NaN and negatives would otherwise turn into 0 in the `as` casts below.
-        let num = |k: &str| -> Result<Option<f64>, ScenarioError> {
-            let Some(v) = get1(k) else { return Ok(None) };
-            match v.parse::<f64>() {
-                Ok(x) if x.is_finite() && x >= 0.0 => Ok(Some(x)),
-                Ok(_) => Err(err(source, k, format!("'{v}' must be a finite number, 0 or more"))),
-                Err(_) => Err(err(source, k, format!("'{v}' is not a number"))),
-            }
-        };
-        let whole = |k: &str| -> Result<Option<u32>, ScenarioError> {
-            match num(k)? {
-                Some(x) if x.fract() != 0.0 || x > f64::from(u32::MAX) => {
-                    Err(err(source, k, format!("'{x}' must be a whole number below 2^32")))
-                }
-                x => Ok(x.map(|x| x as u32)),
-            }
-        };
-        let rate = |k: &str| -> Result<Option<BitsPerSec>, ScenarioError> {
-            get1(k).map(|v| v.parse::<BitsPerSec>().map_err(|e| err(source, k, e.to_string()))).transpose()
-        };
-        let expect = |k: &str, want: &str, why: &str| -> Result<(), ScenarioError> {
-            match get1(k) {
-                Some(v) if v != want => Err(err(source, k, format!("{v} is not supported ({why})"))),
-                _ => Ok(()),
-            }
-        };
-        expect("CC_MODE", "1", "only DCQCN, CC_MODE 1, is simulated")?;
-        expect("HAS_WIN", "0", "the window is not simulated")?;
-        expect("L2_ACK_INTERVAL", "1", "every packet is ACKed")?;
-        expect("L2_BACK_TO_ZERO", "0", "go-back-0 is not simulated")?;
-        let topo_path = dir.join(need("TOPOLOGY_FILE")?);
-        let flow_path = dir.join(need("FLOW_FILE")?);
-        let topo_text =
-            read_text(&topo_path).map_err(|e| err(&topo_path.display().to_string(), "file", e.to_string()))?;
-        let topology = Topology::parse_hpcc(&topo_text)
-            .map_err(|e| err(&topo_path.display().to_string(), "topology", e.to_string()))?;
-        let flow_text =
-            read_text(&flow_path).map_err(|e| err(&flow_path.display().to_string(), "file", e.to_string()))?;
-        let lined = parse_flow_file(&flow_text, &flow_path, &topology)?;
-        let first_flow = lined.iter().map(|(line, f)| (f.start, *line)).min();
-        let flows: Vec<FlowSpec> = lined.into_iter().map(|(_, f)| f).collect();
-
-        let mut fabric = FabricConfig::new(topology);
-        let line = fabric.topology.nic_rate();
-        let mut dc = DcqcnParams::hpcc(line);
-        let us = |v: f64| Nanos((v * 1000.0).round() as u64);
-        if let Some(v) = num("ALPHA_RESUME_INTERVAL")? {
-            dc.alpha_resume_interval = us(v);
-        }
-        if let Some(v) = num("RATE_DECREASE_INTERVAL")? {
-            dc.rate_decrease_interval = us(v);
-        }
-        if let Some(v) = num("RP_TIMER")? {
-            dc.rp_timer = us(v);
-        }
-        if let Some(v) = num("EWMA_GAIN")? {
-            dc.ewma_gain = v;
-        }
-        if let Some(v) = whole("FAST_RECOVERY_TIMES")? {
-            dc.fast_recovery_times = v;
-        }
-        if let Some(v) = num("CLAMP_TARGET_RATE")? {
-            dc.clamp_target_rate = v != 0.0;
-        }
-        if let Some(v) = rate("RATE_AI")? {
-            dc.rate_ai = v;
-        }
-        if let Some(v) = rate("RATE_HAI")? {
-            dc.rate_hai = v;
-        }
-        if let Some(v) = rate("MIN_RATE")? {
-            dc.min_rate = v;
-        }
-        dc.validate(line).map_err(|m| err(source, "dcqcn", m))?;
-        fabric.dcqcn = dc;
-        if let Some(v) = num("BUFFER_SIZE")? {
-            // HPCC's BUFFER_SIZE is in MiB.
-            fabric.buffer = Bytes((v * 1024.0 * 1024.0) as u64);
-        }
-        fabric::check_buffer(&fabric).map_err(|m| err(source, "BUFFER_SIZE", m))?;
-        if let Some(v) = whole("PACKET_PAYLOAD_SIZE")? {
-            if !MTU_PAYLOAD_BYTES.contains(&v) {
-                return Err(err(source, "PACKET_PAYLOAD_SIZE", format!("{v} must be within {MTU_PAYLOAD_BYTES:?}")));
-            }
-            fabric.mtu_payload = v;
-        }
-        if let Some(qcn) = num("ENABLE_QCN")?.filter(|&v| v != 1.0) {
-            let why = if qcn == 0.0 { "0 is not supported" } else { "must be 1" };
-            return Err(err(source, "ENABLE_QCN", format!("{qcn}: {why} (ECN marking is always simulated)")));
-        }
-        // K maps: `n rate1 k1 rate2 k2 ...`, K in units of 1000 bytes.
-        let map = |k: &str| -> Result<Vec<(u64, f64)>, ScenarioError> {
-            let Some(v) = kv.get(k) else { return Ok(Vec::new()) };
-            let vals: Vec<f64> = v
-                .iter()
-                .map(|x| x.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0))
-                .collect::<Option<_>>()
-                .ok_or_else(|| err(source, k, "not a list of finite numbers, 0 or more"))?;
-            let Some((&count, pairs)) = vals.split_first() else { return Ok(Vec::new()) };
-            if count.fract() != 0.0 || pairs.len() as f64 != 2.0 * count {
-                return Err(err(
-                    source,
-                    k,
-                    format!("{count} rate/value pairs announced, {} values follow", pairs.len()),
-                ));
-            }
-            Ok(pairs.chunks_exact(2).map(|pair| (pair[0] as u64, pair[1])).collect())
-        };
-        let (kmin, kmax, pmax) = (map("KMIN_MAP")?, map("KMAX_MAP")?, map("PMAX_MAP")?);
-        // KMIN_MAP's rates say which entries apply: without it the other maps would be ignored.
-        if kmin.is_empty() {
-            if let Some(k) =
-                [("KMAX_MAP", &kmax), ("PMAX_MAP", &pmax)].iter().find_map(|(k, m)| (!m.is_empty()).then_some(*k))
-            {
-                return Err(err(
-                    source,
-                    "KMIN_MAP",
-                    format!("missing, but {k} is given; the K maps apply only together"),
-                ));
-            }
-        }
-        if !kmin.is_empty() {
-            let mut per_rate = Vec::new();
-            for (r, kmin_k) in &kmin {
-                let find = |m: &Vec<(u64, f64)>, k: &str| {
-                    m.iter()
-                        .find(|(rr, _)| rr == r)
-                        .map(|(_, v)| *v)
-                        .ok_or_else(|| err(source, k, format!("no entry for rate {r}")))
-                };
-                let s = EcnSetting {
-                    kmin_bytes: (kmin_k * 1000.0) as u64,
-                    kmax_bytes: (find(&kmax, "KMAX_MAP")? * 1000.0) as u64,
-                    pmax: find(&pmax, "PMAX_MAP")?,
-                };
-                s.validate().map_err(|e| err(source, "KMIN_MAP", e.to_string()))?;
-                per_rate.push((BitsPerSec(*r), s));
-            }
-            fabric.ecn = EcnPlan::PerRate(per_rate);
-        }
-        let (first, first_line) = first_flow.unwrap_or_default();
-        let last = flows.iter().map(|f| f.start).max().unwrap_or_default();
-        let first_end = first.0.checked_add(1).ok_or_else(|| flow_start_too_late(&flow_path, first_line, first.0))?;
-        fabric.window_start = first;
-        fabric.window_end = Nanos(last.0.max(first_end));
-        let stop_time = num("SIMULATOR_STOP_TIME")?;
-        fabric.stop_at = match stop_time {
-            Some(s) if (s * 1e9) as u64 == 0 => {
-                return Err(err(source, "SIMULATOR_STOP_TIME", "must be at least 1 ns (it is in seconds)"))
-            }
-            Some(s) => Nanos((s * 1e9) as u64),
-            None => Nanos(last.0.saturating_add(1_000_000_000)),
-        };
-        // HPCC flow files often start their flows at 2 s; a stop time copied from another
-        // config would end the run before any flow, and `sim` would report nothing done.
-        if stop_time.is_some() && fabric.stop_at <= first {
-            return Err(err(
-                source,
-                "SIMULATOR_STOP_TIME",
-                format!(
-                    "{} s: the run would end before its first flow starts ({} s, {} line {first_line}); no flow would run",
-                    fabric.stop_at.0 as f64 / 1e9,
-                    first.0 as f64 / 1e9,
-                    flow_path.display()
-                ),
-            ));
-        }
-        if flows.len() > MAX_FLOWS {
-            return Err(err(
-                source,
-                "FLOW_FILE",
-                format!("{} flows, more than the {MAX_FLOWS} a run may hold", flows.len()),
-            ));
-        }
-        let length_field = if stop_time.is_some() { "SIMULATOR_STOP_TIME" } else { "FLOW_FILE" };
-        check_run_length(source, length_field, &fabric, &flows)?;
-        let seed = seed.unwrap_or(1);
-        fabric.seed = seed;
-        let name = Path::new(source)
-            .parent()
-            .and_then(|p| p.file_name())
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "hpcc".into());
-        Ok(Scenario { name, seed, source: source.into(), fabric, flows })
     }
 }
 
@@ -1254,59 +1053,6 @@ mod tests {
             (dir.join("late.txt").to_str().unwrap(), "line 3"),
             "{e}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// A scratch folder with an HPCC topology (3 hosts on one switch, `t.txt`) and a flow file
-    /// of one flow starting at 2 s (`f.txt`, the flow on its line 2).
-    fn one_flow_hpcc_dir(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("ecn-scenario-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let topo = "4 1 3\n3\n0 3 100Gbps 1us 0\n1 3 100Gbps 1us 0\n2 3 100Gbps 1us 0\n";
-        std::fs::write(dir.join("t.txt"), topo).unwrap();
-        std::fs::write(dir.join("f.txt"), "1\n0 1 3 100 10000 2.0\n").unwrap();
-        dir
-    }
-
-    /// K maps apply only together: KMAX_MAP or PMAX_MAP without KMIN_MAP is refused, not
-    /// ignored.
-    #[test]
-    fn hpcc_k_maps_without_kmin_are_refused() {
-        let dir = one_flow_hpcc_dir("kmaps");
-        let config = |maps: &str| {
-            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{maps}");
-            Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
-        };
-        let kmax = "KMAX_MAP 1 100000000000 1600\n";
-        let pmax = "PMAX_MAP 1 100000000000 0.2\n";
-        let kmin = "KMIN_MAP 1 100000000000 400\n";
-        for maps in [format!("{kmax}{pmax}"), pmax.to_string(), format!("{kmax}KMIN_MAP 0\n")] {
-            let e = config(&maps).unwrap_err();
-            assert_eq!(e.field, "KMIN_MAP", "{maps}: {e}");
-            assert!(e.message.contains("missing"), "{e}");
-        }
-        let s = config(&format!("{kmax}{pmax}{kmin}")).unwrap();
-        let setting = EcnSetting::new(Bytes(400_000), Bytes(1_600_000), 0.2).unwrap();
-        assert_eq!(s.fabric.ecn, EcnPlan::PerRate(vec![(BitsPerSec::from_gbps(100), setting)]));
-        config("").unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// A stop time at or before the first flow's start is refused: the run would finish with
-    /// every flow unstarted and report nothing.
-    #[test]
-    fn hpcc_stop_time_before_the_first_flow_is_refused() {
-        let dir = one_flow_hpcc_dir("stop");
-        let config = |stop: &str| {
-            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\nSIMULATOR_STOP_TIME {stop}\n");
-            Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
-        };
-        for stop in ["0.5", "2.0"] {
-            let e = config(stop).unwrap_err();
-            assert_eq!(e.field, "SIMULATOR_STOP_TIME", "{stop}: {e}");
-            assert!(e.message.contains("before its first flow starts (2 s") && e.message.contains("line 2"), "{e}");
-        }
-        assert_eq!(config("2.5").unwrap().fabric.stop_at, Nanos(2_500_000_000));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
