@@ -10,7 +10,8 @@
 //!   with a configurable width (32 bits to see wraps) and resets (`sonic-clear counters`);
 //! - [`Proxy`]: a TCP relay that can cut every connection and refuse new ones, to take Redis
 //!   away from the actuator while a test still reads it directly;
-//! - [`Orchagent`]: programs CONFIG_DB's WRED profiles into ASIC_DB, late or not at all;
+//! - [`Orchagent`]: programs CONFIG_DB's WRED profiles into ASIC_DB, late or not at all, and
+//!   restarts cold (new queue object ids, the name map published later);
 //! - [`tables`]: `HGETALL` of every `WRED_PROFILE` and `QUEUE` key, to compare byte for byte.
 
 use std::collections::BTreeMap;
@@ -564,11 +565,14 @@ impl Orchagent {
         let asic = Arc::new(Mutex::new(state));
         let (k, a, spec_) = (stuck.clone(), asic.clone(), spec.clone());
         let thread = Background::spawn(move |s| {
-            let mut changed_at = None;
+            let (mut changed_at, mut restarts) = (None, 0);
             while !s.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(5));
-                let now = tables(&mut config);
                 let mut a = a.lock().unwrap();
+                if a.restarts != restarts {
+                    (changed_at, restarts) = (None, a.restarts);
+                }
+                let now = tables(&mut config);
                 if now == a.programmed || k.load(Ordering::Relaxed) {
                     continue;
                 }
@@ -585,12 +589,13 @@ impl Orchagent {
 
     /// Restart syncd cold, as `config reload` or a reboot does: ASIC_DB starts empty, every
     /// queue comes back under a new object id, and orchagent programs CONFIG_DB into it at
-    /// once. COUNTERS_QUEUE_NAME_MAP names the old ids until [`Orchagent::publish_queue_map`],
-    /// as SONiC's flex counters start only some time after the ASIC is up.
+    /// once. COUNTERS_QUEUE_NAME_MAP is gone (SONiC flushes COUNTERS_DB at a cold start) until
+    /// [`Orchagent::publish_queue_map`], as flex counters start only some time after the ASIC.
     pub fn cold_restart(&self, server: &RedisServer) {
         let mut a = self.asic.lock().unwrap();
         let mut con = server.con(ASIC_DB);
         redis::cmd("FLUSHDB").query::<()>(&mut con).expect("FLUSHDB ASIC_DB");
+        redis::cmd("DEL").arg("COUNTERS_QUEUE_NAME_MAP").query::<()>(&mut server.con(COUNTERS_DB)).expect("DEL map");
         a.restarts += 1;
         a.wred = WredOids { created: a.wred.created, ..WredOids::default() };
         a.programmed = tables(&mut server.con(CONFIG_DB));

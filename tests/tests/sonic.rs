@@ -130,9 +130,15 @@ async fn capabilities_and_telemetry_come_from_the_switch() {
 /// A switch whose orchagent programs CONFIG_DB into ASIC_DB: `lag` after each change, or not
 /// at all once its `stuck` flag is set.
 async fn rig_with_orchagent(lag: Duration, extra: &[&str]) -> (Rig, Orchagent) {
+    rig_with_orchagent_and(lag, extra, |_| {}).await
+}
+
+/// [`rig_with_orchagent`], with `before` run on the seeded server before anything starts.
+async fn rig_with_orchagent_and(lag: Duration, extra: &[&str], before: impl FnOnce(&RedisServer)) -> (Rig, Orchagent) {
     let redis = RedisServer::start();
     let spec = Spec::default();
     seed(&redis, &spec);
+    before(&redis);
     let orchagent = Orchagent::start(&redis, &spec, lag);
     let ticker = Ticker::start(&redis, Counters::new(&spec, 64), Duration::from_millis(50));
     let url = redis.url();
@@ -213,30 +219,72 @@ async fn a_write_orchagent_does_not_program_is_undone_and_fails() {
 }
 
 /// A syncd cold restart (`config reload`, a reboot) brings every queue back under a new SAI
-/// object id. The read-back follows COUNTERS_QUEUE_NAME_MAP to the new ids, also when flex
-/// counters publish it only while a write waits. Before, the ids were read once, at start-up:
-/// after a restart every write looked unprogrammed and was undone until the actuator restarted.
+/// object id, and COUNTERS_QUEUE_NAME_MAP returns only once flex counters start. A write made
+/// while the map is missing cannot be read back: it is undone and refused, naming the queue
+/// without an id. One made while it is being published is read back at the new ids, found
+/// while the write waits. Before, the ids were read once, at start-up: after a restart every
+/// write was undone until the actuator restarted.
 #[tokio::test(flavor = "multi_thread")]
 async fn after_a_syncd_cold_restart_writes_are_read_back_at_the_queues_new_ids() {
-    let (rig, orchagent) = rig_with_orchagent(Duration::ZERO, &[]).await;
+    let (rig, orchagent) = rig_with_orchagent(Duration::ZERO, &["--program-timeout", "1s"]).await;
     let mut c = rig.act.client().await;
     let l = lease(&mut c, "ctl-a").await;
     let q = qid("Ethernet0", 3);
-    let first = vec![change(&q, 300_000, 900_000, 0.25)];
-    c.apply(pb::ApplyRequest { lease_id: l.clone(), changes: first, ..Default::default() }).await.expect("apply");
+    let apply = |changes| pb::ApplyRequest { lease_id: l.clone(), changes, ..Default::default() };
+    c.apply(apply(vec![change(&q, 300_000, 900_000, 0.25)])).await.expect("apply");
+    assert_eq!(asic_curve(&rig.redis, 0, 3), Some((300_000, 900_000, 25)));
 
     orchagent.cold_restart(&rig.redis);
-    assert_eq!(asic_curve(&rig.redis, 0, 3), None, "the old ids are gone from ASIC_DB");
-    let second = vec![change(&q, 400_000, 1_200_000, 0.5)];
-    let apply =
-        tokio::spawn(
-            async move { c.apply(pb::ApplyRequest { lease_id: l, changes: second, ..Default::default() }).await },
-        );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let refused = c.apply(apply(vec![change(&q, 350_000, 1_000_000, 0.3)])).await.expect_err("no ids to read");
+    assert!(
+        refused.message().contains("COUNTERS_QUEUE_NAME_MAP has no object id for queue Ethernet0|3"),
+        "{refused:?}"
+    );
+    assert!(refused.message().contains("CONFIG_DB holds the previous settings again"), "{refused:?}");
+
+    let second = apply(vec![change(&q, 400_000, 1_200_000, 0.5)]);
+    let waiting = tokio::spawn(async move { c.apply(second).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
     orchagent.publish_queue_map(&rig.redis);
-    apply.await.unwrap().expect("programmed, and read back at the new ids");
+    waiting.await.unwrap().expect("programmed, and read back at the new ids");
     assert_eq!(asic_curve(&rig.redis, 0, 3), Some((400_000, 1_200_000, 50)));
     assert_eq!(asic_curve(&rig.redis, 0, 4), Some(ORIGINAL), "the queue left alone");
+}
+
+/// An actuator started before flex counters have published COUNTERS_QUEUE_NAME_MAP (an
+/// on-switch actuator after a reboot) has no telemetry, and cannot read writes back at first,
+/// so it allows orchagent a poll interval, as the log says. Once the map is there, telemetry
+/// starts within seconds (queues missing from the map are looked up every 5 s, not every
+/// minute), and read-back turns on before the next write: a write orchagent does not program
+/// is then undone and refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn telemetry_and_read_back_start_once_the_name_map_appears() {
+    let no_map = |redis: &RedisServer| {
+        redis::cmd("DEL").arg("COUNTERS_QUEUE_NAME_MAP").query::<()>(&mut redis.con(COUNTERS_DB)).unwrap();
+    };
+    let (rig, orchagent) = rig_with_orchagent_and(Duration::ZERO, &["--program-timeout", "500ms"], no_map).await;
+    let mut c = rig.act.client().await;
+    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let l = lease(&mut c, "ctl-a").await;
+    let q = qid("Ethernet0", 3);
+    let apply = |changes| pb::ApplyRequest { lease_id: l.clone(), changes, ..Default::default() };
+    orchagent.stuck.store(true, Ordering::SeqCst);
+    c.apply(apply(vec![change(&q, 300_000, 900_000, 0.25)])).await.expect("nothing to read back: allowed");
+    orchagent.stuck.store(false, Ordering::SeqCst);
+
+    orchagent.publish_queue_map(&rig.redis);
+    let published = std::time::Instant::now();
+    let every_queue = async { while stream.next().await.expect("a batch").expect("telemetry").samples.len() < 64 {} };
+    tokio::time::timeout(Duration::from_secs(10), every_queue).await.expect("telemetry for every queue");
+    eprintln!("telemetry for every queue {:?} after the map appeared", published.elapsed());
+    assert_eq!(asic_curve(&rig.redis, 0, 3), Some((300_000, 900_000, 25)), "orchagent programmed the first write");
+
+    orchagent.stuck.store(true, Ordering::SeqCst);
+    let refused = c.apply(apply(vec![change(&q, 400_000, 1_200_000, 0.5)])).await.expect_err("read back now");
+    assert!(refused.message().contains("orchagent did not program it within --program-timeout"), "{refused:?}");
+    let log = rig.act.log_text();
+    assert!(log.contains("no ASIC_DB read-back (COUNTERS_QUEUE_NAME_MAP has no object id"), "{log}");
+    assert!(log.contains("ASIC_DB now shows the queues' WRED curves"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

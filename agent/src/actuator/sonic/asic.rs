@@ -11,23 +11,49 @@
 //! - `ASIC_STATE:SAI_OBJECT_TYPE_WRED:<oid>` `SAI_WRED_ATTR_GREEN_MIN_THRESHOLD`, `_MAX_THRESHOLD`
 //!   and `_DROP_PROBABILITY`.
 //!
-//! A switch whose ASIC_DB does not show the settings CONFIG_DB holds at start-up (no orchagent
-//! writes it there, as on a bare Redis) cannot be read back; the backend then allows orchagent
-//! one poll interval instead, as it says in its log.
+//! Read-back is on once ASIC_DB shows every controlled queue with the curve CONFIG_DB holds
+//! ([`Readback::discover`]); until then (no orchagent writes ASIC_DB, as on a bare Redis, or
+//! flex counters have not yet published the name map after a reboot) the backend allows
+//! orchagent one poll interval, and tries again before later writes.
+//!
+//! A syncd cold restart (`config reload`, a reboot) brings the queues back under new object
+//! ids, and SONiC publishes the new name map only once flex counters start; so while ASIC_DB
+//! does not show a write, the ids are read again ([`Readback::differs`]).
 
 use super::config::{effective, QueueRef};
-use super::schema;
+use super::conn::RedisTarget;
+use super::schema::{self, DbIndices};
 use ecn_env::EcnSetting;
 use redis::Connection;
-use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::{debug, info, warn};
 
 /// A green curve as the switch holds it: Kmin and Kmax in bytes, the percent at Kmax.
 pub type Curve = (u64, u64, u32);
 
+/// How often, at most, the queues' object ids are read again while ASIC_DB does not show a
+/// write.
+const REMAP_PERIOD: Duration = Duration::from_millis(100);
+/// How often, at most, discovery is tried again before a write while read-back is off (a few
+/// cheap reads; writes come at most once per control interval anyway).
+const REDISCOVER_PERIOD: Duration = Duration::from_secs(1);
+/// The read-back's connections' names: to ASIC_DB, and to COUNTERS_DB for the queues' ids.
+const ASIC_CONNECTION: &str = "ecn-tuner-asic";
+const COUNTERS_CONNECTION: &str = "ecn-tuner-readback";
+
+/// What ASIC_DB shows for a queue that does not show the curve wanted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown {
+    /// The name map has no object id for the queue (flex counters not started yet).
+    NoId,
+    /// The queue's object shows no WRED curve (no such object, none bound, or unreadable).
+    NoCurve,
+    /// Another curve.
+    Curve(Curve),
+}
+
 /// The SAI queue objects of the controlled queues, in capabilities order.
-///
-/// A syncd cold restart (`config reload`, a reboot) gives the queues new object ids, so they
-/// are read again ([`AsicQueues::remap`]) when ASIC_DB does not show a write.
 #[derive(Debug, Clone)]
 pub struct AsicQueues {
     /// Each queue's key in `COUNTERS_QUEUE_NAME_MAP` (`Ethernet0:3`).
@@ -37,42 +63,21 @@ pub struct AsicQueues {
 }
 
 impl AsicQueues {
-    /// The SAI queue objects of `queues` from COUNTERS_DB's name map (`counters`, on the
-    /// COUNTERS_DB index), if ASIC_DB (`asic`) shows each with the curve of `now`, the settings
-    /// CONFIG_DB holds: then a later write can be read back. Otherwise the reason it cannot.
-    pub fn discover(
-        counters: &mut Connection,
-        asic: &mut Connection,
-        queues: &[QueueRef],
-        now: &[EcnSetting],
-    ) -> redis::RedisResult<Result<AsicQueues, String>> {
+    /// The queues' object ids as COUNTERS_DB's name map (`counters`) gives them now.
+    pub fn map(counters: &mut Connection, queues: &[QueueRef]) -> redis::RedisResult<AsicQueues> {
         let names = queues.iter().map(|q| schema::queue_counter_name(&q.port, q.queue)).collect();
         let mut found = AsicQueues { names, oids: Vec::new() };
         found.remap(counters)?;
-        if let Some(q) = found.oids.iter().position(Option::is_none) {
-            return Ok(Err(format!("COUNTERS_QUEUE_NAME_MAP has no object id for queue {}", queues[q].name())));
-        }
-        let shown = found.read(asic)?;
-        for ((q, s), shown) in queues.iter().zip(now).zip(&shown) {
-            match shown {
-                None => return Ok(Err(format!("ASIC_DB shows no WRED curve for queue {}", q.name()))),
-                Some(c) if *c != effective(s) => {
-                    return Ok(Err(format!(
-                        "ASIC_DB shows queue {} at {c:?} (Kmin, Kmax, percent), CONFIG_DB at {:?}",
-                        q.name(),
-                        effective(s)
-                    )));
-                }
-                Some(_) => {}
-            }
-        }
-        Ok(Ok(found))
+        Ok(found)
     }
 
-    /// Read the queues' object ids again from COUNTERS_DB's name map; returns how many changed.
+    /// Read the queues' object ids again; returns how many changed.
     pub fn remap(&mut self, counters: &mut Connection) -> redis::RedisResult<usize> {
-        let map: HashMap<String, String> = redis::cmd("HGETALL").arg(schema::QUEUE_NAME_MAP).query(counters)?;
-        let oids: Vec<Option<String>> = self.names.iter().map(|n| map.get(n).cloned()).collect();
+        let oids: Vec<Option<String>> = if self.names.is_empty() {
+            Vec::new()
+        } else {
+            redis::cmd("HMGET").arg(schema::QUEUE_NAME_MAP).arg(&self.names).query(counters)?
+        };
         let changed = if self.oids.len() == oids.len() {
             self.oids.iter().zip(&oids).filter(|(a, b)| a != b).count()
         } else {
@@ -82,8 +87,13 @@ impl AsicQueues {
         Ok(changed)
     }
 
-    /// Each queue's green curve as ASIC_DB shows it; `None` where it shows none (no WRED object
-    /// bound, or one without the three attributes as whole numbers).
+    /// How many queues the name map has no object id for.
+    pub fn missing(&self) -> usize {
+        self.oids.iter().filter(|o| o.is_none()).count()
+    }
+
+    /// Each queue's green curve as ASIC_DB shows it; `None` where it shows none (no object id,
+    /// no WRED object bound, or one without the three attributes as whole numbers).
     pub fn read(&self, asic: &mut Connection) -> redis::RedisResult<Vec<Option<Curve>>> {
         let mut pipe = redis::pipe();
         for oid in &self.oids {
@@ -109,17 +119,177 @@ impl AsicQueues {
     }
 
     /// The first queue (index) whose ASIC_DB curve is not `want`'s, with what it shows.
-    pub fn differs(
-        &self,
-        asic: &mut Connection,
-        want: &[EcnSetting],
-    ) -> redis::RedisResult<Option<(usize, Option<Curve>)>> {
+    pub fn differs(&self, asic: &mut Connection, want: &[EcnSetting]) -> redis::RedisResult<Option<(usize, Shown)>> {
         let shown = self.read(asic)?;
-        Ok(shown
-            .into_iter()
-            .zip(want)
-            .enumerate()
-            .find(|(_, (c, s))| *c != Some(effective(s)))
-            .map(|(i, (c, _))| (i, c)))
+        Ok(shown.into_iter().zip(want).enumerate().find(|(_, (c, s))| *c != Some(effective(s))).map(|(i, (c, _))| {
+            let shown = match (c, &self.oids[i]) {
+                (_, None) => Shown::NoId,
+                (None, Some(_)) => Shown::NoCurve,
+                (Some(c), Some(_)) => Shown::Curve(c),
+            };
+            (i, shown)
+        }))
     }
+}
+
+/// ASIC_DB read-back of one switch's writes: its connections, the queues' objects once
+/// discovered, and when ASIC_DB last showed a write programmed.
+pub struct Readback {
+    target: RedisTarget,
+    dbs: DbIndices,
+    queues: Vec<QueueRef>,
+    counters: Option<Connection>,
+    asic: Option<Connection>,
+    /// The queues' objects; `None` while read-back is off.
+    found: Option<AsicQueues>,
+    /// When the ids were last read (on), or discovery last tried (off).
+    checked_at: Instant,
+    /// How long a write may take to show in ASIC_DB (`--program-timeout`).
+    pub timeout: Duration,
+    /// When ASIC_DB last showed a write programmed; shared with the backend's write times.
+    pub shown_at: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Readback {
+    /// Read-back for `queues` of the switch at `target`, off until [`Readback::discover`].
+    pub fn new(target: RedisTarget, dbs: DbIndices, queues: Vec<QueueRef>, timeout: Duration) -> Readback {
+        Readback {
+            target,
+            dbs,
+            queues,
+            counters: None,
+            asic: None,
+            found: None,
+            checked_at: Instant::now(),
+            timeout,
+            shown_at: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Whether writes are read back.
+    pub fn is_on(&self) -> bool {
+        self.found.is_some()
+    }
+
+    /// Turn read-back on if ASIC_DB shows every queue with the curve of `now`, the settings
+    /// CONFIG_DB holds; otherwise the reason it stays off.
+    pub fn discover(&mut self, now: &[EcnSetting]) -> Result<(), String> {
+        self.checked_at = Instant::now();
+        let found = self.with_counters(AsicQueues::map)?;
+        if let Some(q) = found.oids.iter().position(Option::is_none) {
+            return Err(format!("COUNTERS_QUEUE_NAME_MAP has no object id for queue {}", self.queues[q].name()));
+        }
+        let differs = self.with_asic(|a| found.differs(a, now))?;
+        if let Some((q, shown)) = differs {
+            return Err(self.describe(q, shown, &now[q]));
+        }
+        self.found = Some(found);
+        Ok(())
+    }
+
+    /// With read-back off, try [`Readback::discover`] again if it is due (a write is about to
+    /// be made on top of `now`); logs when it turns on.
+    pub fn rediscover(&mut self, now: &[EcnSetting]) {
+        if self.is_on() || self.checked_at.elapsed() < REDISCOVER_PERIOD {
+            return;
+        }
+        match self.discover(now) {
+            Ok(()) => info!(
+                timeout = ?self.timeout,
+                "ASIC_DB now shows the queues' WRED curves: a write counts as done once orchagent has programmed it there"
+            ),
+            Err(why) => debug!("still no ASIC_DB read-back: {why}"),
+        }
+    }
+
+    /// With read-back on, the first queue whose ASIC_DB curve is not `want`'s, described;
+    /// `None` once every queue shows it (and always with read-back off).
+    ///
+    /// While ASIC_DB does not show `want`, the queues' object ids are read again every
+    /// [`REMAP_PERIOD`]: after a syncd cold restart every write would otherwise look
+    /// unprogrammed, and be undone, until the actuator restarted.
+    pub fn differs(&mut self, want: &[EcnSetting]) -> Result<Option<String>, String> {
+        let Some(found) = self.found.take() else { return Ok(None) };
+        let (found, read) = self.differs_remapping(found, want);
+        self.found = Some(found);
+        Ok(read?.map(|(q, shown)| self.describe(q, shown, &want[q])))
+    }
+
+    fn differs_remapping(
+        &mut self,
+        mut found: AsicQueues,
+        want: &[EcnSetting],
+    ) -> (AsicQueues, Result<Option<(usize, Shown)>, String>) {
+        let differs = match self.with_asic(|a| found.differs(a, want)) {
+            Ok(Some(d)) => d,
+            other => return (found, other),
+        };
+        if self.checked_at.elapsed() < REMAP_PERIOD {
+            return (found, Ok(Some(differs)));
+        }
+        self.checked_at = Instant::now();
+        match self.with_counters(|c, _| found.remap(c)) {
+            Ok(0) => (found, Ok(Some(differs))),
+            Ok(changed) => {
+                info!(
+                    queues = changed,
+                    missing = found.missing(),
+                    "COUNTERS_QUEUE_NAME_MAP gives controlled queues other SAI object ids (syncd restarted?); \
+                     ASIC_DB is read at the new ones"
+                );
+                let read = self.with_asic(|a| found.differs(a, want));
+                (found, read)
+            }
+            Err(e) => {
+                // What ASIC_DB showed stands; the ids are read again next time.
+                warn!("cannot read the queues' SAI object ids again: {e}");
+                (found, Ok(Some(differs)))
+            }
+        }
+    }
+
+    /// Why queue `q` does not count as showing `want`.
+    fn describe(&self, q: usize, shown: Shown, want: &EcnSetting) -> String {
+        let (queue, want) = (self.queues[q].name(), effective(want));
+        match shown {
+            Shown::NoId => format!(
+                "COUNTERS_QUEUE_NAME_MAP has no object id for queue {queue} (flex counters not started since a \
+                 syncd restart?), so ASIC_DB cannot show it at {want:?}"
+            ),
+            Shown::NoCurve => format!("ASIC_DB shows no WRED curve for queue {queue}, not {want:?}"),
+            Shown::Curve(c) => format!("ASIC_DB shows queue {queue} at {c:?} (Kmin, Kmax, percent), not {want:?}"),
+        }
+    }
+
+    /// Run `f` on the ASIC_DB connection, opened if there is none and dropped on an error.
+    fn with_asic<T>(&mut self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> Result<T, String> {
+        let (target, db) = (&self.target, self.dbs.asic);
+        with_connection(&mut self.asic, target, db, ASIC_CONNECTION, f)
+    }
+
+    /// Run `f` on the COUNTERS_DB connection, opened if there is none and dropped on an error.
+    fn with_counters<T>(
+        &mut self,
+        f: impl FnOnce(&mut Connection, &[QueueRef]) -> redis::RedisResult<T>,
+    ) -> Result<T, String> {
+        let (target, db, queues) = (&self.target, self.dbs.counters, &self.queues);
+        with_connection(&mut self.counters, target, db, COUNTERS_CONNECTION, |c| f(c, queues))
+    }
+}
+
+fn with_connection<T>(
+    con: &mut Option<Connection>,
+    target: &RedisTarget,
+    db: i64,
+    name: &str,
+    f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
+) -> Result<T, String> {
+    if con.is_none() {
+        *con = Some(target.connect(db, name)?);
+    }
+    let r = f(con.as_mut().expect("connected"));
+    if r.is_err() {
+        *con = None;
+    }
+    r.map_err(|e| format!("Redis at {} (db {db}): {e}", target.url()))
 }

@@ -172,6 +172,8 @@ pub fn sample(
 
 /// How often the name maps are read again (oids change when syncd restarts).
 const MAP_REFRESH: Duration = Duration::from_secs(60);
+/// How often, while a controlled queue is missing from them.
+const MAP_RETRY: Duration = Duration::from_secs(5);
 
 /// The polling thread.
 pub struct Poller {
@@ -293,7 +295,15 @@ impl Poller {
             }
             out.push(ids);
         }
-        if !missing.is_empty() {
+        // Warn when the set of queues without ids changes, not at every retry.
+        let was_missing = |i: usize| old.is_some_and(|o| o[i].is_none());
+        let changed = old.is_none() || (0..out.len()).any(|i| was_missing(i) != out[i].is_none());
+        if missing.is_empty() && changed && old.is_some() {
+            info!(
+                "every controlled queue is in COUNTERS_QUEUE_NAME_MAP/COUNTERS_PORT_NAME_MAP again; telemetry resumes"
+            );
+        }
+        if !missing.is_empty() && changed {
             warn!(
                 queues = missing.len(),
                 first = %missing[0],
@@ -317,7 +327,13 @@ impl Poller {
         }
         let c = con.as_mut().expect("connected");
         let err = |e: redis::RedisError| format!("COUNTERS_DB (db {}): {e}", self.db);
-        if oids.as_ref().is_none_or(|(at, _)| at.elapsed() > MAP_REFRESH) {
+        let due = |(at, ids): &(Instant, Oids)| {
+            // Queues missing from the maps (flex counters not started since a syncd restart)
+            // are looked up again sooner.
+            let every = if ids.iter().any(Option::is_none) { MAP_RETRY } else { MAP_REFRESH };
+            at.elapsed() > every
+        };
+        if oids.as_ref().is_none_or(due) {
             let fresh = self.load_oids(c, tracker, oids.as_ref().map(|(_, o)| o)).map_err(err)?;
             *oids = Some((Instant::now(), fresh));
         }

@@ -39,7 +39,7 @@ pub mod schema;
 
 use super::backend::{Backend, BackendCaps, BackendError, NoTelemetry, TelemetryReceiver, WriteTimes};
 use super::ActuatorError;
-use asic::AsicQueues;
+use asic::Readback;
 use config::{Layout, Snapshot};
 use conn::RedisTarget;
 use ecn_datasets::counters::CounterWidth;
@@ -66,9 +66,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 pub const DEFAULT_PROGRAM_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often ASIC_DB is read while a write waits to be programmed.
 const READBACK_PERIOD: Duration = Duration::from_millis(10);
-/// How often, at most, the read-back reads the queues' object ids again while ASIC_DB does not
-/// show a write ([`Readback::differs`]).
-const REMAP_PERIOD: Duration = Duration::from_millis(100);
 /// Default `--frozen-after`: longer than SONiC's slowest default `counterpoll` interval for the
 /// counters read (queues, 10 s) and LLDP's transmit interval (30 s), so that a live switch
 /// never looks stopped.
@@ -118,9 +115,6 @@ impl SonicOptions {
 /// `CLIENT SETNAME` of the writer's CONFIG_DB connection: fencing closes an old connection only
 /// if it still bears this name.
 const CONFIG_CONNECTION: &str = "ecn-tuner-config";
-/// The read-back's connections' names: to ASIC_DB, and to COUNTERS_DB for the queues' ids.
-const READBACK_ASIC_CONNECTION: &str = "ecn-tuner-asic";
-const READBACK_COUNTERS_CONNECTION: &str = "ecn-tuner-readback";
 
 /// A request to the writer thread.
 struct Job {
@@ -144,7 +138,7 @@ pub struct SonicBackend {
     /// When (`ts_ns`) the last write was handed to the writer: it cannot have landed earlier.
     write_started_ns: AtomicU64,
     /// With ASIC_DB read-back, when it showed the last write programmed.
-    programmed_at: Option<Arc<Mutex<Option<Instant>>>>,
+    programmed_at: Arc<Mutex<Option<Instant>>>,
 }
 
 impl SonicBackend {
@@ -206,7 +200,7 @@ impl SonicBackend {
             })?;
         }
         let readback = readback(&target, &opts, &found.layout, &found.initial);
-        let programmed_at = readback.as_ref().map(|r| r.shown_at.clone());
+        let programmed_at = readback.shown_at.clone();
         let settings = Arc::new(Mutex::new(found.initial.clone()));
         let stop = Arc::new(AtomicBool::new(false));
         let unsettled = Arc::new(AtomicBool::new(false));
@@ -283,100 +277,22 @@ impl SonicBackend {
     }
 }
 
-/// ASIC_DB read-back for this switch, if its ASIC_DB shows what CONFIG_DB holds now; logged
+/// ASIC_DB read-back for this switch, on if its ASIC_DB shows what CONFIG_DB holds now; logged
 /// either way, since it decides when a write counts as in effect.
-fn readback(target: &RedisTarget, opts: &SonicOptions, layout: &Layout, now: &[EcnSetting]) -> Option<Readback> {
-    let found = target.connect(opts.dbs.counters, READBACK_COUNTERS_CONNECTION).and_then(|mut counters| {
-        let mut asic = target.connect(opts.dbs.asic, READBACK_ASIC_CONNECTION)?;
-        let found = AsicQueues::discover(&mut counters, &mut asic, &layout.queues, now)
-            .map_err(|e| format!("Redis at {} (db {}): {e}", target.url(), opts.dbs.asic))?;
-        Ok(found.map(|queues| (queues, counters, asic)))
-    });
-    match found {
-        Ok(Ok((queues, counters, asic))) => {
-            info!(
-                timeout = ?opts.program_timeout,
-                "ASIC_DB shows the queues' WRED curves: a write counts as done once orchagent has programmed it there"
-            );
-            Some(Readback {
-                queues,
-                mapped_at: Instant::now(),
-                target: target.clone(),
-                dbs: opts.dbs,
-                counters: Some(counters),
-                asic: Some(asic),
-                timeout: opts.program_timeout,
-                shown_at: Arc::new(Mutex::new(None)),
-            })
-        }
-        Ok(Err(why)) | Err(why) => {
-            info!(
-                allowance = ?opts.poll_interval,
-                "no ASIC_DB read-back ({why}): a write counts as in effect one poll interval after CONFIG_DB took it"
-            );
-            None
-        }
+fn readback(target: &RedisTarget, opts: &SonicOptions, layout: &Layout, now: &[EcnSetting]) -> Readback {
+    let mut rb = Readback::new(target.clone(), opts.dbs, layout.queues.clone(), opts.program_timeout);
+    match rb.discover(now) {
+        Ok(()) => info!(
+            timeout = ?opts.program_timeout,
+            "ASIC_DB shows the queues' WRED curves: a write counts as done once orchagent has programmed it there"
+        ),
+        Err(why) => info!(
+            allowance = ?opts.poll_interval,
+            "no ASIC_DB read-back ({why}): a write counts as in effect one poll interval after CONFIG_DB took it \
+             (tried again before writes)"
+        ),
     }
-}
-
-/// ASIC_DB read-back of the writer's writes ([`asic`]).
-struct Readback {
-    queues: AsicQueues,
-    /// When the queues' object ids were last read.
-    mapped_at: Instant,
-    target: RedisTarget,
-    dbs: DbIndices,
-    counters: Option<Connection>,
-    asic: Option<Connection>,
-    timeout: Duration,
-    /// When ASIC_DB last showed a write programmed; shared with [`SonicBackend::write_times`].
-    shown_at: Arc<Mutex<Option<Instant>>>,
-}
-
-impl Readback {
-    /// The first queue whose ASIC_DB curve is not `want`'s, with the curve shown.
-    ///
-    /// While ASIC_DB does not show `want`, the queues' object ids are read again every
-    /// [`REMAP_PERIOD`]: a syncd cold restart renumbers them, and without this every later
-    /// write would look unprogrammed, and be undone, until the actuator restarted.
-    fn differs(&mut self, want: &[EcnSetting]) -> Result<Option<(usize, Option<asic::Curve>)>, String> {
-        let differs = self.read(want)?;
-        if differs.is_none() || self.mapped_at.elapsed() < REMAP_PERIOD {
-            return Ok(differs);
-        }
-        self.mapped_at = Instant::now();
-        if self.counters.is_none() {
-            self.counters = Some(self.target.connect(self.dbs.counters, READBACK_COUNTERS_CONNECTION)?);
-        }
-        let changed = match self.queues.remap(self.counters.as_mut().expect("connected")) {
-            Ok(changed) => changed,
-            Err(e) => {
-                self.counters = None;
-                return Err(format!("Redis at {} (db {}): {e}", self.target.url(), self.dbs.counters));
-            }
-        };
-        if changed == 0 {
-            return Ok(differs);
-        }
-        info!(
-            queues = changed,
-            "COUNTERS_QUEUE_NAME_MAP gives controlled queues new SAI object ids (syncd restarted?); ASIC_DB is read \
-             at the new ones"
-        );
-        self.read(want)
-    }
-
-    /// [`AsicQueues::differs`] on the ASIC_DB connection, opened if there is none.
-    fn read(&mut self, want: &[EcnSetting]) -> Result<Option<(usize, Option<asic::Curve>)>, String> {
-        if self.asic.is_none() {
-            self.asic = Some(self.target.connect(self.dbs.asic, READBACK_ASIC_CONNECTION)?);
-        }
-        let read = self.queues.differs(self.asic.as_mut().expect("connected"), want);
-        if read.is_err() {
-            self.asic = None;
-        }
-        read.map_err(|e| format!("Redis at {} (db {}): {e}", self.target.url(), self.dbs.asic))
-    }
+    rb
 }
 
 /// Wait for `rx` without stalling the async runtime: on a multi-threaded runtime's worker the
@@ -442,7 +358,7 @@ impl Backend for SonicBackend {
     /// every interval that starts after that was counted under the new settings. Without, one
     /// poll interval is allowed for it (usually milliseconds are enough).
     fn write_times(&self) -> Option<WriteTimes> {
-        let shown = self.programmed_at.as_ref().and_then(|at| *at.lock().expect("sonic readback lock"));
+        let shown = *self.programmed_at.lock().expect("sonic readback lock");
         Some(WriteTimes {
             landed_ns: self.write_started_ns.load(Ordering::SeqCst),
             in_effect_from_ns: counters::clock_ns(
@@ -491,7 +407,7 @@ struct Writer {
     /// How long to wait between attempts to fence while idle.
     retry: Duration,
     /// ASIC_DB read-back, where the switch's ASIC_DB can be read.
-    readback: Option<Readback>,
+    readback: Readback,
 }
 
 impl Writer {
@@ -511,6 +427,7 @@ impl Writer {
             };
             match job {
                 Some(job) => {
+                    self.readback.rediscover(&self.applied);
                     let r = self.apply(&job.settings).and_then(|()| self.await_programmed(&job.settings));
                     match &r {
                         Ok(()) => self.applied = job.settings,
@@ -543,29 +460,22 @@ impl Writer {
     /// undone: CONFIG_DB gets the settings last applied back and the apply fails, so that
     /// the device is where the service believes it is.
     fn await_programmed(&mut self, settings: &[EcnSetting]) -> Result<(), String> {
-        let Some(rb) = self.readback.as_mut() else { return Ok(()) };
+        let rb = &mut self.readback;
+        if !rb.is_on() {
+            return Ok(());
+        }
         *rb.shown_at.lock().expect("sonic readback lock") = None;
         let deadline = Instant::now() + rb.timeout;
-        let last = loop {
+        let why = loop {
             match rb.differs(settings) {
                 Ok(None) => {
                     *rb.shown_at.lock().expect("sonic readback lock") = Some(Instant::now());
                     return Ok(());
                 }
-                Ok(Some(differs)) if Instant::now() >= deadline => break Ok(differs),
-                Err(e) if Instant::now() >= deadline => break Err(e),
+                Ok(Some(why)) if Instant::now() >= deadline => break why,
+                Err(e) if Instant::now() >= deadline => break format!("ASIC_DB cannot be read: {e}"),
                 _ => std::thread::sleep(READBACK_PERIOD),
             }
-        };
-        let why = match last {
-            Ok((q, shown)) => {
-                let (queue, want) = (self.layout.queues[q].name(), config::effective(&settings[q]));
-                match shown {
-                    Some(c) => format!("ASIC_DB shows queue {queue} at {c:?} (Kmin, Kmax, percent), not {want:?}"),
-                    None => format!("ASIC_DB shows no WRED curve for queue {queue}, not {want:?}"),
-                }
-            }
-            Err(e) => format!("ASIC_DB cannot be read: {e}"),
         };
         let timeout = rb.timeout;
         let previous = self.applied.clone();
