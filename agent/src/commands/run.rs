@@ -24,8 +24,9 @@ use tracing::info;
 pub struct RunArgs {
     /// Actuator URL, e.g. http://127.0.0.1:50051 (https with --tls-ca). Repeat it to control
     /// several actuators from one process. `sim` starts the fabric simulator behind an actuator
-    /// inside this process (see --scenario) and ends with a before/after FCT comparison.
-    #[arg(long, value_name = "URL|sim", required = true)]
+    /// inside this process (see --scenario) and ends with a before/after FCT comparison; a
+    /// built-in scenario's name (`--target mixed`) is short for `--target sim --scenario NAME`.
+    #[arg(long, value_name = "URL|sim|SCENARIO", required = true)]
     target: Vec<String>,
     /// With --target sim: the scenario the embedded fabric runs (restarting with the next seed
     /// whenever it ends). Default: websearch-50.
@@ -137,6 +138,22 @@ fn read(flag: &str, p: &PathBuf) -> Result<Vec<u8>, CliError> {
 /// The scenario `--target sim` runs without `--scenario`.
 const DEFAULT_SIM_SCENARIO: &str = "websearch-50";
 
+/// `--target NAME` with a built-in scenario's name is `--target sim --scenario NAME`
+/// (PRODUCT.md's CLI contract). A name never looks like a URL, so nothing else is taken for one.
+fn expand_scenario_target(a: &mut RunArgs) -> Result<(), CliError> {
+    let Some(i) = a.target.iter().position(|t| t != "sim" && ecn_env::scenario::builtin(t).is_some()) else {
+        return Ok(());
+    };
+    if let Some(s) = &a.scenario {
+        return Err(CliError::BadInput(format!(
+            "--target {} names a built-in scenario, and --scenario {s} another; give one",
+            a.target[i]
+        )));
+    }
+    a.scenario = Some(std::mem::replace(&mut a.target[i], "sim".into()));
+    Ok(())
+}
+
 /// Refuse the flags only `--target sim` reads when the targets are real actuators, rather
 /// than ignore them.
 fn refuse_sim_flags_unless_sim(a: &RunArgs) -> Result<(), CliError> {
@@ -162,7 +179,8 @@ fn refuse_sim_flags_unless_sim(a: &RunArgs) -> Result<(), CliError> {
 const MAX_HEALTH_WINDOW: usize = 10_000;
 
 /// Parse the flags and run the controller.
-pub fn run(a: RunArgs) -> Result<(), CliError> {
+pub fn run(mut a: RunArgs) -> Result<(), CliError> {
+    expand_scenario_target(&mut a)?;
     refuse_sim_flags_unless_sim(&a)?;
     if a.health_window == 0 {
         return Err(CliError::BadInput(
@@ -416,5 +434,24 @@ mod tests {
             check("sim", flags).unwrap();
         }
         check(actuator, &[]).unwrap();
+    }
+
+    /// A built-in scenario's name as the target runs it on the embedded simulator; with
+    /// `--scenario` too, or beside an actuator, it is refused.
+    #[test]
+    fn a_scenario_name_as_target_is_the_embedded_simulator() {
+        let parse = |argv: &[&str]| Cli::try_parse_from(argv).unwrap().run;
+        let mut a = parse(&["run", "--target", "mixed", "--mode", "shadow"]);
+        expand_scenario_target(&mut a).unwrap();
+        assert_eq!((a.target, a.scenario.as_deref()), (vec!["sim".to_string()], Some("mixed")));
+        let mut a = parse(&["run", "--target", "mixed", "--scenario", "hadoop-50", "--mode", "shadow"]);
+        let e = expand_scenario_target(&mut a).unwrap_err();
+        assert!(e.to_string().contains("--target mixed names a built-in scenario"), "{e}");
+        let a = parse(&["run", "--target", "mixed", "--target", "http://127.0.0.1:1", "--mode", "shadow"]);
+        let e = run(a).unwrap_err();
+        assert!(e.to_string().contains("--target sim cannot be combined"), "{e}");
+        let mut a = parse(&["run", "--target", "http://127.0.0.1:1", "--mode", "shadow"]);
+        expand_scenario_target(&mut a).unwrap();
+        assert_eq!((a.target[0].as_str(), a.scenario), ("http://127.0.0.1:1", None));
     }
 }
