@@ -287,6 +287,26 @@ async fn telemetry_and_read_back_start_once_the_name_map_appears() {
     assert!(log.contains("ASIC_DB now shows the queues' WRED curves"), "{log}");
 }
 
+/// An edit to a controlled queue's profile from outside ecn-tuner (an operator, `config
+/// reload` loading the saved configuration) is noticed while the actuator is idle (every 5 poll
+/// intervals) and logged, naming the queue and both curves, and so is its end. Nothing is
+/// written: CONFIG_DB keeps the edit until the next write.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_edit_from_outside_is_noticed_and_left_alone() {
+    let rig = rig(Spec::default(), &[]).await;
+    let profile = "WRED_PROFILE|AZURE_LOSSLESS";
+    set_config_field(&rig.redis, profile, "green_min_threshold", "500000");
+    let edited = tables(&mut rig.redis.con(CONFIG_DB));
+    let noticed = "CONFIG_DB shows queue Ethernet0|3 at (500000, 2097152, 5), not the settings last applied, \
+                   (1048576, 2097152, 5) (Kmin, Kmax, percent): changed outside ecn-tuner";
+    eventually("the edit noticed", WAIT, || async { rig.act.log_text().contains(noticed).then_some(()) }).await;
+    assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), edited, "the edit left alone");
+    set_config_field(&rig.redis, profile, "green_min_threshold", "1048576");
+    let again = "CONFIG_DB holds the settings last applied again";
+    eventually("the edit undone noticed", WAIT, || async { rig.act.log_text().contains(again).then_some(()) }).await;
+    assert_eq!(rig.act.log_text().matches("changed outside ecn-tuner").count(), 1, "one warning per edit");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn shadow_makes_no_writes() {
     let rig = rig(Spec::default(), &[]).await;

@@ -20,7 +20,7 @@
 //! ids, and SONiC publishes the new name map only once flex counters start; so while ASIC_DB
 //! does not show a write, the ids are read again ([`Readback::differs`]).
 
-use super::config::{effective, QueueRef};
+use super::config::{effective, Curve, QueueRef};
 use super::conn::RedisTarget;
 use super::schema::{self, DbIndices};
 use ecn_env::EcnSetting;
@@ -28,9 +28,6 @@ use redis::Connection;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
-
-/// A green curve as the switch holds it: Kmin and Kmax in bytes, the percent at Kmax.
-pub type Curve = (u64, u64, u32);
 
 /// How often, at most, the queues' object ids are read again while ASIC_DB does not show a
 /// write.

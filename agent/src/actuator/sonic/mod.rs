@@ -64,6 +64,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default `--program-timeout`: orchagent programs a WRED change in milliseconds when it is
 /// well; within the controller's default `--call-timeout` (5 s) with the transaction around it.
 pub const DEFAULT_PROGRAM_TIMEOUT: Duration = Duration::from_secs(2);
+/// While idle, CONFIG_DB is compared with the settings last applied once every this many
+/// poll intervals (5 s at the default): a read of the two WRED tables.
+const DRIFT_CHECK_POLLS: u32 = 5;
 /// How often ASIC_DB is read while a write waits to be programmed.
 const READBACK_PERIOD: Duration = Duration::from_millis(10);
 /// Default `--frozen-after`: longer than SONiC's slowest default `counterpoll` interval for the
@@ -226,6 +229,8 @@ impl SonicBackend {
             unsettled: unsettled.clone(),
             retry: opts.timeout,
             readback,
+            drift_every: opts.poll_interval.saturating_mul(DRIFT_CHECK_POLLS),
+            drift: None,
         };
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
         let writer_thread = std::thread::Builder::new()
@@ -408,22 +413,20 @@ struct Writer {
     retry: Duration,
     /// ASIC_DB read-back, where the switch's ASIC_DB can be read.
     readback: Readback,
+    /// How often, while idle, CONFIG_DB is compared with the settings last applied.
+    drift_every: Duration,
+    /// How CONFIG_DB differed from them at the last comparison, if it did.
+    drift: Option<String>,
 }
 
 impl Writer {
     fn run(mut self, jobs: mpsc::Receiver<Job>) {
         loop {
-            let job = if self.unsettled.load(Ordering::SeqCst) {
-                match jobs.recv_timeout(self.retry) {
-                    Ok(job) => Some(job),
-                    Err(mpsc::RecvTimeoutError::Timeout) => None,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-            } else {
-                match jobs.recv() {
-                    Ok(job) => Some(job),
-                    Err(_) => break,
-                }
+            let unsettled = self.unsettled.load(Ordering::SeqCst);
+            let job = match jobs.recv_timeout(if unsettled { self.retry } else { self.drift_every }) {
+                Ok(job) => Some(job),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
             };
             match job {
                 Some(job) => {
@@ -435,7 +438,8 @@ impl Writer {
                     }
                     let _ = job.reply.send(r);
                 }
-                None => self.settle(),
+                None if unsettled => self.settle(),
+                None => self.check_drift(),
             }
         }
         if self.unsettled.load(Ordering::SeqCst) {
@@ -452,6 +456,38 @@ impl Writer {
             Ok(()) => info!("the failed transaction is fenced off; CONFIG_DB holds the settings last applied"),
             Err(e) => warn!("cannot yet fence off the failed transaction, retrying: {e}"),
         }
+    }
+
+    /// Compare CONFIG_DB with the settings last applied, and log when an edit from outside
+    /// (an operator, `config reload`, which loads the saved configuration) appears and when it
+    /// is gone. Nothing is written: the next write plans from what CONFIG_DB holds then, and
+    /// until then the actuator reports the settings last applied.
+    fn check_drift(&mut self) {
+        let now = match self.read(config::read_snapshot) {
+            Ok(now) => now,
+            Err(e) => {
+                debug!("cannot compare CONFIG_DB with the settings last applied: {e}");
+                self.con = None;
+                return;
+            }
+        };
+        let drift = config::differs(&self.layout, &now, &self.applied).map(|(q, shown)| {
+            let shown = shown.map_or("no WRED curve".to_string(), |c| format!("{c:?}"));
+            format!(
+                "CONFIG_DB shows queue {} at {shown}, not the settings last applied, {:?} (Kmin, Kmax, percent)",
+                self.layout.queues[q].name(),
+                config::effective(&self.applied[q])
+            )
+        });
+        match (&self.drift, &drift) {
+            (None, Some(why)) => warn!(
+                "{why}: changed outside ecn-tuner (an operator, `config reload`?); the actuator reports the settings \
+                 last applied until its next write, which plans from what CONFIG_DB holds then"
+            ),
+            (Some(_), None) => info!("CONFIG_DB holds the settings last applied again"),
+            _ => {}
+        }
+        self.drift = drift;
     }
 
     /// With ASIC_DB read-back, wait until orchagent has programmed `settings` (just written to
