@@ -460,7 +460,7 @@ impl Writer {
 
     /// Compare CONFIG_DB with the settings last applied, and log when an edit from outside
     /// (an operator, `config reload`, which loads the saved configuration) appears and when it
-    /// is gone. Nothing is written: the next write plans from what CONFIG_DB holds then, and
+    /// is gone. Nothing is written here: the next write sets every controlled queue again, and
     /// until then the actuator reports the settings last applied.
     fn check_drift(&mut self) {
         let now = match self.read(config::read_snapshot) {
@@ -482,7 +482,7 @@ impl Writer {
         match (&self.drift, &drift) {
             (None, Some(why)) => warn!(
                 "{why}: changed outside ecn-tuner (an operator, `config reload`?); the actuator reports the settings \
-                 last applied until its next write, which plans from what CONFIG_DB holds then"
+                 last applied until its next write, which sets every controlled queue again"
             ),
             (Some(_), None) => info!("CONFIG_DB holds the settings last applied again"),
             _ => {}
