@@ -17,7 +17,7 @@ use crate::learned::LearnedModel;
 use ecn_env::rng::mix_hash;
 use ecn_env::tuning::action::TEMPLATE_RATE_BPS;
 use ecn_env::tuning::{ActionTemplate, Bounds, TemplateKind, TuningConfig};
-use ecn_env::{Baseline, BitsPerSec, EcnSetting};
+use ecn_env::{Baseline, BitsPerSec, EcnSetting, Nanos};
 use std::fmt;
 use std::sync::Arc;
 
@@ -70,6 +70,8 @@ pub struct Explore {
     pub anchor: Anchor,
     template: ActionTemplate,
     bounds: Bounds,
+    /// The control interval, when set apart from the anchor's ([`Explore::at_interval`]).
+    interval: Option<Nanos>,
 }
 
 impl Explore {
@@ -101,7 +103,15 @@ impl Explore {
             anchor,
             template: ActionTemplate::new(template),
             bounds,
+            interval: None,
         }
+    }
+
+    /// The same exploration, deciding (and so sampling the fabric) every `interval` instead of
+    /// at its anchor's control interval: data for a model that will decide at `interval`.
+    pub fn at_interval(mut self, interval: Nanos) -> Self {
+        self.interval = Some(interval);
+        self
     }
 
     /// The anchor's model, when exploring around a learned policy.
@@ -113,9 +123,10 @@ impl Explore {
     }
 
     /// The tuning exploration runs at: its anchor model's (control interval, features), or the
-    /// default one around a baseline.
+    /// default one around a baseline; at [`Explore::at_interval`]'s interval if one is set.
     pub fn tuning(&self) -> TuningConfig {
-        self.model().map(|m| m.tuning().clone()).unwrap_or_default()
+        let tuning = self.model().map(|m| m.tuning().clone()).unwrap_or_default();
+        TuningConfig { control_interval: self.interval.unwrap_or(tuning.control_interval), ..tuning }
     }
 
     /// The template entry of `queue` at decision number `decision`; `None` when the draw

@@ -209,6 +209,31 @@ async fn record_writes_exploratory_telemetry_as_parquet() {
     let (code, _, stderr) = run_cli(&["record", "--scenario", &tiny, "--out", "x.csv"]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--out"), "{stderr}");
+
+    // `--interval`: exploration decides, and the fabric is sampled, at it; a model decides at
+    // its card's interval, so the flag is refused with one.
+    let slow = dir.path().join("rec/slow.parquet").display().to_string();
+    let (code, stdout, stderr) =
+        run_cli(&["record", "--scenario", &tiny, "--policy", "explore:4", "--interval", "300us", "--out", &slow]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("intervals of 300us"), "{stdout}");
+    let rows = ecn_datasets::io::read_telemetry_parquet(Path::new(&slow)).unwrap();
+    let first = &rows[0];
+    let times: Vec<u64> = rows
+        .iter()
+        .filter(|r| (&r.switch, &r.port, r.queue) == (&first.switch, &first.port, first.queue))
+        .map(|r| r.sample.ts_ns)
+        .collect();
+    assert!(times.len() > 3 && times.windows(2).all(|w| w[1] - w[0] == 300_000), "{times:?}");
+    for (policy, interval, needle) in [
+        ("model:default", "300us", "--interval: a model decides at its card's control interval"),
+        ("explore:4", "1ns", "--interval 1ns: the minimum is"),
+    ] {
+        let args = ["record", "--scenario", &tiny, "--policy", policy, "--interval", interval, "--out", &slow];
+        let (code, _, stderr) = run_cli(&args).await;
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
 }
 
 /// A run too short to reach its first gradient update would save its random initialization as

@@ -13,7 +13,9 @@ use crate::policy::Policy;
 use crate::rollout;
 use clap::Args;
 use ecn_datasets::io;
+use ecn_env::fabric::MIN_INTERVAL;
 use ecn_env::scenario::Scenario;
+use ecn_env::Nanos;
 use std::path::PathBuf;
 use tracing::info;
 
@@ -41,6 +43,11 @@ pub struct RecordArgs {
     /// Seed for flow generation and marking (default: the scenario's).
     #[arg(long, conflicts_with = "target")]
     seed: Option<u64>,
+    /// With --scenario: the sample interval, e.g. 1ms: an exploring policy decides at it
+    /// (default: its anchor's control interval, 100us without one), a static or baseline
+    /// policy is sampled at it (default: the scenario's). A model decides at its card's.
+    #[arg(long, value_name = "DUR", conflicts_with = "target")]
+    interval: Option<String>,
     /// The telemetry file to write (.parquet).
     #[arg(long, value_name = "FILE.parquet")]
     out: PathBuf,
@@ -53,23 +60,48 @@ pub fn run(args: RecordArgs) -> Result<(), CliError> {
     }
     super::prepare_out_file(&args.out)?;
     let Some(name) = &args.scenario else { return record_target(&args) };
-    let policy = Policy::parse(&args.policy)?;
-    let scenario = Scenario::load(name, args.seed)?;
+    let mut policy = Policy::parse(&args.policy)?;
+    let mut scenario = Scenario::load(name, args.seed)?;
+    if let Some(text) = &args.interval {
+        let interval = sample_interval(text)?;
+        match &mut policy {
+            Policy::Explore(e) => *e = e.clone().at_interval(interval),
+            Policy::Static(_) | Policy::Baseline(_) => scenario.fabric.sample_interval = interval,
+            Policy::Model(m) => {
+                return Err(CliError::BadInput(format!(
+                    "--interval: a model decides at its card's control interval ({}); drop the flag",
+                    m.tuning().control_interval
+                )))
+            }
+        }
+    }
+    // A run too long to hold at this interval is refused before it starts.
+    scenario.check_sampled_every(policy.control_interval().unwrap_or(scenario.fabric.sample_interval))?;
     info!(scenario = %scenario.name, policy = %policy, seed = scenario.seed, "recording");
     let mut outcome = rollout::simulate(&scenario, &policy, &policy.to_string(), None)?;
     let rows = outcome.sim.take_telemetry();
     io::write_telemetry_parquet(&args.out, &rows).map_err(|e| CliError::Failed(e.to_string()))?;
     let queues = outcome.sim.queues().len();
     outln!(
-        "wrote {}: {} rows ({} queues × {} intervals) from {} under {}",
+        "wrote {}: {} rows ({} queues × {} intervals of {}) from {} under {}",
         args.out.display(),
         rows.len(),
         queues,
         rows.len() / queues.max(1),
+        policy.control_interval().unwrap_or(scenario.fabric.sample_interval),
         scenario.name,
         policy
     );
     Ok(())
+}
+
+/// `--interval`: a duration of at least [`MIN_INTERVAL`].
+fn sample_interval(text: &str) -> Result<Nanos, CliError> {
+    let interval: Nanos = text.parse().map_err(|e| CliError::BadInput(format!("--interval '{text}': {e}")))?;
+    if interval < MIN_INTERVAL {
+        return Err(CliError::BadInput(format!("--interval {interval}: the minimum is {MIN_INTERVAL}")));
+    }
+    Ok(interval)
 }
 
 /// `record --target URL --duration D`.
