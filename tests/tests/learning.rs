@@ -227,6 +227,7 @@ async fn record_writes_exploratory_telemetry_as_parquet() {
     assert!(times.len() > 3 && times.windows(2).all(|w| w[1] - w[0] == 300_000), "{times:?}");
     for (policy, interval, needle) in [
         ("model:default", "300us", "--interval: a model decides at its card's control interval"),
+        ("explore:4:1:0.5:model:default", "300us", "--interval: exploration around a model runs at the model's"),
         ("explore:4", "1ns", "--interval 1ns: the minimum is"),
     ] {
         let args = ["record", "--scenario", &tiny, "--policy", policy, "--interval", interval, "--out", &slow];

@@ -44,8 +44,8 @@ pub struct RecordArgs {
     #[arg(long, conflicts_with = "target")]
     seed: Option<u64>,
     /// With --scenario: the sample interval, e.g. 1ms: an exploring policy decides at it
-    /// (default: its anchor's control interval, 100us without one), a static or baseline
-    /// policy is sampled at it (default: the scenario's). A model decides at its card's.
+    /// (default: 100us), a static or baseline policy is sampled at it (default: the
+    /// scenario's). A model, and exploration around one, decide at the model card's.
     #[arg(long, value_name = "DUR", conflicts_with = "target")]
     interval: Option<String>,
     /// The telemetry file to write (.parquet).
@@ -65,14 +65,23 @@ pub fn run(args: RecordArgs) -> Result<(), CliError> {
     if let Some(text) = &args.interval {
         let interval = sample_interval(text)?;
         match &mut policy {
+            // The anchor model's decisions need observations at its own interval.
+            Policy::Explore(e) if e.model().is_some_and(|m| m.tuning().control_interval != interval) => {
+                return Err(CliError::BadInput(format!(
+                    "--interval: exploration around a model runs at the model's control interval ({}); drop the \
+                     flag, or explore around a baseline",
+                    e.tuning().control_interval
+                )))
+            }
             Policy::Explore(e) => *e = e.clone().at_interval(interval),
             Policy::Static(_) | Policy::Baseline(_) => scenario.fabric.sample_interval = interval,
-            Policy::Model(m) => {
+            Policy::Model(m) if m.tuning().control_interval != interval => {
                 return Err(CliError::BadInput(format!(
                     "--interval: a model decides at its card's control interval ({}); drop the flag",
                     m.tuning().control_interval
                 )))
             }
+            Policy::Model(_) => {}
         }
     }
     // A run too long to hold at this interval is refused before it starts.
