@@ -212,6 +212,8 @@ impl Readback {
         Ok(read?.map(|(q, shown)| self.describe(q, shown, &want[q])))
     }
 
+    /// [`Readback::differs`] with the queues taken out of `self`, whose connections it uses
+    /// meanwhile; gives them back with the result.
     fn differs_remapping(
         &mut self,
         mut found: AsicQueues,
