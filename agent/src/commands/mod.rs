@@ -16,6 +16,7 @@ pub mod train;
 pub mod validate;
 
 use crate::error::CliError;
+use ecn_env::fabric::MIN_INTERVAL;
 use ecn_env::Nanos;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -36,6 +37,16 @@ fn positive_duration(flag: &str, v: &str) -> Result<Duration, CliError> {
         return Err(CliError::BadInput(format!("{flag} '{v}': must be greater than 0")));
     }
     Ok(d)
+}
+
+/// `--interval` of `train` and `record`: a control or sample interval, at least
+/// [`MIN_INTERVAL`] (each interval writes a telemetry row per queue).
+fn interval(text: &str) -> Result<Nanos, CliError> {
+    let interval: Nanos = text.parse().map_err(|e| CliError::BadInput(format!("--interval '{text}': {e}")))?;
+    if interval < MIN_INTERVAL {
+        return Err(CliError::BadInput(format!("--interval {interval}: the minimum is {MIN_INTERVAL}")));
+    }
+    Ok(interval)
 }
 
 /// Make ready for an `--out` file before any work: refuse a path that is a directory, and

@@ -13,9 +13,7 @@ use crate::policy::Policy;
 use crate::rollout;
 use clap::Args;
 use ecn_datasets::io;
-use ecn_env::fabric::MIN_INTERVAL;
 use ecn_env::scenario::Scenario;
-use ecn_env::Nanos;
 use std::path::PathBuf;
 use tracing::info;
 
@@ -63,7 +61,7 @@ pub fn run(args: RecordArgs) -> Result<(), CliError> {
     let mut policy = Policy::parse(&args.policy)?;
     let mut scenario = Scenario::load(name, args.seed)?;
     if let Some(text) = &args.interval {
-        let interval = sample_interval(text)?;
+        let interval = super::interval(text)?;
         match &mut policy {
             // The anchor model's decisions need observations at its own interval.
             Policy::Explore(e) if e.model().is_some_and(|m| m.tuning().control_interval != interval) => {
@@ -102,15 +100,6 @@ pub fn run(args: RecordArgs) -> Result<(), CliError> {
         policy
     );
     Ok(())
-}
-
-/// `--interval`: a duration of at least [`MIN_INTERVAL`].
-fn sample_interval(text: &str) -> Result<Nanos, CliError> {
-    let interval: Nanos = text.parse().map_err(|e| CliError::BadInput(format!("--interval '{text}': {e}")))?;
-    if interval < MIN_INTERVAL {
-        return Err(CliError::BadInput(format!("--interval {interval}: the minimum is {MIN_INTERVAL}")));
-    }
-    Ok(interval)
 }
 
 /// `record --target URL --duration D`.

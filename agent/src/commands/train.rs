@@ -169,11 +169,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
             args.envs
         )));
     }
-    let interval: Nanos =
-        args.interval.parse().map_err(|e| CliError::BadInput(format!("--interval '{}': {e}", args.interval)))?;
-    if interval < MIN_INTERVAL {
-        return Err(CliError::BadInput(format!("--interval {interval}: the minimum is {MIN_INTERVAL}")));
-    }
+    let interval = super::interval(&args.interval)?;
     if !args.telemetry.is_empty() {
         return run_offline(&args);
     }
