@@ -171,16 +171,18 @@ impl Readback {
     /// Turn read-back on if ASIC_DB shows every queue with the curve of `now`, the settings
     /// CONFIG_DB holds; otherwise the reason it stays off.
     pub fn discover(&mut self, now: &[EcnSetting]) -> Result<(), String> {
-        self.checked_at = Instant::now();
-        let found = self.with_counters(AsicQueues::map)?;
-        if let Some(q) = found.oids.iter().position(Option::is_none) {
-            return Err(format!("COUNTERS_QUEUE_NAME_MAP has no object id for queue {}", self.queues[q].name()));
+        let Readback { target, dbs, queues, counters, asic, found, checked_at, .. } = self;
+        *checked_at = Instant::now();
+        let mapped =
+            with_connection(counters, target, dbs.counters, COUNTERS_CONNECTION, |c| AsicQueues::map(c, queues))?;
+        if let Some(q) = mapped.oids.iter().position(Option::is_none) {
+            return Err(format!("COUNTERS_QUEUE_NAME_MAP has no object id for queue {}", queues[q].name()));
         }
-        let differs = self.with_asic(|a| found.differs(a, now))?;
+        let differs = with_connection(asic, target, dbs.asic, ASIC_CONNECTION, |a| mapped.differs(a, now))?;
         if let Some((q, shown)) = differs {
-            return Err(self.describe(q, shown, &now[q]));
+            return Err(describe(&queues[q], shown, &now[q]));
         }
-        self.found = Some(found);
+        *found = Some(mapped);
         Ok(())
     }
 
@@ -206,76 +208,44 @@ impl Readback {
     /// [`REMAP_PERIOD`]: after a syncd cold restart every write would otherwise look
     /// unprogrammed, and be undone, until the actuator restarted.
     pub fn differs(&mut self, want: &[EcnSetting]) -> Result<Option<String>, String> {
-        let Some(found) = self.found.take() else { return Ok(None) };
-        let (found, read) = self.differs_remapping(found, want);
-        self.found = Some(found);
-        Ok(read?.map(|(q, shown)| self.describe(q, shown, &want[q])))
-    }
-
-    /// [`Readback::differs`] with the queues taken out of `self`, whose connections it uses
-    /// meanwhile; gives them back with the result.
-    fn differs_remapping(
-        &mut self,
-        mut found: AsicQueues,
-        want: &[EcnSetting],
-    ) -> (AsicQueues, Result<Option<(usize, Shown)>, String>) {
-        let differs = match self.with_asic(|a| found.differs(a, want)) {
-            Ok(Some(d)) => d,
-            other => return (found, other),
-        };
-        if self.checked_at.elapsed() < REMAP_PERIOD {
-            return (found, Ok(Some(differs)));
-        }
-        self.checked_at = Instant::now();
-        match self.with_counters(|c, _| found.remap(c)) {
-            Ok(0) => (found, Ok(Some(differs))),
-            Ok(changed) => {
-                info!(
-                    queues = changed,
-                    missing = found.missing(),
-                    "COUNTERS_QUEUE_NAME_MAP gives controlled queues other SAI object ids (syncd restarted?); \
-                     ASIC_DB is read at the new ones"
-                );
-                let read = self.with_asic(|a| found.differs(a, want));
-                (found, read)
-            }
-            Err(e) => {
+        let Readback { target, dbs, queues, counters, asic, found, checked_at, .. } = self;
+        let Some(found) = found.as_mut() else { return Ok(None) };
+        let mut differs = with_connection(asic, target, dbs.asic, ASIC_CONNECTION, |a| found.differs(a, want))?;
+        if differs.is_some() && checked_at.elapsed() >= REMAP_PERIOD {
+            *checked_at = Instant::now();
+            match with_connection(counters, target, dbs.counters, COUNTERS_CONNECTION, |c| found.remap(c)) {
+                Ok(0) => {}
+                Ok(changed) => {
+                    info!(
+                        queues = changed,
+                        missing = found.missing(),
+                        "COUNTERS_QUEUE_NAME_MAP gives controlled queues other SAI object ids (syncd restarted?); \
+                         ASIC_DB is read at the new ones"
+                    );
+                    differs = with_connection(asic, target, dbs.asic, ASIC_CONNECTION, |a| found.differs(a, want))?;
+                }
                 // What ASIC_DB showed stands; the ids are read again next time.
-                warn!("cannot read the queues' SAI object ids again: {e}");
-                (found, Ok(Some(differs)))
+                Err(e) => warn!("cannot read the queues' SAI object ids again: {e}"),
             }
         }
-    }
-
-    /// Why queue `q` does not count as showing `want`.
-    fn describe(&self, q: usize, shown: Shown, want: &EcnSetting) -> String {
-        let (queue, want) = (self.queues[q].name(), effective(want));
-        match shown {
-            Shown::NoId => format!(
-                "COUNTERS_QUEUE_NAME_MAP has no object id for queue {queue} (flex counters not started since a \
-                 syncd restart?), so ASIC_DB cannot show it at {want:?}"
-            ),
-            Shown::NoCurve => format!("ASIC_DB shows no WRED curve for queue {queue}, not {want:?}"),
-            Shown::Curve(c) => format!("ASIC_DB shows queue {queue} at {c:?} (Kmin, Kmax, percent), not {want:?}"),
-        }
-    }
-
-    /// Run `f` on the ASIC_DB connection, opened if there is none and dropped on an error.
-    fn with_asic<T>(&mut self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> Result<T, String> {
-        let (target, db) = (&self.target, self.dbs.asic);
-        with_connection(&mut self.asic, target, db, ASIC_CONNECTION, f)
-    }
-
-    /// Run `f` on the COUNTERS_DB connection, opened if there is none and dropped on an error.
-    fn with_counters<T>(
-        &mut self,
-        f: impl FnOnce(&mut Connection, &[QueueRef]) -> redis::RedisResult<T>,
-    ) -> Result<T, String> {
-        let (target, db, queues) = (&self.target, self.dbs.counters, &self.queues);
-        with_connection(&mut self.counters, target, db, COUNTERS_CONNECTION, |c| f(c, queues))
+        Ok(differs.map(|(q, shown)| describe(&queues[q], shown, &want[q])))
     }
 }
 
+/// Why `queue` does not count as showing `want`.
+fn describe(queue: &QueueRef, shown: Shown, want: &EcnSetting) -> String {
+    let (queue, want) = (queue.name(), effective(want));
+    match shown {
+        Shown::NoId => format!(
+            "COUNTERS_QUEUE_NAME_MAP has no object id for queue {queue} (flex counters not started since a syncd \
+             restart?), so ASIC_DB cannot show it at {want:?}"
+        ),
+        Shown::NoCurve => format!("ASIC_DB shows no WRED curve for queue {queue}, not {want:?}"),
+        Shown::Curve(c) => format!("ASIC_DB shows queue {queue} at {c:?} (Kmin, Kmax, percent), not {want:?}"),
+    }
+}
+
+/// Run `f` on `con`, opened (as `name`, on `db`) if there is none and dropped on an error.
 fn with_connection<T>(
     con: &mut Option<Connection>,
     target: &RedisTarget,
