@@ -83,7 +83,8 @@ pub fn run(args: RecordArgs) -> Result<(), CliError> {
         }
     }
     // A run too long to hold at this interval is refused before it starts.
-    scenario.check_sampled_every(policy.control_interval().unwrap_or(scenario.fabric.sample_interval))?;
+    let sampled_every = policy.control_interval().unwrap_or(scenario.fabric.sample_interval);
+    scenario.check_sampled_every(sampled_every)?;
     info!(scenario = %scenario.name, policy = %policy, seed = scenario.seed, "recording");
     let mut outcome = rollout::simulate(&scenario, &policy, &policy.to_string(), None)?;
     let rows = outcome.sim.take_telemetry();
@@ -95,7 +96,7 @@ pub fn run(args: RecordArgs) -> Result<(), CliError> {
         rows.len(),
         queues,
         rows.len() / queues.max(1),
-        policy.control_interval().unwrap_or(scenario.fabric.sample_interval),
+        sampled_every,
         scenario.name,
         policy
     );
