@@ -81,3 +81,79 @@ impl Port {
         Some(((from + eligible.rotate_right(from).trailing_zeros()) % 8) as usize)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port() -> Port {
+        Port {
+            node: 0,
+            rate: BitsPerSec(100_000_000_000),
+            delay: 1000,
+            busy_until: 0,
+            ready_at: u64::MAX,
+            queues: Default::default(),
+            backlog: 0,
+            queued_bytes: [0; 8],
+            paused: 0,
+            rr_last: 0,
+            ecn: [EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.01 }; 8],
+            mark_all: 0,
+            mark_none: 0,
+            window_tx_bytes: 0,
+            pause_began: [u64::MAX; 8],
+        }
+    }
+
+    /// Serve the port as `switch_try_send` does, `n` times; the priorities served, in order.
+    fn serve(p: &mut Port, n: usize) -> Vec<usize> {
+        let mut order = Vec::new();
+        for _ in 0..n {
+            let Some(prio) = p.next_queue() else { break };
+            if prio != 0 {
+                p.rr_last = prio as u8;
+            }
+            p.dequeue(prio).expect("next_queue names a non-empty queue");
+            order.push(prio);
+        }
+        order
+    }
+
+    #[test]
+    fn control_queue_goes_first_even_with_every_data_priority_paused() {
+        // REFERENCE.md §3: queue 0 (PAUSE, CNP, ACK) has strict priority.
+        let mut p = port();
+        for pkt in 0..3 {
+            p.enqueue(3, pkt);
+            p.enqueue(0, 10 + pkt);
+        }
+        p.rr_last = 2;
+        assert_eq!(serve(&mut p, 3), [0, 0, 0]);
+        p.enqueue(0, 20);
+        p.paused = 0xFE;
+        assert_eq!(serve(&mut p, 8), [0], "paused data waits, control does not");
+        p.paused = 0;
+        assert_eq!(serve(&mut p, 8), [3, 3, 3]);
+        assert_eq!(p.backlog, 0);
+    }
+
+    #[test]
+    fn data_priorities_take_turns_and_a_paused_one_is_skipped() {
+        let mut p = port();
+        for pkt in 0..4 {
+            for prio in [1, 3, 6] {
+                p.enqueue(prio, pkt);
+            }
+        }
+        p.rr_last = 3;
+        // Round-robin from the one after the last served, wrapping past 7 to 1 (never 0).
+        assert_eq!(serve(&mut p, 6), [6, 1, 3, 6, 1, 3]);
+        p.paused = 1 << 1;
+        assert_eq!(serve(&mut p, 8), [6, 3, 6, 3], "priority 1 is paused");
+        assert_eq!(p.next_queue(), None, "only a paused priority has packets");
+        p.paused = 0;
+        assert_eq!(serve(&mut p, 8), [1, 1]);
+        assert_eq!(p.next_queue(), None);
+    }
+}
