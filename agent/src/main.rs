@@ -24,6 +24,11 @@ mod telemetry_input;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+/// A corrupt telemetry file can ask the Parquet decoder for exabytes: exit 2 naming the file,
+/// not abort ([`ecn_datasets::decoding`]).
+#[global_allocator]
+static ALLOCATOR: ecn_datasets::decoding::ReportingAllocator = ecn_datasets::decoding::ReportingAllocator;
+
 /// Learn and apply per-queue ECN settings (Kmin, Kmax, Pmax) for RoCEv2 fabrics running DCQCN.
 #[derive(Parser)]
 #[command(name = "ecn-tuner", version, about, long_about = None)]
@@ -86,6 +91,17 @@ fn main() -> ExitCode {
         .with_target(false)
         .with_ansi(ansi)
         .init();
+
+    // A decoder that panics on a corrupt file becomes that file's error line; the panic's own
+    // message and backtrace would only bury it.
+    let report_panic = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if ecn_datasets::decoding::is_decoding() {
+            tracing::debug!("the Parquet decoder panicked: {info}");
+        } else {
+            report_panic(info);
+        }
+    }));
 
     if let Command::Train(a) = &cli.command {
         commands::train::before_libtorch(a);

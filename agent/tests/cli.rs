@@ -404,3 +404,26 @@ fn a_missing_models_folder_is_named_with_the_way_out() {
     assert!(stderr.contains("$ECN_TUNER_MODELS") && stderr.contains("default.safetensors"), "{stderr}");
     assert!(out.stdout.is_empty());
 }
+
+/// A Parquet page whose corrupt run length makes the decoder ask for 2^61 bytes: a failed
+/// allocation aborts a Rust process (exit 134) unless the binary's allocator turns it into the
+/// file's error line and exit 2. `data/corrupt-page.parquet` is a 75-row telemetry file written
+/// by pyarrow, uncompressed, with byte 4180 (0-based) changed from 0x28 to 0x1d.
+#[test]
+fn a_corrupt_page_that_asks_for_exabytes_exits_2_naming_the_file() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/corrupt-page.parquet");
+    let file = file.display().to_string();
+    let dir = temp_dir("corrupt-page");
+    let model = dir.path().join("m.safetensors").display().to_string();
+    for args in [
+        vec!["validate", "--telemetry", &file],
+        vec!["recommend", "--telemetry", &file],
+        vec!["train", "--telemetry", &file, "--steps", "10", "--out", &model],
+    ] {
+        let out = ecn_tuner(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("corrupt-page.parquet: not a readable Parquet file"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked") && !stderr.contains("memory allocation"), "{args:?}: {stderr}");
+    }
+}

@@ -10,6 +10,8 @@ pub mod records;
 pub mod workloads;
 
 #[cfg(feature = "io")]
+pub mod decoding;
+#[cfg(feature = "io")]
 pub mod io;
 #[cfg(feature = "io")]
 pub mod telemetry;

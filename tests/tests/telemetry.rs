@@ -9,8 +9,10 @@ use std::path::Path;
 use ecn_datasets::counters::CounterWidth;
 use ecn_datasets::io::write_telemetry_parquet;
 use ecn_datasets::telemetry::{
-    load_telemetry, stream_telemetry, Continuity, QueueKey, QueueSample, QueueSeries, ReadOptions, TelemetryError,
+    load_telemetry, stream_telemetry, Continuity, CounterMode, QueueKey, QueueSample, QueueSeries, ReadOptions,
+    TelemetryError,
 };
+use ecn_datasets::TelemetrySample;
 use ecn_tests::telemetry_fixtures::{
     clean_rows, expected_series, write_fixtures, ExpectedProblem, TelemetryFixture, INTERVAL_NS,
 };
@@ -149,6 +151,101 @@ fn every_problem_is_collected_not_just_the_first() {
     let msg = err.to_string();
     assert_eq!(msg.lines().count(), 21, "20 problems and a summary line: {msg}");
     assert!(msg.contains(&format!("{} in all", err.total)), "{msg}");
+}
+
+/// One queue at 100G sampled every 100 µs, sending at line rate; the sample at index `late`
+/// comes 40% late (within the default `--max-gap` of 1.5 intervals) and carries line rate over
+/// its longer step.
+fn line_rate_with_a_late_poll(late: usize) -> Vec<TelemetrySample> {
+    let mut ts = 0;
+    (0..30)
+        .map(|i| {
+            let step = if i == late { 140_000 } else { 100_000 };
+            ts += step;
+            let tx_bytes = 100_000_000_000 / 8 * step / 1_000_000_000;
+            TelemetrySample {
+                switch: "leaf0".into(),
+                port: "eth1".into(),
+                queue: 3,
+                sample: QueueSample {
+                    ts_ns: ts,
+                    link_bps: 100_000_000_000,
+                    tx_bytes,
+                    tx_pkts: tx_bytes / 1000,
+                    kmin_bytes: 5_000,
+                    kmax_bytes: 200_000,
+                    pmax: 0.01,
+                    ..QueueSample::default()
+                },
+            }
+        })
+        .collect()
+}
+
+/// A delta covers the time since the poll before it. A late poll's bigger delta was rejected
+/// as implausible in a delta file (judged over the usual interval) while the same traffic as
+/// cumulative counters was accepted (judged over the step), so `validate --repair --out` of a
+/// cumulative file wrote deltas that failed validation.
+#[test]
+fn a_late_poll_is_judged_over_its_own_step_whatever_the_counter_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let deltas = line_rate_with_a_late_poll(20);
+    let delta_file = dir.path().join("deltas.parquet");
+    write_telemetry_parquet(&delta_file, &deltas).unwrap();
+    let mut total = 0;
+    let cumulative: Vec<TelemetrySample> = deltas
+        .iter()
+        .map(|r| {
+            total += r.sample.tx_bytes;
+            let mut c = r.clone();
+            c.sample.tx_bytes = total;
+            c.sample.tx_pkts = total / 1000;
+            c
+        })
+        .collect();
+    let cumulative_file = dir.path().join("cumulative.parquet");
+    write_telemetry_parquet(&cumulative_file, &cumulative).unwrap();
+    let as_deltas = load_telemetry(&delta_file, &ReadOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let opts = ReadOptions { counters: Some(CounterMode::Cumulative), ..ReadOptions::default() };
+    let from_cumulative = load_telemetry(&cumulative_file, &opts).unwrap_or_else(|e| panic!("{e}"));
+    let late: Vec<u64> = as_deltas.queues[0].samples.iter().map(|s| s.tx_bytes).filter(|&b| b > 1_250_000).collect();
+    assert_eq!(late, [1_750_000], "the late poll's 1.75 MB, kept");
+    // The cumulative read's first sample only sets the baseline; the rest are the same deltas.
+    assert_eq!(as_deltas.queues[0].samples[1..], from_cumulative.queues[0].samples[..]);
+    assert!(stream_series(&delta_file, &ReadOptions::default()).is_ok());
+
+    // Beyond line rate over the step it is still implausible: 25% more than a late poll carries.
+    let mut too_much = deltas.clone();
+    too_much[20].sample.tx_bytes = 1_750_000 * 5 / 4 + 10;
+    write_telemetry_parquet(&delta_file, &too_much).unwrap();
+    let err = load_telemetry(&delta_file, &ReadOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("row 21, column `tx_bytes`"), "{err}");
+}
+
+/// Out of order means earlier than any earlier row of its queue: both readers report every
+/// such row, not only the first after the row that jumped ahead.
+#[test]
+fn every_row_earlier_than_an_earlier_one_is_out_of_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rows = line_rate_with_a_late_poll(usize::MAX);
+    // Timestamps 100, 200, 300, 600, 400, 500, 700, ... µs: rows 5 and 6 are before row 4.
+    rows[3].sample.ts_ns = 600_000;
+    rows[4].sample.ts_ns = 400_000;
+    rows[5].sample.ts_ns = 500_000;
+    let path = dir.path().join("ooo.parquet");
+    write_telemetry_parquet(&path, &rows).unwrap();
+    for err in [
+        load_telemetry(&path, &ReadOptions::default()).unwrap_err(),
+        stream_series(&path, &ReadOptions::default()).unwrap_err(),
+    ] {
+        let msg = err.to_string();
+        assert_eq!(err.counts.get("out_of_order"), Some(&2), "{msg}");
+        assert!(msg.contains("row 5, column `ts_ns`") && msg.contains("row 6, column `ts_ns`"), "{msg}");
+    }
+    let opts = ReadOptions { repair: true, ..ReadOptions::default() };
+    let repaired = load_telemetry(&path, &opts).unwrap_or_else(|e| panic!("{e}"));
+    let ts: Vec<u64> = repaired.queues[0].samples.iter().map(|s| s.ts_ns).take(7).collect();
+    assert_eq!(ts, [100_000, 200_000, 300_000, 400_000, 500_000, 600_000, 700_000]);
 }
 
 #[test]

@@ -169,6 +169,12 @@ fn guarded<T>(path: &Path, f: impl FnOnce() -> PolarsResult<T>) -> Result<T, IoE
     guarded_message(f).map_err(|message| IoError::Parquet { path: path.to_path_buf(), message })
 }
 
+/// As [`guarded`], for a call that decodes `path`: an allocation a corrupt length makes
+/// impossible exits 2 naming the file ([`crate::decoding`]) instead of aborting.
+fn guarded_read<T>(path: &Path, f: impl FnOnce() -> PolarsResult<T>) -> Result<T, IoError> {
+    guarded(path, || crate::decoding::while_decoding(path, f))
+}
+
 /// As [`guarded`], with the error as a one-line message for callers with their own error type.
 pub(crate) fn guarded_message<T>(f: impl FnOnce() -> PolarsResult<T>) -> Result<T, String> {
     match panic::catch_unwind(AssertUnwindSafe(f)) {

@@ -1,7 +1,9 @@
 //! Parquet, the interchange format: telemetry (with its schema version in the file's key-value
 //! metadata, and a streaming writer for runs too long to hold) and flow records.
 
-use super::{guarded, tmp_path, write_parquet_frame, IoError, PARQUET_ROW_GROUP_ROWS, TELEMETRY_SCHEMA_KEY};
+use super::{
+    guarded, guarded_read, tmp_path, write_parquet_frame, IoError, PARQUET_ROW_GROUP_ROWS, TELEMETRY_SCHEMA_KEY,
+};
 use crate::records::{FlowRecord, QueueSample, TelemetrySample, TELEMETRY_SCHEMA_VERSION};
 use crate::telemetry::{CounterMode, COUNTERS_KEY};
 use polars::prelude::*;
@@ -23,7 +25,7 @@ pub(super) struct ParquetFile<'a> {
 impl<'a> ParquetFile<'a> {
     pub(super) fn open(path: &'a Path) -> Result<Self, IoError> {
         let file = File::open(path).map_err(|e| IoError::io(path, "open for reading", e))?;
-        let (df, kv) = guarded(path, || {
+        let (df, kv) = guarded_read(path, || {
             let mut reader = ParquetReader::new(file);
             let kv = reader
                 .get_metadata()?
@@ -246,7 +248,7 @@ impl TelemetryParquetWriter {
 /// (e.g. converted by a user's own script). Reads only the footer.
 pub fn telemetry_schema_version(path: &Path) -> Result<Option<String>, IoError> {
     let file = File::open(path).map_err(|e| IoError::io(path, "open for reading", e))?;
-    guarded(path, || {
+    guarded_read(path, || {
         let mut reader = ParquetReader::new(file);
         let md = reader.get_metadata()?;
         Ok(md

@@ -380,29 +380,34 @@ pub fn load_telemetry(path: &Path, opts: &ReadOptions) -> Result<TelemetryData, 
         return Err(problems.into_error());
     };
     let mut interner = Interner::default();
-    // Rows per queue in file order, with their row numbers, and whether a sort is needed.
+    // Rows per queue in file order, with their row numbers, the latest timestamp so far (and
+    // its row), and whether a sort is needed.
     struct Pending {
         rows: Vec<u64>,
         samples: Vec<QueueSample>,
+        latest: Option<(u64, u64)>,
         unsorted: bool,
         known: bool,
     }
     let mut pending: Vec<Pending> = Vec::new();
     let rows = scan(&mut source, opts, &mut interner, &mut problems, |_, scanned, problems| match scanned {
         Scanned::Queue { known } => {
-            pending.push(Pending { rows: Vec::new(), samples: Vec::new(), unsorted: false, known })
+            pending.push(Pending { rows: Vec::new(), samples: Vec::new(), latest: None, unsorted: false, known })
         }
         Scanned::Row { id, row, sample } => {
             let p = &mut pending[id as usize];
             if !p.known {
                 return;
             }
-            if let (Some(last), Some(&last_row)) = (p.samples.last(), p.rows.last()) {
-                if sample.ts_ns < last.ts_ns {
-                    let kind = ProblemKind::OutOfOrder { previous_row: last_row };
+            // Out of order means earlier than any earlier row of the queue, as the streaming
+            // reader reports it, not only earlier than the row just before.
+            match p.latest {
+                Some((ts, latest_row)) if sample.ts_ns < ts => {
+                    let kind = ProblemKind::OutOfOrder { previous_row: latest_row };
                     problems.push(Some(row), Some("ts_ns"), kind, true);
                     p.unsorted = true;
                 }
+                _ => p.latest = Some((sample.ts_ns, row)),
             }
             p.rows.push(row);
             p.samples.push(sample);

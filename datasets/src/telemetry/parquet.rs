@@ -4,7 +4,7 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use polars::io::parquet::read::_internal::to_deserializer;
@@ -14,10 +14,12 @@ use polars::prelude::*;
 use super::problem::{Collector, ProblemKind};
 use super::rows::{check_float, queue_index, Batch, Interner};
 use super::COUNTERS_KEY;
+use crate::decoding::while_decoding;
 use crate::io::{guarded_message, TELEMETRY_COLUMNS, TELEMETRY_SCHEMA_KEY};
 
 /// What the file's footer says, before any row is read.
 pub(crate) struct ParquetSource {
+    path: PathBuf,
     file: File,
     file_len: u64,
     metadata: Arc<FileMetadata>,
@@ -104,9 +106,11 @@ impl ParquetSource {
             return None;
         }
         let read = guarded_message(|| {
-            let metadata = polars::io::parquet::read::ParquetReader::new(&mut file).get_metadata()?.clone();
-            let schema = infer_schema(&metadata)?;
-            Ok((metadata, schema))
+            while_decoding(path, || {
+                let metadata = polars::io::parquet::read::ParquetReader::new(&mut file).get_metadata()?.clone();
+                let schema = infer_schema(&metadata)?;
+                Ok((metadata, schema))
+            })
         });
         let (metadata, schema) = match read {
             Ok(v) => v,
@@ -158,7 +162,8 @@ impl ParquetSource {
             return None;
         }
         let counters_key = kv(COUNTERS_KEY);
-        Some(ParquetSource { file, file_len, metadata, fields, next_group: 0, next_row: 1, counters_key })
+        let path = path.to_path_buf();
+        Some(ParquetSource { path, file, file_len, metadata, fields, next_group: 0, next_row: 1, counters_key })
     }
 
     /// Decodes the next row group into `batch`; `false` at the end of the file or after a
@@ -216,8 +221,10 @@ impl ParquetSource {
             }
             let field = field.clone();
             let series = guarded_message(|| {
-                let (arrays, _) = to_deserializer(parts, field.clone(), None)?;
-                Series::try_from((&field, arrays))
+                while_decoding(&self.path, || {
+                    let (arrays, _) = to_deserializer(parts, field.clone(), None)?;
+                    Series::try_from((&field, arrays))
+                })
             })?;
             out.push(series);
         }

@@ -197,7 +197,7 @@ impl Track {
         problems: &mut Collector,
         sink: &mut dyn FnMut(&QueueSample, Continuity),
     ) {
-        let mut step_ns = None;
+        let mut span_ns = None;
         if let Some((last_row, last)) = &self.last {
             if s.ts_ns == last.ts_ns {
                 if s == *last {
@@ -215,6 +215,8 @@ impl Track {
                 return;
             }
             let step = s.ts_ns - last.ts_ns;
+            // The time this sample's counters cover.
+            let mut span = step;
             if let Some(interval_ns) = self.interval_ns {
                 if step as f64 > cx.opts.max_gap_intervals * interval_ns as f64 {
                     problems.push(Some(row), Some("ts_ns"), ProblemKind::Gap { step_ns: step, interval_ns }, true);
@@ -222,9 +224,12 @@ impl Track {
                     // Cumulative counters across a gap give the sum over the missing intervals,
                     // not this interval's delta: start again from a baseline.
                     self.cumulative = None;
+                    // The deltas of the missing polls went with their rows; this one's covers
+                    // no more than an interval.
+                    span = interval_ns;
                 }
             }
-            step_ns = Some(step);
+            span_ns = Some(span);
         }
         self.last = Some((row, s));
 
@@ -235,8 +240,7 @@ impl Track {
                     problems.report.baseline_samples += 1;
                     return;
                 };
-                let step = step_ns.unwrap_or(0);
-                let max = self.plausible_max(s.link_bps, step);
+                let max = self.plausible_max(s.link_bps, span_ns.unwrap_or(0));
                 let mut deltas = [0u64; 7];
                 for i in 0..7 {
                     match counter_step(previous[i], current[i], cx.opts.counter_width, max[i]) {
@@ -252,9 +256,11 @@ impl Track {
                 set_counters(&mut s, deltas);
             }
             CounterMode::Delta => {
-                if let Some(interval_ns) = self.interval_ns {
+                // A delta covers the time since the poll before it, so it is judged over that
+                // step, as cumulative counters are: a late poll carries more bytes.
+                if let Some(span_ns) = span_ns.or(self.interval_ns) {
                     let values = counters(&s);
-                    let max = self.plausible_max(s.link_bps, interval_ns);
+                    let max = self.plausible_max(s.link_bps, span_ns);
                     for i in 0..7 {
                         if let Some(m) = max[i] {
                             if values[i] > m {
