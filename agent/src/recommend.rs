@@ -84,8 +84,9 @@ pub struct BaselineComparison {
     pub name: String,
     /// Its setting at this port's speed.
     pub setting: EcnSetting,
-    /// The recommendation's advantage over this baseline, as a rate per interval (see
-    /// [`ExpectedEffect::reward_gain_per_interval`]).
+    /// The recommended setting's advantage over this baseline, both at their nearest template
+    /// entries, as a rate per interval (see [`ExpectedEffect::reward_gain_per_interval`]):
+    /// for a `keep`, that of the current setting.
     pub reward_gain_per_interval: Option<f64>,
 }
 
@@ -266,56 +267,61 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
             let keep = template.nearest(&q.current, q.link);
             let base = template.nearest(&baseline_setting, q.link);
             let gain = |a: usize, b: usize| (qv[a] - qv[b]) as f64 * (1.0 - gamma);
-            rec.baseline.reward_gain_per_interval = Some(gain(choice, base));
-            let Some(proposed) = template.setting(choice, q.link, &bounds) else {
-                rec.reason = "the model chose an action outside its template".into();
-                return rec;
-            };
-            rec.proposed = Some(proposed);
-            rec.expected_effect = Some(ExpectedEffect {
-                q_choice: qv[choice] as f64,
-                q_current: qv[keep] as f64,
-                reward_gain_per_interval: gain(choice, keep),
-                summary: summary(&q.current, &proposed),
-            });
-            if choice == keep {
-                let runner_up = (0..qv.len())
-                    .filter(|&a| a != keep)
-                    .max_by(|&a, &b| qv[a].total_cmp(&qv[b]))
-                    .map(|a| (qv[keep] - qv[a]) as f64)
-                    .unwrap_or(0.0);
-                rec.confidence = confidence(runner_up, calibration.q_noise());
-                rec.reason = "the model's choice is the current setting".into();
-                return rec;
+            'decided: {
+                let Some(proposed) = template.setting(choice, q.link, &bounds) else {
+                    rec.reason = "the model chose an action outside its template".into();
+                    break 'decided;
+                };
+                rec.proposed = Some(proposed);
+                rec.expected_effect = Some(ExpectedEffect {
+                    q_choice: qv[choice] as f64,
+                    q_current: qv[keep] as f64,
+                    reward_gain_per_interval: gain(choice, keep),
+                    summary: summary(&q.current, &proposed),
+                });
+                if choice == keep {
+                    let runner_up = (0..qv.len())
+                        .filter(|&a| a != keep)
+                        .max_by(|&a, &b| qv[a].total_cmp(&qv[b]))
+                        .map(|a| (qv[keep] - qv[a]) as f64)
+                        .unwrap_or(0.0);
+                    rec.confidence = confidence(runner_up, calibration.q_noise());
+                    rec.reason = "the model's choice is the current setting".into();
+                    break 'decided;
+                }
+                rec.confidence = confidence((qv[choice] - qv[keep]) as f64, calibration.q_noise());
+                if rec.confidence < cfg.min_confidence {
+                    rec.reason = format!(
+                        "unsure: the expected gain is within the model's noise (confidence {:.2} < {:.2})",
+                        rec.confidence, cfg.min_confidence
+                    );
+                    break 'decided;
+                }
+                let ctx = QueueContext {
+                    current: q.current,
+                    baseline: baseline_setting,
+                    xoff_bytes: None,
+                    last_change: None,
+                    telemetry: TelemetryHealth::Good,
+                };
+                let verdict = guardrails.check(Some(proposed), &ctx, now);
+                rec.clamps = verdict.clamps;
+                rec.recommended = verdict.setting;
+                if verdict.setting == q.current {
+                    rec.reason = "the guardrails hold the current setting".into();
+                    break 'decided;
+                }
+                rec.decision = Decision::Change;
+                rec.reason = if rec.clamps.is_empty() {
+                    "the model expects a better reward from this setting".into()
+                } else {
+                    "the model expects a better reward; the guardrails limited the step".into()
+                };
             }
-            rec.confidence = confidence((qv[choice] - qv[keep]) as f64, calibration.q_noise());
-            if rec.confidence < cfg.min_confidence {
-                rec.reason = format!(
-                    "unsure: the expected gain is within the model's noise (confidence {:.2} < {:.2})",
-                    rec.confidence, cfg.min_confidence
-                );
-                return rec;
-            }
-            let ctx = QueueContext {
-                current: q.current,
-                baseline: baseline_setting,
-                xoff_bytes: None,
-                last_change: None,
-                telemetry: TelemetryHealth::Good,
-            };
-            let verdict = guardrails.check(Some(proposed), &ctx, now);
-            rec.clamps = verdict.clamps;
-            rec.recommended = verdict.setting;
-            if verdict.setting == q.current {
-                rec.reason = "the guardrails hold the current setting".into();
-                return rec;
-            }
-            rec.decision = Decision::Change;
-            rec.reason = if rec.clamps.is_empty() {
-                "the model expects a better reward from this setting".into()
-            } else {
-                "the model expects a better reward; the guardrails limited the step".into()
-            };
+            // What is recommended (the current setting unless it is a change, a limited step
+            // at its nearest template entry) against the baseline, not what the model chose.
+            let recommended = template.nearest(&rec.recommended, q.link);
+            rec.baseline.reward_gain_per_interval = Some(gain(recommended, base));
             rec
         })
         .collect()
@@ -437,6 +443,35 @@ mod tests {
             let r = &recommend(&m, &[q], &cfg)[0];
             assert!(r.expected_effect.is_some(), "the model decides when allowed: {}", r.reason);
         }
+    }
+
+    /// The gain over the baseline is the recommended setting's: for a `keep`, the current
+    /// setting's, however much better the model's (unsure) choice looked.
+    #[test]
+    fn the_baseline_gain_is_that_of_the_setting_recommended() {
+        let cur = EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.2 };
+        let q = state(cur, 100, 1_000.0, 3);
+        let (mut keeps, mut changes) = (0, 0);
+        for (seed, td) in (0..20).flat_map(|seed| [(seed, 1e6), (seed, 1e-9)]) {
+            let m = model(seed, Bounds::default(), td);
+            let r = &recommend(&m, std::slice::from_ref(&q), &RecommendConfig::for_model(&m))[0];
+            let Some(effect) = &r.expected_effect else { continue };
+            let tuning = m.tuning();
+            let mut obs = Vec::new();
+            assert!(q.history.observe(tuning.features, tuning.history, &mut obs));
+            let qv = m.q_values(&obs);
+            let template = ActionTemplate::new(tuning.template);
+            let base = qv[template.nearest(&r.baseline.setting, q.link)];
+            let recommended = qv[template.nearest(&r.recommended, q.link)];
+            let want = (recommended - base) as f64 * (1.0 - m.gamma());
+            assert_eq!(r.baseline.reward_gain_per_interval, Some(want), "seed {seed}: {}", r.reason);
+            match r.decision {
+                Decision::Keep if effect.reward_gain_per_interval > 0.0 => keeps += 1,
+                Decision::Change => changes += 1,
+                Decision::Keep => {}
+            }
+        }
+        assert!(keeps > 0 && changes > 0, "both cases reached: {keeps} unsure keeps, {changes} changes");
     }
 
     #[test]

@@ -119,7 +119,7 @@ fn failed(size: usize) {
             break;
         }
     }
-    let rest: &[u8] = b" bytes at once, more than this machine can give (a corrupt page?)\n";
+    let rest: &[u8] = b" bytes at once, which this process cannot get (a corrupt page, or too little memory?)\n";
     for part in [line.as_bytes(), &digits[at..], rest] {
         // SAFETY: writing a live buffer to stderr; a short or failed write loses only text.
         unsafe { libc::write(2, part.as_ptr().cast(), part.len()) };

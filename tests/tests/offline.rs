@@ -226,6 +226,35 @@ async fn recommend_gives_bounded_settings_and_keeps_when_out_of_distribution() {
     let doc: Value = serde_json::from_str(&stdout).unwrap();
     assert!(doc["queues"].as_array().unwrap().iter().all(|q| !q["reason"].as_str().unwrap().contains(other)));
 
+    // One late poll (140 µs, within --max-gap) just before the oldest of the three intervals the
+    // model observes: that interval covers 140 µs, outside the card's 0.8-1.25, so every queue
+    // is held, as `run` holds it. `recommend` used to keep only the three samples and give the
+    // oldest the nominal 100 µs, reading 140 µs of bytes as 100 µs of rate.
+    let mut last_ts: std::collections::HashMap<(String, String, u8), Vec<u64>> = std::collections::HashMap::new();
+    for r in &rows {
+        last_ts.entry((r.switch.clone(), r.port.clone(), r.queue)).or_default().push(r.sample.ts_ns);
+    }
+    let late: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            let ts = &last_ts[&(r.switch.clone(), r.port.clone(), r.queue)];
+            let mut r = r.clone();
+            if r.sample.ts_ns < ts[ts.len() - 3] {
+                r.sample.ts_ns -= 40_000;
+            }
+            r
+        })
+        .collect();
+    let late_path = dir.path().join("late.parquet").display().to_string();
+    ecn_datasets::io::write_telemetry_parquet(Path::new(&late_path), &late).unwrap();
+    let stdout = ok(&["recommend", "--telemetry", &late_path, "--model", &model, "--json"]).await;
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["queues"].as_array().unwrap().len(), names.len(), "{stdout}");
+    for q in doc["queues"].as_array().unwrap() {
+        assert_eq!((&q["decision"], &q["recommended"]), (&Value::from("keep"), &q["current"]), "{q}");
+        assert!(q["reason"].as_str().unwrap().contains("this queue's cover 140µs"), "{q}");
+    }
+
     // One queue with ECN marking off (Pmax 0, outside the bounds): that queue is told to change
     // into the bounds, and the others still get their recommendations.
     let first = &rows[0];

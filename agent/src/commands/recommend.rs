@@ -57,16 +57,19 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     }
     let model = LearnedModel::load(&args.model, "--model ")?;
     let history = model.tuning().history;
+    // One sample more than the model observes: the oldest only gives the time the next one
+    // covers, as the controller and offline training measure it.
+    let keep = history + 1;
     // A queue whose setting is outside the bounds (ECN marking off, Pmax 0) is a fault to
     // recommend a fix for, not a reason to refuse the file and every other queue in it.
     let opts = args.read.options(None)?;
     let (source, tails) = match (&args.telemetry, &args.target) {
-        (Some(path), _) => (path.display().to_string(), telemetry_input::tails(path, &opts, history)?),
+        (Some(path), _) => (path.display().to_string(), telemetry_input::tails(path, &opts, keep)?),
         (None, Some(url)) => {
             let target = Target::from_flags(url, args.token_file.as_deref(), args.tls_ca.as_deref())?;
             let runtime = tokio::runtime::Runtime::new().map_err(|e| CliError::Failed(format!("tokio: {e}")))?;
-            // Enough batches for the reader to infer the interval and the model's history.
-            let captured = runtime.block_on(capture::capture(&target, Until::Batches(history + 2)))?;
+            // Enough batches for the reader to infer the interval and the samples kept.
+            let captured = runtime.block_on(capture::capture(&target, Until::Batches(keep + 1)))?;
             if let Some(why) = captured.cut_short {
                 return Err(CliError::Failed(why));
             }
@@ -75,7 +78,7 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
             let file = dir.path().join("live.parquet");
             ecn_datasets::io::write_telemetry_parquet(&file, &captured.rows)
                 .map_err(|e| CliError::Failed(e.to_string()))?;
-            let tails = telemetry_input::tails(&file, &opts, history).map_err(|e| {
+            let tails = telemetry_input::tails(&file, &opts, keep).map_err(|e| {
                 CliError::Failed(format!(
                     "{url}: {}",
                     e.to_string().replace(&file.display().to_string(), "live telemetry")
@@ -105,17 +108,20 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// A queue's newest unbroken samples as the model's input.
+/// A queue's newest unbroken samples (up to `history` + 1) as the model's input: each of the
+/// last `history` intervals over the step from the sample before it; where the run starts
+/// within them, its first over the nominal interval, as offline training measures it.
 fn queue_state(t: &QueueTail, history: usize) -> Option<QueueState> {
     let last = t.last?;
     let mut h = QueueHistory::default();
     // Without a known interval there is no rate to compute: the history stays empty and the
     // recommendation is to keep.
     let intervals = if let Some(interval_ns) = t.interval_ns {
-        for iv in telemetry_input::intervals(&t.recent, interval_ns) {
+        let timing_only = t.recent.len().saturating_sub(history);
+        for iv in telemetry_input::intervals(&t.recent, interval_ns).skip(timing_only) {
             h.push(iv, history);
         }
-        t.recent.len()
+        t.recent.len() - timing_only
     } else {
         0
     };
@@ -134,8 +140,9 @@ fn kb(bytes: u64) -> String {
     format!("{:.0}KB", bytes as f64 / 1000.0)
 }
 
+/// As a `static:` policy writes it; Pmax to three decimals, so that 0.001 does not read as 0.
 fn setting(s: &EcnSetting) -> String {
-    format!("{},{},{:.2}", kb(s.kmin_bytes), kb(s.kmax_bytes), s.pmax)
+    format!("{},{},{}", kb(s.kmin_bytes), kb(s.kmax_bytes), (s.pmax * 1000.0).round() / 1000.0)
 }
 
 fn print_table(source: &str, model: &LearnedModel, recs: &[Recommendation]) {
