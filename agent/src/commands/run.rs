@@ -278,12 +278,20 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
             storms: Vec::new(),
             bad_write: None,
         };
-        return rt.block_on(run_embedded(cfg, sim, a.journal));
+        let result = rt.block_on(run_embedded(cfg, sim, a.journal));
+        rt.shutdown_timeout(SHUTDOWN_GRACE);
+        return result;
     }
-    let report = rt.block_on(controller::run_all(cfg, a.target))?;
-    outln!("{}", report_json(&report, None));
+    let report = rt.block_on(controller::run_all(cfg, a.target));
+    rt.shutdown_timeout(SHUTDOWN_GRACE);
+    outln!("{}", report_json(&report?, None));
     Ok(())
 }
+
+/// How long the run's tasks get to stop once it is over. Every task it starts is awaited
+/// before it returns, so none should be left; this bounds the exit should a blocking call
+/// (a socket to a peer that vanished) outlive that, where dropping the runtime would wait.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 fn report_json(r: &controller::RunReport, comparison: Option<serde_json::Value>) -> serde_json::Value {
     let mut v = serde_json::json!({
