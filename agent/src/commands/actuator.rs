@@ -50,7 +50,9 @@ pub struct ActuatorArgs {
     /// Port 0 picks a free port; the first stdout line says which (`listening on ADDR`).
     #[arg(long, value_name = "ADDR", default_value = actuator::DEFAULT_LISTEN)]
     listen: String,
-    /// Append every apply, confirm, revert, rollback and refusal here, one JSON object per line.
+    /// Append every apply, confirm, revert and rollback here, and every write refused for its
+    /// content or its lease, one JSON object per line. Calls refused for their token, and
+    /// validate_only checks, are logged, not journaled.
     #[arg(long, value_name = "FILE")]
     journal: Option<PathBuf>,
     /// Simulated nanoseconds per wall-clock nanosecond (1 = real time, 0.01 = 100 times slower).
