@@ -238,23 +238,7 @@ impl Simulator {
                 node_ports[node as usize].push(ports.len() as u32);
                 let ecn = cfg.ecn.setting_for(l.rate);
                 ecn.validate()?;
-                ports.push(Port {
-                    node,
-                    rate: l.rate,
-                    delay: l.delay.0,
-                    busy_until: 0,
-                    ready_at: u64::MAX,
-                    queues: Default::default(),
-                    backlog: 0,
-                    queued_bytes: [0; 8],
-                    paused: 0,
-                    rr_last: 0,
-                    ecn: [ecn; 8],
-                    mark_all: 0,
-                    mark_none: 0,
-                    window_tx_bytes: 0,
-                    pause_began: [u64::MAX; 8],
-                });
+                ports.push(Port::new(node, l.rate, l.delay.0, ecn));
             }
         }
 

@@ -43,6 +43,28 @@ pub(crate) struct Port {
 }
 
 impl Port {
+    /// An idle transmitter of `node` onto a link of `rate` and `delay` ns, every priority
+    /// marking by `ecn`.
+    pub fn new(node: NodeId, rate: BitsPerSec, delay: u64, ecn: EcnSetting) -> Port {
+        Port {
+            node,
+            rate,
+            delay,
+            busy_until: 0,
+            ready_at: u64::MAX,
+            queues: Default::default(),
+            backlog: 0,
+            queued_bytes: [0; 8],
+            paused: 0,
+            rr_last: 0,
+            ecn: [ecn; 8],
+            mark_all: 0,
+            mark_none: 0,
+            window_tx_bytes: 0,
+            pause_began: [u64::MAX; 8],
+        }
+    }
+
     /// Append a packet to priority `prio`.
     #[inline]
     pub fn enqueue(&mut self, prio: usize, pkt: u32) {
@@ -87,23 +109,12 @@ mod tests {
     use super::*;
 
     fn port() -> Port {
-        Port {
-            node: 0,
-            rate: BitsPerSec(100_000_000_000),
-            delay: 1000,
-            busy_until: 0,
-            ready_at: u64::MAX,
-            queues: Default::default(),
-            backlog: 0,
-            queued_bytes: [0; 8],
-            paused: 0,
-            rr_last: 0,
-            ecn: [EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.01 }; 8],
-            mark_all: 0,
-            mark_none: 0,
-            window_tx_bytes: 0,
-            pause_began: [u64::MAX; 8],
-        }
+        Port::new(
+            0,
+            BitsPerSec(100_000_000_000),
+            1000,
+            EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.01 },
+        )
     }
 
     /// Serve the port as `switch_try_send` does, `n` times; the priorities served, in order.
