@@ -84,12 +84,21 @@ async fn shadow_over_a_full_scenario_makes_no_writes() {
     let (log, ()) = act
         .controller_until(
             "shadow",
-            &["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--interval", "100ms"],
-            "a whole scenario run and 20 decisions",
+            &[
+                "--mode",
+                "shadow",
+                "--policy",
+                "static:100KB,400KB,0.5",
+                "--interval",
+                "100ms",
+                "--max-changes-per-minute",
+                "60",
+            ],
+            "a whole scenario run and 5 rounds",
             FABRIC_PATIENCE,
             || {
                 let whole_run = act.log_text().contains("scenario run finished");
-                let enough = read_json_lines(&decisions).len() > 20;
+                let enough = read_json_lines(&decisions).len() > 5 * 16;
                 async move { (whole_run && enough).then_some(()) }
             },
         )
@@ -97,6 +106,19 @@ async fn shadow_over_a_full_scenario_makes_no_writes() {
     let d = read_json_lines(&log);
     assert!(d.iter().all(|x| x["mode"] == "shadow" && x["applied"] == false));
     assert!(d.iter().any(|x| x["after_guardrails"]["kmin_bytes"] != 400_000), "it would have changed something");
+    // A would-be change is judged, logged and counted once, as the change enforce mode would
+    // make: its queue then waits out --min-dwell (5 s) from it. Shadow mode counted the same
+    // would-be change again every round, and its log filled with rate-limit holds enforce mode
+    // would never meet.
+    let mut would_be: std::collections::BTreeMap<&str, usize> = Default::default();
+    for x in &d {
+        let reason = x["reason"].as_str().unwrap();
+        assert!(!reason.contains("rate_limit"), "{x}");
+        if !reason.ends_with("no change") {
+            *would_be.entry(x["queue"].as_str().unwrap()).or_default() += 1;
+        }
+    }
+    assert!(would_be.values().all(|&n| n <= 2), "two steps to the policy's setting at most: {would_be:?}");
     let journal = act.journal();
     for kind in ["apply", "confirm", "revert", "rollback"] {
         assert!(events(&journal, kind).is_empty(), "shadow mode wrote: {journal:?}");
@@ -408,17 +430,32 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
     let (log, text) = a
         .controller_until(
             "multi",
-            &["--target", &url_b, "--mode", "shadow", "--interval", "100ms", "--metrics", &metrics],
-            "metrics with decisions for both targets",
+            &[
+                "--target",
+                &url_b,
+                "--mode",
+                "shadow",
+                "--policy",
+                "static:100KB,400KB,0.5",
+                "--interval",
+                "100ms",
+                "--metrics",
+                &metrics,
+                "--max-changes-per-minute",
+                "30",
+            ],
+            "metrics with decisions for both targets, and would-be changes for both",
             FABRIC_PATIENCE,
             || {
                 let (m, url_a, url_b, decisions) = (&metrics, &url_a, &url_b, &decisions);
                 async move {
-                    // The two targets connect and decide in either order: wait for a decision for
-                    // each, then for per-queue series of both.
-                    let logged = std::fs::read_to_string(decisions).unwrap_or_default();
-                    let decided = |url: &str| logged.contains(&format!("\"target\":\"{url}\""));
-                    if !(decided(url_a) && decided(url_b)) {
+                    // The two targets connect and decide in either order: wait for a would-be
+                    // change for each, then for per-queue series of both.
+                    let d = read_json_lines(decisions);
+                    let changed = |url: &str| {
+                        d.iter().any(|x| x["target"] == url && !x["reason"].as_str().unwrap().ends_with("no change"))
+                    };
+                    if !(changed(url_a) && changed(url_b)) {
                         return None;
                     }
                     let t = tokio::time::timeout(Duration::from_secs(5), http_get(m, "/metrics")).await.ok()??;
@@ -443,6 +480,11 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
     for url in [a.url(), b.url()] {
         assert!(d.iter().any(|x| x["target"] == url.as_str()), "no decision for {url}");
     }
+    // --max-changes-per-minute counts both targets' changes together (16 queues each): it was
+    // a budget per target, so two targets made twice the limit.
+    let changes = d.iter().filter(|x| !x["reason"].as_str().unwrap().ends_with("no change")).count();
+    assert!(changes <= 30, "{changes} would-be changes in the first minute, with a limit of 30");
+    assert!(d.iter().any(|x| x["reason"].as_str().unwrap().contains("rate_limit")), "the limit was reached");
 }
 
 /// A controller measures how far its telemetry is behind the fabric in shadow mode too, where
@@ -847,7 +889,8 @@ async fn the_kill_switch_does_not_wait_for_a_pending_health_check() {
             &["--confirm-within", "60s", "--health-window", "2000", "--kill-file", &kill_arg],
         ),
     );
-    act.wait_for_event("apply", Duration::from_secs(60)).await;
+    let journal = act.wait_for_event("apply", Duration::from_secs(60)).await;
+    let applied = events(&journal, "apply")[0]["queues"].as_array().unwrap().len();
     std::fs::write(&kill, "stop").unwrap();
     let asked = std::time::Instant::now();
     act.wait_for_event("rollback", Duration::from_secs(20)).await;
@@ -858,6 +901,18 @@ async fn the_kill_switch_does_not_wait_for_a_pending_health_check() {
         async move { (settings(a).await == before).then_some(()) }
     })
     .await;
+    // The decision log says the applied change was taken back, queue by queue (it said
+    // nothing, so its last word on those queues was `applied: true`).
+    let taken_back = eventually("the rollback in the decision log", Duration::from_secs(10), || {
+        let log = act.decision_log("patient");
+        async move {
+            let n =
+                decision_reasons(&log).iter().filter(|r| r.starts_with("kill switch: rolled back generation")).count();
+            (n > 0).then_some(n)
+        }
+    })
+    .await;
+    assert_eq!(taken_back, applied);
     drop(child);
 }
 

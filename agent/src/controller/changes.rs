@@ -421,6 +421,20 @@ impl ControlLoop {
         Ok(())
     }
 
+    /// A pending change rolled back whole by `why` (the kill switch, a shutdown): its queues
+    /// are on their previous settings again, and the decision log says so, as after a health
+    /// check's rollback.
+    pub(super) fn taken_back(&mut self, p: &Pending, in_effect_from_ts_ns: u64, why: &str) -> Result<(), CliError> {
+        for (i, old) in &p.previous {
+            let q = &mut self.queues[*i];
+            q.set_current(*old, known_time(in_effect_from_ts_ns));
+            set_queue_metrics(&self.metrics, &self.cfg.target, q);
+            let reason = format!("{why}: rolled back generation {}, never confirmed", p.generation);
+            record(&self.log, &decision(&self.cfg, q, *old, true, reason))?;
+        }
+        Ok(())
+    }
+
     /// Kill switch: any pending change rolled back, then every queue back to its baseline
     /// (inside the actuator's bounds), confirmed at once; no further changes.
     pub(super) async fn kill_switch(&mut self) -> Result<(), CliError> {
@@ -431,11 +445,14 @@ impl ControlLoop {
                 to_generation: None,
                 reason: format!("kill switch; generation {} was never confirmed", p.generation),
             };
-            self.client
+            let resp = self
+                .client
                 .rollback(req)
                 .await
-                .map_err(|s| CliError::Failed(format!("kill switch rollback: {}", s.message())))?;
+                .map_err(|s| CliError::Failed(format!("kill switch rollback: {}", s.message())))?
+                .into_inner();
             count_rollback(&mut self.report, &self.metrics, "kill_switch");
+            self.taken_back(&p, resp.in_effect_from_ts_ns, "kill switch")?;
         }
         // What the actuator holds, not what this controller believes: a lost reply can leave a
         // queue off its baseline while `current` says otherwise.

@@ -9,10 +9,13 @@
 //!    `max_pmax_step`;
 //! 4. the result is clamped into the actuator's bounds, below the PFC XOFF level, with
 //!    Kmin < Kmax, rounded to the granularity;
-//! 5. a global budget of `max_changes_per_minute` queue changes keeps the rest unchanged.
+//! 5. a budget of `max_changes_per_minute` queue changes, shared by every queue of every
+//!    target of the process ([`ChangeBudget`]), keeps the rest unchanged.
 
 use ecn_env::EcnSetting;
 use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Limits on what a policy may do.
@@ -171,13 +174,46 @@ pub struct Verdict {
 #[derive(Debug)]
 pub struct Guardrails {
     cfg: GuardrailConfig,
-    recent_changes: std::collections::VecDeque<Instant>,
+    budget: ChangeBudget,
+}
+
+/// The queue changes of the last minute, shared by the control loops of one process (one per
+/// `--target`), so that `max_changes_per_minute` holds for all of them together.
+#[derive(Debug, Clone, Default)]
+pub struct ChangeBudget(Arc<BudgetState>);
+
+#[derive(Debug, Default)]
+struct BudgetState {
+    recent: Mutex<VecDeque<Instant>>,
+    round: Mutex<()>,
+}
+
+impl ChangeBudget {
+    /// Held while a loop decides a round: between a check that leaves room and the change it
+    /// records, no other loop may spend that room.
+    pub fn round(&self) -> MutexGuard<'_, ()> {
+        self.0.round.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn recent(&self) -> MutexGuard<'_, VecDeque<Instant>> {
+        self.0.recent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Guardrails {
-    /// Guardrails with the given limits.
+    /// Guardrails with the given limits and a change budget of their own.
     pub fn new(cfg: GuardrailConfig) -> Self {
-        Guardrails { cfg, recent_changes: Default::default() }
+        Guardrails::sharing(cfg, ChangeBudget::default())
+    }
+
+    /// Guardrails with the given limits, spending `budget` with whoever else holds it.
+    pub fn sharing(cfg: GuardrailConfig, budget: ChangeBudget) -> Self {
+        Guardrails { cfg, budget }
+    }
+
+    /// The change budget these guardrails spend.
+    pub fn budget(&self) -> &ChangeBudget {
+        &self.budget
     }
 
     /// Check one proposal. `now` is injected so that tests control time. Call
@@ -196,7 +232,7 @@ impl Guardrails {
         if let Some(why) = fallback {
             clamps.push(why);
             let setting = self.clamp_bounds(q.baseline, q.xoff_bytes, &mut clamps);
-            return self.budget(setting, q, now, clamps);
+            return self.spend(setting, q, now, clamps);
         }
         let proposed = proposed.expect("checked above");
         if proposed == q.current {
@@ -210,7 +246,7 @@ impl Guardrails {
         }
         let stepped = self.limit_step(proposed, q.current, &mut clamps);
         let bounded = self.clamp_bounds(stepped, q.xoff_bytes, &mut clamps);
-        self.budget(bounded, q, now, clamps)
+        self.spend(bounded, q, now, clamps)
     }
 
     /// `baseline` inside the bounds and below `xoff`: what a fallback or the kill switch
@@ -221,18 +257,18 @@ impl Guardrails {
 
     /// Count an applied change against the budget.
     pub fn record_change(&mut self, now: Instant) {
-        self.recent_changes.push_back(now);
+        self.budget.recent().push_back(now);
     }
 
-    fn budget(&mut self, setting: EcnSetting, q: &QueueContext, now: Instant, mut clamps: Vec<Clamp>) -> Verdict {
+    fn spend(&mut self, setting: EcnSetting, q: &QueueContext, now: Instant, mut clamps: Vec<Clamp>) -> Verdict {
         if setting == q.current {
             return Verdict { setting, clamps };
         }
-        while self.recent_changes.front().is_some_and(|t| now.saturating_duration_since(*t) >= Duration::from_secs(60))
-        {
-            self.recent_changes.pop_front();
+        let mut recent = self.budget.recent();
+        while recent.front().is_some_and(|t| now.saturating_duration_since(*t) >= Duration::from_secs(60)) {
+            recent.pop_front();
         }
-        if self.recent_changes.len() as u32 >= self.cfg.max_changes_per_minute {
+        if recent.len() as u32 >= self.cfg.max_changes_per_minute {
             clamps.push(Clamp::RateLimit);
             return Verdict { setting: q.current, clamps };
         }
@@ -241,8 +277,14 @@ impl Guardrails {
 
     fn limit_step(&self, p: EcnSetting, cur: EcnSetting, clamps: &mut Vec<Clamp>) -> EcnSetting {
         let r = self.cfg.max_step_ratio.max(1.0);
+        let g = self.cfg.granularity_bytes.max(1);
         let step = |want: u64, have: u64| -> u64 {
-            let (lo, hi) = ((have as f64 / r).floor() as u64, (have as f64 * r).ceil() as u64);
+            let (lo, hi) = ((have as f64 / r).ceil() as u64, (have as f64 * r).floor() as u64);
+            // The limits on the granularity grid, inward, so that rounding into the bounds
+            // cannot carry a threshold past the ratio; where the grid has no point within
+            // them, the bounds' rounding decides.
+            let (grid_lo, grid_hi) = (lo.div_ceil(g) * g, hi / g * g);
+            let (lo, hi) = if grid_lo <= grid_hi { (grid_lo, grid_hi) } else { (lo, hi) };
             want.clamp(lo.max(1), hi.max(1))
         };
         let out = EcnSetting {
@@ -303,6 +345,34 @@ mod tests {
         let v = g.check(Some(s(10_000, 100_000, 0.9)), &ctx(s(400_000, 1_600_000, 0.2)), Instant::now());
         assert_eq!(v.setting, s(200_000, 800_000, 0.45));
         assert_eq!(v.clamps, vec![Clamp::Step]);
+    }
+
+    /// On a coarse grid the step limit is honoured on the grid, not broken by rounding into
+    /// the bounds afterwards: 3000 B may go down to 1500 B at most, so 2000 B, not 1000 B.
+    #[test]
+    fn steps_are_limited_on_the_granularity_grid() {
+        let cfg = GuardrailConfig { granularity_bytes: 1000, ..Default::default() };
+        let mut g = Guardrails::new(cfg);
+        let v = g.check(Some(s(1_000, 2_000, 0.2)), &ctx(s(3_000, 5_000, 0.2)), Instant::now());
+        assert_eq!(v.setting, s(2_000, 3_000, 0.2), "{:?}", v.clamps);
+        let v = g.check(Some(s(90_000, 190_000, 0.2)), &ctx(s(3_000, 5_000, 0.2)), Instant::now());
+        assert_eq!(v.setting, s(6_000, 10_000, 0.2));
+    }
+
+    /// Two control loops (two targets) spend one budget: the limit is per process.
+    #[test]
+    fn guardrails_sharing_a_budget_share_its_limit() {
+        let cfg = GuardrailConfig { max_changes_per_minute: 1, ..Default::default() };
+        let budget = ChangeBudget::default();
+        let (mut a, mut b) = (Guardrails::sharing(cfg.clone(), budget.clone()), Guardrails::sharing(cfg, budget));
+        let (now, q, want) = (Instant::now(), ctx(s(400_000, 1_600_000, 0.2)), s(300_000, 1_600_000, 0.2));
+        assert_eq!(a.check(Some(want), &q, now).setting, want);
+        a.record_change(now);
+        let v = b.check(Some(want), &q, now);
+        assert_eq!((v.setting, v.clamps), (q.current, vec![Clamp::RateLimit]));
+        // Guardrails of their own do not.
+        let mut c = Guardrails::new(GuardrailConfig { max_changes_per_minute: 1, ..Default::default() });
+        assert_eq!(c.check(Some(want), &q, now).setting, want);
     }
 
     #[test]
@@ -367,6 +437,23 @@ mod tests {
                 proptest::prop_assert!(out.kmin_bytes.is_multiple_of(granularity) && out.kmax_bytes.is_multiple_of(granularity));
                 if let Some(x) = xoff {
                     proptest::prop_assert!(out.kmax_bytes < x.max(cfg.kmin_min_bytes + 2 * granularity), "{out:?} xoff {x}");
+                }
+            }
+            // From a current setting on the grid, a step that no bound or Kmin < Kmax forces
+            // stays within the ratio of 2, rounding to the grid included.
+            let grid = |x: u64| x.div_ceil(granularity) * granularity;
+            let mut on_grid = ctx(s(grid(cur_kmin), grid(cur_kmin + cur_span) + granularity, 0.3));
+            on_grid.xoff_bytes = xoff;
+            // Proposals near the current setting, up or down, where the step limit bites.
+            let (ck, cx) = (on_grid.current.kmin_bytes, on_grid.current.kmax_bytes);
+            let v = g.check(Some(s(kmin % (4 * ck + 1), kmax % (4 * cx + 1), 0.3)), &on_grid, Instant::now());
+            let cap = xoff.map_or(cfg.kmax_max_bytes, |x| cfg.kmax_max_bytes.min(x - 1)) / granularity * granularity;
+            let (new, old) = (v.setting, on_grid.current);
+            let free = new.kmin_bytes > grid(cfg.kmin_min_bytes) && new.kmax_bytes < cap
+                && new.kmin_bytes + granularity < new.kmax_bytes;
+            if free && v.clamps.iter().all(|c| matches!(c, Clamp::Step | Clamp::Bounds)) {
+                for (n, o) in [(new.kmin_bytes, old.kmin_bytes), (new.kmax_bytes, old.kmax_bytes)] {
+                    proptest::prop_assert!(n * 2 >= o && n <= o * 2, "{new:?} from {old:?}: {:?}", v.clamps);
                 }
             }
         }

@@ -32,7 +32,7 @@ use crate::policy::Policy;
 use changes::{count_rollback, Pending};
 use ecn_env::EcnSetting;
 use ecn_proto::v1 as pb;
-use guardrails::{Clamp, GuardrailConfig, Guardrails, QueueContext};
+use guardrails::{ChangeBudget, Clamp, GuardrailConfig, Guardrails, QueueContext};
 use health::HealthConfig;
 use log::{unix_ms, Decision, DecisionLog};
 use metrics::{Metrics, QueueLabels, ReasonLabels, TargetLabels};
@@ -223,6 +223,10 @@ struct QueueState {
     last_change: Option<Instant>,
     quarantine_until: Option<Instant>,
     watch: QueueWatch,
+    /// Shadow mode: the setting the queue's last would-be change set, and when. The guardrails
+    /// judge the next proposal from it, as enforce mode's from the change it made, so that a
+    /// would-be change is logged and spends the change budget once, not every round.
+    would_be: Option<(EcnSetting, Instant)>,
 }
 
 impl QueueState {
@@ -293,12 +297,15 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
     let (requester, requests) = requests::channel();
     requester.listen_for_signals()?;
     let mut tasks = tokio::task::JoinSet::new();
+    // `--max-changes-per-minute` counts the changes of every target together.
+    let budget = ChangeBudget::default();
     for target in targets {
         let cfg = ControllerConfig { target: target.clone(), ..cfg.clone() };
         let (metrics, decisions, requests) = (metrics.clone(), decisions.clone(), requests.clone());
-        tasks.spawn(
-            async move { run(cfg, metrics, decisions, requests).await.map_err(|e| e.about("--target", &target)) },
-        );
+        let budget = budget.clone();
+        tasks.spawn(async move {
+            run(cfg, metrics, decisions, requests, budget).await.map_err(|e| e.about("--target", &target))
+        });
     }
     let mut total = RunReport::default();
     let mut first_error = None;
@@ -331,8 +338,9 @@ pub async fn run(
     metrics: Metrics,
     log: DecisionLog,
     mut requests: Requests,
+    budget: ChangeBudget,
 ) -> Result<RunReport, CliError> {
-    let mut lp = ControlLoop::start(cfg, metrics, log).await?;
+    let mut lp = ControlLoop::start(cfg, metrics, log, budget).await?;
     let mut stream = Some(lp.open_stream().await?);
     let now = Instant::now();
     (lp.last_batch_at, lp.last_renew) = (now, now);
@@ -605,7 +613,12 @@ struct ControlLoop {
 impl ControlLoop {
     /// Connect, read the actuator's capabilities and config, tighten the guardrails to its
     /// bounds, and (in enforce mode) take the writer lease.
-    async fn start(cfg: ControllerConfig, metrics: Metrics, log: DecisionLog) -> Result<Self, CliError> {
+    async fn start(
+        cfg: ControllerConfig,
+        metrics: Metrics,
+        log: DecisionLog,
+        budget: ChangeBudget,
+    ) -> Result<Self, CliError> {
         let mut client = connect(&cfg.target, cfg.token.as_deref(), cfg.tls_ca.as_deref(), cfg.call_timeout).await?;
         let caps =
             client.get_capabilities(pb::GetCapabilitiesRequest {}).await.map_err(|s| status("GetCapabilities", s))?;
@@ -617,7 +630,7 @@ impl ControlLoop {
             CliError::Failed(format!("the actuator at {} reports bounds no setting can meet: {why}", cfg.target))
         })?;
         let stale_after = guard_cfg.stale_after;
-        let guardrails = Guardrails::new(guard_cfg);
+        let guardrails = Guardrails::sharing(guard_cfg, budget);
         if cfg.mode == Mode::Enforce {
             window_fits_confirm(&cfg, &caps)?;
         }
@@ -640,6 +653,7 @@ impl ControlLoop {
                 baseline,
                 last_change: None,
                 quarantine_until: None,
+                would_be: None,
                 watch: QueueWatch::keeping(cfg.health.window),
                 id,
             });
@@ -840,6 +854,9 @@ impl ControlLoop {
     /// changes (`queues[i].current` changes only once an apply succeeds). Each change counts
     /// against the per-minute budget as it is decided, so one round cannot exceed it.
     fn decide(&mut self, now: Instant) -> Result<Vec<Planned>, CliError> {
+        // The other targets' loops wait while this one spends the shared change budget.
+        let budget = self.guardrails.budget().clone();
+        let _round = budget.round();
         let (cfg, metrics, log, stale_after) = (&self.cfg, &self.metrics, &self.log, self.stale_after);
         let mut changes = Vec::new();
         let lagging = self.lagging();
@@ -892,13 +909,11 @@ impl ControlLoop {
             } else {
                 cfg.policy.propose(ecn_env::BitsPerSec(q.link_bps))
             };
-            let ctx = QueueContext {
-                current: q.current,
-                baseline: q.baseline,
-                xoff_bytes: q.xoff,
-                last_change: q.last_change,
-                telemetry,
+            let (current, last_change) = match q.would_be {
+                Some((setting, at)) => (setting, Some(at)),
+                None => (q.current, q.last_change),
             };
+            let ctx = QueueContext { current, baseline: q.baseline, xoff_bytes: q.xoff, last_change, telemetry };
             // Before its first sample a queue is left as it is: there is nothing to decide on,
             // and no reason yet to fall back. A queue the model may not decide for stays too.
             let mut verdict = if q.watch.has_arrived() && untrained[i].is_none() {
@@ -919,9 +934,9 @@ impl ControlLoop {
             // fallback is not judged, so it need not wait.
             let warming_up = q.watch.intervals_at_setting() < cfg.health.window && !telemetry_fallback;
             if warming_up {
-                verdict.setting = q.current;
+                verdict.setting = current;
             }
-            let change = verdict.setting != q.current;
+            let change = verdict.setting != current;
             // The log line costs a JSON observation and a reason string: build them only if kept.
             let mut reason = String::new();
             if log.enabled() {
@@ -957,6 +972,9 @@ impl ControlLoop {
             }
             if change {
                 self.guardrails.record_change(now);
+                if cfg.mode == Mode::Shadow {
+                    q.would_be = Some((verdict.setting, now));
+                }
                 changes.push(Planned {
                     queue: i,
                     setting: verdict.setting,
@@ -992,8 +1010,9 @@ impl ControlLoop {
                 reason: format!("controller stopping; generation {} was never confirmed", p.generation),
             };
             match self.client.rollback(req).await {
-                Ok(_) => {
+                Ok(resp) => {
                     count_rollback(&mut self.report, &self.metrics, "shutdown");
+                    self.taken_back(&p, resp.into_inner().in_effect_from_ts_ns, "controller stopping")?;
                 }
                 Err(s) => {
                     warn!(code = ?s.code(), "rollback at shutdown failed; the actuator's deadline will revert it")
@@ -1028,6 +1047,7 @@ mod tests {
             last_change: None,
             quarantine_until: None,
             watch: QueueWatch::keeping(5),
+            would_be: None,
         }];
         let index = HashMap::from([(queue_key(&id), 0)]);
         let sample = |ts_ns: u64, drops: u64| pb::TelemetrySample {
