@@ -6,6 +6,7 @@ use crate::policy::Policy;
 use crate::report;
 use crate::rollout::{self, Outcome};
 use clap::Args;
+use ecn_env::fabric::EcnPlan;
 use ecn_env::scenario::Scenario;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -38,7 +39,14 @@ pub struct SimArgs {
 pub fn run(args: SimArgs) -> Result<(), CliError> {
     let policy = args.policy.as_deref().map(Policy::parse).transpose()?;
     let scenario = Scenario::load(&args.scenario, args.seed)?;
-    let policy_name = policy.as_ref().map(|p| p.to_string()).unwrap_or_else(|| "scenario".into());
+    // Without --policy the scenario's own ECN setting runs: name it as the policy that runs
+    // the same, so that the summary says what ran (a per-rate map has no such name).
+    let policy_name = match (&policy, &scenario.fabric.ecn) {
+        (Some(p), _) => p.to_string(),
+        (None, EcnPlan::Fixed(s)) => Policy::Static(*s).to_string(),
+        (None, EcnPlan::Baseline(b)) => Policy::Baseline(*b).to_string(),
+        (None, EcnPlan::PerRate(_)) => "scenario".into(),
+    };
     if let Some(dir) = &args.out {
         super::prepare_out_dir(dir, report::OUTPUT_FILES)?;
     }

@@ -230,14 +230,25 @@ fn write_atomically(
 /// overhead does not slow reading.
 pub const PARQUET_ROW_GROUP_ROWS: usize = 65_536;
 
-fn write_parquet_frame(path: &Path, mut df: DataFrame, kv: Option<KeyValueMetadata>) -> Result<(), IoError> {
+fn write_parquet_frame(path: &Path, df: DataFrame, kv: Option<KeyValueMetadata>) -> Result<(), IoError> {
     write_atomically(path, |w| {
         guarded(path, || {
-            ParquetWriter::new(w)
+            let mut writer = ParquetWriter::new(w)
                 .with_compression(ParquetCompression::Zstd(None))
-                .with_row_group_size(Some(PARQUET_ROW_GROUP_ROWS))
                 .with_key_value_metadata(kv)
-                .finish(&mut df)
+                .batched(df.schema().as_ref())?;
+            // One row group per PARQUET_ROW_GROUP_ROWS rows, the last one shorter: polars'
+            // own split of a whole frame (`with_row_group_size`) made groups of up to twice that.
+            let mut offset = 0;
+            loop {
+                writer.write_batch(&df.slice(offset as i64, PARQUET_ROW_GROUP_ROWS))?;
+                offset += PARQUET_ROW_GROUP_ROWS;
+                if offset >= df.height() {
+                    break;
+                }
+            }
+            writer.finish()?;
+            Ok(())
         })?;
         Ok(())
     })
@@ -307,6 +318,21 @@ mod tests {
                 pmax: 0.2,
             },
         }
+    }
+
+    /// Row groups are the unit the streaming reader holds: none may exceed
+    /// PARQUET_ROW_GROUP_ROWS, however many rows the frame has.
+    #[test]
+    fn row_groups_hold_at_most_the_documented_rows() {
+        let dir = TempDir::new("row-groups");
+        let path = dir.join("t.parquet");
+        let rows: Vec<TelemetrySample> =
+            (0..2 * PARQUET_ROW_GROUP_ROWS as u64 + 1).map(|i| sample(i % 7 + 1)).collect();
+        write_telemetry_parquet(&path, &rows).unwrap();
+        let metadata = ParquetReader::new(File::open(&path).unwrap()).get_metadata().unwrap().clone();
+        let groups: Vec<usize> = metadata.row_groups.iter().map(|g| g.num_rows()).collect();
+        assert_eq!(groups, [PARQUET_ROW_GROUP_ROWS, PARQUET_ROW_GROUP_ROWS, 1]);
+        assert_eq!(read_telemetry_parquet(&path).unwrap().len(), rows.len());
     }
 
     fn flow(i: u32, completed: bool) -> FlowRecord {

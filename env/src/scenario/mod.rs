@@ -823,6 +823,10 @@ fn resolve(
     fabric.stop_at = Nanos(window_end.0.saturating_add(drain.0));
     fabric.sample_interval = sample_interval;
     fabric.seed = seed;
+    if drain > window_end {
+        // The drain makes most of the run: name it if the run is too long.
+        length_field = "drain".into();
+    }
     check_run_length(source, &length_field, &fabric, &flows)?;
     Ok(Scenario { name, seed, source: source.into(), fabric, flows })
 }
@@ -988,6 +992,10 @@ mod tests {
         let e = parse(&format!("duration = \"200s\"\n{sparse}")).unwrap_err();
         assert_eq!(e.field, "duration", "{e}");
         assert!(e.message.contains("telemetry rows") && e.message.contains("sample_interval"), "{e}");
+        // A short window with a long drain: the drain is named.
+        let busy = "[[workload]]\nkind = \"poisson\"\ncdf = \"hadoop\"\nload = 0.5\n";
+        let e = parse(&format!("duration = \"1ms\"\ndrain = \"100000h\"\n{busy}")).unwrap_err();
+        assert_eq!(e.field, "drain", "{e}");
         // The same run at a coarser interval fits, unless a policy samples it every 100 µs.
         let coarse = parse(&format!("duration = \"200s\"\nsample_interval = \"10ms\"\n{sparse}")).unwrap();
         coarse.check_sampled_every(Nanos::from_millis(10)).unwrap();

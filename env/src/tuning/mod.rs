@@ -193,7 +193,8 @@ pub struct Step {
     pub observations: Vec<f32>,
     /// One reward per agent for the interval just simulated.
     pub rewards: Vec<f32>,
-    /// The episode reached its natural end: every flow completed.
+    /// The episode reached its natural end: the arrival window is over and every flow has
+    /// completed (no more can start).
     pub terminated: bool,
     /// The episode was cut: the time limit passed with flows still running.
     pub truncated: bool,
@@ -217,6 +218,8 @@ pub struct TuningEnv {
     telemetry: Vec<TelemetrySample>,
     next_decision: u64,
     initial_action: Option<usize>,
+    /// The last step ended the episode (terminated or truncated): no step until a reset.
+    ended: bool,
 }
 
 impl TuningEnv {
@@ -235,6 +238,7 @@ impl TuningEnv {
             telemetry: Vec::new(),
             next_decision: 0,
             initial_action: None,
+            ended: false,
         }
     }
 
@@ -331,6 +335,7 @@ impl TuningEnv {
         self.next_decision = scenario.fabric.window_start.0;
         self.sim = Some(sim);
         self.scenario = Some(scenario);
+        self.ended = false;
         let (obs, _, info) = self.advance()?;
         Ok((obs, info))
     }
@@ -342,11 +347,20 @@ impl TuningEnv {
         if actions.len() != self.histories.len() {
             return Err(EnvError::BadAction(format!("{} actions for {} agents", actions.len(), self.histories.len())));
         }
-        for (q, &a) in actions.iter().enumerate() {
-            let link = sim.queues()[q].link;
-            let s = self.template.setting(a, link, &self.cfg.bounds).ok_or_else(|| {
-                EnvError::BadAction(format!("action {a} for agent {q} is outside 0..{}", self.template.len()))
-            })?;
+        if self.ended {
+            return Err(EnvError::NotRunning);
+        }
+        // Every action is checked before any is applied: a refused step changes nothing.
+        let settings = actions
+            .iter()
+            .enumerate()
+            .map(|(q, &a)| {
+                self.template.setting(a, sim.queues()[q].link, &self.cfg.bounds).ok_or_else(|| {
+                    EnvError::BadAction(format!("action {a} for agent {q} is outside 0..{}", self.template.len()))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for (q, s) in settings.into_iter().enumerate() {
             sim.set_ecn(q, s)?;
         }
         let (observations, rewards, info) = self.advance()?;
@@ -359,6 +373,7 @@ impl TuningEnv {
             None => cfg.stop_at,
         };
         let truncated = !terminated && sim.now() >= limit;
+        self.ended = terminated || truncated;
         Ok(Step { observations, rewards, terminated, truncated, info })
     }
 
@@ -462,6 +477,10 @@ mod tests {
             assert!(steps < 100, "2 ms + 1 ms tail at 100 µs is 30 steps");
         }
         assert!((25..=32).contains(&steps), "{steps}");
+        // An ended episode takes no more steps until a reset.
+        assert!(matches!(env.step(&vec![0; agents]), Err(EnvError::NotRunning)));
+        env.reset(8).unwrap();
+        assert!(env.step(&vec![0; agents]).is_ok());
     }
 
     #[test]
@@ -472,6 +491,14 @@ mod tests {
         assert!(matches!(env.step(&[0]), Err(EnvError::BadAction(_))));
         let too_big = vec![env.template().len(); env.agents()];
         assert!(matches!(env.step(&too_big), Err(EnvError::BadAction(_))));
+        // One bad action among good ones: nothing is applied.
+        let (_, info) = env.reset(2).unwrap();
+        let mut last_bad = vec![0; env.agents()];
+        *last_bad.last_mut().unwrap() = env.template().len();
+        assert!(matches!(env.step(&last_bad), Err(EnvError::BadAction(_))));
+        let sim = env.simulator().unwrap();
+        let now: Vec<EcnSetting> = (0..info.settings.len()).map(|q| sim.ecn(q).unwrap()).collect();
+        assert_eq!(now, info.settings);
     }
 
     #[test]
