@@ -64,6 +64,18 @@ pub struct Captured {
     pub cut_short: Option<String>,
 }
 
+/// Completes on SIGINT or SIGTERM, saying which; never where signals cannot be watched.
+async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "interrupted (SIGINT)",
+        _ = term.recv() => "stopped (SIGTERM)",
+    }
+}
+
 /// A batch must come within this, or the actuator counts as silent.
 const SILENCE: Duration = Duration::from_secs(30);
 
@@ -95,6 +107,8 @@ pub async fn capture(target: &Target, until: Until) -> Result<Captured, CliError
     let mut rows = Vec::new();
     let mut batches = 0;
     let mut cut_short = None;
+    // Ctrl-C or SIGTERM ends the reading like a lost stream: what was read is kept.
+    let mut stop = std::pin::pin!(stop_signal());
     loop {
         let wait = match until {
             Until::Batches(n) if batches >= n => break,
@@ -105,7 +119,14 @@ pub async fn capture(target: &Target, until: Until) -> Result<Captured, CliError
             },
         };
         let after = |what: String| format!("{}: {what} after {:.1} s", target.url, started.elapsed().as_secs_f64());
-        let batch = match tokio::time::timeout(wait, stream.message()).await {
+        let message = tokio::select! {
+            m = tokio::time::timeout(wait, stream.message()) => m,
+            why = &mut stop => {
+                cut_short = Some(after(why.into()));
+                break;
+            }
+        };
+        let batch = match message {
             Ok(Ok(Some(batch))) => batch,
             Ok(Ok(None)) => {
                 cut_short = Some(after("the telemetry stream ended".into()));

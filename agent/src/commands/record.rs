@@ -126,7 +126,11 @@ fn record_target(args: &RecordArgs) -> Result<(), CliError> {
         captured.queues,
         captured.batches,
         captured.backend,
-        if captured.cut_short.is_some() { "before the stream was lost".to_string() } else { format!("over {text}") }
+        if captured.cut_short.is_some() {
+            "before the stream was lost or stopped".to_string()
+        } else {
+            format!("over {text}")
+        }
     );
     match captured.cut_short {
         Some(why) => Err(CliError::Failed(format!(
