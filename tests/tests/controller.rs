@@ -76,6 +76,9 @@ async fn telemetry_lag_gauge(metrics: &str) -> Option<f64> {
     lines.first()?.rsplit(' ').next()?.parse().ok()
 }
 
+/// Shadow mode under a static policy every queue must step towards, deciding every 100 ms.
+const SHADOW_STATIC: [&str; 6] = ["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--interval", "100ms"];
+
 #[tokio::test(flavor = "multi_thread")]
 async fn shadow_over_a_full_scenario_makes_no_writes() {
     let act = sim_actuator(&[]).await;
@@ -84,16 +87,7 @@ async fn shadow_over_a_full_scenario_makes_no_writes() {
     let (log, ()) = act
         .controller_until(
             "shadow",
-            &[
-                "--mode",
-                "shadow",
-                "--policy",
-                "static:100KB,400KB,0.5",
-                "--interval",
-                "100ms",
-                "--max-changes-per-minute",
-                "60",
-            ],
+            &[SHADOW_STATIC.as_slice(), &["--max-changes-per-minute", "60"]].concat(),
             "a whole scenario run and 5 rounds",
             FABRIC_PATIENCE,
             || {
@@ -430,20 +424,8 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
     let (log, text) = a
         .controller_until(
             "multi",
-            &[
-                "--target",
-                &url_b,
-                "--mode",
-                "shadow",
-                "--policy",
-                "static:100KB,400KB,0.5",
-                "--interval",
-                "100ms",
-                "--metrics",
-                &metrics,
-                "--max-changes-per-minute",
-                "30",
-            ],
+            &[SHADOW_STATIC.as_slice(), &["--target", &url_b, "--metrics", &metrics, "--max-changes-per-minute", "30"]]
+                .concat(),
             "metrics with decisions for both targets, and would-be changes for both",
             FABRIC_PATIENCE,
             || {
