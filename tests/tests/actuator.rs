@@ -593,3 +593,25 @@ async fn dry_run_replays_a_csv_recording_as_its_telemetry() {
     let now = config(&mut c).await.telemetry_now_ts_ns;
     assert!(now >= last, "present {now} ns, a batch at {last} ns came first");
 }
+
+/// A scenario run that ends between sample times (its hard stop, 1.15 ms, is off the 200 µs
+/// grid) closes its last, partial interval before the next run starts, as `sim --out` does:
+/// a recording of the actuator has no gap at its restarts, and validates. The partial
+/// interval's counters were lost at every restart, leaving a 350 µs gap each time.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_that_ends_between_samples_loses_no_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("short.toml");
+    std::fs::write(
+        &scenario,
+        "base = \"websearch-50\"\nduration = \"1ms\"\ndrain = \"150us\"\nsample_interval = \"200us\"\n",
+    )
+    .unwrap();
+    let a = Actuator::start(&["--backend", "sim", "--scenario", scenario.to_str().unwrap()]).await;
+    let out = dir.path().join("rec.parquet").display().to_string();
+    let (code, stdout, stderr) = run_cli(&["record", "--target", &a.url(), "--duration", "3s", "--out", &out]).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let (code, stdout, stderr) = run_cli(&["validate", "--telemetry", &out]).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(a.log_text().matches("restarting with the next seed").count() >= 2, "{}", a.log_text());
+}

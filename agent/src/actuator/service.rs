@@ -649,8 +649,13 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
                             _ = stopping.changed() => break,
                         }
                     }
-                    // A slow subscriber skips ahead; the gap shows in ts_ns.
-                    Err(broadcast::error::RecvError::Lagged(n)) => warn!(skipped = n, "telemetry subscriber lagged"),
+                    // A slow subscriber skips ahead; the gap shows in ts_ns. A coarsened window
+                    // half filled before the gap starts again: it must not merge intervals from
+                    // both sides of it.
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        warn!(skipped = n, "telemetry subscriber lagged");
+                        coarse = Coarsener::new(factor);
+                    }
                     Err(broadcast::error::RecvError::Closed) => break,
                 }
             }

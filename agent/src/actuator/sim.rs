@@ -379,6 +379,12 @@ impl Runner {
             }
             let all_done = self.sim.all_flows_done() && !self.scenario.flows.is_empty();
             if all_done || self.sim.now().0 >= stop_at {
+                // A run that ends between sample times (a hard stop off the grid, a storm's
+                // onset) closes its last, partial interval: its counters are telemetry too.
+                self.sim.close_partial_interval();
+                for b in batches_from_rows(&self.sim.take_telemetry(), offset) {
+                    let _ = self.telemetry.send(Arc::new(b));
+                }
                 runs += 1;
                 let s = Summary::new(
                     &self.sim,

@@ -483,12 +483,17 @@ impl Simulator {
                 progress(self);
             }
         }
-        // Close the last, partial telemetry interval so that no counted byte is lost.
+        self.close_partial_interval();
+        progress(self);
+        self.all_flows_done()
+    }
+
+    /// Close the current telemetry interval where it has begun (the run stops between sample
+    /// times), so that no counted byte is lost; its sample is stamped now.
+    pub fn close_partial_interval(&mut self) {
         if self.now > self.interval_start {
             self.close_interval();
         }
-        progress(self);
-        self.all_flows_done()
     }
 
     #[inline]
