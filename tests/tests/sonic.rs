@@ -9,7 +9,7 @@
 
 use ecn_tests::sonic::{
     client_in_multi, queue_setting, recording, seed, set_config_field, tables, Counters, Orchagent, Proxy, RedisServer,
-    Spec, Ticker, Traffic, ASIC_DB, CONFIG_DB, COUNTERS_DB,
+    Spec, Ticker, Traffic, ASIC_DB, CONFIG_DB, COUNTERS_DB, STATE_DB,
 };
 use ecn_tests::{
     assert_applied_within_bounds, assert_apply_refused, change, decision_reasons, enforce_flags, events, eventually,
@@ -1044,6 +1044,20 @@ async fn recordings_that_cannot_be_this_switchs_and_unbounded_switches_are_refus
     assert!(stdout.contains("restored 0 WRED profile(s)"), "{stdout}");
     assert!(!good.exists() && victim.exists(), "the given file is retired, the named one left alone");
     assert_eq!(tables(&mut redis.con(CONFIG_DB)), before);
+
+    // A recording in STATE_DB taken before a controlled queue existed: a restore could not
+    // undo ecn-tuner's writes to that queue, so the actuator refuses to start on it.
+    let partial = recording(&|r| {
+        r["queue"].as_object_mut().unwrap().remove("Ethernet0|3");
+    });
+    let mut state = redis.con(STATE_DB);
+    let _: () =
+        redis::cmd("HSET").arg("ECN_TUNER|ORIGINALS").arg("json").arg(partial.to_string()).query(&mut state).unwrap();
+    let (code, stderr) = refused_start(&url, None).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("QUEUE|Ethernet0|3") && stderr.contains("sonic restore"), "{stderr}");
+    assert_eq!(tables(&mut redis.con(CONFIG_DB)), before, "nothing written");
+    let _: () = redis::cmd("DEL").arg("ECN_TUNER|ORIGINALS").query(&mut state).unwrap();
 
     // No buffer pool size: Kmax would have no bound.
     let mut con = redis.con(CONFIG_DB);
