@@ -193,29 +193,24 @@ impl SonicBackend {
         }
         let caps = found.caps;
         let switch = caps.queues[0].key.switch.clone();
-        match (&recording, from_file, &opts.originals_file) {
-            // The file will be put back into STATE_DB as this switch's original state.
-            (Some(rec), true, Some(p)) => {
-                rec.check_belongs(&switch, opts.dbs.config, &found.layout.queues).map_err(|e| {
-                    ActuatorError::BadInput(format!(
-                        "{}: {e}; move the file away to record this switch afresh",
-                        p.display()
-                    ))
-                })?
-            }
-            // A recording taken before a controlled queue existed cannot undo what ecn-tuner
-            // writes to it: `sonic restore` would leave that queue on a profile of ours.
-            (Some(rec), false, _) => {
-                rec.check_belongs(&switch, opts.dbs.config, &found.layout.queues).map_err(|e| {
-                    ActuatorError::BadInput(format!(
+        if let Some(rec) = &recording {
+            rec.check_belongs(&switch, opts.dbs.config, &found.layout.queues).map_err(|e| {
+                ActuatorError::BadInput(match &opts.originals_file {
+                    // The file will be put back into STATE_DB as this switch's original state.
+                    Some(p) if from_file => {
+                        format!("{}: {e}; move the file away to record this switch afresh", p.display())
+                    }
+                    // A recording taken before a controlled queue existed cannot undo what
+                    // ecn-tuner writes to it: `sonic restore` would leave that queue on a profile
+                    // of ours.
+                    _ => format!(
                         "STATE_DB (db {}) {}: {e}; run `ecn-tuner sonic restore` to put back what it holds, and \
-                     the actuator then records this switch afresh",
+                         the actuator then records this switch afresh",
                         opts.dbs.state,
                         schema::RECORDING_KEY
-                    ))
-                })?
-            }
-            _ => {}
+                    ),
+                })
+            })?;
         }
         let readback = readback(&target, &opts, &found.layout, &found.initial);
         let programmed_at = readback.shown_at.clone();
