@@ -1362,3 +1362,36 @@ async fn a_sonic_actuator_needs_a_journal() {
     assert!(stderr.contains("--journal: required with the sonic backend"), "{stderr}");
     assert_eq!(tables(&mut redis.con(CONFIG_DB)), before);
 }
+
+/// SONiC refreshes queue counters every 10 s unless `counterpoll` says otherwise; polled every
+/// 100 ms, nine samples in ten would show no traffic. The actuator warns at start-up, naming
+/// the key and the `counterpoll` command, and is quiet once the switch polls as fast.
+#[tokio::test(flavor = "multi_thread")]
+async fn counters_sonic_refreshes_less_often_than_polled_are_warned_of() {
+    let spec = Spec::default();
+    let warning = "less often than --poll-interval";
+    for fast in [false, true] {
+        let redis = RedisServer::start();
+        seed(&redis, &spec);
+        if fast {
+            for key in ["FLEX_COUNTER_TABLE|QUEUE", "FLEX_COUNTER_TABLE|PORT"] {
+                let _: () = redis::cmd("HSET")
+                    .arg(key)
+                    .arg("POLL_INTERVAL")
+                    .arg("100")
+                    .query(&mut redis.con(CONFIG_DB))
+                    .unwrap();
+            }
+        }
+        let url = redis.url();
+        let act = Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms"]).await;
+        let log = act.log_text();
+        if fast {
+            assert!(!log.contains(warning), "{log}");
+        } else {
+            assert!(log.contains("every 10000 ms (FLEX_COUNTER_TABLE|QUEUE, no POLL_INTERVAL"), "{log}");
+            assert!(log.contains("counterpoll queue interval 100"), "{log}");
+            assert!(log.contains("every 1000 ms (FLEX_COUNTER_TABLE|PORT"), "{log}");
+        }
+    }
+}
