@@ -347,6 +347,14 @@ struct Runner {
 }
 
 impl Runner {
+    /// Send the intervals the simulator has closed, on the backend clock (`offset` + run time).
+    fn publish_telemetry(&mut self, offset: u64) {
+        for b in batches_from_rows(&self.sim.take_telemetry(), offset) {
+            // No subscriber is not an error: telemetry of an unwatched fabric is dropped.
+            let _ = self.telemetry.send(Arc::new(b));
+        }
+    }
+
     fn run(mut self) {
         let interval = self.sim.config().sample_interval.0.max(1);
         // Simulated time (backend clock) at which the current run started.
@@ -372,19 +380,13 @@ impl Runner {
                 break;
             }
             self.sim.run_until(Nanos(target));
-            let rows = self.sim.take_telemetry();
-            for b in batches_from_rows(&rows, offset) {
-                // No subscriber is not an error: telemetry of an unwatched fabric is dropped.
-                let _ = self.telemetry.send(Arc::new(b));
-            }
+            self.publish_telemetry(offset);
             let all_done = self.sim.all_flows_done() && !self.scenario.flows.is_empty();
             if all_done || self.sim.now().0 >= stop_at {
                 // A run that ends between sample times (a hard stop off the grid, a storm's
                 // onset) closes its last, partial interval: its counters are telemetry too.
                 self.sim.close_partial_interval();
-                for b in batches_from_rows(&self.sim.take_telemetry(), offset) {
-                    let _ = self.telemetry.send(Arc::new(b));
-                }
+                self.publish_telemetry(offset);
                 runs += 1;
                 let s = Summary::new(
                     &self.sim,

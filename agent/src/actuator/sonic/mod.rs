@@ -149,16 +149,15 @@ pub struct SonicBackend {
 /// operator may mean it, and the counters still add up.
 fn warn_of_slower_counters(target: &RedisTarget, config_db: i64, poll: Duration) {
     let Ok(mut con) = target.connect(config_db, "ecn-tuner-discover") else { return };
-    for (key, default_ms) in schema::FLEX_COUNTER_POLLS {
+    for (key, group, default_ms) in schema::FLEX_COUNTER_POLLS {
         let set: Option<String> = redis::cmd("HGET").arg(key).arg("POLL_INTERVAL").query(&mut con).unwrap_or(None);
         let sonic_ms = set.as_deref().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(default_ms);
         if Duration::from_millis(sonic_ms) > poll {
             let whence = if set.is_some() { "POLL_INTERVAL" } else { "no POLL_INTERVAL: SONiC's default" };
             warn!(
                 "SONiC refreshes these counters every {sonic_ms} ms ({key}, {whence}), less often than --poll-interval \
-                 {poll:?}: most samples will show no traffic and the next one all of it; run `counterpoll {} interval \
-                 {}` on the switch, or raise --poll-interval",
-                if key.ends_with("QUEUE") { "queue" } else { "port" },
+                 {poll:?}: most samples will show no traffic and the next one all of it; run `counterpoll {group} \
+                 interval {}` on the switch, or raise --poll-interval",
                 poll.as_millis()
             );
         }

@@ -41,10 +41,11 @@ pub const PORT: &str = "PORT";
 pub const BUFFER_POOL: &str = "BUFFER_POOL";
 /// CONFIG_DB `DEVICE_METADATA|localhost`, field `hostname`.
 pub const DEVICE_METADATA_LOCALHOST: &str = "DEVICE_METADATA|localhost";
-/// CONFIG_DB keys of SONiC's counter polling (`counterpoll`) for queues and ports, with the
-/// interval SONiC uses when the key has no `POLL_INTERVAL` (milliseconds).
-pub const FLEX_COUNTER_POLLS: [(&str, u64); 2] =
-    [("FLEX_COUNTER_TABLE|QUEUE", 10_000), ("FLEX_COUNTER_TABLE|PORT", 1_000)];
+/// CONFIG_DB keys of SONiC's counter polling for queues and ports, with the `counterpoll`
+/// group that sets each and the interval SONiC uses when the key has no `POLL_INTERVAL`
+/// (milliseconds).
+pub const FLEX_COUNTER_POLLS: [(&str, &str, u64); 2] =
+    [("FLEX_COUNTER_TABLE|QUEUE", "queue", 10_000), ("FLEX_COUNTER_TABLE|PORT", "port", 1_000)];
 /// APPL_DB port table (`:` separator).
 pub const APPL_PORT_TABLE: &str = "PORT_TABLE";
 
