@@ -913,7 +913,19 @@ async fn counter_wraps_and_resets_give_true_deltas() {
     let dropped = got.iter().filter(|b| {
         b.samples.iter().any(|s| s.id.as_ref() == Some(&id0)) && !b.samples.iter().any(|s| s.id.as_ref() == Some(&id1))
     });
-    assert_eq!(dropped.count(), 1, "exactly one interval dropped for the reset queue");
+    let dropped: Vec<u64> = dropped.map(|b| b.ts_ns).collect();
+    assert_eq!(dropped.len(), 1, "exactly one interval dropped for the reset queue");
+    // Each sample states the time its deltas cover: the step from the queue's previous
+    // sample, except just after the drop, where the deltas count from the reading at the
+    // reset. Rates measured over the step there would read half the truth.
+    for id in [&id0, &id1] {
+        let samples: Vec<&pb::TelemetrySample> =
+            got.iter().flat_map(|b| b.samples.iter().filter(|s| s.id.as_ref() == Some(id))).collect();
+        for w in samples.windows(2) {
+            let covered_from = if w[0].ts_ns < dropped[0] && w[1].ts_ns > dropped[0] { dropped[0] } else { w[0].ts_ns };
+            assert_eq!(w[1].span_ns, w[1].ts_ns - covered_from, "{id:?}: {:?}", w[1]);
+        }
+    }
     for b in &got {
         for s in &b.samples {
             let pkts_ok = s.tx_pkts == 0 || s.tx_pkts == D / 1_000;

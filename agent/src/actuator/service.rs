@@ -634,7 +634,7 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
         let (tx, rx) = mpsc::channel(16);
         let mut stopping = self.inner.stopping.clone();
         tokio::spawn(async move {
-            let mut coarse = Coarsener::new(factor);
+            let mut coarse = Coarsener::new(factor, native);
             loop {
                 let batch = tokio::select! {
                     r = source.recv() => r,
@@ -649,12 +649,11 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
                             _ = stopping.changed() => break,
                         }
                     }
-                    // A slow subscriber skips ahead; the gap shows in ts_ns. A coarsened window
-                    // half filled before the gap starts again: it must not merge intervals from
-                    // both sides of it.
+                    // A slow subscriber skips ahead; the gap shows in ts_ns, and the samples
+                    // after it state the span their counters cover.
                     Err(broadcast::error::RecvError::Lagged(n)) => {
                         warn!(skipped = n, "telemetry subscriber lagged");
-                        coarse = Coarsener::new(factor);
+                        coarse.skipped();
                     }
                     Err(broadcast::error::RecvError::Closed) => break,
                 }

@@ -24,6 +24,8 @@ pub fn sample_to_wire(r: &TelemetrySample, ts_offset_ns: u64) -> pb::TelemetrySa
         paused_ns: s.paused_ns,
         drops: s.drops,
         ecn: Some(pb::EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }),
+        // A row covers the step from its queue's previous one.
+        span_ns: 0,
     }
 }
 
@@ -72,44 +74,94 @@ pub fn batches_from_rows(rows: &[TelemetrySample], ts_offset_ns: u64) -> Vec<pb:
 }
 
 /// Merges consecutive native batches into one per `factor` of them, as one sample per queue
-/// over the longer interval: counters add up, the depth at the end and the ECN setting are
-/// the last ones, the maximum is the maximum and the average is the mean of the averages
-/// (native intervals have equal length).
+/// over the longer interval: counters and spans add up, the depth at the end and the ECN
+/// setting are the last ones, the maximum is the maximum and the average is the mean of the
+/// averages weighted by the time each covers.
+///
+/// Every sample it passes on states its span (`span_ns`): a native sample that leaves it
+/// implicit covers the step from its queue's previous sample, or, with none seen since the
+/// subscription began or skipped ahead, one native interval. A receiver then measures rates
+/// over the time the counters cover even where the stream has a hole: a queue missing from a
+/// native batch (a poller dropped that interval) or batches a slow subscriber never got.
 #[derive(Debug)]
 pub struct Coarsener {
     factor: u32,
+    native_ns: u64,
     seen: u32,
-    acc: Vec<pb::TelemetrySample>,
-    avg_n: Vec<u32>,
-    pos: HashMap<(String, String, u32), usize>,
+    acc: Vec<Merging>,
+    pos: HashMap<QueueWire, usize>,
+    /// Each queue's latest `ts_ns`, across windows, until a skip.
+    last_ts: HashMap<QueueWire, u64>,
+}
+
+type QueueWire = (String, String, u32);
+
+/// One queue's sample being merged, with the sum of its averages weighted by their spans.
+#[derive(Debug)]
+struct Merging {
+    sample: pb::TelemetrySample,
+    weighted_avg: f64,
 }
 
 impl Coarsener {
-    /// Merge every `factor` batches (1 = pass through).
-    pub fn new(factor: u32) -> Coarsener {
-        Coarsener { factor: factor.max(1), seen: 0, acc: Vec::new(), avg_n: Vec::new(), pos: HashMap::new() }
+    /// Merge every `factor` batches (1 = pass on each, its spans stated) of a backend whose
+    /// native interval is `native_ns`.
+    pub fn new(factor: u32, native_ns: u64) -> Coarsener {
+        Coarsener {
+            factor: factor.max(1),
+            native_ns: native_ns.max(1),
+            seen: 0,
+            acc: Vec::new(),
+            pos: HashMap::new(),
+            last_ts: HashMap::new(),
+        }
+    }
+
+    /// Batches were lost (a slow subscriber skipped ahead): a window half filled before the
+    /// hole starts again, so that it never merges intervals from both sides of it, and no
+    /// span is measured across it.
+    pub fn skipped(&mut self) {
+        self.seen = 0;
+        self.acc.clear();
+        self.pos.clear();
+        self.last_ts.clear();
+    }
+
+    /// The time `s` covers: its own `span_ns` (at most the step from its queue's previous
+    /// sample), else that step, else one native interval.
+    fn span_of(&mut self, key: &QueueWire, s: &pb::TelemetrySample) -> u64 {
+        let step = self.last_ts.get(key).filter(|&&t| s.ts_ns > t).map(|&t| s.ts_ns - t);
+        if s.ts_ns >= self.last_ts.get(key).copied().unwrap_or(0) {
+            self.last_ts.insert(key.clone(), s.ts_ns);
+        }
+        match (s.span_ns, step) {
+            (0, Some(step)) => step,
+            (0, None) => self.native_ns,
+            (span, Some(step)) => span.min(step),
+            (span, None) => span,
+        }
     }
 
     /// Feed one native batch; returns a merged batch every `factor` calls.
     pub fn push(&mut self, b: &pb::TelemetryBatch) -> Option<pb::TelemetryBatch> {
-        if self.factor == 1 {
-            return Some(b.clone());
-        }
         for s in &b.samples {
             let key = s.id.as_ref().map(|i| (i.switch.clone(), i.port.clone(), i.queue)).unwrap_or_default();
+            let span = self.span_of(&key, s);
             match self.pos.get(&key) {
                 None => {
                     self.pos.insert(key, self.acc.len());
-                    self.acc.push(s.clone());
-                    self.avg_n.push(1);
+                    let sample = pb::TelemetrySample { span_ns: span, ..s.clone() };
+                    self.acc.push(Merging { weighted_avg: s.queue_bytes_avg * span as f64, sample });
                 }
                 Some(&i) => {
-                    let a = &mut self.acc[i];
+                    let m = &mut self.acc[i];
+                    m.weighted_avg += s.queue_bytes_avg * span as f64;
+                    let a = &mut m.sample;
                     a.ts_ns = s.ts_ns;
+                    a.span_ns = a.span_ns.saturating_add(span);
                     a.link_bps = s.link_bps;
                     a.queue_bytes = s.queue_bytes;
                     a.queue_bytes_max = a.queue_bytes_max.max(s.queue_bytes_max);
-                    a.queue_bytes_avg += s.queue_bytes_avg;
                     a.tx_bytes = a.tx_bytes.saturating_add(s.tx_bytes);
                     a.tx_pkts = a.tx_pkts.saturating_add(s.tx_pkts);
                     a.ecn_marked_pkts = a.ecn_marked_pkts.saturating_add(s.ecn_marked_pkts);
@@ -118,7 +170,6 @@ impl Coarsener {
                     a.paused_ns = a.paused_ns.saturating_add(s.paused_ns);
                     a.drops = a.drops.saturating_add(s.drops);
                     a.ecn = s.ecn;
-                    self.avg_n[i] += 1;
                 }
             }
         }
@@ -126,11 +177,17 @@ impl Coarsener {
         if self.seen < self.factor {
             return None;
         }
-        let mut samples = std::mem::take(&mut self.acc);
-        for (s, n) in samples.iter_mut().zip(&self.avg_n) {
-            s.queue_bytes_avg /= f64::from(*n);
-        }
-        self.avg_n.clear();
+        let samples = self
+            .acc
+            .drain(..)
+            .map(|m| {
+                let mut s = m.sample;
+                if s.span_ns > 0 {
+                    s.queue_bytes_avg = m.weighted_avg / s.span_ns as f64;
+                }
+                s
+            })
+            .collect();
         self.pos.clear();
         self.seen = 0;
         Some(pb::TelemetryBatch { ts_ns: b.ts_ns, samples })
@@ -157,15 +214,64 @@ mod tests {
 
     #[test]
     fn coarsening_sums_counters_and_keeps_the_last_depth() {
-        let mut c = Coarsener::new(3);
+        let mut c = Coarsener::new(3, 100);
         assert!(c.push(&batch(100, 10, 1)).is_none());
         assert!(c.push(&batch(200, 40, 2)).is_none());
         let m = c.push(&batch(300, 20, 3)).unwrap();
         assert_eq!(m.ts_ns, 300);
         let s = &m.samples[0];
         assert_eq!((s.ts_ns, s.queue_bytes, s.queue_bytes_max, s.tx_bytes, s.paused_ns), (300, 20, 40, 6, 30));
+        // The first sample of a subscription covers one native interval.
+        assert_eq!(s.span_ns, 300);
         assert!((s.queue_bytes_avg - 70.0 / 3.0).abs() < 1e-9);
         assert!(c.push(&batch(400, 1, 1)).is_none(), "a new window starts");
-        assert_eq!(Coarsener::new(1).push(&batch(1, 1, 1)).unwrap(), batch(1, 1, 1));
+        let passed = Coarsener::new(1, 100).push(&batch(1, 1, 1)).unwrap();
+        assert_eq!(passed.samples[0], pb::TelemetrySample { span_ns: 100, ..batch(1, 1, 1).samples[0].clone() });
+    }
+
+    fn spanning(ts: u64, span: u64, depth: u64, tx: u64) -> pb::TelemetryBatch {
+        let mut b = batch(ts, depth, tx);
+        b.samples[0].span_ns = span;
+        b
+    }
+
+    #[test]
+    fn a_hole_in_the_stream_shows_in_the_span_not_in_the_rates() {
+        // A poller dropped the interval ending at 200 for this queue: its sample at 300 states
+        // the one poll its deltas cover.
+        let mut c = Coarsener::new(3, 100);
+        c.push(&spanning(100, 100, 10, 1));
+        c.push(&pb::TelemetryBatch { ts_ns: 200, samples: vec![] });
+        let s = c.push(&spanning(300, 100, 40, 3)).unwrap().samples.remove(0);
+        assert_eq!((s.span_ns, s.tx_bytes), (200, 4));
+        assert!((s.queue_bytes_avg - 25.0).abs() < 1e-9);
+        // Averages are weighted by the time they cover: a short (partial) interval counts less.
+        let mut c = Coarsener::new(2, 100);
+        c.push(&spanning(100, 100, 10, 1));
+        let s = c.push(&batch(125, 50, 1)).unwrap().samples.remove(0);
+        assert_eq!(s.span_ns, 125);
+        assert!((s.queue_bytes_avg - (10.0 * 100.0 + 50.0 * 25.0) / 125.0).abs() < 1e-9);
+        // A span is never longer than the step from the queue's previous sample.
+        let mut c = Coarsener::new(1, 100);
+        c.push(&batch(100, 1, 1));
+        assert_eq!(c.push(&spanning(150, 100, 1, 1)).unwrap().samples[0].span_ns, 50);
+    }
+
+    #[test]
+    fn after_a_skip_no_span_is_measured_across_the_batches_lost() {
+        let mut c = Coarsener::new(1, 100);
+        c.push(&batch(100, 1, 1));
+        assert_eq!(c.push(&batch(200, 1, 1)).unwrap().samples[0].span_ns, 100);
+        c.skipped();
+        // Batches up to 900 were lost: the one at 1000 covers its own interval, not 800 ns.
+        assert_eq!(c.push(&batch(1000, 1, 1)).unwrap().samples[0].span_ns, 100);
+        let mut c = Coarsener::new(3, 100);
+        c.push(&batch(100, 1, 1));
+        c.push(&batch(200, 1, 1));
+        c.skipped();
+        assert!(c.push(&batch(900, 1, 1)).is_none(), "the half-filled window starts again");
+        c.push(&batch(1000, 1, 1));
+        let s = c.push(&batch(1100, 1, 1)).unwrap().samples.remove(0);
+        assert_eq!((s.span_ns, s.tx_bytes), (300, 3));
     }
 }

@@ -93,7 +93,10 @@ impl QueueWatch {
         let now = Instant::now();
         let prev_ts = self.last.as_ref().map(|p| p.ts_ns);
         let advanced = prev_ts.is_none_or(|t| s.ts_ns > t);
-        let span = prev_ts.filter(|&t| s.ts_ns > t).map(|t| s.ts_ns - t);
+        let step = prev_ts.filter(|&t| s.ts_ns > t).map(|t| s.ts_ns - t);
+        // The counters cover the span the sample states, where it states one: after a hole in
+        // the stream (an interval the poller dropped) that is less than the step.
+        let span = step.map(|step| if s.span_ns > 0 { s.span_ns.min(step) } else { step });
         let issue = problem(s, span);
         self.last_valid = issue.is_none();
         self.last_problem = issue;
@@ -247,6 +250,25 @@ mod tests {
             w.push(&sample(ts, 5.0, 100));
         }
         assert_eq!(w.intervals_at_setting(), 1);
+    }
+
+    #[test]
+    fn rates_are_measured_over_the_span_a_sample_states() {
+        let mut w = QueueWatch::keeping(8);
+        // 100 Gb/s for 100 µs is 1.25 MB; half that is 50% utilization.
+        w.push(&sample(100_000, 5.0, 625_000));
+        w.push(&sample(200_000, 5.0, 625_000));
+        // The interval ending at 300 µs was dropped (a counter reset): the next sample covers
+        // its own 100 µs, not the 200 µs since the sample before.
+        let after = w.push(&pb::TelemetrySample { span_ns: 100_000, ..sample(400_000, 5.0, 625_000) }).unwrap();
+        assert_eq!((after.start_ns, after.span_ns), (300_000, 100_000));
+        assert!((after.utilization() - 0.5).abs() < 1e-9, "{}", after.utilization());
+        assert_eq!(w.features().latest().unwrap().interval_ns, 100_000);
+        // Without a stated span, the step; a stated span longer than the step is cut to it.
+        let plain = w.push(&sample(600_000, 5.0, 625_000)).unwrap();
+        assert_eq!(plain.span_ns, 200_000);
+        let long = w.push(&pb::TelemetrySample { span_ns: 500_000, ..sample(700_000, 5.0, 625_000) }).unwrap();
+        assert_eq!(long.span_ns, 100_000);
     }
 
     #[test]

@@ -167,6 +167,9 @@ pub fn sample(
         paused_ns: d.paused_ns,
         drops: d.dropped,
         ecn: Some(pb::EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }),
+        // After a dropped interval this is shorter than the step from the queue's previous
+        // sample: the deltas count from the reading after the reset, not from that sample.
+        span_ns: d.span_ns,
     }
 }
 
