@@ -671,6 +671,48 @@ async fn a_profile_shared_with_queues_left_alone_is_never_edited() {
     assert_eq!(tables(&mut redis.con(CONFIG_DB)), before);
 }
 
+/// A queue whose WRED curve marks in a step (min = max) is left alone: ecn-tuner could not put
+/// it back, and it used to be controlled, so that every apply (which carries every queue's
+/// setting) was refused for it, whichever queues it changed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queue_with_step_marking_is_left_alone_and_blocks_nothing() {
+    let spec = Spec::default();
+    let redis = RedisServer::start();
+    seed(&redis, &spec);
+    {
+        let mut con = redis.con(CONFIG_DB);
+        let mut step: Vec<(String, String)> =
+            redis::cmd("HGETALL").arg("WRED_PROFILE|AZURE_LOSSLESS").query(&mut con).unwrap();
+        for (f, v) in &mut step {
+            if f.ends_with("_min_threshold") || f.ends_with("_max_threshold") {
+                *v = "2097152".into();
+            }
+        }
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg("WRED_PROFILE|STEP");
+        for (f, v) in &step {
+            cmd.arg(f).arg(v);
+        }
+        cmd.query::<()>(&mut con).unwrap();
+    }
+    set_config_field(&redis, "QUEUE|Ethernet4|3", "wred_profile", "STEP");
+    let _ticker = Ticker::start(&redis, Counters::new(&spec, 64), Duration::from_millis(50));
+    let url = redis.url();
+    let act = Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms"]).await;
+    let mut c = act.client().await;
+    let caps = c.get_capabilities(pb::GetCapabilitiesRequest {}).await.unwrap().into_inner();
+    let ids: Vec<pb::QueueId> = caps.queues.iter().filter_map(|q| q.id.clone()).collect();
+    assert!(!ids.contains(&qid("Ethernet4", 3)), "{ids:?}");
+    assert!(ids.contains(&qid("Ethernet0", 3)), "{ids:?}");
+    let l = lease(&mut c, "ctl-a").await;
+    let one = change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25);
+    c.apply(pb::ApplyRequest { lease_id: l, changes: vec![one], ..Default::default() })
+        .await
+        .expect("an apply to another queue goes through");
+    assert_eq!(queue_setting(&mut redis.con(CONFIG_DB), "Ethernet0", 3), (300_000, 900_000, 25));
+    assert_eq!(queue_setting(&mut redis.con(CONFIG_DB), "Ethernet4", 3), (2_097_152, 2_097_152, 5));
+}
+
 /// An operator binds a queue ecn-tuner does not control to the profile it edits in place,
 /// between two applies: the second apply reads CONFIG_DB again, sees the new binding, and
 /// leaves that profile alone, moving the controlled queues to profiles of their own. It used to

@@ -34,6 +34,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// The largest generation a journal may hold: 2^48, far from where counting on overflows.
+pub const MAX_GENERATION: u64 = 1 << 48;
+
 /// The kind of a journal line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -253,6 +256,8 @@ impl Journal {
 
 /// One pass over an existing journal, line by line. Lines that do not parse (a torn write,
 /// cut inside a multi-byte character too) are skipped.
+///
+/// A generation above [`MAX_GENERATION`] is refused.
 fn scan(f: &mut File) -> std::io::Result<Found> {
     use std::io::{BufRead, BufReader, Seek, SeekFrom};
     /// The fields of a line that matter here.
@@ -270,11 +275,18 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
     let mut found = Found::default();
     for (n, line) in BufReader::new(&mut *f).split(b'\n').enumerate() {
         let Ok(l) = serde_json::from_slice::<Line>(&line?) else { continue };
-        if l.generation == u64::MAX {
-            // The next change would need generation 2^64: no number is left to name it.
+        if l.generation > MAX_GENERATION {
+            // Every change takes a number and its revert another: near 2^64 the arithmetic
+            // would overflow mid-change. No real journal gets here (2^48 changes at one a
+            // millisecond take 9 000 years); such a line is corrupt or edited.
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!("line {}: generation {} leaves no number for the next change", n + 1, l.generation),
+                format!(
+                    "line {}: generation {} is beyond the largest this actuator numbers ({MAX_GENERATION}): \
+                     a corrupt or edited journal",
+                    n + 1,
+                    l.generation
+                ),
             ));
         }
         found.last_generation = found.last_generation.max(l.generation);
@@ -341,11 +353,20 @@ mod tests {
         j.write(&Event::now(EventKind::Revert, 4, 4, vec![])).unwrap();
         assert_eq!(reopened().unconfirmed_at_end(), None);
         assert_eq!(reopened().last_generation(), 4, "a restart continues after 4");
-        // A hand-edited last generation that leaves no number for the next change is refused.
-        std::fs::write(&path, "{\"event\":\"apply\",\"generation\":18446744073709551615,\"confirmed_generation\":1}\n")
-            .unwrap();
-        let Err(e) = Journal::open(&path) else { panic!("a journal with no generation left must be refused") };
-        assert!(e.to_string().contains("line 1: generation 18446744073709551615"), "{e}");
+        // A hand-edited generation that leaves too few numbers for the next changes (and
+        // their reverts) is refused, not left to overflow mid-change.
+        for g in [u64::MAX, u64::MAX - 2, MAX_GENERATION + 1] {
+            std::fs::write(&path, format!("{{\"event\":\"apply\",\"generation\":{g},\"confirmed_generation\":1}}\n"))
+                .unwrap();
+            let Err(e) = Journal::open(&path) else { panic!("a journal at generation {g} must be refused") };
+            assert!(e.to_string().contains(&format!("line 1: generation {g} is beyond")), "{e}");
+        }
+        std::fs::write(
+            &path,
+            format!("{{\"event\":\"apply\",\"generation\":{MAX_GENERATION},\"confirmed_generation\":1}}\n"),
+        )
+        .unwrap();
+        assert_eq!(reopened().last_generation(), MAX_GENERATION);
         std::fs::remove_file(&path).unwrap();
     }
 

@@ -280,7 +280,12 @@ impl<B: Backend> ActuatorService<B> {
             Deadline { at: Instant::now() + within, unix_ms: unix_ms(now) + within.as_millis() as u64 }
         });
         let generation = st.ledger.next();
-        let confirmed_after = if deadline.is_some() { st.ledger.confirmed() } else { generation };
+        // An apply without a deadline is confirmed at once, and with it any unconfirmed stack
+        // it lands on, but only once it is on the device. Until then its line says the stack is
+        // still pending: a crash during the write must leave a journal that ends unconfirmed,
+        // or a restart would serve the stack's never-confirmed settings as confirmed.
+        let stacked = st.ledger.confirmed() != st.ledger.current();
+        let confirmed_after = if deadline.is_none() && !stacked { generation } else { st.ledger.confirmed() };
         let mut e = Event::now(EventKind::Apply, generation, confirmed_after, self.entries(&changes))
             .detail(if req.reason.is_empty() { "apply".to_string() } else { req.reason.clone() })
             .controller(ctl);
@@ -303,7 +308,21 @@ impl<B: Backend> ActuatorService<B> {
             return Err(self.reject(&mut st, s, requested, ctl));
         }
         let times = self.inner.backend.write_times();
+        let confirmed_before = st.ledger.confirmed();
         st.ledger.commit(staged, deadline);
+        if deadline.is_none() && stacked {
+            let e = Event::now(EventKind::Confirm, generation, generation, Vec::new())
+                .detail(format!(
+                    "generation {generation} applied without a deadline: confirmed, with the unconfirmed \
+                     generations beneath it (previously confirmed: {confirmed_before})"
+                ))
+                .controller(ctl);
+            if let Err(err) = st.journal.write(&e) {
+                // The journal still ends on a pending change: a restart refuses to start rather
+                // than trust the device, which is the safe side.
+                error!("{err}");
+            }
+        }
         if deadline.is_some() {
             self.inner.deadline_changed.notify_one();
         }
@@ -884,6 +903,34 @@ mod tests {
             Some((3, 2)),
             "generation 3 is still unconfirmed on the device"
         );
+    }
+
+    #[test]
+    fn an_apply_without_a_deadline_confirms_a_stack_only_once_it_is_on_the_device() {
+        let (_dir, path) = scratch_journal();
+        let (s, _stop) = service_with(false, Some(&path));
+        let l = lease(&s);
+        assert_eq!(s.do_apply(apply_req(&l, 60_000)).unwrap().generation, 2);
+        let mut at_once = apply_req(&l, 0);
+        at_once.changes[0].setting.as_mut().unwrap().pmax = 0.7;
+        assert!(s.do_apply(at_once).unwrap().confirmed);
+        let seen = s.inner.backend.journal_at_apply.lock().unwrap().clone();
+        assert_eq!(
+            (seen[1]["event"].as_str(), seen[1]["generation"].as_u64(), seen[1]["confirmed_generation"].as_u64()),
+            (Some("apply"), Some(3), Some(1)),
+            "killed during the device write, the journal must end on generation 2 unconfirmed: {seen:?}"
+        );
+        let lines = journal_lines(&path);
+        let last = lines.last().unwrap();
+        assert_eq!(last["event"], "confirm", "{lines:?}");
+        assert_eq!((last["generation"].as_u64(), last["confirmed_generation"].as_u64()), (Some(3), Some(3)));
+        assert_eq!(Journal::open(&path).unwrap().unconfirmed_at_end(), None);
+        // With nothing pending, the apply line itself says confirmed: no second line.
+        let n = journal_lines(&path).len();
+        s.do_apply(apply_req(&l, 0)).unwrap();
+        let lines = journal_lines(&path);
+        assert_eq!(lines.len(), n + 1);
+        assert_eq!((lines[n]["generation"].as_u64(), lines[n]["confirmed_generation"].as_u64()), (Some(4), Some(4)));
     }
 
     #[test]

@@ -208,6 +208,13 @@ pub fn discover(
             warn!(queue = %name, profile = %bound, "the profile has no numeric green thresholds; queue left alone");
             continue;
         };
+        // Step marking (min = max) is a real WRED setting but not an ECN setting ecn-tuner can
+        // put back: a rollback or restore to it would be refused, and every apply carries the
+        // full set of settings, so controlling such a queue would block all writes.
+        if let Err(e) = setting.validate() {
+            warn!(queue = %name, profile = %bound, "the profile's green curve is not one ecn-tuner can set ({e}); queue left alone");
+            continue;
+        }
         let link_bps = match speeds.get(&q.port) {
             Some(b) => *b,
             None => {
