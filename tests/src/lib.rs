@@ -351,7 +351,8 @@ fn terminate(pid: Option<u32>) {
     send_signal(pid, "TERM");
 }
 
-/// Send the process `pid` (if it still runs) the signal `name` (`TERM`, `USR1`, `INT`): the
+/// Send the process `pid` (if it still runs) the signal `name` (`TERM`, `USR1`, `INT`, `STOP`,
+/// `CONT`): the
 /// standard library can only SIGKILL. `kill(2)` itself, not the `kill` utility, whose fork a
 /// loaded machine can refuse, leaving a test to wait for a stop it never asked for.
 pub fn send_signal(pid: Option<u32>, name: &str) {
@@ -360,6 +361,8 @@ pub fn send_signal(pid: Option<u32>, name: &str) {
         "TERM" => libc::SIGTERM,
         "USR1" => libc::SIGUSR1,
         "INT" => libc::SIGINT,
+        "STOP" => libc::SIGSTOP,
+        "CONT" => libc::SIGCONT,
         other => panic!("send_signal: no signal {other}"),
     };
     let pid = libc::pid_t::try_from(pid).expect("a pid fits pid_t");

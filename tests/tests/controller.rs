@@ -371,8 +371,15 @@ async fn a_restarted_controller_rolls_back_the_change_its_previous_run_left() {
     let (mut child, _) = act.controller("first-run", &enforce_flags("static:200KB,800KB,0.3", &flags));
     act.wait_for_event("apply", Duration::from_secs(60)).await;
     child.kill().await.unwrap();
-    let (mut again, _) = act.controller("second-run", &enforce_flags("static:200KB,800KB,0.3", &flags));
+    let (mut again, log) = act.controller("second-run", &enforce_flags("static:200KB,800KB,0.3", &flags));
     let journal = act.wait_for_event("rollback", Duration::from_secs(30)).await;
+    // Each queue the rollback moved has its line in the decision log (there used to be none).
+    let moved = events(&journal, "apply")[0]["queues"].as_array().unwrap().len();
+    eventually("the rollback in the decision log", Duration::from_secs(30), || {
+        let n = decision_reasons(&log).iter().filter(|r| r.contains("unconfirmed at this controller's start")).count();
+        std::future::ready((n == moved).then_some(()))
+    })
+    .await;
     again.kill().await.unwrap();
     let rollback = events(&journal, "rollback")[0];
     assert!(rollback["detail"].as_str().unwrap().contains("unconfirmed at this controller's start"), "{rollback}");
@@ -616,11 +623,12 @@ async fn kill_switch_returns_every_queue_to_the_baseline(how: Throw) {
     let before = settings(&act).await; // the actuator starts on the hpcc-alibaba baseline
     let kill = act.dir.path().join("KILL");
     let kill_arg = kill.display().to_string();
+    let metrics = metrics_addr();
     let (child, _) = act.controller(
         "killable",
         &enforce_flags(
             "static:200KB,800KB,0.3",
-            &["--min-dwell", "0s", "--health-window", "3", "--kill-file", &kill_arg],
+            &["--min-dwell", "0s", "--health-window", "3", "--kill-file", &kill_arg, "--metrics", &metrics],
         ),
     );
     act.wait_for_event("confirm", Duration::from_secs(60)).await;
@@ -638,6 +646,24 @@ async fn kill_switch_returns_every_queue_to_the_baseline(how: Throw) {
     // It stays there: while the file exists, and for good after the signal.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(settings(&act).await, before, "{how:?}");
+    // The kill switch's apply is counted, as an apply confirmed at once (it used to be missing
+    // from the metrics), so that the applies add up to the confirms and rollbacks.
+    let journal = act.journal();
+    let applies = events(&journal, "apply").len() as f64;
+    let total = |name: &'static str| {
+        let metrics = &metrics;
+        async move {
+            let lines = metric_lines(metrics, name).await.expect("metrics answer");
+            lines.iter().map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap()).sum::<f64>()
+        }
+    };
+    let (a, c, r) = (
+        total("ecn_tuner_applies_total").await,
+        total("ecn_tuner_confirms_total").await,
+        total("ecn_tuner_rollbacks_total").await,
+    );
+    assert_eq!(a, applies, "applies_total against the journal's {applies} applies");
+    assert_eq!(a, c + r, "applies {a}, confirms {c}, rollbacks {r}");
     act.stop_controller("killable", child).await;
 }
 
@@ -804,14 +830,21 @@ async fn no_telemetry_yet_means_no_writes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn stale_telemetry_falls_back_once_and_holds() {
     let act = sim_actuator(&["--time-scale", "0.00005"]).await;
-    act.controller_to_end(
+    let (child, _) = act.controller(
         "blind",
         &enforce_flags(
             "static:100KB,400KB,0.5",
             &["--baseline", "dcqcn-paper", "--stale-after", "500ms", "--duration", "9s", "--confirm-within", "15s"],
         ),
-    )
-    .await;
+    );
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success(), "{}", act.controller_log("blind"));
+    // Every apply ends as a confirm or a rollback: the fallback, confirmed at once, counts as
+    // both an apply and a confirm (it used to count as an apply only).
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let n = |k: &str| report[k].as_u64().unwrap();
+    assert!(n("applies") >= 1 && n("applies") == n("confirms") + n("rollbacks"), "{report}");
     let journal = act.journal();
     let applies = events(&journal, "apply");
     assert!(applies.len() <= 2 && events(&journal, "rollback").len() <= 1, "{journal:?}");
@@ -1196,7 +1229,7 @@ async fn a_confirm_refused_after_the_deadline_is_logged_and_quarantined() {
                 if reverted_at.is_none() && !events(&act.journal(), "revert").is_empty() {
                     reverted_at = Some(std::time::Instant::now());
                 }
-                let logged = decision_reasons(&decisions).iter().any(|r| r.contains("reverted before its confirm"));
+                let logged = decision_reasons(&decisions).iter().any(|r| r.contains("before its confirm landed"));
                 let waited_out = reverted_at.is_some_and(|t| t.elapsed() > Duration::from_secs(20));
                 let metrics = &metrics;
                 async move {
@@ -1211,11 +1244,11 @@ async fn a_confirm_refused_after_the_deadline_is_logged_and_quarantined() {
         )
         .await;
     let d = read_json_lines(&log);
-    let first = d.iter().position(|x| x["reason"].as_str().unwrap().contains("reverted before its confirm landed"));
+    let first = d.iter().position(|x| x["reason"].as_str().unwrap().contains("before its confirm landed"));
     let first = first.unwrap_or_else(|| panic!("no revert in the decision log: {:?}", decision_reasons(&log)));
     let reverted: std::collections::HashSet<&str> = d[first..]
         .iter()
-        .take_while(|x| x["reason"].as_str().unwrap().contains("reverted before"))
+        .take_while(|x| x["reason"].as_str().unwrap().contains("before its confirm landed"))
         .map(|x| x["queue"].as_str().unwrap())
         .collect();
     // Later rounds hold those queues on their known-good setting.
@@ -1227,6 +1260,37 @@ async fn a_confirm_refused_after_the_deadline_is_logged_and_quarantined() {
         !kmin.is_empty() && kmin.iter().all(|l| !l.ends_with(" 200000")),
         "gauges show the reverted setting: {kmin:?}"
     );
+    assert!(text.contains("ecn_tuner_rollbacks_total{reason=\"reverted_at_deadline\"} 1"), "{text}");
+}
+
+/// A controller stalled past its change's confirm deadline (SIGSTOP) finds, when it resumes,
+/// that the actuator has reverted the change. It says so, under `reverted_at_deadline`; it
+/// used to send a rollback that undid nothing and count and log it as its own, for stale
+/// telemetry.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_controller_stalled_past_the_deadline_reports_the_actuators_revert() {
+    let act = sim_actuator(&[]).await;
+    let metrics = metrics_addr();
+    // 400 intervals take 2 s at the time scale of 0.02: the change is not judged before the stop.
+    let flags = ["--min-dwell", "0s", "--confirm-within", "4s", "--health-window", "400", "--metrics", &metrics];
+    let (child, log) = act.controller("stalled", &enforce_flags("static:200KB,800KB,0.3", &flags));
+    act.wait_for_event("apply", Duration::from_secs(60)).await;
+    send_signal(child.id(), "STOP");
+    act.wait_for_event("revert", Duration::from_secs(30)).await;
+    send_signal(child.id(), "CONT");
+    eventually("the revert in the decision log", Duration::from_secs(30), || {
+        let found =
+            decision_reasons(&log).iter().any(|r| r.contains("reverted by the actuator at its confirm deadline"));
+        std::future::ready(found.then_some(()))
+    })
+    .await;
+    let series = rollback_series(&metrics).await.expect("metrics answer");
+    assert!(series.contains(&"ecn_tuner_rollbacks_total{reason=\"reverted_at_deadline\"} 1".to_string()), "{series:?}");
+    assert!(series.iter().all(|l| !l.contains("telemetry")), "{series:?}");
+    act.stop_controller("stalled", child).await;
+    let journal = act.journal();
+    let rolled_back = events(&journal, "rollback");
+    assert!(rolled_back.iter().all(|e| !e["queues"].as_array().unwrap().is_empty()), "no empty rollback: {journal:?}");
 }
 
 /// A telemetry stream that fails is reopened: decisions go on from fresh telemetry, and the

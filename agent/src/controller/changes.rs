@@ -67,6 +67,10 @@ fn known_time(ts_ns: u64) -> Option<u64> {
     (ts_ns > 0).then_some(ts_ns)
 }
 
+/// `rollbacks_total`'s reason for a change the actuator reverted by itself, its confirm
+/// deadline having passed before the controller confirmed or rolled it back.
+pub(super) const REVERTED_AT_DEADLINE: &str = "reverted_at_deadline";
+
 /// Count a rollback the actuator accepted, in the run report and under `reason` in
 /// `rollbacks_total`.
 pub(super) fn count_rollback(report: &mut RunReport, metrics: &Metrics, reason: &str) {
@@ -118,6 +122,8 @@ impl ControlLoop {
                 let note = if fallback { "; confirmed at once (telemetry fallback)" } else { "" };
                 self.record_planned(&round, true, note)?;
                 if fallback {
+                    self.report.confirms += 1;
+                    self.metrics.confirms.inc();
                     return Ok(());
                 }
                 let idx: Vec<usize> = changes.iter().map(|(i, _)| *i).collect();
@@ -139,7 +145,7 @@ impl ControlLoop {
             Err(e) => {
                 warn!(error = %e, "apply failed; reading the actuator back");
                 self.record_planned(&round, false, &format!("; the actuator refused the apply: {e}"))?;
-                self.settle_unknown_outcome("Apply").await;
+                self.settle_unknown_outcome("Apply").await?;
             }
         }
         Ok(())
@@ -173,17 +179,17 @@ impl ControlLoop {
     /// Retry a failed read-back; whether the controller's view is in sync again, with no
     /// unconfirmed change in effect that this controller does not watch (one it could not roll
     /// back before: a new change would stack on it, and confirming that would confirm both).
-    pub(super) async fn try_resync(&mut self) -> bool {
+    pub(super) async fn try_resync(&mut self) -> Result<bool, CliError> {
         match self.resync().await {
             Ok(config) => {
                 if self.pending.is_none() {
-                    self.roll_back_unwatched(&config, "when read back").await;
+                    self.roll_back_unwatched(&config, "when read back").await?;
                 }
-                !self.needs_resync
+                Ok(!self.needs_resync)
             }
             Err(s) => {
                 warn!(code = ?s.code(), message = s.message(), "still cannot read the actuator back; no change until then");
-                false
+                Ok(false)
             }
         }
     }
@@ -192,11 +198,12 @@ impl ControlLoop {
     /// and roll back an unconfirmed change that nobody is watching (only this controller
     /// writes, under its lease). Without this, a stale `generation` would have every later
     /// Apply refused, and `current` would be wrong for the step limits and the kill switch.
-    async fn settle_unknown_outcome(&mut self, call: &str) {
+    async fn settle_unknown_outcome(&mut self, call: &str) -> Result<(), CliError> {
         match self.resync().await {
             Ok(config) => self.roll_back_unwatched(&config, &format!("after a failed {call}")).await,
             Err(s) => {
-                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a failed {call}")
+                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a failed {call}");
+                Ok(())
             }
         }
     }
@@ -205,12 +212,15 @@ impl ControlLoop {
     /// (`when`: "after a failed Apply", ...), and read the actuator back again. Nobody
     /// health-checks such a change, so it is never inherited. While one is still in effect
     /// (the rollback failed), `needs_resync` holds every new change back: stacked on it, a
-    /// change's confirm would confirm it too.
-    pub(super) async fn roll_back_unwatched(&mut self, config: &pb::Config, when: &str) {
-        let Some((lease_id, _)) = self.lease.clone() else { return };
+    /// change's confirm would confirm it too. The decision log gets a line for each queue the
+    /// rollback moved, as read back.
+    pub(super) async fn roll_back_unwatched(&mut self, config: &pb::Config, when: &str) -> Result<(), CliError> {
+        let Some((lease_id, _)) = self.lease.clone() else { return Ok(()) };
         if config.generation == config.confirmed_generation {
-            return;
+            return Ok(());
         }
+        let before: Vec<EcnSetting> = self.queues.iter().map(|q| q.current).collect();
+        let mut rolled_back = false;
         warn!(
             generation = config.generation,
             "an unconfirmed change is in effect {when}: rolling it back, it was never health-checked"
@@ -223,6 +233,7 @@ impl ControlLoop {
         match self.client.rollback(req).await {
             Ok(_) => {
                 count_rollback(&mut self.report, &self.metrics, "unknown_outcome");
+                rolled_back = true;
             }
             Err(s) => warn!(
                 code = ?s.code(),
@@ -236,6 +247,54 @@ impl ControlLoop {
                 warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after the rollback")
             }
         }
+        if rolled_back {
+            let reason =
+                format!("rolled back generation {}: unconfirmed {when}, never health-checked", config.generation);
+            for (q, was) in self.queues.iter().zip(before) {
+                if q.current != was {
+                    record(&self.log, &decision(&self.cfg, q, q.current, true, reason.clone()))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the actuator has reverted pending change `p` by itself, its confirm deadline
+    /// having passed: a rollback now would be a no-op, and counting it as this controller's
+    /// would misreport what happened. Asked (a read-back) only once the deadline has passed on
+    /// this controller's clock, whose deadline starts before the actuator's.
+    pub(super) async fn reverted_at_deadline(&mut self, p: &Pending) -> bool {
+        if Instant::now() < p.deadline {
+            return false;
+        }
+        match self.resync().await {
+            Ok(c) => c.generation != p.generation && c.confirmed_generation != p.generation,
+            Err(s) => {
+                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back past a confirm deadline");
+                false
+            }
+        }
+    }
+
+    /// Pending change `p` was reverted by the actuator at its confirm deadline (`how`: what
+    /// else the log should say): counted under `reverted_at_deadline`, its queues (on their
+    /// settings before it, as read back) quarantined as after a rollback, and logged.
+    pub(super) fn reverted_by_actuator(&mut self, p: &Pending, how: &str) -> Result<(), CliError> {
+        warn!(
+            generation = p.generation,
+            queues = p.queues.len(),
+            "the actuator reverted the change at its confirm deadline"
+        );
+        count_rollback(&mut self.report, &self.metrics, REVERTED_AT_DEADLINE);
+        let until = Instant::now() + self.cfg.quarantine;
+        let why = format!("generation {} was reverted by the actuator at its confirm deadline{how}", p.generation);
+        for &i in &p.queues {
+            let q = &mut self.queues[i];
+            q.quarantine_until = Some(until);
+            set_queue_metrics(&self.metrics, &self.cfg.target, q);
+            record(&self.log, &decision(&self.cfg, q, q.current, true, why.clone()))?;
+        }
+        Ok(())
     }
 
     /// Apply the round's changes in one atomic call with a confirm deadline. On success the
@@ -354,11 +413,15 @@ impl ControlLoop {
             }
             Err(why) => {
                 let reason = why.iter().map(Finding::to_string).collect::<Vec<_>>().join("; ");
+                let lease_id = lease_id.clone();
+                if self.reverted_at_deadline(&p).await {
+                    return self.reverted_by_actuator(&p, &format!(", before it was judged: {reason}")).map(|()| None);
+                }
+                let cfg = &self.cfg;
                 // Counted once, under the gravest check that failed (the order of `Check`).
                 let gravest = why.iter().map(|f| f.check).min().unwrap_or(Check::Deadline);
                 warn!(generation = p.generation, %reason, "degraded: rolling back");
-                let req =
-                    pb::RollbackRequest { lease_id: lease_id.clone(), to_generation: None, reason: reason.clone() };
+                let req = pb::RollbackRequest { lease_id, to_generation: None, reason: reason.clone() };
                 let resp = self
                     .client
                     .rollback(req)
@@ -397,26 +460,18 @@ impl ControlLoop {
             info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed (the reply was lost)");
             return Ok(());
         }
-        let still_pending = config.generation == p.generation;
-        if still_pending {
-            // Still waiting for a confirm that will not come: take it back now.
-            self.roll_back_unwatched(&config, "after a failed Confirm").await;
+        if config.generation != p.generation {
+            let how = format!(", before its confirm landed ({:?}: {})", failure.code(), failure.message());
+            return self.reverted_by_actuator(p, &how);
         }
-        // The change is gone: its queues keep their known-good setting for the quarantine, as
-        // after a rollback, and the decision log says why they are back.
-        let what = if still_pending {
-            "could not be confirmed and was rolled back"
-        } else {
-            "was reverted before its confirm landed"
-        };
-        warn!(generation = p.generation, queues = p.queues.len(), "the change {what}");
+        // Still waiting for a confirm that will not come: take it back now (that logs each
+        // queue it moves). Its queues keep their known-good setting for the quarantine, as
+        // after a rollback.
+        warn!(generation = p.generation, queues = p.queues.len(), "the change could not be confirmed: rolling it back");
+        self.roll_back_unwatched(&config, "after a failed Confirm").await?;
         let until = Instant::now() + self.cfg.quarantine;
-        let why = format!("generation {} {what} ({:?}: {})", p.generation, failure.code(), failure.message());
         for &i in &p.queues {
-            let q = &mut self.queues[i];
-            q.quarantine_until = Some(until);
-            set_queue_metrics(&self.metrics, &self.cfg.target, q);
-            record(&self.log, &decision(&self.cfg, q, q.current, true, why.clone()))?;
+            self.queues[i].quarantine_until = Some(until);
         }
         Ok(())
     }
@@ -440,19 +495,23 @@ impl ControlLoop {
     pub(super) async fn kill_switch(&mut self) -> Result<(), CliError> {
         let Some((lease_id, _)) = self.lease.clone() else { return Ok(()) };
         if let Some(p) = self.pending.take() {
-            let req = pb::RollbackRequest {
-                lease_id: lease_id.clone(),
-                to_generation: None,
-                reason: format!("kill switch; generation {} was never confirmed", p.generation),
-            };
-            let resp = self
-                .client
-                .rollback(req)
-                .await
-                .map_err(|s| CliError::Failed(format!("kill switch rollback: {}", s.message())))?
-                .into_inner();
-            count_rollback(&mut self.report, &self.metrics, "kill_switch");
-            self.taken_back(&p, resp.in_effect_from_ts_ns, "kill switch")?;
+            if self.reverted_at_deadline(&p).await {
+                self.reverted_by_actuator(&p, " (kill switch)")?;
+            } else {
+                let req = pb::RollbackRequest {
+                    lease_id: lease_id.clone(),
+                    to_generation: None,
+                    reason: format!("kill switch; generation {} was never confirmed", p.generation),
+                };
+                let resp = self
+                    .client
+                    .rollback(req)
+                    .await
+                    .map_err(|s| CliError::Failed(format!("kill switch rollback: {}", s.message())))?
+                    .into_inner();
+                count_rollback(&mut self.report, &self.metrics, "kill_switch");
+                self.taken_back(&p, resp.in_effect_from_ts_ns, "kill switch")?;
+            }
         }
         // What the actuator holds, not what this controller believes: a lost reply can leave a
         // queue off its baseline while `current` says otherwise.
@@ -484,6 +543,11 @@ impl ControlLoop {
             .map_err(|s| CliError::Failed(format!("kill switch apply: {}", s.message())))?;
         let resp = resp.into_inner();
         self.generation = resp.generation;
+        // Confirmed at once (no deadline): an apply and a confirm, as a telemetry fallback is.
+        self.report.applies += 1;
+        self.metrics.applies.inc();
+        self.report.confirms += 1;
+        self.metrics.confirms.inc();
         for i in off_baseline {
             let setting = target(&queues[i]);
             let q = &mut queues[i];

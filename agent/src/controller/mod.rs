@@ -381,11 +381,13 @@ pub async fn run(
             }
             Wake::Telemetry(Ok(None)) => {
                 stream = None;
+                lp.stream_lost();
                 reconnect_at = stream_lost(&lp.cfg.target, "the actuator closed the telemetry stream", &mut backoff);
                 None
             }
             Wake::Telemetry(Err(s)) => {
                 stream = None;
+                lp.stream_lost();
                 reconnect_at = stream_lost(
                     &lp.cfg.target,
                     &format!("telemetry stream failed: {:?}: {}", s.code(), s.message()),
@@ -427,6 +429,7 @@ pub async fn run(
         let silent_for = now.duration_since(lp.last_batch_at.max(stream_opened_at));
         if stream.is_some() && silent_for > lp.stale_after.max(STREAM_STALL_MIN) {
             stream = None;
+            lp.stream_lost();
             let why = format!("telemetry stream stalled: no batch for {:.1} s", silent_for.as_secs_f64());
             reconnect_at = stream_lost(&lp.cfg.target, &why, &mut backoff);
         }
@@ -434,14 +437,19 @@ pub async fn run(
         lp.renew_lease(now).await?;
         // The kill switch does not wait for a pending change's health check.
         if lp.kill_requested() {
-            lp.kill_switch().await?;
+            // Once: after it, nothing writes (this controller holds the lease), and reading the
+            // actuator back at every batch left the telemetry piling up behind.
+            if !lp.kill_done {
+                lp.kill_switch().await?;
+                lp.kill_done = true;
+            }
             continue;
         }
         lp.probe_lag(now).await;
         if lp.check_pending().await? {
             continue;
         }
-        if lp.needs_resync && !lp.try_resync().await {
+        if lp.needs_resync && !lp.try_resync().await? {
             continue;
         }
         if !lp.round_due(now, arrived.is_some()) {
@@ -595,7 +603,8 @@ struct ControlLoop {
     pending: Option<Pending>,
     report: RunReport,
     last_batch_at: Instant,
-    /// The newest `ts_ns` received, and the actuator's telemetry-clock ns per wall-clock ns.
+    /// The newest `ts_ns` received on the stream in use (0: none yet), and the actuator's
+    /// telemetry-clock ns per wall-clock ns.
     newest_ts_ns: u64,
     telemetry_time_scale: f64,
     last_renew: Instant,
@@ -604,6 +613,8 @@ struct ControlLoop {
     lag: Option<Duration>,
     last_lag_probe: Instant,
     killed: bool,
+    /// The kill switch has run: every queue is on its baseline.
+    kill_done: bool,
     next_due: Option<Instant>,
     /// A write's outcome is unknown and reading the actuator back failed: no new change until
     /// a read succeeds, since `generation` and the queues' `current` may be wrong.
@@ -714,13 +725,14 @@ impl ControlLoop {
             lag: None,
             last_lag_probe: now,
             killed: false,
+            kill_done: false,
             next_due: None,
             needs_resync: false,
         };
         // An unconfirmed change left by a writer before this one (this controller's previous
         // run under the same --controller-id keeps its lease, so the actuator does not revert
         // it) is nobody's to judge: never inherited.
-        lp.roll_back_unwatched(&config, "at this controller's start").await;
+        lp.roll_back_unwatched(&config, "at this controller's start").await?;
         Ok(lp)
     }
 
@@ -742,6 +754,13 @@ impl ControlLoop {
         self.newest_ts_ns = self.newest_ts_ns.max(batch.ts_ns);
         feed_samples(&mut self.queues, &self.index, self.pending.as_mut(), &batch.samples);
         self.last_batch_at
+    }
+
+    /// The telemetry stream is gone. The newest timestamp it brought says nothing about the
+    /// next one's: an actuator that restarted starts its telemetry clock again, and measured
+    /// against the old stream's newest sample its lag would read 0 until the new clock passed it.
+    fn stream_lost(&mut self) {
+        self.newest_ts_ns = 0;
     }
 
     /// Measure how far the telemetry this controller decides from is behind the fabric, from
@@ -1003,9 +1022,14 @@ impl ControlLoop {
 
     /// Leave only confirmed settings behind, and give the writer lease back.
     async fn shutdown(mut self) -> Result<RunReport, CliError> {
-        if let (Some(p), Some((lease_id, _))) = (self.pending.take(), &self.lease) {
+        if let (Some(p), Some((lease_id, _))) = (self.pending.take(), self.lease.clone()) {
+            if self.reverted_at_deadline(&p).await {
+                self.reverted_by_actuator(&p, " (controller stopping)")?;
+                let _ = self.client.release_writer(pb::ReleaseWriterRequest { lease_id }).await;
+                return Ok(self.report);
+            }
             let req = pb::RollbackRequest {
-                lease_id: lease_id.clone(),
+                lease_id,
                 to_generation: None,
                 reason: format!("controller stopping; generation {} was never confirmed", p.generation),
             };
