@@ -260,6 +260,14 @@ impl Topology {
         (0..self.nodes.len() as u32).filter(|&i| self.nodes[i as usize].kind == NodeKind::Host).collect()
     }
 
+    /// The line rate of each host's link (a host has exactly one), in [`Topology::hosts`] order.
+    pub fn host_rates(&self) -> Vec<BitsPerSec> {
+        self.hosts()
+            .into_iter()
+            .map(|h| self.links.iter().find(|l| l.a == h || l.b == h).map_or(BitsPerSec::from_gbps(100), |l| l.rate))
+            .collect()
+    }
+
     /// The NIC speed: the slowest host link (100 Gb/s for an empty fabric). DCQCN's
     /// bandwidth-scaled defaults and the PFC threshold shifts are relative to it.
     pub fn nic_rate(&self) -> BitsPerSec {

@@ -114,12 +114,13 @@ impl Cdf {
 }
 
 /// Per-host Poisson arrivals with uniform destinations over the other hosts (REFERENCE.md §4):
-/// each host's mean gap is `mean_size·8 / (host_bw·load)`.
+/// each host's mean gap is `mean_size·8 / (host_bw·load)`, with `host_bw` its own link's rate
+/// (`host_bw[i]` for `hosts[i]`), so that every host offers `load` of its own link.
 pub fn poisson(
     hosts: &[NodeId],
     cdf: &Cdf,
     load: f64,
-    host_bw: BitsPerSec,
+    host_bw: &[BitsPerSec],
     window: (Nanos, Nanos),
     priority: u8,
     rng: &mut Rng,
@@ -128,8 +129,8 @@ pub fn poisson(
     if load <= 0.0 || hosts.len() < 2 {
         return flows;
     }
-    let mean_gap_ns = poisson_mean_gap_ns(cdf, load, host_bw);
-    for &src in hosts {
+    for (&src, &bw) in hosts.iter().zip(host_bw) {
+        let mean_gap_ns = poisson_mean_gap_ns(cdf, load, bw);
         let mut t = window.0 .0 as f64 + rng.exponential(mean_gap_ns);
         while t < window.1 .0 as f64 {
             let mut dst = hosts[rng.below(hosts.len() as u64 - 1) as usize];
@@ -152,8 +153,8 @@ pub fn poisson(
 
 /// The mean number of flows [`poisson`] draws, known before drawing them: a scenario checks
 /// it so that an absurd load, rate or CDF is an error rather than a run that exhausts memory.
-pub fn poisson_expected_flows(hosts: usize, cdf: &Cdf, load: f64, host_bw: BitsPerSec, window: (Nanos, Nanos)) -> f64 {
-    hosts as f64 * span_ns(window) / poisson_mean_gap_ns(cdf, load, host_bw)
+pub fn poisson_expected_flows(cdf: &Cdf, load: f64, host_bw: &[BitsPerSec], window: (Nanos, Nanos)) -> f64 {
+    host_bw.iter().map(|&bw| span_ns(window) / poisson_mean_gap_ns(cdf, load, bw)).sum()
 }
 
 /// One host's mean gap between [`poisson`] arrivals.
@@ -168,7 +169,8 @@ fn span_ns(window: (Nanos, Nanos)) -> f64 {
 /// When incast events happen.
 #[derive(Debug, Clone, PartialEq)]
 pub enum IncastSchedule {
-    /// Poisson events adding this fraction of the total host bandwidth as incast bytes.
+    /// Poisson events adding this fraction of the total host bandwidth (the sum of the hosts'
+    /// link rates) as incast bytes.
     Load(f64),
     /// This many events, evenly spaced over the window.
     Count(u32),
@@ -191,9 +193,9 @@ pub struct Incast {
 impl Incast {
     /// The mean number of flows [`incast`] draws for this pattern (see
     /// [`poisson_expected_flows`]).
-    pub fn expected_flows(&self, hosts: usize, host_bw: BitsPerSec, window: (Nanos, Nanos)) -> f64 {
+    pub fn expected_flows(&self, host_bw: &[BitsPerSec], window: (Nanos, Nanos)) -> f64 {
         let events = match &self.schedule {
-            IncastSchedule::Load(load) => span_ns(window) / self.mean_event_gap_ns(*load, hosts, host_bw),
+            IncastSchedule::Load(load) => span_ns(window) / self.mean_event_gap_ns(*load, host_bw),
             IncastSchedule::Count(n) => *n as f64,
             IncastSchedule::At(ts) => ts.len() as f64,
         };
@@ -201,9 +203,9 @@ impl Incast {
     }
 
     /// The mean gap between events when they add `load` of the total host bandwidth.
-    fn mean_event_gap_ns(&self, load: f64, hosts: usize, host_bw: BitsPerSec) -> f64 {
+    fn mean_event_gap_ns(&self, load: f64, host_bw: &[BitsPerSec]) -> f64 {
         let bytes_per_event = self.fan_in as f64 * self.flow_size as f64;
-        let rate_bps = load * host_bw.0 as f64 * hosts as f64;
+        let rate_bps = load * host_bw.iter().map(|b| b.0 as f64).sum::<f64>();
         bytes_per_event * 8.0 / rate_bps * 1e9
     }
 }
@@ -212,7 +214,7 @@ impl Incast {
 pub fn incast(
     hosts: &[NodeId],
     pattern: &Incast,
-    host_bw: BitsPerSec,
+    host_bw: &[BitsPerSec],
     window: (Nanos, Nanos),
     priority: u8,
     rng: &mut Rng,
@@ -221,7 +223,7 @@ pub fn incast(
     let (t0, t1) = (window.0 .0, window.1 .0);
     let times: Vec<u64> = match schedule {
         IncastSchedule::Load(load) if *load > 0.0 => {
-            let mean_gap_ns = pattern.mean_event_gap_ns(*load, hosts.len(), host_bw);
+            let mean_gap_ns = pattern.mean_event_gap_ns(*load, host_bw);
             let mut v = Vec::new();
             let mut t = t0 as f64 + rng.exponential(mean_gap_ns);
             while t < t1 as f64 {
@@ -394,11 +396,29 @@ mod tests {
         let hosts: Vec<u32> = (0..16).collect();
         let mut rng = Rng::new(1, 0);
         let w = (Nanos(0), Nanos::from_millis(200));
-        let f = poisson(&hosts, &c, 0.5, BitsPerSec::from_gbps(100), w, 3, &mut rng);
+        let f = poisson(&hosts, &c, 0.5, &[BitsPerSec::from_gbps(100); 16], w, 3, &mut rng);
         let bytes: u64 = f.iter().map(|f| f.size_bytes).sum();
         let offered = bytes as f64 * 8.0 / (16.0 * 100e9 * 0.2);
         assert!((offered - 0.5).abs() < 0.05, "offered load {offered}");
         assert!(f.iter().all(|f| f.src != f.dst && f.start < w.1));
+    }
+
+    #[test]
+    fn every_host_offers_the_load_of_its_own_link() {
+        let c = Cdf::parse("0 0\n2000 100\n").unwrap();
+        let hosts: Vec<u32> = (0..4).collect();
+        let rates = [100, 100, 25, 25].map(BitsPerSec::from_gbps);
+        let mut rng = Rng::new(1, 0);
+        let w = (Nanos(0), Nanos::from_millis(1));
+        let f = poisson(&hosts, &c, 0.5, &rates, w, 3, &mut rng);
+        for (h, bw) in hosts.iter().zip(rates) {
+            let bytes: u64 = f.iter().filter(|f| f.src == *h).map(|f| f.size_bytes).sum();
+            let offered = bytes as f64 * 8.0 / (bw.0 as f64 * 1e-3);
+            // ~3 000 to 12 000 flows a host: within 5% of the load asked for.
+            assert!((offered - 0.5).abs() < 0.025, "host {h} at {bw}: offered load {offered}");
+        }
+        let expected = poisson_expected_flows(&c, 0.5, &rates, w);
+        assert!((f.len() as f64 / expected - 1.0).abs() < 0.02, "{} flows, {expected} expected", f.len());
     }
 
     #[test]
@@ -407,7 +427,7 @@ mod tests {
         let mut rng = Rng::new(1, 0);
         let w = (Nanos(0), Nanos::from_millis(1));
         let pattern = Incast { fan_in: 15, flow_size: 500_000, schedule: IncastSchedule::Count(1) };
-        let f = incast(&hosts, &pattern, BitsPerSec::from_gbps(100), w, 3, &mut rng);
+        let f = incast(&hosts, &pattern, &[BitsPerSec::from_gbps(100); 16], w, 3, &mut rng);
         assert_eq!(f.len(), 15);
         let mut srcs: Vec<u32> = f.iter().map(|f| f.src).collect();
         srcs.sort();

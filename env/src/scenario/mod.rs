@@ -681,6 +681,8 @@ fn resolve(
         return Err(err(source, "workload", "at least one [[workload]] is required"));
     }
     let hosts = fabric.topology.hosts();
+    // `load` is a fraction of each host's own link (REFERENCE.md §4), whatever the others run at.
+    let host_rates = fabric.topology.host_rates();
     let mut flows = Vec::new();
     let mut window_end = duration;
     // What made the run as long as it is, for the error if it is too long.
@@ -727,9 +729,9 @@ fn resolve(
                 }
                 let cdf = load_cdf(&cdf, dir).map_err(|m| err(source, field("cdf"), m))?;
                 let w = window(start, stop)?;
-                expected_flows += workload::poisson_expected_flows(hosts.len(), &cdf, load, line, w);
+                expected_flows += workload::poisson_expected_flows(&cdf, load, &host_rates, w);
                 check_flow_budget(expected_flows, &field("load"))?;
-                flows.extend(workload::poisson(&hosts, &cdf, load, line, w, prio(priority)?, &mut rng));
+                flows.extend(workload::poisson(&hosts, &cdf, load, &host_rates, w, prio(priority)?, &mut rng));
             }
             WorkloadFile::Incast { fan_in, flow_size, load, count, at, start, stop, priority } => {
                 if fan_in == 0 || fan_in as usize >= hosts.len() {
@@ -770,9 +772,9 @@ fn resolve(
                 };
                 let w = window(start, stop)?;
                 let pattern = Incast { fan_in, flow_size: flow_size.0, schedule };
-                expected_flows += pattern.expected_flows(hosts.len(), line, w);
+                expected_flows += pattern.expected_flows(&host_rates, w);
                 check_flow_budget(expected_flows, &format!("workload[{i}]"))?;
-                flows.extend(workload::incast(&hosts, &pattern, line, w, prio(priority)?, &mut rng));
+                flows.extend(workload::incast(&hosts, &pattern, &host_rates, w, prio(priority)?, &mut rng));
             }
             WorkloadFile::Flows { path, start, stop } => {
                 let p = dir.join(&path);
@@ -831,12 +833,15 @@ fn resolve(
     Ok(Scenario { name, seed, source: source.into(), fabric, flows })
 }
 
-/// A built-in CDF name, or a CDF file path (relative to the scenario's directory).
+/// A built-in CDF name, or a CDF file path (relative to the scenario's directory). A standard
+/// file's name (`FbHdp_distribution.txt`) is read from disk where that file exists, an edited
+/// copy perhaps, and is its built-in copy only where it does not.
 fn load_cdf(name: &str, dir: &Path) -> Result<Cdf, String> {
-    if let Some(b) = ecn_datasets::workloads::builtin_cdf(name) {
+    let p: PathBuf = dir.join(name);
+    let a_file_name = name.contains(['.', '/', '\\']);
+    if let Some(b) = ecn_datasets::workloads::builtin_cdf(name).filter(|_| !(a_file_name && p.is_file())) {
         return Cdf::parse(b.text).map_err(|e| format!("built-in {name}: {e}"));
     }
-    let p: PathBuf = dir.join(name);
     let text = read_text(&p).map_err(|e| {
         let names: Vec<&str> = ecn_datasets::workloads::BUILTIN_CDFS.iter().map(|c| c.name).collect();
         format!("'{name}' is not a built-in CDF ({}) and {}: {e}", names.join(", "), p.display())
@@ -1030,6 +1035,35 @@ mod tests {
 
     /// A flow starting at the last nanosecond a u64 holds is refused, naming the flow file's
     /// line, rather than overflowing the end of the run's window.
+    /// A CDF file named like a standard one is read when it exists: an edited copy of
+    /// `FbHdp_distribution.txt` beside the scenario used to be replaced, silently, by the
+    /// built-in Hadoop CDF. Without the file, the name is the built-in.
+    #[test]
+    fn a_cdf_file_named_like_a_standard_one_is_read_where_it_exists() {
+        let dir = tempfile_dir("cdf-alias");
+        let text =
+            "duration = \"1ms\"\n[[workload]]\nkind = \"poisson\"\ncdf = \"FbHdp_distribution.txt\"\nload = 0.5\n";
+        let mean_size = |s: &Scenario| s.flows.iter().map(|f| f.size_bytes as f64).sum::<f64>() / s.flows.len() as f64;
+        let builtin = Scenario::from_toml(text, "test.toml", &dir, None).unwrap();
+        assert!(mean_size(&builtin) > 10_000.0, "the built-in Hadoop CDF: mean {}", mean_size(&builtin));
+        std::fs::write(dir.join("FbHdp_distribution.txt"), "0 0\n2000 100\n").unwrap();
+        let edited = Scenario::from_toml(text, "test.toml", &dir, None).unwrap();
+        assert!((mean_size(&edited) - 1000.0).abs() < 50.0, "the file's CDF: mean {}", mean_size(&edited));
+        // A built-in's short name is never a file.
+        std::fs::write(dir.join("hadoop"), "0 0\n2000 100\n").unwrap();
+        let short = Scenario::from_toml(&text.replace("FbHdp_distribution.txt", "hadoop"), "test.toml", &dir, None);
+        assert!(mean_size(&short.unwrap()) > 10_000.0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A fresh scratch directory for one test.
+    fn tempfile_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ecn-scenario-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     #[test]
     fn flows_at_the_end_of_time_are_refused_naming_the_line() {
         let dir = std::env::temp_dir().join(format!("ecn-scenario-end-of-time-{}", std::process::id()));
