@@ -1,9 +1,11 @@
 //! Reading telemetry from a live actuator without controlling it, for `record --target` and
 //! `recommend --target`. Nothing here writes: no writer lease is taken.
 
+use crate::actuator::security::PEM_MAX_BYTES;
 use crate::actuator::telemetry::sample_from_wire;
 use crate::controller;
 use crate::error::CliError;
+use ecn_datasets::bounded::read_at_most;
 use ecn_datasets::TelemetrySample;
 use ecn_proto::v1 as pb;
 use std::collections::HashMap;
@@ -30,7 +32,7 @@ impl Target {
         tls_ca: Option<&std::path::Path>,
     ) -> Result<Target, CliError> {
         let read = |flag: &str, p: &std::path::Path| {
-            std::fs::read(p).map_err(|e| CliError::BadInput(format!("--{flag} {}: {e}", p.display())))
+            read_at_most(p, PEM_MAX_BYTES).map_err(|e| CliError::BadInput(format!("--{flag} {}: {e}", p.display())))
         };
         Ok(Target {
             url: url.to_string(),

@@ -192,6 +192,26 @@ fn unusable_out_paths_are_refused_before_anything_is_written() {
         &["record", "--scenario", &scenario, "--out", record_out.to_str().unwrap()],
         &["taken.parquet", "is a directory"],
     );
+
+    // A file where a folder must be: said so (it used to be "File exists (os error 17)").
+    let a_file = write(&dir, "a-file", "");
+    let inside = format!("{a_file}/deeper/x.parquet");
+    assert_bad_input(&["record", "--scenario", &scenario, "--out", &inside], &[&a_file, "is a file, not a folder"]);
+    assert_bad_input(&["sim", "--scenario", &scenario, "--out", &a_file], &[&a_file, "is a file, not a folder"]);
+}
+
+/// Files read whole (tokens, PEM files, recordings) are read only up to a bound: `/dev/zero`
+/// given by mistake used to be read until memory ran out.
+#[test]
+fn endless_files_named_by_flags_are_refused() {
+    assert_bad_input(
+        &["actuator", "--backend", "dry-run", "--listen", "127.0.0.1:0", "--token-file", "/dev/zero"],
+        &["--token-file /dev/zero", "larger than 64 KiB"],
+    );
+    assert_bad_input(
+        &["run", "--target", "sim", "--mode", "shadow", "--duration", "1s", "--tls-ca", "/dev/zero"],
+        &["--tls-ca /dev/zero", "larger than 16 MiB"],
+    );
 }
 
 /// HPCC `config.txt` numbers are sizes, times, counts and gains: NaN, infinities, negatives

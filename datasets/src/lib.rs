@@ -5,6 +5,7 @@
 //! a dataframe library. Reading and writing them (Parquet, CSV, the HPCC FCT text format) lives
 //! behind the `io` feature.
 
+pub mod bounded;
 pub mod counters;
 pub mod records;
 pub mod workloads;

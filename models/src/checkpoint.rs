@@ -75,7 +75,8 @@ impl Checkpoint {
         let card_name = card_file.display().to_string();
         let err =
             |path: &str, field: &str, message: String| CardError { path: path.into(), field: field.into(), message };
-        let text = std::fs::read_to_string(&card_file)
+        // A card is a few KiB; 16 MiB bounds what a wrong path can make this read.
+        let text = ecn_datasets::bounded::read_text_at_most(&card_file, 16 << 20)
             .map_err(|e| err(&card_name, "file", format!("{e} (every model needs its card beside the weights)")))?;
         let card: ModelCard = serde_json::from_str(&text).map_err(|e| err(&card_name, "json", e.to_string()))?;
         card.check(&card_name)?;

@@ -444,6 +444,13 @@ async fn bad_command_lines_exit_2_naming_the_flag() {
         assert_eq!(code, Some(2), "{full:?}: {stderr}");
         assert!(stderr.contains(flag), "{full:?} should name {flag}: {stderr}");
     }
+    // The SONiC database flags say why (they used to ask for --redis, which was refused next).
+    for (flag, value) in [("--config-db", "5"), ("--asic-db", "3"), ("--redis-timeout", "1s")] {
+        let args = ["actuator", "--backend", "dry-run", "--listen", "127.0.0.1:0", flag, value];
+        let (code, _, stderr) = run_cli(&args).await;
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(&format!("{flag}: only the sonic backend")), "{args:?}: {stderr}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

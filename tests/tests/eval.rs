@@ -190,6 +190,12 @@ async fn eval_bad_input_exits_2_before_running() {
     let (code, _, stderr) = run_cli(&["eval", "--scenario", tiny, tiny, "--policy", POLICIES[0]]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--scenario") && stderr.contains("given twice"), "{stderr}");
+    // The same file however spelled (it used to run twice).
+    let respelled = dir.path().join(".").join("tiny.toml");
+    let respelled = respelled.to_str().unwrap();
+    let (code, _, stderr) = run_cli(&["eval", "--scenario", tiny, respelled, "--policy", POLICIES[0]]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("given twice (as"), "{stderr}");
 
     // A learned policy samples at its control interval (100 µs): a run that may last 10 minutes
     // is fine sampled every second, and refused for the model before any run, the static one

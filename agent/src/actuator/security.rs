@@ -4,6 +4,7 @@
 //! a network interface is refused outright rather than merely warned about.
 
 use super::ActuatorError;
+use ecn_datasets::bounded::{read_at_most, read_text_at_most};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,7 +24,7 @@ impl TlsFiles {
     /// Read both files into a tonic server TLS configuration.
     pub fn load(&self) -> Result<ServerTlsConfig, ActuatorError> {
         let read = |flag: &str, p: &Path| {
-            std::fs::read(p).map_err(|e| ActuatorError::BadInput(format!("{flag} {}: {e}", p.display())))
+            read_at_most(p, PEM_MAX_BYTES).map_err(|e| ActuatorError::BadInput(format!("{flag} {}: {e}", p.display())))
         };
         let cert = read("--tls-cert", &self.cert)?;
         let key = read("--tls-key", &self.key)?;
@@ -49,12 +50,19 @@ pub fn holds_pem_certificate(pem: &[u8]) -> bool {
     certs.peek().is_some() && certs.all(|c| c.is_ok_and(|der| der.first() == Some(&0x30)))
 }
 
+/// The most read of a PEM file (a certificate chain, a key, a CA bundle): system CA bundles
+/// are some hundred KiB.
+pub const PEM_MAX_BYTES: u64 = 16 << 20;
+
+/// The most read of a token file, which holds one line.
+const TOKEN_MAX_BYTES: u64 = 64 << 10;
+
 /// Read a bearer token from a file: its content, surrounding whitespace removed. The actuator
 /// and every client (`run`, `record`, `recommend`) read it here, so a file one side accepts
 /// the other does too, and a bad one is named where it is read instead of surfacing as an
 /// `Unauthenticated` reply from the far side.
 pub fn read_token_file(path: &Path) -> Result<String, ActuatorError> {
-    let text = std::fs::read_to_string(path)
+    let text = read_text_at_most(path, TOKEN_MAX_BYTES)
         .map_err(|e| ActuatorError::BadInput(format!("--token-file {}: {e}", path.display())))?;
     let token = text.trim();
     if token.is_empty() {

@@ -118,16 +118,17 @@ pub struct ActuatorArgs {
 impl ActuatorArgs {
     /// The first SONiC-only flag given, if any.
     fn sonic_flag_given(&self) -> Option<&'static str> {
-        [
-            ("--redis", self.redis.redis.is_some()),
-            ("--switch-name", self.switch_name.is_some()),
-            ("--poll-interval", self.poll_interval.is_some()),
-            ("--counter-bits", self.counter_bits.is_some()),
-            ("--frozen-after", self.frozen_after.is_some()),
-            ("--program-timeout", self.program_timeout.is_some()),
-        ]
-        .into_iter()
-        .find_map(|(flag, given)| given.then_some(flag))
+        self.redis.flag_given().or_else(|| {
+            [
+                ("--switch-name", self.switch_name.is_some()),
+                ("--poll-interval", self.poll_interval.is_some()),
+                ("--counter-bits", self.counter_bits.is_some()),
+                ("--frozen-after", self.frozen_after.is_some()),
+                ("--program-timeout", self.program_timeout.is_some()),
+            ]
+            .into_iter()
+            .find_map(|(flag, given)| given.then_some(flag))
+        })
     }
 }
 

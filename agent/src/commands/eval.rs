@@ -84,8 +84,13 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
     if let Some(label) = first_repeat(&policy_labels) {
         return Err(CliError::BadInput(format!("--policy {label}: given twice")));
     }
-    if let Some(name) = first_repeat(&args.scenario) {
-        return Err(CliError::BadInput(format!("--scenario {name}: given twice")));
+    // However spelled: `tiny.toml` and `./tiny.toml` are one file.
+    let identities: Vec<String> = args.scenario.iter().map(|a| scenario_identity(a)).collect();
+    if let Some(later) = (0..identities.len()).find(|&j| identities[..j].contains(&identities[j])) {
+        let earlier = identities.iter().position(|id| *id == identities[later]).unwrap_or(later);
+        let (a, b) = (&args.scenario[earlier], &args.scenario[later]);
+        let how = if a == b { String::new() } else { format!(" (as {a} and {b})") };
+        return Err(CliError::BadInput(format!("--scenario {b}: given twice{how}")));
     }
     // Indices into `policies`.
     let mut references = Vec::new();
@@ -239,6 +244,15 @@ fn run_all(jobs: &[Job], threads: usize) -> Result<Vec<Summary>, CliError> {
 }
 
 /// The first value that appears again later in `values`.
+/// What a `--scenario` argument names: the built-in's name, or the file's canonical path (the
+/// argument itself where there is no such file; loading it will say so).
+fn scenario_identity(arg: &str) -> String {
+    if ecn_env::scenario::builtin(arg).is_some() {
+        return format!("builtin:{arg}");
+    }
+    std::fs::canonicalize(arg).map_or_else(|_| arg.to_string(), |p| p.display().to_string())
+}
+
 fn first_repeat(values: &[String]) -> Option<&String> {
     values.iter().enumerate().find(|(i, v)| values[i + 1..].contains(v)).map(|(_, v)| v)
 }

@@ -56,7 +56,7 @@ fn prepare_out_file(out: &Path) -> Result<(), CliError> {
         return Err(CliError::BadInput(format!("--out {}: is a directory", out.display())));
     }
     let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", out.display())))?;
+    create_folder(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", out.display())))?;
     // The writers put a temporary file beside `out` and rename it into place: make sure the
     // folder takes one now, not after the work.
     let mut probe = out.as_os_str().to_os_string();
@@ -75,8 +75,19 @@ fn prepare_out_file(out: &Path) -> Result<(), CliError> {
 /// `files` the command will write there is a directory. Found after the work, that would fail
 /// with some files written and others not.
 fn prepare_out_dir<'a>(dir: &Path, files: impl IntoIterator<Item = &'a str>) -> Result<(), CliError> {
-    std::fs::create_dir_all(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
+    create_folder(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
     refuse_directories(files.into_iter().map(|name| dir.join(name)))
+}
+
+/// `create_dir_all`, saying which part of the path is a file where it fails for that (its own
+/// error, "File exists", names neither).
+fn create_folder(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        match dir.ancestors().find(|a| !a.as_os_str().is_empty() && a.exists() && !a.is_dir()) {
+            Some(file) => format!("{} is a file, not a folder", file.display()),
+            None => e.to_string(),
+        }
+    })
 }
 
 /// Refuse the first of `paths`, files an `--out` will write, that is a directory: writing it

@@ -1,6 +1,7 @@
 //! `ecn-tuner run`: the online controller, in shadow or enforce mode.
 
 use super::{duration, positive_duration};
+use crate::actuator::security::PEM_MAX_BYTES;
 use crate::actuator::{self, ServeOptions, SimOptions};
 use crate::controller::guardrails::GuardrailConfig;
 use crate::controller::health::HealthConfig;
@@ -10,6 +11,7 @@ use crate::learned::LearnedModel;
 use crate::output::outln;
 use crate::policy::Policy;
 use clap::Args;
+use ecn_datasets::bounded::read_at_most;
 use ecn_env::fabric::EcnPlan;
 use ecn_env::scenario::Scenario;
 use ecn_env::summary::Summary;
@@ -131,8 +133,8 @@ fn default_controller_id() -> String {
     format!("ecn-tuner@{host}/{}", std::process::id())
 }
 
-fn read(flag: &str, p: &PathBuf) -> Result<Vec<u8>, CliError> {
-    std::fs::read(p).map_err(|e| CliError::BadInput(format!("--{flag} {}: {e}", p.display())))
+fn read(flag: &str, p: &std::path::Path) -> Result<Vec<u8>, CliError> {
+    read_at_most(p, PEM_MAX_BYTES).map_err(|e| CliError::BadInput(format!("--{flag} {}: {e}", p.display())))
 }
 
 /// The scenario `--target sim` runs without `--scenario`.

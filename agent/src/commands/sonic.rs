@@ -8,53 +8,76 @@ use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Where SONiC's databases are: the Redis URL and the database indices (SONiC's defaults).
-/// Every other flag here needs `--redis`: given without it, it would be ignored.
+/// Where SONiC's databases are: the Redis URL and the database indices (SONiC's defaults
+/// where not given). Every other flag here needs `--redis`: given without it, it is refused
+/// (where it would be ignored).
 #[derive(Args, Debug, Clone)]
 pub struct RedisArgs {
     /// The switch's Redis: redis://HOST[:PORT] or unix:///var/run/redis/redis.sock.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
-    /// Redis database index of CONFIG_DB.
-    #[arg(long, value_name = "N", default_value_t = DbIndices::default().config, requires = "redis")]
-    pub config_db: i64,
-    /// Redis database index of COUNTERS_DB.
-    #[arg(long, value_name = "N", default_value_t = DbIndices::default().counters, requires = "redis")]
-    pub counters_db: i64,
-    /// Redis database index of STATE_DB (where the recording of the original profiles is kept).
-    #[arg(long, value_name = "N", default_value_t = DbIndices::default().state, requires = "redis")]
-    pub state_db: i64,
-    /// Redis database index of APPL_DB (port speeds that CONFIG_DB lacks).
-    #[arg(long, value_name = "N", default_value_t = DbIndices::default().appl, requires = "redis")]
-    pub appl_db: i64,
-    /// Redis database index of ASIC_DB (what orchagent programmed, read back after each write).
-    #[arg(long, value_name = "N", default_value_t = DbIndices::default().asic, requires = "redis")]
-    pub asic_db: i64,
-    /// Connect, read and write timeout of every Redis call.
-    #[arg(long, value_name = "DUR", default_value = "3s", requires = "redis")]
-    pub redis_timeout: String,
+    /// Redis database index of CONFIG_DB [default: 4].
+    #[arg(long, value_name = "N")]
+    pub config_db: Option<i64>,
+    /// Redis database index of COUNTERS_DB [default: 2].
+    #[arg(long, value_name = "N")]
+    pub counters_db: Option<i64>,
+    /// Redis database index of STATE_DB (where the recording of the original profiles is kept)
+    /// [default: 6].
+    #[arg(long, value_name = "N")]
+    pub state_db: Option<i64>,
+    /// Redis database index of APPL_DB (port speeds that CONFIG_DB lacks) [default: 0].
+    #[arg(long, value_name = "N")]
+    pub appl_db: Option<i64>,
+    /// Redis database index of ASIC_DB (what orchagent programmed, read back after each write)
+    /// [default: 1].
+    #[arg(long, value_name = "N")]
+    pub asic_db: Option<i64>,
+    /// Connect, read and write timeout of every Redis call [default: 3s].
+    #[arg(long, value_name = "DUR")]
+    pub redis_timeout: Option<String>,
 }
 
 impl RedisArgs {
     /// The database indices.
     pub fn dbs(&self) -> DbIndices {
+        let d = DbIndices::default();
         DbIndices {
-            appl: self.appl_db,
-            asic: self.asic_db,
-            counters: self.counters_db,
-            config: self.config_db,
-            state: self.state_db,
+            appl: self.appl_db.unwrap_or(d.appl),
+            asic: self.asic_db.unwrap_or(d.asic),
+            counters: self.counters_db.unwrap_or(d.counters),
+            config: self.config_db.unwrap_or(d.config),
+            state: self.state_db.unwrap_or(d.state),
         }
     }
 
     /// `--redis-timeout`.
     pub fn timeout(&self) -> Result<Duration, CliError> {
-        super::positive_duration("--redis-timeout", &self.redis_timeout)
+        super::positive_duration("--redis-timeout", self.redis_timeout.as_deref().unwrap_or("3s"))
     }
 
-    /// `--redis`, required.
+    /// `--redis`, required: also where a flag that needs it is given without it.
     pub fn url(&self) -> Result<&str, CliError> {
-        self.redis.as_deref().ok_or_else(|| CliError::BadInput("--redis URL: required for SONiC".into()))
+        match (&self.redis, self.flag_given()) {
+            (Some(url), _) => Ok(url),
+            (None, Some(flag)) => Err(CliError::BadInput(format!("{flag}: needs --redis URL, the switch's Redis"))),
+            (None, None) => Err(CliError::BadInput("--redis URL: required for SONiC".into())),
+        }
+    }
+
+    /// The first flag given, `--redis` included, if any.
+    pub fn flag_given(&self) -> Option<&'static str> {
+        let indices = [
+            ("--config-db", self.config_db),
+            ("--counters-db", self.counters_db),
+            ("--state-db", self.state_db),
+            ("--appl-db", self.appl_db),
+            ("--asic-db", self.asic_db),
+        ];
+        let redis = self.redis.is_some().then_some("--redis");
+        redis
+            .or_else(|| indices.into_iter().find_map(|(flag, v)| v.map(|_| flag)))
+            .or_else(|| self.redis_timeout.is_some().then_some("--redis-timeout"))
     }
 }
 
@@ -101,7 +124,7 @@ fn restore(a: RestoreArgs) -> Result<(), CliError> {
         outln!(
             "nothing to restore: no recording of original profiles in STATE_DB (db {}) at {url}; ecn-tuner has not \
              changed this switch since the last restore (or use --from FILE)",
-            a.redis.state_db,
+            a.redis.dbs().state,
             url = crate::actuator::sonic::conn::redact_password(url)
         );
         return Ok(());

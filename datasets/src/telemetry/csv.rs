@@ -17,6 +17,9 @@ const CHUNK_ROWS: usize = 65_536;
 /// quote makes a record this long, and it would otherwise hold the rest of the file in memory.
 const MAX_RECORD_BYTES: usize = 1 << 20;
 
+/// The UTF-8 byte-order mark.
+const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
+
 /// Whether a quoted field is open, read as [`split_record`] reads fields: a quote opens one only
 /// at the start of a field (elsewhere it is an ordinary byte), `""` inside is a quote, and a
 /// lone quote closes it.
@@ -140,8 +143,7 @@ impl CsvSource {
             (0..src.ends.len()).map(|f| String::from_utf8_lossy(src.field(f)).into_owned()).collect();
         src.header_fields = names.len();
         for (c, column) in TELEMETRY_COLUMNS.iter().enumerate() {
-            // A spreadsheet may save a byte-order mark before the first name.
-            let mut at = names.iter().enumerate().filter(|(_, n)| n.trim_start_matches('\u{feff}').trim() == *column);
+            let mut at = names.iter().enumerate().filter(|(_, n)| n.trim() == *column);
             match (at.next(), at.next()) {
                 (Some((p, _)), None) => src.index[c] = p,
                 (None, _) => problems.push(None, Some(column), ProblemKind::MissingColumn, false),
@@ -176,6 +178,11 @@ impl CsvSource {
             let n = (&mut self.reader).take(room).read_until(b'\n', &mut self.line)?;
             if n == 0 && self.line.is_empty() {
                 return Ok(false);
+            }
+            // A spreadsheet may save a byte-order mark before the header: it is no part of the
+            // first field, which may be quoted.
+            if self.lines_read == 0 && start == 0 && self.line.starts_with(UTF8_BOM) {
+                self.line.drain(..UTF8_BOM.len());
             }
             if self.line.len() > MAX_RECORD_BYTES {
                 let why = format!(
@@ -366,6 +373,26 @@ mod tests {
         assert_eq!(fields("a,b,,c"), ["a", "b", "", "c"]);
         assert_eq!(fields("\"eth,1 \"\"x\"\"\",2"), ["eth,1 \"x\"", "2"]);
         assert_eq!(fields(""), [""]);
+    }
+
+    /// A byte-order mark before a quoted header (a spreadsheet's CSV export) used to keep the
+    /// quotes on the first name, which then read as a missing column.
+    #[test]
+    fn a_byte_order_mark_before_a_quoted_header_is_no_part_of_it() {
+        let dir = std::env::temp_dir().join(format!("ecn-csv-bom-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let header: Vec<String> = TELEMETRY_COLUMNS.iter().map(|c| format!("\"{c}\"")).collect();
+        let row = |ts: u64| format!("{ts},leaf0,eth1,3,100000000000,0,0.0,0,1000,1,0,0,0,0,0,1000,2000,0.1");
+        for (name, bom) in [("bom.csv", UTF8_BOM), ("plain.csv", &b""[..])] {
+            let mut text = bom.to_vec();
+            text.extend(format!("{}\n{}\n{}\n", header.join(","), row(100_000), row(200_000)).into_bytes());
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            let data =
+                crate::telemetry::load_telemetry(&p, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(data.samples(), 2, "{name}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

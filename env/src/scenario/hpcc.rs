@@ -5,10 +5,10 @@ use super::{
     check_run_length, err, flow_start_too_late, parse_flow_file, read_text, Scenario, ScenarioError, MAX_FLOWS,
 };
 use crate::dcqcn::DcqcnParams;
-use crate::ecn::EcnSetting;
+use crate::ecn::{EcnError, EcnSetting};
 use crate::fabric::{self, EcnPlan, FabricConfig, MTU_PAYLOAD_BYTES};
 use crate::topology::Topology;
-use crate::units::{BitsPerSec, Bytes, Nanos};
+use crate::units::{BitsPerSec, Bytes, Nanos, MAX_DURATION};
 use crate::workload::FlowSpec;
 use std::path::Path;
 
@@ -75,15 +75,23 @@ impl Scenario {
         let mut fabric = FabricConfig::new(topology);
         let line = fabric.topology.nic_rate();
         let mut dc = DcqcnParams::hpcc(line);
-        let us = |v: f64| Nanos((v * 1000.0).round() as u64);
-        if let Some(v) = num("ALPHA_RESUME_INTERVAL")? {
-            dc.alpha_resume_interval = us(v);
+        // Timers in µs, at most 2^62 ns as every duration (a larger one would wrap the clock).
+        let timer_us = |k: &str| -> Result<Option<Nanos>, ScenarioError> {
+            let Some(v) = num(k)? else { return Ok(None) };
+            let ns = (v * 1000.0).round();
+            if ns > MAX_DURATION.0 as f64 {
+                return Err(err(source, k, format!("{v} µs is above the most, 2^62 ns (about 146 years)")));
+            }
+            Ok(Some(Nanos(ns as u64)))
+        };
+        if let Some(t) = timer_us("ALPHA_RESUME_INTERVAL")? {
+            dc.alpha_resume_interval = t;
         }
-        if let Some(v) = num("RATE_DECREASE_INTERVAL")? {
-            dc.rate_decrease_interval = us(v);
+        if let Some(t) = timer_us("RATE_DECREASE_INTERVAL")? {
+            dc.rate_decrease_interval = t;
         }
-        if let Some(v) = num("RP_TIMER")? {
-            dc.rp_timer = us(v);
+        if let Some(t) = timer_us("RP_TIMER")? {
+            dc.rp_timer = t;
         }
         if let Some(v) = num("EWMA_GAIN")? {
             dc.ewma_gain = v;
@@ -165,7 +173,10 @@ impl Scenario {
                     kmax_bytes: (find(&kmax, "KMAX_MAP")? * 1000.0) as u64,
                     pmax: find(&pmax, "PMAX_MAP")?,
                 };
-                s.validate().map_err(|e| err(source, "KMIN_MAP", e.to_string()))?;
+                s.validate().map_err(|e| {
+                    let key = if matches!(e, EcnError::PmaxOutOfRange(_)) { "PMAX_MAP" } else { "KMIN_MAP" };
+                    err(source, key, e.to_string())
+                })?;
                 per_rate.push((BitsPerSec(*r), s));
             }
             fabric.ecn = EcnPlan::PerRate(per_rate);
@@ -253,6 +264,29 @@ mod tests {
         let setting = EcnSetting::new(Bytes(400_000), Bytes(1_600_000), 0.2).unwrap();
         assert_eq!(s.fabric.ecn, EcnPlan::PerRate(vec![(BitsPerSec::from_gbps(100), setting)]));
         config("").unwrap();
+        // A Pmax out of range is PMAX_MAP's fault (it used to be blamed on KMIN_MAP).
+        let e = config(&format!("{kmax}PMAX_MAP 1 100000000000 1.5\n{kmin}")).unwrap_err();
+        assert_eq!(e.field, "PMAX_MAP", "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Timers and run lengths past 2^62 ns are refused, naming the key: summed with the clock
+    /// they used to overflow it, a panic in a debug build.
+    #[test]
+    fn hpcc_times_past_two_to_the_62_ns_are_refused() {
+        let dir = one_flow_hpcc_dir("huge-times");
+        let config = |extra: &str| {
+            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{extra}");
+            Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
+        };
+        for key in ["RP_TIMER", "RATE_DECREASE_INTERVAL", "ALPHA_RESUME_INTERVAL"] {
+            let e = config(&format!("{key} 1e17\n")).unwrap_err();
+            assert_eq!(e.field, key, "{e}");
+            assert!(e.message.contains("2^62 ns"), "{e}");
+            config(&format!("{key} 4e15\n")).unwrap();
+        }
+        let e = config("SIMULATOR_STOP_TIME 1e19\n").unwrap_err();
+        assert!(e.field == "SIMULATOR_STOP_TIME" && e.message.contains("2^62 ns"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -10,7 +10,7 @@ use crate::ecn::{Baseline, EcnSetting};
 use crate::fabric::{self, AckQueue, EcnPlan, FabricConfig, NicWakeup, MIN_INTERVAL, MTU_PAYLOAD_BYTES};
 use crate::rng::Rng;
 use crate::topology::{NodeKind, Topology, MIN_LINK_RATE};
-use crate::units::{BitsPerSec, Bytes, Nanos};
+use crate::units::{BitsPerSec, Bytes, Nanos, MAX_DURATION};
 use crate::workload::{self, Cdf, FlowSpec, Incast, IncastSchedule};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -132,6 +132,13 @@ pub const MAX_TELEMETRY_ROWS: u64 = 5_000_000;
 /// latest the run may go) over the sample interval, times the data queues (switch ports ×
 /// the priorities the flows use). `field` is what made the run that long.
 fn check_run_length(source: &str, field: &str, fabric: &FabricConfig, flows: &[FlowSpec]) -> Result<(), ScenarioError> {
+    // The simulator adds timers and sample intervals (each at most 2^62 ns) to the clock:
+    // bounded so too, the sums never wrap.
+    if fabric.stop_at > MAX_DURATION {
+        let why =
+            format!("the run would last until {}, past the most a run may, 2^62 ns (about 146 years)", fabric.stop_at);
+        return Err(err(source, field, why));
+    }
     check_telemetry_rows(fabric, flows, fabric.sample_interval)
         .map_err(|why| err(source, field, format!("{why}; shorten it or raise sample_interval")))
 }
@@ -166,14 +173,7 @@ pub const MAX_TEXT_FILE_BYTES: u64 = 256 << 20;
 
 /// Read a whole text file, refusing one larger than [`MAX_TEXT_FILE_BYTES`].
 fn read_text(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut text = String::new();
-    std::fs::File::open(path)?.take(MAX_TEXT_FILE_BYTES + 1).read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_TEXT_FILE_BYTES {
-        let why = format!("larger than {} MiB, the most a scenario reads", MAX_TEXT_FILE_BYTES >> 20);
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
-    }
-    Ok(text)
+    ecn_datasets::bounded::read_text_at_most(path, MAX_TEXT_FILE_BYTES)
 }
 
 /// The text of a built-in scenario.
@@ -1089,6 +1089,17 @@ mod tests {
             let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE {flow_file}\n");
             Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
         };
+        // Flows spaced past 2^62 ns make a run the clock cannot hold (a panic in a debug build).
+        std::fs::write(dir.join("far.txt"), "2\n0 1 3 100 10000 0\n1 2 3 100 10000 18446744073\n").unwrap();
+        let e = Scenario::from_toml(
+            "duration = \"1ms\"\nsample_interval = \"100h\"\n[topology]\nkind = \"hpcc\"\npath = \"t.txt\"\n\
+             [[workload]]\nkind = \"flows\"\npath = \"far.txt\"\n",
+            "test.toml",
+            &dir,
+            None,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("past the most a run may, 2^62 ns"), "{e}");
         let e = config("late.txt").unwrap_err();
         assert_eq!(
             (e.source_name.as_str(), e.field.as_str()),

@@ -139,7 +139,9 @@ impl Recording {
 
     /// The recording in a file, checked ([`Recording::check_contents`]).
     pub fn read_file(path: &Path) -> Result<Recording, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        // A recording holds two CONFIG_DB tables: some MiB on the largest switch.
+        let text = ecn_datasets::bounded::read_text_at_most(path, 256 << 20)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let r = Recording::parse(&text, &path.display().to_string())?;
         r.check_contents().map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(r)
