@@ -60,6 +60,17 @@ impl Scenario {
         expect("HAS_WIN", "0", "the window is not simulated")?;
         expect("L2_ACK_INTERVAL", "1", "every packet is ACKed")?;
         expect("L2_BACK_TO_ZERO", "0", "go-back-0 is not simulated")?;
+        // Faults the simulator does not inject: refused rather than silently run without them.
+        if num("ERROR_RATE_PER_LINK")?.is_some_and(|r| r != 0.0) {
+            return Err(err(
+                source,
+                "ERROR_RATE_PER_LINK",
+                "a non-zero error rate is not supported (links are lossless)",
+            ));
+        }
+        if kv.get("LINK_DOWN").is_some_and(|v| v.iter().any(|x| x.parse::<f64>() != Ok(0.0))) {
+            return Err(err(source, "LINK_DOWN", "taking a link down is not supported (LINK_DOWN 0 0 0 turns it off)"));
+        }
         let topo_path = dir.join(need("TOPOLOGY_FILE")?);
         let flow_path = dir.join(need("FLOW_FILE")?);
         let topo_text =
@@ -267,6 +278,20 @@ mod tests {
         // A Pmax out of range is PMAX_MAP's fault (it used to be blamed on KMIN_MAP).
         let e = config(&format!("{kmax}PMAX_MAP 1 100000000000 1.5\n{kmin}")).unwrap_err();
         assert_eq!(e.field, "PMAX_MAP", "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Link faults the simulator does not inject are refused, not run without.
+    #[test]
+    fn hpcc_link_faults_are_refused() {
+        let dir = one_flow_hpcc_dir("faults");
+        let config = |extra: &str| {
+            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{extra}");
+            Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
+        };
+        config("ERROR_RATE_PER_LINK 0.0000\nLINK_DOWN 0 0 0\n").unwrap();
+        assert_eq!(config("ERROR_RATE_PER_LINK 0.1\n").unwrap_err().field, "ERROR_RATE_PER_LINK");
+        assert_eq!(config("LINK_DOWN 1 2 3\n").unwrap_err().field, "LINK_DOWN");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
