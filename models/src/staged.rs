@@ -45,8 +45,15 @@ impl StagedFiles {
 
     /// Rename every staged file into place, in the order staged. Before renaming any, it checks
     /// that every temporary file was written and that no destination is a directory, the
-    /// failures a rename within one folder can meet; on an error nothing has been replaced.
-    pub fn commit(mut self) -> std::io::Result<()> {
+    /// failures a rename within one folder can meet. A rename that fails all the same (a
+    /// read-only or immutable file) puts back every file already replaced: on an error nothing
+    /// has been replaced, and no temporary file is left.
+    pub fn commit(self) -> std::io::Result<()> {
+        self.commit_with(|from, to| std::fs::rename(from, to))
+    }
+
+    /// [`StagedFiles::commit`], renaming with `rename` (a test makes it fail).
+    fn commit_with(mut self, mut rename: impl FnMut(&Path, &Path) -> std::io::Result<()>) -> std::io::Result<()> {
         let error = |path: &Path, why: String| std::io::Error::other(format!("{}: {why}", path.display()));
         for (temporary, destination) in &self.files {
             if destination.is_dir() {
@@ -56,12 +63,34 @@ impl StagedFiles {
                 return Err(error(destination, format!("{} was not written", temporary.display())));
             }
         }
-        for (temporary, destination) in std::mem::take(&mut self.files) {
-            if let Err(e) = std::fs::rename(&temporary, &destination) {
-                let _ = std::fs::remove_file(&temporary);
-                return Err(error(&destination, format!("cannot move {} into place: {e}", temporary.display())));
+        // Each previous file is moved aside first, so that a failure part way can put it back.
+        let mut set_aside: Vec<(PathBuf, PathBuf)> = Vec::new();
+        let mut placed: Vec<PathBuf> = Vec::new();
+        for (temporary, destination) in &self.files {
+            let name = destination.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let old = destination.with_file_name(format!(".old-{}-{name}", std::process::id()));
+            let mut replace = || -> std::io::Result<()> {
+                if destination.exists() {
+                    rename(destination, &old)?;
+                    set_aside.push((old.clone(), destination.clone()));
+                }
+                rename(temporary, destination)
+            };
+            if let Err(e) = replace() {
+                for new in &placed {
+                    let _ = std::fs::remove_file(new);
+                }
+                for (old, destination) in &set_aside {
+                    let _ = std::fs::rename(old, destination);
+                }
+                return Err(error(destination, format!("cannot move {} into place: {e}", temporary.display())));
             }
+            placed.push(destination.clone());
         }
+        for (old, _) in set_aside {
+            let _ = std::fs::remove_file(old);
+        }
+        self.files.clear();
         Ok(())
     }
 }
@@ -108,6 +137,44 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&a).unwrap(), "new weights");
         assert_eq!(std::fs::read_to_string(&b).unwrap(), "new card");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    /// A rename that fails part way (an immutable card, say) puts back the files already
+    /// replaced and leaves no temporary file: the weights used to be new under the old card.
+    #[test]
+    fn a_rename_that_fails_part_way_puts_everything_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = ["m.safetensors", "m.card.json", "m.training.csv"];
+        let paths: Vec<PathBuf> = names.iter().map(|n| dir.path().join(n)).collect();
+        for p in &paths[..2] {
+            std::fs::write(p, "old").unwrap();
+        }
+        for fail_at in 1..=4 {
+            let mut staged = StagedFiles::new();
+            for p in &paths {
+                std::fs::write(staged.stage(p), "new").unwrap();
+            }
+            let mut calls = 0;
+            let e = staged
+                .commit_with(|from, to| {
+                    calls += 1;
+                    if calls == fail_at {
+                        return Err(std::io::Error::other("immutable"));
+                    }
+                    std::fs::rename(from, to)
+                })
+                .unwrap_err();
+            assert!(e.to_string().contains("immutable"), "{e}");
+            assert_eq!(std::fs::read_to_string(&paths[0]).unwrap(), "old", "failing rename {fail_at}");
+            assert_eq!(std::fs::read_to_string(&paths[1]).unwrap(), "old", "failing rename {fail_at}");
+            assert!(!paths[2].exists(), "failing rename {fail_at}");
+            let mut left: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into())
+                .collect();
+            left.sort();
+            assert_eq!(left, ["m.card.json", "m.safetensors"], "failing rename {fail_at}");
+        }
     }
 
     #[test]

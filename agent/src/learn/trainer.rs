@@ -364,7 +364,7 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
         }
         bar.set_position(env_steps.min(cfg.steps));
         if env_steps >= next_eval || env_steps >= cfg.steps {
-            next_eval += cfg.eval_every;
+            next_eval = next_eval.saturating_add(cfg.eval_every);
             let (small, large, cost) = evaluate(agent.online(), cfg, &reference)?;
             let point = CurvePoint {
                 env_steps,
