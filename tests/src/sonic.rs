@@ -255,6 +255,11 @@ pub fn seed(server: &RedisServer, spec: &Spec) {
             ("mac", "52:54:00:12:34:56".into()),
         ],
     );
+    // Counter polling as `counterpoll queue|port|wredqueue enable` leaves it (SONiC's intervals):
+    // the fixture publishes ECN marks, which SONiC polls only with wredqueue on.
+    for group in ["QUEUE", "PORT", "WRED_ECN_QUEUE"] {
+        hset(&mut cfg, &format!("FLEX_COUNTER_TABLE|{group}"), &[("FLEX_COUNTER_STATUS", "enable".into())]);
+    }
     let lossless: Vec<(&str, String)> = azure_lossless().into_iter().map(|(k, v)| (k, v.to_string())).collect();
     hset(&mut cfg, "WRED_PROFILE|AZURE_LOSSLESS", &lossless);
     if spec.two_profiles {

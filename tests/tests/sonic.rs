@@ -1424,11 +1424,12 @@ async fn a_sonic_actuator_needs_a_journal() {
 async fn counters_sonic_refreshes_less_often_than_polled_are_warned_of() {
     let spec = Spec::default();
     let warning = "less often than --poll-interval";
+    let unpolled = "SONiC does not poll";
     for fast in [false, true] {
         let redis = RedisServer::start();
         seed(&redis, &spec);
         if fast {
-            for key in ["FLEX_COUNTER_TABLE|QUEUE", "FLEX_COUNTER_TABLE|PORT"] {
+            for key in ["FLEX_COUNTER_TABLE|QUEUE", "FLEX_COUNTER_TABLE|PORT", "FLEX_COUNTER_TABLE|WRED_ECN_QUEUE"] {
                 let _: () = redis::cmd("HSET")
                     .arg(key)
                     .arg("POLL_INTERVAL")
@@ -1441,11 +1442,33 @@ async fn counters_sonic_refreshes_less_often_than_polled_are_warned_of() {
         let act = Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms"]).await;
         let log = act.log_text();
         if fast {
-            assert!(!log.contains(warning), "{log}");
+            assert!(!log.contains(warning) && !log.contains(unpolled), "{log}");
         } else {
             assert!(log.contains("every 10000 ms (FLEX_COUNTER_TABLE|QUEUE, no POLL_INTERVAL"), "{log}");
             assert!(log.contains("counterpoll queue interval 100"), "{log}");
             assert!(log.contains("every 1000 ms (FLEX_COUNTER_TABLE|PORT"), "{log}");
         }
     }
+    // ECN marks are a polling group of their own, off unless enabled: without it every mark
+    // count reads 0, which used to pass unremarked.
+    let redis = RedisServer::start();
+    seed(&redis, &spec);
+    let _: () = redis::cmd("DEL").arg("FLEX_COUNTER_TABLE|WRED_ECN_QUEUE").query(&mut redis.con(CONFIG_DB)).unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("FLEX_COUNTER_TABLE|QUEUE")
+        .arg("FLEX_COUNTER_STATUS")
+        .arg("disable")
+        .query(&mut redis.con(CONFIG_DB))
+        .unwrap();
+    // A port whose PFC priorities 3 and 4 go to queues 4 and 3: queue 3's PAUSE counters are
+    // priority 4's.
+    set_config_field(&redis, "PORT_QOS_MAP|Ethernet0", "pfc_to_queue_map", "SWAPPED");
+    set_config_field(&redis, "MAP_PFC_PRIORITY_TO_QUEUE|SWAPPED", "3", "4");
+    set_config_field(&redis, "MAP_PFC_PRIORITY_TO_QUEUE|SWAPPED", "4", "3");
+    let url = redis.url();
+    let act = Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms"]).await;
+    let log = act.log_text();
+    assert!(log.contains("does not poll ECN marks") && log.contains("counterpoll wredqueue enable"), "{log}");
+    assert!(log.contains("does not poll queue counters") && log.contains("FLEX_COUNTER_STATUS disable"), "{log}");
+    assert!(log.contains("maps priority 3 to queue 4, and priorities [\"4\"] to this queue"), "{log}");
 }

@@ -30,8 +30,9 @@ pub struct QueueWatch {
     features: QueueHistory,
 }
 
-/// Intervals of feature history kept for learned policies (enough for any card's history).
-const FEATURE_HISTORY: usize = 8;
+/// Intervals of feature history kept for learned policies: as many as any card may declare
+/// (8 once, so that a card with a longer history saw its oldest intervals padded).
+const FEATURE_HISTORY: usize = ecn_models::card::MAX_HISTORY;
 
 /// Why a sample cannot be trusted, or `None`.
 pub fn problem(s: &pb::TelemetrySample, span_ns: Option<u64>) -> Option<String> {
@@ -269,6 +270,15 @@ mod tests {
         assert_eq!(plain.span_ns, 200_000);
         let long = w.push(&pb::TelemetrySample { span_ns: 500_000, ..sample(700_000, 5.0, 625_000) }).unwrap();
         assert_eq!(long.span_ns, 100_000);
+    }
+
+    #[test]
+    fn the_feature_history_holds_as_many_intervals_as_a_card_may_declare() {
+        let mut w = QueueWatch::keeping(3);
+        for i in 0..=ecn_models::card::MAX_HISTORY as u64 + 5 {
+            w.push(&sample(100_000 * (i + 1), 5.0, 100));
+        }
+        assert_eq!(w.features().intervals().count(), ecn_models::card::MAX_HISTORY);
     }
 
     #[test]

@@ -254,8 +254,13 @@ pub fn discover(
             .cloned()
             .unwrap_or_default();
         let ecn = schema::field(&original, "ecn").unwrap_or("");
-        if ecn.is_empty() || ecn == "ecn_none" {
-            warn!(profile = %home, ecn, "the profile does not mark ECN (field ecn); thresholds still apply to WRED drops");
+        if !schema::marks_green(ecn) {
+            warn!(
+                profile = %home,
+                ecn,
+                "the profile does not ECN-mark green packets (field ecn: ecn_green, ecn_green_yellow, ecn_green_red \
+                 or ecn_all do); the green thresholds ecn-tuner sets then apply to WRED drops"
+            );
         }
         layout.originals.entry(home.clone()).or_insert(original);
         queues.push(QueueCap {

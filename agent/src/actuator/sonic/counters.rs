@@ -10,9 +10,11 @@
 //!   implausible jump (more than the line could carry) is a reset: that queue's sample for the
 //!   interval is dropped, never guessed, and counting resumes from the new value.
 //! - Depth: `SAI_QUEUE_STAT_SHARED_WATERMARK_BYTES` is the peak since the flex counter last
-//!   read it (`queue_bytes_max`); `SAI_QUEUE_STAT_CURR_OCCUPANCY_BYTES`, where the platform
-//!   has it, is the depth now (`queue_bytes`, and `queue_bytes_avg` for lack of a time average);
-//!   without it both are the watermark.
+//!   read and cleared it (every 60 s by default: not the interval's peak) (`queue_bytes_max`);
+//!   `SAI_QUEUE_STAT_CURR_OCCUPANCY_BYTES`, where SONiC polls it (for the PFC watchdog), is the
+//!   depth now (`queue_bytes`, and `queue_bytes_avg` for lack of a time average); without it
+//!   both are the watermark. Counters SONiC publishes only when asked (ECN marks, occupancy,
+//!   pause time) are warned of when absent, once: they would read 0.
 //! - Counters that stop moving are not an idle fabric: when nothing read (every queue counter,
 //!   and the octets in and out of every controlled port, which LLDP alone moves on a port that
 //!   is up) has changed for `--frozen-after`, SONiC's flex counters have most likely stopped
@@ -111,7 +113,6 @@ impl Tracker {
         let span_ns = span.as_nanos().min(u128::from(u64::MAX)) as u64;
         let bytes_cap = max_plausible_bytes(link_bps, span_ns);
         let pkts_cap = bytes_cap / MIN_FRAME_BYTES + 1;
-        let us_cap = (span.as_micros() as u64).saturating_mul(5) / 4 + 1_000;
         let mut reset = false;
         let mut d = |old: Option<u64>, new: Option<u64>, cap: Option<u64>| -> u64 {
             match (old, new) {
@@ -135,7 +136,10 @@ impl Tracker {
             dropped: d(p.dropped, r.dropped, None),
             pfc_rx: d(p.pfc_rx, r.pfc_rx, Some(pkts_cap)),
             pfc_tx: d(p.pfc_tx, r.pfc_tx, Some(pkts_cap)),
-            paused_ns: d(p.pause_us, r.pause_us, Some(us_cap)).saturating_mul(1_000).min(span_ns),
+            // The pause time the received frames asked for (SAI converts their quanta), which a
+            // peer that refreshes XOFF before it runs out can push past the wall clock: clamped
+            // to the interval, never read as a reset (that dropped samples in a PFC storm).
+            paused_ns: d(p.pause_us, r.pause_us, None).saturating_mul(1_000).min(span_ns),
         };
         (!reset).then_some(out)
     }
@@ -177,6 +181,52 @@ pub fn sample(
 const MAP_REFRESH: Duration = Duration::from_secs(60);
 /// How often, while a controlled queue is missing from them.
 const MAP_RETRY: Duration = Duration::from_secs(5);
+
+/// How many polled queues lack the counters that SONiC publishes only when asked, counted on
+/// the first poll that reads any, and reported once: their absence reads as 0 (no marks, no
+/// paused time) or as a stale depth, which would pass unremarked.
+#[derive(Debug, Default)]
+struct Absent {
+    polled: usize,
+    marks: usize,
+    occupancy: usize,
+    pause_time: usize,
+}
+
+impl Absent {
+    fn note(&mut self, r: &Reading) {
+        self.polled += 1;
+        self.marks += usize::from(r.ecn_marked.is_none());
+        self.occupancy += usize::from(r.occupancy.is_none());
+        self.pause_time += usize::from(r.pause_us.is_none());
+    }
+
+    fn report(&self) {
+        let n = self.polled;
+        if self.marks > 0 {
+            warn!(
+                "{} of {n} queues have no SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS in COUNTERS_DB: their ECN marks read 0 \
+                 (SONiC polls them only after `counterpoll wredqueue enable`, on platforms that count them)",
+                self.marks
+            );
+        }
+        if self.occupancy > 0 {
+            warn!(
+                "{} of {n} queues have no SAI_QUEUE_STAT_CURR_OCCUPANCY_BYTES (SONiC polls it for the PFC watchdog \
+                 only): their depth is SAI_QUEUE_STAT_SHARED_WATERMARK_BYTES, the peak since SONiC last read and \
+                 cleared it (every 60 s by default), not the depth of the interval",
+                self.occupancy
+            );
+        }
+        if self.pause_time > 0 {
+            warn!(
+                "{} of {n} queues have no SAI_PORT_STAT_PFC_<n>_RX_PAUSE_DURATION_US (few platforms poll it, for the \
+                 PFC watchdog): their paused time reads 0; PAUSE frame counts are unaffected",
+                self.pause_time
+            );
+        }
+    }
+}
 
 /// The polling thread.
 pub struct Poller {
@@ -249,6 +299,7 @@ impl Poller {
     pub fn run(self) {
         let mut tracker = Tracker::new(self.queues.len(), self.width);
         let mut liveness = Liveness::new();
+        let mut absent_reported = false;
         let mut con: Option<Connection> = None;
         let mut oids: Option<(Instant, Oids)> = None;
         let mut down = false;
@@ -260,7 +311,7 @@ impl Poller {
                 continue;
             }
             next = if now.duration_since(next) > self.interval { now + self.interval } else { next + self.interval };
-            match self.poll(&mut con, &mut oids, &mut tracker, &mut liveness) {
+            match self.poll(&mut con, &mut oids, &mut tracker, &mut liveness, &mut absent_reported) {
                 Ok(n) => {
                     if down {
                         info!(url = %self.target.url(), "COUNTERS_DB is back; telemetry resumes");
@@ -324,6 +375,7 @@ impl Poller {
         oids: &mut Option<(Instant, Oids)>,
         tracker: &mut Tracker,
         liveness: &mut Liveness,
+        absent_reported: &mut bool,
     ) -> Result<usize, String> {
         if con.is_none() {
             *con = Some(self.target.connect(self.db, "ecn-tuner-counters")?);
@@ -375,6 +427,7 @@ impl Poller {
         let ts_ns = clock_ns(self.epoch, at);
         let mut samples = Vec::new();
         let mut reload = false;
+        let mut absent = Absent::default();
         for (&i, vals) in polled.iter().zip(queue_replies) {
             let (q, link_bps, id) = &self.queues[i];
             let (_, port_oid) = ids[i].as_ref().expect("polled");
@@ -397,6 +450,7 @@ impl Poller {
                 tracker.forget(i);
                 continue;
             }
+            absent.note(&r);
             match tracker.step(i, at, r, *link_bps) {
                 Some(d) => samples.push(sample(id, *link_bps, ts_ns, &r, &d, &settings[i])),
                 None => debug!(queue = %q.name(), "no sample this interval (first reading, or a counter reset)"),
@@ -404,6 +458,10 @@ impl Poller {
         }
         if reload {
             *oids = None;
+        }
+        if absent.polled > 0 && !*absent_reported {
+            absent.report();
+            *absent_reported = true;
         }
         // The tracker still took this reading: when the counters move again, the first sample
         // covers one interval, not the whole stop.
@@ -483,5 +541,27 @@ mod tests {
         // 100 Gb/s for 100 ms is 1.25 GB; 10 GB is not possible.
         let jump = t.step(0, t0 + Duration::from_millis(100), reading(10_000_000_000, 20, 0), G100);
         assert_eq!(jump, None);
+    }
+
+    #[test]
+    fn counters_sonic_publishes_only_when_asked_are_counted_when_absent() {
+        let mut a = Absent::default();
+        a.note(&reading(1, 1, 0));
+        a.note(&Reading { ecn_marked: None, pause_us: None, occupancy: Some(10), ..reading(1, 1, 0) });
+        assert_eq!((a.polled, a.marks, a.occupancy, a.pause_time), (2, 1, 1, 1));
+    }
+
+    /// The pause time SAI counts is what received frames asked for, which can outrun the clock
+    /// when a peer refreshes XOFF: clamped to the interval. It used to be read as a reset, and
+    /// the queue's sample dropped, in the middle of a PFC storm.
+    #[test]
+    fn pause_time_beyond_the_interval_is_clamped_not_a_reset() {
+        let t0 = Instant::now();
+        let mut t = Tracker::new(1, CounterWidth::SAI);
+        t.step(0, t0, reading(1_000, 10, 0), G100);
+        let d = t.step(0, t0 + Duration::from_millis(100), reading(2_000, 20, 180_000), G100).unwrap();
+        assert_eq!(d.paused_ns, 100_000_000);
+        // A decrease is still a reset.
+        assert_eq!(t.step(0, t0 + Duration::from_millis(200), reading(3_000, 30, 5), G100), None);
     }
 }

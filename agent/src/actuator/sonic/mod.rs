@@ -48,6 +48,7 @@ use ecn_proto::v1 as pb;
 use originals::{Recorder, Recording};
 use redis::Connection;
 use schema::DbIndices;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -144,12 +145,33 @@ pub struct SonicBackend {
     programmed_at: Arc<Mutex<Option<Instant>>>,
 }
 
-/// Warn when SONiC refreshes queue or port counters less often than the poller reads them:
-/// most samples would then carry no traffic, and the next one a lump. Only a warning: the
-/// operator may mean it, and the counters still add up.
+/// Warn when SONiC does not poll a counter group telemetry reads (its counters would read 0
+/// or stand still), or refreshes it less often than the poller reads it: most samples would
+/// then carry no traffic, and the next one a lump. Only warnings: the operator may mean it,
+/// and the counters still add up.
 fn warn_of_slower_counters(target: &RedisTarget, config_db: i64, poll: Duration) {
     let Ok(mut con) = target.connect(config_db, "ecn-tuner-discover") else { return };
-    for (key, group, default_ms) in schema::FLEX_COUNTER_POLLS {
+    for schema::FlexCounterPoll { key, group, default_ms, on_by_default } in schema::FLEX_COUNTER_POLLS {
+        let status: Option<String> =
+            redis::cmd("HGET").arg(key).arg("FLEX_COUNTER_STATUS").query(&mut con).unwrap_or(None);
+        let on = status.as_deref().map_or(on_by_default, |s| s.trim() == "enable");
+        if !on {
+            let what = match group {
+                "wredqueue" => {
+                    "ECN marks (SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS): every sample's ecn_marked_pkts, \
+                                and the mark fraction a learned policy observes, will read 0"
+                }
+                "queue" => "queue counters: samples will show no traffic",
+                _ => "port counters: PFC pauses will read 0",
+            };
+            let whence =
+                if status.is_some() { "FLEX_COUNTER_STATUS disable" } else { "no FLEX_COUNTER_STATUS: off by default" };
+            warn!(
+                "SONiC does not poll {what} ({key}, {whence}); run `counterpoll {group} enable` on the switch \
+                 (for wredqueue, where STATE_DB QUEUE_COUNTER_CAPABILITIES says the platform counts them)"
+            );
+            continue;
+        }
         let set: Option<String> = redis::cmd("HGET").arg(key).arg("POLL_INTERVAL").query(&mut con).unwrap_or(None);
         let sonic_ms = set.as_deref().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(default_ms);
         if Duration::from_millis(sonic_ms) > poll {
@@ -159,6 +181,38 @@ fn warn_of_slower_counters(target: &RedisTarget, config_db: i64, poll: Duration)
                  {poll:?}: most samples will show no traffic and the next one all of it; run `counterpoll {group} \
                  interval {}` on the switch, or raise --poll-interval",
                 poll.as_millis()
+            );
+        }
+    }
+}
+
+/// Warn about each controlled queue that, by its port's `PORT_QOS_MAP` `pfc_to_queue_map`
+/// (`MAP_PFC_PRIORITY_TO_QUEUE|<name>`), does not carry the PFC priority of its own index:
+/// telemetry reads priority q's PAUSE counters for queue q, as SONiC's default identity map
+/// has it, and would report another priority's pauses for it.
+fn warn_of_priority_maps(target: &RedisTarget, config_db: i64, queues: &[config::QueueRef]) {
+    let Ok(mut con) = target.connect(config_db, "ecn-tuner-discover") else { return };
+    let mut maps: HashMap<String, HashMap<String, String>> = HashMap::new();
+    for q in queues {
+        let name: Option<String> = redis::cmd("HGET")
+            .arg(format!("PORT_QOS_MAP|{}", q.port))
+            .arg("pfc_to_queue_map")
+            .query(&mut con)
+            .unwrap_or(None);
+        let Some(name) = name else { continue };
+        let map = maps.entry(name.clone()).or_insert_with(|| {
+            redis::cmd("HGETALL").arg(format!("MAP_PFC_PRIORITY_TO_QUEUE|{name}")).query(&mut con).unwrap_or_default()
+        });
+        let queue = q.queue.to_string();
+        let own = map.get(&queue).is_none_or(|to| *to == queue);
+        if !own {
+            let carried: Vec<&str> = map.iter().filter(|(_, to)| **to == queue).map(|(p, _)| p.as_str()).collect();
+            warn!(
+                queue = %q.name(),
+                map = %name,
+                "MAP_PFC_PRIORITY_TO_QUEUE|{name} maps priority {queue} to queue {}, and priorities {carried:?} to this \
+                 queue: its PFC counters, read for priority {queue}, are another queue's",
+                map[&queue]
             );
         }
     }
@@ -233,6 +287,7 @@ impl SonicBackend {
             })?;
         }
         warn_of_slower_counters(&target, opts.dbs.config, opts.poll_interval);
+        warn_of_priority_maps(&target, opts.dbs.config, &found.layout.queues);
         let readback = readback(&target, &opts, &found.layout, &found.initial);
         let programmed_at = readback.shown_at.clone();
         let settings = Arc::new(Mutex::new(found.initial.clone()));

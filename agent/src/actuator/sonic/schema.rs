@@ -41,11 +41,40 @@ pub const PORT: &str = "PORT";
 pub const BUFFER_POOL: &str = "BUFFER_POOL";
 /// CONFIG_DB `DEVICE_METADATA|localhost`, field `hostname`.
 pub const DEVICE_METADATA_LOCALHOST: &str = "DEVICE_METADATA|localhost";
-/// CONFIG_DB keys of SONiC's counter polling for queues and ports, with the `counterpoll`
-/// group that sets each and the interval SONiC uses when the key has no `POLL_INTERVAL`
-/// (milliseconds).
-pub const FLEX_COUNTER_POLLS: [(&str, &str, u64); 2] =
-    [("FLEX_COUNTER_TABLE|QUEUE", "queue", 10_000), ("FLEX_COUNTER_TABLE|PORT", "port", 1_000)];
+/// CONFIG_DB keys of SONiC's counter polling that telemetry reads, with the `counterpoll`
+/// group that sets each, the interval SONiC uses when the key has no `POLL_INTERVAL`
+/// (milliseconds), and whether SONiC polls the group when the key has no
+/// `FLEX_COUNTER_STATUS`. Queue and port counters are on out of the box; ECN marks
+/// (`SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS`) are a group of their own, off by default.
+pub const FLEX_COUNTER_POLLS: [FlexCounterPoll; 3] = [
+    FlexCounterPoll { key: "FLEX_COUNTER_TABLE|QUEUE", group: "queue", default_ms: 10_000, on_by_default: true },
+    FlexCounterPoll { key: "FLEX_COUNTER_TABLE|PORT", group: "port", default_ms: 1_000, on_by_default: true },
+    FlexCounterPoll {
+        key: "FLEX_COUNTER_TABLE|WRED_ECN_QUEUE",
+        group: "wredqueue",
+        default_ms: 10_000,
+        on_by_default: false,
+    },
+];
+
+/// One of SONiC's counter polling groups (CONFIG_DB `FLEX_COUNTER_TABLE`).
+#[derive(Debug, Clone, Copy)]
+pub struct FlexCounterPoll {
+    /// The CONFIG_DB key.
+    pub key: &'static str,
+    /// The `counterpoll` group that sets it.
+    pub group: &'static str,
+    /// SONiC's interval without `POLL_INTERVAL`, in milliseconds.
+    pub default_ms: u64,
+    /// Whether SONiC polls it without `FLEX_COUNTER_STATUS`.
+    pub on_by_default: bool,
+}
+
+/// Whether a WRED profile's `ecn` mode marks green packets (SONiC's `ecn_green`,
+/// `ecn_green_yellow`, `ecn_green_red`, `ecn_all`), the colour whose curve ecn-tuner sets.
+pub fn marks_green(ecn: &str) -> bool {
+    ecn == "ecn_all" || ecn.starts_with("ecn_green")
+}
 /// APPL_DB port table (`:` separator).
 pub const APPL_PORT_TABLE: &str = "PORT_TABLE";
 
