@@ -10,10 +10,30 @@ if ! command -v cargo >/dev/null 2>&1; then
   done
 fi
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "error: cargo not found. Install Rust 1.87 or newer (https://rustup.rs) and rerun." >&2
+  echo "error: cargo not found. Install Rust 1.95 or newer (https://rustup.rs) and rerun." >&2
+  exit 1
+fi
+# The locked dependencies need Rust 1.95 (Cargo.toml's rust-version): say so before a build
+# fails deep in a dependency.
+ecn_rustc="$(rustc --version 2>/dev/null | awk '{print $2}')"
+if ! printf '%s\n%s\n' 1.95.0 "${ecn_rustc%%-*}" | sort -V -C; then
+  echo "error: Rust ${ecn_rustc:-?} is too old; ecn-tuner needs 1.95 or newer (rustup update)." >&2
   exit 1
 fi
 mkdir -p "$CARGO_TARGET_DIR"
+
+# One script of this project at a time per target directory (a checkout and its CI clone
+# share one): the check below, the PyTorch install and the builds that follow must not
+# interleave with another's. Held until the script that sourced this file ends; scripts that
+# it starts inherit the hold.
+if [ -z "${ECN_TUNER_LOCK_HELD:-}" ] && command -v flock >/dev/null 2>&1; then
+  exec {ecn_lock_fd}>"$CARGO_TARGET_DIR/.ecn-tuner.lock"
+  if ! flock -n "$ecn_lock_fd"; then
+    echo "waiting for another ecn-tuner script using $CARGO_TARGET_DIR to finish" >&2
+    flock "$ecn_lock_fd"
+  fi
+  export ECN_TUNER_LOCK_HELD=1
+fi
 
 # Cargo decides whether a workspace crate is fresh from the modification times of the files
 # its last build read, at that build's paths. Built last from another checkout (a CI clone, a
@@ -41,8 +61,15 @@ fi
 # crates that link it (models, agent) bake its lib directory into their rpath (their build.rs).
 export ECN_TUNER_TORCH_VENV="${ECN_TUNER_TORCH_VENV:-$HOME/.cache/ecn-tuner/torch-venv}"
 if ! "$ECN_TUNER_TORCH_VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then
+  # PyTorch 2.13.0 has wheels for Python 3.10 and newer only.
+  if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+    echo "error: PyTorch 2.13.0 (libtorch for tch) needs Python 3.10 or newer; python3 is" \
+      "$(python3 --version 2>&1 || echo missing)" >&2
+    exit 1
+  fi
   echo "installing PyTorch 2.13.0 (libtorch for tch) into $ECN_TUNER_TORCH_VENV; this happens once" >&2
-  python3 -m venv "$ECN_TUNER_TORCH_VENV" || { echo "error: python3 -m venv failed; install python3-venv" >&2; exit 1; }
+  # --clear: a venv left by an interrupted install, or made by an older python3, starts afresh.
+  python3 -m venv --clear "$ECN_TUNER_TORCH_VENV" || { echo "error: python3 -m venv failed; install python3-venv" >&2; exit 1; }
   "$ECN_TUNER_TORCH_VENV/bin/pip" install --quiet torch==2.13.0 || { echo "error: pip install torch==2.13.0 failed" >&2; exit 1; }
 fi
 export VIRTUAL_ENV="$ECN_TUNER_TORCH_VENV"
