@@ -214,29 +214,63 @@ impl LearnedModel {
         }
     }
 
+    /// Where the observation `obs` (one row) lies outside the range the model's training saw,
+    /// by more than `margin_std` standard deviations: up to three features, as `kmin = 0.210
+    /// (trained on -0.746..-0.246)`. `None` inside it, or for a card without calibration.
+    pub fn outside_training(&self, obs: &[f32], margin_std: f32) -> Option<String> {
+        let outside = self.card.calibration.as_ref()?.out_of_range(obs, margin_std);
+        if outside.is_empty() {
+            return None;
+        }
+        let names = self.tuning().features.names(self.tuning().history);
+        let list: Vec<String> = outside
+            .iter()
+            .take(3)
+            .map(|&(i, v, lo, hi)| format!("{} = {v:.3} (trained on {lo:.3}..{hi:.3})", names[i]))
+            .collect();
+        Some(list.join(", "))
+    }
+
     /// Settings for queues given their telemetry histories; `None` for a queue with no
     /// usable history yet (the caller's guardrails then fall back to the baseline).
-    pub fn propose(&self, queues: &[(BitsPerSec, &QueueHistory)]) -> Vec<Option<EcnSetting>> {
+    pub fn propose(&self, queues: &[(BitsPerSec, &QueueHistory)]) -> Vec<Proposal> {
         let tuning = self.tuning();
         let (features, history): (FeatureSet, usize) = (tuning.features, tuning.history);
+        let width = features.dim(history);
         let mut obs = Vec::new();
         let mut rows = Vec::new();
         let mut links = Vec::new();
+        let mut out = vec![Proposal::default(); queues.len()];
         for (i, (link, h)) in queues.iter().enumerate() {
             if h.observe(features, history, &mut obs) {
+                let row = &obs[obs.len() - width..];
+                out[i].outside_training = self.outside_training(row, OOD_MARGIN_STD);
                 rows.push(i);
                 links.push(*link);
             }
         }
-        let mut out = vec![None; queues.len()];
         if rows.is_empty() {
             return out;
         }
         for (&i, a) in rows.iter().zip(self.decide(&obs, &links)) {
-            out[i] = self.template.setting(a, queues[i].0, &tuning.bounds);
+            out[i].setting = self.template.setting(a, queues[i].0, &tuning.bounds);
         }
         out
     }
+}
+
+/// How far outside its training range (in the calibration's standard deviations) an input may
+/// lie before a model's choice from it counts as an extrapolation.
+pub const OOD_MARGIN_STD: f32 = 1.0;
+
+/// A learned model's proposal for one queue.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Proposal {
+    /// The setting it chose; `None` for a queue with no usable history yet.
+    pub setting: Option<EcnSetting>,
+    /// Where the queue's observation lies outside the model's training range
+    /// ([`LearnedModel::outside_training`]): the choice is then an extrapolation.
+    pub outside_training: Option<String>,
 }
 
 /// Line rates as `25G, 100G`.

@@ -28,9 +28,7 @@ use std::time::Instant;
 /// Confidence needed before a change is recommended (the gap is then 1.6 TD errors).
 pub const DEFAULT_MIN_CONFIDENCE: f64 = 0.8;
 
-/// How far outside the training range, in training standard deviations, a feature may lie
-/// before the input counts as out of distribution.
-pub const OOD_MARGIN_STD: f32 = 1.0;
+pub use crate::learned::OOD_MARGIN_STD;
 
 /// What is known about one queue.
 #[derive(Debug, Clone)]
@@ -247,15 +245,8 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                 rec.reason = "no telemetry".into();
                 return rec;
             }
-            let outside = calibration.out_of_range(&obs, cfg.ood_margin_std);
-            if !outside.is_empty() {
-                let names = tuning.features.names(tuning.history);
-                let list: Vec<String> = outside
-                    .iter()
-                    .take(3)
-                    .map(|&(i, v, lo, hi)| format!("{} = {v:.3} (trained on {lo:.3}..{hi:.3})", names[i]))
-                    .collect();
-                rec.reason = format!("out of the training distribution: {}", list.join(", "));
+            if let Some(outside) = model.outside_training(&obs, cfg.ood_margin_std) {
+                rec.reason = format!("out of the training distribution: {outside}");
                 return rec;
             }
             let qv = model.q_values(&obs);

@@ -70,6 +70,9 @@ pub struct Metrics {
     /// Decisions that kept a queue as it was because its telemetry intervals are not the
     /// learned model's control interval.
     pub untrained_interval_holds: Counter,
+    /// Learned-model choices made from an observation outside the model's training range (an
+    /// extrapolation; `recommend` refuses those).
+    pub outside_training_decisions: Counter,
     /// Current Kmin per queue.
     pub kmin_bytes: Family<QueueLabels, Gauge>,
     /// Current Kmax per queue.
@@ -95,6 +98,7 @@ impl Metrics {
             telemetry_lag_seconds: Family::default(),
             untrained_rate_holds: Counter::default(),
             untrained_interval_holds: Counter::default(),
+            outside_training_decisions: Counter::default(),
             kmin_bytes: Family::default(),
             kmax_bytes: Family::default(),
             pmax: Family::default(),
@@ -114,6 +118,11 @@ impl Metrics {
             "untrained_interval_holds",
             "Decisions that kept a queue because its telemetry interval is not the model's control interval",
             m.untrained_interval_holds.clone(),
+        );
+        r.register(
+            "outside_training_decisions",
+            "Learned-model choices made from an observation outside the model's training range",
+            m.outside_training_decisions.clone(),
         );
         r.register(
             "decision_latency_seconds",

@@ -27,7 +27,7 @@ mod changes;
 use crate::actuator::backend::wall_interval;
 use crate::actuator::security::holds_pem_certificate;
 use crate::error::CliError;
-use crate::learned::Untrained;
+use crate::learned::{Proposal, Untrained};
 use crate::policy::Policy;
 use changes::{count_rollback, Pending};
 use ecn_env::EcnSetting;
@@ -899,13 +899,13 @@ impl ControlLoop {
         }
         // It decides for those queues in one batch, from the same features it was trained on;
         // a queue with no history yet gets no proposal (guardrails fall back).
-        let learned: Option<Vec<Option<EcnSetting>>> = cfg.policy.model().map(|m| {
+        let learned: Option<Vec<Proposal>> = cfg.policy.model().map(|m| {
             let decided: Vec<usize> = (0..self.queues.len()).filter(|&i| untrained[i].is_none()).collect();
             let queues: Vec<_> = decided
                 .iter()
                 .map(|&i| (ecn_env::BitsPerSec(self.queues[i].link_bps), self.queues[i].watch.features()))
                 .collect();
-            let mut out = vec![None; self.queues.len()];
+            let mut out = vec![Proposal::default(); self.queues.len()];
             for (&i, p) in decided.iter().zip(m.propose(&queues)) {
                 out[i] = p;
             }
@@ -916,7 +916,14 @@ impl ControlLoop {
             let telemetry =
                 if stream_stale { guardrails::TelemetryHealth::Stale } else { q.watch.health(now, stale_after) };
             let quarantined = q.quarantine_until.is_some_and(|t| now < t);
-            let model_choice = learned.as_ref().and_then(|l| l[i]);
+            let model_choice = learned.as_ref().and_then(|l| l[i].setting);
+            // Decided all the same, unlike `recommend`, which keeps such a queue: from a setting
+            // the model never trained from (the hpcc-alibaba baseline, for the shipped models),
+            // holding would keep it there for good, while the step limit walks it into range.
+            let outside_training = learned.as_ref().and_then(|l| l[i].outside_training.as_deref());
+            if outside_training.is_some() && model_choice.is_some() {
+                metrics.outside_training_decisions.inc();
+            }
             let proposed = if untrained[i].is_some() {
                 None
             } else if quarantined {
@@ -981,6 +988,11 @@ impl ControlLoop {
                 if let Some(why) = untrained[i] {
                     let m = cfg.policy.model().expect("only a model leaves queues untrained");
                     reason.push_str(&format!("; {}, keeping the current setting", m.untrained_reason(why)));
+                }
+                if let (Some(outside), Some(_)) = (outside_training, model_choice) {
+                    reason.push_str(&format!(
+                        "; the model's input is outside its training range ({outside}): an extrapolation"
+                    ));
                 }
                 if !change {
                     reason.push_str("; no change");
