@@ -16,6 +16,7 @@
 pub mod arithmetic;
 pub mod card;
 pub mod checkpoint;
+pub mod cuda;
 pub mod qnet;
 pub mod staged;
 
@@ -23,7 +24,11 @@ pub use card::{Calibration, CardError, ModelCard, NetworkSpec, TrainingRecord};
 pub use checkpoint::{default_model_path, Checkpoint, MODELS_DIR_ENV};
 pub use qnet::{greedy, QNetwork};
 
-/// CUDA if libtorch sees a GPU, else the CPU.
+/// CUDA if libtorch sees a GPU ([`cuda::available`]), else the CPU.
 pub fn default_device() -> tch::Device {
-    tch::Device::cuda_if_available()
+    if cuda::available() {
+        tch::Device::Cuda(0)
+    } else {
+        tch::Device::Cpu
+    }
 }

@@ -14,8 +14,9 @@
 //!
 //! Under Cargo it first runs `cargo build --release -p ecn-agent --bin ecn-tuner` (a no-op when
 //! fresh) and uses `<target>/release/ecn-tuner`; run directly, it needs that binary built.
-//! Mind `ulimit -n` (it checks: about 4 descriptors per actuator) and memory (it checks:
-//! about 17 MiB RSS per actuator, some 3.4 GiB at 200).
+//! Mind `ulimit -n` (it checks: about 4 descriptors per actuator) and memory (it checks each
+//! actuator's private memory, `RssAnon`: its file pages, libtorch's code above all, are shared
+//! by every process of the binary).
 //!
 //! It prints figures; it asserts nothing about speed. Linux only (it reads /proc).
 
@@ -390,12 +391,12 @@ async fn bench(opts: Opts, children: Arc<Mutex<Cleanup>>) -> Result<(), String> 
     actuators.push(start_actuator(&telemetry, time_scale).await?);
     children.lock().unwrap().actuator(&actuators[0]);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let one_rss = actuators[0].pid().and_then(|p| status_number(p, "VmRSS")).unwrap_or(0);
+    let one_rss = actuators[0].pid().and_then(|p| status_number(p, "RssAnon")).unwrap_or(0);
     if let Some(avail) = mem_available_kib() {
         let need = one_rss * n as u64;
         if need > avail * 9 / 10 {
             return Err(format!(
-                "{n} actuators of about {} MiB each need {} MiB; only {} MiB is available",
+                "{n} actuators of about {} MiB of private memory each need {} MiB; only {} MiB is available",
                 one_rss / 1024,
                 need / 1024,
                 avail / 1024
@@ -489,6 +490,7 @@ async fn bench(opts: Opts, children: Arc<Mutex<Cleanup>>) -> Result<(), String> 
     let ctl_threads = status_number(ctl_pid, "Threads").unwrap_or(0);
     let ctl_cpus = status_field(&ctl_pid.to_string(), "Cpus_allowed_list").unwrap_or_default();
     let act_rss: Vec<u64> = actuator_pids.iter().filter_map(|&p| status_number(p, "VmRSS")).collect();
+    let act_private: Vec<u64> = actuator_pids.iter().filter_map(|&p| status_number(p, "RssAnon")).collect();
     let act_threads: u64 = actuator_pids.iter().filter_map(|&p| status_number(p, "Threads")).sum();
     let m1 = scrape(&metrics).await.ok_or("cannot scrape the controller's /metrics at the end")?;
     let alive = actuator_pids.iter().filter(|&&p| cpu_ticks(p).is_some()).count();
@@ -565,6 +567,15 @@ async fn bench(opts: Opts, children: Arc<Mutex<Cleanup>>) -> Result<(), String> 
             total_rss as f64 / 1024.0,
             total_rss as f64 / 1024.0 / act_rss.len().max(1) as f64,
             act_rss.iter().max().copied().unwrap_or(0) as f64 / 1024.0
+        ),
+    );
+    let total_private: u64 = act_private.iter().sum();
+    row(
+        "actuators private memory (RssAnon)",
+        format!(
+            "{:.1} MiB total, {:.1} MiB mean",
+            total_private as f64 / 1024.0,
+            total_private as f64 / 1024.0 / act_private.len().max(1) as f64
         ),
     );
     row("actuators alive at the end", format!("{alive} of {n}"));

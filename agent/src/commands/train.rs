@@ -408,7 +408,7 @@ fn device(args: &TrainArgs) -> Result<tch::Device, CliError> {
     let device = match args.device {
         DeviceArg::Auto => ecn_models::default_device(),
         DeviceArg::Cpu => tch::Device::Cpu,
-        DeviceArg::Cuda if tch::Cuda::is_available() => tch::Device::Cuda(0),
+        DeviceArg::Cuda if ecn_models::cuda::available() => tch::Device::Cuda(0),
         DeviceArg::Cuda => return Err(CliError::BadInput("--device cuda: libtorch sees no CUDA device".into())),
     };
     if args.portable_arithmetic && device != tch::Device::Cpu {
