@@ -78,8 +78,8 @@ pub fn batches_from_rows(rows: &[TelemetrySample], ts_offset_ns: u64) -> Vec<pb:
 /// setting are the last ones, the maximum is the maximum and the average is the mean of the
 /// averages weighted by the time each covers.
 ///
-/// Every sample it passes on states its span (`span_ns`): a native sample that leaves it
-/// implicit covers the step from its queue's previous sample, or, with none seen since the
+/// Every merged sample states its span (`span_ns`): a native sample that leaves it implicit
+/// covers the step from its queue's previous sample, or, with none seen since the
 /// subscription began or skipped ahead, one native interval. A receiver then measures rates
 /// over the time the counters cover even where the stream has a hole: a queue missing from a
 /// native batch (a poller dropped that interval) or batches a slow subscriber never got.
@@ -92,6 +92,8 @@ pub struct Coarsener {
     pos: HashMap<QueueWire, usize>,
     /// Each queue's latest `ts_ns`, across windows, until a skip.
     last_ts: HashMap<QueueWire, u64>,
+    /// Batches were lost since the last one passed on.
+    after_skip: bool,
 }
 
 type QueueWire = (String, String, u32);
@@ -114,6 +116,7 @@ impl Coarsener {
             acc: Vec::new(),
             pos: HashMap::new(),
             last_ts: HashMap::new(),
+            after_skip: false,
         }
     }
 
@@ -125,6 +128,22 @@ impl Coarsener {
         self.acc.clear();
         self.pos.clear();
         self.last_ts.clear();
+        self.after_skip = true;
+    }
+
+    /// A batch passed on alone (factor 1). Its samples' spans stay as the backend stated them,
+    /// implicit ones too (the step from the queue's previous sample is right), except in the
+    /// first batch after a skip, where that step spans the batches lost: there an implicit
+    /// span is one native interval. (Backends that can miss a queue in a batch, SONiC's
+    /// poller, state every span.) No per-queue state: a busy actuator passes on every batch so.
+    fn pass_on(&mut self, b: &pb::TelemetryBatch) -> pb::TelemetryBatch {
+        let mut out = b.clone();
+        if std::mem::take(&mut self.after_skip) {
+            for s in out.samples.iter_mut().filter(|s| s.span_ns == 0) {
+                s.span_ns = self.native_ns;
+            }
+        }
+        out
     }
 
     /// The time `s` covers: its own `span_ns` (at most the step from its queue's previous
@@ -144,6 +163,9 @@ impl Coarsener {
 
     /// Feed one native batch; returns a merged batch every `factor` calls.
     pub fn push(&mut self, b: &pb::TelemetryBatch) -> Option<pb::TelemetryBatch> {
+        if self.factor == 1 {
+            return Some(self.pass_on(b));
+        }
         for s in &b.samples {
             let key = s.id.as_ref().map(|i| (i.switch.clone(), i.port.clone(), i.queue)).unwrap_or_default();
             let span = self.span_of(&key, s);
@@ -225,8 +247,7 @@ mod tests {
         assert_eq!(s.span_ns, 300);
         assert!((s.queue_bytes_avg - 70.0 / 3.0).abs() < 1e-9);
         assert!(c.push(&batch(400, 1, 1)).is_none(), "a new window starts");
-        let passed = Coarsener::new(1, 100).push(&batch(1, 1, 1)).unwrap();
-        assert_eq!(passed.samples[0], pb::TelemetrySample { span_ns: 100, ..batch(1, 1, 1).samples[0].clone() });
+        assert_eq!(Coarsener::new(1, 100).push(&batch(1, 1, 1)).unwrap(), batch(1, 1, 1), "passed on as it is");
     }
 
     fn spanning(ts: u64, span: u64, depth: u64, tx: u64) -> pb::TelemetryBatch {
@@ -252,19 +273,21 @@ mod tests {
         assert_eq!(s.span_ns, 125);
         assert!((s.queue_bytes_avg - (10.0 * 100.0 + 50.0 * 25.0) / 125.0).abs() < 1e-9);
         // A span is never longer than the step from the queue's previous sample.
-        let mut c = Coarsener::new(1, 100);
+        let mut c = Coarsener::new(2, 100);
         c.push(&batch(100, 1, 1));
-        assert_eq!(c.push(&spanning(150, 100, 1, 1)).unwrap().samples[0].span_ns, 50);
+        assert_eq!(c.push(&spanning(150, 100, 1, 1)).unwrap().samples[0].span_ns, 150);
     }
 
     #[test]
     fn after_a_skip_no_span_is_measured_across_the_batches_lost() {
         let mut c = Coarsener::new(1, 100);
         c.push(&batch(100, 1, 1));
-        assert_eq!(c.push(&batch(200, 1, 1)).unwrap().samples[0].span_ns, 100);
+        assert_eq!(c.push(&batch(200, 1, 1)).unwrap().samples[0].span_ns, 0, "implicit: the step");
         c.skipped();
         // Batches up to 900 were lost: the one at 1000 covers its own interval, not 800 ns.
         assert_eq!(c.push(&batch(1000, 1, 1)).unwrap().samples[0].span_ns, 100);
+        assert_eq!(c.push(&spanning(1100, 60, 1, 1)).unwrap().samples[0].span_ns, 60, "a stated span as stated");
+        assert_eq!(c.push(&batch(1200, 1, 1)).unwrap().samples[0].span_ns, 0);
         let mut c = Coarsener::new(3, 100);
         c.push(&batch(100, 1, 1));
         c.push(&batch(200, 1, 1));

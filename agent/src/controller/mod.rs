@@ -665,7 +665,8 @@ impl ControlLoop {
                 last_change: None,
                 quarantine_until: None,
                 would_be: None,
-                watch: QueueWatch::keeping(cfg.health.window),
+                watch: QueueWatch::keeping(cfg.health.window)
+                    .with_feature_history(cfg.policy.model().map_or(1, |m| m.tuning().history)),
                 id,
             });
         }

@@ -28,11 +28,10 @@ pub struct QueueWatch {
     advanced_at: Option<Instant>,
     /// What a learned policy observes: the same per-interval features as in training.
     features: QueueHistory,
+    /// Intervals of `features` kept: the model's history (a fixed 8 once, so that a card with
+    /// a longer one saw its oldest intervals padded).
+    feature_history: usize,
 }
-
-/// Intervals of feature history kept for learned policies: as many as any card may declare
-/// (8 once, so that a card with a longer history saw its oldest intervals padded).
-const FEATURE_HISTORY: usize = ecn_models::card::MAX_HISTORY;
 
 /// Why a sample cannot be trusted, or `None`.
 pub fn problem(s: &pb::TelemetrySample, span_ns: Option<u64>) -> Option<String> {
@@ -85,7 +84,14 @@ impl QueueWatch {
             arrived_at: None,
             advanced_at: None,
             features: QueueHistory::default(),
+            feature_history: 1,
         }
+    }
+
+    /// The same, keeping `n` intervals of features (at least one) for a learned policy: its
+    /// card's history.
+    pub fn with_feature_history(self, n: usize) -> QueueWatch {
+        QueueWatch { feature_history: n.max(1), ..self }
     }
 
     /// Take in one sample; returns the interval it completed, if it was valid and moved the
@@ -107,7 +113,7 @@ impl QueueWatch {
         }
         let mut completed = None;
         if let (Some(span), true) = (span, self.last_valid) {
-            self.features.push(interval(s, span), FEATURE_HISTORY);
+            self.features.push(interval(s, span), self.feature_history);
             if self.history.len() == self.keep {
                 self.history.pop_front();
             }
@@ -273,12 +279,13 @@ mod tests {
     }
 
     #[test]
-    fn the_feature_history_holds_as_many_intervals_as_a_card_may_declare() {
-        let mut w = QueueWatch::keeping(3);
-        for i in 0..=ecn_models::card::MAX_HISTORY as u64 + 5 {
+    fn the_feature_history_holds_as_many_intervals_as_the_model_observes() {
+        let history = ecn_models::card::MAX_HISTORY;
+        let mut w = QueueWatch::keeping(3).with_feature_history(history);
+        for i in 0..=history as u64 + 5 {
             w.push(&sample(100_000 * (i + 1), 5.0, 100));
         }
-        assert_eq!(w.features().intervals().count(), ecn_models::card::MAX_HISTORY);
+        assert_eq!(w.features().intervals().count(), history);
     }
 
     #[test]
