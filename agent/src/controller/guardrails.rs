@@ -168,6 +168,9 @@ pub struct Verdict {
     pub setting: EcnSetting,
     /// Every guardrail that intervened.
     pub clamps: Vec<Clamp>,
+    /// The change was counted against the budget as it was allowed (see
+    /// [`Guardrails::refund`]).
+    pub spent: bool,
 }
 
 /// Stateful guardrails (the change budget lives here).
@@ -185,16 +188,9 @@ pub struct ChangeBudget(Arc<BudgetState>);
 #[derive(Debug, Default)]
 struct BudgetState {
     recent: Mutex<VecDeque<Instant>>,
-    round: Mutex<()>,
 }
 
 impl ChangeBudget {
-    /// Held while a loop decides a round: between a check that leaves room and the change it
-    /// records, no other loop may spend that room.
-    pub fn round(&self) -> MutexGuard<'_, ()> {
-        self.0.round.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn recent(&self) -> MutexGuard<'_, VecDeque<Instant>> {
         self.0.recent.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -211,13 +207,10 @@ impl Guardrails {
         Guardrails { cfg, budget }
     }
 
-    /// The change budget these guardrails spend.
-    pub fn budget(&self) -> &ChangeBudget {
-        &self.budget
-    }
-
-    /// Check one proposal. `now` is injected so that tests control time. Call
-    /// [`Guardrails::record_change`] for every verdict that is actually applied.
+    /// Check one proposal. `now` is injected so that tests control time. A change it allows is
+    /// counted against the budget at once, in the same step as the check, so that two loops
+    /// sharing the budget cannot both take its last room; call [`Guardrails::refund`] for a
+    /// verdict that is not applied after all.
     pub fn check(&mut self, proposed: Option<EcnSetting>, q: &QueueContext, now: Instant) -> Verdict {
         let mut clamps = Vec::new();
         let fallback = match (q.telemetry, proposed) {
@@ -236,12 +229,12 @@ impl Guardrails {
         }
         let proposed = proposed.expect("checked above");
         if proposed == q.current {
-            return Verdict { setting: proposed, clamps };
+            return Verdict { setting: proposed, clamps, spent: false };
         }
         if let Some(t) = q.last_change {
             if now.saturating_duration_since(t) < self.cfg.min_dwell {
                 clamps.push(Clamp::Dwell);
-                return Verdict { setting: q.current, clamps };
+                return Verdict { setting: q.current, clamps, spent: false };
             }
         }
         let stepped = self.limit_step(proposed, q.current, &mut clamps);
@@ -255,14 +248,21 @@ impl Guardrails {
         self.clamp_bounds(baseline, xoff, &mut Vec::new())
     }
 
-    /// Count an applied change against the budget.
-    pub fn record_change(&mut self, now: Instant) {
-        self.budget.recent().push_back(now);
+    /// Give back the budget a verdict spent (`now` as given to [`Guardrails::check`]): its
+    /// change is not applied after all.
+    pub fn refund(&mut self, v: &Verdict, now: Instant) {
+        if !v.spent {
+            return;
+        }
+        let mut recent = self.budget.recent();
+        if let Some(i) = recent.iter().rposition(|t| *t == now) {
+            recent.remove(i);
+        }
     }
 
     fn spend(&mut self, setting: EcnSetting, q: &QueueContext, now: Instant, mut clamps: Vec<Clamp>) -> Verdict {
         if setting == q.current {
-            return Verdict { setting, clamps };
+            return Verdict { setting, clamps, spent: false };
         }
         let mut recent = self.budget.recent();
         while recent.front().is_some_and(|t| now.saturating_duration_since(*t) >= Duration::from_secs(60)) {
@@ -270,9 +270,10 @@ impl Guardrails {
         }
         if recent.len() as u32 >= self.cfg.max_changes_per_minute {
             clamps.push(Clamp::RateLimit);
-            return Verdict { setting: q.current, clamps };
+            return Verdict { setting: q.current, clamps, spent: false };
         }
-        Verdict { setting, clamps }
+        recent.push_back(now);
+        Verdict { setting, clamps, spent: true }
     }
 
     fn limit_step(&self, p: EcnSetting, cur: EcnSetting, clamps: &mut Vec<Clamp>) -> EcnSetting {
@@ -366,10 +367,14 @@ mod tests {
         let budget = ChangeBudget::default();
         let (mut a, mut b) = (Guardrails::sharing(cfg.clone(), budget.clone()), Guardrails::sharing(cfg, budget));
         let (now, q, want) = (Instant::now(), ctx(s(400_000, 1_600_000, 0.2)), s(300_000, 1_600_000, 0.2));
-        assert_eq!(a.check(Some(want), &q, now).setting, want);
-        a.record_change(now);
+        let spent = a.check(Some(want), &q, now);
+        assert_eq!(spent.setting, want);
         let v = b.check(Some(want), &q, now);
-        assert_eq!((v.setting, v.clamps), (q.current, vec![Clamp::RateLimit]));
+        assert_eq!((v.setting, &v.clamps), (q.current, &vec![Clamp::RateLimit]));
+        // Not applied after all: the room is back, for either loop.
+        a.refund(&spent, now);
+        a.refund(&v, now);
+        assert_eq!(b.check(Some(want), &q, now).setting, want);
         // Guardrails of their own do not.
         let mut c = Guardrails::new(GuardrailConfig { max_changes_per_minute: 1, ..Default::default() });
         assert_eq!(c.check(Some(want), &q, now).setting, want);
@@ -403,7 +408,7 @@ mod tests {
         let v = g.check(Some(s(300_000, 1_600_000, 0.2)), &q, now);
         assert_eq!((v.setting, v.clamps), (q.current, vec![Clamp::Dwell]));
         q.last_change = None;
-        g.record_change(now);
+        assert!(g.check(Some(s(300_000, 1_600_000, 0.2)), &q, now).spent);
         let v = g.check(Some(s(300_000, 1_600_000, 0.2)), &q, now);
         assert_eq!((v.setting, v.clamps), (q.current, vec![Clamp::RateLimit]));
         let v = g.check(Some(s(300_000, 1_600_000, 0.2)), &q, now + Duration::from_secs(61));

@@ -874,9 +874,6 @@ impl ControlLoop {
     /// changes (`queues[i].current` changes only once an apply succeeds). Each change counts
     /// against the per-minute budget as it is decided, so one round cannot exceed it.
     fn decide(&mut self, now: Instant) -> Result<Vec<Planned>, CliError> {
-        // The other targets' loops wait while this one spends the shared change budget.
-        let budget = self.guardrails.budget().clone();
-        let _round = budget.round();
         let (cfg, metrics, log, stale_after) = (&self.cfg, &self.metrics, &self.log, self.stale_after);
         let mut changes = Vec::new();
         let lagging = self.lagging();
@@ -946,7 +943,7 @@ impl ControlLoop {
             let mut verdict = if q.watch.has_arrived() && untrained[i].is_none() {
                 self.guardrails.check(proposed, &ctx, now)
             } else {
-                guardrails::Verdict { setting: q.current, clamps: Vec::new() }
+                guardrails::Verdict { setting: q.current, clamps: Vec::new(), spent: false }
             };
             for c in &verdict.clamps {
                 metrics.clamps.get_or_create(&ReasonLabels { reason: c.name().into() }).inc();
@@ -964,6 +961,10 @@ impl ControlLoop {
                 verdict.setting = current;
             }
             let change = verdict.setting != current;
+            if !change {
+                // Allowed, but held for the health window: its room in the budget goes back.
+                self.guardrails.refund(&verdict, now);
+            }
             // The log line costs a JSON observation and a reason string: build them only if kept.
             let mut reason = String::new();
             if log.enabled() {
@@ -1003,7 +1004,6 @@ impl ControlLoop {
                 }
             }
             if change {
-                self.guardrails.record_change(now);
                 if cfg.mode == Mode::Shadow {
                     q.would_be = Some((verdict.setting, now));
                 }
