@@ -445,7 +445,7 @@ pub async fn run(
             }
             continue;
         }
-        lp.probe_lag(now).await;
+        lp.probe_lag(now);
         if lp.check_pending().await? {
             continue;
         }
@@ -612,6 +612,9 @@ struct ControlLoop {
     /// probe, an apply or a read-back), if the actuator tells its telemetry clock.
     lag: Option<Duration>,
     last_lag_probe: Instant,
+    /// The lag probe in flight ([`ControlLoop::probe_lag`]): the newest `ts_ns` when it was
+    /// sent, and its answer.
+    lag_probe: Option<(u64, tokio::sync::oneshot::Receiver<Result<u64, tonic::Status>>)>,
     killed: bool,
     /// The kill switch has run: every queue is on its baseline.
     kill_done: bool,
@@ -725,6 +728,7 @@ impl ControlLoop {
             last_renew: now,
             lag: None,
             last_lag_probe: now,
+            lag_probe: None,
             killed: false,
             kill_done: false,
             next_due: None,
@@ -771,10 +775,16 @@ impl ControlLoop {
     /// telemetry older than a stalled stream's would be. In step, the lag is up to about one
     /// interval (the one in progress).
     fn note_lag(&mut self, actuator_now_ns: u64) {
-        if actuator_now_ns == 0 || self.newest_ts_ns == 0 {
+        self.note_lag_against(actuator_now_ns, self.newest_ts_ns);
+    }
+
+    /// [`ControlLoop::note_lag`] against `newest_ts_ns`, the newest sample when the
+    /// actuator's clock was asked for.
+    fn note_lag_against(&mut self, actuator_now_ns: u64, newest_ts_ns: u64) {
+        if actuator_now_ns == 0 || newest_ts_ns == 0 {
             return;
         }
-        let lag = wall_interval(actuator_now_ns.saturating_sub(self.newest_ts_ns), self.telemetry_time_scale);
+        let lag = wall_interval(actuator_now_ns.saturating_sub(newest_ts_ns), self.telemetry_time_scale);
         let labels = TargetLabels { target: self.cfg.target.clone() };
         self.metrics.telemetry_lag_seconds.get_or_create(&labels).set(lag.as_secs_f64());
         let (was, is) = (self.lagging(), lag > self.stale_after);
@@ -802,16 +812,41 @@ impl ControlLoop {
     /// [`LAG_PROBE_MIN`]: the queues count as stale until a probe shows the telemetry caught
     /// up, and it may well have by the next batch. A failed read changes nothing: the
     /// stream's own staleness covers an actuator that stopped answering.
-    async fn probe_lag(&mut self, now: Instant) {
+    ///
+    /// The read runs beside the loop and is taken up at a later call, so that a slow answer
+    /// never holds a decision back (awaited here, it put a busy actuator's round trip into
+    /// one round in ten). The lag is measured against the newest sample when the read was
+    /// sent, as it was when the loop waited for the answer: batches taken in meanwhile would
+    /// make it read short by the round trip.
+    fn probe_lag(&mut self, now: Instant) {
+        if let Some((newest_at_send, answer)) = self.lag_probe.as_mut() {
+            let newest_at_send = *newest_at_send;
+            match answer.try_recv() {
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => return,
+                // A stream lost meanwhile (an actuator restart) starts its clock again.
+                Ok(Ok(actuator_now_ns)) if self.newest_ts_ns != 0 => {
+                    self.note_lag_against(actuator_now_ns, newest_at_send)
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(s)) => {
+                    debug!(code = ?s.code(), message = s.message(), "cannot read the actuator's telemetry clock")
+                }
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {}
+            }
+            self.lag_probe = None;
+        }
         let every = if self.lagging() { LAG_PROBE_MIN } else { (self.stale_after / 3).max(LAG_PROBE_MIN) };
         if now.duration_since(self.last_lag_probe) < every {
             return;
         }
         self.last_lag_probe = now;
-        match self.client.get_config(pb::GetConfigRequest {}).await {
-            Ok(c) => self.note_lag(c.into_inner().telemetry_now_ts_ns),
-            Err(s) => debug!(code = ?s.code(), message = s.message(), "cannot read the actuator's telemetry clock"),
-        }
+        let mut client = self.client.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let answer = client.get_config(pb::GetConfigRequest {}).await.map(|c| c.into_inner().telemetry_now_ts_ns);
+            let _ = tx.send(answer);
+        });
+        self.lag_probe = Some((self.newest_ts_ns, rx));
     }
 
     /// Renew the writer lease every third of its TTL; losing it to another writer is fatal.
