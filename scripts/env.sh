@@ -68,8 +68,20 @@ if ! "$ECN_TUNER_TORCH_VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__
     exit 1
   fi
   echo "installing PyTorch 2.13.0 (libtorch for tch) into $ECN_TUNER_TORCH_VENV; this happens once" >&2
-  # --clear: a venv left by an interrupted install, or made by an older python3, starts afresh.
-  python3 -m venv --clear "$ECN_TUNER_TORCH_VENV" || { echo "error: python3 -m venv failed; install python3-venv" >&2; exit 1; }
+  # A venv made by another python3 (or left broken) starts afresh; one of this python3 is kept
+  # and pip upgrades its torch. A folder that is no venv is never cleared.
+  ecn_venv_flags=()
+  if [ -e "$ECN_TUNER_TORCH_VENV" ] && [ -n "$(ls -A "$ECN_TUNER_TORCH_VENV" 2>/dev/null)" ]; then
+    if [ ! -e "$ECN_TUNER_TORCH_VENV/pyvenv.cfg" ]; then
+      echo "error: $ECN_TUNER_TORCH_VENV is not empty and not a virtualenv; point ECN_TUNER_TORCH_VENV elsewhere" >&2
+      exit 1
+    fi
+    ecn_py_version='import sys; print(*sys.version_info[:2])'
+    if [ "$("$ECN_TUNER_TORCH_VENV/bin/python" -c "$ecn_py_version" 2>/dev/null)" != "$(python3 -c "$ecn_py_version")" ]; then
+      ecn_venv_flags=(--clear)
+    fi
+  fi
+  python3 -m venv "${ecn_venv_flags[@]}" "$ECN_TUNER_TORCH_VENV" || { echo "error: python3 -m venv failed; install python3-venv" >&2; exit 1; }
   "$ECN_TUNER_TORCH_VENV/bin/pip" install --quiet torch==2.13.0 || { echo "error: pip install torch==2.13.0 failed" >&2; exit 1; }
 fi
 export VIRTUAL_ENV="$ECN_TUNER_TORCH_VENV"

@@ -63,31 +63,42 @@ impl StagedFiles {
                 return Err(error(destination, format!("{} was not written", temporary.display())));
             }
         }
-        // Each previous file is moved aside first, so that a failure part way can put it back.
-        let mut set_aside: Vec<(PathBuf, PathBuf)> = Vec::new();
+        // Each previous file is kept under a second name first (a hard link, else a copy), so
+        // that a failure part way can put it back; the rename over it stays atomic, so the
+        // destination always holds the old file or the new one, for a reader or a crash.
+        let mut kept: Vec<(PathBuf, PathBuf)> = Vec::new();
         let mut placed: Vec<PathBuf> = Vec::new();
         for (temporary, destination) in &self.files {
             let name = destination.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let old = destination.with_file_name(format!(".old-{}-{name}", std::process::id()));
             let mut replace = || -> std::io::Result<()> {
                 if destination.exists() {
-                    rename(destination, &old)?;
-                    set_aside.push((old.clone(), destination.clone()));
+                    let _ = std::fs::remove_file(&old);
+                    std::fs::hard_link(destination, &old).or_else(|_| std::fs::copy(destination, &old).map(|_| ()))?;
+                    kept.push((old.clone(), destination.clone()));
                 }
                 rename(temporary, destination)
             };
             if let Err(e) = replace() {
                 for new in &placed {
-                    let _ = std::fs::remove_file(new);
+                    if !kept.iter().any(|(_, d)| d == new) {
+                        let _ = std::fs::remove_file(new);
+                    }
                 }
-                for (old, destination) in &set_aside {
-                    let _ = std::fs::rename(old, destination);
+                // A destination not yet replaced still is its old file (renaming a second link
+                // of a file over it would do nothing): only its extra name goes.
+                for (old, destination) in &kept {
+                    if placed.contains(destination) {
+                        let _ = std::fs::rename(old, destination);
+                    } else {
+                        let _ = std::fs::remove_file(old);
+                    }
                 }
                 return Err(error(destination, format!("cannot move {} into place: {e}", temporary.display())));
             }
             placed.push(destination.clone());
         }
-        for (old, _) in set_aside {
+        for (old, _) in kept {
             let _ = std::fs::remove_file(old);
         }
         self.files.clear();
@@ -149,7 +160,7 @@ mod tests {
         for p in &paths[..2] {
             std::fs::write(p, "old").unwrap();
         }
-        for fail_at in 1..=4 {
+        for fail_at in 1..=3 {
             let mut staged = StagedFiles::new();
             for p in &paths {
                 std::fs::write(staged.stage(p), "new").unwrap();

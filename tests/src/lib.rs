@@ -388,9 +388,11 @@ pub async fn connect(url: &str) -> Client {
 }
 
 /// Every line of a JSON-lines file (an actuator journal, a controller decision log), parsed; an
-/// absent file has none.
+/// absent file has none. A last line without its newline is one being written while the file
+/// is read (a write to a file is not atomic against a read, as one to a pipe is): left out.
 pub fn read_json_lines(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut text = std::fs::read_to_string(path).unwrap_or_default();
+    text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("journal line is not JSON ({e}): {l}")))

@@ -243,7 +243,6 @@ fn run_all(jobs: &[Job], threads: usize) -> Result<Vec<Summary>, CliError> {
     }
 }
 
-/// The first value that appears again later in `values`.
 /// What a `--scenario` argument names: the built-in's name, or the file's canonical path (the
 /// argument itself where there is no such file; loading it will say so).
 fn scenario_identity(arg: &str) -> String {
@@ -253,6 +252,7 @@ fn scenario_identity(arg: &str) -> String {
     std::fs::canonicalize(arg).map_or_else(|_| arg.to_string(), |p| p.display().to_string())
 }
 
+/// The first value that appears again later in `values`.
 fn first_repeat(values: &[String]) -> Option<&String> {
     values.iter().enumerate().find(|(i, v)| values[i + 1..].contains(v)).map(|(_, v)| v)
 }

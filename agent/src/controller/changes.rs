@@ -248,8 +248,7 @@ impl ControlLoop {
             }
         }
         if rolled_back {
-            let reason =
-                format!("rolled back generation {}: unconfirmed {when}, never health-checked", config.generation);
+            let reason = format!("rolled back generation {}: unconfirmed {when}", config.generation);
             for (q, was) in self.queues.iter().zip(before) {
                 if q.current != was {
                     record(&self.log, &decision(&self.cfg, q, q.current, true, reason.clone()))?;

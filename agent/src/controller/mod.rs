@@ -437,14 +437,16 @@ pub async fn run(
         lp.renew_lease(now).await?;
         // The kill switch does not wait for a pending change's health check.
         if lp.kill_requested() {
-            // Once: after it, nothing writes (this controller holds the lease), and reading the
-            // actuator back at every batch left the telemetry piling up behind.
+            // Once while it stays thrown: after it nothing writes (this controller holds the
+            // lease), and reading the actuator back at every batch left the telemetry piling up
+            // behind. A kill file removed and created again throws it again.
             if !lp.kill_done {
                 lp.kill_switch().await?;
                 lp.kill_done = true;
             }
             continue;
         }
+        lp.kill_done = false;
         lp.probe_lag(now);
         if lp.check_pending().await? {
             continue;
@@ -467,6 +469,10 @@ pub async fn run(
 
     lp.shutdown().await
 }
+
+/// A lag probe in flight: the stream epoch and the newest `ts_ns` when it was sent, and the
+/// actuator's telemetry clock when it answers.
+type LagProbe = (u64, u64, tokio::sync::oneshot::Receiver<Result<u64, tonic::Status>>);
 
 /// A change is judged at the latest two intervals before its confirm deadline. A health window
 /// that takes longer than that even at the actuator's fastest telemetry could never be
@@ -612,9 +618,11 @@ struct ControlLoop {
     /// probe, an apply or a read-back), if the actuator tells its telemetry clock.
     lag: Option<Duration>,
     last_lag_probe: Instant,
-    /// The lag probe in flight ([`ControlLoop::probe_lag`]): the newest `ts_ns` when it was
-    /// sent, and its answer.
-    lag_probe: Option<(u64, tokio::sync::oneshot::Receiver<Result<u64, tonic::Status>>)>,
+    /// The lag probe in flight ([`ControlLoop::probe_lag`]): the stream epoch and the newest
+    /// `ts_ns` when it was sent, and its answer.
+    lag_probe: Option<LagProbe>,
+    /// Telemetry streams lost so far: a lag probe sent on one stream is not measured on the next.
+    stream_epoch: u64,
     killed: bool,
     /// The kill switch has run: every queue is on its baseline.
     kill_done: bool,
@@ -729,6 +737,7 @@ impl ControlLoop {
             lag: None,
             last_lag_probe: now,
             lag_probe: None,
+            stream_epoch: 0,
             killed: false,
             kill_done: false,
             next_due: None,
@@ -766,6 +775,7 @@ impl ControlLoop {
     /// against the old stream's newest sample its lag would read 0 until the new clock passed it.
     fn stream_lost(&mut self) {
         self.newest_ts_ns = 0;
+        self.stream_epoch += 1;
     }
 
     /// Measure how far the telemetry this controller decides from is behind the fabric, from
@@ -819,12 +829,13 @@ impl ControlLoop {
     /// sent, as it was when the loop waited for the answer: batches taken in meanwhile would
     /// make it read short by the round trip.
     fn probe_lag(&mut self, now: Instant) {
-        if let Some((newest_at_send, answer)) = self.lag_probe.as_mut() {
-            let newest_at_send = *newest_at_send;
+        if let Some((epoch, newest_at_send, answer)) = self.lag_probe.as_mut() {
+            let (epoch, newest_at_send) = (*epoch, *newest_at_send);
             match answer.try_recv() {
                 Err(tokio::sync::oneshot::error::TryRecvError::Empty) => return,
-                // A stream lost meanwhile (an actuator restart) starts its clock again.
-                Ok(Ok(actuator_now_ns)) if self.newest_ts_ns != 0 => {
+                // A stream lost meanwhile (an actuator restart) starts its clock again: an
+                // answer from before says nothing about the new one.
+                Ok(Ok(actuator_now_ns)) if epoch == self.stream_epoch => {
                     self.note_lag_against(actuator_now_ns, newest_at_send)
                 }
                 Ok(Ok(_)) => {}
@@ -846,7 +857,7 @@ impl ControlLoop {
             let answer = client.get_config(pb::GetConfigRequest {}).await.map(|c| c.into_inner().telemetry_now_ts_ns);
             let _ = tx.send(answer);
         });
-        self.lag_probe = Some((self.newest_ts_ns, rx));
+        self.lag_probe = Some((self.stream_epoch, self.newest_ts_ns, rx));
     }
 
     /// Renew the writer lease every third of its TTL; losing it to another writer is fatal.
@@ -954,9 +965,6 @@ impl ControlLoop {
             // the model never trained from (the hpcc-alibaba baseline, for the shipped models),
             // holding would keep it there for good, while the step limit walks it into range.
             let outside_training = learned.as_ref().and_then(|l| l[i].outside_training.as_deref());
-            if outside_training.is_some() && model_choice.is_some() {
-                metrics.outside_training_decisions.inc();
-            }
             let proposed = if untrained[i].is_some() {
                 None
             } else if quarantined {
@@ -964,6 +972,9 @@ impl ControlLoop {
             } else if let Policy::Explore(e) = &cfg.policy {
                 e.setting(i, self.report.rounds, ecn_env::BitsPerSec(q.link_bps), model_choice)
             } else if learned.is_some() {
+                if outside_training.is_some() && model_choice.is_some() {
+                    metrics.outside_training_decisions.inc();
+                }
                 model_choice
             } else {
                 cfg.policy.propose(ecn_env::BitsPerSec(q.link_bps))
@@ -1026,7 +1037,8 @@ impl ControlLoop {
                     let m = cfg.policy.model().expect("only a model leaves queues untrained");
                     reason.push_str(&format!("; {}, keeping the current setting", m.untrained_reason(why)));
                 }
-                if let (Some(outside), Some(_)) = (outside_training, model_choice) {
+                let models_choice = !quarantined && !matches!(cfg.policy, Policy::Explore(_));
+                if let (Some(outside), Some(_), true) = (outside_training, model_choice, models_choice) {
                     reason.push_str(&format!(
                         "; the model's input is outside its training range ({outside}): an extrapolation"
                     ));

@@ -68,7 +68,8 @@ impl Scenario {
                 "a non-zero error rate is not supported (links are lossless)",
             ));
         }
-        if kv.get("LINK_DOWN").is_some_and(|v| v.iter().any(|x| x.parse::<f64>() != Ok(0.0))) {
+        // `LINK_DOWN time src dst`: the reference takes a link down only at a time above 0.
+        if kv.get("LINK_DOWN").and_then(|v| v.first()).is_some_and(|t| t.parse::<f64>() != Ok(0.0)) {
             return Err(err(source, "LINK_DOWN", "taking a link down is not supported (LINK_DOWN 0 0 0 turns it off)"));
         }
         let topo_path = dir.join(need("TOPOLOGY_FILE")?);
@@ -290,6 +291,7 @@ mod tests {
             Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
         };
         config("ERROR_RATE_PER_LINK 0.0000\nLINK_DOWN 0 0 0\n").unwrap();
+        config("LINK_DOWN 0 1 3\n").unwrap();
         assert_eq!(config("ERROR_RATE_PER_LINK 0.1\n").unwrap_err().field, "ERROR_RATE_PER_LINK");
         assert_eq!(config("LINK_DOWN 1 2 3\n").unwrap_err().field, "LINK_DOWN");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -1033,8 +1033,6 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// A flow starting at the last nanosecond a u64 holds is refused, naming the flow file's
-    /// line, rather than overflowing the end of the run's window.
     /// A CDF file named like a standard one is read when it exists: an edited copy of
     /// `FbHdp_distribution.txt` beside the scenario used to be replaced, silently, by the
     /// built-in Hadoop CDF. Without the file, the name is the built-in.
@@ -1064,6 +1062,8 @@ mod tests {
         dir
     }
 
+    /// A flow starting at the last nanosecond a u64 holds is refused, naming the flow file's
+    /// line, rather than overflowing the end of the run's window.
     #[test]
     fn flows_at_the_end_of_time_are_refused_naming_the_line() {
         let dir = std::env::temp_dir().join(format!("ecn-scenario-end-of-time-{}", std::process::id()));

@@ -113,6 +113,7 @@ impl Tracker {
         let span_ns = span.as_nanos().min(u128::from(u64::MAX)) as u64;
         let bytes_cap = max_plausible_bytes(link_bps, span_ns);
         let pkts_cap = bytes_cap / MIN_FRAME_BYTES + 1;
+        let pause_cap_us = (span.as_micros() as u64).saturating_mul(4) + 1_000;
         let mut reset = false;
         let mut d = |old: Option<u64>, new: Option<u64>, cap: Option<u64>| -> u64 {
             match (old, new) {
@@ -138,8 +139,10 @@ impl Tracker {
             pfc_tx: d(p.pfc_tx, r.pfc_tx, Some(pkts_cap)),
             // The pause time the received frames asked for (SAI converts their quanta), which a
             // peer that refreshes XOFF before it runs out can push past the wall clock: clamped
-            // to the interval, never read as a reset (that dropped samples in a PFC storm).
-            paused_ns: d(p.pause_us, r.pause_us, None).saturating_mul(1_000).min(span_ns),
+            // to the interval, not read as a reset (that dropped samples in a PFC storm). Only
+            // a jump beyond four times the interval is one (a narrow counter's reset would
+            // otherwise read as a wrap, a whole interval paused).
+            paused_ns: d(p.pause_us, r.pause_us, Some(pause_cap_us)).saturating_mul(1_000).min(span_ns),
         };
         (!reset).then_some(out)
     }
@@ -561,7 +564,11 @@ mod tests {
         t.step(0, t0, reading(1_000, 10, 0), G100);
         let d = t.step(0, t0 + Duration::from_millis(100), reading(2_000, 20, 180_000), G100).unwrap();
         assert_eq!(d.paused_ns, 100_000_000);
-        // A decrease is still a reset.
+        // A decrease is still a reset, of a 32-bit counter too (not a wrap: a whole interval
+        // paused).
         assert_eq!(t.step(0, t0 + Duration::from_millis(200), reading(3_000, 30, 5), G100), None);
+        let mut t = Tracker::new(1, CounterWidth(32));
+        t.step(0, t0, reading(1_000, 10, 500_000), G100);
+        assert_eq!(t.step(0, t0 + Duration::from_millis(100), reading(2_000, 20, 5), G100), None);
     }
 }
