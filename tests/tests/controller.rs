@@ -59,9 +59,11 @@ fn metrics_addr() -> String {
     format!("127.0.0.1:{port}")
 }
 
-/// The `ecn_tuner_rollbacks_total` series the controller exporting metrics at `addr` serves.
+/// The `ecn_tuner_rollbacks_total` series the controller exporting metrics at `addr` serves,
+/// those still at 0 left out (every reason's series is there from the start).
 async fn rollback_series(addr: &str) -> Option<Vec<String>> {
-    metric_lines(addr, "ecn_tuner_rollbacks_total{").await
+    let lines = metric_lines(addr, "ecn_tuner_rollbacks_total{").await?;
+    Some(lines.into_iter().filter(|l| !l.ends_with(" 0")).collect())
 }
 
 /// The lines of the metrics at `addr` that start with `prefix`; `None` if it does not answer.
@@ -464,6 +466,14 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
     for url in [a.url(), b.url()] {
         let age = format!("ecn_tuner_telemetry_age_seconds{{target=\"{url}\"}} ");
         assert!(text.lines().any(|l| l.starts_with(&age)), "a telemetry age for each target:\n{text}");
+        let reconnects = format!("ecn_tuner_telemetry_reconnects_total{{target=\"{url}\"}} 0");
+        assert!(text.contains(&reconnects), "{reconnects}:\n{text}");
+    }
+    // Counters with a label exist from the start, at 0 (they used to appear with their first
+    // event, invisible to dashboards until then).
+    for zero in ["ecn_tuner_rollbacks_total{reason=\"drops\"} 0", "ecn_tuner_guardrail_clamps_total{reason=\"bounds\"}"]
+    {
+        assert!(text.contains(zero), "{zero}:\n{text}");
     }
     let d = read_json_lines(&log);
     for url in [a.url(), b.url()] {

@@ -120,6 +120,18 @@ pub enum Clamp {
 }
 
 impl Clamp {
+    /// Every guardrail.
+    pub const ALL: [Clamp; 8] = [
+        Clamp::StaleTelemetry,
+        Clamp::InvalidTelemetry,
+        Clamp::InvalidProposal,
+        Clamp::InvalidCurrent,
+        Clamp::Dwell,
+        Clamp::Step,
+        Clamp::Bounds,
+        Clamp::RateLimit,
+    ];
+
     /// Label for metrics and logs.
     pub fn name(self) -> &'static str {
         match self {

@@ -45,6 +45,17 @@ pub enum Check {
 }
 
 impl Check {
+    /// Every check, gravest first.
+    pub const ALL: [Check; 7] = [
+        Check::Drops,
+        Check::Pauses,
+        Check::PausedTime,
+        Check::Depth,
+        Check::Utilization,
+        Check::Telemetry,
+        Check::Deadline,
+    ];
+
     /// The metric label.
     pub fn label(self) -> &'static str {
         match self {

@@ -82,6 +82,9 @@ pub struct Metrics {
     registry: Arc<Mutex<Registry>>,
 }
 
+/// The `rollbacks_total` reasons besides the health checks' (see `changes.rs`).
+const OTHER_ROLLBACK_REASONS: [&str; 4] = ["kill_switch", "shutdown", "unknown_outcome", "reverted_at_deadline"];
+
 impl Metrics {
     /// A fresh registry with every metric registered under the `ecn_tuner_` prefix.
     pub fn new() -> Self {
@@ -144,6 +147,15 @@ impl Metrics {
         r.register("queue_kmax_bytes", "ECN Kmax in effect", m.kmax_bytes.clone());
         r.register("queue_pmax", "ECN Pmax in effect", m.pmax.clone());
         *m.registry.lock().expect("fresh mutex") = r;
+        // Every reason's series from the start, at 0: a series that appears only with its first
+        // event is invisible to dashboards, and `increase()` misses that first event.
+        let reasons = super::health::Check::ALL.map(super::health::Check::label);
+        for reason in reasons.into_iter().chain(OTHER_ROLLBACK_REASONS) {
+            let _ = m.rollbacks.get_or_create(&ReasonLabels { reason: reason.into() });
+        }
+        for clamp in super::guardrails::Clamp::ALL {
+            let _ = m.clamps.get_or_create(&ReasonLabels { reason: clamp.name().into() });
+        }
         m
     }
 

@@ -351,6 +351,8 @@ pub async fn run(
     // When the stream in use was opened: a stall counts from the later of this and the last batch.
     let mut stream_opened_at = now;
     let target_labels = TargetLabels { target: lp.cfg.target.clone() };
+    // At 0 from the start, as the reasons' series (metrics.rs).
+    let _ = lp.metrics.telemetry_reconnects.get_or_create(&target_labels);
 
     let started = Instant::now();
     let mut ticker = tokio::time::interval(lp.cfg.interval);
