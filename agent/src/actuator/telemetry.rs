@@ -149,8 +149,9 @@ impl Coarsener {
     /// The time `s` covers: its own `span_ns` (at most the step from its queue's previous
     /// sample), else that step, else one native interval.
     fn span_of(&mut self, key: &QueueWire, s: &pb::TelemetrySample) -> u64 {
-        let step = self.last_ts.get(key).filter(|&&t| s.ts_ns > t).map(|&t| s.ts_ns - t);
-        if s.ts_ns >= self.last_ts.get(key).copied().unwrap_or(0) {
+        let last = self.last_ts.get(key).copied();
+        let step = last.filter(|&t| s.ts_ns > t).map(|t| s.ts_ns - t);
+        if s.ts_ns >= last.unwrap_or(0) {
             self.last_ts.insert(key.clone(), s.ts_ns);
         }
         match (s.span_ns, step) {

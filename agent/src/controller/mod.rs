@@ -1087,21 +1087,20 @@ impl ControlLoop {
         if let (Some(p), Some((lease_id, _))) = (self.pending.take(), self.lease.clone()) {
             if self.reverted_at_deadline(&p).await {
                 self.reverted_by_actuator(&p, " (controller stopping)")?;
-                let _ = self.client.release_writer(pb::ReleaseWriterRequest { lease_id }).await;
-                return Ok(self.report);
-            }
-            let req = pb::RollbackRequest {
-                lease_id,
-                to_generation: None,
-                reason: format!("controller stopping; generation {} was never confirmed", p.generation),
-            };
-            match self.client.rollback(req).await {
-                Ok(resp) => {
-                    count_rollback(&mut self.report, &self.metrics, "shutdown");
-                    self.taken_back(&p, resp.into_inner().in_effect_from_ts_ns, "controller stopping")?;
-                }
-                Err(s) => {
-                    warn!(code = ?s.code(), "rollback at shutdown failed; the actuator's deadline will revert it")
+            } else {
+                let req = pb::RollbackRequest {
+                    lease_id,
+                    to_generation: None,
+                    reason: format!("controller stopping; generation {} was never confirmed", p.generation),
+                };
+                match self.client.rollback(req).await {
+                    Ok(resp) => {
+                        count_rollback(&mut self.report, &self.metrics, "shutdown");
+                        self.taken_back(&p, resp.into_inner().in_effect_from_ts_ns, "controller stopping")?;
+                    }
+                    Err(s) => {
+                        warn!(code = ?s.code(), "rollback at shutdown failed; the actuator's deadline will revert it")
+                    }
                 }
             }
         }

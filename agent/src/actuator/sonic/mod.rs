@@ -149,11 +149,9 @@ pub struct SonicBackend {
 /// or stand still), or refreshes it less often than the poller reads it: most samples would
 /// then carry no traffic, and the next one a lump. Only warnings: the operator may mean it,
 /// and the counters still add up.
-fn warn_of_slower_counters(target: &RedisTarget, config_db: i64, poll: Duration) {
-    let Ok(mut con) = target.connect(config_db, "ecn-tuner-discover") else { return };
+fn warn_of_slower_counters(con: &mut Connection, poll: Duration) {
     for schema::FlexCounterPoll { key, group, default_ms, on_by_default } in schema::FLEX_COUNTER_POLLS {
-        let status: Option<String> =
-            redis::cmd("HGET").arg(key).arg("FLEX_COUNTER_STATUS").query(&mut con).unwrap_or(None);
+        let status: Option<String> = redis::cmd("HGET").arg(key).arg("FLEX_COUNTER_STATUS").query(con).unwrap_or(None);
         let on = status.as_deref().map_or(on_by_default, |s| s.trim() == "enable");
         if !on {
             let what = match group {
@@ -172,7 +170,7 @@ fn warn_of_slower_counters(target: &RedisTarget, config_db: i64, poll: Duration)
             );
             continue;
         }
-        let set: Option<String> = redis::cmd("HGET").arg(key).arg("POLL_INTERVAL").query(&mut con).unwrap_or(None);
+        let set: Option<String> = redis::cmd("HGET").arg(key).arg("POLL_INTERVAL").query(con).unwrap_or(None);
         let sonic_ms = set.as_deref().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(default_ms);
         if Duration::from_millis(sonic_ms) > poll {
             let whence = if set.is_some() { "POLL_INTERVAL" } else { "no POLL_INTERVAL: SONiC's default" };
@@ -190,18 +188,17 @@ fn warn_of_slower_counters(target: &RedisTarget, config_db: i64, poll: Duration)
 /// (`MAP_PFC_PRIORITY_TO_QUEUE|<name>`), does not carry the PFC priority of its own index:
 /// telemetry reads priority q's PAUSE counters for queue q, as SONiC's default identity map
 /// has it, and would report another priority's pauses for it.
-fn warn_of_priority_maps(target: &RedisTarget, config_db: i64, queues: &[config::QueueRef]) {
-    let Ok(mut con) = target.connect(config_db, "ecn-tuner-discover") else { return };
+fn warn_of_priority_maps(con: &mut Connection, queues: &[config::QueueRef]) {
     let mut maps: HashMap<String, HashMap<String, String>> = HashMap::new();
     for q in queues {
         let name: Option<String> = redis::cmd("HGET")
             .arg(format!("PORT_QOS_MAP|{}", q.port))
             .arg("pfc_to_queue_map")
-            .query(&mut con)
+            .query(con)
             .unwrap_or(None);
         let Some(name) = name else { continue };
         let map = maps.entry(name.clone()).or_insert_with(|| {
-            redis::cmd("HGETALL").arg(format!("MAP_PFC_PRIORITY_TO_QUEUE|{name}")).query(&mut con).unwrap_or_default()
+            redis::cmd("HGETALL").arg(format!("MAP_PFC_PRIORITY_TO_QUEUE|{name}")).query(con).unwrap_or_default()
         });
         let queue = q.queue.to_string();
         let own = map.get(&queue).is_none_or(|to| *to == queue);
@@ -286,8 +283,12 @@ impl SonicBackend {
                 })
             })?;
         }
-        warn_of_slower_counters(&target, opts.dbs.config, opts.poll_interval);
-        warn_of_priority_maps(&target, opts.dbs.config, &found.layout.queues);
+        // Start-up warnings about what telemetry can read: only warnings, so a connection that
+        // fails here skips them (the writer's own connection reports Redis being away).
+        if let Ok(mut con) = target.connect(opts.dbs.config, "ecn-tuner-discover") {
+            warn_of_slower_counters(&mut con, opts.poll_interval);
+            warn_of_priority_maps(&mut con, &found.layout.queues);
+        }
         let readback = readback(&target, &opts, &found.layout, &found.initial);
         let programmed_at = readback.shown_at.clone();
         let settings = Arc::new(Mutex::new(found.initial.clone()));
