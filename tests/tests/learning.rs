@@ -188,7 +188,7 @@ async fn bad_training_input_exits_2_naming_the_problem() {
 /// `record` writes the telemetry of a run under the exploratory behaviour: every queue every
 /// interval, with the settings exploration put in effect, all inside the bounds.
 #[tokio::test(flavor = "multi_thread")]
-async fn record_writes_exploratory_telemetry_as_parquet() {
+async fn record_writes_exploratory_telemetry_as_parquet_or_csv() {
     let dir = tiny_dir("ecn-record-");
     let tiny = dir.path().join("tiny.toml").display().to_string();
     let out = dir.path().join("rec/explore.parquet");
@@ -206,9 +206,21 @@ async fn record_writes_exploratory_telemetry_as_parquet() {
         && r.sample.pmax > 0.0
         && r.sample.pmax <= 1.0));
 
-    let (code, _, stderr) = run_cli(&["record", "--scenario", &tiny, "--out", "x.csv"]).await;
+    // The same run as CSV: the validated reader gives back the very rows of the Parquet file.
+    let csv = dir.path().join("rec/explore.csv");
+    let (code, _, stderr) =
+        run_cli(&["record", "--scenario", &tiny, "--policy", "explore:4", "--out", &csv.display().to_string()]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let opts = ecn_datasets::telemetry::ReadOptions::default();
+    let from_csv = ecn_datasets::telemetry::load_telemetry(&csv, &opts).unwrap_or_else(|e| panic!("{e}")).to_rows();
+    let from_parquet = ecn_datasets::telemetry::load_telemetry(&out, &opts).unwrap().to_rows();
+    assert_eq!(from_csv, from_parquet);
+
+    let txt = dir.path().join("x.txt");
+    let (code, _, stderr) = run_cli(&["record", "--scenario", &tiny, "--out", &txt.display().to_string()]).await;
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("--out"), "{stderr}");
+    assert!(stderr.contains("--out") && stderr.contains(".csv"), "{stderr}");
+    assert!(!txt.exists());
 
     // `--interval`: exploration decides, and the fabric is sampled, at it; a model decides at
     // its card's interval, so the flag is refused with one.

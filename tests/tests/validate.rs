@@ -1,6 +1,6 @@
 //! `ecn-tuner validate` on the bad-telemetry suite: exit 2 with the file, row and column of the
-//! problem; with `--repair` the repairable files pass and `--out` writes telemetry that reads
-//! back as the clean recording (minus the samples repair dropped).
+//! problem; with `--repair` the repairable files pass and `--out` writes telemetry (Parquet or
+//! CSV) that reads back as the clean recording (minus the samples repair dropped).
 
 use ecn_datasets::counters::CounterWidth;
 use ecn_datasets::telemetry::{load_telemetry, ReadOptions};
@@ -11,7 +11,7 @@ use serde_json::Value;
 #[tokio::test]
 async fn validate_reports_every_bad_file_and_repairs_the_repairable() {
     let dir = tempfile::tempdir().unwrap();
-    for f in write_fixtures(dir.path()) {
+    for (i, f) in write_fixtures(dir.path()).into_iter().enumerate() {
         // The 32-bit counter width is a library option; the CLI reads 64-bit counters.
         if f.counter_bits != 64 {
             continue;
@@ -32,7 +32,9 @@ async fn validate_reports_every_bad_file_and_repairs_the_repairable() {
                 }
             }
         }
-        let out = dir.path().join(format!("{}-fixed.parquet", f.name));
+        // Repaired files are written in both formats, by turns.
+        let format = if i % 2 == 0 { "parquet" } else { "csv" };
+        let out = dir.path().join(format!("{}-fixed.{format}", f.name));
         let out_s = out.to_str().unwrap();
         let (code, stdout, stderr) = run_cli(&["validate", "--telemetry", path, "--repair", "--out", out_s]).await;
         match &f.repaired {

@@ -71,6 +71,15 @@ fn prepare_out_file(out: &Path) -> Result<(), CliError> {
     Ok(())
 }
 
+/// As [`prepare_out_file`], for a telemetry file: its extension must name a format
+/// (`.parquet` or `.csv`).
+fn prepare_telemetry_out(out: &Path) -> Result<(), CliError> {
+    if ecn_datasets::io::TelemetryFormat::of(out).is_none() {
+        return Err(CliError::BadInput(format!("--out {}: the file must end in .parquet or .csv", out.display())));
+    }
+    prepare_out_file(out)
+}
+
 /// Make ready for an `--out` folder before any work: create it, and refuse it if one of the
 /// `files` the command will write there is a directory. Found after the work, that would fail
 /// with some files written and others not.

@@ -1,5 +1,5 @@
-//! `ecn-tuner record`: write telemetry as Parquet (README "Telemetry schema"), the input of
-//! offline learning:
+//! `ecn-tuner record`: write telemetry as Parquet or CSV (README "Telemetry schema"), the
+//! input of offline learning:
 //! - `--scenario`: run a scenario under a behaviour policy. `explore` is the default
 //!   behaviour: it visits the whole action template inside the bounds, so the data covers more
 //!   than one setting per state;
@@ -46,17 +46,14 @@ pub struct RecordArgs {
     /// scenario's). A model, and exploration around one, decide at the model card's.
     #[arg(long, value_name = "DUR", conflicts_with = "target")]
     interval: Option<String>,
-    /// The telemetry file to write (.parquet).
-    #[arg(long, value_name = "FILE.parquet")]
+    /// The telemetry file to write: .parquet, or .csv for spreadsheets.
+    #[arg(long, value_name = "FILE.parquet|FILE.csv")]
     out: PathBuf,
 }
 
 /// Simulate and write the telemetry.
 pub fn run(args: RecordArgs) -> Result<(), CliError> {
-    if args.out.extension().is_none_or(|e| e != "parquet") {
-        return Err(CliError::BadInput(format!("--out {}: the file must end in .parquet", args.out.display())));
-    }
-    super::prepare_out_file(&args.out)?;
+    super::prepare_telemetry_out(&args.out)?;
     let Some(name) = &args.scenario else { return record_target(&args) };
     let mut policy = Policy::parse(&args.policy)?;
     let mut scenario = Scenario::load(name, args.seed)?;
@@ -88,7 +85,7 @@ pub fn run(args: RecordArgs) -> Result<(), CliError> {
     info!(scenario = %scenario.name, policy = %policy, seed = scenario.seed, "recording");
     let mut outcome = rollout::simulate(&scenario, &policy, &policy.to_string(), None)?;
     let rows = outcome.sim.take_telemetry();
-    io::write_telemetry_parquet(&args.out, &rows).map_err(|e| CliError::Failed(e.to_string()))?;
+    io::write_telemetry(&args.out, &rows).map_err(|e| CliError::Failed(e.to_string()))?;
     let queues = outcome.sim.queues().len();
     outln!(
         "wrote {}: {} rows ({} queues × {} intervals of {}) from {} under {}",
@@ -118,7 +115,7 @@ fn record_target(args: &RecordArgs) -> Result<(), CliError> {
     }
     // A recording cut short keeps what it read: an hour of telemetry is not lost to an
     // actuator restart in its last minute. The exit code still says it is short.
-    io::write_telemetry_parquet(&args.out, &captured.rows).map_err(|e| CliError::Failed(e.to_string()))?;
+    io::write_telemetry(&args.out, &captured.rows).map_err(|e| CliError::Failed(e.to_string()))?;
     outln!(
         "wrote {}: {} rows ({} queues × {} batches) from {url} ({} backend) {}",
         args.out.display(),

@@ -25,9 +25,9 @@ pub struct ValidateArgs {
     /// How to read and check the files.
     #[command(flatten)]
     read: ReadArgs,
-    /// Write the repaired telemetry here (Parquet, per-interval deltas); needs --repair and a
-    /// single --telemetry file.
-    #[arg(long, value_name = "FIXED.parquet", requires = "repair")]
+    /// Write the repaired telemetry here (.parquet or .csv, per-interval deltas); needs
+    /// --repair and a single --telemetry file.
+    #[arg(long, value_name = "FIXED.parquet|FIXED.csv", requires = "repair")]
     out: Option<PathBuf>,
     /// Print one JSON document instead of text.
     #[arg(long)]
@@ -54,10 +54,7 @@ pub fn run(args: ValidateArgs) -> Result<(), CliError> {
         return Err(CliError::BadInput("--out: give exactly one --telemetry file to repair into it".into()));
     }
     if let Some(out) = &args.out {
-        if out.extension().is_none_or(|e| e != "parquet") {
-            return Err(CliError::BadInput(format!("--out {}: the file must end in .parquet", out.display())));
-        }
-        super::prepare_out_file(out)?;
+        super::prepare_telemetry_out(out)?;
     }
     let opts = args.read.options(None)?;
     let mut checked = Vec::with_capacity(args.telemetry.len());
@@ -102,7 +99,7 @@ fn check(path: &Path, opts: &ReadOptions, out: Option<&Path>) -> Result<Result<S
     };
     if let Some(out) = out {
         let rows = data.to_rows();
-        io::write_telemetry_parquet(out, &rows).map_err(|e| CliError::Failed(e.to_string()))?;
+        io::write_telemetry(out, &rows).map_err(|e| CliError::Failed(e.to_string()))?;
         info!(file = %out.display(), rows = rows.len(), "wrote repaired telemetry");
     }
     Ok(Ok(Summary {

@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 
 use polars::prelude::*;
 
+use crate::records::TelemetrySample;
 #[cfg(doc)]
-use crate::records::{FlowRecord, TelemetrySample, TELEMETRY_SCHEMA_VERSION};
+use crate::records::{FlowRecord, TELEMETRY_SCHEMA_VERSION};
 
 /// Parquet key-value metadata key under which [`write_telemetry_parquet`] records
 /// [`TELEMETRY_SCHEMA_VERSION`]; the schema version travels inside the file so that a file
@@ -254,6 +255,42 @@ fn write_parquet_frame(path: &Path, df: DataFrame, kv: Option<KeyValueMetadata>)
     })
 }
 
+/// A telemetry file's format, from its extension: `.parquet` (or `.pq`) or `.csv`, in any
+/// case. The readers and [`write_telemetry`] share this one rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TelemetryFormat {
+    /// The interchange format, with the schema version in its metadata.
+    Parquet,
+    /// Plain CSV with a header of [`TELEMETRY_COLUMNS`].
+    Csv,
+}
+
+impl TelemetryFormat {
+    /// The format `path`'s extension names; `None` for any other extension.
+    pub fn of(path: &Path) -> Option<Self> {
+        match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+            "parquet" | "pq" => Some(TelemetryFormat::Parquet),
+            "csv" => Some(TelemetryFormat::Csv),
+            _ => None,
+        }
+    }
+}
+
+/// Writes per-interval telemetry rows in the format `path`'s extension names
+/// ([`TelemetryFormat::of`]), atomically as every writer here. A path with another extension is
+/// refused before anything is written.
+pub fn write_telemetry(path: &Path, rows: &[TelemetrySample]) -> Result<(), IoError> {
+    match TelemetryFormat::of(path) {
+        Some(TelemetryFormat::Parquet) => write_telemetry_parquet(path, rows),
+        Some(TelemetryFormat::Csv) => write_telemetry_csv(path, rows),
+        None => Err(IoError::io(
+            path,
+            "choose a format for",
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "the file must end in .parquet or .csv"),
+        )),
+    }
+}
+
 mod csv;
 mod hpcc;
 mod parquet;
@@ -287,6 +324,20 @@ mod tests {
         fn join(&self, file: &str) -> PathBuf {
             self.0.join(file)
         }
+    }
+
+    #[test]
+    fn telemetry_format_follows_the_extension_and_refuses_others() {
+        assert_eq!(TelemetryFormat::of(Path::new("a/b.PARQUET")), Some(TelemetryFormat::Parquet));
+        assert_eq!(TelemetryFormat::of(Path::new("b.pq")), Some(TelemetryFormat::Parquet));
+        assert_eq!(TelemetryFormat::of(Path::new("b.Csv")), Some(TelemetryFormat::Csv));
+        assert_eq!(TelemetryFormat::of(Path::new("b.txt")), None);
+        assert_eq!(TelemetryFormat::of(Path::new("parquet")), None);
+        let dir = TempDir::new("format");
+        let path = dir.join("out.txt");
+        let err = write_telemetry(&path, &[]).unwrap_err().to_string();
+        assert!(err.contains("out.txt") && err.contains(".csv"), "{err}");
+        assert!(!path.exists() && !tmp_path(&path).exists());
     }
 
     impl Drop for TempDir {

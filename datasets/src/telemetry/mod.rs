@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::counters::CounterWidth;
+use crate::io::TelemetryFormat;
 use crate::records::TelemetrySample;
 
 use problem::Collector;
@@ -254,20 +255,6 @@ pub struct StreamSummary {
     pub report: RepairReport,
 }
 
-/// The file's format, from its extension.
-enum Format {
-    Parquet,
-    Csv,
-}
-
-fn format_of(path: &Path) -> Option<Format> {
-    match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
-        "parquet" | "pq" => Some(Format::Parquet),
-        "csv" => Some(Format::Csv),
-        _ => None,
-    }
-}
-
 /// Either source.
 enum Source {
     Parquet(parquet::ParquetSource),
@@ -286,13 +273,13 @@ impl Source {
 
 /// Opens the file and settles the counter mode; `None` after a problem that stops reading.
 fn open(path: &Path, opts: &ReadOptions, problems: &mut Collector) -> Option<(Source, CounterMode)> {
-    let (source, key) = match format_of(path) {
-        Some(Format::Parquet) => {
+    let (source, key) = match TelemetryFormat::of(path) {
+        Some(TelemetryFormat::Parquet) => {
             let s = parquet::ParquetSource::open(path, problems)?;
             let key = s.counters_key.clone();
             (Source::Parquet(s), key)
         }
-        Some(Format::Csv) => (Source::Csv(Box::new(csv::CsvSource::open(path, problems)?)), None),
+        Some(TelemetryFormat::Csv) => (Source::Csv(Box::new(csv::CsvSource::open(path, problems)?)), None),
         None => {
             let m = "unknown file type: the name must end in .parquet or .csv".to_string();
             problems.push(None, None, ProblemKind::Unreadable(m), false);
