@@ -86,6 +86,24 @@ async fn offline_training_is_reproducible_and_records_its_data() {
     let dim = c["network"]["obs_dim"].as_u64().unwrap() as usize;
     assert_eq!(c["calibration"]["mean"].as_array().unwrap().len(), dim);
     assert!(c["calibration"]["td_error_rms"].as_f64().unwrap() > 0.0);
+    // Its evaluation: no FCT (no simulator in the loop), and the final batch's figures, those
+    // of the curve's last row.
+    let evaluation = &c["evaluation"];
+    assert_eq!(evaluation["kind"], "offline");
+    assert!(evaluation["fct"].is_null());
+    let last_row: Vec<f64> = std::fs::read_to_string(dir.path().join("m1.training.csv"))
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap()
+        .split(',')
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let batch = &evaluation["final_batch"];
+    assert_eq!(batch["updates"].as_f64().unwrap(), last_row[0]);
+    // The CSV rounds to 6 and 4 decimals.
+    assert!((batch["td_error_rms"].as_f64().unwrap() - last_row[2]).abs() < 1e-6, "{batch} {last_row:?}");
+    assert!((batch["agrees_with_logged"].as_f64().unwrap() - last_row[3]).abs() < 1e-4, "{batch} {last_row:?}");
     // The sample interval of the data is the model's control interval.
     assert_eq!(c["tuning"]["control_interval"], "100us");
     let csv = std::fs::read_to_string(dir.path().join("m1.training.csv")).unwrap();

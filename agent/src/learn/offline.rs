@@ -234,6 +234,21 @@ pub fn train(cfg: &OfflineConfig, data: &LoggedData, bar: &ProgressBar) -> Resul
     };
     let mut card = ModelCard::new(&cfg.name, cfg.tuning.clone(), cfg.ddqn.hidden.clone(), training);
     card.calibration = Some(Calibration::of(data.replay.observations(), dim, &agent.td_errors(agent.online(), &held)));
+    // No simulator is in the loop, so no FCT figure exists to record; the card says so and
+    // keeps what the learner can state about the network it kept.
+    card.evaluation = serde_json::json!({
+        "kind": "offline",
+        "fct": null,
+        "why_no_fct": "offline training has no simulator in the loop: measure flow completion times with \
+                       `ecn-tuner eval --policy model:PATH` on a scenario like the recorded fabric",
+        "final_batch": {
+            "transitions": held.actions.len(),
+            "drawn_from": "the training transitions (not held out)",
+            "updates": last.updates,
+            "td_error_rms": last.td_error_rms,
+            "agrees_with_logged": last.agrees_with_logged,
+        },
+    });
     Ok(OfflineTrained { checkpoint: Checkpoint { card, net }, curve })
 }
 
