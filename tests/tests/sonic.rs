@@ -1385,6 +1385,50 @@ async fn counters_that_stop_moving_stop_the_telemetry() {
     drop(rig.ticker);
 }
 
+/// `counterpoll queue disable` on a running switch leaves every queue counter standing still
+/// while port octets move: not a stop the liveness check sees, and samples would read an idle
+/// fabric. The actuator reads the groups' `FLEX_COUNTER_STATUS` every few polls, publishes
+/// nothing while queue (or port) polling is off, and resumes when it is on again; ECN marks
+/// polling off is only warned of.
+#[tokio::test(flavor = "multi_thread")]
+async fn counter_polling_turned_off_while_running_stops_the_telemetry() {
+    let rig = rig(Spec::default(), &[]).await;
+    let mut c = rig.act.client().await;
+    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    take(&mut stream, 3, &mut seen).await;
+
+    set_config_field(&rig.redis, "FLEX_COUNTER_TABLE|WRED_ECN_QUEUE", "FLEX_COUNTER_STATUS", "disable");
+    let marks_off = "SONiC stopped polling wredqueue counters";
+    eventually("the warning", WAIT, || async { rig.act.log_text().contains(marks_off).then_some(()) }).await;
+    take(&mut stream, 3, &mut seen).await;
+
+    for group in ["QUEUE", "PORT"] {
+        let key = format!("FLEX_COUNTER_TABLE|{group}");
+        set_config_field(&rig.redis, &key, "FLEX_COUNTER_STATUS", "disable");
+        let off_at = std::time::Instant::now();
+        // A few batches may still come (the status is read every 5 polls of 100 ms), then none.
+        let silent = loop {
+            assert!(off_at.elapsed() < Duration::from_secs(20), "{group}: telemetry never stopped");
+            match tokio::time::timeout(Duration::from_secs(2), stream.next()).await {
+                Ok(b) => seen.push(b.expect("open").expect("ok")),
+                Err(_) => break off_at.elapsed(),
+            }
+        };
+        assert!(silent < Duration::from_secs(4), "{group}: telemetry stopped late: {silent:?}");
+        let group = group.to_lowercase();
+        let log = rig.act.log_text();
+        assert!(log.contains(&format!("SONiC stopped polling {group} counters")), "{log}");
+        assert!(log.contains(&format!("`counterpoll {group} enable`")), "{log}");
+
+        set_config_field(&rig.redis, &key, "FLEX_COUNTER_STATUS", "enable");
+        let b = tokio::time::timeout(WAIT, stream.next()).await.expect("telemetry resumes").unwrap().unwrap();
+        assert_eq!(b.samples.len(), 64);
+        assert!(rig.act.log_text().contains(&format!("SONiC polls {group} counters again")));
+    }
+    drop(rig.ticker);
+}
+
 /// A Redis user that may not close connections could not fence off a transaction that timed
 /// out, so the actuator refuses to start (exit 2) rather than fail on the first timeout; and
 /// the error, like every message, masks the password of the URL.

@@ -21,6 +21,12 @@
 //!   (syncd hung, `counterpoll` disabled), and the poller publishes nothing until they move
 //!   again, so that the controller sees stale telemetry and falls back, instead of reading
 //!   zeros as a quiet fabric.
+//! - So is a counter group SONiC no longer polls (`counterpoll queue disable` or `counterpoll
+//!   port disable` on a running switch): every queue counter, or every PFC counter, stands
+//!   still while the other group's move. The poller reads each group's `FLEX_COUNTER_STATUS`
+//!   every [`GROUP_CHECK_POLLS`] polls and publishes nothing while the queue or the port group
+//!   is off, and counts afresh when it is on again (the first reading after is a new baseline,
+//!   not a lump of the whole stop). ECN marks (`wredqueue`, off by default) are warned of.
 //! - Poll no faster than SONiC's own `counterpoll` intervals for queues and ports: a counter
 //!   that SONiC refreshes every 10 s moves in 10 s lumps, which a 1 s poll would see as
 //!   implausible jumps.
@@ -185,6 +191,57 @@ const MAP_REFRESH: Duration = Duration::from_secs(60);
 /// How often, while a controlled queue is missing from them.
 const MAP_RETRY: Duration = Duration::from_secs(5);
 
+/// How often, in polls, the poller reads whether SONiC still polls the counter groups
+/// (5 s at the default `--poll-interval`): three reads of CONFIG_DB.
+pub const GROUP_CHECK_POLLS: u32 = 5;
+
+/// Which of [`schema::FLEX_COUNTER_POLLS`] SONiC polls, as last read, and when to read again.
+struct GroupPolling {
+    /// Per group; `None` before the first read.
+    on: [Option<bool>; 3],
+    /// Polls until the next read.
+    due_in: u32,
+}
+
+impl GroupPolling {
+    fn new() -> GroupPolling {
+        GroupPolling { on: [None; 3], due_in: 0 }
+    }
+
+    /// Whether telemetry is withheld: a group it cannot do without was off at the last read.
+    fn withheld(&self) -> bool {
+        schema::FLEX_COUNTER_POLLS.iter().zip(self.on).any(|(g, on)| g.blinds_telemetry() && on == Some(false))
+    }
+
+    /// Takes the groups' `FLEX_COUNTER_STATUS` as read; returns whether a group telemetry
+    /// cannot do without came back on (its counters then count afresh). The start-up check has
+    /// warned of what was off at the first read.
+    fn observe(&mut self, statuses: [Option<String>; 3]) -> bool {
+        let mut resumed = false;
+        for ((group, on), status) in schema::FLEX_COUNTER_POLLS.iter().zip(&mut self.on).zip(statuses) {
+            let now = group.is_on(status.as_deref());
+            match (*on, now) {
+                (Some(true), false) if group.blinds_telemetry() => warn!(
+                    "SONiC stopped polling {} counters ({}): telemetry is withheld until `counterpoll {} enable`, \
+                     as samples would read an idle fabric",
+                    group.group, group.key, group.group
+                ),
+                (Some(true), false) => warn!(
+                    "SONiC stopped polling {} counters ({}): ECN marks read 0 until `counterpoll {} enable`",
+                    group.group, group.key, group.group
+                ),
+                (Some(false), true) => {
+                    info!("SONiC polls {} counters again ({})", group.group, group.key);
+                    resumed |= group.blinds_telemetry();
+                }
+                _ => {}
+            }
+            *on = Some(now);
+        }
+        resumed
+    }
+}
+
 /// How many polled queues lack the counters that SONiC publishes only when asked, counted on
 /// the first poll that reads any, and reported once: their absence reads as 0 (no marks, no
 /// paused time) or as a stale depth, which would pass unremarked.
@@ -237,6 +294,8 @@ pub struct Poller {
     pub target: RedisTarget,
     /// COUNTERS_DB index.
     pub db: i64,
+    /// CONFIG_DB index, where `FLEX_COUNTER_TABLE` says which counter groups SONiC polls.
+    pub config_db: i64,
     /// The queues, with their line rates and wire ids, in capabilities order.
     pub queues: Vec<(QueueRef, u64, pb::QueueId)>,
     /// Poll period.
@@ -302,8 +361,10 @@ impl Poller {
     pub fn run(self) {
         let mut tracker = Tracker::new(self.queues.len(), self.width);
         let mut liveness = Liveness::new();
+        let mut groups = GroupPolling::new();
         let mut absent_reported = false;
         let mut con: Option<Connection> = None;
+        let mut config: Option<Connection> = None;
         let mut oids: Option<(Instant, Oids)> = None;
         let mut down = false;
         let mut next = Instant::now();
@@ -314,6 +375,9 @@ impl Poller {
                 continue;
             }
             next = if now.duration_since(next) > self.interval { now + self.interval } else { next + self.interval };
+            if self.withheld(&mut config, &mut groups, &mut tracker) {
+                continue;
+            }
             match self.poll(&mut con, &mut oids, &mut tracker, &mut liveness, &mut absent_reported) {
                 Ok(n) => {
                     if down {
@@ -332,6 +396,41 @@ impl Poller {
             }
         }
         debug!("COUNTERS_DB poller stopped");
+    }
+
+    /// Reads the counter groups' status when due; returns whether telemetry is withheld. A
+    /// failed read keeps what the last one said (COUNTERS_DB, on the same server, says more).
+    fn withheld(&self, con: &mut Option<Connection>, groups: &mut GroupPolling, tracker: &mut Tracker) -> bool {
+        if groups.due_in > 0 {
+            groups.due_in -= 1;
+            return groups.withheld();
+        }
+        groups.due_in = GROUP_CHECK_POLLS - 1;
+        let read = |con: &mut Option<Connection>| -> Result<[Option<String>; 3], String> {
+            if con.is_none() {
+                *con = Some(self.target.connect(self.config_db, "ecn-tuner-counter-groups")?);
+            }
+            let mut pipe = redis::pipe();
+            for g in &schema::FLEX_COUNTER_POLLS {
+                pipe.cmd("HGET").arg(g.key).arg("FLEX_COUNTER_STATUS");
+            }
+            let replies: Vec<Option<String>> =
+                pipe.query(con.as_mut().expect("connected")).map_err(|e| e.to_string())?;
+            replies.try_into().map_err(|r: Vec<_>| format!("{} replies to 3 reads", r.len()))
+        };
+        match read(con) {
+            Ok(statuses) => {
+                if groups.observe(statuses) {
+                    // Its counters stood still while off and jump when on: start from a baseline.
+                    (0..self.queues.len()).for_each(|i| tracker.forget(i));
+                }
+            }
+            Err(e) => {
+                debug!("CONFIG_DB (db {}): cannot read FLEX_COUNTER_TABLE: {e}", self.config_db);
+                *con = None;
+            }
+        }
+        groups.withheld()
     }
 
     fn load_oids(&self, con: &mut Connection, tracker: &mut Tracker, old: Option<&Oids>) -> redis::RedisResult<Oids> {
@@ -517,6 +616,23 @@ mod tests {
         t.step(0, t0, reading(near_top, 2_000, 0), G100);
         let d = t.step(0, ms(100), reading(5_000, 3_000, 0), G100).unwrap();
         assert_eq!((d.bytes, d.packets), (6_000, 1_000));
+    }
+
+    #[test]
+    fn telemetry_is_withheld_while_queue_or_port_polling_is_off() {
+        let status = |s: [Option<&str>; 3]| s.map(|s| s.map(str::to_string));
+        let mut g = GroupPolling::new();
+        // Absent statuses: queue and port on by default, ECN marks off.
+        assert!(!g.observe(status([None, None, None])));
+        assert!(!g.withheld());
+        assert!(!g.observe(status([Some("enable"), Some("enable"), Some("disable")])));
+        assert!(!g.withheld(), "marks off is only warned of");
+        assert!(!g.observe(status([Some("disable"), Some("enable"), Some("enable")])));
+        assert!(g.withheld());
+        assert!(g.observe(status([Some("enable"), Some("disable"), Some("enable")])), "queue polling resumed");
+        assert!(g.withheld(), "port polling is off now");
+        assert!(g.observe(status([Some("enable"), Some(" enable "), Some("enable")])));
+        assert!(!g.withheld());
     }
 
     #[test]

@@ -148,19 +148,20 @@ pub struct SonicBackend {
 /// Warn when SONiC does not poll a counter group telemetry reads (its counters would read 0
 /// or stand still), or refreshes it less often than the poller reads it: most samples would
 /// then carry no traffic, and the next one a lump. Only warnings: the operator may mean it,
-/// and the counters still add up.
-fn warn_of_slower_counters(con: &mut Connection, poll: Duration) {
-    for schema::FlexCounterPoll { key, group, default_ms, on_by_default } in schema::FLEX_COUNTER_POLLS {
+/// and the counters still add up; the poller itself withholds telemetry while a group it
+/// cannot do without is off ([`counters`]).
+fn warn_of_slower_counters(con: &mut Connection, poll_interval: Duration) {
+    for poll in &schema::FLEX_COUNTER_POLLS {
+        let schema::FlexCounterPoll { key, group, default_ms, .. } = *poll;
         let status: Option<String> = redis::cmd("HGET").arg(key).arg("FLEX_COUNTER_STATUS").query(con).unwrap_or(None);
-        let on = status.as_deref().map_or(on_by_default, |s| s.trim() == "enable");
-        if !on {
+        if !poll.is_on(status.as_deref()) {
             let what = match group {
                 "wredqueue" => {
                     "ECN marks (SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS): every sample's ecn_marked_pkts, \
                                 and the mark fraction a learned policy observes, will read 0"
                 }
-                "queue" => "queue counters: samples will show no traffic",
-                _ => "port counters: PFC pauses will read 0",
+                "queue" => "queue counters: no telemetry is published until it is on (samples would show no traffic)",
+                _ => "port counters: no telemetry is published until it is on (PFC pauses would read 0)",
             };
             let whence =
                 if status.is_some() { "FLEX_COUNTER_STATUS disable" } else { "no FLEX_COUNTER_STATUS: off by default" };
@@ -172,13 +173,13 @@ fn warn_of_slower_counters(con: &mut Connection, poll: Duration) {
         }
         let set: Option<String> = redis::cmd("HGET").arg(key).arg("POLL_INTERVAL").query(con).unwrap_or(None);
         let sonic_ms = set.as_deref().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(default_ms);
-        if Duration::from_millis(sonic_ms) > poll {
+        if Duration::from_millis(sonic_ms) > poll_interval {
             let whence = if set.is_some() { "POLL_INTERVAL" } else { "no POLL_INTERVAL: SONiC's default" };
             warn!(
                 "SONiC refreshes these counters every {sonic_ms} ms ({key}, {whence}), less often than --poll-interval \
-                 {poll:?}: most samples will show no traffic and the next one all of it; run `counterpoll {group} \
-                 interval {}` on the switch, or raise --poll-interval",
-                poll.as_millis()
+                 {poll_interval:?}: most samples will show no traffic and the next one all of it; run `counterpoll \
+                 {group} interval {}` on the switch, or raise --poll-interval",
+                poll_interval.as_millis()
             );
         }
     }
@@ -331,6 +332,7 @@ impl SonicBackend {
         let poller = counters::Poller {
             target,
             db: opts.dbs.counters,
+            config_db: opts.dbs.config,
             queues: found
                 .layout
                 .queues

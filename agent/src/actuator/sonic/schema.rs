@@ -70,6 +70,21 @@ pub struct FlexCounterPoll {
     pub on_by_default: bool,
 }
 
+impl FlexCounterPoll {
+    /// Whether SONiC polls the group, given its `FLEX_COUNTER_STATUS` (`None`: absent).
+    pub fn is_on(&self, status: Option<&str>) -> bool {
+        status.map_or(self.on_by_default, |s| s.trim() == "enable")
+    }
+
+    /// Whether telemetry must be withheld while SONiC does not poll the group: queue counters
+    /// (traffic, depth) and port counters (PFC pauses) then stand still, which reads as an idle
+    /// fabric without pauses, and the health checks would pass any change. ECN marks, off by
+    /// default and missing on some platforms, are only warned of.
+    pub fn blinds_telemetry(&self) -> bool {
+        self.on_by_default
+    }
+}
+
 /// Whether a WRED profile's `ecn` mode marks green packets (SONiC's `ecn_green`,
 /// `ecn_green_yellow`, `ecn_green_red`, `ecn_all`), the colour whose curve ecn-tuner sets.
 pub fn marks_green(ecn: &str) -> bool {
