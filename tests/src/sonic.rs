@@ -356,6 +356,9 @@ pub struct Counters {
     pub traffic: BTreeMap<(usize, u32), Traffic>,
     /// Traffic of every lossless queue without its own entry.
     pub default_traffic: Traffic,
+    /// Per (port index, queue) the PFC priority whose PAUSE frames pause it, for a port whose
+    /// `pfc_to_queue_map` is not SONiC's default; queues not listed carry their own index.
+    pub pfc_priority: BTreeMap<(usize, u32), u32>,
 }
 
 /// The queue counters SONiC's flex counter writes.
@@ -393,6 +396,7 @@ impl Counters {
             values,
             traffic: BTreeMap::new(),
             default_traffic: Traffic::default(),
+            pfc_priority: BTreeMap::new(),
         }
     }
 
@@ -448,9 +452,10 @@ impl Counters {
                 self.add(&pk, "SAI_PORT_STAT_IF_OUT_OCTETS", bytes);
                 if t.paused_fraction > 0.0 {
                     let paused_us = (secs * t.paused_fraction * 1e6) as u64;
+                    let p = self.pfc_priority.get(&(i, q)).copied().unwrap_or(q);
                     // One PAUSE frame per 50 µs of pause (a quanta refresh).
-                    self.add(&pk, &format!("SAI_PORT_STAT_PFC_{q}_RX_PKTS"), paused_us / 50 + 1);
-                    self.add(&pk, &format!("SAI_PORT_STAT_PFC_{q}_RX_PAUSE_DURATION_US"), paused_us);
+                    self.add(&pk, &format!("SAI_PORT_STAT_PFC_{p}_RX_PKTS"), paused_us / 50 + 1);
+                    self.add(&pk, &format!("SAI_PORT_STAT_PFC_{p}_RX_PAUSE_DURATION_US"), paused_us);
                 }
             }
         }

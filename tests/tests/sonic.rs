@@ -1514,5 +1514,52 @@ async fn counters_sonic_refreshes_less_often_than_polled_are_warned_of() {
     let log = act.log_text();
     assert!(log.contains("does not poll ECN marks") && log.contains("counterpoll wredqueue enable"), "{log}");
     assert!(log.contains("does not poll queue counters") && log.contains("FLEX_COUNTER_STATUS disable"), "{log}");
-    assert!(log.contains("maps priority 3 to queue 4, and priorities [\"4\"] to this queue"), "{log}");
+    assert!(log.contains("PFC priorities [4] map to this queue"), "{log}");
+}
+
+/// A port whose `pfc_to_queue_map` sends PFC priority 4 to queue 3 and 3 to 4: queue 3's
+/// pauses are priority 4's PAUSE frames, and telemetry reads them for it (it used to read
+/// priority 3's, another queue's pauses); a queue no priority maps to reads none.
+#[tokio::test(flavor = "multi_thread")]
+async fn pauses_are_read_from_the_priorities_the_port_maps_to_the_queue() {
+    let redis = RedisServer::start();
+    let spec = Spec::default();
+    seed(&redis, &spec);
+    set_config_field(&redis, "PORT_QOS_MAP|Ethernet0", "pfc_to_queue_map", "SWAPPED");
+    set_config_field(&redis, "MAP_PFC_PRIORITY_TO_QUEUE|SWAPPED", "3", "4");
+    set_config_field(&redis, "MAP_PFC_PRIORITY_TO_QUEUE|SWAPPED", "4", "3");
+    set_config_field(&redis, "PORT_QOS_MAP|Ethernet4", "pfc_to_queue_map", "BOTH_TO_3");
+    set_config_field(&redis, "MAP_PFC_PRIORITY_TO_QUEUE|BOTH_TO_3", "4", "3");
+    let mut counters = Counters::new(&spec, 64);
+    // Ethernet0 queue 3 is paused half the time, by priority 4's frames; every other queue is not.
+    counters.pfc_priority.insert((0, 3), 4);
+    counters.pfc_priority.insert((0, 4), 3);
+    counters.traffic.insert((0, 3), Traffic { paused_fraction: 0.5, ..Traffic::default() });
+    let ticker = Ticker::start(&redis, counters, Duration::from_millis(50));
+    let url = redis.url();
+    let act = Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms"]).await;
+    let mut c = act.client().await;
+    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    take(&mut stream, 6, &mut seen).await;
+    let of = |port: &str, queue: u32| {
+        let mut paused_ns = 0;
+        let mut frames = 0;
+        for b in &seen[1..] {
+            let s = b.samples.iter().find(|s| s.id.as_ref() == Some(&qid(port, queue))).expect("sampled");
+            paused_ns += s.paused_ns;
+            frames += s.pfc_pause_rx;
+        }
+        (paused_ns, frames)
+    };
+    let span: u64 = seen[1..].iter().zip(&seen).map(|(b, a)| b.ts_ns - a.ts_ns).sum();
+    let (paused, frames) = of("Ethernet0", 3);
+    let fraction = paused as f64 / span as f64;
+    assert!((0.3..0.7).contains(&fraction) && frames > 0, "Ethernet0|3 paused {fraction} of the time, {frames} frames");
+    assert_eq!(of("Ethernet0", 4), (0, 0));
+    assert_eq!(of("Ethernet4", 3), (0, 0));
+    assert_eq!(of("Ethernet4", 4), (0, 0));
+    let log = act.log_text();
+    assert!(log.contains("maps no PFC priority to this queue") && log.contains("Ethernet4|4"), "{log}");
+    drop(ticker);
 }

@@ -69,7 +69,8 @@ fn read_tables(con: &mut Connection, watch: bool) -> redis::RedisResult<Snapshot
 pub struct QueueRef {
     /// Port, e.g. `Ethernet0`.
     pub port: String,
-    /// Queue index; also the PFC priority whose counters are read for it.
+    /// Queue index (the PFC priorities read for it come from the port's `pfc_to_queue_map`,
+    /// [`super::counters::PolledQueue`]).
     pub queue: u32,
 }
 

@@ -3,8 +3,9 @@
 //! counters into one per-interval sample per queue.
 //!
 //! - Queue `q` of port `p` is `COUNTERS:<oid>` with the oid from `COUNTERS_QUEUE_NAME_MAP`
-//!   (`p:q`); its PFC counters are those of priority `q` in `COUNTERS:<port oid>` (from
-//!   `COUNTERS_PORT_NAME_MAP`): SONiC's lossless queues 3 and 4 carry PFC priorities 3 and 4.
+//!   (`p:q`); its PFC counters are those in `COUNTERS:<port oid>` (from
+//!   `COUNTERS_PORT_NAME_MAP`) of the priorities the port's `pfc_to_queue_map` sends to it,
+//!   summed: under SONiC's default map, lossless queues 3 and 4 carry PFC priorities 3 and 4.
 //! - Cumulative counters go through [`ecn_datasets::counters`]: growth is a delta, a wrap of a
 //!   narrower counter (`--counter-bits 32`) is the distance across the top, and a decrease or an
 //!   implausible jump (more than the line could carry) is a reset: that queue's sample for the
@@ -60,11 +61,11 @@ pub struct Reading {
     pub occupancy: Option<u64>,
     /// `SAI_QUEUE_STAT_DROPPED_PACKETS`.
     pub dropped: Option<u64>,
-    /// `SAI_PORT_STAT_PFC_<q>_RX_PKTS`.
+    /// `SAI_PORT_STAT_PFC_<p>_RX_PKTS`, summed over the PFC priorities `p` the queue carries.
     pub pfc_rx: Option<u64>,
-    /// `SAI_PORT_STAT_PFC_<q>_TX_PKTS`.
+    /// `SAI_PORT_STAT_PFC_<p>_TX_PKTS`, summed likewise.
     pub pfc_tx: Option<u64>,
-    /// `SAI_PORT_STAT_PFC_<q>_RX_PAUSE_DURATION_US`.
+    /// `SAI_PORT_STAT_PFC_<p>_RX_PAUSE_DURATION_US`, summed likewise.
     pub pause_us: Option<u64>,
 }
 
@@ -288,6 +289,21 @@ impl Absent {
     }
 }
 
+/// One controlled queue as the poller reads it.
+#[derive(Debug, Clone)]
+pub struct PolledQueue {
+    /// Port and queue index.
+    pub queue: QueueRef,
+    /// Line rate of the port, bits per second.
+    pub link_bps: u64,
+    /// Its identity on the wire.
+    pub id: pb::QueueId,
+    /// The PFC priorities whose counters are its pauses: those the port's `pfc_to_queue_map`
+    /// sends to it (its own index under SONiC's default map; none for a queue no priority goes
+    /// to, whose pauses then read 0).
+    pub pfc_priorities: Vec<u32>,
+}
+
 /// The polling thread.
 pub struct Poller {
     /// Where Redis is.
@@ -296,8 +312,8 @@ pub struct Poller {
     pub db: i64,
     /// CONFIG_DB index, where `FLEX_COUNTER_TABLE` says which counter groups SONiC polls.
     pub config_db: i64,
-    /// The queues, with their line rates and wire ids, in capabilities order.
-    pub queues: Vec<(QueueRef, u64, pb::QueueId)>,
+    /// The queues, in capabilities order.
+    pub queues: Vec<PolledQueue>,
     /// Poll period.
     pub interval: Duration,
     /// Counter width.
@@ -438,7 +454,7 @@ impl Poller {
         let pmap: HashMap<String, String> = redis::cmd("HGETALL").arg(schema::PORT_NAME_MAP).query(con)?;
         let mut out = Vec::with_capacity(self.queues.len());
         let mut missing = Vec::new();
-        for (i, (q, _, _)) in self.queues.iter().enumerate() {
+        for (i, PolledQueue { queue: q, .. }) in self.queues.iter().enumerate() {
             let ids = qmap
                 .get(&schema::queue_counter_name(&q.port, q.queue))
                 .zip(pmap.get(&q.port))
@@ -499,12 +515,12 @@ impl Poller {
         // One round trip: every queue's counters, then every port's PFC counters.
         let mut pipe = redis::pipe();
         let mut port_fields: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-        for ((q, _, _), id) in self.queues.iter().zip(ids) {
+        for (q, id) in self.queues.iter().zip(ids) {
             if let Some((_, port_oid)) = id {
                 let fields = port_fields
                     .entry(port_oid.as_str())
                     .or_insert_with(|| schema::PORT_LIVENESS_FIELDS.iter().map(|f| f.to_string()).collect());
-                fields.extend(schema::pfc_fields(q.queue));
+                fields.extend(q.pfc_priorities.iter().flat_map(|&p| schema::pfc_fields(p)));
             }
         }
         let polled: Vec<usize> = (0..self.queues.len()).filter(|&i| ids[i].is_some()).collect();
@@ -531,10 +547,16 @@ impl Poller {
         let mut reload = false;
         let mut absent = Absent::default();
         for (&i, vals) in polled.iter().zip(queue_replies) {
-            let (q, link_bps, id) = &self.queues[i];
+            let PolledQueue { queue: q, link_bps, id, pfc_priorities } = &self.queues[i];
             let (_, port_oid) = ids[i].as_ref().expect("polled");
-            let [rx, tx, us] = schema::pfc_fields(q.queue);
-            let get = |f: String| pfc.get(&(port_oid.as_str(), f)).copied().flatten();
+            // A counter of each priority the queue carries, summed; absent if one is. (With
+            // narrow counters a wrap of one then reads as a reset: the sample is dropped.)
+            let get = |field: usize| {
+                pfc_priorities.iter().try_fold(0u64, |sum, &p| {
+                    let f = schema::pfc_fields(p).into_iter().nth(field)?;
+                    Some(sum.wrapping_add(pfc.get(&(port_oid.as_str(), f)).copied().flatten()?))
+                })
+            };
             let r = Reading {
                 bytes: num(&vals[0]),
                 packets: num(&vals[1]),
@@ -542,9 +564,9 @@ impl Poller {
                 watermark: num(&vals[3]),
                 occupancy: num(&vals[4]),
                 dropped: num(&vals[5]),
-                pfc_rx: get(rx),
-                pfc_tx: get(tx),
-                pause_us: get(us),
+                pfc_rx: get(0),
+                pfc_tx: get(1),
+                pause_us: get(2),
             };
             if r.bytes.is_none() && r.packets.is_none() {
                 // The counters object is gone (syncd restarted?): look the oids up again.

@@ -185,35 +185,39 @@ fn warn_of_slower_counters(con: &mut Connection, poll_interval: Duration) {
     }
 }
 
-/// Warn about each controlled queue that, by its port's `PORT_QOS_MAP` `pfc_to_queue_map`
-/// (`MAP_PFC_PRIORITY_TO_QUEUE|<name>`), does not carry the PFC priority of its own index:
-/// telemetry reads priority q's PAUSE counters for queue q, as SONiC's default identity map
-/// has it, and would report another priority's pauses for it.
-fn warn_of_priority_maps(con: &mut Connection, queues: &[config::QueueRef]) {
+/// The PFC priorities whose counters are each controlled queue's pauses, by its port's
+/// `PORT_QOS_MAP` `pfc_to_queue_map` (`MAP_PFC_PRIORITY_TO_QUEUE|<name>`, priority → queue):
+/// the priorities that map to it. A port without a map, or a priority absent from one, keeps
+/// SONiC's default, the identity. Read once at start-up; a queue that carries another
+/// priority than its index is logged, one that carries none is warned of (its pauses read 0).
+fn pfc_priorities(con: &mut Connection, queues: &[config::QueueRef]) -> Vec<Vec<u32>> {
     let mut maps: HashMap<String, HashMap<String, String>> = HashMap::new();
-    for q in queues {
-        let name: Option<String> = redis::cmd("HGET")
-            .arg(format!("PORT_QOS_MAP|{}", q.port))
-            .arg("pfc_to_queue_map")
-            .query(con)
-            .unwrap_or(None);
-        let Some(name) = name else { continue };
-        let map = maps.entry(name.clone()).or_insert_with(|| {
-            redis::cmd("HGETALL").arg(format!("MAP_PFC_PRIORITY_TO_QUEUE|{name}")).query(con).unwrap_or_default()
-        });
-        let queue = q.queue.to_string();
-        let own = map.get(&queue).is_none_or(|to| *to == queue);
-        if !own {
-            let carried: Vec<&str> = map.iter().filter(|(_, to)| **to == queue).map(|(p, _)| p.as_str()).collect();
-            warn!(
-                queue = %q.name(),
-                map = %name,
-                "MAP_PFC_PRIORITY_TO_QUEUE|{name} maps priority {queue} to queue {}, and priorities {carried:?} to this \
-                 queue: its PFC counters, read for priority {queue}, are another queue's",
-                map[&queue]
-            );
-        }
-    }
+    queues
+        .iter()
+        .map(|q| {
+            let name: Option<String> = redis::cmd("HGET")
+                .arg(format!("PORT_QOS_MAP|{}", q.port))
+                .arg("pfc_to_queue_map")
+                .query(con)
+                .unwrap_or(None);
+            let Some(name) = name else { return vec![q.queue] };
+            let map = maps.entry(name.clone()).or_insert_with(|| {
+                redis::cmd("HGETALL").arg(format!("MAP_PFC_PRIORITY_TO_QUEUE|{name}")).query(con).unwrap_or_default()
+            });
+            let goes_to = |p: u32| map.get(&p.to_string()).map_or(p, |to| to.trim().parse().unwrap_or(u32::MAX));
+            let carried: Vec<u32> = (0..8).filter(|&p| goes_to(p) == q.queue).collect();
+            if carried.is_empty() {
+                warn!(
+                    queue = %q.name(),
+                    map = %name,
+                    "MAP_PFC_PRIORITY_TO_QUEUE|{name} maps no PFC priority to this queue: its PFC pauses read 0"
+                );
+            } else if carried != [q.queue] {
+                info!(queue = %q.name(), map = %name, "PFC priorities {carried:?} map to this queue: their pauses are its own");
+            }
+            carried
+        })
+        .collect()
 }
 
 impl SonicBackend {
@@ -284,12 +288,15 @@ impl SonicBackend {
                 })
             })?;
         }
-        // Start-up warnings about what telemetry can read: only warnings, so a connection that
-        // fails here skips them (the writer's own connection reports Redis being away).
+        // Start-up warnings about what telemetry can read, and the PFC priorities of each
+        // queue: a connection that fails here skips the warnings and keeps SONiC's default map
+        // (the writer's own connection reports Redis being away).
+        let mut pfc = None;
         if let Ok(mut con) = target.connect(opts.dbs.config, "ecn-tuner-discover") {
             warn_of_slower_counters(&mut con, opts.poll_interval);
-            warn_of_priority_maps(&mut con, &found.layout.queues);
+            pfc = Some(pfc_priorities(&mut con, &found.layout.queues));
         }
+        let pfc = pfc.unwrap_or_else(|| found.layout.queues.iter().map(|q| vec![q.queue]).collect());
         let readback = readback(&target, &opts, &found.layout, &found.initial);
         let programmed_at = readback.shown_at.clone();
         let settings = Arc::new(Mutex::new(found.initial.clone()));
@@ -338,9 +345,12 @@ impl SonicBackend {
                 .queues
                 .iter()
                 .zip(&caps.queues)
-                .map(|(q, c)| {
-                    let id = pb::QueueId { switch: c.key.switch.clone(), port: c.key.port.clone(), queue: c.key.queue };
-                    (q.clone(), c.link_bps, id)
+                .zip(pfc)
+                .map(|((q, c), pfc_priorities)| counters::PolledQueue {
+                    queue: q.clone(),
+                    link_bps: c.link_bps,
+                    id: pb::QueueId { switch: c.key.switch.clone(), port: c.key.port.clone(), queue: c.key.queue },
+                    pfc_priorities,
                 })
                 .collect(),
             interval: opts.poll_interval,
