@@ -360,6 +360,7 @@ pub fn send_signal(pid: Option<u32>, name: &str) {
     let signal = match name {
         "TERM" => libc::SIGTERM,
         "USR1" => libc::SIGUSR1,
+        "HUP" => libc::SIGHUP,
         "INT" => libc::SIGINT,
         "STOP" => libc::SIGSTOP,
         "CONT" => libc::SIGCONT,

@@ -1178,6 +1178,40 @@ async fn a_second_signal_exits_without_waiting_for_a_clean_stop() {
     assert!(events(&journal, "confirm").is_empty() && events(&journal, "rollback").is_empty(), "{journal:?}");
 }
 
+/// The decision log is rotated the logrotate way: rename the file, then SIGHUP; the controller
+/// opens its path afresh and goes on writing there, and the renamed file stops growing. SIGHUP
+/// no longer ends a controller (its default action would, mid-change, without rolling back).
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_reopens_the_decision_log_after_a_rotation() {
+    let act = sim_actuator(&[]).await;
+    let (child, log) = act.controller("rotated", &SHADOW_STATIC);
+    let lines_in = |path: &std::path::Path| read_json_lines(path).len();
+    eventually("decisions logged", FABRIC_PATIENCE, || {
+        let n = lines_in(&log);
+        async move { (n > 0).then_some(()) }
+    })
+    .await;
+    let rotated = log.with_extension("jsonl.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    send_signal(child.id(), "HUP");
+    eventually("the log reopened", FABRIC_PATIENCE, || {
+        let reopened = act.controller_log("rotated").contains("SIGHUP: decision log reopened");
+        async move { reopened.then_some(()) }
+    })
+    .await;
+    let before = lines_in(&rotated);
+    eventually("decisions in the new file", FABRIC_PATIENCE, || {
+        let n = if log.exists() { lines_in(&log) } else { 0 };
+        async move { (n > 0).then_some(()) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(lines_in(&rotated), before, "the renamed file stopped growing");
+    send_signal(child.id(), "TERM");
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.expect("stops");
+    assert_eq!(out.unwrap().status.code(), Some(0), "{}", act.controller_log("rotated"));
+}
+
 /// A health window that cannot be complete before the confirm deadline, even at the
 /// actuator's fastest telemetry, would roll back every change: refused at start, exit 2. The
 /// deadline is wall-clock time, and a simulated fabric's telemetry is slower than its own clock

@@ -3,7 +3,7 @@
 use serde::Serialize;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// One decision about one queue.
@@ -31,18 +31,30 @@ pub struct Decision<'a> {
 
 /// Append-only JSON-lines writer, shared by every actuator's control loop; each line is
 /// written whole and flushed, so a crash loses nothing written.
+///
+/// The log grows by a line per queue per round (about 550 bytes), so it is meant to be rotated:
+/// on SIGHUP ([`DecisionLog::reopen_on_hangup`]) it opens its path afresh, which is what
+/// logrotate's `postrotate` step expects after it renamed the file.
 #[derive(Clone)]
 pub struct DecisionLog {
-    out: Option<Arc<Mutex<BufWriter<File>>>>,
+    out: Option<Arc<Mutex<Sink>>>,
+}
+
+/// The file lines go to, and the path it was opened from.
+struct Sink {
+    path: PathBuf,
+    writer: BufWriter<File>,
+}
+
+fn open_append(path: &Path) -> std::io::Result<BufWriter<File>> {
+    Ok(BufWriter::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?))
 }
 
 impl DecisionLog {
     /// Log to `path` (appending), or nowhere.
     pub fn open(path: Option<&Path>) -> std::io::Result<Self> {
         let out = match path {
-            Some(p) => Some(Arc::new(Mutex::new(BufWriter::new(
-                std::fs::OpenOptions::new().create(true).append(true).open(p)?,
-            )))),
+            Some(p) => Some(Arc::new(Mutex::new(Sink { path: p.to_path_buf(), writer: open_append(p)? }))),
             None => None,
         };
         Ok(DecisionLog { out })
@@ -59,9 +71,47 @@ impl DecisionLog {
             let mut line = serde_json::to_vec(d)?;
             line.push(b'\n');
             let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
-            out.write_all(&line)?;
-            out.flush()?;
+            out.writer.write_all(&line)?;
+            out.writer.flush()?;
         }
+        Ok(())
+    }
+
+    /// Open the path afresh (after a rotation renamed the file): later lines go to a new file
+    /// there. When it cannot be opened, lines keep going to the old file, and the error says why.
+    pub fn reopen(&self) -> std::io::Result<()> {
+        if let Some(out) = &self.out {
+            let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+            let fresh = open_append(&out.path)?;
+            // Lines are flushed as written; this only makes sure before the old file closes.
+            out.writer.flush()?;
+            out.writer = fresh;
+        }
+        Ok(())
+    }
+
+    /// Reopen the log at every SIGHUP from now on. Without a log, SIGHUP is only logged: it
+    /// no longer ends the controller the way the default action would, mid-change and without
+    /// rolling back. Must be called inside the runtime.
+    pub fn reopen_on_hangup(&self) -> std::io::Result<()> {
+        let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        let log = self.clone();
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                let Some(out) = &log.out else {
+                    tracing::info!("SIGHUP: no decision log to reopen");
+                    continue;
+                };
+                let path = out.lock().unwrap_or_else(|e| e.into_inner()).path.clone();
+                match log.reopen() {
+                    Ok(()) => tracing::info!(path = %path.display(), "SIGHUP: decision log reopened"),
+                    Err(e) => tracing::warn!(
+                        path = %path.display(),
+                        "SIGHUP: cannot reopen the decision log ({e}); lines keep going to the old file"
+                    ),
+                }
+            }
+        });
         Ok(())
     }
 }

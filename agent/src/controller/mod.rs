@@ -294,6 +294,9 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
         let path = cfg.decision_log.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
         CliError::BadInput(format!("--decision-log {path}: {e}"))
     })?;
+    decisions
+        .reopen_on_hangup()
+        .map_err(|e| CliError::Failed(format!("cannot install a signal handler (SIGHUP): {e}")))?;
     let (requester, requests) = requests::channel();
     requester.listen_for_signals()?;
     let mut tasks = tokio::task::JoinSet::new();
