@@ -66,15 +66,19 @@ pub struct Captured {
     pub cut_short: Option<String>,
 }
 
-/// Completes on SIGINT or SIGTERM, saying which; never where signals cannot be watched.
+/// Completes on SIGINT, SIGTERM or SIGHUP (the terminal went away), saying which; never where
+/// signals cannot be watched. Each keeps what was read: a hangup would otherwise lose it.
 async fn stop_signal() -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) =
+        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()), signal(SignalKind::hangup()))
+    else {
         return std::future::pending().await;
     };
     tokio::select! {
         _ = int.recv() => "interrupted (SIGINT)",
         _ = term.recv() => "stopped (SIGTERM)",
+        _ = hup.recv() => "stopped (SIGHUP)",
     }
 }
 

@@ -321,8 +321,13 @@ impl Actuator {
     }
 
     /// Ask the child to stop (SIGTERM) and wait for it: its exit code and final journal.
-    pub async fn stop(mut self) -> (Option<i32>, Vec<Value>) {
-        terminate(self.child.id());
+    pub async fn stop(self) -> (Option<i32>, Vec<Value>) {
+        self.stop_with("TERM").await
+    }
+
+    /// As [`Actuator::stop`], with the signal `name` (as [`send_signal`] takes it).
+    pub async fn stop_with(mut self, name: &str) -> (Option<i32>, Vec<Value>) {
+        send_signal(self.child.id(), name);
         let code = match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
             Ok(Ok(status)) => status.code(),
             _ => None,

@@ -453,19 +453,23 @@ async fn bad_command_lines_exit_2_naming_the_flag() {
     }
 }
 
+/// SIGTERM, SIGINT and SIGHUP (the terminal went away) stop cleanly: a pending change is
+/// reverted and journaled. SIGHUP's default action would end the process mid-change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_cleanly_and_reverts_a_pending_change() {
-    let a = Actuator::start(&["--backend", "dry-run"]).await;
-    let mut c = a.client().await;
-    let q = ids(&caps(&mut c).await);
-    let l = lease(&mut c, "ctl-a").await;
-    apply(&mut c, &l, vec![change(&q[0], 100_000, 1_000_000, 0.5)], 600_000).await;
-    drop(c);
-    let (code, j) = a.stop().await;
-    assert_eq!(code, Some(0));
-    let reverts = events(&j, "revert");
-    assert_eq!(reverts.len(), 1, "{j:#?}");
-    assert!(reverts[0]["detail"].as_str().unwrap().contains("stopping"), "{}", reverts[0]);
+    for signal in ["TERM", "INT", "HUP"] {
+        let a = Actuator::start(&["--backend", "dry-run"]).await;
+        let mut c = a.client().await;
+        let q = ids(&caps(&mut c).await);
+        let l = lease(&mut c, "ctl-a").await;
+        apply(&mut c, &l, vec![change(&q[0], 100_000, 1_000_000, 0.5)], 600_000).await;
+        drop(c);
+        let (code, j) = a.stop_with(signal).await;
+        assert_eq!(code, Some(0), "SIG{signal}");
+        let reverts = events(&j, "revert");
+        assert_eq!(reverts.len(), 1, "SIG{signal}: {j:#?}");
+        assert!(reverts[0]["detail"].as_str().unwrap().contains("stopping"), "{}", reverts[0]);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -377,29 +377,32 @@ async fn a_recording_cut_short_keeps_what_it_read() {
 }
 
 /// Ctrl-C during `record --target` keeps what was read, as a lost stream does: an hour of
-/// telemetry is not lost to the operator's interrupt. It used to end with nothing written.
+/// telemetry is not lost to the operator's interrupt. It used to end with nothing written. So
+/// does a hangup (the terminal closed), whose default action would lose it all.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_interrupted_recording_keeps_what_it_read() {
     let dir = tempfile::Builder::new().prefix("ecn-live-int-").tempdir().unwrap();
     let actuator = Actuator::start(&["--backend", "sim", "--scenario", "websearch-50"]).await;
-    let out = path(dir.path(), "int.parquet");
-    let child = tokio::process::Command::new(ecn_tests::ecn_tuner_bin())
-        .args(["record", "--target", &actuator.url(), "--duration", "60s", "--out", &out])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    actuator.wait_for_telemetry_time(2_000_000, Duration::from_secs(60)).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    ecn_tests::send_signal(child.id(), "INT");
-    let done = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
-    let stderr = String::from_utf8_lossy(&done.stderr);
-    assert_eq!(done.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("interrupted (SIGINT)") && stderr.contains("short of --duration 60s"), "{stderr}");
-    let rows = ecn_datasets::io::read_telemetry_parquet(Path::new(&out)).unwrap();
-    assert!(!rows.is_empty());
+    for (signal, said) in [("INT", "interrupted (SIGINT)"), ("HUP", "stopped (SIGHUP)")] {
+        let out = path(dir.path(), &format!("{signal}.parquet"));
+        let child = tokio::process::Command::new(ecn_tests::ecn_tuner_bin())
+            .args(["record", "--target", &actuator.url(), "--duration", "60s", "--out", &out])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        actuator.wait_for_telemetry_time(2_000_000, Duration::from_secs(60)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        ecn_tests::send_signal(child.id(), signal);
+        let done = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+        let stderr = String::from_utf8_lossy(&done.stderr);
+        assert_eq!(done.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(said) && stderr.contains("short of --duration 60s"), "{stderr}");
+        let rows = ecn_datasets::io::read_telemetry_parquet(Path::new(&out)).unwrap();
+        assert!(!rows.is_empty());
+    }
 }
 
 /// The bad-file suite through `recommend`: without `--repair` every corrupted file exits 2

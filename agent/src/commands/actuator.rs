@@ -248,17 +248,19 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
     })
 }
 
-/// Resolves on SIGINT or SIGTERM, naming which.
+/// Resolves on SIGINT, SIGTERM or SIGHUP, naming which. SIGHUP (the terminal went away) is a
+/// clean stop too: its default action would end the process with a change unreverted.
 async fn shutdown_signal() -> &'static str {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => tokio::select! {
+        match (signal(SignalKind::terminate()), signal(SignalKind::hangup())) {
+            (Ok(mut term), Ok(mut hup)) => tokio::select! {
                 _ = tokio::signal::ctrl_c() => "SIGINT",
                 _ = term.recv() => "SIGTERM",
+                _ = hup.recv() => "SIGHUP",
             },
-            Err(_) => {
+            _ => {
                 let _ = tokio::signal::ctrl_c().await;
                 "SIGINT"
             }
