@@ -71,6 +71,9 @@ pub struct ExpectedEffect {
     /// the units of the card's reward. A scale for comparing choices, not a forecast of the
     /// next interval: the Q difference is that of choosing once and following the model after.
     pub reward_gain_per_interval: f64,
+    /// The same for what is recommended (its nearest template entry): the choice's gain for an
+    /// unclamped change, less for a step the guardrails limited, 0 for a `keep`.
+    pub recommended_gain_per_interval: f64,
     /// In words: what the change does to marking and what it should do to the queue.
     pub summary: String,
 }
@@ -268,6 +271,7 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     q_choice: qv[choice] as f64,
                     q_current: qv[keep] as f64,
                     reward_gain_per_interval: gain(choice, keep),
+                    recommended_gain_per_interval: 0.0,
                     summary: summary(&q.current, &proposed),
                 });
                 if choice == keep {
@@ -313,6 +317,10 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
             // at its nearest template entry) against the baseline, not what the model chose.
             let recommended = template.nearest(&rec.recommended, q.link);
             rec.baseline.reward_gain_per_interval = Some(gain(recommended, base));
+            if let Some(effect) = rec.expected_effect.as_mut() {
+                effect.recommended_gain_per_interval =
+                    if rec.decision == Decision::Change { gain(recommended, keep) } else { 0.0 };
+            }
             rec
         })
         .collect()
@@ -436,8 +444,9 @@ mod tests {
         }
     }
 
-    /// The gain over the baseline is the recommended setting's: for a `keep`, the current
-    /// setting's, however much better the model's (unsure) choice looked.
+    /// The gains over the baseline and over the current setting are the recommended setting's:
+    /// for a `keep`, the current setting's, however much better the model's (unsure) choice
+    /// looked.
     #[test]
     fn the_baseline_gain_is_that_of_the_setting_recommended() {
         let cur = EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.2 };
@@ -456,6 +465,13 @@ mod tests {
             let recommended = qv[template.nearest(&r.recommended, q.link)];
             let want = (recommended - base) as f64 * (1.0 - m.gamma());
             assert_eq!(r.baseline.reward_gain_per_interval, Some(want), "seed {seed}: {}", r.reason);
+            // The same holds for the gain over keeping the current setting: 0 for a keep.
+            let current = qv[template.nearest(&cur, q.link)];
+            let want = match r.decision {
+                Decision::Change => (recommended - current) as f64 * (1.0 - m.gamma()),
+                Decision::Keep => 0.0,
+            };
+            assert_eq!(effect.recommended_gain_per_interval, want, "seed {seed}: {}", r.reason);
             match r.decision {
                 Decision::Keep if effect.reward_gain_per_interval > 0.0 => keeps += 1,
                 Decision::Change => changes += 1,

@@ -161,7 +161,7 @@ fn print_table(source: &str, model: &LearnedModel, recs: &[Recommendation]) {
         let gain = r
             .expected_effect
             .as_ref()
-            .map(|e| format!("{:+.4}", e.reward_gain_per_interval))
+            .map(|e| format!("{:+.4}", e.recommended_gain_per_interval))
             .unwrap_or_else(|| "-".into());
         let clamps = if r.clamps.is_empty() {
             String::new()
@@ -184,7 +184,8 @@ fn print_table(source: &str, model: &LearnedModel, recs: &[Recommendation]) {
     }
     if let Some(r) = recs.first() {
         outln!(
-            "gain/int: the model's expected reward gain per control interval over keeping the current setting; \
+            "gain/int: the model's expected reward gain per control interval of the recommended setting over \
+             keeping the current one (0 for a keep; the JSON output gives the unclamped choice's too); \
              the JSON output also compares with static {} (scaled to each port's speed)",
             r.baseline.name
         );
