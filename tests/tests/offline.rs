@@ -135,6 +135,32 @@ async fn offline_training_is_reproducible_and_records_its_data() {
     assert!(stderr.contains(&queue) && stderr.contains("its queues' median every 100000 ns"), "{stderr}");
     assert!(!Path::new(&out).exists());
 
+    // A poll interval that changes part way through a file: each queue's interval is read
+    // from its first steps (200 µs here, every other row kept), and the 100 µs rest would be
+    // learned as if it were 200 µs telemetry. A file mostly off its interval is refused,
+    // naming the change.
+    // Each queue's short last interval (the run ends mid-interval) is the only one off it.
+    let (off, total) = (
+        c["training"]["hyperparameters"]["off_interval_transitions"].as_u64().unwrap(),
+        c["training"]["env_steps"].as_u64().unwrap(),
+    );
+    assert!(off > 0 && off * 20 < total, "{off} of {total}");
+    let rows = ecn_datasets::io::read_telemetry_parquet(Path::new(&a)).unwrap();
+    let mut times: Vec<u64> = rows.iter().map(|r| r.sample.ts_ns).collect();
+    times.dedup();
+    let slow_until = times[70];
+    let changed: Vec<_> =
+        rows.into_iter().filter(|r| r.sample.ts_ns > slow_until || (r.sample.ts_ns / 100_000) % 2 == 0).collect();
+    let changed_path = dir.path().join("interval-change.parquet");
+    ecn_datasets::io::write_telemetry_parquet(&changed_path, &changed).unwrap();
+    let out = path(dir.path(), "changed.safetensors");
+    let (code, _, stderr) =
+        run_cli(&["train", "--telemetry", &changed_path.display().to_string(), "--steps", "2", "--out", &out]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("interval-change.parquet") && stderr.contains("did the poll interval change"), "{stderr}");
+    assert!(stderr.contains("(200000 ns"), "{stderr}");
+    assert!(!Path::new(&out).exists());
+
     // The result runs in closed loop like any model.
     let tiny = path(dir.path(), "tiny.toml");
     let stdout = ok(&["sim", "--scenario", &tiny, "--policy", &format!("model:{m1}"), "--json"]).await;

@@ -20,7 +20,7 @@ use ecn_models::staged::StagedFiles;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use tracing::info;
+use tracing::{info, warn};
 
 /// The name that selects the randomized training distribution.
 const TRAINING_MIX: &str = "training-mix";
@@ -314,8 +314,27 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
     let capacity: usize = files.iter().map(|(_, f, _)| f.samples()).sum();
     let mut data = LoggedData::new(&tuning, capacity.max(1));
     for (path, file, _) in &files {
+        let off_interval = data.off_interval;
         let transitions = offline::add_transitions(&file.queues, &tuning, &mut data)
             .map_err(|e| CliError::BadInput(format!("{}: {e}", path.display())))?;
+        let off_interval = data.off_interval - off_interval;
+        if off_interval * 2 > transitions {
+            return Err(CliError::BadInput(format!(
+                "{}: {off_interval} of {} transitions cover intervals outside 0.8–1.25 × the data's sample interval \
+                 ({interval_ns} ns, the median of its queues' first steps); did the poll interval change within \
+                 the file? Split it where it changes and train on one interval",
+                path.display(),
+                transitions
+            )));
+        }
+        if off_interval * 10 > transitions {
+            warn!(
+                file = %path.display(),
+                transitions = off_interval,
+                "more than a tenth of the transitions cover intervals outside 0.8–1.25 × the sample interval \
+                 ({interval_ns} ns): the model learns from them as if they were at it"
+            );
+        }
         data.files.push(DataFileRecord {
             path: path.display().to_string(),
             sha256: telemetry_input::sha256(path)?,

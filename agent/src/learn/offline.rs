@@ -23,6 +23,7 @@
 use super::ddqn::{Ddqn, DdqnConfig};
 use super::replay::ReplayBuffer;
 use crate::error::CliError;
+use crate::learned::same_interval;
 use crate::telemetry_input::intervals;
 use ecn_datasets::telemetry::QueueSeries;
 use ecn_env::tuning::{ActionTemplate, QueueHistory, TuningConfig};
@@ -62,6 +63,10 @@ pub struct LoggedData {
     pub action_counts: Vec<u64>,
     /// Transitions whose logged setting was not a template entry (mapped to the nearest).
     pub off_template: u64,
+    /// Transitions with an interval (observed or rewarded) not at the control interval within a
+    /// poller's jitter ([`crate::learned::same_interval`]): a recording's short last interval,
+    /// a stalled poll, or a poll interval that changed within the file.
+    pub off_interval: u64,
     /// Line rates of the queues the transitions come from.
     pub link_speeds_bps: BTreeSet<u64>,
 }
@@ -78,9 +83,17 @@ pub fn add_transitions(series: &[QueueSeries], tuning: &TuningConfig, data: &mut
     for s in series {
         for seg in s.segments() {
             let mut history = QueueHistory::default();
+            // Consecutive intervals, up to this one, at the control interval.
+            let mut at_interval = 0;
             for (row, iv) in seg.iter().zip(intervals(seg, s.interval_ns.unwrap_or(interval))) {
+                at_interval = if same_interval(iv.interval_ns, interval) { at_interval + 1 } else { 0 };
                 obs.clear();
                 if history.observe(tuning.features, tuning.history, &mut obs) {
+                    // Counted, for `train` to refuse a file mostly off its interval (a model
+                    // decides only at its own, `LearnedModel::untrained`).
+                    if at_interval <= tuning.history {
+                        data.off_interval += 1;
+                    }
                     let link = BitsPerSec(row.link_bps);
                     let logged = iv.setting();
                     let action = template.nearest(&logged, link);
@@ -121,6 +134,7 @@ impl LoggedData {
             files: Vec::new(),
             action_counts: vec![0; ActionTemplate::new(tuning.template).len()],
             off_template: 0,
+            off_interval: 0,
             link_speeds_bps: BTreeSet::new(),
         }
     }
@@ -225,6 +239,7 @@ pub fn train(cfg: &OfflineConfig, data: &LoggedData, bar: &ProgressBar) -> Resul
             "ddqn": cfg.ddqn,
             "action_counts": data.action_counts,
             "off_template_transitions": data.off_template,
+            "off_interval_transitions": data.off_interval,
             "selection": "the final network (offline: no simulator in the loop)",
             "device": format!("{:?}", cfg.device),
             "cpu_arithmetic": ecn_models::arithmetic::CpuArithmetic::on(cfg.device),
