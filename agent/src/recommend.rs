@@ -47,6 +47,9 @@ pub struct QueueState {
     pub history: QueueHistory,
     /// How many intervals `history` holds (it keeps at most the model's history).
     pub intervals: usize,
+    /// How long before the newest sample of any queue in the source this queue's newest one
+    /// was taken (0 for the queues sampled last).
+    pub behind_ns: u64,
 }
 
 /// Keep or change.
@@ -74,7 +77,8 @@ pub struct ExpectedEffect {
     /// The same for what is recommended (its nearest template entry): the choice's gain for an
     /// unclamped change, less for a step the guardrails limited, 0 for a `keep`.
     pub recommended_gain_per_interval: f64,
-    /// In words: what the change does to marking and what it should do to the queue.
+    /// In words: what the recommended setting does to marking, against the current one, and
+    /// what it should do to the queue ("keeps the current setting" for a `keep`).
     pub summary: String,
 }
 
@@ -165,6 +169,9 @@ pub fn confidence(gap: f64, q_noise: f64) -> f64 {
 }
 
 fn summary(from: &EcnSetting, to: &EcnSetting) -> String {
+    if from == to {
+        return "keeps the current setting".into();
+    }
     let earlier = (to.kmin_bytes < from.kmin_bytes) as i32 + (to.kmax_bytes < from.kmax_bytes) as i32
         - (to.kmin_bytes > from.kmin_bytes) as i32
         - (to.kmax_bytes > from.kmax_bytes) as i32
@@ -212,9 +219,16 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     reward_gain_per_interval: None,
                 },
             };
+            // Marking in a step (Kmin = Kmax) is the curve the bounds write Kmax = Kmin + 1 B
+            // (`dctcp-style`): the same marks, so not a fault, and the model's `keep` is its own.
+            let current = if q.current.kmin_bytes == q.current.kmax_bytes {
+                EcnSetting { kmax_bytes: q.current.kmax_bytes.saturating_add(1), ..q.current }
+            } else {
+                q.current
+            };
             // A current setting outside the bounds is a fault to fix whatever the model says.
-            if !bounds.contains(&q.current) {
-                rec.recommended = bounds.clamp(q.current);
+            if !bounds.contains(&current) {
+                rec.recommended = bounds.clamp(current);
                 rec.decision = Decision::Change;
                 rec.confidence = 1.0;
                 rec.clamps.push(Clamp::Bounds);
@@ -227,7 +241,20 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     .into();
                 return rec;
             };
+            // Telemetry that ended well before the rest of the source's: a queue gone quiet
+            // (port down, removed) is no state to act on. Two intervals allow for queues polled
+            // at different moments.
+            let interval_ns = tuning.control_interval.0;
+            if q.behind_ns > 2 * interval_ns {
+                rec.reason = format!(
+                    "its telemetry ends {} before the newest of the source's (a queue gone quiet?)",
+                    ecn_env::Nanos(q.behind_ns)
+                );
+                return rec;
+            }
             let (rates, intervals) = (cfg.allow_untrained_rates, cfg.allow_untrained_intervals);
+            // What the flags allowed is said with whatever is decided.
+            let allowed = model.untrained(q.link, &q.history, false, false).map(|why| model.untrained_reason(why));
             if let Some(why) = model.untrained(q.link, &q.history, rates, intervals) {
                 let whence = match why {
                     Untrained::Rate(_) => "there",
@@ -258,7 +285,7 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                 return rec;
             }
             let choice = (0..qv.len()).max_by(|&a, &b| qv[a].total_cmp(&qv[b])).expect("non-empty template");
-            let keep = template.nearest(&q.current, q.link);
+            let keep = template.nearest(&current, q.link);
             let base = template.nearest(&baseline_setting, q.link);
             let gain = |a: usize, b: usize| (qv[a] - qv[b]) as f64 * (1.0 - gamma);
             'decided: {
@@ -272,7 +299,7 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     q_current: qv[keep] as f64,
                     reward_gain_per_interval: gain(choice, keep),
                     recommended_gain_per_interval: 0.0,
-                    summary: summary(&q.current, &proposed),
+                    summary: String::new(),
                 });
                 if choice == keep {
                     let runner_up = (0..qv.len())
@@ -281,7 +308,7 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                         .map(|a| (qv[keep] - qv[a]) as f64)
                         .unwrap_or(0.0);
                     rec.confidence = confidence(runner_up, calibration.q_noise());
-                    rec.reason = "the model's choice is the current setting".into();
+                    rec.reason = "the model's choice is the current setting (its nearest template entry)".into();
                     break 'decided;
                 }
                 rec.confidence = confidence((qv[choice] - qv[keep]) as f64, calibration.q_noise());
@@ -293,7 +320,7 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     break 'decided;
                 }
                 let ctx = QueueContext {
-                    current: q.current,
+                    current,
                     baseline: baseline_setting,
                     xoff_bytes: None,
                     last_change: None,
@@ -301,17 +328,20 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                 };
                 let verdict = guardrails.check(Some(proposed), &ctx, now);
                 rec.clamps = verdict.clamps;
-                rec.recommended = verdict.setting;
-                if verdict.setting == q.current {
+                if verdict.setting == current {
                     rec.reason = "the guardrails hold the current setting".into();
                     break 'decided;
                 }
+                rec.recommended = verdict.setting;
                 rec.decision = Decision::Change;
                 rec.reason = if rec.clamps.is_empty() {
                     "the model expects a better reward from this setting".into()
                 } else {
                     "the model expects a better reward; the guardrails limited the step".into()
                 };
+            }
+            if let Some(why) = allowed {
+                rec.reason = format!("{} (allowed although {why})", rec.reason);
             }
             // What is recommended (the current setting unless it is a change, a limited step
             // at its nearest template entry) against the baseline, not what the model chose.
@@ -320,6 +350,7 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
             if let Some(effect) = rec.expected_effect.as_mut() {
                 effect.recommended_gain_per_interval =
                     if rec.decision == Decision::Change { gain(recommended, keep) } else { 0.0 };
+                effect.summary = summary(&q.current, &rec.recommended);
             }
             rec
         })
@@ -397,7 +428,7 @@ mod tests {
                 3,
             );
         }
-        QueueState { switch: "s".into(), port: "p".into(), queue: 3, link, current, history, intervals }
+        QueueState { switch: "s".into(), port: "p".into(), queue: 3, link, current, history, intervals, behind_ns: 0 }
     }
 
     #[test]
@@ -441,7 +472,15 @@ mod tests {
         for q in [slow, gap] {
             let r = &recommend(&m, &[q], &cfg)[0];
             assert!(r.expected_effect.is_some(), "the model decides when allowed: {}", r.reason);
+            // And says what was allowed, with whatever it decides.
+            assert!(r.reason.contains("(allowed although the model trained on 100µs telemetry"), "{}", r.reason);
         }
+
+        // A queue whose telemetry ended a second before the rest of the source's: keep.
+        let quiet = QueueState { behind_ns: 1_000_000_000, ..state(cur, 100, 1_000.0, 3) };
+        let r = &recommend(&m, &[quiet], &cfg)[0];
+        assert_eq!((r.decision, r.recommended), (Decision::Keep, cur));
+        assert_eq!(r.reason, "its telemetry ends 1s before the newest of the source's (a queue gone quiet?)");
     }
 
     /// The gains over the baseline and over the current setting are the recommended setting's:
@@ -479,6 +518,38 @@ mod tests {
             }
         }
         assert!(keeps > 0 && changes > 0, "both cases reached: {keeps} unsure keeps, {changes} changes");
+    }
+
+    /// Marking in a step (Kmin = Kmax) is the same curve as Kmax = Kmin + 1 B, the bounds' way
+    /// of writing it: not a fault to clamp by a byte at confidence 1, but a setting the model
+    /// judges as it would its template entry.
+    #[test]
+    fn a_step_marking_setting_is_judged_not_clamped_by_a_byte() {
+        let step = EcnSetting { kmin_bytes: 100_000, kmax_bytes: 100_000, pmax: 0.2 };
+        let (mut keeps, mut changes) = (0, 0);
+        for seed in 0..10 {
+            let m = model(seed, Bounds::default(), 1e-9);
+            let r = &recommend(&m, &[state(step, 100, 1_000.0, 3)], &RecommendConfig::for_model(&m))[0];
+            assert!(
+                !r.clamps.contains(&Clamp::Bounds) && !r.reason.contains("outside the bounds"),
+                "seed {seed}: {}",
+                r.reason
+            );
+            let effect = r.expected_effect.as_ref().expect("the model was asked");
+            match r.decision {
+                Decision::Keep => {
+                    assert_eq!(r.recommended, step, "a keep keeps the step as written");
+                    assert_eq!(effect.summary, "keeps the current setting");
+                    keeps += 1;
+                }
+                Decision::Change => {
+                    assert_ne!(r.recommended.kmax_bytes, step.kmax_bytes + 1, "seed {seed}: a one-byte change");
+                    assert!(effect.summary.contains(&format!("Kmin 100000 → {} B", r.recommended.kmin_bytes)));
+                    changes += 1;
+                }
+            }
+        }
+        assert!(changes > 0, "{keeps} keeps, {changes} changes");
     }
 
     #[test]

@@ -132,7 +132,8 @@ pub struct QueueTail {
     pub last: Option<QueueSample>,
 }
 
-/// The last `keep` unbroken samples of every queue.
+/// The last `keep` unbroken samples of every queue in the file, one without any sample (only
+/// a cumulative baseline reading) included with none.
 ///
 /// Without `--repair` this streams, so a file larger than memory works; with it the file is
 /// loaded, because repair sorts.
@@ -178,10 +179,19 @@ pub fn tails(path: &Path, opts: &ReadOptions, keep: usize) -> Result<Vec<QueueTa
         t.last = Some(*s);
     })
     .map_err(|e| CliError::BadInput(e.to_string()))?;
-    let mut tails: Vec<QueueTail> = slots
-        .into_iter()
+    // Every queue of the file, those with no sample delivered (a cumulative file's queue with
+    // only its baseline reading) included, with nothing in them.
+    let mut tails: Vec<QueueTail> = summary
+        .queues
+        .iter()
         .zip(&summary.intervals_ns)
-        .filter_map(|(t, &i)| t.map(|t| QueueTail { interval_ns: i, ..t }))
+        .enumerate()
+        .map(|(id, (key, &interval_ns))| {
+            let t = slots.get_mut(id).and_then(Option::take);
+            let t =
+                t.unwrap_or_else(|| QueueTail { key: key.clone(), interval_ns, recent: VecDeque::new(), last: None });
+            QueueTail { interval_ns, ..t }
+        })
         .collect();
     tails.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(tails)

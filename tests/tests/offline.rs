@@ -195,6 +195,50 @@ async fn recommend_gives_bounded_settings_and_keeps_when_out_of_distribution() {
         }
         assert_eq!(q["baseline"]["name"], "huawei-latency");
     }
+    assert_eq!(doc["unsampled_queues"], serde_json::json!([]));
+
+    // As cumulative counters, with one queue read only once: that reading is its baseline, no
+    // sample, so it has no recommendation, and the output says so rather than leave it out.
+    let mut totals = std::collections::HashMap::new();
+    let first = format!("{}/{}/{}", rows[0].switch, rows[0].port, rows[0].queue);
+    let mut seen_first = false;
+    let cumulative: Vec<_> = rows
+        .iter()
+        .filter(|r| {
+            let is_first = format!("{}/{}/{}", r.switch, r.port, r.queue) == first;
+            let keep = !(is_first && seen_first);
+            seen_first |= is_first;
+            keep
+        })
+        .map(|r| {
+            let mut c = r.clone();
+            let t = totals.entry((r.switch.clone(), r.port.clone(), r.queue)).or_insert([0u64; 4]);
+            for (total, v) in t.iter_mut().zip([
+                &mut c.sample.tx_bytes,
+                &mut c.sample.tx_pkts,
+                &mut c.sample.ecn_marked_pkts,
+                &mut c.sample.paused_ns,
+            ]) {
+                *total += *v;
+                *v = *total;
+            }
+            c
+        })
+        .collect();
+    let cumulative_path = dir.path().join("cumulative.parquet");
+    ecn_datasets::io::write_telemetry_parquet_with(
+        &cumulative_path,
+        &cumulative,
+        ecn_datasets::telemetry::CounterMode::Cumulative,
+    )
+    .unwrap();
+    let cumulative_path = cumulative_path.display().to_string();
+    let stdout = ok(&["recommend", "--telemetry", &cumulative_path, "--model", &model, "--json"]).await;
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["queues"].as_array().unwrap().len(), names.len() - 1);
+    assert_eq!(doc["unsampled_queues"], serde_json::json!([first]));
+    let stdout = ok(&["recommend", "--telemetry", &cumulative_path, "--model", &model]).await;
+    assert!(stdout.contains("no sample, so no recommendation, for 1 queue(s)") && stdout.contains(&first), "{stdout}");
 
     // The same file with every queue 50× deeper than anything in training: the model must not
     // guess.
@@ -241,7 +285,11 @@ async fn recommend_gives_bounded_settings_and_keeps_when_out_of_distribution() {
     let stdout =
         ok(&["recommend", "--telemetry", &fast_path, "--model", &model, "--json", "--allow-untrained-rates"]).await;
     let doc: Value = serde_json::from_str(&stdout).unwrap();
-    assert!(doc["queues"].as_array().unwrap().iter().all(|q| !q["reason"].as_str().unwrap().contains(untrained)));
+    // No queue is held for it; a decision from the model says what was allowed.
+    for q in doc["queues"].as_array().unwrap() {
+        let reason = q["reason"].as_str().unwrap();
+        assert!(!reason.contains(untrained) || reason.contains(&format!("(allowed although {untrained})")), "{q}");
+    }
 
     // The same file with every other sample of each queue left out, as from a poller at twice
     // the model's control interval: keep, and say so, unless the operator allows it.
@@ -268,7 +316,10 @@ async fn recommend_gives_bounded_settings_and_keeps_when_out_of_distribution() {
     let stdout =
         ok(&["recommend", "--telemetry", &slow_path, "--model", &model, "--json", "--allow-untrained-intervals"]).await;
     let doc: Value = serde_json::from_str(&stdout).unwrap();
-    assert!(doc["queues"].as_array().unwrap().iter().all(|q| !q["reason"].as_str().unwrap().contains(other)));
+    for q in doc["queues"].as_array().unwrap() {
+        let reason = q["reason"].as_str().unwrap();
+        assert!(!reason.contains(other) || reason.contains(&format!("(allowed although {other}")), "{q}");
+    }
 
     // One late poll (140 µs, within --max-gap) just before the oldest of the three intervals the
     // model observes: that interval covers 140 µs, outside the card's 0.8-1.25, so every queue

@@ -92,7 +92,10 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     cfg.min_confidence = args.min_confidence;
     cfg.allow_untrained_rates = args.allow_untrained_rates;
     cfg.allow_untrained_intervals = args.allow_untrained_intervals;
-    let states: Vec<QueueState> = tails.iter().filter_map(|t| queue_state(t, history)).collect();
+    let newest_ns = tails.iter().filter_map(|t| t.last.map(|s| s.ts_ns)).max().unwrap_or(0);
+    let states: Vec<QueueState> = tails.iter().filter_map(|t| queue_state(t, history, newest_ns)).collect();
+    // A queue with no sample has no current setting to recommend against: listed apart.
+    let unsampled: Vec<String> = tails.iter().filter(|t| t.last.is_none()).map(|t| t.key.to_string()).collect();
     let recs = recommend::recommend(&model, &states, &cfg);
     if args.json {
         let doc = serde_json::json!({
@@ -100,10 +103,19 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
             "model": model.spec,
             "min_confidence": cfg.min_confidence,
             "queues": recs,
+            "unsampled_queues": unsampled,
         });
         outln!("{}", serde_json::to_string_pretty(&doc).expect("plain data"));
     } else {
         print_table(&source, &model, &recs);
+        if !unsampled.is_empty() {
+            outln!(
+                "no sample, so no recommendation, for {} queue(s) (a cumulative file's first reading of a queue is \
+                 only its baseline): {}",
+                unsampled.len(),
+                unsampled.join(", ")
+            );
+        }
     }
     Ok(())
 }
@@ -111,7 +123,7 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
 /// A queue's newest unbroken samples (up to `history` + 1) as the model's input: each of the
 /// last `history` intervals over the step from the sample before it; where the run starts
 /// within them, its first over the nominal interval, as offline training measures it.
-fn queue_state(t: &QueueTail, history: usize) -> Option<QueueState> {
+fn queue_state(t: &QueueTail, history: usize, newest_ns: u64) -> Option<QueueState> {
     let last = t.last?;
     let mut h = QueueHistory::default();
     // Without a known interval there is no rate to compute: the history stays empty and the
@@ -133,6 +145,7 @@ fn queue_state(t: &QueueTail, history: usize) -> Option<QueueState> {
         current: telemetry_input::setting(&last),
         history: h,
         intervals,
+        behind_ns: newest_ns.saturating_sub(last.ts_ns),
     })
 }
 
