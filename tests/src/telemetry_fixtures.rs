@@ -360,6 +360,13 @@ pub fn write_fixtures(dir: &Path) -> Vec<TelemetryFixture> {
     let p = add("no_rows", "parquet", 64, problem("empty", None, None), None);
     write_telemetry_parquet(&p, &[]).expect("no rows");
 
+    // A line rate no port has (2^64 − 1 b/s, a garbage value): it would scale every rate to 0.
+    let row = 20;
+    let p = add("absurd_link_rate", "csv", 64, problem("out_of_range", Some(row + 1), Some("link_bps")), None);
+    let mut rows = clean.clone();
+    rows[row as usize].sample.link_bps = u64::MAX;
+    write_telemetry_csv(&p, &rows).expect("link rate");
+
     let p = add("truncated", "parquet", 64, problem("unreadable", None, None), None);
     let bytes = fs::read(dir.join("clean.parquet")).expect("clean bytes");
     fs::write(&p, &bytes[..bytes.len() * 2 / 3]).expect("truncated");

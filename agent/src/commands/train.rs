@@ -160,8 +160,11 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         ecn_models::checkpoint::sibling(&args.out, CURVE_CSV),
         ecn_models::checkpoint::sibling(&args.out, CURVE_PNG),
     ])?;
-    if args.steps == 0 || args.envs == 0 {
-        return Err(CliError::BadInput("--steps and --envs must be at least 1".into()));
+    if args.steps == 0 {
+        return Err(CliError::BadInput("--steps 0: must be at least 1".into()));
+    }
+    if args.envs == 0 {
+        return Err(CliError::BadInput("--envs 0: must be at least 1".into()));
     }
     if args.envs > MAX_ENVS {
         return Err(CliError::BadInput(format!(

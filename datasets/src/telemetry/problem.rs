@@ -80,6 +80,8 @@ pub enum ProblemKind {
         value: u64,
         /// The largest plausible delta.
         max: u64,
+        /// The time it was judged over: the step from the queue's previous row, or its interval.
+        span_ns: u64,
     },
     /// Columns of one interval that contradict each other: more packets marked than sent, a
     /// mean depth above the interval's maximum.
@@ -156,8 +158,16 @@ impl fmt::Display for ProblemKind {
                 "gap of {step_ns} ns since the queue's previous sample ({:.1} intervals of {interval_ns} ns)",
                 *step_ns as f64 / (*interval_ns).max(1) as f64
             ),
-            ProblemKind::ImplausibleDelta { value, max } => {
-                write!(f, "per-interval delta {value} exceeds the plausible {max} (a wrapped counter?)")
+            ProblemKind::ImplausibleDelta { value, max, span_ns } => {
+                write!(
+                    f,
+                    "per-interval delta {value} exceeds the plausible {max} over {span_ns} ns (a wrapped counter?"
+                )?;
+                // Rows microseconds apart or less are most likely timed in other units.
+                if *span_ns < 10_000 {
+                    write!(f, " or is ts_ns not in nanoseconds?")?;
+                }
+                write!(f, ")")
             }
             ProblemKind::Inconsistent(m) => write!(f, "{m}"),
             ProblemKind::CounterReset { previous, current } => {
@@ -336,5 +346,20 @@ impl Collector {
         } else {
             Ok(self.report)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_implausible_delta_over_microseconds_asks_about_the_time_unit() {
+        let over = |span_ns| ProblemKind::ImplausibleDelta { value: 2_000_000_000, max: 15, span_ns }.to_string();
+        assert_eq!(over(1), "per-interval delta 2000000000 exceeds the plausible 15 over 1 ns (a wrapped counter? or is ts_ns not in nanoseconds?)");
+        assert_eq!(
+            over(1_000_000_000),
+            "per-interval delta 2000000000 exceeds the plausible 15 over 1000000000 ns (a wrapped counter?)"
+        );
     }
 }

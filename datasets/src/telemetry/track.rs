@@ -264,7 +264,7 @@ impl Track {
                     for i in 0..7 {
                         if let Some(m) = max[i] {
                             if values[i] > m {
-                                let kind = ProblemKind::ImplausibleDelta { value: values[i], max: m };
+                                let kind = ProblemKind::ImplausibleDelta { value: values[i], max: m, span_ns };
                                 problems.push(Some(row), Some(COUNTER_COLUMNS[i]), kind, true);
                                 self.next = Continuity::AfterDrop;
                                 return;
