@@ -1,8 +1,12 @@
 //! Reading telemetry from a live actuator without controlling it, for `record --target` and
-//! `recommend --target`. Nothing here writes: no writer lease is taken.
+//! `recommend --target`. Nothing here writes: no writer lease is taken. As for `run`, the
+//! target `sim` (or a built-in scenario's name) is a simulated fabric behind an actuator in
+//! this process (PRODUCT.md: it stands in for a real fabric behind the same interface).
 
 use crate::actuator::security::PEM_MAX_BYTES;
+use crate::actuator::sim::{SimOptions, DEFAULT_SIM_SCENARIO, DEFAULT_TIME_SCALE};
 use crate::actuator::telemetry::sample_from_wire;
+use crate::actuator::{self, ServeOptions};
 use crate::controller;
 use crate::error::CliError;
 use ecn_datasets::bounded::read_at_most;
@@ -22,6 +26,9 @@ pub struct Target {
     pub token: Option<String>,
     /// CA certificate (PEM) for https.
     pub tls_ca: Option<Vec<u8>>,
+    /// For `--target sim` or a built-in scenario's name: the scenario of the simulated fabric
+    /// to start behind an in-process actuator (whose URL is not known until then).
+    pub simulated: Option<String>,
 }
 
 impl Target {
@@ -31,6 +38,19 @@ impl Target {
         token_file: Option<&std::path::Path>,
         tls_ca: Option<&std::path::Path>,
     ) -> Result<Target, CliError> {
+        let simulated = match url {
+            "sim" => Some(DEFAULT_SIM_SCENARIO.to_string()),
+            name if ecn_env::scenario::builtin(name).is_some() => Some(name.to_string()),
+            _ => None,
+        };
+        if simulated.is_some() {
+            if let Some(flag) = [("--token-file", token_file), ("--tls-ca", tls_ca)].iter().find(|(_, f)| f.is_some()) {
+                return Err(CliError::BadInput(format!(
+                    "{}: the simulated fabric of --target {url} runs in this process, on loopback, and needs none",
+                    flag.0
+                )));
+            }
+        }
         let read = |flag: &str, p: &std::path::Path| {
             read_at_most(p, PEM_MAX_BYTES).map_err(|e| CliError::BadInput(format!("--{flag} {}: {e}", p.display())))
         };
@@ -38,6 +58,7 @@ impl Target {
             url: url.to_string(),
             token: token_file.map(crate::actuator::security::read_token_file).transpose()?,
             tls_ca: tls_ca.map(|p| read("tls-ca", p)).transpose()?,
+            simulated,
         })
     }
 }
@@ -85,8 +106,35 @@ async fn stop_signal() -> &'static str {
 /// A batch must come within this, or the actuator counts as silent.
 const SILENCE: Duration = Duration::from_secs(30);
 
-/// Read telemetry from `target` until `until`.
+/// Simulated time a one-shot read of a simulated fabric lets pass first: its first batches are
+/// of a fabric still filling, with no queue yet.
+const SIM_WARMUP_NS: u64 = 2_000_000;
+
+/// Read telemetry from `target` until `until`; for a simulated target, start its fabric first
+/// and stop it after.
 pub async fn capture(target: &Target, until: Until) -> Result<Captured, CliError> {
+    let Some(scenario) = &target.simulated else { return capture_from(target, until, 0).await };
+    let sim = SimOptions {
+        scenario: scenario.clone(),
+        seed: None,
+        time_scale: DEFAULT_TIME_SCALE,
+        storms: Vec::new(),
+        bad_write: None,
+    };
+    let handle = actuator::serve_sim(sim, ServeOptions::loopback()).await?;
+    info!(url = %handle.url(), %scenario, "simulated fabric running behind an embedded actuator");
+    let actuator = Target { url: handle.url(), ..Target::default() };
+    let from_ns = match until {
+        Until::Batches(_) => SIM_WARMUP_NS,
+        Until::Elapsed(_) => 0,
+    };
+    let captured = capture_from(&actuator, until, from_ns).await;
+    handle.shutdown().await?;
+    captured
+}
+
+/// Read telemetry from an actuator until `until`, counting only batches from `from_ns` on.
+async fn capture_from(target: &Target, until: Until, from_ns: u64) -> Result<Captured, CliError> {
     let status = |what: &str, s: tonic::Status| CliError::Failed(format!("{}: {what}: {}", target.url, s.message()));
     let mut client =
         controller::connect(&target.url, target.token.as_deref(), target.tls_ca.as_deref(), SILENCE).await?;
@@ -148,6 +196,9 @@ pub async fn capture(target: &Target, until: Until) -> Result<Captured, CliError
                 break;
             }
         };
+        if batch.ts_ns < from_ns {
+            continue;
+        }
         for s in &batch.samples {
             let key = s.id.as_ref().map(|id| format!("{}/{}/{}", id.switch, id.port, id.queue)).unwrap_or_default();
             rows.extend(sample_from_wire(s, settings.get(&key)));

@@ -427,6 +427,34 @@ async fn record_and_recommend_read_a_live_actuator() {
     assert!(stderr.contains("--duration"), "{stderr}");
 }
 
+/// `--target sim` (or a built-in scenario's name) stands in for a real fabric, as for `run`:
+/// `recommend` and `record` read a simulated fabric started in the process, behind the same
+/// gRPC interface, and stop it after. It needs no token or CA, and refuses them.
+#[tokio::test(flavor = "multi_thread")]
+async fn recommend_and_record_read_a_simulated_fabric_as_a_target() {
+    let dir = tempfile::Builder::new().prefix("ecn-sim-target-").tempdir().unwrap();
+    let stdout = ok(&["recommend", "--target", "websearch-50", "--json"]).await;
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["source"], "websearch-50");
+    let queues = doc["queues"].as_array().unwrap();
+    assert_eq!(queues.len(), 24, "websearch-50's data queues");
+    for q in queues {
+        assert!(setting_in_bounds(&q["recommended"]), "{q}");
+        assert!(!q["reason"].as_str().unwrap().contains("unbroken interval"), "read after the warm-up: {q}");
+    }
+    let out = path(dir.path(), "sim.parquet");
+    let stdout = ok(&["record", "--target", "sim", "--duration", "1s", "--out", &out]).await;
+    assert!(stdout.contains("from sim (sim backend) over 1s"), "{stdout}");
+    let rows = ecn_datasets::io::read_telemetry_parquet(Path::new(&out)).unwrap();
+    assert!(rows.len() >= 24 * 10, "{} rows", rows.len());
+
+    let token = path(dir.path(), "token");
+    std::fs::write(&token, "secret\n").unwrap();
+    let (code, _, stderr) = run_cli(&["recommend", "--target", "sim", "--token-file", &token]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--token-file: the simulated fabric of --target sim"), "{stderr}");
+}
+
 /// The actuator dies half way through `record --target`: the telemetry read until then is
 /// written all the same, and the exit code (1) and message say the recording is short. It
 /// used to exit 1 with nothing written.

@@ -68,6 +68,9 @@ pub struct BadWrite {
 /// arrives every 10 ms of wall-clock time, which a loaded laptop keeps up with.
 pub const DEFAULT_TIME_SCALE: f64 = 0.01;
 
+/// The scenario `--target sim` runs without `--scenario`.
+pub const DEFAULT_SIM_SCENARIO: &str = "websearch-50";
+
 /// Fault injection, for tests and demos: from simulated time `at` (since the backend
 /// started, the clock of telemetry `ts_ns`), the device downstream of queue `queue` (an
 /// index into the capabilities' queue list) holds PFC PAUSE on it for `duration`. A storm

@@ -18,8 +18,10 @@ pub struct RecommendArgs {
     /// Telemetry file (Parquet or CSV) to recommend from: the latest intervals of every queue.
     #[arg(long, value_name = "FILE", required_unless_present = "target", conflicts_with = "target")]
     telemetry: Option<PathBuf>,
-    /// Actuator URL to read live telemetry from (read only: nothing is written).
-    #[arg(long, value_name = "URL")]
+    /// Actuator URL to read live telemetry from (read only: nothing is written); `sim`, or a
+    /// built-in scenario's name, reads a simulated fabric started in this process (websearch-50
+    /// for `sim`) once it has run 2 ms.
+    #[arg(long, value_name = "URL|sim|SCENARIO")]
     target: Option<String>,
     /// With --target: file holding the actuator's bearer token.
     #[arg(long, value_name = "FILE", conflicts_with = "telemetry")]

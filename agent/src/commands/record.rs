@@ -23,8 +23,9 @@ pub struct RecordArgs {
     /// Built-in scenario name, scenario TOML file, or HPCC config.txt.
     #[arg(long, value_name = "NAME|FILE", required_unless_present = "target", conflicts_with = "target")]
     scenario: Option<String>,
-    /// Record from a live actuator instead (read only), for --duration.
-    #[arg(long, value_name = "URL", requires = "duration")]
+    /// Record from a live actuator instead (read only), for --duration; `sim`, or a built-in
+    /// scenario's name, records a simulated fabric started in this process, as `run` does.
+    #[arg(long, value_name = "URL|sim|SCENARIO", requires = "duration")]
     target: Option<String>,
     /// With --target: how long to record, e.g. 30s.
     #[arg(long, value_name = "DUR", conflicts_with = "scenario")]

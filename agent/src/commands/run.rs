@@ -2,6 +2,7 @@
 
 use super::{duration, positive_duration};
 use crate::actuator::security::PEM_MAX_BYTES;
+use crate::actuator::sim::DEFAULT_SIM_SCENARIO;
 use crate::actuator::{self, ServeOptions, SimOptions};
 use crate::controller::guardrails::GuardrailConfig;
 use crate::controller::health::HealthConfig;
@@ -136,9 +137,6 @@ fn default_controller_id() -> String {
 fn read(flag: &str, p: &std::path::Path) -> Result<Vec<u8>, CliError> {
     read_at_most(p, PEM_MAX_BYTES).map_err(|e| CliError::BadInput(format!("--{flag} {}: {e}", p.display())))
 }
-
-/// The scenario `--target sim` runs without `--scenario`.
-const DEFAULT_SIM_SCENARIO: &str = "websearch-50";
 
 /// `--target NAME` with a built-in scenario's name is `--target sim --scenario NAME`
 /// (PRODUCT.md's CLI contract). A name never looks like a URL, so nothing else is taken for one.
