@@ -65,6 +65,8 @@ pub(crate) struct CsvSource {
     lines_read: u64,
     /// The line the record in `line` starts on.
     record_line: u64,
+    /// Whether that record ended at the end of the file with a quoted field still open.
+    unclosed_quote: bool,
     line: Vec<u8>,
     /// The current record's unquoted field bytes, back to back, and where each field ends.
     scratch: Vec<u8>,
@@ -123,6 +125,7 @@ impl CsvSource {
             next_row: 1,
             lines_read: 0,
             record_line: 0,
+            unclosed_quote: false,
             line: Vec::new(),
             scratch: Vec::new(),
             ends: Vec::new(),
@@ -197,6 +200,7 @@ impl CsvSource {
             }
             quotes.scan(&self.line[start..]);
             if !quotes.in_quotes || n == 0 {
+                self.unclosed_quote = quotes.in_quotes;
                 break;
             }
         }
@@ -247,7 +251,14 @@ impl CsvSource {
 
     fn parse_row(&self, batch: &mut Batch, i: usize, interner: &mut Interner, problems: &mut Collector) {
         if self.ends.len() != self.header_fields {
-            let m = format!("{} fields, but the header has {}", self.ends.len(), self.header_fields);
+            let mut m = format!("{} fields, but the header has {}", self.ends.len(), self.header_fields);
+            if self.unclosed_quote {
+                m.push_str(&format!(
+                    ": a quote opened in the record starting on line {} is never closed, so it runs to the end of \
+                     the file",
+                    self.record_line
+                ));
+            }
             batch.ok[i] = false;
             problems.push(Some(batch.row(i)), None, ProblemKind::Unreadable(m), false);
             return;
@@ -392,6 +403,31 @@ mod tests {
                 crate::telemetry::load_telemetry(&p, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(data.samples(), 2, "{name}");
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A quote opened and never closed swallows the rest of a small file into one record: the
+    /// field-count error says so, with the line the quote opened on.
+    #[test]
+    fn an_unclosed_quote_is_named_in_a_small_file() {
+        let dir = std::env::temp_dir().join(format!("ecn-csv-quote-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let row =
+            |ts: u64, port: &str| format!("{ts},leaf0,{port},3,100000000000,0,0.0,0,1000,1,0,0,0,0,0,1000,2000,0.1");
+        let text = format!(
+            "{}\n{}\n{}\n{}\n",
+            TELEMETRY_COLUMNS.join(","),
+            row(100_000, "eth1"),
+            row(200_000, "\"eth1"),
+            row(300_000, "eth1")
+        );
+        let p = dir.join("quote.csv");
+        std::fs::write(&p, text).unwrap();
+        let e = crate::telemetry::load_telemetry(&p, &Default::default()).unwrap_err().to_string();
+        assert!(
+            e.contains("row 2") && e.contains("a quote opened in the record starting on line 3 is never closed"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
