@@ -547,6 +547,20 @@ async fn queues_that_differ_get_profiles_of_their_own_and_restore_is_byte_identi
     let file = rig.act.journal.with_file_name("journal.jsonl.sonic-originals.json");
     assert!(file.exists(), "a copy of the recording beside the journal");
 
+    // A restore under the running actuator would retire the recording its later writes need:
+    // refused, nothing touched. So is a second actuator on the same switch.
+    let tuned = tables(&mut rig.redis.con(CONFIG_DB));
+    let (code, _, stderr) = run_cli(&["sonic", "restore", "--redis", &url]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("an ecn-tuner actuator is connected to this switch (client id"), "{stderr}");
+    assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), tuned);
+    assert!(recording(&rig.redis).is_some() && file.exists());
+    let journal = rig.act.journal.with_file_name("second.jsonl").display().to_string();
+    let args = ["actuator", "--backend", "sonic", "--redis", &url, "--listen", "127.0.0.1:0", "--journal", &journal];
+    let (code, _, stderr) = run_cli(&args).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("another ecn-tuner actuator is connected to this switch"), "{stderr}");
+
     // The actuator stops; confirmed changes stay on the switch. Then undo everything.
     let (code, _) = rig.act.stop().await;
     assert_eq!(code, Some(0));

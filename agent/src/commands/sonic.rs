@@ -122,8 +122,9 @@ fn restore(a: RestoreArgs) -> Result<(), CliError> {
     let report = sonic::restore(url, a.redis.dbs(), a.from.as_deref(), a.switch_name.as_deref(), a.redis.timeout()?)?;
     if report.nothing_recorded {
         outln!(
-            "nothing to restore: no recording of original profiles in STATE_DB (db {}) at {url}; ecn-tuner has not \
-             changed this switch since the last restore (or use --from FILE)",
+            "nothing to restore: no recording of original profiles in STATE_DB (db {}) at {url}: no actuator has \
+             changed this switch since the last restore, or its recording was lost (give the copy beside its \
+             journal with --from FILE)",
             a.redis.dbs().state,
             url = crate::actuator::sonic::conn::redact_password(url)
         );

@@ -67,6 +67,24 @@ pub fn client_id(con: &mut Connection) -> redis::RedisResult<i64> {
     redis::cmd("CLIENT").arg("ID").query(con)
 }
 
+/// The names a running actuator's connections bear in `CLIENT LIST`: its CONFIG_DB writer and
+/// its COUNTERS_DB poller (open from its first poll on).
+pub const ACTUATOR_CONNECTIONS: [&str; 2] = ["ecn-tuner-config", "ecn-tuner-counters"];
+
+/// Another running actuator on this Redis, as `CLIENT LIST` shows one of its connections
+/// (`client id N from ADDR (NAME)`); `None` if there is none. A process that dies closes its
+/// sockets, so only a live actuator (or one cut off by the network) shows.
+pub fn running_actuator(con: &mut Connection) -> redis::RedisResult<Option<String>> {
+    let own = client_id(con)?.to_string();
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(con)?;
+    Ok(list.lines().find_map(|line| {
+        let name = client_field(line, "name")?;
+        let id = client_field(line, "id")?;
+        (ACTUATOR_CONNECTIONS.contains(&name) && id != own)
+            .then(|| format!("client id {id} from {} ({name})", client_field(line, "addr").unwrap_or("?")))
+    }))
+}
+
 /// Close the server side of client `id` (`CLIENT KILL ID`), if it is still connected; returns
 /// how many connections were closed (0 or 1). Redis runs one command at a time, so once this
 /// returns nothing more that client sent can run: a transaction of its either ran before or

@@ -118,7 +118,7 @@ impl SonicOptions {
 
 /// `CLIENT SETNAME` of the writer's CONFIG_DB connection: fencing closes an old connection only
 /// if it still bears this name.
-const CONFIG_CONNECTION: &str = "ecn-tuner-config";
+const CONFIG_CONNECTION: &str = conn::ACTUATOR_CONNECTIONS[0];
 
 /// A request to the writer thread.
 struct Job {
@@ -242,6 +242,17 @@ impl SonicBackend {
         let target = RedisTarget::parse(&opts.redis, opts.timeout).map_err(ActuatorError::BadInput)?;
         // The recording, if any, tells which profile each queue came from.
         let mut state = target.connect(opts.dbs.state, "ecn-tuner-discover").map_err(ActuatorError::Failed)?;
+        // Two actuators on one switch would each undo the other's writes as edits from outside,
+        // and each journal would tell only half of what the switch went through.
+        if let Some(other) = conn::running_actuator(&mut state)
+            .map_err(|e| ActuatorError::Failed(format!("Redis at {}: CLIENT LIST: {e}", target.url())))?
+        {
+            return Err(ActuatorError::BadInput(format!(
+                "--redis {}: another ecn-tuner actuator is connected to this switch ({other}); one actuator per \
+                 switch: stop that one first",
+                target.url()
+            )));
+        }
         let (recording, from_file) = match Recording::read(&mut state, opts.dbs.state).map_err(ActuatorError::Failed)? {
             Some(r) => (Some(r), false),
             None => match &opts.originals_file {

@@ -18,7 +18,7 @@
 //! Redis returned them, so that a restore can make both tables byte-identical.
 
 use super::config::{bound_outside, exec, read_snapshot, read_snapshot_watched, Op, QueueRef, Ran, Snapshot};
-use super::conn::RedisTarget;
+use super::conn::{self, RedisTarget};
 use super::schema::{self, DbIndices, Fields};
 use crate::actuator::ActuatorError;
 use redis::Connection;
@@ -328,6 +328,15 @@ pub fn restore(
     switch: Option<&str>,
 ) -> Result<RestoreReport, ActuatorError> {
     let mut state = target.connect(dbs.state, "ecn-tuner-restore").map_err(ActuatorError::Failed)?;
+    // Under a running actuator a restore would retire the recording its later writes need to be
+    // undone, and its next write would tune the switch again.
+    if let Some(actuator) = conn::running_actuator(&mut state)
+        .map_err(|e| ActuatorError::Failed(format!("Redis at {}: CLIENT LIST: {e}", target.url())))?
+    {
+        return Err(ActuatorError::BadInput(format!(
+            "an ecn-tuner actuator is connected to this switch ({actuator}): stop it first (SIGTERM), then restore"
+        )));
+    }
     let (from, rec) = match from {
         Some((p, rec)) => (Some(p), Some(rec)),
         None => (None, Recording::read(&mut state, dbs.state).map_err(ActuatorError::Failed)?),
