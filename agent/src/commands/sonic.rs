@@ -137,6 +137,9 @@ fn restore(a: RestoreArgs) -> Result<(), CliError> {
     for k in &report.left_alone {
         outln!("left alone (not in the recording, not created by ecn-tuner): {k}");
     }
+    for k in &report.gone {
+        outln!("not written back: {k} is recorded but no longer in CONFIG_DB (its port removed?)");
+    }
     for (profile, queue) in &report.kept_bound {
         outln!(
             "kept {profile}, an ecn-tuner profile: {queue}, which the recording does not hold, is bound to it; bind that \

@@ -717,6 +717,16 @@ impl Writer {
         // to a profile we would edit in place), must not be planned around. The keys read are
         // watched, so one edited before our EXEC makes the transaction a no-op.
         let model = self.read(config::read_snapshot_watched)?;
+        // A controlled queue whose entry is gone (its port removed) would be written back as a
+        // binding for a queue the switch no longer has. The connection, and its watch, go with
+        // the error (`apply`).
+        if let Some(q) = self.layout.queues.iter().find(|q| !model.queues.contains_key(&q.name())) {
+            return Err(format!(
+                "QUEUE|{} is no longer in CONFIG_DB (its port removed?): nothing was written; restart the actuator \
+                 to control the queues the switch has now",
+                q.name()
+            ));
+        }
         let t = config::target(&self.layout, &model, settings);
         let ops = config::plan(&self.layout, &model, &t);
         if ops.is_empty() {

@@ -252,6 +252,8 @@ pub struct RestoreReport {
     /// Profiles of ours kept because a queue the recording does not hold is bound to them, as
     /// (`WRED_PROFILE|<name>`, `QUEUE|<name>`).
     pub kept_bound: Vec<(String, String)>,
+    /// Recorded `QUEUE|<name>` entries that are gone from CONFIG_DB: not written back.
+    pub gone: Vec<String>,
 }
 
 /// The writes that take one recorded hash from `cur` back to `rec`, byte for byte: fields edited
@@ -291,7 +293,13 @@ pub fn restore_plan(rec: &Recording, now: &Snapshot) -> (Vec<Op>, RestoreReport)
         ops.extend(o);
     }
     for (name, fields) in &rec.queue {
-        let o = restore_ops(schema::config_key(schema::QUEUE, name), now.queues.get(name), fields);
+        // An actuator never deletes a queue entry: one gone was deleted by someone else, most
+        // likely with its port, and writing it back would bind a queue the switch no longer has.
+        let Some(cur) = now.queues.get(name) else {
+            report.gone.push(schema::config_key(schema::QUEUE, name));
+            continue;
+        };
+        let o = restore_ops(schema::config_key(schema::QUEUE, name), Some(cur), fields);
         report.queues_restored += usize::from(!o.is_empty());
         ops.extend(o);
     }
@@ -436,7 +444,8 @@ pub fn restore(
             )));
         }
     }
-    for (name, fields) in &rec.queue {
+    for (name, fields) in rec.queue.iter().filter(|(n, _)| !report.gone.contains(&schema::config_key(schema::QUEUE, n)))
+    {
         if back.queues.get(name) != Some(fields) {
             return Err(ActuatorError::Failed(format!(
                 "QUEUE|{name} differs from the recording after the restore (changed meanwhile?)"
