@@ -843,8 +843,20 @@ async fn no_telemetry_yet_means_no_writes() {
             &enforce_flags(
                 "static:100KB,400KB,0.5",
                 // A health window of 5 intervals of 10 s each, and the two before the first
-                // that counts, fits in the confirm window.
-                &["--baseline", "dcqcn-paper", "--min-dwell", "0s", "--duration", "4s", "--confirm-within", "90s"],
+                // that counts, fits in the confirm window; telemetry is stale only after two
+                // intervals.
+                &[
+                    "--baseline",
+                    "dcqcn-paper",
+                    "--min-dwell",
+                    "0s",
+                    "--duration",
+                    "4s",
+                    "--confirm-within",
+                    "90s",
+                    "--stale-after",
+                    "30s",
+                ],
             ),
         )
         .await;
@@ -859,18 +871,21 @@ async fn no_telemetry_yet_means_no_writes() {
     );
 }
 
-/// Telemetry that goes stale after it has arrived (a sim sampling every 2 s of wall time,
-/// stale after 0.5 s): a policy change then cannot be judged and is rolled back, the queues
-/// fall back to the baseline, confirmed at once, and stay there through the quarantine. It
-/// used to cycle apply, blind rollback, fallback, every few seconds.
+/// Telemetry that goes stale after it has arrived (the stream goes silent after 150 batches,
+/// and is not reopened before 10 s): a pending policy change then cannot be judged and is
+/// rolled back, the queues fall back to the baseline, confirmed at once, and stay there through
+/// the quarantine. It used to cycle apply, blind rollback, fallback, every few seconds.
 #[tokio::test(flavor = "multi_thread")]
 async fn stale_telemetry_falls_back_once_and_holds() {
-    let act = sim_actuator(&["--time-scale", "0.00005"]).await;
-    let (child, _) = act.controller(
+    let act = sim_actuator(&[]).await;
+    let faults = Faults { stalled_streams: 1.into(), stream_break_after: 150.into(), ..Default::default() };
+    let link = FaultyLink::start(&act.url(), faults).await;
+    let (child, _) = act.controller_at(
         "blind",
+        &link.url(),
         &enforce_flags(
             "static:100KB,400KB,0.5",
-            &["--baseline", "dcqcn-paper", "--stale-after", "500ms", "--duration", "9s", "--confirm-within", "15s"],
+            &["--baseline", "dcqcn-paper", "--stale-after", "500ms", "--duration", "6s", "--confirm-within", "15s"],
         ),
     );
     let out = child.wait_with_output().await.unwrap();
@@ -887,6 +902,29 @@ async fn stale_telemetry_falls_back_once_and_holds() {
     let baseline = |e: &serde_json::Value| e["queues"][0]["kmin_bytes"] == 5_000;
     let fallback = applies.iter().find(|e| baseline(e)).unwrap_or_else(|| panic!("no fallback: {journal:?}"));
     assert_eq!(fallback["confirmed_generation"], fallback["generation"], "confirmed at once: {fallback}");
+}
+
+/// A `--stale-after` shorter than two of the actuator's telemetry intervals would call the
+/// telemetry stale between any two samples, and every queue would fall back to the baseline: a
+/// SONiC switch polled every 10 s against the default 3 s. Refused at start, exit 2, in either
+/// mode, with the least that would do.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_after_shorter_than_two_telemetry_intervals_is_refused() {
+    // 100 µs of fabric every 2 s of wall time.
+    let act = sim_actuator(&["--time-scale", "0.00005"]).await;
+    for mode in ["shadow", "enforce"] {
+        let mut flags = vec!["--policy", "static:100KB,400KB,0.5", "--duration", "5s", "--mode", mode];
+        if mode == "enforce" {
+            flags.extend(["--allow-writes", "--confirm-within", "60s"]);
+        }
+        let (child, _) = act.controller(mode, &flags);
+        let out = child.wait_with_output().await.unwrap();
+        let log = act.controller_log(mode);
+        assert_eq!(out.status.code(), Some(2), "{log}");
+        assert!(log.contains("--stale-after 3s is shorter than two telemetry intervals"), "{log}");
+        assert!(log.contains("give at least --stale-after 6000ms"), "{log}");
+    }
+    assert!(act.journal().is_empty());
 }
 
 /// `--max-changes-per-minute` bounds the queues changed, even within a single round.

@@ -509,6 +509,24 @@ fn window_fits_confirm(cfg: &ControllerConfig, caps: &pb::Capabilities) -> Resul
     Ok(())
 }
 
+/// Telemetry counts as stale once no sample came for `--stale-after`. Shorter than two of the
+/// actuator's telemetry intervals, that is every gap between samples, or one a little late:
+/// every queue would fall back to the baseline (enforce) or be logged as stale (shadow) for no
+/// fault at all. A switch polled every 10 s (SONiC's default for queue counters) needs more
+/// than the default 3 s.
+fn stale_after_fits_interval(stale_after: Duration, target: &str, caps: &pb::Capabilities) -> Result<(), CliError> {
+    let interval = wall_interval(caps.min_telemetry_interval_ns, caps.telemetry_time_scale);
+    if stale_after < interval.saturating_mul(2) {
+        return Err(CliError::BadInput(format!(
+            "--stale-after {stale_after:?} is shorter than two telemetry intervals of {target} ({interval:?} each): \
+             telemetry would count as stale between samples and every queue fall back; give at least \
+             --stale-after {}ms",
+            interval.saturating_mul(3).as_millis()
+        )));
+    }
+    Ok(())
+}
+
 /// The first pause before reopening a lost telemetry stream; it doubles while tries fail.
 const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// The shortest silence after which a telemetry stream counts as stalled and is reopened.
@@ -657,6 +675,7 @@ impl ControlLoop {
             CliError::Failed(format!("the actuator at {} reports bounds no setting can meet: {why}", cfg.target))
         })?;
         let stale_after = guard_cfg.stale_after;
+        stale_after_fits_interval(stale_after, &cfg.target, &caps)?;
         let guardrails = Guardrails::sharing(guard_cfg, budget);
         if cfg.mode == Mode::Enforce {
             window_fits_confirm(&cfg, &caps)?;
