@@ -60,6 +60,9 @@ use tracing::{debug, info, warn};
 /// Default `--poll-interval`: SONiC's gNMI minimum sample interval, and a common `counterpoll`
 /// setting for port counters.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// The shortest `--poll-interval`: SONiC's flex counters refresh no faster (`counterpoll`'s
+/// shortest interval), and faster polls only load the Redis that orchagent and syncd share.
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Default `--redis-timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default `--program-timeout`: orchagent programs a WRED change in milliseconds when it is
@@ -224,8 +227,12 @@ impl SonicBackend {
     /// Read the switch's queues and start the writer and poller threads. Blocking: call it off
     /// the async workers.
     pub fn start(opts: SonicOptions) -> Result<SonicBackend, ActuatorError> {
-        if opts.poll_interval.is_zero() {
-            return Err(ActuatorError::BadInput("--poll-interval: must be positive".into()));
+        if opts.poll_interval < MIN_POLL_INTERVAL {
+            return Err(ActuatorError::BadInput(format!(
+                "--poll-interval {:?}: at least {MIN_POLL_INTERVAL:?}; SONiC refreshes its counters no more often \
+                 (`counterpoll`'s shortest interval), and each poll is a round of reads on the switch's Redis",
+                opts.poll_interval
+            )));
         }
         if opts.frozen_after <= opts.poll_interval {
             return Err(ActuatorError::BadInput(format!(
