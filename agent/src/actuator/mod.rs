@@ -249,11 +249,11 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
             }
         };
         let svc = service.clone();
-        tokio::task::spawn_blocking(move || svc.stop())
+        let stopped = tokio::task::spawn_blocking(move || svc.stop())
             .await
             .map_err(|e| ActuatorError::Failed(format!("actuator stop: {e}")))?;
         info!("actuator stopped");
-        result
+        result.and(stopped.map_err(ActuatorError::Failed))
     });
     Ok(ActuatorHandle { addr, tls: opts.tls.is_some(), stop: stop_tx, task: Some(task), sim: None })
 }

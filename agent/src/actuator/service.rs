@@ -498,12 +498,30 @@ impl<B: Backend> ActuatorService<B> {
     }
 
     /// At shutdown: nobody will be left to confirm or revert a pending change, so revert it
-    /// now; then stop the backend.
-    pub fn stop(&self) {
+    /// now; then stop the backend. `Err` says what the device may still hold that nobody
+    /// confirmed (the revert failed, or a write is in doubt): the journal says it too, and the
+    /// next actuator for a device that keeps changes refuses to start on it.
+    pub fn stop(&self) -> Result<(), String> {
         self.revert_if_due(Instant::now(), Some("actuator stopping"));
         self.inner.backend.shutdown();
         // The backend's last try to settle a write in doubt has run by now.
-        self.settle_doubt(&mut self.lock());
+        let mut st = self.lock();
+        self.settle_doubt(&mut st);
+        if st.ledger.deadline().is_some() {
+            return Err(format!(
+                "stopped with generation {} unconfirmed on the device: reverting it to confirmed generation {} failed \
+                 (see above); the journal ends on it",
+                st.ledger.current(),
+                st.ledger.confirmed()
+            ));
+        }
+        if let Some(generation) = st.journal.in_doubt() {
+            return Err(format!(
+                "stopped with a write of generation {generation} in doubt: it may still land on the device; the \
+                 journal says so"
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -845,8 +863,20 @@ mod tests {
         let l = lease(&s);
         s.do_apply(apply_req(&l, 600_000)).unwrap();
         assert_ne!(s.inner.backend.read_settings(), vec![START]);
-        s.stop();
+        s.stop().unwrap();
         assert_eq!(s.inner.backend.read_settings(), vec![START]);
+    }
+
+    /// A stop whose revert fails says so (the process then exits 1): the device still holds the
+    /// unconfirmed change, and systemd or the operator must be able to tell.
+    #[test]
+    fn a_stop_whose_revert_fails_is_an_error() {
+        let (s, _stop) = service(false);
+        let l = lease(&s);
+        s.do_apply(apply_req(&l, 600_000)).unwrap();
+        s.inner.backend.fail.store(true, Ordering::SeqCst);
+        let e = s.stop().unwrap_err();
+        assert!(e.contains("generation 2 unconfirmed on the device") && e.contains("confirmed generation 1"), "{e}");
     }
 
     #[test]
