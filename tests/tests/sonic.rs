@@ -1040,6 +1040,12 @@ async fn bad_urls_unreachable_redis_and_empty_config_db_exit_with_clear_errors()
         (vec!["actuator", "--backend", "sonic", "--redis", &empty_url], 2, "no WRED_PROFILE"),
         (vec!["actuator", "--backend", "sonic", "--redis", &empty_url, "--poll-interval", "0s"], 2, "--poll-interval"),
         (vec!["actuator", "--backend", "sonic", "--redis", &empty_url, "--poll-interval", "1ms"], 2, "at least 100ms"),
+        (
+            vec!["actuator", "--backend", "sonic", "--redis", &empty_url, "--state-db", "4"],
+            2,
+            "the same index as --config-db",
+        ),
+        (vec!["sonic", "restore", "--redis", &empty_url, "--counters-db=-1"], 2, "--counters-db -1"),
         (vec!["actuator", "--backend", "dry-run", "--redis", &empty_url], 2, "--redis"),
         (vec!["sonic", "restore", "--redis", "nope"], 2, "--redis"),
         (vec!["sonic", "restore", "--redis", &nobody], 1, "cannot reach Redis"),

@@ -170,7 +170,7 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
                 ));
             }
             let mut o = SonicOptions::new(args.redis.url()?);
-            o.dbs = args.redis.dbs();
+            o.dbs = args.redis.dbs()?;
             o.timeout = args.redis.timeout()?;
             o.switch_name = args.switch_name.clone();
             let duration = |flag: &str, given: &Option<String>, default: std::time::Duration| {

@@ -40,15 +40,35 @@ pub struct RedisArgs {
 
 impl RedisArgs {
     /// The database indices.
-    pub fn dbs(&self) -> DbIndices {
+    pub fn dbs(&self) -> Result<DbIndices, CliError> {
         let d = DbIndices::default();
-        DbIndices {
+        let dbs = DbIndices {
             appl: self.appl_db.unwrap_or(d.appl),
             asic: self.asic_db.unwrap_or(d.asic),
             counters: self.counters_db.unwrap_or(d.counters),
             config: self.config_db.unwrap_or(d.config),
             state: self.state_db.unwrap_or(d.state),
+        };
+        // Each SONiC database has an index of its own: two flags naming one would, for one,
+        // put the recording of the original profiles into CONFIG_DB, which `config save` keeps.
+        let named = [
+            ("--appl-db", dbs.appl),
+            ("--asic-db", dbs.asic),
+            ("--counters-db", dbs.counters),
+            ("--config-db", dbs.config),
+            ("--state-db", dbs.state),
+        ];
+        for (i, (flag, db)) in named.iter().enumerate() {
+            if *db < 0 {
+                return Err(CliError::BadInput(format!("{flag} {db}: a Redis database index is 0 or more")));
+            }
+            if let Some((other, _)) = named[..i].iter().find(|(_, d)| d == db) {
+                return Err(CliError::BadInput(format!(
+                    "{flag} {db}: the same index as {other}; every SONiC database has its own"
+                )));
+            }
         }
+        Ok(dbs)
     }
 
     /// `--redis-timeout`.
@@ -119,13 +139,14 @@ pub fn run(a: SonicArgs) -> Result<(), CliError> {
 
 fn restore(a: RestoreArgs) -> Result<(), CliError> {
     let url = a.redis.url()?;
-    let report = sonic::restore(url, a.redis.dbs(), a.from.as_deref(), a.switch_name.as_deref(), a.redis.timeout()?)?;
+    let dbs = a.redis.dbs()?;
+    let report = sonic::restore(url, dbs, a.from.as_deref(), a.switch_name.as_deref(), a.redis.timeout()?)?;
     if report.nothing_recorded {
         outln!(
             "nothing to restore: no recording of original profiles in STATE_DB (db {}) at {url}: no actuator has \
              changed this switch since the last restore, or its recording was lost (give the copy beside its \
              journal with --from FILE)",
-            a.redis.dbs().state,
+            dbs.state,
             url = crate::actuator::sonic::conn::redact_password(url)
         );
         return Ok(());
