@@ -828,6 +828,10 @@ async fn a_model_leaves_queues_sampled_at_another_interval_as_they_are() {
         assert!(reason.contains(held) || reason.contains("no telemetry yet"), "{d}");
     }
     assert!(holds >= before.len() as f64, "{holds} holds counted for {} queues", before.len());
+    // Said once, loudly: the run changes nothing.
+    let text = act.controller_log("model-1ms");
+    assert_eq!(text.matches("holds every queue").count(), 1, "{text}");
+    assert!(text.contains("this run changes nothing"), "{text}");
 }
 
 /// Before its first telemetry sample a queue is left as it is: an enforce controller against

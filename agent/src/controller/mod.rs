@@ -649,6 +649,8 @@ struct ControlLoop {
     killed: bool,
     /// The kill switch has run: every queue is on its baseline.
     kill_done: bool,
+    /// The warning that a learned model holds every queue has been given.
+    warned_all_untrained: bool,
     next_due: Option<Instant>,
     /// A write's outcome is unknown and reading the actuator back failed: no new change until
     /// a read succeeds, since `generation` and the queues' `current` may be wrong.
@@ -764,6 +766,7 @@ impl ControlLoop {
             stream_epoch: 0,
             killed: false,
             kill_done: false,
+            warned_all_untrained: false,
             next_due: None,
             needs_resync: false,
         };
@@ -959,6 +962,20 @@ impl ControlLoop {
             }
             _ => vec![None; self.queues.len()],
         };
+        // Per queue, each decision says why; a model that can decide for no queue at all (on a
+        // switch polled every second, one trained on 100 µs telemetry) is said once, loudly.
+        if let (Policy::Model(m), Some(Some(why))) = (&cfg.policy, untrained.first()) {
+            if !self.warned_all_untrained && untrained.iter().all(Option::is_some) {
+                self.warned_all_untrained = true;
+                warn!(
+                    target = %cfg.target,
+                    "{} holds every queue: {} (and so on for the rest); this run changes nothing. A model for this \
+                     target: `record --target` it, then `train --telemetry` (README \"Offline learning and recommendations\")",
+                    m.spec,
+                    m.untrained_reason(*why)
+                );
+            }
+        }
         for why in untrained.iter().flatten() {
             match why {
                 Untrained::Rate(_) => metrics.untrained_rate_holds.inc(),
