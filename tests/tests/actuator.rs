@@ -451,6 +451,21 @@ async fn bad_command_lines_exit_2_naming_the_flag() {
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(&format!("{flag}: only the sonic backend")), "{args:?}: {stderr}");
     }
+    // A journal of another device (a path reused by mistake): its generations and what it
+    // leaves unconfirmed mean nothing here. Refused, and left as it was.
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("other.jsonl");
+    let line = r#"{"ts":"2026-12-05T12:00:00.000Z","ts_unix_ms":1,"event":"confirm","generation":8,"confirmed_generation":8,"queues":[{"switch":"sonic-leaf0","port":"Ethernet16","queue":3,"kmin_bytes":1000,"kmax_bytes":2000,"pmax":0.1}],"detail":"x"}"#;
+    std::fs::write(&other, format!("{line}\n")).unwrap();
+    let other_s = other.display().to_string();
+    let args = ["actuator", "--backend", "dry-run", "--listen", "127.0.0.1:0", "--journal", &other_s];
+    let (code, _, stderr) = run_cli(&args).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("its events are for {\"sonic-leaf0\"}") && stderr.contains("a journal belongs to one device"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), format!("{line}\n"));
 }
 
 /// SIGTERM, SIGINT and SIGHUP (the terminal went away) stop cleanly: a pending change is

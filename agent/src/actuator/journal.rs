@@ -163,7 +163,7 @@ pub struct Journal {
 }
 
 /// What an existing journal says, read once when it is opened.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct Found {
     /// The highest generation (0 for a new journal).
     last_generation: u64,
@@ -171,9 +171,16 @@ struct Found {
     last_state: Option<(u64, u64)>,
     /// The last line's `in_doubt_generation`.
     in_doubt: Option<u64>,
+    /// Every switch its lines name.
+    switches: std::collections::BTreeSet<String>,
 }
 
 impl Journal {
+    /// Every switch the journal's lines name (none for a new journal).
+    pub fn switches(&self) -> &std::collections::BTreeSet<String> {
+        &self.found.switches
+    }
+
     /// No file: events only reach the log.
     pub fn none() -> Journal {
         Journal { file: None, found: Found::default(), torn: false, in_doubt: None }
@@ -270,6 +277,13 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
         confirmed_generation: u64,
         #[serde(default)]
         in_doubt_generation: Option<u64>,
+        #[serde(default)]
+        queues: Vec<Queue>,
+    }
+    /// The part of a line's queue that matters here.
+    #[derive(serde::Deserialize)]
+    struct Queue {
+        switch: String,
     }
     f.seek(SeekFrom::Start(0))?;
     let mut found = Found::default();
@@ -294,6 +308,11 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
         // line whose device write failed is what says the device kept the earlier generation.
         found.last_state = Some((l.generation, l.confirmed_generation));
         found.in_doubt = l.in_doubt_generation;
+        for q in l.queues {
+            if !found.switches.contains(&q.switch) {
+                found.switches.insert(q.switch);
+            }
+        }
     }
     Ok(found)
 }

@@ -175,6 +175,19 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
         }
         None => Journal::none(),
     };
+    // A journal is one device's history: generations, and what a restart may find unconfirmed,
+    // mean nothing for another (a path reused by mistake).
+    let ours: std::collections::BTreeSet<&str> =
+        backend.capabilities().queues.iter().map(|q| q.key.switch.as_str()).collect();
+    if !journal.switches().is_empty() && !journal.switches().iter().any(|s| ours.contains(s.as_str())) {
+        return Err(ActuatorError::BadInput(format!(
+            "--journal {}: its events are for {:?}, and this actuator's device is {:?}; a journal belongs to one \
+             device: give this one a journal of its own",
+            opts.journal.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            journal.switches(),
+            ours
+        )));
+    }
     // A journal that ends with the device possibly holding a change nobody confirmed: an apply
     // whose confirm or revert never came, or a failed write that might still have landed.
     let left_behind = match (journal.unconfirmed_at_end(), journal.in_doubt_at_end()) {
