@@ -1046,6 +1046,11 @@ async fn bad_urls_unreachable_redis_and_empty_config_db_exit_with_clear_errors()
             "the same index as --config-db",
         ),
         (vec!["sonic", "restore", "--redis", &empty_url, "--counters-db=-1"], 2, "--counters-db -1"),
+        (
+            vec!["actuator", "--backend", "sonic", "--redis", &empty_url, "--counters-db", "99"],
+            2,
+            "--counters-db 99: Redis",
+        ),
         (vec!["actuator", "--backend", "dry-run", "--redis", &empty_url], 2, "--redis"),
         (vec!["sonic", "restore", "--redis", "nope"], 2, "--redis"),
         (vec!["sonic", "restore", "--redis", &nobody], 1, "cannot reach Redis"),

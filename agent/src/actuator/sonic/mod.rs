@@ -148,6 +148,32 @@ pub struct SonicBackend {
     programmed_at: Arc<Mutex<Option<Instant>>>,
 }
 
+/// Select every database once at start-up: an index Redis does not have, or credentials it
+/// refuses, are the operator's to fix (exit 2, naming the flag); the poller would otherwise
+/// retry a database that does not exist for ever.
+fn check_databases(target: &RedisTarget, dbs: &DbIndices) -> Result<(), ActuatorError> {
+    let named = [
+        ("--config-db", dbs.config),
+        ("--state-db", dbs.state),
+        ("--counters-db", dbs.counters),
+        ("--appl-db", dbs.appl),
+        ("--asic-db", dbs.asic),
+    ];
+    for (flag, db) in named {
+        if let Err(e) = target.connect(db, "ecn-tuner-discover") {
+            let lower = e.to_lowercase();
+            return Err(if lower.contains("out of range") {
+                ActuatorError::BadInput(format!("{flag} {db}: Redis at {} has no such database ({e})", target.url()))
+            } else if lower.contains("wrongpass") || lower.contains("noauth") || lower.contains("password") {
+                ActuatorError::BadInput(format!("--redis {}: authentication refused ({e})", target.url()))
+            } else {
+                ActuatorError::Failed(e)
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Warn when SONiC does not poll a counter group telemetry reads (its counters would read 0
 /// or stand still), or refreshes it less often than the poller reads it: most samples would
 /// then carry no traffic, and the next one a lump. Only warnings: the operator may mean it,
@@ -247,6 +273,7 @@ impl SonicBackend {
             )));
         }
         let target = RedisTarget::parse(&opts.redis, opts.timeout).map_err(ActuatorError::BadInput)?;
+        check_databases(&target, &opts.dbs)?;
         // The recording, if any, tells which profile each queue came from.
         let mut state = target.connect(opts.dbs.state, "ecn-tuner-discover").map_err(ActuatorError::Failed)?;
         // Two actuators on one switch would each undo the other's writes as edits from outside,
