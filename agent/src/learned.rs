@@ -244,6 +244,7 @@ impl LearnedModel {
         for (i, (link, h)) in queues.iter().enumerate() {
             if h.observe(features, history, &mut obs) {
                 let row = &obs[obs.len() - width..];
+                out[i].observed = true;
                 out[i].outside_training = self.outside_training(row, OOD_MARGIN_STD);
                 rows.push(i);
                 links.push(*link);
@@ -266,8 +267,12 @@ pub const OOD_MARGIN_STD: f32 = 1.0;
 /// A learned model's proposal for one queue.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Proposal {
-    /// The setting it chose; `None` for a queue with no usable history yet.
+    /// The setting it chose; `None` for a queue with no usable history yet (see `observed`),
+    /// or for a choice outside the template.
     pub setting: Option<EcnSetting>,
+    /// Whether the queue had the history the model observes (after a start or a break in its
+    /// telemetry it has not, for the model's `history` intervals).
+    pub observed: bool,
     /// Where the queue's observation lies outside the model's training range
     /// ([`LearnedModel::outside_training`]): the choice is then an extrapolation.
     pub outside_training: Option<String>,

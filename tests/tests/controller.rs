@@ -740,6 +740,35 @@ async fn the_shipped_model_decides_from_telemetry_in_enforce_mode() {
     assert!(reasons.iter().any(|r| r.contains("outside its training range (kmin")), "{reasons:?}");
 }
 
+/// Until a queue has the intervals the model observes (3, after the first sample or a break),
+/// the model has nothing to decide from: the queue stays as it is, and the decision says so. It
+/// used to read as an invalid proposal, a fallback to the baseline held only by the warm-up.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queue_whose_model_history_is_filling_stays_as_it_is() {
+    // A sample every 200 ms of wall time, decisions every 100 ms: the first rounds after the
+    // first sample see one or two intervals.
+    let act = sim_actuator(&["--time-scale", "0.0005"]).await;
+    let decisions = act.decision_log("filling");
+    let filling = "the model observes 3 intervals, fewer of which have arrived";
+    let flags = ["--mode", "shadow", "--model", "default", "--interval", "100ms", "--stale-after", "2s"];
+    let (log, ()) = act
+        .controller_until("filling", &flags, "decisions while the history fills, then from it", FABRIC_PATIENCE, || {
+            let d = read_json_lines(&decisions);
+            let seen = d.iter().any(|x| x["reason"].as_str().is_some_and(|r| r.contains(filling)))
+                && d.iter().any(|x| !x["proposed"].is_null());
+            async move { seen.then_some(()) }
+        })
+        .await;
+    for x in read_json_lines(&log) {
+        let reason = x["reason"].as_str().unwrap();
+        assert!(!reason.contains("invalid_proposal"), "{x}");
+        if reason.contains(filling) {
+            assert!(x["proposed"].is_null() && x["after_guardrails"] != serde_json::Value::Null, "{x}");
+            assert!(reason.contains("keeping the current setting"), "{x}");
+        }
+    }
+}
+
 /// A model decides only at the line rates its card lists: on a fabric with 25G hosts, the
 /// shipped model (trained at 100G and 400G) leaves every 25G queue as it was and says why in
 /// the decision log, while it still decides for the 100G fabric queues.

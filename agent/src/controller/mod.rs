@@ -1002,6 +1002,15 @@ impl ControlLoop {
                 if stream_stale { guardrails::TelemetryHealth::Stale } else { q.watch.health(now, stale_after) };
             let quarantined = q.quarantine_until.is_some_and(|t| now < t);
             let model_choice = learned.as_ref().and_then(|l| l[i].setting);
+            // After a start or a break in its telemetry a queue has less history than the model
+            // observes: it stays as it is meanwhile, rather than fall back to the baseline and
+            // back again a few intervals later. Telemetry gone stale or invalid meanwhile still
+            // falls back (guardrails).
+            let filling = matches!(cfg.policy, Policy::Model(_))
+                && learned.as_ref().is_some_and(|l| !l[i].observed)
+                && q.watch.has_arrived()
+                && untrained[i].is_none()
+                && matches!(telemetry, guardrails::TelemetryHealth::Good);
             // Decided all the same, unlike `recommend`, which keeps such a queue: from a setting
             // the model never trained from (the hpcc-alibaba baseline, for the shipped models),
             // holding would keep it there for good, while the step limit walks it into range.
@@ -1026,8 +1035,9 @@ impl ControlLoop {
             };
             let ctx = QueueContext { current, baseline: q.baseline, xoff_bytes: q.xoff, last_change, telemetry };
             // Before its first sample a queue is left as it is: there is nothing to decide on,
-            // and no reason yet to fall back. A queue the model may not decide for stays too.
-            let mut verdict = if q.watch.has_arrived() && untrained[i].is_none() {
+            // and no reason yet to fall back. A queue the model may not decide for stays too, and
+            // so does one whose history the model observes is still filling.
+            let mut verdict = if q.watch.has_arrived() && untrained[i].is_none() && !filling {
                 self.guardrails.check(proposed, &ctx, now)
             } else {
                 guardrails::Verdict { setting: q.current, clamps: Vec::new(), spent: false }
@@ -1072,6 +1082,13 @@ impl ControlLoop {
                     let (have, want) = (q.watch.intervals_at_setting(), cfg.health.window);
                     reason.push_str(&format!(
                         "; {have} of the {want} intervals at this setting a health check compares before a change, keeping it"
+                    ));
+                }
+                if filling && !quarantined {
+                    let want = cfg.policy.model().map_or(0, |m| m.tuning().history);
+                    reason.push_str(&format!(
+                        "; the model observes {want} intervals, fewer of which have arrived since the queue's \
+                         telemetry began or broke, keeping the current setting"
                     ));
                 }
                 if let Some(why) = untrained[i] {
