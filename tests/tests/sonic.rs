@@ -1175,6 +1175,20 @@ async fn recordings_that_cannot_be_this_switchs_and_unbounded_switches_are_refus
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("QUEUE|Ethernet0|3") && stderr.contains("sonic restore"), "{stderr}");
     assert_eq!(tables(&mut redis.con(CONFIG_DB)), before, "nothing written");
+
+    // The same Redis under a mistyped --switch-name: the recording names this switch as it was
+    // recorded, so the advice is to give that name, not a restore that would undo everything.
+    let own = recording(&|_| {});
+    let _: () =
+        redis::cmd("HSET").arg("ECN_TUNER|ORIGINALS").arg("json").arg(own.to_string()).query(&mut state).unwrap();
+    let journal = dir.path().join("typo.jsonl").display().to_string();
+    for (name, says) in [("leaf1", "--switch-name \"leaf1\": the recording"), ("", "--switch-name: empty")] {
+        let args = ["actuator", "--backend", "sonic", "--redis", &url, "--journal", &journal, "--switch-name", name];
+        let (code, _, stderr) = run_cli(&args).await;
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+    }
+    assert_eq!(tables(&mut redis.con(CONFIG_DB)), before, "nothing written");
     let _: () = redis::cmd("DEL").arg("ECN_TUNER|ORIGINALS").query(&mut state).unwrap();
 
     // No buffer pool size: Kmax would have no bound.

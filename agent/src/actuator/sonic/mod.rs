@@ -253,6 +253,13 @@ impl SonicBackend {
     /// Read the switch's queues and start the writer and poller threads. Blocking: call it off
     /// the async workers.
     pub fn start(opts: SonicOptions) -> Result<SonicBackend, ActuatorError> {
+        if opts.switch_name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+            return Err(ActuatorError::BadInput(
+                "--switch-name: empty; give the switch's name, or leave the flag \
+                 out for DEVICE_METADATA's hostname"
+                    .into(),
+            ));
+        }
         if opts.poll_interval < MIN_POLL_INTERVAL {
             return Err(ActuatorError::BadInput(format!(
                 "--poll-interval {:?}: at least {MIN_POLL_INTERVAL:?}; SONiC refreshes its counters no more often \
@@ -315,6 +322,17 @@ impl SonicBackend {
         let caps = found.caps;
         let switch = caps.queues[0].key.switch.clone();
         if let Some(rec) = &recording {
+            // A recording of another name on the same Redis is most likely this switch under a
+            // mistyped --switch-name (or a hostname changed since): a restore would undo all of
+            // ecn-tuner's changes to fix a typo.
+            if let (Some(given), true) = (&opts.switch_name, rec.switch != switch) {
+                return Err(ActuatorError::BadInput(format!(
+                    "--switch-name {given:?}: the recording of the original profiles in this Redis is of switch \
+                     {:?}; give that name (or leave the flag out for the hostname), or, if this is another \
+                     switch, run `ecn-tuner sonic restore --switch-name {:?}` first",
+                    rec.switch, rec.switch
+                )));
+            }
             rec.check_belongs(&switch, opts.dbs.config, &found.layout.queues).map_err(|e| {
                 ActuatorError::BadInput(match &opts.originals_file {
                     // The file will be put back into STATE_DB as this switch's original state.
