@@ -831,7 +831,8 @@ impl ControlLoop {
                 target = %self.cfg.target,
                 lag = ?lag,
                 "the telemetry this controller decides from is behind the fabric by more than --stale-after \
-                 (a backlog here, or a slow path from the actuator); its queues count as stale until it catches up"
+                 (a backlog here, a slow path from the actuator, or an actuator withholding telemetry it cannot \
+                 trust: see its log); its queues count as stale until it catches up"
             );
         } else if was && !is {
             info!(target = %self.cfg.target, lag = ?lag, "the telemetry has caught up with the fabric");
