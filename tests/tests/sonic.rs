@@ -576,9 +576,10 @@ async fn queues_that_differ_get_profiles_of_their_own_and_restore_is_byte_identi
     assert!(stdout.contains("nothing to restore"), "{stdout}");
 }
 
-/// A port removed from CONFIG_DB while the actuator runs: an apply would write its queues'
-/// bindings back as entries for queues the switch no longer has. It fails instead, naming the
-/// queue, with nothing written; and a restore does not recreate the recorded entries.
+/// A port removed from CONFIG_DB while the actuator runs: writing its queues' bindings back
+/// would recreate entries for queues the switch no longer has. They are left out, and every
+/// other queue is written as asked: a pending change's deadline revert, and later applies, go
+/// through. A restore does not recreate the recorded entries either.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_port_removed_while_running_is_not_written_back() {
     let rig = rig(Spec::default(), &[]).await;
@@ -586,31 +587,48 @@ async fn a_port_removed_while_running_is_not_written_back() {
     let mut c = rig.act.client().await;
     let l = lease(&mut c, "ctl-a").await;
     apply_ethernet4(&mut c, &l).await.expect("an apply while the port is there");
+    // A change under a 1 s confirm deadline, then the port goes.
+    c.apply(pb::ApplyRequest {
+        lease_id: l.clone(),
+        changes: vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)],
+        confirm_within_ms: 1_000,
+        ..Default::default()
+    })
+    .await
+    .expect("a pending change");
     let mut con = rig.redis.con(CONFIG_DB);
     for q in 0..8 {
         let _: () = redis::cmd("DEL").arg(format!("QUEUE|Ethernet4|{q}")).query(&mut con).unwrap();
     }
     let _: () = redis::cmd("DEL").arg("PORT|Ethernet4").query(&mut con).unwrap();
-    let before = tables(&mut con);
-    let err = c
-        .apply(pb::ApplyRequest {
-            lease_id: l.clone(),
-            changes: vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)],
-            ..Default::default()
-        })
-        .await
-        .expect_err("refused");
-    assert!(err.message().contains("QUEUE|Ethernet4|3 is no longer in CONFIG_DB"), "{err:?}");
-    assert_eq!(tables(&mut con), before, "nothing written");
+    let gone = |con: &mut redis::Connection| -> Vec<String> {
+        tables(con).keys().filter(|k| k.starts_with("QUEUE|Ethernet4|")).cloned().collect()
+    };
+    eventually("the deadline revert", WAIT, || {
+        let reverted = events(&rig.act.journal(), "revert").len() == 1;
+        async move { reverted.then_some(()) }
+    })
+    .await;
+    assert_eq!(queue_setting(&mut con, "Ethernet0", 3), ORIGINAL, "reverted despite the gone port");
+    assert!(gone(&mut con).is_empty(), "{:?}", gone(&mut con));
+    c.apply(pb::ApplyRequest {
+        lease_id: l.clone(),
+        changes: vec![change(&qid("Ethernet8", 3), 300_000, 900_000, 0.25)],
+        ..Default::default()
+    })
+    .await
+    .expect("later applies go through");
+    assert_eq!(queue_setting(&mut con, "Ethernet8", 3), (300_000, 900_000, 25));
+    assert!(gone(&mut con).is_empty(), "{:?}", gone(&mut con));
+    assert!(rig.act.log_text().contains("controlled queues are gone from CONFIG_DB"), "{}", rig.act.log_text());
     drop(c);
     let (code, _) = rig.act.stop().await;
     assert_eq!(code, Some(0));
     let (code, stdout, stderr) = run_cli(&["sonic", "restore", "--redis", &url]).await;
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("not written back: QUEUE|Ethernet4|3 is recorded but no longer in CONFIG_DB"), "{stdout}");
-    let left: Vec<String> = tables(&mut con).keys().filter(|k| k.contains("Ethernet4|")).cloned().collect();
-    assert!(left.is_empty(), "{left:?}");
-    assert_eq!(queue_setting(&mut con, "Ethernet0", 3), ORIGINAL);
+    assert!(gone(&mut con).is_empty(), "{:?}", gone(&mut con));
+    assert_eq!(queue_setting(&mut con, "Ethernet8", 3), ORIGINAL);
     drop(rig.ticker);
 }
 

@@ -502,6 +502,15 @@ pub fn plan(layout: &Layout, now: &Snapshot, t: &Target) -> Vec<Op> {
     ops
 }
 
+impl Op {
+    /// The key the write goes to.
+    pub fn key(&self) -> &str {
+        match self {
+            Op::Create(k, _) | Op::Set(k, _, _) | Op::Unset(k, _) | Op::Del(k) => k,
+        }
+    }
+}
+
 /// `now` after `ops` succeeded: what the tests check a plan against (the writer reads
 /// CONFIG_DB again instead).
 #[cfg(test)]
@@ -543,11 +552,18 @@ pub fn after(now: &Snapshot, ops: &[Op]) -> Snapshot {
 }
 
 /// Whether `read` shows the managed part of `t` in full (field order aside).
+#[cfg(test)]
 pub fn shows(layout: &Layout, read: &Snapshot, t: &Target) -> bool {
+    shows_except(layout, read, t, &BTreeSet::new())
+}
+
+/// [`shows`], but for the bindings of the queues whose `QUEUE|<name>` keys are in `unwritten`.
+pub fn shows_except(layout: &Layout, read: &Snapshot, t: &Target, unwritten: &BTreeSet<String>) -> bool {
     let profiles_ok =
         t.profiles.iter().all(|(n, f)| read.profiles.get(n).is_some_and(|r| schema::as_map(r) == schema::as_map(f)));
     let bindings_ok = layout.queues.iter().zip(&t.bindings).all(|(q, b)| {
-        read.queues.get(&q.name()).and_then(|f| schema::field(f, schema::WRED_PROFILE_FIELD)) == Some(b.as_str())
+        unwritten.contains(&schema::config_key(schema::QUEUE, &q.name()))
+            || read.queues.get(&q.name()).and_then(|f| schema::field(f, schema::WRED_PROFILE_FIELD)) == Some(b.as_str())
     });
     let deleted_ok = t.delete.iter().all(|n| !read.profiles.contains_key(n));
     profiles_ok && bindings_ok && deleted_ok

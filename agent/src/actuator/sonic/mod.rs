@@ -48,7 +48,7 @@ use ecn_proto::v1 as pb;
 use originals::{Recorder, Recording};
 use redis::Connection;
 use schema::DbIndices;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -389,6 +389,7 @@ impl SonicBackend {
             readback,
             drift_every: opts.poll_interval.saturating_mul(DRIFT_CHECK_POLLS),
             drift: None,
+            gone: Vec::new(),
         };
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
         let writer_thread = std::thread::Builder::new()
@@ -579,6 +580,9 @@ struct Writer {
     drift_every: Duration,
     /// How CONFIG_DB differed from them at the last comparison, if it did.
     drift: Option<String>,
+    /// Controlled queues (indices into the layout) whose `QUEUE` entry was gone from CONFIG_DB
+    /// at the last apply: their port removed, most likely.
+    gone: Vec<usize>,
 }
 
 impl Writer {
@@ -593,7 +597,11 @@ impl Writer {
             match job {
                 Some(job) => {
                     self.readback.rediscover(&self.applied);
-                    let r = self.apply(&job.settings).and_then(|()| self.await_programmed(&job.settings));
+                    let r = self.apply(&job.settings).and_then(|()| {
+                        // A gone queue was not written: orchagent has nothing to program for it.
+                        let written = self.keeping_gone(&job.settings);
+                        self.await_programmed(&written)
+                    });
                     match &r {
                         Ok(()) => self.applied = job.settings,
                         Err(e) => warn!("apply failed: {e}"),
@@ -695,6 +703,15 @@ impl Writer {
         }
     }
 
+    /// `settings`, with each gone queue's replaced by the settings last applied to it.
+    fn keeping_gone(&self, settings: &[EcnSetting]) -> Vec<EcnSetting> {
+        let mut out = settings.to_vec();
+        for &i in &self.gone {
+            out[i] = self.applied[i];
+        }
+        out
+    }
+
     /// The CONFIG_DB connection, opened if there is none.
     fn connection(&mut self) -> Result<&mut Connection, String> {
         self.connected().map(|(con, _)| con)
@@ -769,18 +786,30 @@ impl Writer {
         // to a profile we would edit in place), must not be planned around. The keys read are
         // watched, so one edited before our EXEC makes the transaction a no-op.
         let model = self.read(config::read_snapshot_watched)?;
-        // A controlled queue whose entry is gone (its port removed) would be written back as a
-        // binding for a queue the switch no longer has. The connection, and its watch, go with
-        // the error (`apply`).
-        if let Some(q) = self.layout.queues.iter().find(|q| !model.queues.contains_key(&q.name())) {
-            return Err(format!(
-                "QUEUE|{} is no longer in CONFIG_DB (its port removed?): nothing was written; restart the actuator \
-                 to control the queues the switch has now",
-                q.name()
-            ));
+        // A controlled queue whose entry is gone (its port removed) is not written: that would
+        // bind a queue the switch no longer has. It keeps its last settings in the plan, so that
+        // it shapes no shared profile, and its binding writes are left out; every other queue is
+        // written as asked, so that a revert or a fallback never waits for it.
+        let gone: Vec<usize> = (0..self.layout.queues.len())
+            .filter(|&i| !model.queues.contains_key(&self.layout.queues[i].name()))
+            .collect();
+        if gone != self.gone {
+            let names: Vec<String> = gone.iter().map(|&i| self.layout.queues[i].name()).collect();
+            if !names.is_empty() {
+                warn!(
+                    queues = %names.join(", "),
+                    "controlled queues are gone from CONFIG_DB (a port removed?): they are no longer written; restart \
+                     the actuator to control the queues the switch has now"
+                );
+            }
+            self.gone = gone;
         }
-        let t = config::target(&self.layout, &model, settings);
-        let ops = config::plan(&self.layout, &model, &t);
+        let settings = self.keeping_gone(settings);
+        let t = config::target(&self.layout, &model, &settings);
+        let mut ops = config::plan(&self.layout, &model, &t);
+        let gone_keys: BTreeSet<String> =
+            self.gone.iter().map(|&i| schema::config_key(schema::QUEUE, &self.layout.queues[i].name())).collect();
+        ops.retain(|op| !gone_keys.contains(op.key()));
         if ops.is_empty() {
             self.unwatch();
             return Ok(());
@@ -823,7 +852,7 @@ impl Writer {
             ));
         }
         match self.read(config::read_snapshot) {
-            Ok(now) if config::shows(&self.layout, &now, &t) => {
+            Ok(now) if config::shows_except(&self.layout, &now, &t, &gone_keys) => {
                 warn!("{what}; the transaction had landed (read back), so the apply is done");
                 Ok(())
             }
