@@ -47,9 +47,11 @@ pub struct QueueState {
     pub history: QueueHistory,
     /// How many intervals `history` holds (it keeps at most the model's history).
     pub intervals: usize,
-    /// How long before the newest sample of any queue in the source this queue's newest one
-    /// was taken (0 for the queues sampled last).
+    /// How long before the newest sample of any queue of its switch in the source this
+    /// queue's newest one was taken (0 for the queues sampled last).
     pub behind_ns: u64,
+    /// The queue's sample interval, when known.
+    pub interval_ns: Option<u64>,
 }
 
 /// Keep or change.
@@ -241,17 +243,6 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     .into();
                 return rec;
             };
-            // Telemetry that ended well before the rest of the source's: a queue gone quiet
-            // (port down, removed) is no state to act on. Two intervals allow for queues polled
-            // at different moments.
-            let interval_ns = tuning.control_interval.0;
-            if q.behind_ns > 2 * interval_ns {
-                rec.reason = format!(
-                    "its telemetry ends {} before the newest of the source's (a queue gone quiet?)",
-                    ecn_env::Nanos(q.behind_ns)
-                );
-                return rec;
-            }
             let (rates, intervals) = (cfg.allow_untrained_rates, cfg.allow_untrained_intervals);
             // What the flags allowed is said with whatever is decided.
             let allowed = model.untrained(q.link, &q.history, false, false).map(|why| model.untrained_reason(why));
@@ -261,6 +252,17 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     Untrained::Interval(_) => "from them",
                 };
                 rec.reason = format!("{}; its settings {whence} are untested", model.untrained_reason(why));
+                return rec;
+            }
+            // Telemetry that ended well before the rest of its switch's: a queue gone quiet (port
+            // down, removed) is no state to act on. Two of its intervals allow for queues polled
+            // at different moments.
+            let interval_ns = q.interval_ns.unwrap_or(tuning.control_interval.0);
+            if q.behind_ns > interval_ns.saturating_mul(2) {
+                rec.reason = format!(
+                    "its telemetry ends {} before the newest of its switch's (a queue gone quiet?)",
+                    ecn_env::Nanos(q.behind_ns)
+                );
                 return rec;
             }
             if q.intervals < tuning.history {
@@ -428,7 +430,17 @@ mod tests {
                 3,
             );
         }
-        QueueState { switch: "s".into(), port: "p".into(), queue: 3, link, current, history, intervals, behind_ns: 0 }
+        QueueState {
+            switch: "s".into(),
+            port: "p".into(),
+            queue: 3,
+            link,
+            current,
+            history,
+            intervals,
+            behind_ns: 0,
+            interval_ns: None,
+        }
     }
 
     #[test]
@@ -476,11 +488,15 @@ mod tests {
             assert!(r.reason.contains("(allowed although the model trained on 100µs telemetry"), "{}", r.reason);
         }
 
-        // A queue whose telemetry ended a second before the rest of the source's: keep.
+        // A queue whose telemetry ended a second before the rest of its switch's: keep.
         let quiet = QueueState { behind_ns: 1_000_000_000, ..state(cur, 100, 1_000.0, 3) };
         let r = &recommend(&m, &[quiet], &cfg)[0];
         assert_eq!((r.decision, r.recommended), (Decision::Keep, cur));
-        assert_eq!(r.reason, "its telemetry ends 1s before the newest of the source's (a queue gone quiet?)");
+        assert_eq!(r.reason, "its telemetry ends 1s before the newest of its switch's (a queue gone quiet?)");
+        // Sampled every second, it is only a poll behind the rest: no reason to hold.
+        let late_poll =
+            QueueState { behind_ns: 1_000_000_000, interval_ns: Some(1_000_000_000), ..state(cur, 100, 1_000.0, 3) };
+        assert!(!recommend(&m, &[late_poll], &cfg)[0].reason.contains("gone quiet"));
     }
 
     /// The gains over the baseline and over the current setting are the recommended setting's:

@@ -86,8 +86,8 @@ async fn offline_training_is_reproducible_and_records_its_data() {
     let dim = c["network"]["obs_dim"].as_u64().unwrap() as usize;
     assert_eq!(c["calibration"]["mean"].as_array().unwrap().len(), dim);
     assert!(c["calibration"]["td_error_rms"].as_f64().unwrap() > 0.0);
-    // Its evaluation: no FCT (no simulator in the loop), and the final batch's figures, those
-    // of the curve's last row.
+    // Its evaluation: no FCT (no simulator in the loop), and the scored batch's figures after
+    // the last update, those of the curve's last row.
     let evaluation = &c["evaluation"];
     assert_eq!(evaluation["kind"], "offline");
     assert!(evaluation["fct"].is_null());
@@ -99,7 +99,7 @@ async fn offline_training_is_reproducible_and_records_its_data() {
         .split(',')
         .map(|v| v.parse().unwrap())
         .collect();
-    let batch = &evaluation["final_batch"];
+    let batch = &evaluation["scored_batch"];
     assert_eq!(batch["updates"].as_f64().unwrap(), last_row[0]);
     // The CSV rounds to 6 and 4 decimals.
     assert!((batch["td_error_rms"].as_f64().unwrap() - last_row[2]).abs() < 1e-6, "{batch} {last_row:?}");
@@ -286,10 +286,13 @@ async fn recommend_gives_bounded_settings_and_keeps_when_out_of_distribution() {
         ok(&["recommend", "--telemetry", &fast_path, "--model", &model, "--json", "--allow-untrained-rates"]).await;
     let doc: Value = serde_json::from_str(&stdout).unwrap();
     // No queue is held for it; a decision from the model says what was allowed.
-    for q in doc["queues"].as_array().unwrap() {
+    let queues = doc["queues"].as_array().unwrap();
+    for q in queues {
         let reason = q["reason"].as_str().unwrap();
         assert!(!reason.contains(untrained) || reason.contains(&format!("(allowed although {untrained})")), "{q}");
     }
+    let allowed = format!("(allowed although {untrained})");
+    assert!(queues.iter().any(|q| q["reason"].as_str().unwrap().contains(&allowed)), "{queues:?}");
 
     // The same file with every other sample of each queue left out, as from a poller at twice
     // the model's control interval: keep, and say so, unless the operator allows it.
@@ -316,10 +319,13 @@ async fn recommend_gives_bounded_settings_and_keeps_when_out_of_distribution() {
     let stdout =
         ok(&["recommend", "--telemetry", &slow_path, "--model", &model, "--json", "--allow-untrained-intervals"]).await;
     let doc: Value = serde_json::from_str(&stdout).unwrap();
-    for q in doc["queues"].as_array().unwrap() {
+    let queues = doc["queues"].as_array().unwrap();
+    for q in queues {
         let reason = q["reason"].as_str().unwrap();
         assert!(!reason.contains(other) || reason.contains(&format!("(allowed although {other}")), "{q}");
     }
+    let allowed = format!("(allowed although {other}");
+    assert!(queues.iter().any(|q| q["reason"].as_str().unwrap().contains(&allowed)), "{queues:?}");
 
     // One late poll (140 µs, within --max-gap) just before the oldest of the three intervals the
     // model observes: that interval covers 140 µs, outside the card's 0.8-1.25, so every queue

@@ -94,8 +94,19 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     cfg.min_confidence = args.min_confidence;
     cfg.allow_untrained_rates = args.allow_untrained_rates;
     cfg.allow_untrained_intervals = args.allow_untrained_intervals;
-    let newest_ns = tails.iter().filter_map(|t| t.last.map(|s| s.ts_ns)).max().unwrap_or(0);
-    let states: Vec<QueueState> = tails.iter().filter_map(|t| queue_state(t, history, newest_ns)).collect();
+    // Each switch's newest sample: recordings of two switches merged into one file may count
+    // time from different starts.
+    let mut newest: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for t in &tails {
+        if let Some(s) = t.last {
+            let n = newest.entry(&*t.key.switch).or_default();
+            *n = (*n).max(s.ts_ns);
+        }
+    }
+    let states: Vec<QueueState> = tails
+        .iter()
+        .filter_map(|t| queue_state(t, history, newest.get(&*t.key.switch).copied().unwrap_or(0)))
+        .collect();
     // A queue with no sample has no current setting to recommend against: listed apart.
     let unsampled: Vec<String> = tails.iter().filter(|t| t.last.is_none()).map(|t| t.key.to_string()).collect();
     let recs = recommend::recommend(&model, &states, &cfg);
@@ -148,6 +159,7 @@ fn queue_state(t: &QueueTail, history: usize, newest_ns: u64) -> Option<QueueSta
         history: h,
         intervals,
         behind_ns: newest_ns.saturating_sub(last.ts_ns),
+        interval_ns: t.interval_ns,
     })
 }
 

@@ -520,12 +520,16 @@ fn stale_after_fits_interval(stale_after: Duration, target: &str, caps: &pb::Cap
         return Err(CliError::BadInput(format!(
             "--stale-after {stale_after:?} is shorter than two telemetry intervals of {target} ({interval:?} each): \
              telemetry would count as stale between samples and every queue fall back; give at least \
-             --stale-after {}ms",
-            interval.saturating_mul(3).as_millis()
+             --stale-after {}ms (more leaves room for a late sample)",
+            interval.saturating_mul(2).as_millis()
         )));
     }
     Ok(())
 }
+
+/// Consecutive rounds in which a learned model decides for no queue before the controller says
+/// so (at least the model's history and one more: a single late poll holds every queue that long).
+const ALL_UNTRAINED_ROUNDS: u32 = 10;
 
 /// The first pause before reopening a lost telemetry stream; it doubles while tries fail.
 const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -649,7 +653,9 @@ struct ControlLoop {
     killed: bool,
     /// The kill switch has run: every queue is on its baseline.
     kill_done: bool,
-    /// The warning that a learned model holds every queue has been given.
+    /// Consecutive rounds in which a learned model could decide for no queue, and whether the
+    /// warning about it has been given.
+    all_untrained_rounds: u32,
     warned_all_untrained: bool,
     next_due: Option<Instant>,
     /// A write's outcome is unknown and reading the actuator back failed: no new change until
@@ -766,6 +772,7 @@ impl ControlLoop {
             stream_epoch: 0,
             killed: false,
             kill_done: false,
+            all_untrained_rounds: 0,
             warned_all_untrained: false,
             next_due: None,
             needs_resync: false,
@@ -964,15 +971,23 @@ impl ControlLoop {
             _ => vec![None; self.queues.len()],
         };
         // Per queue, each decision says why; a model that can decide for no queue at all (on a
-        // switch polled every second, one trained on 100 µs telemetry) is said once, loudly.
+        // switch polled every second, one trained on 100 µs telemetry) is said once, loudly,
+        // once it has lasted longer than one late poll (which holds every queue for `history`
+        // rounds) can explain.
+        let all_untrained = !untrained.is_empty() && untrained.iter().all(Option::is_some);
+        self.all_untrained_rounds = if all_untrained { self.all_untrained_rounds.saturating_add(1) } else { 0 };
         if let (Policy::Model(m), Some(Some(why))) = (&cfg.policy, untrained.first()) {
-            if !self.warned_all_untrained && untrained.iter().all(Option::is_some) {
+            let lasting = self.all_untrained_rounds > ALL_UNTRAINED_ROUNDS.max(m.tuning().history as u32 + 1);
+            if lasting && !self.warned_all_untrained {
                 self.warned_all_untrained = true;
                 warn!(
                     target = %cfg.target,
-                    "{} holds every queue: {} (and so on for the rest); this run changes nothing. A model for this \
-                     target: `record --target` it, then `train --telemetry` (README \"Offline learning and recommendations\")",
+                    rounds = self.all_untrained_rounds,
+                    "{} has held every queue for {} rounds: {} (and so on for the rest); while that lasts this run \
+                     changes nothing. A model for this target: `record --target` it, then `train --telemetry` \
+                     (README \"Offline learning and recommendations\")",
                     m.spec,
+                    self.all_untrained_rounds,
                     m.untrained_reason(*why)
                 );
             }

@@ -256,9 +256,9 @@ pub fn train(cfg: &OfflineConfig, data: &LoggedData, bar: &ProgressBar) -> Resul
         "fct": null,
         "why_no_fct": "offline training has no simulator in the loop: measure flow completion times with \
                        `ecn-tuner eval --policy model:PATH` on a scenario like the recorded fabric",
-        "final_batch": {
+        "scored_batch": {
             "transitions": held.actions.len(),
-            "drawn_from": "the training transitions (not held out)",
+            "drawn_from": "the training transitions, once before training (not held out)",
             "updates": last.updates,
             "td_error_rms": last.td_error_rms,
             "agrees_with_logged": last.agrees_with_logged,

@@ -67,9 +67,14 @@ pub fn client_id(con: &mut Connection) -> redis::RedisResult<i64> {
     redis::cmd("CLIENT").arg("ID").query(con)
 }
 
-/// The names a running actuator's connections bear in `CLIENT LIST`: its CONFIG_DB writer and
-/// its COUNTERS_DB poller (open from its first poll on).
-pub const ACTUATOR_CONNECTIONS: [&str; 2] = ["ecn-tuner-config", "ecn-tuner-counters"];
+/// The names a running actuator's connections bear in `CLIENT LIST`: its CONFIG_DB writer
+/// (opened at the first write or drift check), its COUNTERS_DB poller, and the poller's
+/// CONFIG_DB connection that reads the counter groups' status, which is open from the first
+/// poll on even while telemetry is withheld.
+pub const ACTUATOR_CONNECTIONS: [&str; 3] = ["ecn-tuner-config", "ecn-tuner-counters", COUNTER_GROUPS_CONNECTION];
+
+/// The name of the poller's CONFIG_DB connection (counter groups' `FLEX_COUNTER_STATUS`).
+pub const COUNTER_GROUPS_CONNECTION: &str = "ecn-tuner-counter-groups";
 
 /// Another running actuator on this Redis, as `CLIENT LIST` shows one of its connections
 /// (`client id N from ADDR (NAME)`); `None` if there is none. A process that dies closes its

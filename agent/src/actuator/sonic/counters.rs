@@ -214,9 +214,9 @@ impl GroupPolling {
         schema::FLEX_COUNTER_POLLS.iter().zip(self.on).any(|(g, on)| g.blinds_telemetry() && on == Some(false))
     }
 
-    /// Takes the groups' `FLEX_COUNTER_STATUS` as read; returns whether a group telemetry
-    /// cannot do without came back on (its counters then count afresh). The start-up check has
-    /// warned of what was off at the first read.
+    /// Takes the groups' `FLEX_COUNTER_STATUS` as read; returns whether a group came back on
+    /// (the counters then count afresh). The start-up check has warned of what was off at the
+    /// first read.
     fn observe(&mut self, statuses: [Option<String>; 3]) -> bool {
         let mut resumed = false;
         for ((group, on), status) in schema::FLEX_COUNTER_POLLS.iter().zip(&mut self.on).zip(statuses) {
@@ -233,7 +233,9 @@ impl GroupPolling {
                 ),
                 (Some(false), true) => {
                     info!("SONiC polls {} counters again ({})", group.group, group.key);
-                    resumed |= group.blinds_telemetry();
+                    // Its counters jump by all that was counted meanwhile (marks too: one sample
+                    // would show more marked packets than sent).
+                    resumed = true;
                 }
                 _ => {}
             }
@@ -424,7 +426,7 @@ impl Poller {
         groups.due_in = GROUP_CHECK_POLLS - 1;
         let read = |con: &mut Option<Connection>| -> Result<[Option<String>; 3], String> {
             if con.is_none() {
-                *con = Some(self.target.connect(self.config_db, "ecn-tuner-counter-groups")?);
+                *con = Some(self.target.connect(self.config_db, super::conn::COUNTER_GROUPS_CONNECTION)?);
             }
             let mut pipe = redis::pipe();
             for g in &schema::FLEX_COUNTER_POLLS {
@@ -649,7 +651,7 @@ mod tests {
         assert!(!g.withheld());
         assert!(!g.observe(status([Some("enable"), Some("enable"), Some("disable")])));
         assert!(!g.withheld(), "marks off is only warned of");
-        assert!(!g.observe(status([Some("disable"), Some("enable"), Some("enable")])));
+        assert!(g.observe(status([Some("disable"), Some("enable"), Some("enable")])), "marks polled again");
         assert!(g.withheld());
         assert!(g.observe(status([Some("enable"), Some("disable"), Some("enable")])), "queue polling resumed");
         assert!(g.withheld(), "port polling is off now");
