@@ -557,7 +557,8 @@ pub fn shows(layout: &Layout, read: &Snapshot, t: &Target) -> bool {
     shows_except(layout, read, t, &BTreeSet::new())
 }
 
-/// [`shows`], but for the bindings of the queues whose `QUEUE|<name>` keys are in `unwritten`.
+/// Whether `read` shows the managed part of `t` in full (field order aside), but for the
+/// bindings of the queues whose `QUEUE|<name>` keys are in `unwritten`.
 pub fn shows_except(layout: &Layout, read: &Snapshot, t: &Target, unwritten: &BTreeSet<String>) -> bool {
     let profiles_ok =
         t.profiles.iter().all(|(n, f)| read.profiles.get(n).is_some_and(|r| schema::as_map(r) == schema::as_map(f)));
