@@ -51,13 +51,7 @@ impl RedisArgs {
         };
         // Each SONiC database has an index of its own: two flags naming one would, for one,
         // put the recording of the original profiles into CONFIG_DB, which `config save` keeps.
-        let named = [
-            ("--appl-db", dbs.appl),
-            ("--asic-db", dbs.asic),
-            ("--counters-db", dbs.counters),
-            ("--config-db", dbs.config),
-            ("--state-db", dbs.state),
-        ];
+        let named = dbs.by_flag();
         for (i, (flag, db)) in named.iter().enumerate() {
             if *db < 0 {
                 return Err(CliError::BadInput(format!("{flag} {db}: a Redis database index is 0 or more")));

@@ -152,14 +152,7 @@ pub struct SonicBackend {
 /// refuses, are the operator's to fix (exit 2, naming the flag); the poller would otherwise
 /// retry a database that does not exist for ever.
 fn check_databases(target: &RedisTarget, dbs: &DbIndices) -> Result<(), ActuatorError> {
-    let named = [
-        ("--config-db", dbs.config),
-        ("--state-db", dbs.state),
-        ("--counters-db", dbs.counters),
-        ("--appl-db", dbs.appl),
-        ("--asic-db", dbs.asic),
-    ];
-    for (flag, db) in named {
+    for (flag, db) in dbs.by_flag() {
         if let Err(e) = target.connect(db, "ecn-tuner-discover") {
             let lower = e.to_lowercase();
             return Err(if lower.contains("out of range") {

@@ -25,6 +25,19 @@ pub struct DbIndices {
     pub asic: i64,
 }
 
+impl DbIndices {
+    /// Each index with the command-line flag that sets it.
+    pub fn by_flag(&self) -> [(&'static str, i64); 5] {
+        [
+            ("--config-db", self.config),
+            ("--state-db", self.state),
+            ("--counters-db", self.counters),
+            ("--appl-db", self.appl),
+            ("--asic-db", self.asic),
+        ]
+    }
+}
+
 impl Default for DbIndices {
     fn default() -> Self {
         DbIndices { appl: 0, asic: 1, counters: 2, config: 4, state: 6 }
