@@ -37,6 +37,10 @@ struct State {
     ledger: Ledger,
     leases: LeaseTable,
     journal: Journal,
+    /// The generation a deadline (or stop-time) revert to it failed for, once that failure is
+    /// journaled: the watcher retries every second while the device is away, and one `reject`
+    /// line says it; the retries do not add one each.
+    failed_revert: Option<u64>,
 }
 
 struct Inner<B> {
@@ -76,7 +80,7 @@ impl<B: Backend> ActuatorService<B> {
         let index = QueueIndex::new(&caps);
         // Generations continue after the journal's last, so a number never names two changes.
         let ledger = Ledger::starting_at(journal.last_generation() + 1, initial);
-        let state = State { ledger, leases: LeaseTable::default(), journal };
+        let state = State { ledger, leases: LeaseTable::default(), journal, failed_revert: None };
         ActuatorService {
             inner: Arc::new(Inner {
                 backend,
@@ -419,8 +423,16 @@ impl<B: Backend> ActuatorService<B> {
                 "the {} backend failed to restore generation {target}: {e}",
                 self.inner.caps.backend
             ));
+            if kind == EventKind::Revert {
+                if st.failed_revert == Some(target) {
+                    debug!("retried revert still failing: {}", s.message());
+                    return Err(s);
+                }
+                st.failed_revert = Some(target);
+            }
             return Err(self.reject(st, s, Vec::new(), ctl));
         }
+        st.failed_revert = None;
         let generation = st.ledger.next();
         let changed = super::ledger::diff(&before, settings);
         let e = Event::now(kind, generation, generation, self.entries(&changed)).detail(detail).controller(ctl);
@@ -989,5 +1001,26 @@ mod tests {
         let e = s.do_confirm(late).unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
         assert_eq!(s.inner.backend.read_settings(), vec![START]);
+    }
+
+    /// The watcher retries a failed deadline revert every second while the device is away: one
+    /// `reject` line says so, not one per retry, and the revert line follows once it goes
+    /// through.
+    #[test]
+    fn a_revert_retried_while_the_device_is_away_is_journaled_once() {
+        let (_dir, path) = scratch_journal();
+        let (s, _stop) = service_with(false, Some(&path));
+        let l = lease(&s);
+        s.do_apply(apply_req(&l, 1)).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        s.inner.backend.fail.store(true, Ordering::SeqCst);
+        for _ in 0..5 {
+            assert!(!s.revert_if_due(Instant::now(), None));
+        }
+        s.inner.backend.fail.store(false, Ordering::SeqCst);
+        assert!(s.revert_if_due(Instant::now(), None));
+        let events: Vec<String> =
+            journal_lines(&path).iter().map(|l| l["event"].as_str().unwrap().to_string()).collect();
+        assert_eq!(events, ["apply", "reject", "revert"], "{events:?}");
     }
 }
