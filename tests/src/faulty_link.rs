@@ -42,6 +42,9 @@ pub struct Faults {
     pub streams_opened: AtomicU32,
     /// Bounds reported instead of the actuator's.
     pub bounds: Mutex<Option<pb::Bounds>>,
+    /// This many Rollback calls fail with UNAVAILABLE without reaching the actuator: its device
+    /// away (a switch's Redis restarting), as the actuator itself would answer.
+    pub failed_rollbacks: AtomicU32,
 }
 
 /// Take one from a fault counter; whether there was one.
@@ -146,6 +149,9 @@ impl pb::actuator_server::Actuator for Forward {
     }
 
     async fn rollback(&self, req: Request<pb::RollbackRequest>) -> Result<Response<pb::RollbackResponse>, Status> {
+        if take(&self.faults.failed_rollbacks) {
+            return Err(Status::unavailable("faulty link: the device is away, nothing rolled back"));
+        }
         self.client.clone().rollback(req.into_inner()).await
     }
 

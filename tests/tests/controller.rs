@@ -195,6 +195,7 @@ async fn bad_write_is_rolled_back_then_reapplied(
     marks: &str,
     label: &str,
     telemetry_lag: u32,
+    failed_rollbacks: u32,
 ) -> String {
     let act = sim_actuator_running(
         scenario,
@@ -207,9 +208,12 @@ async fn bad_write_is_rolled_back_then_reapplied(
     act.wait_for_telemetry_time(5_000_000, FABRIC_PATIENCE).await;
     let target = (100_000, 400_000, 0.5);
     let metrics = metrics_addr();
-    let link = match telemetry_lag {
-        0 => None,
-        lag => Some(FaultyLink::start(&act.url(), Faults { telemetry_lag: lag.into(), ..Default::default() }).await),
+    let link = match (telemetry_lag, failed_rollbacks) {
+        (0, 0) => None,
+        (lag, failed) => {
+            let faults = Faults { telemetry_lag: lag.into(), failed_rollbacks: failed.into(), ..Default::default() };
+            Some(FaultyLink::start(&act.url(), faults).await)
+        }
     };
     let url = link.as_ref().map_or_else(|| act.url(), FaultyLink::url);
     let (log, (rollbacks, lag)) = act
@@ -251,6 +255,12 @@ async fn bad_write_is_rolled_back_then_reapplied(
     for (q, s) in settings(&act).await {
         assert_eq!(s, target, "{q}");
     }
+    if failed_rollbacks > 0 {
+        // The failed tries kept the change pending, said once; the controller went on.
+        let text = act.controller_log("faulty");
+        assert_eq!(text.matches("Rollback failed").count(), 1, "{text}");
+        assert!(link.is_some_and(|l| l.faults.failed_rollbacks.load(Ordering::SeqCst) == 0));
+    }
     let reasons = decision_reasons(&log);
     reasons.into_iter().find(|r| r.starts_with("rolled back")).expect("a rollback decision")
 }
@@ -273,7 +283,7 @@ async fn a_change_that_starves_the_fabric_is_rolled_back_once_its_window_is_comp
     // Every queue the first write changes marks every packet, DCQCN starves the senders, and
     // only the utilization guard, judged over the whole window, sees it. Drops, pauses and
     // depth all look fine.
-    let reason = bad_write_is_rolled_back_then_reapplied(BUSY_SCENARIO, "every", "utilization", 0).await;
+    let reason = bad_write_is_rolled_back_then_reapplied(BUSY_SCENARIO, "every", "utilization", 0, 0).await;
     assert!(reason.contains("utilization of the changed queues fell"), "{reason}");
 }
 
@@ -283,7 +293,7 @@ async fn a_change_is_judged_only_on_telemetry_measured_after_it_however_late_tha
     // of simulated time, 1 s of wall-clock time) behind the fabric, twice its health window:
     // the 100 batches that arrive after the apply's reply were all simulated before the change.
     // Judged on those, the write looks as healthy as the fabric before it and is confirmed.
-    let reason = bad_write_is_rolled_back_then_reapplied(BUSY_SCENARIO, "every", "utilization", 100).await;
+    let reason = bad_write_is_rolled_back_then_reapplied(BUSY_SCENARIO, "every", "utilization", 100, 0).await;
     assert!(reason.contains("utilization of the changed queues fell"), "{reason}");
 }
 
@@ -301,9 +311,18 @@ async fn a_change_that_deepens_the_queues_is_rolled_back_once_its_window_is_comp
     // The other way round: the queues the first write changes mark nothing, DCQCN never slows
     // the senders and the queues fill. No drops, no pauses, utilization holds: only the depth
     // guard, judged over the whole window, sees it.
-    let reason = bad_write_is_rolled_back_then_reapplied(DEEP_SCENARIO, "none", "depth", 0).await;
+    let reason = bad_write_is_rolled_back_then_reapplied(DEEP_SCENARIO, "none", "depth", 0, 0).await;
     assert!(reason.contains("average queue depth rose"), "{reason}");
     assert!(!reason.contains("paus") && !reason.contains("drops"), "the depth guard alone: {reason}");
+}
+
+/// A Rollback the actuator cannot carry out (its device away: a switch's Redis restarting)
+/// used to end the controller, and all tuning with it. The change stays pending instead, and
+/// the rollback is tried again every round until it goes through.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollback_the_actuator_cannot_carry_out_is_tried_again() {
+    let reason = bad_write_is_rolled_back_then_reapplied(DEEP_SCENARIO, "none", "depth", 0, 2).await;
+    assert!(reason.contains("average queue depth rose"), "{reason}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

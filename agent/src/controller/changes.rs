@@ -35,6 +35,8 @@ pub(super) struct Pending {
     pub(super) after: Vec<Vec<IntervalStats>>,
     pub(super) deadline: Instant,
     pub(super) previous: Vec<(usize, EcnSetting)>,
+    /// After a Rollback the actuator could not carry out: not before this is it tried again.
+    pub(super) retry_rollback_at: Option<Instant>,
 }
 
 impl Pending {
@@ -140,6 +142,7 @@ impl ControlLoop {
                     after,
                     deadline,
                     previous,
+                    retry_rollback_at: None,
                 });
             }
             Err(e) => {
@@ -413,6 +416,9 @@ impl ControlLoop {
             Err(why) => {
                 let reason = why.iter().map(Finding::to_string).collect::<Vec<_>>().join("; ");
                 let lease_id = lease_id.clone();
+                if p.retry_rollback_at.is_some_and(|t| Instant::now() < t) {
+                    return Ok(Some(p));
+                }
                 if self.reverted_at_deadline(&p).await {
                     return self.reverted_by_actuator(&p, &format!(", before it was judged: {reason}")).map(|()| None);
                 }
@@ -421,12 +427,28 @@ impl ControlLoop {
                 let gravest = why.iter().map(|f| f.check).min().unwrap_or(Check::Deadline);
                 warn!(generation = p.generation, %reason, "degraded: rolling back");
                 let req = pb::RollbackRequest { lease_id, to_generation: None, reason: reason.clone() };
-                let resp = self
-                    .client
-                    .rollback(req)
-                    .await
-                    .map_err(|s| CliError::Failed(format!("Rollback: {}", s.message())))?
-                    .into_inner();
+                let resp = match self.client.rollback(req).await {
+                    Ok(r) => r.into_inner(),
+                    // The actuator could not take it back now (its device away: a switch's Redis
+                    // restarting). The change stays pending: judged, and rolled back, again next
+                    // round, or reverted by the actuator at its confirm deadline, which the next
+                    // round then reads back. Ending the controller would stop all tuning for
+                    // what the actuator makes good by itself.
+                    Err(s) => {
+                        if p.retry_rollback_at.is_none() {
+                            warn!(
+                                generation = p.generation,
+                                code = ?s.code(),
+                                "Rollback failed ({}); the change stays pending: rolled back once the actuator can, \
+                                 tried every --interval, or reverted by the actuator at its confirm deadline",
+                                s.message()
+                            );
+                        }
+                        let mut p = p;
+                        p.retry_rollback_at = Some(Instant::now() + self.cfg.interval);
+                        return Ok(Some(p));
+                    }
+                };
                 let until = Instant::now() + cfg.quarantine;
                 count_rollback(&mut self.report, &self.metrics, gravest.label());
                 for (k, (i, old)) in p.previous.iter().enumerate() {

@@ -1228,6 +1228,7 @@ mod tests {
             after: vec![Vec::new()],
             deadline: Instant::now(),
             previous: Vec::new(),
+            retry_rollback_at: None,
         };
         feed_samples(&mut queues, &index, Some(&mut p), &[sample(200, 4)]);
         feed_samples(&mut queues, &index, Some(&mut p), &[]);
