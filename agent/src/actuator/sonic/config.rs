@@ -487,8 +487,10 @@ pub fn plan(layout: &Layout, now: &Snapshot, t: &Target) -> Vec<Op> {
     }
     for (q, want) in layout.queues.iter().zip(&t.bindings) {
         let name = q.name();
-        let cur = now.queues.get(&name).and_then(|f| schema::field(f, schema::WRED_PROFILE_FIELD));
-        if cur != Some(want.as_str()) {
+        // A queue whose entry is gone (its port removed) is never written back: that would bind
+        // a queue the switch no longer has.
+        let Some(fields) = now.queues.get(&name) else { continue };
+        if schema::field(fields, schema::WRED_PROFILE_FIELD) != Some(want.as_str()) {
             ops.push(Op::Set(
                 schema::config_key(schema::QUEUE, &name),
                 schema::WRED_PROFILE_FIELD.into(),
@@ -500,15 +502,6 @@ pub fn plan(layout: &Layout, now: &Snapshot, t: &Target) -> Vec<Op> {
         ops.push(Op::Del(pkey(name)));
     }
     ops
-}
-
-impl Op {
-    /// The key the write goes to.
-    pub fn key(&self) -> &str {
-        match self {
-            Op::Create(k, _) | Op::Set(k, _, _) | Op::Unset(k, _) | Op::Del(k) => k,
-        }
-    }
 }
 
 /// `now` after `ops` succeeded: what the tests check a plan against (the writer reads
@@ -551,20 +544,13 @@ pub fn after(now: &Snapshot, ops: &[Op]) -> Snapshot {
     s
 }
 
-/// Whether `read` shows the managed part of `t` in full (field order aside).
-#[cfg(test)]
+/// Whether `read` shows the managed part of `t` in full (field order aside). A queue whose
+/// entry is gone has no binding to show ([`plan`] writes none for it).
 pub fn shows(layout: &Layout, read: &Snapshot, t: &Target) -> bool {
-    shows_except(layout, read, t, &BTreeSet::new())
-}
-
-/// Whether `read` shows the managed part of `t` in full (field order aside), but for the
-/// bindings of the queues whose `QUEUE|<name>` keys are in `unwritten`.
-pub fn shows_except(layout: &Layout, read: &Snapshot, t: &Target, unwritten: &BTreeSet<String>) -> bool {
     let profiles_ok =
         t.profiles.iter().all(|(n, f)| read.profiles.get(n).is_some_and(|r| schema::as_map(r) == schema::as_map(f)));
     let bindings_ok = layout.queues.iter().zip(&t.bindings).all(|(q, b)| {
-        unwritten.contains(&schema::config_key(schema::QUEUE, &q.name()))
-            || read.queues.get(&q.name()).and_then(|f| schema::field(f, schema::WRED_PROFILE_FIELD)) == Some(b.as_str())
+        read.queues.get(&q.name()).is_none_or(|f| schema::field(f, schema::WRED_PROFILE_FIELD) == Some(b.as_str()))
     });
     let deleted_ok = t.delete.iter().all(|n| !read.profiles.contains_key(n));
     profiles_ok && bindings_ok && deleted_ok

@@ -48,7 +48,7 @@ use ecn_proto::v1 as pb;
 use originals::{Recorder, Recording};
 use redis::Connection;
 use schema::DbIndices;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -779,10 +779,10 @@ impl Writer {
         // to a profile we would edit in place), must not be planned around. The keys read are
         // watched, so one edited before our EXEC makes the transaction a no-op.
         let model = self.read(config::read_snapshot_watched)?;
-        // A controlled queue whose entry is gone (its port removed) is not written: that would
-        // bind a queue the switch no longer has. It keeps its last settings in the plan, so that
-        // it shapes no shared profile, and its binding writes are left out; every other queue is
-        // written as asked, so that a revert or a fallback never waits for it.
+        // A controlled queue whose entry is gone (its port removed) is not written (the plan
+        // never writes a binding back), and keeps its last settings in the plan, so that it
+        // shapes no shared profile; every other queue is written as asked, so that a revert or
+        // a fallback never waits for it.
         let gone: Vec<usize> = (0..self.layout.queues.len())
             .filter(|&i| !model.queues.contains_key(&self.layout.queues[i].name()))
             .collect();
@@ -799,10 +799,7 @@ impl Writer {
         }
         let settings = self.keeping_gone(settings);
         let t = config::target(&self.layout, &model, &settings);
-        let mut ops = config::plan(&self.layout, &model, &t);
-        let gone_keys: BTreeSet<String> =
-            self.gone.iter().map(|&i| schema::config_key(schema::QUEUE, &self.layout.queues[i].name())).collect();
-        ops.retain(|op| !gone_keys.contains(op.key()));
+        let ops = config::plan(&self.layout, &model, &t);
         if ops.is_empty() {
             self.unwatch();
             return Ok(());
@@ -845,7 +842,7 @@ impl Writer {
             ));
         }
         match self.read(config::read_snapshot) {
-            Ok(now) if config::shows_except(&self.layout, &now, &t, &gone_keys) => {
+            Ok(now) if config::shows(&self.layout, &now, &t) => {
                 warn!("{what}; the transaction had landed (read back), so the apply is done");
                 Ok(())
             }
