@@ -508,6 +508,7 @@ async fn sim_streams_one_sample_per_queue_and_applies_settings() {
         let got: Vec<pb::QueueId> = b.samples.iter().map(|s| s.id.clone().unwrap()).collect();
         assert_eq!(got, q, "samples in capabilities order");
         assert!(b.samples.iter().all(|s| s.ts_ns == b.ts_ns && s.ecn.is_some()));
+        assert!(b.samples.iter().all(|s| s.ecn_marks_counted), "the simulator counts every mark");
         assert!(b.ts_ns > last_ts);
         last_ts = b.ts_ns;
     }
@@ -605,6 +606,8 @@ async fn dry_run_replays_a_csv_recording_as_its_telemetry() {
     for _ in 0..3 {
         let b = tokio::time::timeout(WAIT, stream.next()).await.expect("a batch").unwrap().unwrap();
         assert_eq!(b.samples.len(), caps.queues.len());
+        // A recording's zero marks may be a switch that did not count them.
+        assert!(b.samples.iter().all(|s| !s.ecn_marks_counted));
         assert!(b.ts_ns > last);
         last = b.ts_ns;
     }

@@ -100,6 +100,7 @@ async fn capabilities_and_telemetry_come_from_the_switch() {
         assert_eq!(b.samples.len(), 64, "one sample per queue");
         assert_eq!(b.samples.iter().map(|s| s.id.clone().unwrap()).collect::<Vec<_>>(), ids);
         let s = &b.samples[0];
+        assert!(b.samples.iter().all(|s| s.ecn_marks_counted), "the fixture polls ECN marks");
         assert_eq!(s.queue_bytes_max, 150_000, "the shared watermark");
         assert!(s.ecn.is_some() && s.link_bps == 100_000_000_000);
         if let Some(t) = last_ts {
@@ -1497,7 +1498,18 @@ async fn counter_polling_turned_off_while_running_stops_the_telemetry() {
     set_config_field(&rig.redis, "FLEX_COUNTER_TABLE|WRED_ECN_QUEUE", "FLEX_COUNTER_STATUS", "disable");
     let marks_off = "SONiC stopped polling wredqueue counters";
     eventually("the warning", WAIT, || async { rig.act.log_text().contains(marks_off).then_some(()) }).await;
-    take(&mut stream, 3, &mut seen).await;
+    // Their counters stand still: a zero no longer says that nothing was marked (batches polled
+    // before the status was read may still be on their way).
+    assert!(seen[..3].iter().all(|b| b.samples.iter().all(|s| s.ecn_marks_counted)));
+    let counted = |b: &pb::TelemetryBatch| b.samples.iter().any(|s| s.ecn_marks_counted);
+    for _ in 0..20 {
+        take(&mut stream, 1, &mut seen).await;
+        if !counted(&seen[seen.len() - 1]) {
+            break;
+        }
+    }
+    take(&mut stream, 2, &mut seen).await;
+    assert!(!seen[seen.len() - 3..].iter().any(counted), "marks still vouched for once their polling stopped");
 
     for group in ["QUEUE", "PORT"] {
         let key = format!("FLEX_COUNTER_TABLE|{group}");

@@ -66,7 +66,8 @@ pub fn play(
     let last = rec.rows[rec.rows.len() - 1].sample.ts_ns;
     // Timestamps start near zero in every loop: shift the first row to one interval.
     let span = last - first + rec.interval_ns;
-    let batches = batches_from_rows(&rec.rows, 0);
+    // A recording's zero marks may be a switch that did not count them: not vouched for.
+    let batches = batches_from_rows(&rec.rows, 0, false);
     let mut pacer = Pacer::new(time_scale, 0);
     let mut base = 0u64;
     'outer: while !stop.load(Ordering::Relaxed) {

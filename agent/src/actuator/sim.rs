@@ -352,7 +352,8 @@ struct Runner {
 impl Runner {
     /// Send the intervals the simulator has closed, on the backend clock (`offset` + run time).
     fn publish_telemetry(&mut self, offset: u64) {
-        for b in batches_from_rows(&self.sim.take_telemetry(), offset) {
+        // The simulator counts every mark.
+        for b in batches_from_rows(&self.sim.take_telemetry(), offset, true) {
             // No subscriber is not an error: telemetry of an unwatched fabric is dropped.
             let _ = self.telemetry.send(Arc::new(b));
         }

@@ -6,8 +6,10 @@ use ecn_datasets::{QueueSample, TelemetrySample};
 use ecn_proto::v1 as pb;
 use std::collections::HashMap;
 
-/// A simulator/recording row as a wire sample, its timestamp shifted by `ts_offset_ns`.
-pub fn sample_to_wire(r: &TelemetrySample, ts_offset_ns: u64) -> pb::TelemetrySample {
+/// A simulator/recording row as a wire sample, its timestamp shifted by `ts_offset_ns`;
+/// `marks_counted` says whether its source counts ECN marks (a simulator does; a recording's
+/// zeros may be a switch that did not).
+pub fn sample_to_wire(r: &TelemetrySample, ts_offset_ns: u64, marks_counted: bool) -> pb::TelemetrySample {
     let s = &r.sample;
     pb::TelemetrySample {
         ts_ns: s.ts_ns + ts_offset_ns,
@@ -26,6 +28,7 @@ pub fn sample_to_wire(r: &TelemetrySample, ts_offset_ns: u64) -> pb::TelemetrySa
         ecn: Some(pb::EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }),
         // A row covers the step from its queue's previous one.
         span_ns: 0,
+        ecn_marks_counted: marks_counted,
     }
 }
 
@@ -60,14 +63,16 @@ pub fn sample_from_wire(s: &pb::TelemetrySample, setting: Option<&pb::EcnSetting
     Some(queue_sample_from_wire(s, ecn).to_row(&key))
 }
 
-/// Group rows (already in time order) into one batch per timestamp.
-pub fn batches_from_rows(rows: &[TelemetrySample], ts_offset_ns: u64) -> Vec<pb::TelemetryBatch> {
+/// Group rows (already in time order) into one batch per timestamp (`marks_counted` as for
+/// [`sample_to_wire`]).
+pub fn batches_from_rows(rows: &[TelemetrySample], ts_offset_ns: u64, marks_counted: bool) -> Vec<pb::TelemetryBatch> {
     let mut out: Vec<pb::TelemetryBatch> = Vec::new();
     for r in rows {
         let ts = r.sample.ts_ns + ts_offset_ns;
         match out.last_mut() {
-            Some(b) if b.ts_ns == ts => b.samples.push(sample_to_wire(r, ts_offset_ns)),
-            _ => out.push(pb::TelemetryBatch { ts_ns: ts, samples: vec![sample_to_wire(r, ts_offset_ns)] }),
+            Some(b) if b.ts_ns == ts => b.samples.push(sample_to_wire(r, ts_offset_ns, marks_counted)),
+            _ => out
+                .push(pb::TelemetryBatch { ts_ns: ts, samples: vec![sample_to_wire(r, ts_offset_ns, marks_counted)] }),
         }
     }
     out
@@ -188,6 +193,7 @@ impl Coarsener {
                     a.tx_bytes = a.tx_bytes.saturating_add(s.tx_bytes);
                     a.tx_pkts = a.tx_pkts.saturating_add(s.tx_pkts);
                     a.ecn_marked_pkts = a.ecn_marked_pkts.saturating_add(s.ecn_marked_pkts);
+                    a.ecn_marks_counted &= s.ecn_marks_counted;
                     a.pfc_pause_rx = a.pfc_pause_rx.saturating_add(s.pfc_pause_rx);
                     a.pfc_pause_tx = a.pfc_pause_tx.saturating_add(s.pfc_pause_tx);
                     a.paused_ns = a.paused_ns.saturating_add(s.paused_ns);
@@ -249,6 +255,20 @@ mod tests {
         assert!((s.queue_bytes_avg - 70.0 / 3.0).abs() < 1e-9);
         assert!(c.push(&batch(400, 1, 1)).is_none(), "a new window starts");
         assert_eq!(Coarsener::new(1, 100).push(&batch(1, 1, 1)).unwrap(), batch(1, 1, 1), "passed on as it is");
+    }
+
+    #[test]
+    fn a_coarse_sample_vouches_for_its_marks_only_if_every_fine_one_did() {
+        let counted = |ts: u64, yes: bool| {
+            let mut b = batch(ts, 1, 1);
+            b.samples[0].ecn_marks_counted = yes;
+            b
+        };
+        let mut c = Coarsener::new(2, 100);
+        c.push(&counted(100, true));
+        assert!(c.push(&counted(200, true)).unwrap().samples[0].ecn_marks_counted);
+        c.push(&counted(300, true));
+        assert!(!c.push(&counted(400, false)).unwrap().samples[0].ecn_marks_counted);
     }
 
     fn spanning(ts: u64, span: u64, depth: u64, tx: u64) -> pb::TelemetryBatch {

@@ -17,9 +17,11 @@
 //! Drops and pauses are strong signals in a lossless fabric; utilization and depth move with
 //! the traffic itself, so their thresholds are loose by default. A change of ECN thresholds can
 //! only slow senders down through marks (marks, then CNPs, then DCQCN rate cuts: REFERENCE.md
-//! §1), so a fall in utilization with less marking is the traffic ending, not the change. With
-//! no marks before or after, the fall is judged as a collapse: a switch that does not count
-//! marks reads as zero.
+//! §1), so a fall in utilization with less marking is the traffic ending, not the change, and so
+//! is a fall with no marks at all after the change where the backend vouches that it counts
+//! them (`ecn_marks_counted`: a simulator, a SONiC switch polling its ECN-mark counters).
+//! Without that word, no marks before or after is judged as a collapse: a switch that does not
+//! count marks reads as zero.
 
 use serde::Serialize;
 use std::fmt;
@@ -104,6 +106,8 @@ pub struct IntervalStats {
     pub tx_pkts: u64,
     /// Packets sent with an ECN mark.
     pub ecn_marked_pkts: u64,
+    /// Whether the backend counted the marks (a zero then means none).
+    pub ecn_marks_counted: bool,
     /// Line rate.
     pub link_bps: u64,
     /// Time-weighted average depth.
@@ -228,15 +232,18 @@ pub struct WindowStats {
     pub tx_pkts: u64,
     /// Packets sent with an ECN mark.
     pub ecn_marked_pkts: u64,
+    /// Whether the backend counted the marks of every interval (and there was one).
+    pub ecn_marks_counted: bool,
 }
 
 impl WindowStats {
     /// Aggregate the intervals of one queue.
     pub fn of<'a>(it: impl IntoIterator<Item = &'a IntervalStats>) -> Self {
         let (mut n, mut util, mut depth, mut paused, mut span) = (0usize, 0.0, 0.0, 0, 0);
-        let mut w = WindowStats::default();
+        let mut w = WindowStats { ecn_marks_counted: true, ..WindowStats::default() };
         for s in it {
             n += 1;
+            w.ecn_marks_counted &= s.ecn_marks_counted;
             util += s.utilization();
             depth += s.queue_bytes_avg;
             // Counters come from a remote peer: saturate rather than overflow.
@@ -247,6 +254,7 @@ impl WindowStats {
             paused = u64::saturating_add(paused, s.paused_ns);
             span = u64::saturating_add(span, s.span_ns);
         }
+        w.ecn_marks_counted &= n > 0;
         let n = n.max(1) as f64;
         w.paused_fraction = if span > 0 { paused as f64 / span as f64 } else { 0.0 };
         WindowStats { utilization: util / n, queue_bytes_avg: depth / n, ..w }
@@ -316,11 +324,16 @@ pub fn judge(cfg: &HealthConfig, before: &WindowStats, after: &WindowStats) -> R
 /// Utilization of all changed queues together (one queue's utilization alone moves too much
 /// with its traffic to judge a change by): a collapse of their combined throughput, unless a
 /// smaller fraction of their packets was marked (thresholds set too low throttle senders
-/// through marks). The windows are the changed queues', before and after, in the same order.
+/// through marks), or none, counted, after the change. The windows are the changed queues',
+/// before and after, in the same order.
 pub fn judge_utilization(cfg: &HealthConfig, before: &[WindowStats], after: &[WindowStats]) -> Result<(), Finding> {
     let (util_before, util_after) = (mean_utilization(before), mean_utilization(after));
     let (marked_before, marked_after) = (marked_fraction(before), marked_fraction(after));
-    if util_before >= cfg.util_min_before && util_after < cfg.util_ratio * util_before && marked_after >= marked_before
+    let none_marked_after = after.iter().all(|w| w.ecn_marks_counted && w.ecn_marked_pkts == 0);
+    if util_before >= cfg.util_min_before
+        && util_after < cfg.util_ratio * util_before
+        && marked_after >= marked_before
+        && !none_marked_after
     {
         Err(Finding::new(
             Check::Utilization,
@@ -415,10 +428,26 @@ mod tests {
         // so the fall counts.
         let unmarked = [sent(0.7, 1000, 0), sent(0.5, 800, 0)];
         assert!(judge_utilization(&c, &unmarked, &[sent(0.1, 150, 0), sent(0.1, 150, 0)]).is_err());
+        // Unless the backend counted them: no marks after the change, it throttled no sender.
+        let counted = |w: WindowStats| WindowStats { ecn_marks_counted: true, ..w };
+        let counted_none = [counted(sent(0.1, 150, 0)), counted(sent(0.1, 150, 0))];
+        assert!(judge_utilization(&c, &unmarked, &counted_none).is_ok());
+        // Every changed queue's, after the change (a queue that may have marked uncounted, or
+        // one that marked, leaves the fall to the rule above).
+        assert!(judge_utilization(&c, &unmarked, &[counted(sent(0.1, 150, 0)), sent(0.1, 150, 0)]).is_err());
+        assert!(judge_utilization(&c, &unmarked, &[counted(sent(0.1, 150, 0)), counted(sent(0.1, 150, 1))]).is_err());
         // A smaller fall is tolerated, marks or not.
         assert!(judge_utilization(&c, &before, &[sent(0.4, 600, 300), sent(0.3, 500, 250)]).is_ok());
         // An idle fabric that stays idle is not a collapse.
         assert!(judge_utilization(&c, &[sent(0.05, 10, 0)], &[sent(0.0, 0, 0)]).is_ok());
+    }
+
+    #[test]
+    fn a_window_vouches_for_its_marks_only_if_every_interval_does() {
+        let i = |counted: bool| IntervalStats { span_ns: 1_000, ecn_marks_counted: counted, ..Default::default() };
+        assert!(WindowStats::of(&[i(true), i(true)]).ecn_marks_counted);
+        assert!(!WindowStats::of(&[i(true), i(false)]).ecn_marks_counted);
+        assert!(!WindowStats::of(&[]).ecn_marks_counted);
     }
 
     #[test]

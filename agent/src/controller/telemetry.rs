@@ -123,6 +123,7 @@ impl QueueWatch {
                 tx_bytes: s.tx_bytes,
                 tx_pkts: s.tx_pkts,
                 ecn_marked_pkts: s.ecn_marked_pkts,
+                ecn_marks_counted: s.ecn_marks_counted,
                 link_bps: s.link_bps,
                 queue_bytes_avg: s.queue_bytes_avg,
                 // Counters come from a remote peer: saturate rather than overflow.

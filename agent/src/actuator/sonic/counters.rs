@@ -80,6 +80,8 @@ pub struct Deltas {
     pub packets: u64,
     /// Packets marked.
     pub ecn_marked: u64,
+    /// Whether both readings had the mark counter (absent, `ecn_marked` reads 0 unknowingly).
+    pub ecn_marks_counted: bool,
     /// Packets dropped.
     pub dropped: u64,
     /// PAUSE frames received.
@@ -140,6 +142,7 @@ impl Tracker {
             bytes: d(p.bytes, r.bytes, Some(bytes_cap)),
             packets: d(p.packets, r.packets, Some(pkts_cap)),
             ecn_marked: d(p.ecn_marked, r.ecn_marked, Some(pkts_cap)),
+            ecn_marks_counted: p.ecn_marked.is_some() && r.ecn_marked.is_some(),
             // Drops come from every ingress port at once: no line-rate bound.
             dropped: d(p.dropped, r.dropped, None),
             pfc_rx: d(p.pfc_rx, r.pfc_rx, Some(pkts_cap)),
@@ -155,7 +158,8 @@ impl Tracker {
     }
 }
 
-/// The wire sample of one queue's interval.
+/// The wire sample of one queue's interval; `marks_polled`: whether SONiC polled the ECN-mark
+/// counters (a counter present but not polled stands still).
 pub fn sample(
     key: &pb::QueueId,
     link_bps: u64,
@@ -163,6 +167,7 @@ pub fn sample(
     r: &Reading,
     d: &Deltas,
     s: &EcnSetting,
+    marks_polled: bool,
 ) -> pb::TelemetrySample {
     let depth = r.occupancy.or(r.watermark).unwrap_or(0);
     let peak = r.watermark.unwrap_or(0).max(depth);
@@ -184,6 +189,7 @@ pub fn sample(
         // After a dropped interval this is shorter than the step from the queue's previous
         // sample: the deltas count from the reading after the reset, not from that sample.
         span_ns: d.span_ns,
+        ecn_marks_counted: d.ecn_marks_counted && marks_polled,
     }
 }
 
@@ -207,6 +213,14 @@ struct GroupPolling {
 impl GroupPolling {
     fn new() -> GroupPolling {
         GroupPolling { on: [None; 3], due_in: 0 }
+    }
+
+    /// Whether SONiC polled the ECN-mark counters at the last read (not known: no).
+    fn marks_polled(&self) -> bool {
+        schema::FLEX_COUNTER_POLLS
+            .iter()
+            .zip(self.on)
+            .any(|(g, on)| g.key == schema::WRED_ECN_QUEUE_POLL && on == Some(true))
     }
 
     /// Whether telemetry is withheld: a group it cannot do without was off at the last read.
@@ -396,7 +410,8 @@ impl Poller {
             if self.withheld(&mut config, &mut groups, &mut tracker) {
                 continue;
             }
-            match self.poll(&mut con, &mut oids, &mut tracker, &mut liveness, &mut absent_reported) {
+            let marks_polled = groups.marks_polled();
+            match self.poll(&mut con, &mut oids, &mut tracker, &mut liveness, &mut absent_reported, marks_polled) {
                 Ok(n) => {
                     if down {
                         info!(url = %self.target.url(), "COUNTERS_DB is back; telemetry resumes");
@@ -496,6 +511,7 @@ impl Poller {
         tracker: &mut Tracker,
         liveness: &mut Liveness,
         absent_reported: &mut bool,
+        marks_polled: bool,
     ) -> Result<usize, String> {
         if con.is_none() {
             *con = Some(self.target.connect(self.db, "ecn-tuner-counters")?);
@@ -578,7 +594,7 @@ impl Poller {
             }
             absent.note(&r);
             match tracker.step(i, at, r, *link_bps) {
-                Some(d) => samples.push(sample(id, *link_bps, ts_ns, &r, &d, &settings[i])),
+                Some(d) => samples.push(sample(id, *link_bps, ts_ns, &r, &d, &settings[i], marks_polled)),
                 None => debug!(queue = %q.name(), "no sample this interval (first reading, or a counter reset)"),
             }
         }
@@ -630,6 +646,15 @@ mod tests {
         assert_eq!(t.step(0, t0, reading(1_000, 10, 0), G100), None, "first reading: no delta");
         let d = t.step(0, ms(100), reading(1_000_000, 1_000, 50_000), G100).unwrap();
         assert_eq!((d.bytes, d.packets, d.ecn_marked, d.paused_ns), (999_000, 990, 99, 50_000_000));
+        // Marks are vouched for where both readings had the counter and SONiC polled it.
+        let id = pb::QueueId::default();
+        let setting = EcnSetting::new(ecn_env::Bytes(5_000), ecn_env::Bytes(200_000), 0.01).unwrap();
+        assert!(d.ecn_marks_counted);
+        assert!(sample(&id, G100, 1, &reading(0, 0, 0), &d, &setting, true).ecn_marks_counted);
+        assert!(!sample(&id, G100, 1, &reading(0, 0, 0), &d, &setting, false).ecn_marks_counted);
+        let unmarked = Reading { ecn_marked: None, ..reading(2_000_000, 2_000, 50_000) };
+        let d = t.step(0, ms(150), unmarked, G100).unwrap();
+        assert_eq!((d.ecn_marked, d.ecn_marks_counted), (0, false));
         // A reset (the counters cleared): the interval is dropped, then counting resumes.
         assert_eq!(t.step(0, ms(200), reading(100, 1, 0), G100), None);
         let d = t.step(0, ms(300), reading(600, 6, 0), G100).unwrap();

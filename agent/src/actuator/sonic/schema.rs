@@ -62,13 +62,10 @@ pub const DEVICE_METADATA_LOCALHOST: &str = "DEVICE_METADATA|localhost";
 pub const FLEX_COUNTER_POLLS: [FlexCounterPoll; 3] = [
     FlexCounterPoll { key: "FLEX_COUNTER_TABLE|QUEUE", group: "queue", default_ms: 10_000, on_by_default: true },
     FlexCounterPoll { key: "FLEX_COUNTER_TABLE|PORT", group: "port", default_ms: 1_000, on_by_default: true },
-    FlexCounterPoll {
-        key: "FLEX_COUNTER_TABLE|WRED_ECN_QUEUE",
-        group: "wredqueue",
-        default_ms: 10_000,
-        on_by_default: false,
-    },
+    FlexCounterPoll { key: WRED_ECN_QUEUE_POLL, group: "wredqueue", default_ms: 10_000, on_by_default: false },
 ];
+/// CONFIG_DB key of the ECN-mark counters' polling.
+pub const WRED_ECN_QUEUE_POLL: &str = "FLEX_COUNTER_TABLE|WRED_ECN_QUEUE";
 
 /// One of SONiC's counter polling groups (CONFIG_DB `FLEX_COUNTER_TABLE`).
 #[derive(Debug, Clone, Copy)]
