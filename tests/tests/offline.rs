@@ -489,13 +489,16 @@ async fn a_recording_cut_short_keeps_what_it_read() {
 
 /// Ctrl-C during `record --target` keeps what was read, as a lost stream does: an hour of
 /// telemetry is not lost to the operator's interrupt. It used to end with nothing written. So
-/// does a hangup (the terminal closed), whose default action would lose it all.
+/// does a hangup (the terminal closed), whose default action would lose it all. The recording
+/// is written as it comes, to `<out>.tmp` (it used to be held in memory to the end), and
+/// appears under its name when it ends.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_interrupted_recording_keeps_what_it_read() {
     let dir = tempfile::Builder::new().prefix("ecn-live-int-").tempdir().unwrap();
     let actuator = Actuator::start(&["--backend", "sim", "--scenario", "websearch-50"]).await;
-    for (signal, said) in [("INT", "interrupted (SIGINT)"), ("HUP", "stopped (SIGHUP)")] {
-        let out = path(dir.path(), &format!("{signal}.parquet"));
+    for (signal, said, ext) in [("INT", "interrupted (SIGINT)", "parquet"), ("HUP", "stopped (SIGHUP)", "csv")] {
+        let out = path(dir.path(), &format!("{signal}.{ext}"));
+        let tmp = format!("{out}.tmp");
         let child = tokio::process::Command::new(ecn_tests::ecn_tuner_bin())
             .args(["record", "--target", &actuator.url(), "--duration", "60s", "--out", &out])
             .stdin(std::process::Stdio::null())
@@ -506,13 +509,21 @@ async fn an_interrupted_recording_keeps_what_it_read() {
             .unwrap();
         actuator.wait_for_telemetry_time(2_000_000, Duration::from_secs(60)).await;
         tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(!Path::new(&out).exists(), "{out} before the recording ended");
+        // Parquet is written a row group (64 Ki rows) at a time; CSV, as rows come.
+        let written = std::fs::metadata(&tmp).map(|m| m.len()).unwrap_or(0);
+        assert!(Path::new(&tmp).exists() && (ext == "parquet" || written > 64 << 10), "{tmp}: {written} B");
         ecn_tests::send_signal(child.id(), signal);
         let done = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
         let stderr = String::from_utf8_lossy(&done.stderr);
         assert_eq!(done.status.code(), Some(1), "{stderr}");
         assert!(stderr.contains(said) && stderr.contains("short of --duration 60s"), "{stderr}");
-        let rows = ecn_datasets::io::read_telemetry_parquet(Path::new(&out)).unwrap();
-        assert!(!rows.is_empty());
+        assert!(!Path::new(&tmp).exists());
+        let rows = match ext {
+            "parquet" => ecn_datasets::io::read_telemetry_parquet(Path::new(&out)).unwrap().len(),
+            _ => std::fs::read_to_string(&out).unwrap().lines().count() - 1,
+        };
+        assert!(rows > 0);
     }
 }
 

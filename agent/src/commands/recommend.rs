@@ -8,6 +8,7 @@ use crate::output::outln;
 use crate::recommend::{self, Decision, QueueState, RecommendConfig, Recommendation};
 use crate::telemetry_input::{self, QueueTail};
 use clap::Args;
+use ecn_datasets::io::TelemetryWriter;
 use ecn_env::tuning::QueueHistory;
 use ecn_env::{BitsPerSec, EcnSetting};
 use std::path::PathBuf;
@@ -70,16 +71,17 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
         (None, Some(url)) => {
             let target = Target::from_flags(url, args.token_file.as_deref(), args.tls_ca.as_deref())?;
             let runtime = tokio::runtime::Runtime::new().map_err(|e| CliError::Failed(format!("tokio: {e}")))?;
-            // Enough batches for the reader to infer the interval and the samples kept.
-            let captured = runtime.block_on(capture::capture(&target, Until::Batches(keep + 1)))?;
-            if let Some(why) = captured.cut_short {
-                return Err(CliError::Failed(why));
-            }
             // Live telemetry passes the same validation as a file.
             let dir = tempfile::tempdir().map_err(|e| CliError::Failed(format!("scratch directory: {e}")))?;
             let file = dir.path().join("live.parquet");
-            ecn_datasets::io::write_telemetry_parquet(&file, &captured.rows)
-                .map_err(|e| CliError::Failed(e.to_string()))?;
+            let failed = |e: ecn_datasets::io::IoError| CliError::Failed(e.to_string());
+            let mut out = TelemetryWriter::create(&file).map_err(failed)?;
+            // Enough batches for the reader to infer the interval and the samples kept.
+            let captured = runtime.block_on(capture::capture(&target, Until::Batches(keep + 1), &mut out))?;
+            if let Some(why) = captured.cut_short {
+                return Err(CliError::Failed(why));
+            }
+            out.finish().map_err(failed)?;
             let tails = telemetry_input::tails(&file, &opts, keep).map_err(|e| {
                 CliError::Failed(format!(
                     "{url}: {}",

@@ -108,19 +108,23 @@ fn record_target(args: &RecordArgs) -> Result<(), CliError> {
     let duration = super::positive_duration("--duration", text)?;
     let target = Target::from_flags(&url, args.token_file.as_deref(), args.tls_ca.as_deref())?;
     let runtime = tokio::runtime::Runtime::new().map_err(|e| CliError::Failed(format!("tokio: {e}")))?;
-    let captured = runtime.block_on(capture::capture(&target, Until::Elapsed(duration)))?;
-    if captured.rows.is_empty() {
+    // Written as it comes (through `<out>.tmp`, renamed into place at the end): a long
+    // recording is not held in memory.
+    let failed = |e: io::IoError| CliError::Failed(e.to_string());
+    let mut out = io::TelemetryWriter::create(&args.out).map_err(failed)?;
+    let captured = runtime.block_on(capture::capture(&target, Until::Elapsed(duration), &mut out))?;
+    if captured.rows == 0 {
         return Err(CliError::Failed(
             captured.cut_short.unwrap_or_else(|| format!("{url}: no telemetry arrived in {text}")),
         ));
     }
     // A recording cut short keeps what it read: an hour of telemetry is not lost to an
     // actuator restart in its last minute. The exit code still says it is short.
-    io::write_telemetry(&args.out, &captured.rows).map_err(|e| CliError::Failed(e.to_string()))?;
+    out.finish().map_err(failed)?;
     outln!(
         "wrote {}: {} rows ({} queues × {} batches) from {url} ({} backend) {}",
         args.out.display(),
-        captured.rows.len(),
+        captured.rows,
         captured.queues,
         captured.batches,
         captured.backend,

@@ -1,11 +1,12 @@
 //! CSV writers, for spreadsheets and quick looks (the validated CSV reader is
 //! `telemetry::load_telemetry`).
 
-use super::{write_atomically, IoError, FLOW_COLUMNS, TELEMETRY_COLUMNS};
+use super::{tmp_path, write_atomically, IoError, FLOW_COLUMNS, TELEMETRY_COLUMNS};
 use crate::records::{FlowRecord, TelemetrySample};
 use std::fmt::Display;
-use std::io::Write;
-use std::path::Path;
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 
 /// RFC 4180 quoting, needed only for the free-text columns (switch and port names).
 fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
@@ -22,35 +23,86 @@ fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
 /// The file appears atomically: it is written to `<path>.tmp` and renamed into place.
 pub fn write_telemetry_csv(path: &Path, rows: &[TelemetrySample]) -> Result<(), IoError> {
     write_atomically(path, |w| {
-        let io = |e| IoError::io(path, "write", e);
-        writeln!(w, "{}", TELEMETRY_COLUMNS.join(",")).map_err(io)?;
-        for r in rows {
-            writeln!(
-                w,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                r.sample.ts_ns,
-                csv_field(&r.switch),
-                csv_field(&r.port),
-                r.queue,
-                r.sample.link_bps,
-                r.sample.queue_bytes,
-                r.sample.queue_bytes_avg,
-                r.sample.queue_bytes_max,
-                r.sample.tx_bytes,
-                r.sample.tx_pkts,
-                r.sample.ecn_marked_pkts,
-                r.sample.pfc_pause_rx,
-                r.sample.pfc_pause_tx,
-                r.sample.paused_ns,
-                r.sample.drops,
-                r.sample.kmin_bytes,
-                r.sample.kmax_bytes,
-                r.sample.pmax
-            )
-            .map_err(io)?;
-        }
-        Ok(())
+        writeln!(w, "{}", TELEMETRY_COLUMNS.join(",")).map_err(|e| IoError::io(path, "write", e))?;
+        rows.iter().try_for_each(|r| write_telemetry_row(w, r).map_err(|e| IoError::io(path, "write", e)))
     })
+}
+
+/// One telemetry row as a CSV line.
+fn write_telemetry_row(w: &mut impl Write, r: &TelemetrySample) -> std::io::Result<()> {
+    writeln!(
+        w,
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        r.sample.ts_ns,
+        csv_field(&r.switch),
+        csv_field(&r.port),
+        r.queue,
+        r.sample.link_bps,
+        r.sample.queue_bytes,
+        r.sample.queue_bytes_avg,
+        r.sample.queue_bytes_max,
+        r.sample.tx_bytes,
+        r.sample.tx_pkts,
+        r.sample.ecn_marked_pkts,
+        r.sample.pfc_pause_rx,
+        r.sample.pfc_pause_tx,
+        r.sample.paused_ns,
+        r.sample.drops,
+        r.sample.kmin_bytes,
+        r.sample.kmax_bytes,
+        r.sample.pmax
+    )
+}
+
+/// Writes a telemetry CSV file of any size as rows come, as [`write_telemetry_csv`] writes
+/// one: through `<path>.tmp`, which [`TelemetryCsvWriter::finish`] syncs and renames into
+/// place. Dropped unfinished, it removes the temporary file.
+pub struct TelemetryCsvWriter {
+    path: PathBuf,
+    out: Option<BufWriter<File>>,
+    rows: u64,
+}
+
+impl TelemetryCsvWriter {
+    /// Starts `<path>.tmp` with the header.
+    pub fn create(path: &Path) -> Result<Self, IoError> {
+        let file = File::create(tmp_path(path)).map_err(|e| IoError::io(path, "create temporary file", e))?;
+        let mut w = TelemetryCsvWriter { path: path.to_path_buf(), out: Some(BufWriter::new(file)), rows: 0 };
+        let header = TELEMETRY_COLUMNS.join(",");
+        writeln!(w.out(), "{header}").map_err(|e| IoError::io(path, "write", e))?;
+        Ok(w)
+    }
+
+    fn out(&mut self) -> &mut BufWriter<File> {
+        self.out.as_mut().expect("open until finished")
+    }
+
+    /// Adds rows.
+    pub fn write(&mut self, rows: &[TelemetrySample]) -> Result<(), IoError> {
+        for r in rows {
+            write_telemetry_row(self.out(), r).map_err(|e| IoError::io(&self.path, "write", e))?;
+        }
+        self.rows += rows.len() as u64;
+        Ok(())
+    }
+
+    /// Flushes, syncs, and renames the file into place. Returns the number of rows written.
+    pub fn finish(mut self) -> Result<u64, IoError> {
+        let path = self.path.clone();
+        let w = self.out.take().expect("open until finished");
+        let file = w.into_inner().map_err(|e| IoError::io(&path, "write", e.into_error()))?;
+        file.sync_all().map_err(|e| IoError::io(&path, "sync", e))?;
+        fs::rename(tmp_path(&path), &path).map_err(|e| IoError::io(&path, "rename temporary file into place", e))?;
+        Ok(self.rows)
+    }
+}
+
+impl Drop for TelemetryCsvWriter {
+    fn drop(&mut self) {
+        // Unfinished (an error, or nothing worth keeping): nothing appears under the name.
+        // After `finish`, the temporary file is gone, renamed or removed with its error.
+        let _ = fs::remove_file(tmp_path(&self.path));
+    }
 }
 
 /// Writes flow records as CSV with a header of [`FLOW_COLUMNS`]; an incomplete flow's

@@ -22,6 +22,7 @@ use polars::prelude::*;
 use crate::records::TelemetrySample;
 #[cfg(doc)]
 use crate::records::{FlowRecord, TELEMETRY_SCHEMA_VERSION};
+use crate::telemetry::CounterMode;
 
 /// Parquet key-value metadata key under which [`write_telemetry_parquet`] records
 /// [`TELEMETRY_SCHEMA_VERSION`]; the schema version travels inside the file so that a file
@@ -283,19 +284,63 @@ pub fn write_telemetry(path: &Path, rows: &[TelemetrySample]) -> Result<(), IoEr
     match TelemetryFormat::of(path) {
         Some(TelemetryFormat::Parquet) => write_telemetry_parquet(path, rows),
         Some(TelemetryFormat::Csv) => write_telemetry_csv(path, rows),
-        None => Err(IoError::io(
-            path,
-            "choose a format for",
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, "the file must end in .parquet or .csv"),
-        )),
+        None => Err(unknown_format(path)),
     }
+}
+
+/// A telemetry file written as rows come, in the format its name asks for (see
+/// [`TelemetryFormat::of`]); memory stays bounded however long the recording. Nothing appears
+/// under the name until [`TelemetryWriter::finish`] succeeds.
+pub enum TelemetryWriter {
+    /// A `.parquet` file (boxed: its encoder is large).
+    Parquet(Box<TelemetryParquetWriter>),
+    /// A `.csv` file.
+    Csv(TelemetryCsvWriter),
+}
+
+impl TelemetryWriter {
+    /// Starts `<path>.tmp`; an error names the path when it ends in neither `.parquet` nor
+    /// `.csv`, or cannot be created.
+    pub fn create(path: &Path) -> Result<Self, IoError> {
+        match TelemetryFormat::of(path) {
+            Some(TelemetryFormat::Parquet) => {
+                TelemetryParquetWriter::create(path, CounterMode::Delta).map(|w| TelemetryWriter::Parquet(Box::new(w)))
+            }
+            Some(TelemetryFormat::Csv) => TelemetryCsvWriter::create(path).map(TelemetryWriter::Csv),
+            None => Err(unknown_format(path)),
+        }
+    }
+
+    /// Adds rows.
+    pub fn write(&mut self, rows: &[TelemetrySample]) -> Result<(), IoError> {
+        match self {
+            TelemetryWriter::Parquet(w) => w.write(rows),
+            TelemetryWriter::Csv(w) => w.write(rows),
+        }
+    }
+
+    /// Puts the file in place; returns the number of rows written.
+    pub fn finish(self) -> Result<u64, IoError> {
+        match self {
+            TelemetryWriter::Parquet(w) => w.finish(),
+            TelemetryWriter::Csv(w) => w.finish(),
+        }
+    }
+}
+
+fn unknown_format(path: &Path) -> IoError {
+    IoError::io(
+        path,
+        "choose a format for",
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "the file must end in .parquet or .csv"),
+    )
 }
 
 mod csv;
 mod hpcc;
 mod parquet;
 
-pub use csv::{write_flows_csv, write_telemetry_csv};
+pub use csv::{write_flows_csv, write_telemetry_csv, TelemetryCsvWriter};
 pub use hpcc::{hpcc_ip_node, hpcc_node_ip, read_flows_hpcc_fct, write_flows_hpcc_fct};
 pub(crate) use parquet::schema_major;
 pub use parquet::{
@@ -674,6 +719,31 @@ mod tests {
             assert!(s >= 1.0, "flow {i}: slowdown {s}");
             assert!(f.src < 16 && f.dst < 16, "flow {i}: {f:?}");
         }
+    }
+
+    #[test]
+    fn a_streamed_telemetry_file_is_the_one_written_at_once_and_appears_only_when_finished() {
+        let dir = TempDir::new("streamed");
+        let rows: Vec<TelemetrySample> = (0..5).map(sample).collect();
+        for name in ["t.csv", "t.parquet"] {
+            let (whole, streamed) = (dir.join(&format!("whole-{name}")), dir.join(name));
+            write_telemetry(&whole, &rows).unwrap();
+            let mut w = TelemetryWriter::create(&streamed).unwrap();
+            w.write(&rows[..2]).unwrap();
+            w.write(&rows[2..]).unwrap();
+            assert!(!streamed.exists(), "{name}: visible before it is finished");
+            assert_eq!(w.finish().unwrap(), 5);
+            assert_eq!(fs::read(&streamed).unwrap(), fs::read(&whole).unwrap(), "{name}");
+            assert!(!tmp_path(&streamed).exists());
+            // Dropped unfinished: neither the file nor its temporary one is left.
+            let dropped = dir.join(&format!("dropped-{name}"));
+            let mut w = TelemetryWriter::create(&dropped).unwrap();
+            w.write(&rows).unwrap();
+            drop(w);
+            assert!(!dropped.exists() && !tmp_path(&dropped).exists(), "{name}");
+        }
+        let err = TelemetryWriter::create(&dir.join("t.txt")).err().expect("refused").to_string();
+        assert!(err.contains("t.txt") && err.contains(".csv"), "{err}");
     }
 
     #[test]

@@ -172,7 +172,8 @@ pub fn write_telemetry_parquet_with(
 /// to [`PARQUET_ROW_GROUP_ROWS`] and then encoded, so memory stays bounded however many rows
 /// pass through (for recordings and test files larger than memory). Same schema, metadata and
 /// atomic `<path>.tmp` rename as [`write_telemetry_parquet`]; nothing appears under `path`
-/// unless [`TelemetryParquetWriter::finish`] succeeds.
+/// unless [`TelemetryParquetWriter::finish`] succeeds, and a writer dropped unfinished removes
+/// its temporary file.
 pub struct TelemetryParquetWriter {
     path: PathBuf,
     file: File,
@@ -228,19 +229,22 @@ impl TelemetryParquetWriter {
     /// Returns the number of rows written.
     pub fn finish(mut self) -> Result<u64, IoError> {
         let path = self.path.clone();
-        let result = (|| {
-            while !self.pending.is_empty() {
-                self.flush_group()?;
-            }
-            let writer = &self.writer;
-            guarded(&path, || writer.finish())?;
-            self.file.sync_all().map_err(|e| IoError::io(&path, "sync", e))?;
-            fs::rename(tmp_path(&path), &path).map_err(|e| IoError::io(&path, "rename temporary file into place", e))
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(tmp_path(&path));
+        while !self.pending.is_empty() {
+            self.flush_group()?;
         }
-        result.map(|()| self.rows)
+        let writer = &self.writer;
+        guarded(&path, || writer.finish())?;
+        self.file.sync_all().map_err(|e| IoError::io(&path, "sync", e))?;
+        fs::rename(tmp_path(&path), &path).map_err(|e| IoError::io(&path, "rename temporary file into place", e))?;
+        Ok(self.rows)
+    }
+}
+
+impl Drop for TelemetryParquetWriter {
+    fn drop(&mut self) {
+        // Unfinished (an error, or nothing worth keeping): nothing appears under the name.
+        // After `finish` the temporary file has been renamed: nothing to remove.
+        let _ = fs::remove_file(tmp_path(&self.path));
     }
 }
 
