@@ -298,8 +298,10 @@ async fn an_edit_from_outside_is_noticed_and_left_alone() {
     let profile = "WRED_PROFILE|AZURE_LOSSLESS";
     set_config_field(&rig.redis, profile, "green_min_threshold", "500000");
     let edited = tables(&mut rig.redis.con(CONFIG_DB));
+    // The profile is every controlled queue's: the warning says so.
     let noticed = "CONFIG_DB shows queue Ethernet0|3 at (500000, 2097152, 5), not the settings last applied, \
-                   (1048576, 2097152, 5) (Kmin, Kmax, percent): changed outside ecn-tuner";
+                   (1048576, 2097152, 5) (Kmin, Kmax, percent) (and 63 other queues: Ethernet0|4, Ethernet4|3, \
+                   Ethernet4|4, Ethernet8|3, Ethernet8|4, ...): changed outside ecn-tuner";
     eventually("the edit noticed", WAIT, || async { rig.act.log_text().contains(noticed).then_some(()) }).await;
     assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), edited, "the edit left alone");
     set_config_field(&rig.redis, profile, "green_min_threshold", "1048576");

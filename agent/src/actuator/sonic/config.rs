@@ -312,19 +312,26 @@ pub(super) fn effective(s: &EcnSetting) -> Curve {
     (s.kmin_bytes, s.kmax_bytes, schema::drop_probability(s.pmax))
 }
 
-/// The first controlled queue whose green curve in `now` is not `want`'s, with the curve
-/// CONFIG_DB gives it (`None`: no profile bound, or one without numeric green thresholds).
-pub fn differs(layout: &Layout, now: &Snapshot, want: &[EcnSetting]) -> Option<(usize, Option<Curve>)> {
-    layout.queues.iter().zip(want).enumerate().find_map(|(i, (q, w))| {
-        let shown = now
-            .queues
-            .get(&q.name())
-            .and_then(|f| schema::field(f, schema::WRED_PROFILE_FIELD))
-            .and_then(|p| now.profiles.get(p))
-            .and_then(schema::green_setting)
-            .map(|s| effective(&s));
-        (shown != Some(effective(w))).then_some((i, shown))
-    })
+/// The controlled queues whose green curve in `now` is not `want`'s, in layout order, with the
+/// curve CONFIG_DB gives each (`None`: no profile bound, or one without numeric green
+/// thresholds).
+pub fn differs(layout: &Layout, now: &Snapshot, want: &[EcnSetting]) -> Vec<(usize, Option<Curve>)> {
+    layout
+        .queues
+        .iter()
+        .zip(want)
+        .enumerate()
+        .filter_map(|(i, (q, w))| {
+            let shown = now
+                .queues
+                .get(&q.name())
+                .and_then(|f| schema::field(f, schema::WRED_PROFILE_FIELD))
+                .and_then(|p| now.profiles.get(p))
+                .and_then(schema::green_setting)
+                .map(|s| effective(&s));
+            (shown != Some(effective(w))).then_some((i, shown))
+        })
+        .collect()
 }
 
 /// The managed tables for `settings` (one per queue of `layout`), given the tables now.

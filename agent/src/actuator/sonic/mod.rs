@@ -578,6 +578,9 @@ struct Writer {
     gone: Vec<usize>,
 }
 
+/// How many of the other queues an edit from outside reached the drift warning names.
+const DRIFT_NAMED: usize = 5;
+
 impl Writer {
     fn run(mut self, jobs: mpsc::Receiver<Job>) {
         loop {
@@ -597,7 +600,9 @@ impl Writer {
                     });
                     match &r {
                         Ok(()) => self.applied = job.settings,
-                        Err(e) => warn!("apply failed: {e}"),
+                        // A write of any kind: an apply, a rollback or a deadline revert (the
+                        // service says which in its own log and journal).
+                        Err(e) => warn!("CONFIG_DB write failed: {e}"),
                     }
                     let _ = job.reply.send(r);
                 }
@@ -634,10 +639,21 @@ impl Writer {
                 return;
             }
         };
-        let drift = config::differs(&self.layout, &now, &self.applied).map(|(q, shown)| {
+        let differing = config::differs(&self.layout, &now, &self.applied);
+        let drift = differing.first().map(|&(q, shown)| {
             let shown = shown.map_or("no WRED curve".to_string(), |c| format!("{c:?}"));
+            // An edit of a shared profile reaches every queue bound to it: name them.
+            let others = match &differing[1..] {
+                [] => String::new(),
+                rest => {
+                    let names: Vec<String> =
+                        rest.iter().take(DRIFT_NAMED).map(|&(i, _)| self.layout.queues[i].name()).collect();
+                    let more = if rest.len() > DRIFT_NAMED { ", ..." } else { "" };
+                    format!(" (and {} other queues: {}{more})", rest.len(), names.join(", "))
+                }
+            };
             format!(
-                "CONFIG_DB shows queue {} at {shown}, not the settings last applied, {:?} (Kmin, Kmax, percent)",
+                "CONFIG_DB shows queue {} at {shown}, not the settings last applied, {:?} (Kmin, Kmax, percent){others}",
                 self.layout.queues[q].name(),
                 config::effective(&self.applied[q])
             )
