@@ -104,6 +104,7 @@ pub struct Actuator {
     /// A scratch directory for this actuator, removed on drop.
     pub dir: TempDir,
     child: Child,
+    args: Vec<String>,
 }
 
 impl Actuator {
@@ -118,15 +119,34 @@ impl Actuator {
     pub async fn start_in(dir: TempDir, args: &[&str]) -> Actuator {
         let journal = dir.path().join("journal.jsonl");
         let log = dir.path().join("actuator.log");
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let (child, addr) = Self::spawn(&args, "127.0.0.1:0", &journal, &log).await;
+        Actuator { addr, journal, log, dir, child, args }
+    }
+
+    /// Stop the child with SIGTERM, as an operator restarting the service would, and start it
+    /// again after `gap` with the same arguments, address and journal (its log goes on in the
+    /// same file).
+    pub async fn restart(&mut self, gap: Duration) {
+        send_signal(self.child.id(), "TERM");
+        let stopped = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
+        assert!(matches!(stopped, Ok(Ok(s)) if s.success()), "the actuator did not stop cleanly: {stopped:?}");
+        tokio::time::sleep(gap).await;
+        let (child, addr) = Self::spawn(&self.args, &self.addr.to_string(), &self.journal, &self.log).await;
+        assert_eq!(addr, self.addr);
+        self.child = child;
+    }
+
+    async fn spawn(args: &[String], listen: &str, journal: &Path, log: &Path) -> (Child, SocketAddr) {
         let mut cmd = Command::new(ecn_tuner_bin());
         cmd.arg("actuator").args(args);
-        if !args.contains(&"--listen") {
-            cmd.args(["--listen", "127.0.0.1:0"]);
+        if !args.iter().any(|a| a == "--listen") {
+            cmd.args(["--listen", listen]);
         }
-        if !args.contains(&"--journal") {
-            cmd.arg("--journal").arg(&journal);
+        if !args.iter().any(|a| a == "--journal") {
+            cmd.arg("--journal").arg(journal);
         }
-        let log_file = std::fs::File::create(&log).expect("log file");
+        let log_file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::from(log_file)).kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn ecn-tuner");
         let stdout = child.stdout.take().expect("child stdout");
@@ -136,7 +156,7 @@ impl Actuator {
             Ok(Ok(Some(l))) => l,
             other => panic!(
                 "ecn-tuner actuator {args:?} did not start ({other:?}); its log:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
+                std::fs::read_to_string(log).unwrap_or_default()
             ),
         };
         let addr = line
@@ -145,7 +165,7 @@ impl Actuator {
             .unwrap_or_else(|| panic!("unexpected first stdout line: {line:?}"));
         // Keep the pipe drained so the child never blocks on stdout.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Actuator { addr, journal, log, dir, child }
+        (child, addr)
     }
 
     /// The child's process id (`None` once it has been reaped).

@@ -150,6 +150,62 @@ async fn enforce_applies_bounded_settings_and_confirms_them() {
     assert_applied_within_bounds(&log, 32 << 20);
 }
 
+/// An actuator restarted under a running controller (an upgrade, `systemctl restart`), here a
+/// simulated one, which starts its fabric afresh on the scenario's settings: the controller
+/// takes the new lease the actuator grants it, reads the settings back, and carries on, so
+/// the policy's setting is applied and confirmed again. It used to exit 1, "the writer lease
+/// changed hands", leaving the fabric untuned until someone restarted it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_controller_carries_on_across_an_actuator_restart() {
+    let mut act = sim_actuator_running(LONG_SCENARIO, &[]).await;
+    let target = (100_000, 400_000, 0.5);
+    let flags = enforce_flags(
+        "static:100KB,400KB,0.5",
+        &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "5", "--stale-after", "2s"],
+    );
+    let (child, _) = act.controller("restart", &flags);
+    let settled = || {
+        let act = &act;
+        async move { settled_on(act, target).await.then_some(()) }
+    };
+    eventually("every queue on the policy's setting, confirmed", FABRIC_PATIENCE, settled).await;
+    let before = act.journal().iter().filter_map(|e| e["generation"].as_u64()).max().unwrap();
+    act.restart(Duration::from_millis(200)).await;
+    assert!(settings(&act).await.iter().all(|(_, s)| *s != target), "a restarted fabric starts afresh");
+    // The journal says so, with the settings it starts on, as the next generation.
+    let journal = act.journal();
+    let start = events(&journal, "start");
+    assert_eq!(start.len(), 1, "{journal:?}");
+    assert_eq!(start[0]["generation"].as_u64(), Some(before + 1));
+    assert_eq!(start[0]["queues"].as_array().unwrap().len(), settings(&act).await.len());
+    let settled = || {
+        let act = &act;
+        async move { settled_on(act, target).await.then_some(()) }
+    };
+    eventually("the setting applied and confirmed again", FABRIC_PATIENCE, settled).await;
+    let log = act.controller_log("restart");
+    assert!(log.contains("the actuator granted a new writer lease"), "{log}");
+    act.stop_controller("restart", child).await;
+}
+
+/// `run --target sim` in shadow mode writes nothing, so its closing comparison is of the
+/// fabric on its own settings, and says so: "as run", not the policy's "controlled" result.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shadow_run_on_the_embedded_fabric_does_not_claim_the_policys_result() {
+    let dir = tempfile::Builder::new().prefix("ecn-shadow-sim-").tempdir().unwrap();
+    let scenario = dir.path().join("small.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let args = ["run", "--target", "sim", "--scenario", scenario.to_str().unwrap(), "--time-scale", "0.1"];
+    let shadow = [&args[..], &["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--duration", "3s"]].concat();
+    let (code, stdout, stderr) = ecn_tests::run_cli_within(&shadow, FABRIC_PATIENCE).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("as run (shadow mode: nothing written; static:"), "{stderr}");
+    assert!(!stderr.contains("controlled ("), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let rows = report["comparison"].as_array().unwrap();
+    assert!(!rows.is_empty() && rows.iter().all(|r| r["as_run"].is_object() && r["controlled"].is_null()), "{report}");
+}
+
 /// The small fabric, with traffic for 600 ms of simulated time (30 s of wall-clock time at the
 /// default time scale): one run outlasts a test that needs two health windows of 200 ms.
 const LONG_SCENARIO: &str = "base = \"websearch-50\"\nduration = \"600ms\"\ndrain = \"20ms\"\n\
@@ -498,6 +554,11 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
     for url in [a.url(), b.url()] {
         assert!(d.iter().any(|x| x["target"] == url.as_str()), "no decision for {url}");
     }
+    // Each loop's log lines name their target.
+    let stderr = a.controller_log("multi");
+    for url in [a.url(), b.url()] {
+        assert!(stderr.contains(&format!("target{{url={url}}}")), "{url} in the log:\n{stderr}");
+    }
     // --max-changes-per-minute counts both targets' changes together (16 queues each): it was
     // a budget per target, so two targets made twice the limit.
     let changes = d.iter().filter(|x| !x["reason"].as_str().unwrap().ends_with("no change")).count();
@@ -786,6 +847,23 @@ async fn a_queue_whose_model_history_is_filling_stays_as_it_is() {
             assert!(reason.contains("keeping the current setting"), "{x}");
         }
     }
+}
+
+/// `--interval` shorter than the actuator's telemetry interval: a round decides on telemetry
+/// that came since the last one, and never again on the same sample. It used to decide (and
+/// log every queue) at every tick, ten times per sample here.
+#[tokio::test(flavor = "multi_thread")]
+async fn rounds_faster_than_the_telemetry_wait_for_it() {
+    // A sample every 200 ms of wall time, a round due every 20 ms, for 4 s.
+    let act = sim_actuator(&["--time-scale", "0.0005"]).await;
+    let flags = SHADOW_STATIC.map(|f| if f == "100ms" { "20ms" } else { f });
+    let log =
+        act.controller_to_end("ticks", &[&flags[..], &["--duration", "4s", "--stale-after", "2s"]].concat()).await;
+    let d = read_json_lines(&log);
+    let first = d[0]["queue"].clone();
+    let rounds = d.iter().filter(|x| x["queue"] == first).count();
+    // About 20 samples, and a tick's rounds until the first (saying there is none yet).
+    assert!((5..=40).contains(&rounds), "{rounds} rounds for {first}");
 }
 
 /// A model decides only at the line rates its card lists: on a fabric with 25G hosts, the

@@ -51,6 +51,9 @@ pub enum EventKind {
     Rollback,
     /// A change was refused; nothing changed.
     Reject,
+    /// An actuator whose device starts afresh (a simulated fabric, dry-run settings) started
+    /// on a journal with a past: the settings it starts with, whatever the journal ended on.
+    Start,
 }
 
 /// One queue's setting in a journal line.
@@ -175,6 +178,19 @@ struct Found {
     switches: std::collections::BTreeSet<String>,
 }
 
+/// A file whose lines are none of them a journal event, however many: not a journal.
+fn not_a_journal(lines: usize, first: &[u8]) -> std::io::Error {
+    let what = if lines == 1 { "its one line is" } else { "none of its lines is" };
+    let start = String::from_utf8_lossy(&first[..first.len().min(60)]).into_owned();
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "{what} a journal event (it begins {start:?}): another file given by mistake (a decision log?); \
+             nothing was written to it"
+        ),
+    )
+}
+
 impl Journal {
     /// Every switch the journal's lines name (none for a new journal).
     pub fn switches(&self) -> &std::collections::BTreeSet<String> {
@@ -218,15 +234,16 @@ impl Journal {
         self.in_doubt = generation;
     }
 
-    /// Open (create) `path` for appending.
+    /// Open (create) `path` for appending. A file with lines but no journal event in them (a
+    /// decision log, any other file: a path given by mistake) is refused, untouched.
     pub fn open(path: &Path) -> std::io::Result<Journal> {
         let mut f = OpenOptions::new().create(true).read(true).append(true).open(path)?;
+        let found = scan(&mut f)?;
         // A crash mid-write can leave a partial last line; end it, so that the first event
         // of this run is a line of its own rather than glued to the fragment.
         if ends_mid_line(&mut f)? {
             f.write_all(b"\n")?;
         }
-        let found = scan(&mut f)?;
         Ok(Journal { file: Some((f, path.to_path_buf())), found, torn: false, in_doubt: None })
     }
 
@@ -287,8 +304,22 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
     }
     f.seek(SeekFrom::Start(0))?;
     let mut found = Found::default();
+    // Lines that are not events, with the first: torn writes are one at a time (each restart
+    // ends the fragment), so a file of nothing else is another file, unless it is the one
+    // fragment of a first event torn by a crash.
+    let (mut events, mut others, mut first_other) = (0usize, 0usize, Vec::new());
     for (n, line) in BufReader::new(&mut *f).split(b'\n').enumerate() {
-        let Ok(l) = serde_json::from_slice::<Line>(&line?) else { continue };
+        let line = line?;
+        let Ok(l) = serde_json::from_slice::<Line>(&line) else {
+            if !line.trim_ascii().is_empty() {
+                if others == 0 {
+                    first_other = line;
+                }
+                others += 1;
+            }
+            continue;
+        };
+        events += 1;
         if l.generation > MAX_GENERATION {
             // Every change takes a number and its revert another: near 2^64 the arithmetic
             // would overflow mid-change. No real journal gets here (2^48 changes at one a
@@ -313,6 +344,10 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
                 found.switches.insert(q.switch);
             }
         }
+    }
+    let torn_first_event = others == 1 && first_other.starts_with(b"{\"");
+    if events == 0 && others > 0 && !torn_first_event {
+        return Err(not_a_journal(others, &first_other));
     }
     Ok(found)
 }
@@ -418,13 +453,34 @@ mod tests {
     #[test]
     fn a_torn_last_line_does_not_swallow_the_next_event() {
         let path = std::env::temp_dir().join(format!("ecn-journal-torn-{}", std::process::id()));
-        std::fs::write(&path, "{\"event\":\"apply\"}\n{\"event\":\"con").unwrap();
+        let apply = r#"{"event":"apply","generation":2,"confirmed_generation":1}"#;
+        std::fs::write(&path, format!("{apply}\n{{\"event\":\"con")).unwrap();
         Journal::open(&path).unwrap().write(&Event::now(EventKind::Confirm, 2, 2, vec![])).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
         assert_eq!(last["event"], "confirm", "{text}");
         assert_eq!(text.lines().count(), 3, "the fragment stays a line of its own: {text}");
+    }
+
+    /// Another file given as the journal (a decision log, a text file) is refused and left as
+    /// it was; a journal whose one line is a first event torn by a crash is a journal.
+    #[test]
+    fn a_file_that_is_no_journal_is_refused_untouched() {
+        let path = std::env::temp_dir().join(format!("ecn-journal-foreign-{}", std::process::id()));
+        let decisions = "{\"ts_ms\":1,\"queue\":\"leaf0/eth1/3\",\"mode\":\"shadow\"}\n{\"ts_ms\":2,\"queue\":\"x";
+        for text in [decisions, "# services\nssh 22/tcp\n", "one line\n"] {
+            std::fs::write(&path, text).unwrap();
+            let e = Journal::open(&path).expect_err("refused");
+            assert!(e.to_string().contains("a journal event") && e.to_string().contains("by mistake"), "{e}");
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "untouched");
+        }
+        std::fs::write(&path, "{\"ts\":\"2026-12-05T10:00:00Z\",\"event\":\"app").unwrap();
+        let j = Journal::open(&path).expect("a torn first event");
+        assert_eq!(j.last_generation(), 0);
+        std::fs::write(&path, "\n\n").unwrap();
+        assert!(Journal::open(&path).is_ok(), "blank lines are an empty journal");
+        std::fs::remove_file(&path).unwrap();
     }
 
     /// A line cut inside a multi-byte character is skipped like any torn line, not a reason to

@@ -211,7 +211,8 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
     }
     let listener = TcpListener::bind(opts.listen)
         .await
-        .map_err(|e| ActuatorError::Failed(format!("--listen {}: cannot bind: {e}", opts.listen)))?;
+        // An address in use or not this host's: the flag's to fix, as `run --metrics`'s is.
+        .map_err(|e| ActuatorError::BadInput(format!("--listen {}: cannot bind: {e}", opts.listen)))?;
     let addr = listener.local_addr().map_err(|e| ActuatorError::Failed(format!("--listen {}: {e}", opts.listen)))?;
 
     let (stop_tx, stop_rx) = watch::channel(false);

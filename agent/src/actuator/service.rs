@@ -79,7 +79,24 @@ impl<B: Backend> ActuatorService<B> {
         }
         let index = QueueIndex::new(&caps);
         // Generations continue after the journal's last, so a number never names two changes.
-        let ledger = Ledger::starting_at(journal.last_generation() + 1, initial);
+        let generation = journal.last_generation() + 1;
+        let mut journal = journal;
+        if generation > 1 && !backend.keeps_changes_across_restarts() {
+            // The device did not keep the journal's last settings (nor an unconfirmed change
+            // it ended on): say what it starts with, or the journal would no longer tell what
+            // the device ran.
+            let all: Vec<(usize, EcnSetting)> = initial.iter().copied().enumerate().collect();
+            let detail = format!(
+                "the {} backend starts afresh with each actuator: generation {generation} is its own settings, \
+                 not the journal's last",
+                caps.backend
+            );
+            let e = Event::now(EventKind::Start, generation, generation, QueueEntry::list(&caps, &all)).detail(detail);
+            if let Err(err) = journal.write(&e) {
+                error!("{err}");
+            }
+        }
+        let ledger = Ledger::starting_at(generation, initial);
         let state = State { ledger, leases: LeaseTable::default(), journal, failed_revert: None };
         ActuatorService {
             inner: Arc::new(Inner {

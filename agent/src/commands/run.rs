@@ -182,6 +182,14 @@ const MAX_HEALTH_WINDOW: usize = 10_000;
 pub fn run(mut a: RunArgs) -> Result<(), CliError> {
     expand_scenario_target(&mut a)?;
     refuse_sim_flags_unless_sim(&a)?;
+    // One actuator given twice would be two control loops under one controller id, and so one
+    // lease: each would roll back the other's changes as outcomes it cannot account for.
+    for (i, t) in a.target.iter().enumerate() {
+        let same = |u: &String| u.trim_end_matches('/').eq_ignore_ascii_case(t.trim_end_matches('/'));
+        if let Some(first) = a.target[..i].iter().find(|u| same(u)) {
+            return Err(CliError::BadInput(format!("--target {t}: given twice (as {first} and {t})")));
+        }
+    }
     if a.health_window == 0 {
         return Err(CliError::BadInput(
             "--health-window 0: a change needs at least one interval of health checks".into(),
@@ -312,7 +320,13 @@ async fn run_embedded(cfg: ControllerConfig, sim: SimOptions, journal: Option<Pa
     let handle = actuator::serve_sim(sim, opts).await?;
     info!(url = %handle.url(), %scenario, "simulated fabric running behind an embedded actuator");
     let baseline = cfg.baseline;
-    let policy = cfg.policy.to_string();
+    // In shadow mode nothing was written: the runs are the fabric's own settings, not the
+    // policy's, and must not read as its result.
+    let ran = match cfg.mode {
+        Mode::Enforce => format!("controlled ({})", cfg.policy),
+        Mode::Shadow => format!("as run (shadow mode: nothing written; {} only logged decisions)", cfg.policy),
+    };
+    let key = if cfg.mode == Mode::Enforce { "controlled" } else { "as_run" };
     let report = controller::run_all(cfg, vec![handle.url()]).await?;
     let runs = handle.sim().map(|s| s.completed_runs()).unwrap_or_default();
     handle.shutdown().await?;
@@ -326,27 +340,24 @@ async fn run_embedded(cfg: ControllerConfig, sim: SimOptions, journal: Option<Pa
         let base = Summary::new(&sim, &sc.name, &format!("baseline:{}", baseline.name()), run.seed, 0.0);
         rows.push((run.clone(), base));
     }
-    eprint!("{}", comparison_table(&policy, baseline, &rows));
+    eprint!("{}", comparison_table(&ran, baseline, &rows));
     let comparison = serde_json::json!(rows
         .iter()
-        .map(|(ours, base)| serde_json::json!({"seed": ours.seed, "controlled": ours, "baseline": base}))
+        .map(|(ours, base)| serde_json::json!({"seed": ours.seed, key: ours, "baseline": base}))
         .collect::<Vec<_>>());
     outln!("{}", report_json(&report, Some(comparison)));
     Ok(())
 }
 
-fn comparison_table(policy: &str, baseline: Baseline, rows: &[(Summary, Summary)]) -> String {
+/// `ran`: what the first column is ("controlled (POLICY)", or the shadow mode's "as run").
+fn comparison_table(ran: &str, baseline: Baseline, rows: &[(Summary, Summary)]) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     if rows.is_empty() {
         let _ = writeln!(out, "no scenario run completed while the controller ran: run longer (--duration)");
         return out;
     }
-    let _ = writeln!(
-        out,
-        "\nFCT slowdown per completed scenario run: controlled ({policy}) vs baseline:{}",
-        baseline.name()
-    );
+    let _ = writeln!(out, "\nFCT slowdown per completed scenario run: {ran} vs baseline:{}", baseline.name());
     let _ = writeln!(out, "(the first run starts on the baseline until the controller's first change)");
     let _ = writeln!(
         out,
@@ -398,6 +409,14 @@ mod tests {
             assert!(e.to_string().starts_with("--confirm-within '"), "{e}");
             assert!(e.to_string().contains(why), "{e}");
         }
+    }
+
+    #[test]
+    fn a_target_given_twice_is_refused() {
+        let argv = ["run", "--target", "http://127.0.0.1:1", "--target", "HTTP://127.0.0.1:1/", "--mode", "shadow"];
+        let e = run(Cli::try_parse_from(argv).unwrap().run).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(e.to_string().contains("given twice (as http://127.0.0.1:1 and HTTP://127.0.0.1:1/)"), "{e}");
     }
 
     /// `scripts/quickstart` passes `--model default` and then the user's arguments, so a

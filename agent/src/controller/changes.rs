@@ -73,6 +73,10 @@ fn known_time(ts_ns: u64) -> Option<u64> {
 /// deadline having passed before the controller confirmed or rolled it back.
 pub(super) const REVERTED_AT_DEADLINE: &str = "reverted_at_deadline";
 
+/// `rollbacks_total`'s reason for a change pending when the actuator granted this controller
+/// a new lease: it restarted, or let the old lease lapse, and reverted the change either way.
+pub(super) const LEASE_ENDED: &str = "lease_ended";
+
 /// Count a rollback the actuator accepted, in the run report and under `reason` in
 /// `rollbacks_total`.
 pub(super) fn count_rollback(report: &mut RunReport, metrics: &Metrics, reason: &str) {
@@ -157,7 +161,7 @@ impl ControlLoop {
     /// Read the actuator's generation and settings back into `generation` and every queue's
     /// `current` (and their gauges); returns what it read. A failure leaves `needs_resync` set,
     /// so that no change is made until a read succeeds.
-    async fn resync(&mut self) -> Result<pb::Config, tonic::Status> {
+    pub(super) async fn resync(&mut self) -> Result<pb::Config, tonic::Status> {
         let config = match self.client.get_config(pb::GetConfigRequest {}).await {
             Ok(c) => c.into_inner(),
             Err(s) => {
@@ -287,9 +291,43 @@ impl ControlLoop {
             queues = p.queues.len(),
             "the actuator reverted the change at its confirm deadline"
         );
-        count_rollback(&mut self.report, &self.metrics, REVERTED_AT_DEADLINE);
-        let until = Instant::now() + self.cfg.quarantine;
         let why = format!("generation {} was reverted by the actuator at its confirm deadline{how}", p.generation);
+        self.ended_by_actuator(p, REVERTED_AT_DEADLINE, why)
+    }
+
+    /// The actuator granted a new writer lease (it restarted, or let the old one lapse): a
+    /// change pending under the old one was reverted with it. Read everything back, end the
+    /// pending change as [`LEASE_ENDED`], and roll back whatever else is unconfirmed.
+    pub(super) async fn lease_regranted(&mut self) -> Result<(), CliError> {
+        let config = match self.resync().await {
+            Ok(c) => c,
+            Err(s) => {
+                // `needs_resync` holds every change back until a read succeeds; the pending
+                // change stays, judged (and rolled back) as its telemetry allows.
+                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a new lease");
+                return Ok(());
+            }
+        };
+        if let Some(p) = self.pending.take() {
+            warn!(
+                generation = p.generation,
+                queues = p.queues.len(),
+                "the change pending under the old lease was reverted by the actuator"
+            );
+            let why = format!(
+                "generation {} ended with the writer lease: the actuator restarted or let it lapse, reverting it",
+                p.generation
+            );
+            self.ended_by_actuator(&p, LEASE_ENDED, why)?;
+        }
+        self.roll_back_unwatched(&config, "under a new lease").await
+    }
+
+    /// Pending change `p`, ended by the actuator: counted under `reason`, its queues (on their
+    /// settings before it, as read back) quarantined as after a rollback, and logged.
+    fn ended_by_actuator(&mut self, p: &Pending, reason: &str, why: String) -> Result<(), CliError> {
+        count_rollback(&mut self.report, &self.metrics, reason);
+        let until = Instant::now() + self.cfg.quarantine;
         for &i in &p.queues {
             let q = &mut self.queues[i];
             q.quarantine_until = Some(until);
@@ -323,7 +361,14 @@ impl ControlLoop {
         // the journal's sync and the device's write (seconds, for a SONiC write that timed out
         // and was read back): counted from the reply, a confirm could come after it.
         let sent = Instant::now();
-        let resp = self.client.apply(req).await.map_err(|s| format!("{:?}: {}", s.code(), s.message()))?.into_inner();
+        let resp = match self.client.apply(req).await {
+            Ok(r) => r.into_inner(),
+            Err(s) => {
+                // No lease held (the actuator restarted): take it again before the next round.
+                self.renew_now |= s.code() == tonic::Code::PermissionDenied;
+                return Err(format!("{:?}: {}", s.code(), s.message()));
+            }
+        };
         let (i, s) = round[0];
         let first = &self.queues[i];
         info!(

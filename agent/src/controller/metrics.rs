@@ -83,7 +83,8 @@ pub struct Metrics {
 }
 
 /// The `rollbacks_total` reasons besides the health checks' (see `changes.rs`).
-const OTHER_ROLLBACK_REASONS: [&str; 4] = ["kill_switch", "shutdown", "unknown_outcome", "reverted_at_deadline"];
+const OTHER_ROLLBACK_REASONS: [&str; 5] =
+    ["kill_switch", "shutdown", "unknown_outcome", "reverted_at_deadline", "lease_ended"];
 
 impl Metrics {
     /// A fresh registry with every metric registered under the `ecn_tuner_` prefix.

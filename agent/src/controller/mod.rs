@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use telemetry::QueueWatch;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 /// Watch only, or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -148,6 +148,20 @@ impl tonic::service::Interceptor for Auth {
 /// A connected actuator client.
 pub type Client = ActuatorClient<InterceptedService<Channel, Auth>>;
 
+/// A port in the URL that is no port number (`:99999`) parses as a URL without one, and then
+/// fails only at connection time, as an unreachable actuator: refused as the bad input it is.
+fn check_port(url: &str) -> Result<(), String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    // After an IPv6 literal's closing bracket, if any.
+    let after_host = host_port.rsplit_once(']').map_or(host_port, |(_, p)| p);
+    match after_host.rsplit_once(':') {
+        Some((_, port)) if port.parse::<u16>().is_err() => Err(format!("port '{port}' is not a port number (0-65535)")),
+        _ => Ok(()),
+    }
+}
+
 /// Connect to an actuator, with TLS and a bearer token when configured. A call without a reply
 /// (its response headers, for the telemetry stream) after `call_timeout` fails with
 /// `CANCELLED`, as a lost connection would; a stream's batches are not timed.
@@ -169,6 +183,7 @@ pub async fn connect(
     if token.is_some() && target.starts_with("http://") && !is_loopback_url(target) {
         return Err(bad(&"a token is only sent over https:// (or to a loopback address)"));
     }
+    check_port(target).map_err(|e| bad(&e))?;
     let mut endpoint = Channel::from_shared(target.to_string()).map_err(|e| bad(&e))?;
     endpoint = endpoint.connect_timeout(Duration::from_secs(5)).timeout(call_timeout);
     if let Some(ca) = tls_ca {
@@ -302,13 +317,20 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
     let mut tasks = tokio::task::JoinSet::new();
     // `--max-changes-per-minute` counts the changes of every target together.
     let budget = ChangeBudget::default();
+    // With several targets, every log line of a loop names its target (a span); one target
+    // needs no such prefix.
+    let several = targets.len() > 1;
     for target in targets {
         let cfg = ControllerConfig { target: target.clone(), ..cfg.clone() };
         let (metrics, decisions, requests) = (metrics.clone(), decisions.clone(), requests.clone());
         let budget = budget.clone();
-        tasks.spawn(async move {
-            run(cfg, metrics, decisions, requests, budget).await.map_err(|e| e.about("--target", &target))
-        });
+        let span = if several { tracing::info_span!("target", url = %target) } else { tracing::Span::none() };
+        tasks.spawn(
+            async move {
+                run(cfg, metrics, decisions, requests, budget).await.map_err(|e| e.about("--target", &target))
+            }
+            .instrument(span),
+        );
     }
     let mut total = RunReport::default();
     let mut first_error = None;
@@ -661,6 +683,10 @@ struct ControlLoop {
     /// A write's outcome is unknown and reading the actuator back failed: no new change until
     /// a read succeeds, since `generation` and the queues' `current` may be wrong.
     needs_resync: bool,
+    /// A write was refused for want of a lease (the actuator restarted): renew at once.
+    renew_now: bool,
+    /// Telemetry batches taken since the last decision round.
+    batches_since_round: u64,
 }
 
 impl ControlLoop {
@@ -776,11 +802,18 @@ impl ControlLoop {
             warned_all_untrained: false,
             next_due: None,
             needs_resync: false,
+            renew_now: false,
+            batches_since_round: 0,
         };
         // An unconfirmed change left by a writer before this one (this controller's previous
         // run under the same --controller-id keeps its lease, so the actuator does not revert
-        // it) is nobody's to judge: never inherited.
-        lp.roll_back_unwatched(&config, "at this controller's start").await?;
+        // it) is nobody's to judge: never inherited. Read after the lease: taking it over from
+        // a writer whose lease lapsed reverts that writer's change, which the config read
+        // before would still show.
+        if lp.lease.is_some() {
+            let config = lp.resync().await.map_err(|s| status("GetConfig", s))?;
+            lp.roll_back_unwatched(&config, "at this controller's start").await?;
+        }
         Ok(lp)
     }
 
@@ -799,6 +832,7 @@ impl ControlLoop {
     /// returns its arrival time.
     fn take_batch(&mut self, batch: &pb::TelemetryBatch) -> Instant {
         self.last_batch_at = Instant::now();
+        self.batches_since_round = self.batches_since_round.saturating_add(1);
         self.newest_ts_ns = self.newest_ts_ns.max(batch.ts_ns);
         feed_samples(&mut self.queues, &self.index, self.pending.as_mut(), &batch.samples);
         self.last_batch_at
@@ -895,17 +929,33 @@ impl ControlLoop {
         self.lag_probe = Some((self.stream_epoch, self.newest_ts_ns, rx));
     }
 
-    /// Renew the writer lease every third of its TTL; losing it to another writer is fatal.
+    /// Renew the writer lease every third of its TTL (at once after a write refused for want of
+    /// one); losing it to another writer is fatal.
     async fn renew_lease(&mut self, now: Instant) -> Result<(), CliError> {
         if let Some((id, ttl)) = &self.lease {
-            if now.duration_since(self.last_renew) >= *ttl / 3 {
+            if self.renew_now || now.duration_since(self.last_renew) >= *ttl / 3 {
+                self.renew_now = false;
                 let req = pb::AcquireWriterRequest {
                     controller_id: self.cfg.controller_id.clone(),
                     ttl_ms: ttl.as_millis() as u64,
                 };
                 match self.client.acquire_writer(req).await {
                     Ok(l) if l.get_ref().lease_id == *id => self.last_renew = now,
-                    Ok(_) => return Err(CliError::Failed("the writer lease changed hands".into())),
+                    // Granted anew (another writer holding it is refused, not granted): the
+                    // actuator restarted, holding no lease, or let this one lapse. Either way it
+                    // reverted whatever was unconfirmed, and its settings may not be the ones
+                    // this controller last saw (a restarted simulated fabric starts afresh).
+                    Ok(l) => {
+                        let ttl = *ttl;
+                        warn!(
+                            target = %self.cfg.target,
+                            "the actuator granted a new writer lease (it restarted, or let the last one lapse): \
+                             reading its settings back before any change"
+                        );
+                        self.lease = Some((l.into_inner().lease_id, ttl));
+                        self.last_renew = now;
+                        self.lease_regranted().await?;
+                    }
                     // The actuator has let the lease go by now: this controller is no longer its
                     // writer, whether or not it had anything to write. Without this, a target
                     // lost while idle (nothing pending, nothing to change) went unnoticed.
@@ -933,6 +983,14 @@ impl ControlLoop {
 
     /// Whether a decision round is due now; if so, schedules the next one.
     fn round_due(&mut self, now: Instant, arrived: bool) -> bool {
+        // A round decides on telemetry that came since the last one: with `--interval` shorter
+        // than the actuator's telemetry interval, the ticker would otherwise decide (and log)
+        // again and again on one sample. Until the first batch, and once telemetry is stale,
+        // rounds go on without one (to say so, and to fall back).
+        let stale = now.duration_since(self.last_batch_at) > self.stale_after;
+        if self.batches_since_round == 0 && self.newest_ts_ns > 0 && !stale {
+            return false;
+        }
         // Rounds sit on a grid of `interval`; a batch may trigger its round up to half an
         // interval early (arrival jitter), the ticker only half an interval late (no telemetry).
         let half = self.cfg.interval / 2;
@@ -948,6 +1006,7 @@ impl ControlLoop {
             Some(d) if now < d + self.cfg.interval => d + self.cfg.interval,
             _ => now + self.cfg.interval,
         });
+        self.batches_since_round = 0;
         true
     }
 
@@ -1187,6 +1246,17 @@ impl ControlLoop {
 mod tests {
     use super::*;
     use health::IntervalStats;
+
+    #[test]
+    fn a_port_that_is_no_port_number_is_refused() {
+        for ok in ["http://127.0.0.1:50051", "https://h", "http://[::1]:1/x", "http://[::1]", "https://u:p@h:65535/"] {
+            assert_eq!(check_port(ok), Ok(()), "{ok}");
+        }
+        for bad in ["http://127.0.0.1:99999", "http://h:", "https://h:x/", "http://[::1]:65536"] {
+            let e = check_port(bad).unwrap_err();
+            assert!(e.contains("is not a port number"), "{bad}: {e}");
+        }
+    }
 
     /// Batches after a change that bring no new interval for a watched queue add nothing to
     /// its window: neither the interval from before the change nor a repeated sample. Late
