@@ -464,6 +464,33 @@ async fn a_restarted_controller_rolls_back_the_change_its_previous_run_left() {
     assert_eq!(settings(&act).await, before);
 }
 
+/// Another controller taking the writer role after one was killed mid-change: the actuator
+/// reverts the change left unconfirmed as it grants the lease, and the new controller reads the
+/// actuator after that, so it finds nothing to roll back. It used to judge from the config read
+/// before, roll back a change already gone (an empty rollback in the journal) and count it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_controller_taking_over_does_not_roll_back_what_the_actuator_reverted() {
+    let act = sim_actuator_running(LONG_SCENARIO, &[]).await;
+    let before = settings(&act).await;
+    // 2 000 intervals take 10 s at the time scale of 0.02: no change is judged before the kill.
+    let flags = ["--confirm-within", "60s", "--health-window", "2000"];
+    let (mut child, _) = act.controller("killed", &enforce_flags("static:200KB,800KB,0.3", &flags));
+    act.wait_for_event("apply", Duration::from_secs(60)).await;
+    child.kill().await.unwrap();
+    // Its lease (10 s) lapses; then another controller, on the fabric's own setting, takes over.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let log = act
+        .controller_to_end("successor", &enforce_flags("baseline:hpcc-alibaba", &["--duration", "3s"]))
+        .await;
+    let journal = act.journal();
+    let revert = events(&journal, "revert");
+    assert_eq!(revert.len(), 1, "{journal:?}");
+    assert!(revert[0]["detail"].as_str().unwrap().contains("the writer role passed to controller 'successor'"));
+    assert!(events(&journal, "rollback").is_empty(), "{journal:?}");
+    assert!(decision_reasons(&log).iter().all(|r| !r.contains("rolled back")), "{log:?}");
+    assert_eq!(settings(&act).await, before);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_controller_cannot_write() {
     let act = sim_actuator(&[]).await;
