@@ -89,6 +89,11 @@ pub struct ModelCard {
     pub action_template: Vec<EcnSetting>,
     /// The network.
     pub network: NetworkSpec,
+    /// SHA-256 (hex) of the weights file beside the card, written with it: loading refuses
+    /// weights that are not the ones this card describes (swapped, or corrupted). Absent in
+    /// cards written before it existed, which load unchecked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_sha256: Option<String>,
     /// Training provenance.
     pub training: TrainingRecord,
     /// Evaluation results recorded at training time.
@@ -214,6 +219,7 @@ impl ModelCard {
                 hidden,
                 actions: template.len(),
             },
+            weights_sha256: None,
             tuning,
             training,
             evaluation: serde_json::Value::Null,

@@ -64,8 +64,16 @@ impl Checkpoint {
         if weights.extension().is_none_or(|e| e != "safetensors") {
             return Err(io("path", "a model path must end in .safetensors".into()));
         }
-        staged.write(weights, |p| self.net.var_store().save(p)).map_err(|e| io("weights", e))?;
-        let card = serde_json::to_string_pretty(&self.card).map_err(|e| io("card", e.to_string()))?;
+        let mut digest = None;
+        staged
+            .write(weights, |p| {
+                self.net.var_store().save(p).map_err(|e| e.to_string())?;
+                digest = Some(sha256_of(p).map_err(|e| e.to_string())?);
+                Ok::<(), String>(())
+            })
+            .map_err(|e| io("weights", e))?;
+        let card = ModelCard { weights_sha256: digest, ..self.card.clone() };
+        let card = serde_json::to_string_pretty(&card).map_err(|e| io("card", e.to_string()))?;
         staged.write(&card_path(weights), |p| std::fs::write(p, card + "\n")).map_err(|e| io("card", e))
     }
 
@@ -86,6 +94,19 @@ impl Checkpoint {
         }
         if !weights.is_file() {
             return Err(err(&weights_name, "file", "no such file".into()));
+        }
+        if let Some(recorded) = &card.weights_sha256 {
+            let found = sha256_of(weights).map_err(|e| err(&weights_name, "file", e.to_string()))?;
+            if !found.eq_ignore_ascii_case(recorded) {
+                return Err(err(
+                    &weights_name,
+                    "weights",
+                    format!(
+                        "SHA-256 {found}, but its card ({card_name}) records {recorded}: these are not the weights the \
+                         card describes (another model's, or corrupted); keep each model's weights and card together"
+                    ),
+                ));
+            }
         }
         let net = QNetwork::new(device, card.network.obs_dim, &card.network.hidden, card.network.actions);
         // libtorch reports malformed files as errors, never as panics across the FFI boundary,
@@ -116,6 +137,14 @@ impl Checkpoint {
         }
         Ok(Checkpoint { card, net })
     }
+}
+
+/// The SHA-256 of the file at `path`, as lowercase hex.
+fn sha256_of(path: &Path) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
+    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Whether `stored` holds exactly the tensors of `net`, by name, shape and element type.

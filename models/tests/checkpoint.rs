@@ -47,7 +47,10 @@ fn a_loaded_checkpoint_acts_like_the_saved_one() {
         let (_dir, path) = tmp(&format!("{:?}", ck.card.tuning.template));
         ck.save(&path).unwrap();
         let loaded = Checkpoint::load(&path, Device::Cpu).unwrap();
-        assert_eq!(loaded.card, ck.card);
+        // The saved card records the weights file's digest.
+        let digest = loaded.card.weights_sha256.clone();
+        assert!(digest.as_ref().is_some_and(|d| d.len() == 64), "{digest:?}");
+        assert_eq!(loaded.card, ecn_models::card::ModelCard { weights_sha256: digest, ..ck.card.clone() });
         let obs = observations(ck.card.network.obs_dim, 64);
         assert_eq!(ck.net.q_values(&obs), loaded.net.q_values(&obs));
         let actions = loaded.net.act(&obs);
@@ -78,6 +81,38 @@ fn a_failed_save_replaces_neither_weights_nor_card() {
     // No temporary file is left beside them.
     let names: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 2, "{names:?}");
+}
+
+/// Weights that are not the ones the card describes (another model's of the same shape, or a
+/// byte flipped) are refused, naming both files; a card without a digest (written before it
+/// existed) loads them unchecked.
+#[test]
+fn weights_that_are_not_the_cards_fail_to_load() {
+    let (_dir, path) = tmp("swapped");
+    checkpoint(TuningConfig::default()).save(&path).unwrap();
+    let (_other_dir, other) = tmp("other");
+    tch::manual_seed(9);
+    let mut second = checkpoint(TuningConfig::default());
+    second.net = QNetwork::new(
+        Device::Cpu,
+        second.card.network.obs_dim,
+        &second.card.network.hidden,
+        second.card.network.actions,
+    );
+    second.save(&other).unwrap();
+    let mut flipped = std::fs::read(&path).unwrap();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 0x01;
+    for weights in [std::fs::read(&other).unwrap(), flipped] {
+        std::fs::write(&path, &weights).unwrap();
+        let e = Checkpoint::load(&path, Device::Cpu).err().expect("refused").to_string();
+        assert!(e.contains("model.safetensors") && e.contains("card.json") && e.contains("not the weights"), "{e}");
+    }
+    std::fs::write(&path, std::fs::read(&other).unwrap()).unwrap();
+    rewrite_card(&path, |v| {
+        v.as_object_mut().unwrap().remove("weights_sha256");
+    });
+    assert!(Checkpoint::load(&path, Device::Cpu).is_ok(), "a card without a digest");
 }
 
 fn rewrite_card(path: &Path, edit: impl Fn(&mut serde_json::Value)) {
@@ -136,7 +171,12 @@ fn weights_that_do_not_fit_the_card_or_are_corrupt_fail_cleanly() {
     assert_eq!(e.field, "weights", "{e}");
 
     // Weights a copy would broadcast or convert into the network (a one-action output layer,
-    // double precision) are refused before they load, naming the tensor.
+    // double precision) are refused before they load, naming the tensor, even under a card
+    // without the digest that would refuse them first.
+    checkpoint(TuningConfig::default()).save(&path).unwrap();
+    rewrite_card(&path, |v| {
+        v.as_object_mut().unwrap().remove("weights_sha256");
+    });
     let ck = checkpoint(TuningConfig::default());
     let mut tensors: Vec<(String, tch::Tensor)> = ck.net.var_store().variables().into_iter().collect();
     tensors.sort_by(|a, b| a.0.cmp(&b.0));

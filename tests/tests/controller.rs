@@ -479,9 +479,7 @@ async fn a_controller_taking_over_does_not_roll_back_what_the_actuator_reverted(
     child.kill().await.unwrap();
     // Its lease (10 s) lapses; then another controller, on the fabric's own setting, takes over.
     tokio::time::sleep(Duration::from_secs(11)).await;
-    let log = act
-        .controller_to_end("successor", &enforce_flags("baseline:hpcc-alibaba", &["--duration", "3s"]))
-        .await;
+    let log = act.controller_to_end("successor", &enforce_flags("baseline:hpcc-alibaba", &["--duration", "3s"])).await;
     let journal = act.journal();
     let revert = events(&journal, "revert");
     assert_eq!(revert.len(), 1, "{journal:?}");
