@@ -30,10 +30,19 @@ impl PartialEq for Policy {
         match (self, other) {
             (Policy::Static(a), Policy::Static(b)) => a == b,
             (Policy::Baseline(a), Policy::Baseline(b)) => a == b,
-            (Policy::Model(a), Policy::Model(b)) => a.path == b.path,
+            // One weights file however spelled (`model:default`, a relative or absolute path).
+            (Policy::Model(a), Policy::Model(b)) => same_file(&a.path, &b.path),
             (Policy::Explore(a), Policy::Explore(b)) => a == b,
             _ => false,
         }
+    }
+}
+
+/// Whether two paths name one file (as given where either cannot be resolved).
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
     }
 }
 

@@ -196,6 +196,11 @@ async fn eval_bad_input_exits_2_before_running() {
     let (code, _, stderr) = run_cli(&["eval", "--scenario", tiny, respelled, "--policy", POLICIES[0]]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("given twice (as"), "{stderr}");
+    // One model however named: the shipped name and its file (it used to run twice).
+    let model = concat!("model:", env!("CARGO_MANIFEST_DIR"), "/../models/checkpoints/default.safetensors");
+    let (code, _, stderr) = run_cli(&["eval", "--scenario", tiny, "--policy", "model:default", model]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("--policy {model}: given twice (as model:default and {model})")), "{stderr}");
 
     // A learned policy samples at its control interval (100 µs): a run that may last 10 minutes
     // is fine sampled every second, and refused for the model before any run, the static one

@@ -17,6 +17,11 @@ fn tiny_dir(prefix: &str) -> tempfile::TempDir {
 }
 
 /// `train` on the tiny scenario for `steps` steps: exit code, stdout, stderr.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 async fn train_for(dir: &Path, out: &str, seed: &str, steps: &str, extra: &[&str]) -> (Option<i32>, String, String) {
     train_with_env(dir, out, seed, steps, extra, &[]).await
 }
@@ -79,6 +84,11 @@ async fn train_writes_a_reproducible_checkpoint_that_runs_in_closed_loop() {
     assert_eq!(card["training"]["env_steps"], 240);
     assert!(card["training"]["updates"].as_u64().unwrap() > 0, "it learned: {}", card["training"]);
     assert_eq!(card["training"]["link_speeds_bps"], serde_json::json!([100_000_000_000u64, 400_000_000_000u64]));
+    // The scenario file it trained and was evaluated on, by path as given and digest.
+    let tiny = dir.path().join("tiny.toml");
+    let digest = sha256_hex(&std::fs::read(&tiny).unwrap());
+    let file = |role: &str| serde_json::json!({"path": tiny.display().to_string(), "sha256": digest, "role": role});
+    assert_eq!(card["training"]["data"], serde_json::json!([file("training"), file("evaluation")]));
     assert_eq!(
         card["action_template"].as_array().unwrap().len(),
         card["network"]["actions"].as_u64().unwrap() as usize
@@ -176,6 +186,9 @@ async fn bad_training_input_exits_2_naming_the_problem() {
         (vec!["train", "--out", &out, "--hidden", "64,wide"], "--hidden"),
         (vec!["train", "--out", &out, "--flow-wait", "1"], "--flow-wait"),
         (vec!["train", "--out", &out, "--flow-wait", "1,1,0"], "--flow-wait"),
+        (vec!["train", "--out", &out, "--eval-seed", "9001", "9001"], "--eval-seed 9001: given twice"),
+        (vec!["train", "--out", &out, "--scenario", &long, "mixed", &long], "given twice"),
+        (vec!["train", "--out", &out, "--eval-scenario", "mixed", "mixed"], "--eval-scenario mixed: given twice"),
         (vec!["sim", "--scenario", "websearch-50", "--policy", "model:/no/such.safetensors"], "card.json"),
     ] {
         let (code, _, stderr) = run_cli(&args).await;

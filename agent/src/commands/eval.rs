@@ -79,19 +79,11 @@ struct Job<'a> {
 pub fn run(args: EvalArgs) -> Result<(), CliError> {
     // Bad input fails here, before any simulation starts.
     let mut policies: Vec<Policy> = args.policy.iter().map(|p| Policy::parse(p)).collect::<Result<_, _>>()?;
-    // A repeat would run twice and weigh twice in the mean over scenarios.
-    let policy_labels: Vec<String> = policies.iter().map(Policy::to_string).collect();
-    if let Some(label) = first_repeat(&policy_labels) {
-        return Err(CliError::BadInput(format!("--policy {label}: given twice")));
-    }
-    // However spelled: `tiny.toml` and `./tiny.toml` are one file.
-    let identities: Vec<String> = args.scenario.iter().map(|a| scenario_identity(a)).collect();
-    if let Some(later) = (0..identities.len()).find(|&j| identities[..j].contains(&identities[j])) {
-        let earlier = identities.iter().position(|id| *id == identities[later]).unwrap_or(later);
-        let (a, b) = (&args.scenario[earlier], &args.scenario[later]);
-        let how = if a == b { String::new() } else { format!(" (as {a} and {b})") };
-        return Err(CliError::BadInput(format!("--scenario {b}: given twice{how}")));
-    }
+    // A repeat would run twice and weigh twice in the mean over scenarios, however spelled
+    // (`model:default` and its path; `tiny.toml` and `./tiny.toml`).
+    super::refuse_repeats("--policy", &args.policy, &policies)?;
+    let identities: Vec<String> = args.scenario.iter().map(|a| super::scenario_identity(a)).collect();
+    super::refuse_repeats("--scenario", &args.scenario, &identities)?;
     // Indices into `policies`.
     let mut references = Vec::new();
     for text in &args.reference {
@@ -241,20 +233,6 @@ fn run_all(jobs: &[Job], threads: usize) -> Result<Vec<Summary>, CliError> {
     } else {
         Err(CliError::Failed(format!("only {} of {} runs finished", runs.len(), jobs.len())))
     }
-}
-
-/// What a `--scenario` argument names: the built-in's name, or the file's canonical path (the
-/// argument itself where there is no such file; loading it will say so).
-fn scenario_identity(arg: &str) -> String {
-    if ecn_env::scenario::builtin(arg).is_some() {
-        return format!("builtin:{arg}");
-    }
-    std::fs::canonicalize(arg).map_or_else(|_| arg.to_string(), |p| p.display().to_string())
-}
-
-/// The first value that appears again later in `values`.
-fn first_repeat(values: &[String]) -> Option<&String> {
-    values.iter().enumerate().find(|(i, v)| values[i + 1..].contains(v)).map(|(_, v)| v)
 }
 
 /// A row label per scenario argument: the scenario's name, or the argument itself where two

@@ -21,6 +21,25 @@ use ecn_env::Nanos;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// What a `--scenario` argument names: the built-in's name, or the file's canonical path (the
+/// argument itself where there is no such file; loading it will say so).
+fn scenario_identity(arg: &str) -> String {
+    if ecn_env::scenario::builtin(arg).is_some() {
+        return format!("builtin:{arg}");
+    }
+    std::fs::canonicalize(arg).map_or_else(|_| arg.to_string(), |p| p.display().to_string())
+}
+
+/// Refuse an argument of `flag` given twice, as `args` spell them, where `same[i]` is what
+/// `args[i]` names (a file however spelled, a policy): it would run, or weigh, twice.
+fn refuse_repeats<T: PartialEq>(flag: &str, args: &[String], same: &[T]) -> Result<(), CliError> {
+    let Some(later) = (0..same.len()).find(|&j| same[..j].contains(&same[j])) else { return Ok(()) };
+    let earlier = same.iter().position(|x| *x == same[later]).unwrap_or(later);
+    let (a, b) = (&args[earlier], &args[later]);
+    let how = if a == b { String::new() } else { format!(" (as {a} and {b})") };
+    Err(CliError::BadInput(format!("{flag} {b}: given twice{how}")))
+}
+
 /// A duration flag's value (`--interval 200ms`): a number and a unit, as in scenario files
 /// (ns, us, ms, s, min or h). `flag` is the flag as typed, `--interval`.
 fn duration(flag: &str, v: &str) -> Result<Duration, CliError> {

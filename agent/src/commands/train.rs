@@ -180,6 +180,13 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     if args.conservative_alpha.is_some() {
         return Err(CliError::BadInput("--conservative-alpha: offline only, it needs --telemetry".into()));
     }
+    // A repeat would weigh twice: in the episodes drawn, or in checkpoint selection.
+    let identities: Vec<String> = args.scenario.iter().map(|a| super::scenario_identity(a)).collect();
+    super::refuse_repeats("--scenario", &args.scenario, &identities)?;
+    let identities: Vec<String> = args.eval_scenario.iter().map(|a| super::scenario_identity(a)).collect();
+    super::refuse_repeats("--eval-scenario", &args.eval_scenario, &identities)?;
+    let seeds: Vec<String> = args.eval_seed.iter().map(u64::to_string).collect();
+    super::refuse_repeats("--eval-seed", &seeds, &args.eval_seed)?;
     let mut sources = Vec::new();
     for name in &args.scenario {
         if name == TRAINING_MIX {
@@ -206,6 +213,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         ddqn,
         sources,
         source_names: args.scenario.clone(),
+        scenario_files: scenario_files(&args)?,
         seed: args.seed,
         steps: args.steps,
         envs: args.envs,
@@ -264,6 +272,20 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         reference_cost,
     );
     Ok(())
+}
+
+/// The scenario files `train` reads (not built-in names, nor the training mix), with their
+/// SHA-256: a card names a file by the path as typed, relative to where `train` ran, and the
+/// digest tells whether the file has changed since.
+fn scenario_files(args: &TrainArgs) -> Result<Vec<serde_json::Value>, CliError> {
+    let mut files = Vec::new();
+    for (role, names) in [("training", &args.scenario), ("evaluation", &args.eval_scenario)] {
+        for name in names.iter().filter(|n| *n != TRAINING_MIX && ecn_env::scenario::builtin(n).is_none()) {
+            let sha256 = telemetry_input::sha256(Path::new(name))?;
+            files.push(serde_json::json!({"path": name, "sha256": sha256, "role": role}));
+        }
+    }
+    Ok(files)
 }
 
 /// `train --telemetry`: discrete CQL on logged transitions.

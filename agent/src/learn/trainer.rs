@@ -45,6 +45,10 @@ pub struct TrainConfig {
     pub sources: Vec<EpisodeSource>,
     /// Their names, for the card.
     pub source_names: Vec<String>,
+    /// The scenario files among them and among the evaluation scenarios, for the card's
+    /// `training.data`: path as given, SHA-256 and role (`training` or `evaluation`), so that a
+    /// file edited since shows.
+    pub scenario_files: Vec<serde_json::Value>,
     /// Seeds networks, exploration and episode draws.
     pub seed: u64,
     /// Environment steps in total (one step = one decision for every queue of one fabric).
@@ -437,7 +441,7 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
             "device": format!("{:?}", cfg.device),
             "cpu_arithmetic": ecn_models::arithmetic::CpuArithmetic::on(cfg.device),
         }),
-        data: vec![],
+        data: cfg.scenario_files.clone(),
         link_speeds_bps: link_speeds_bps.into_iter().collect(),
     };
     let mut card = ModelCard::new(&cfg.name, cfg.tuning.clone(), cfg.ddqn.hidden.clone(), training);
