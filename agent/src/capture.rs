@@ -43,6 +43,15 @@ impl Target {
             name if ecn_env::scenario::builtin(name).is_some() => Some(name.to_string()),
             _ => None,
         };
+        let url_like = url.starts_with("http://") || url.starts_with("https://");
+        if simulated.is_none() && !url_like {
+            let names: Vec<&str> = ecn_env::scenario::BUILTIN_SCENARIOS.iter().map(|(n, _)| *n).collect();
+            return Err(CliError::BadInput(format!(
+                "--target {url}: give an actuator's URL (http:// or https://), `sim`, or a built-in scenario's \
+                 name ({}); a scenario file is no target: `record --scenario FILE` simulates it",
+                names.join(", ")
+            )));
+        }
         if simulated.is_some() {
             if let Some(flag) = [("--token-file", token_file), ("--tls-ca", tls_ca)].iter().find(|(_, f)| f.is_some()) {
                 return Err(CliError::BadInput(format!(

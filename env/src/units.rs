@@ -65,31 +65,56 @@ impl BitsPerSec {
     }
 }
 
-fn split_number(text: &str) -> Option<(f64, &str)> {
+/// A number as written, and its unit.
+struct Quantity<'a> {
+    /// The number's text.
+    digits: &'a str,
+    /// Its value.
+    value: f64,
+    unit: &'a str,
+}
+
+fn split_number(text: &str) -> Option<Quantity<'_>> {
     let t = text.trim();
     let end = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'))
         .unwrap_or(t.len());
     // "1e3KB" is fine, but a unit starting with 'e' would be eaten: no unit here starts with e.
-    let (num, unit) = t.split_at(end);
-    let v: f64 = num.parse().ok()?;
-    Some((v, unit.trim()))
+    let (digits, unit) = t.split_at(end);
+    let value: f64 = digits.parse().ok()?;
+    Some(Quantity { digits, value, unit: unit.trim() })
 }
 
-fn to_u64(kind: &'static str, text: &str, v: f64) -> Result<u64, UnitError> {
-    to_u64_at_most(kind, text, v, u64::MAX, "2^64 − 1 in the base unit")
+fn to_u64(kind: &'static str, text: &str, q: &Quantity<'_>, mult: u64) -> Result<u64, UnitError> {
+    to_u64_at_most(kind, text, q, mult, u64::MAX, "2^64 − 1 in the base unit")
 }
 
-fn to_u64_at_most(kind: &'static str, text: &str, v: f64, max: u64, most: &str) -> Result<u64, UnitError> {
-    // `max as f64` may round up (2^64 − 1 becomes 2^64, which the cast below saturates back).
-    let why = if !v.is_finite() || v < 0.0 {
-        "must be a finite, non-negative number".to_string()
-    } else if v.round() > max as f64 {
-        format!("is too large (the most is {most})")
-    } else {
-        return Ok(v.round() as u64);
-    };
-    Err(UnitError { kind, text: text.into(), why })
+/// `q` × `mult`, rounded to the base unit, at most `max`. A whole number is scaled exactly (an
+/// f64 holds integers exactly only up to 2^53, and rounds 2^64 − 1 up to 2^64); a fraction or
+/// exponent goes through f64, and is compared with `max` exactly too (`max as f64` may round
+/// up, which let values just past it through, saturated to `max`).
+fn to_u64_at_most(
+    kind: &'static str,
+    text: &str,
+    q: &Quantity<'_>,
+    mult: u64,
+    max: u64,
+    most: &str,
+) -> Result<u64, UnitError> {
+    let too_large = || UnitError { kind, text: text.into(), why: format!("is too large (the most is {most})") };
+    if !q.digits.is_empty() && q.digits.bytes().all(|b| b.is_ascii_digit()) {
+        let n = q.digits.parse::<u128>().ok().and_then(|n| n.checked_mul(u128::from(mult)));
+        return n.filter(|&n| n <= u128::from(max)).map(|n| n as u64).ok_or_else(too_large);
+    }
+    let v = (q.value * mult as f64).round();
+    if !v.is_finite() || v < 0.0 {
+        return Err(UnitError { kind, text: text.into(), why: "must be a finite, non-negative number".into() });
+    }
+    // A finite f64 casts to u128 exactly, or saturates above 2^128, still above `max`.
+    if v as u128 > u128::from(max) {
+        return Err(too_large());
+    }
+    Ok(v as u64)
 }
 
 /// The longest duration a flag or a scenario may give: 2^62 ns, about 146 years. A timer that
@@ -116,18 +141,18 @@ impl FromStr for Bytes {
     type Err = UnitError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let err = |why: &str| UnitError { kind: "size", text: s.into(), why: why.into() };
-        let (v, unit) = split_number(s).ok_or_else(|| err("expected a number and a unit, e.g. 400KB"))?;
-        let mult: f64 = match unit {
-            "" | "B" => 1.0,
-            "KB" | "kB" | "K" | "k" => 1e3,
-            "MB" | "M" => 1e6,
-            "GB" | "G" => 1e9,
-            "KiB" => 1024.0,
-            "MiB" => 1024.0 * 1024.0,
-            "GiB" => 1024.0 * 1024.0 * 1024.0,
+        let q = split_number(s).ok_or_else(|| err("expected a number and a unit, e.g. 400KB"))?;
+        let mult: u64 = match q.unit {
+            "" | "B" => 1,
+            "KB" | "kB" | "K" | "k" => 1_000,
+            "MB" | "M" => 1_000_000,
+            "GB" | "G" => 1_000_000_000,
+            "KiB" => 1 << 10,
+            "MiB" => 1 << 20,
+            "GiB" => 1 << 30,
             _ => return Err(err("unknown unit (use B, KB, MB, GB, KiB, MiB, GiB)")),
         };
-        Ok(Bytes(to_u64("size", s, v * mult)?))
+        Ok(Bytes(to_u64("size", s, &q, mult)?))
     }
 }
 
@@ -135,19 +160,19 @@ impl FromStr for Nanos {
     type Err = UnitError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let err = |why: &str| UnitError { kind: "duration", text: s.into(), why: why.into() };
-        let (v, unit) = split_number(s).ok_or_else(|| err("expected a number and a unit, e.g. 20ms"))?;
-        let mult: f64 = match unit {
-            "ns" => 1.0,
-            "us" | "µs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
+        let q = split_number(s).ok_or_else(|| err("expected a number and a unit, e.g. 20ms"))?;
+        let mult: u64 = match q.unit {
+            "ns" => 1,
+            "us" | "µs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
             // Not `m`, which reads as milli as readily as minutes.
-            "min" => 60e9,
-            "h" => 3600e9,
+            "min" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
             "" => return Err(err("missing unit (ns, us, ms, s, min or h)")),
             _ => return Err(err("unknown unit (use ns, us, ms, s, min or h)")),
         };
-        Ok(Nanos(to_u64_at_most("duration", s, v * mult, MAX_DURATION.0, "2^62 ns, about 146 years")?))
+        Ok(Nanos(to_u64_at_most("duration", s, &q, mult, MAX_DURATION.0, "2^62 ns, about 146 years")?))
     }
 }
 
@@ -155,16 +180,16 @@ impl FromStr for BitsPerSec {
     type Err = UnitError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let err = |why: &str| UnitError { kind: "rate", text: s.into(), why: why.into() };
-        let (v, unit) = split_number(s).ok_or_else(|| err("expected a number and a unit, e.g. 100Gbps"))?;
-        let mult: f64 = match unit {
-            "bps" | "b/s" => 1.0,
-            "Kbps" | "kbps" | "Kb/s" | "kb/s" => 1e3,
-            "Mbps" | "Mb/s" => 1e6,
-            "Gbps" | "Gb/s" => 1e9,
-            "Tbps" | "Tb/s" => 1e12,
+        let q = split_number(s).ok_or_else(|| err("expected a number and a unit, e.g. 100Gbps"))?;
+        let mult: u64 = match q.unit {
+            "bps" | "b/s" => 1,
+            "Kbps" | "kbps" | "Kb/s" | "kb/s" => 1_000,
+            "Mbps" | "Mb/s" => 1_000_000,
+            "Gbps" | "Gb/s" => 1_000_000_000,
+            "Tbps" | "Tb/s" => 1_000_000_000_000,
             _ => return Err(err("unknown unit (use bps, Kbps, Mbps, Gbps or Tbps)")),
         };
-        Ok(BitsPerSec(to_u64("rate", s, v * mult)?))
+        Ok(BitsPerSec(to_u64("rate", s, &q, mult)?))
     }
 }
 
@@ -281,6 +306,15 @@ mod tests {
         assert!("-5KB".parse::<Bytes>().is_err());
         let huge = "99999999999999999999KB".parse::<Bytes>().unwrap_err().to_string();
         assert!(huge.contains("too large"), "{huge}");
+        // Just past the largest: refused, not saturated to it (an f64 rounds 2^64 − 1 up to
+        // 2^64, which let 2^64 and a little more through as 2^64 − 1).
+        for past in ["18446744073709551616B", "18446744073709551617B", "18446744073709552KB", "1.8446744073709552e19B"]
+        {
+            assert!(past.parse::<Bytes>().unwrap_err().to_string().contains("too large"), "{past}");
+        }
+        // Whole numbers are exact beyond 2^53.
+        assert_eq!("9007199254740993B".parse::<Bytes>().unwrap(), Bytes(9_007_199_254_740_993));
+        assert_eq!("18446744073709551KB".parse::<Bytes>().unwrap(), Bytes(18_446_744_073_709_551_000));
     }
 
     #[test]

@@ -459,6 +459,10 @@ async fn recommend_and_record_read_a_simulated_fabric_as_a_target() {
     let (code, _, stderr) = run_cli(&["recommend", "--target", "sim", "--token-file", &token]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--token-file: the simulated fabric of --target sim"), "{stderr}");
+    // A scenario file is no target; the message says what is.
+    let (code, _, stderr) = run_cli(&["recommend", "--target", &token]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("give an actuator's URL (http:// or https://), `sim`, or a built-in"), "{stderr}");
 }
 
 /// The actuator dies half way through `record --target`: the telemetry read until then is
