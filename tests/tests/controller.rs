@@ -188,6 +188,37 @@ async fn a_controller_carries_on_across_an_actuator_restart() {
     act.stop_controller("restart", child).await;
 }
 
+/// The kill switch thrown just after the actuator restarted (its lease not yet renewed): the
+/// controller takes the new lease first, and the kill switch's write goes through. It used to
+/// be refused for want of a lease, and the controller exited 1 with the queues off their
+/// kill-switch baseline.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kill_switch_works_right_after_an_actuator_restart() {
+    let mut act = sim_actuator_running(LONG_SCENARIO, &[]).await;
+    let fresh = settings(&act).await; // hpcc-alibaba's, which the policy keeps
+    let kill = act.dir.path().join("KILL");
+    let kill_arg = kill.display().to_string();
+    let flags = ["--baseline", "dcqcn-paper", "--kill-file", &kill_arg];
+    let (child, _) = act.controller("restart-kill", &enforce_flags("baseline:hpcc-alibaba", &flags));
+    // Any time after its start: between reading the actuator and opening its stream too.
+    eventually("the controller running", Duration::from_secs(60), || {
+        let log = act.controller_log("restart-kill");
+        std::future::ready(log.contains("ENFORCE mode").then_some(()))
+    })
+    .await;
+    act.restart(Duration::ZERO).await;
+    std::fs::write(&kill, "stop").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !settings(&act).await.iter().zip(&fresh).all(|(now, was)| now.1 != was.1) {
+        let log = act.controller_log("restart-kill");
+        assert!(std::time::Instant::now() < deadline, "the kill switch never took effect:\n{log}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = act.controller_log("restart-kill");
+    assert!(log.contains("the actuator granted a new writer lease") && log.contains("kill switch engaged"), "{log}");
+    act.stop_controller("restart-kill", child).await;
+}
+
 /// `run --target sim` in shadow mode writes nothing, so its closing comparison is of the
 /// fabric on its own settings, and says so: "as run", not the policy's "controlled" result.
 #[tokio::test(flavor = "multi_thread")]

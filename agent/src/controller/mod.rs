@@ -366,7 +366,18 @@ pub async fn run(
     budget: ChangeBudget,
 ) -> Result<RunReport, CliError> {
     let mut lp = ControlLoop::start(cfg, metrics, log, budget).await?;
-    let mut stream = Some(lp.open_stream().await?);
+    // An actuator restarting just now (its capabilities read, its stream not yet open) is a
+    // lost stream like any other: reopened below, not the end of the controller.
+    let mut stream = match lp.open_stream().await {
+        Ok(s) => Some(s),
+        // An actuator with no telemetry at all (dry-run without a recording) will not have any.
+        Err(s) if s.code() == tonic::Code::Unimplemented => return Err(status("StreamTelemetry", s)),
+        Err(s) => {
+            let e = status("StreamTelemetry", s);
+            warn!(target = %lp.cfg.target, "cannot open the telemetry stream yet ({e}); reopening it");
+            None
+        }
+    };
     let now = Instant::now();
     (lp.last_batch_at, lp.last_renew) = (now, now);
     // A lost stream is reopened with a growing pause between tries; its queues go stale
@@ -430,7 +441,8 @@ pub async fn run(
                         stream = Some(s);
                         stream_opened_at = Instant::now();
                     }
-                    Err(e) => {
+                    Err(s) => {
+                        let e = status("StreamTelemetry", s);
                         reconnect_at = stream_lost(
                             &lp.cfg.target,
                             &format!("cannot reopen the telemetry stream: {e}"),
@@ -467,13 +479,26 @@ pub async fn run(
             // Once while it stays thrown: after it nothing writes (this controller holds the
             // lease), and reading the actuator back at every batch left the telemetry piling up
             // behind. A kill file removed and created again throws it again.
-            if !lp.kill_done {
-                lp.kill_switch().await?;
-                lp.kill_done = true;
+            if !lp.kill_done && lp.kill_retry_at.is_none_or(|t| now >= t) {
+                // The lease renewed first: an actuator restarted since the last renewal would
+                // refuse the kill switch's writes. A failure (the actuator just restarted, its
+                // connection not yet back) is tried again every --interval, not the end of the
+                // controller, which would leave the queues off their baseline.
+                if lp.lease.is_some() {
+                    lp.renew_now = true;
+                    lp.renew_lease(now).await?;
+                }
+                match lp.kill_switch().await {
+                    Ok(()) => (lp.kill_done, lp.kill_retry_at) = (true, None),
+                    Err(e) => {
+                        warn!(target = %lp.cfg.target, "kill switch not carried out yet ({e}); trying again");
+                        lp.kill_retry_at = Some(now + lp.cfg.interval);
+                    }
+                }
             }
             continue;
         }
-        lp.kill_done = false;
+        (lp.kill_done, lp.kill_retry_at) = (false, None);
         lp.probe_lag(now);
         if lp.check_pending().await? {
             continue;
@@ -685,6 +710,8 @@ struct ControlLoop {
     needs_resync: bool,
     /// A write was refused for want of a lease (the actuator restarted): renew at once.
     renew_now: bool,
+    /// When to try a kill switch that failed again.
+    kill_retry_at: Option<Instant>,
     /// Telemetry batches taken since the last decision round.
     batches_since_round: u64,
 }
@@ -803,6 +830,7 @@ impl ControlLoop {
             next_due: None,
             needs_resync: false,
             renew_now: false,
+            kill_retry_at: None,
             batches_since_round: 0,
         };
         // An unconfirmed change left by a writer before this one (this controller's previous
@@ -818,14 +846,9 @@ impl ControlLoop {
     }
 
     /// Open the telemetry stream.
-    async fn open_stream(&mut self) -> Result<tonic::Streaming<pb::TelemetryBatch>, CliError> {
-        let stream = self
-            .client
-            .stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 })
-            .await
-            .map_err(|s| status("StreamTelemetry", s))?
-            .into_inner();
-        Ok(stream)
+    async fn open_stream(&mut self) -> Result<tonic::Streaming<pb::TelemetryBatch>, tonic::Status> {
+        let req = pb::StreamTelemetryRequest { interval_ns: 0 };
+        Ok(self.client.stream_telemetry(req).await?.into_inner())
     }
 
     /// Feed a telemetry batch to the queues (and to the pending change's health window);

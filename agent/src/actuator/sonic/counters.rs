@@ -158,8 +158,8 @@ impl Tracker {
     }
 }
 
-/// The wire sample of one queue's interval; `marks_polled`: whether SONiC polled the ECN-mark
-/// counters (a counter present but not polled stands still).
+/// The wire sample of one queue's interval; `marks_counted`: whether SONiC refreshed the
+/// ECN-mark counters at every poll (a counter present but not refreshed stands still).
 pub fn sample(
     key: &pb::QueueId,
     link_bps: u64,
@@ -167,7 +167,7 @@ pub fn sample(
     r: &Reading,
     d: &Deltas,
     s: &EcnSetting,
-    marks_polled: bool,
+    marks_counted: bool,
 ) -> pb::TelemetrySample {
     let depth = r.occupancy.or(r.watermark).unwrap_or(0);
     let peak = r.watermark.unwrap_or(0).max(depth);
@@ -189,7 +189,7 @@ pub fn sample(
         // After a dropped interval this is shorter than the step from the queue's previous
         // sample: the deltas count from the reading after the reset, not from that sample.
         span_ns: d.span_ns,
-        ecn_marks_counted: d.ecn_marks_counted && marks_polled,
+        ecn_marks_counted: d.ecn_marks_counted && marks_counted,
     }
 }
 
@@ -202,25 +202,31 @@ const MAP_RETRY: Duration = Duration::from_secs(5);
 /// (5 s at the default `--poll-interval`): three reads of CONFIG_DB.
 pub const GROUP_CHECK_POLLS: u32 = 5;
 
-/// Which of [`schema::FLEX_COUNTER_POLLS`] SONiC polls, as last read, and when to read again.
+/// Which of [`schema::FLEX_COUNTER_POLLS`] SONiC polls, and how often, as last read, and when
+/// to read again.
 struct GroupPolling {
     /// Per group; `None` before the first read.
     on: [Option<bool>; 3],
+    /// Per group: how often SONiC refreshes its counters, ms.
+    refresh_ms: [u64; 3],
     /// Polls until the next read.
     due_in: u32,
 }
 
+/// One group's `FLEX_COUNTER_STATUS` and `POLL_INTERVAL`, as read (`None`: absent).
+type GroupFields = (Option<String>, Option<String>);
+
 impl GroupPolling {
     fn new() -> GroupPolling {
-        GroupPolling { on: [None; 3], due_in: 0 }
+        GroupPolling { on: [None; 3], refresh_ms: schema::FLEX_COUNTER_POLLS.map(|g| g.default_ms), due_in: 0 }
     }
 
-    /// Whether SONiC polled the ECN-mark counters at the last read (not known: no).
-    fn marks_polled(&self) -> bool {
-        schema::FLEX_COUNTER_POLLS
-            .iter()
-            .zip(self.on)
-            .any(|(g, on)| g.key == schema::WRED_ECN_QUEUE_POLL && on == Some(true))
+    /// Whether SONiC refreshed the ECN-mark counters for every poll `poll` apart, at the last
+    /// read (not known: no). Refreshed less often, they stand still between refreshes, and a
+    /// sample's zero marks then say nothing (SONiC's default is every 10 s).
+    fn marks_counted(&self, poll: Duration) -> bool {
+        let wred = schema::FLEX_COUNTER_POLLS.iter().position(|g| g.key == schema::WRED_ECN_QUEUE_POLL);
+        wred.is_some_and(|i| self.on[i] == Some(true) && u128::from(self.refresh_ms[i]) <= poll.as_millis())
     }
 
     /// Whether telemetry is withheld: a group it cannot do without was off at the last read.
@@ -231,9 +237,12 @@ impl GroupPolling {
     /// Takes the groups' `FLEX_COUNTER_STATUS` as read; returns whether a group came back on
     /// (the counters then count afresh). The start-up check has warned of what was off at the
     /// first read.
-    fn observe(&mut self, statuses: [Option<String>; 3]) -> bool {
+    fn observe(&mut self, read: [GroupFields; 3]) -> bool {
         let mut resumed = false;
-        for ((group, on), status) in schema::FLEX_COUNTER_POLLS.iter().zip(&mut self.on).zip(statuses) {
+        for (i, (status, interval)) in read.into_iter().enumerate() {
+            let group = &schema::FLEX_COUNTER_POLLS[i];
+            self.refresh_ms[i] = group.refresh_ms(interval.as_deref());
+            let on = &mut self.on[i];
             let now = group.is_on(status.as_deref());
             match (*on, now) {
                 (Some(true), false) if group.blinds_telemetry() => warn!(
@@ -410,8 +419,8 @@ impl Poller {
             if self.withheld(&mut config, &mut groups, &mut tracker) {
                 continue;
             }
-            let marks_polled = groups.marks_polled();
-            match self.poll(&mut con, &mut oids, &mut tracker, &mut liveness, &mut absent_reported, marks_polled) {
+            let marks_counted = groups.marks_counted(self.interval);
+            match self.poll(&mut con, &mut oids, &mut tracker, &mut liveness, &mut absent_reported, marks_counted) {
                 Ok(n) => {
                     if down {
                         info!(url = %self.target.url(), "COUNTERS_DB is back; telemetry resumes");
@@ -439,21 +448,20 @@ impl Poller {
             return groups.withheld();
         }
         groups.due_in = GROUP_CHECK_POLLS - 1;
-        let read = |con: &mut Option<Connection>| -> Result<[Option<String>; 3], String> {
+        let read = |con: &mut Option<Connection>| -> Result<[GroupFields; 3], String> {
             if con.is_none() {
                 *con = Some(self.target.connect(self.config_db, super::conn::COUNTER_GROUPS_CONNECTION)?);
             }
             let mut pipe = redis::pipe();
             for g in &schema::FLEX_COUNTER_POLLS {
-                pipe.cmd("HGET").arg(g.key).arg("FLEX_COUNTER_STATUS");
+                pipe.cmd("HMGET").arg(g.key).arg("FLEX_COUNTER_STATUS").arg("POLL_INTERVAL");
             }
-            let replies: Vec<Option<String>> =
-                pipe.query(con.as_mut().expect("connected")).map_err(|e| e.to_string())?;
+            let replies: Vec<GroupFields> = pipe.query(con.as_mut().expect("connected")).map_err(|e| e.to_string())?;
             replies.try_into().map_err(|r: Vec<_>| format!("{} replies to 3 reads", r.len()))
         };
         match read(con) {
-            Ok(statuses) => {
-                if groups.observe(statuses) {
+            Ok(read) => {
+                if groups.observe(read) {
                     // Its counters stood still while off and jump when on: start from a baseline.
                     (0..self.queues.len()).for_each(|i| tracker.forget(i));
                 }
@@ -511,7 +519,7 @@ impl Poller {
         tracker: &mut Tracker,
         liveness: &mut Liveness,
         absent_reported: &mut bool,
-        marks_polled: bool,
+        marks_counted: bool,
     ) -> Result<usize, String> {
         if con.is_none() {
             *con = Some(self.target.connect(self.db, "ecn-tuner-counters")?);
@@ -594,7 +602,7 @@ impl Poller {
             }
             absent.note(&r);
             match tracker.step(i, at, r, *link_bps) {
-                Some(d) => samples.push(sample(id, *link_bps, ts_ns, &r, &d, &settings[i], marks_polled)),
+                Some(d) => samples.push(sample(id, *link_bps, ts_ns, &r, &d, &settings[i], marks_counted)),
                 None => debug!(queue = %q.name(), "no sample this interval (first reading, or a counter reset)"),
             }
         }
@@ -669,7 +677,7 @@ mod tests {
 
     #[test]
     fn telemetry_is_withheld_while_queue_or_port_polling_is_off() {
-        let status = |s: [Option<&str>; 3]| s.map(|s| s.map(str::to_string));
+        let status = |s: [Option<&str>; 3]| s.map(|s| (s.map(str::to_string), None));
         let mut g = GroupPolling::new();
         // Absent statuses: queue and port on by default, ECN marks off.
         assert!(!g.observe(status([None, None, None])));
@@ -682,6 +690,27 @@ mod tests {
         assert!(g.withheld(), "port polling is off now");
         assert!(g.observe(status([Some("enable"), Some(" enable "), Some("enable")])));
         assert!(!g.withheld());
+    }
+
+    /// ECN marks are vouched for only where SONiC polls them and refreshes them at least as
+    /// often as the poller reads them: at its default 10 s, a 1 s poll reads a counter that
+    /// stood still nine times in ten, and its zeros say nothing.
+    #[test]
+    fn marks_count_only_where_sonic_refreshes_them_every_poll() {
+        let second = Duration::from_secs(1);
+        let wred = |status: Option<&str>, interval: Option<&str>| {
+            let mut g = GroupPolling::new();
+            let on = Some("enable".to_string());
+            g.observe([(on.clone(), None), (on, None), (status.map(str::to_string), interval.map(str::to_string))]);
+            g
+        };
+        assert!(!GroupPolling::new().marks_counted(second), "not read yet");
+        assert!(!wred(Some("enable"), None).marks_counted(second), "SONiC's default: every 10 s");
+        assert!(wred(Some("enable"), None).marks_counted(Duration::from_secs(10)));
+        assert!(wred(Some("enable"), Some("1000")).marks_counted(second));
+        assert!(!wred(Some("enable"), Some("1001")).marks_counted(second));
+        assert!(!wred(Some("disable"), Some("100")).marks_counted(second));
+        assert!(!wred(None, Some("100")).marks_counted(second), "off by default");
     }
 
     #[test]

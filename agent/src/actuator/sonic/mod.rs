@@ -174,7 +174,7 @@ fn check_databases(target: &RedisTarget, dbs: &DbIndices) -> Result<(), Actuator
 /// cannot do without is off ([`counters`]).
 fn warn_of_slower_counters(con: &mut Connection, poll_interval: Duration) {
     for poll in &schema::FLEX_COUNTER_POLLS {
-        let schema::FlexCounterPoll { key, group, default_ms, .. } = *poll;
+        let schema::FlexCounterPoll { key, group, .. } = *poll;
         let status: Option<String> = redis::cmd("HGET").arg(key).arg("FLEX_COUNTER_STATUS").query(con).unwrap_or(None);
         if !poll.is_on(status.as_deref()) {
             let what = match group {
@@ -194,7 +194,7 @@ fn warn_of_slower_counters(con: &mut Connection, poll_interval: Duration) {
             continue;
         }
         let set: Option<String> = redis::cmd("HGET").arg(key).arg("POLL_INTERVAL").query(con).unwrap_or(None);
-        let sonic_ms = set.as_deref().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(default_ms);
+        let sonic_ms = poll.refresh_ms(set.as_deref());
         if Duration::from_millis(sonic_ms) > poll_interval {
             let whence = if set.is_some() { "POLL_INTERVAL" } else { "no POLL_INTERVAL: SONiC's default" };
             warn!(

@@ -86,6 +86,12 @@ impl FlexCounterPoll {
         status.map_or(self.on_by_default, |s| s.trim() == "enable")
     }
 
+    /// How often SONiC refreshes the group's counters, in milliseconds, given its
+    /// `POLL_INTERVAL` (`None`, or not a number: SONiC's default).
+    pub fn refresh_ms(&self, poll_interval: Option<&str>) -> u64 {
+        poll_interval.and_then(|v| v.trim().parse().ok()).unwrap_or(self.default_ms)
+    }
+
     /// Whether telemetry must be withheld while SONiC does not poll the group: queue counters
     /// (traffic, depth) and port counters (PFC pauses) then stand still, which reads as an idle
     /// fabric without pauses, and the health checks would pass any change. ECN marks, off by
