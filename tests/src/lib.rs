@@ -120,7 +120,7 @@ impl Actuator {
         let journal = dir.path().join("journal.jsonl");
         let log = dir.path().join("actuator.log");
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let (child, addr) = Self::spawn(&args, "127.0.0.1:0", &journal, &log).await;
+        let (child, addr) = Self::spawn(&args, "127.0.0.1:0", &journal, &log).await.unwrap_or_else(|e| panic!("{e}"));
         Actuator { addr, journal, log, dir, child, args }
     }
 
@@ -132,12 +132,24 @@ impl Actuator {
         let stopped = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
         assert!(matches!(stopped, Ok(Ok(s)) if s.success()), "the actuator did not stop cleanly: {stopped:?}");
         tokio::time::sleep(gap).await;
-        let (child, addr) = Self::spawn(&self.args, &self.addr.to_string(), &self.journal, &self.log).await;
+        // The port was the system's pick: another process may hold it a moment (a client's
+        // connection from it, another test's listener). Tried again for a while.
+        let mut tries = 0;
+        let (child, addr) = loop {
+            match Self::spawn(&self.args, &self.addr.to_string(), &self.journal, &self.log).await {
+                Ok(started) => break started,
+                Err(_) if tries < 50 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
         assert_eq!(addr, self.addr);
         self.child = child;
     }
 
-    async fn spawn(args: &[String], listen: &str, journal: &Path, log: &Path) -> (Child, SocketAddr) {
+    async fn spawn(args: &[String], listen: &str, journal: &Path, log: &Path) -> Result<(Child, SocketAddr), String> {
         let mut cmd = Command::new(ecn_tuner_bin());
         cmd.arg("actuator").args(args);
         if !args.iter().any(|a| a == "--listen") {
@@ -154,10 +166,12 @@ impl Actuator {
         let first = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await;
         let line = match first {
             Ok(Ok(Some(l))) => l,
-            other => panic!(
-                "ecn-tuner actuator {args:?} did not start ({other:?}); its log:\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            ),
+            other => {
+                return Err(format!(
+                    "ecn-tuner actuator {args:?} did not start ({other:?}); its log:\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                ))
+            }
         };
         let addr = line
             .strip_prefix("listening on ")
@@ -165,7 +179,7 @@ impl Actuator {
             .unwrap_or_else(|| panic!("unexpected first stdout line: {line:?}"));
         // Keep the pipe drained so the child never blocks on stdout.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        (child, addr)
+        Ok((child, addr))
     }
 
     /// The child's process id (`None` once it has been reaped).

@@ -180,7 +180,7 @@ struct Found {
 
 /// A file whose lines are none of them a journal event, however many: not a journal.
 fn not_a_journal(lines: usize, first: &[u8]) -> std::io::Error {
-    let what = if lines == 1 { "its one line is" } else { "none of its lines is" };
+    let what = if lines == 1 { "its one line is not" } else { "none of its lines is" };
     let start = String::from_utf8_lossy(&first[..first.len().min(60)]).into_owned();
     std::io::Error::new(
         std::io::ErrorKind::InvalidData,
@@ -189,6 +189,15 @@ fn not_a_journal(lines: usize, first: &[u8]) -> std::io::Error {
              nothing was written to it"
         ),
     )
+}
+
+/// How every journal line begins (the `ts` field first, as [`Journal::write`] serializes it).
+const LINE_START: &[u8] = b"{\"ts\":\"";
+
+/// Whether `line`, no event, may be one torn by a crash: cut anywhere in a journal line
+/// (a prefix of one), or the zeros a file system can leave where a write was lost.
+fn torn(line: &[u8]) -> bool {
+    line.starts_with(LINE_START) || LINE_START.starts_with(line) || line.iter().all(|&b| b == 0)
 }
 
 impl Journal {
@@ -304,14 +313,14 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
     }
     f.seek(SeekFrom::Start(0))?;
     let mut found = Found::default();
-    // Lines that are not events, with the first: torn writes are one at a time (each restart
-    // ends the fragment), so a file of nothing else is another file, unless it is the one
-    // fragment of a first event torn by a crash.
+    // Lines that are neither events nor torn ones, with the first: a file with some, and no
+    // event, is another file. (A journal whose first writes were all torn by crashes has
+    // nothing but torn lines.)
     let (mut events, mut others, mut first_other) = (0usize, 0usize, Vec::new());
     for (n, line) in BufReader::new(&mut *f).split(b'\n').enumerate() {
         let line = line?;
         let Ok(l) = serde_json::from_slice::<Line>(&line) else {
-            if !line.trim_ascii().is_empty() {
+            if !line.trim_ascii().is_empty() && !torn(&line) {
                 if others == 0 {
                     first_other = line;
                 }
@@ -345,8 +354,7 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
             }
         }
     }
-    let torn_first_event = others == 1 && first_other.starts_with(b"{\"");
-    if events == 0 && others > 0 && !torn_first_event {
+    if events == 0 && others > 0 {
         return Err(not_a_journal(others, &first_other));
     }
     Ok(found)
@@ -469,17 +477,32 @@ mod tests {
     fn a_file_that_is_no_journal_is_refused_untouched() {
         let path = std::env::temp_dir().join(format!("ecn-journal-foreign-{}", std::process::id()));
         let decisions = "{\"ts_ms\":1,\"queue\":\"leaf0/eth1/3\",\"mode\":\"shadow\"}\n{\"ts_ms\":2,\"queue\":\"x";
-        for text in [decisions, "# services\nssh 22/tcp\n", "one line\n"] {
+        let one_decision = "{\"ts_ms\":1,\"queue\":\"leaf0/eth1/3\",\"mode\":\"shadow\"}\n";
+        for (text, why) in [
+            (decisions, "none of its lines is a journal event"),
+            (one_decision, "its one line is not a journal event"),
+            ("# services\nssh 22/tcp\n", "none of its lines is a journal event"),
+            ("one line\n", "its one line is not a journal event"),
+        ] {
             std::fs::write(&path, text).unwrap();
-            let e = Journal::open(&path).expect_err("refused");
-            assert!(e.to_string().contains("a journal event") && e.to_string().contains("by mistake"), "{e}");
+            let e = Journal::open(&path).expect_err("refused").to_string();
+            assert!(e.contains(why) && e.contains("by mistake"), "{e}");
             assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "untouched");
         }
-        std::fs::write(&path, "{\"ts\":\"2026-12-05T10:00:00Z\",\"event\":\"app").unwrap();
-        let j = Journal::open(&path).expect("a torn first event");
-        assert_eq!(j.last_generation(), 0);
-        std::fs::write(&path, "\n\n").unwrap();
-        assert!(Journal::open(&path).is_ok(), "blank lines are an empty journal");
+        // What crashes leave of a journal's first writes: a cut line (twice, for two crashes),
+        // a lone brace, the zeros of a write lost with the power. Blank lines are nothing.
+        let torn = [
+            "{\"ts\":\"2026-12-05T10:00:00Z\",\"event\":\"app",
+            "{\"ts\":\"2026\n{\"ts\":\"2026-12",
+            "{",
+            "\0\0\0\0",
+            "\n\n",
+        ];
+        for text in torn {
+            std::fs::write(&path, text).unwrap();
+            let j = Journal::open(&path).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(j.last_generation(), 0);
+        }
         std::fs::remove_file(&path).unwrap();
     }
 

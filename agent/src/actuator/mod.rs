@@ -215,17 +215,18 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
         .map_err(|e| ActuatorError::BadInput(format!("--listen {}: cannot bind: {e}", opts.listen)))?;
     let addr = listener.local_addr().map_err(|e| ActuatorError::Failed(format!("--listen {}: {e}", opts.listen)))?;
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let caps = backend.capabilities().clone();
-    let service = ActuatorService::new(backend, journal, stop_rx.clone());
-    tokio::spawn(service.clone().watch_deadlines());
-
+    // Everything that can still refuse the start comes before the service, whose journal may
+    // get a line (`start`) for a device it then serves.
     let mut builder = tonic::transport::Server::builder();
     if let Some(t) = tls {
         builder = builder
             .tls_config(t)
             .map_err(|e| ActuatorError::BadInput(format!("--tls-cert/--tls-key: unusable: {e}")))?;
     }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let caps = backend.capabilities().clone();
+    let service = ActuatorService::new(backend, journal, stop_rx.clone());
+    tokio::spawn(service.clone().watch_deadlines());
     let router =
         builder.add_service(ActuatorServer::with_interceptor(service.clone(), BearerAuth::new(opts.token.clone())));
     info!(

@@ -314,13 +314,18 @@ impl ControlLoop {
                 queues = p.queues.len(),
                 "the change pending under the old lease was reverted by the actuator"
             );
-            let why = format!(
-                "generation {} ended with the writer lease: the actuator restarted or let it lapse, reverting it",
-                p.generation
-            );
-            self.ended_by_actuator(&p, LEASE_ENDED, why)?;
+            self.ended_with_lease(&p)?;
         }
         self.roll_back_unwatched(&config, "under a new lease").await
+    }
+
+    /// Pending change `p` went with the writer lease: counted under [`LEASE_ENDED`].
+    fn ended_with_lease(&mut self, p: &Pending) -> Result<(), CliError> {
+        let why = format!(
+            "generation {} ended with the writer lease: the actuator restarted or let it lapse, reverting it",
+            p.generation
+        );
+        self.ended_by_actuator(p, LEASE_ENDED, why)
     }
 
     /// Pending change `p`, ended by the actuator: counted under `reason`, its queues (on their
@@ -480,6 +485,9 @@ impl ControlLoop {
                     // round then reads back. Ending the controller would stop all tuning for
                     // what the actuator makes good by itself.
                     Err(s) => {
+                        // Refused for want of a lease (the actuator restarted): take one again
+                        // at once, which ends the change as the lease's (`lease_regranted`).
+                        self.renew_now |= s.code() == tonic::Code::PermissionDenied;
                         if p.retry_rollback_at.is_none() {
                             warn!(
                                 generation = p.generation,
@@ -525,6 +533,13 @@ impl ControlLoop {
             self.metrics.confirms.inc();
             info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed (the reply was lost)");
             return Ok(());
+        }
+        if failure.code() == tonic::Code::PermissionDenied {
+            // The actuator holds no lease of ours (it restarted, or let it lapse): the change
+            // went with the lease. Take a lease again before the next round.
+            self.renew_now = true;
+            warn!(generation = p.generation, "the change could not be confirmed: the writer lease is gone");
+            return self.ended_with_lease(p);
         }
         if config.generation != p.generation {
             let how = format!(", before its confirm landed ({:?}: {})", failure.code(), failure.message());
