@@ -154,14 +154,19 @@ async fn enforce_applies_bounded_settings_and_confirms_them() {
 /// simulated one, which starts its fabric afresh on the scenario's settings: the controller
 /// takes the new lease the actuator grants it, reads the settings back, and carries on, so
 /// the policy's setting is applied and confirmed again. It used to exit 1, "the writer lease
-/// changed hands", leaving the fabric untuned until someone restarted it.
+/// changed hands", leaving the fabric untuned until someone restarted it. The actuator stays
+/// down longer than `--stale-after`, and ran 20 s (400 ms on its telemetry clock) before: a
+/// round on stale telemetry meanwhile dated the queues' setting on the old clock, and the new
+/// clock's intervals never counted as measured under it, holding every queue as long as the
+/// old clock had run.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_controller_carries_on_across_an_actuator_restart() {
     let mut act = sim_actuator_running(LONG_SCENARIO, &[]).await;
+    let started_at = std::time::Instant::now();
     let target = (100_000, 400_000, 0.5);
     let flags = enforce_flags(
         "static:100KB,400KB,0.5",
-        &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "5", "--stale-after", "2s"],
+        &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "5", "--stale-after", "1s"],
     );
     let (child, _) = act.controller("restart", &flags);
     let settled = || {
@@ -171,7 +176,9 @@ async fn a_controller_carries_on_across_an_actuator_restart() {
     eventually("every queue on the policy's setting, confirmed", FABRIC_PATIENCE, settled).await;
     let before = act.journal().iter().filter_map(|e| e["generation"].as_u64()).max().unwrap();
     let queues = settings(&act).await.len();
-    act.restart(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_secs(20).saturating_sub(started_at.elapsed())).await;
+    act.restart(Duration::from_millis(1500)).await;
+    let restarted_at = std::time::Instant::now();
     // A restarted fabric starts afresh, and the journal says so, with the settings it starts
     // on, as the next generation (read there: the controller may already be changing them).
     let journal = act.journal();
@@ -190,7 +197,10 @@ async fn a_controller_carries_on_across_an_actuator_restart() {
         async move { settled_on(act, target).await.then_some(()) }
     };
     eventually("the setting applied and confirmed again", FABRIC_PATIENCE, settled).await;
+    // In seconds, not the 20 s the old clock had run.
+    let took = restarted_at.elapsed();
     let log = act.controller_log("restart");
+    assert!(took < Duration::from_secs(12), "settled again {took:?} after the restart: {log}");
     assert!(log.contains("the actuator granted a new writer lease"), "{log}");
     act.stop_controller("restart", child).await;
 }

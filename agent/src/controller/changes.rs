@@ -602,6 +602,8 @@ impl ControlLoop {
         let target = |q: &QueueState| guardrails.safe_baseline(q.baseline, q.xoff);
         let off_baseline: Vec<usize> = (0..queues.len()).filter(|&i| queues[i].current != target(&queues[i])).collect();
         if off_baseline.is_empty() {
+            // Nothing to write, but the operator must see that it took: no change follows.
+            warn!("kill switch engaged: every queue is already on its baseline; no further changes");
             return Ok(());
         }
         warn!(queues = off_baseline.len(), "kill switch engaged: returning every queue to its baseline");

@@ -524,7 +524,7 @@ pub async fn run(
 
 /// A lag probe in flight: the stream epoch and the newest `ts_ns` when it was sent, and the
 /// actuator's telemetry clock when it answers.
-type LagProbe = (u64, u64, tokio::sync::oneshot::Receiver<Result<u64, tonic::Status>>);
+type LagProbe = (u64, u64, Instant, tokio::sync::oneshot::Receiver<Result<u64, tonic::Status>>);
 
 /// A change is judged at the latest two intervals before its confirm deadline. A health window
 /// that takes longer than that even at the actuator's fastest telemetry could never be
@@ -714,6 +714,9 @@ struct ControlLoop {
     kill_retry_at: Option<Instant>,
     /// Telemetry batches taken since the last decision round.
     batches_since_round: u64,
+    /// When telemetry came back after a silence past `--stale-after`, until a lag probe sent
+    /// since answers: it counts as stale meanwhile ([`ControlLoop::lagging`]).
+    unmeasured_since: Option<Instant>,
 }
 
 impl ControlLoop {
@@ -832,6 +835,7 @@ impl ControlLoop {
             renew_now: false,
             kill_retry_at: None,
             batches_since_round: 0,
+            unmeasured_since: None,
         };
         // An unconfirmed change left by a writer before this one (this controller's previous
         // run under the same --controller-id keeps its lease, so the actuator does not revert
@@ -854,7 +858,14 @@ impl ControlLoop {
     /// Feed a telemetry batch to the queues (and to the pending change's health window);
     /// returns its arrival time.
     fn take_batch(&mut self, batch: &pb::TelemetryBatch) -> Instant {
-        self.last_batch_at = Instant::now();
+        let now = Instant::now();
+        // Telemetry back after a silence past --stale-after (a paused actuator, a lost stream):
+        // the first batches may be a backlog far behind the fabric, and the last lag measured
+        // says nothing of them. Stale until a probe sent from now on says otherwise.
+        if now.duration_since(self.last_batch_at) > self.stale_after {
+            self.unmeasured_since = Some(now);
+        }
+        self.last_batch_at = now;
         self.batches_since_round = self.batches_since_round.saturating_add(1);
         self.newest_ts_ns = self.newest_ts_ns.max(batch.ts_ns);
         feed_samples(&mut self.queues, &self.index, self.pending.as_mut(), &batch.samples);
@@ -906,7 +917,7 @@ impl ControlLoop {
     /// Whether the telemetry was last measured more than `--stale-after` behind the fabric:
     /// every queue then counts as stale, as if its samples had stopped arriving.
     fn lagging(&self) -> bool {
-        self.lag.is_some_and(|l| l > self.stale_after)
+        self.unmeasured_since.is_some() || self.lag.is_some_and(|l| l > self.stale_after)
     }
 
     /// Every third of `--stale-after` (at most once per [`LAG_PROBE_MIN`]), ask the actuator
@@ -921,13 +932,16 @@ impl ControlLoop {
     /// sent, as it was when the loop waited for the answer: batches taken in meanwhile would
     /// make it read short by the round trip.
     fn probe_lag(&mut self, now: Instant) {
-        if let Some((epoch, newest_at_send, answer)) = self.lag_probe.as_mut() {
-            let (epoch, newest_at_send) = (*epoch, *newest_at_send);
+        if let Some((epoch, newest_at_send, sent_at, answer)) = self.lag_probe.as_mut() {
+            let (epoch, newest_at_send, sent_at) = (*epoch, *newest_at_send, *sent_at);
             match answer.try_recv() {
                 Err(tokio::sync::oneshot::error::TryRecvError::Empty) => return,
                 // A stream lost meanwhile (an actuator restart) starts its clock again: an
                 // answer from before says nothing about the new one.
                 Ok(Ok(actuator_now_ns)) if epoch == self.stream_epoch => {
+                    if self.unmeasured_since.is_some_and(|t| sent_at >= t) {
+                        self.unmeasured_since = None;
+                    }
                     self.note_lag_against(actuator_now_ns, newest_at_send)
                 }
                 Ok(Ok(_)) => {}
@@ -939,7 +953,8 @@ impl ControlLoop {
             self.lag_probe = None;
         }
         let every = if self.lagging() { LAG_PROBE_MIN } else { (self.stale_after / 3).max(LAG_PROBE_MIN) };
-        if now.duration_since(self.last_lag_probe) < every {
+        let unmeasured = self.unmeasured_since.is_some_and(|t| self.last_lag_probe < t);
+        if now.duration_since(self.last_lag_probe) < every && !unmeasured {
             return;
         }
         self.last_lag_probe = now;
@@ -949,7 +964,7 @@ impl ControlLoop {
             let answer = client.get_config(pb::GetConfigRequest {}).await.map(|c| c.into_inner().telemetry_now_ts_ns);
             let _ = tx.send(answer);
         });
-        self.lag_probe = Some((self.stream_epoch, self.newest_ts_ns, rx));
+        self.lag_probe = Some((self.stream_epoch, self.newest_ts_ns, now, rx));
     }
 
     /// Renew the writer lease every third of its TTL (at once after a write refused for want of
@@ -1167,7 +1182,9 @@ impl ControlLoop {
                 if quarantined {
                     reason.push_str("; quarantined after a rollback, keeping the known-good setting");
                 }
-                if let (true, Some(lag)) = (lagging, self.lag) {
+                if lagging && self.unmeasured_since.is_some() {
+                    reason.push_str("; telemetry back after a silence, its lag behind the fabric not yet measured");
+                } else if let (true, Some(lag)) = (lagging, self.lag) {
                     reason.push_str(&format!("; the telemetry is {lag:.1?} behind the fabric, past --stale-after"));
                 }
                 if !verdict.clamps.is_empty() {

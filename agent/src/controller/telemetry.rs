@@ -98,6 +98,9 @@ impl QueueWatch {
     /// queue's clock forward (a repeated or reset timestamp completes none).
     pub fn push(&mut self, s: &pb::TelemetrySample) -> Option<IntervalStats> {
         let now = Instant::now();
+        if self.last.as_ref().is_some_and(|p| s.ts_ns < p.ts_ns) {
+            self.clock_restarted(s.ts_ns);
+        }
         let prev_ts = self.last.as_ref().map(|p| p.ts_ns);
         let advanced = prev_ts.is_none_or(|t| s.ts_ns > t);
         let step = prev_ts.filter(|&t| s.ts_ns > t).map(|t| s.ts_ns - t);
@@ -139,6 +142,22 @@ impl QueueWatch {
         }
         self.last = Some(s.clone());
         completed
+    }
+
+    /// The telemetry's clock went back to `ts_ns`: a new one (a restarted actuator's; a
+    /// simulated fabric's starts at 0). Intervals and features measured on the old clock are
+    /// dropped, and a setting in effect since a time on it counts as in effect since the new
+    /// clock began: left at an old time, no new interval would ever count as measured under
+    /// it, and the queue would wait as long as the old clock had run (a held queue, minutes
+    /// on an actuator that had run for minutes).
+    fn clock_restarted(&mut self, ts_ns: u64) {
+        self.history.clear();
+        self.features = QueueHistory::default();
+        self.last = None;
+        self.at_setting = 0;
+        if self.setting_since_ns > ts_ns {
+            self.setting_since_ns = 0;
+        }
     }
 
     /// Whether any sample has arrived yet.
@@ -229,6 +248,24 @@ mod tests {
         assert!(problem(&sample(1, -5.0, 0), None).is_some());
         assert!(problem(&sample(1, 10.0, 2_000_000), Some(100_000)).is_some());
         assert!(problem(&sample(1, 10.0, 1_000_000), Some(100_000)).is_none());
+    }
+
+    /// A restarted actuator's clock starts again near 0: intervals on it count as measured
+    /// under the queue's setting, however late on the old clock that setting took effect.
+    #[test]
+    fn a_telemetry_clock_that_starts_again_starts_the_watch_again() {
+        let mut w = QueueWatch::keeping(8);
+        for ts in [900_000_000, 900_100_000, 900_200_000] {
+            w.push(&sample(ts, 5.0, 100));
+        }
+        w.setting_changed(None);
+        assert_eq!(w.intervals_at_setting(), 0);
+        for ts in [100_000, 200_000, 300_000, 400_000] {
+            w.push(&sample(ts, 5.0, 100));
+        }
+        assert_eq!(w.recent(8).count(), 3, "only the new clock's intervals");
+        assert_eq!(w.intervals_at_setting(), 3);
+        assert!(w.recent(8).all(|i| i.start_ns >= 100_000));
     }
 
     #[test]
