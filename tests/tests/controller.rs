@@ -1131,6 +1131,8 @@ async fn stale_telemetry_falls_back_once_and_holds() {
     let baseline = |e: &serde_json::Value| e["queues"][0]["kmin_bytes"] == 5_000;
     let fallback = applies.iter().find(|e| baseline(e)).unwrap_or_else(|| panic!("no fallback: {journal:?}"));
     assert_eq!(fallback["confirmed_generation"], fallback["generation"], "confirmed at once: {fallback}");
+    // The journal says what it was (it said "policy static:...").
+    assert_eq!(fallback["detail"], "telemetry fallback to the baseline dcqcn-paper", "{fallback}");
 }
 
 /// A `--stale-after` shorter than two of the actuator's telemetry intervals would call the

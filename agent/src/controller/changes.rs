@@ -116,7 +116,13 @@ impl ControlLoop {
         let changes: Vec<(usize, EcnSetting)> = round.iter().map(|p| (p.queue, p.setting)).collect();
         let previous: Vec<(usize, EcnSetting)> = changes.iter().map(|(i, _)| (*i, self.queues[*i].current)).collect();
         let within = if fallback { Duration::ZERO } else { self.cfg.confirm_within };
-        match self.apply(&lease_id, &changes, within).await {
+        // The journal's word for the write: a fallback is not the policy's.
+        let reason = if fallback {
+            format!("telemetry fallback to the baseline {}", self.cfg.baseline.name())
+        } else {
+            format!("policy {}", self.cfg.policy)
+        };
+        match self.apply(&lease_id, &changes, within, reason).await {
             Ok(Applied { generation: g, deadline, landed_ns, in_effect_from_ns }) => {
                 self.note_lag(landed_ns);
                 self.report.applies += 1;
@@ -349,6 +355,7 @@ impl ControlLoop {
         lease_id: &str,
         round: &[(usize, EcnSetting)],
         confirm_within: Duration,
+        reason: String,
     ) -> Result<Applied, String> {
         let changes = round
             .iter()
@@ -360,7 +367,7 @@ impl ControlLoop {
             validate_only: false,
             expected_generation: Some(self.generation),
             confirm_within_ms: confirm_within.as_millis() as u64,
-            reason: format!("policy {}", self.cfg.policy),
+            reason,
         };
         // The actuator's deadline starts when it takes the request, and its reply comes after
         // the journal's sync and the device's write (seconds, for a SONiC write that timed out

@@ -437,6 +437,10 @@ pub async fn run(
                 match lp.open_stream().await {
                     Ok(s) => {
                         info!(target = %lp.cfg.target, "telemetry stream reopened");
+                        // The actuator may have restarted meanwhile: ask for the lease now, not
+                        // at the next renewal, so that its settings are read back before rounds
+                        // decide from the new telemetry against the old ones.
+                        lp.renew_now = lp.lease.is_some();
                         lp.metrics.telemetry_reconnects.get_or_create(&target_labels).inc();
                         stream = Some(s);
                         stream_opened_at = Instant::now();
