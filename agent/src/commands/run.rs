@@ -178,16 +178,33 @@ fn refuse_sim_flags_unless_sim(a: &RunArgs) -> Result<(), CliError> {
 /// The longest `--health-window`, in intervals.
 const MAX_HEALTH_WINDOW: usize = 10_000;
 
+/// The addresses a target URL's host and port resolve to (the scheme's port where it names
+/// none); none where it does not parse or resolve (connecting will say why).
+fn socket_addrs(url: &str) -> Vec<std::net::SocketAddr> {
+    use std::net::ToSocketAddrs;
+    let Ok(uri) = url.parse::<tonic::codegen::http::Uri>() else { return Vec::new() };
+    let Some(host) = uri.host() else { return Vec::new() };
+    let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    // An IPv4-mapped IPv6 address is the IPv4 one.
+    let canonical = |a: std::net::SocketAddr| std::net::SocketAddr::new(a.ip().to_canonical(), a.port());
+    (host, port).to_socket_addrs().map(|addrs| addrs.map(canonical).collect()).unwrap_or_default()
+}
+
 /// Parse the flags and run the controller.
 pub fn run(mut a: RunArgs) -> Result<(), CliError> {
     expand_scenario_target(&mut a)?;
     refuse_sim_flags_unless_sim(&a)?;
     // One actuator given twice would be two control loops under one controller id, and so one
-    // lease: each would roll back the other's changes as outcomes it cannot account for.
+    // lease: each would roll back the other's changes as outcomes it cannot account for. The
+    // same URL however spelled, or two names for one address and port (`localhost` and
+    // `127.0.0.1`).
+    let reached: Vec<Vec<std::net::SocketAddr>> = a.target.iter().map(|t| socket_addrs(t)).collect();
     for (i, t) in a.target.iter().enumerate() {
-        let same = |u: &String| u.trim_end_matches('/').eq_ignore_ascii_case(t.trim_end_matches('/'));
-        if let Some(first) = a.target[..i].iter().find(|u| same(u)) {
-            return Err(CliError::BadInput(format!("--target {t}: given twice (as {first} and {t})")));
+        let same_url = |u: &String| u.trim_end_matches('/').eq_ignore_ascii_case(t.trim_end_matches('/'));
+        let same_addr = |j: usize| reached[j].iter().any(|x| reached[i].contains(x));
+        if let Some(j) = (0..i).find(|&j| same_url(&a.target[j]) || same_addr(j)) {
+            return Err(CliError::BadInput(format!("--target {t}: given twice (as {} and {t})", a.target[j])));
         }
     }
     if a.health_window == 0 {
@@ -417,6 +434,14 @@ mod tests {
         let e = run(Cli::try_parse_from(argv).unwrap().run).unwrap_err();
         assert_eq!(e.exit_code(), 2, "{e}");
         assert!(e.to_string().contains("given twice (as http://127.0.0.1:1 and HTTP://127.0.0.1:1/)"), "{e}");
+        // Two names for one address and port.
+        let argv =
+            ["run", "--target", "http://127.0.0.1:7", "--target", "http://[::ffff:127.0.0.1]:7", "--mode", "shadow"];
+        let e = run(Cli::try_parse_from(argv).unwrap().run).unwrap_err();
+        assert!(e.to_string().contains("given twice (as http://127.0.0.1:7 and http://[::ffff:127.0.0.1]:7)"), "{e}");
+        assert_eq!(socket_addrs("http://127.0.0.1"), ["127.0.0.1:80".parse().unwrap()]);
+        assert_eq!(socket_addrs("https://127.0.0.1/x"), ["127.0.0.1:443".parse().unwrap()]);
+        assert!(socket_addrs("not a url").is_empty());
     }
 
     /// `scripts/quickstart` passes `--model default` and then the user's arguments, so a
