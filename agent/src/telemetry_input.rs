@@ -13,9 +13,7 @@ use ecn_datasets::telemetry::{
 };
 use ecn_env::tuning::{Bounds, QueueInterval};
 use ecn_env::EcnSetting;
-use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
-use std::io::Read;
 use std::path::Path;
 
 /// The flags every command that reads telemetry files shares.
@@ -197,19 +195,9 @@ pub fn tails(path: &Path, opts: &ReadOptions, keep: usize) -> Result<Vec<QueueTa
     Ok(tails)
 }
 
-/// SHA-256 of a file's bytes, lowercase hex.
+/// SHA-256 of a file's bytes, lowercase hex; an error names the file.
 pub fn sha256(path: &Path) -> Result<String, CliError> {
-    let mut f = std::fs::File::open(path).map_err(|e| CliError::BadInput(format!("{}: {e}", path.display())))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = f.read(&mut buf).map_err(|e| CliError::BadInput(format!("{}: {e}", path.display())))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    ecn_datasets::digest::sha256_file(path).map_err(|e| CliError::BadInput(format!("{}: {e}", path.display())))
 }
 
 #[cfg(test)]

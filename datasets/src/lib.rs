@@ -7,6 +7,7 @@
 
 pub mod bounded;
 pub mod counters;
+pub mod digest;
 pub mod records;
 pub mod workloads;
 

@@ -4,6 +4,7 @@
 use crate::card::{CardError, ModelCard};
 use crate::qnet::QNetwork;
 use crate::staged::StagedFiles;
+use ecn_datasets::digest::sha256_file;
 use std::path::{Path, PathBuf};
 use tch::Device;
 
@@ -68,7 +69,7 @@ impl Checkpoint {
         staged
             .write(weights, |p| {
                 self.net.var_store().save(p).map_err(|e| e.to_string())?;
-                digest = Some(sha256_of(p).map_err(|e| e.to_string())?);
+                digest = Some(sha256_file(p).map_err(|e| e.to_string())?);
                 Ok::<(), String>(())
             })
             .map_err(|e| io("weights", e))?;
@@ -96,7 +97,7 @@ impl Checkpoint {
             return Err(err(&weights_name, "file", "no such file".into()));
         }
         if let Some(recorded) = &card.weights_sha256 {
-            let found = sha256_of(weights).map_err(|e| err(&weights_name, "file", e.to_string()))?;
+            let found = sha256_file(weights).map_err(|e| err(&weights_name, "file", e.to_string()))?;
             if !found.eq_ignore_ascii_case(recorded) {
                 return Err(err(
                     &weights_name,
@@ -137,14 +138,6 @@ impl Checkpoint {
         }
         Ok(Checkpoint { card, net })
     }
-}
-
-/// The SHA-256 of the file at `path`, as lowercase hex.
-fn sha256_of(path: &Path) -> std::io::Result<String> {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Whether `stored` holds exactly the tensors of `net`, by name, shape and element type.

@@ -93,6 +93,13 @@ pub fn release_ecn_tuner_bin() -> Result<PathBuf, String> {
     }
 }
 
+/// The SHA-256 of a file, lowercase hex, computed here, apart from the code under test, to
+/// check the digests it records.
+pub fn sha256_hex(path: impl AsRef<Path>) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(std::fs::read(path).expect("a file to digest")).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// An `ecn-tuner actuator` child process, killed when dropped.
 pub struct Actuator {
     /// The bound address, read from the first stdout line.

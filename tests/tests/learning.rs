@@ -17,11 +17,6 @@ fn tiny_dir(prefix: &str) -> tempfile::TempDir {
 }
 
 /// `train` on the tiny scenario for `steps` steps: exit code, stdout, stderr.
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
-
 async fn train_for(dir: &Path, out: &str, seed: &str, steps: &str, extra: &[&str]) -> (Option<i32>, String, String) {
     train_with_env(dir, out, seed, steps, extra, &[]).await
 }
@@ -86,7 +81,7 @@ async fn train_writes_a_reproducible_checkpoint_that_runs_in_closed_loop() {
     assert_eq!(card["training"]["link_speeds_bps"], serde_json::json!([100_000_000_000u64, 400_000_000_000u64]));
     // The scenario file it trained and was evaluated on, by path as given and digest.
     let tiny = dir.path().join("tiny.toml");
-    let digest = sha256_hex(&std::fs::read(&tiny).unwrap());
+    let digest = ecn_tests::sha256_hex(&tiny);
     let file = |role: &str| serde_json::json!({"path": tiny.display().to_string(), "sha256": digest, "role": role});
     assert_eq!(card["training"]["data"], serde_json::json!([file("training"), file("evaluation")]));
     assert_eq!(

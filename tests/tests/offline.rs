@@ -8,7 +8,6 @@
 
 use ecn_tests::{run_cli, Actuator};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -44,10 +43,6 @@ async fn train(files: &[&str], out: &str, seed: &str) {
     assert!(stdout.contains("trained on"), "{stdout}");
 }
 
-fn sha256(p: &str) -> String {
-    Sha256::digest(std::fs::read(p).unwrap()).iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn card(model: &str) -> Value {
     serde_json::from_slice(&std::fs::read(PathBuf::from(model).with_extension("card.json")).unwrap()).unwrap()
 }
@@ -78,7 +73,7 @@ async fn offline_training_is_reproducible_and_records_its_data() {
     assert_eq!(data.len(), 2);
     for (entry, file) in data.iter().zip([&a, &b]) {
         assert_eq!(entry["path"], file.as_str());
-        assert_eq!(entry["sha256"], sha256(file));
+        assert_eq!(entry["sha256"], ecn_tests::sha256_hex(file));
         let rows = ecn_datasets::io::read_telemetry_parquet(Path::new(file)).unwrap().len() as u64;
         assert_eq!(entry["rows"], rows);
         assert!(entry["transitions"].as_u64().unwrap() > 0);

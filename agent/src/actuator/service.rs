@@ -68,7 +68,7 @@ impl<B> Clone for ActuatorService<B> {
 impl<B: Backend> ActuatorService<B> {
     /// Serve `backend`, starting after the journal's last generation (at 1 for a new journal)
     /// with the settings it has now.
-    pub fn new(backend: B, journal: Journal, stopping: watch::Receiver<bool>) -> ActuatorService<B> {
+    pub fn new(backend: B, mut journal: Journal, stopping: watch::Receiver<bool>) -> ActuatorService<B> {
         let caps = backend.capabilities().clone();
         let initial = backend.read_settings();
         for (cap, s) in caps.queues.iter().zip(&initial) {
@@ -80,7 +80,6 @@ impl<B: Backend> ActuatorService<B> {
         let index = QueueIndex::new(&caps);
         // Generations continue after the journal's last, so a number never names two changes.
         let generation = journal.last_generation() + 1;
-        let mut journal = journal;
         if generation > 1 && !backend.keeps_changes_across_restarts() {
             // The device did not keep the journal's last settings (nor an unconfirmed change
             // it ended on): say what it starts with, or the journal would no longer tell what

@@ -199,7 +199,9 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
     // lease: each would roll back the other's changes as outcomes it cannot account for. The
     // same URL however spelled, or two names for one address and port (`localhost` and
     // `127.0.0.1`).
-    let reached: Vec<Vec<std::net::SocketAddr>> = a.target.iter().map(|t| socket_addrs(t)).collect();
+    // (Names are resolved only where there is another target to compare with.)
+    let reached: Vec<Vec<std::net::SocketAddr>> =
+        if a.target.len() > 1 { a.target.iter().map(|t| socket_addrs(t)).collect() } else { Vec::new() };
     for (i, t) in a.target.iter().enumerate() {
         let same_url = |u: &String| u.trim_end_matches('/').eq_ignore_ascii_case(t.trim_end_matches('/'));
         let same_addr = |j: usize| reached[j].iter().any(|x| reached[i].contains(x));
