@@ -93,10 +93,10 @@ pub fn interval_ns(data: &TelemetryData) -> Result<u64, CliError> {
     })
 }
 
-/// An unbroken run of one queue's samples as the intervals they cover: each over the step
-/// from the sample before it (its counters are deltas since then), as the online controller
-/// measures it, so that a poller's jitter reads as the time it was; the first of the run (or a
-/// repeated timestamp) over `nominal_ns`.
+/// An unbroken run of one queue's samples as the intervals they cover: each over its stated
+/// `span_ns`, else over the step from the sample before it (its counters are deltas since
+/// then), as the online controller measures it, so that a poller's jitter reads as the time it
+/// was; the first of the run (or a repeated timestamp) without a stated span over `nominal_ns`.
 pub fn intervals<'a, I>(run: I, nominal_ns: u64) -> impl Iterator<Item = QueueInterval> + use<'a, I>
 where
     I: IntoIterator<Item = &'a QueueSample>,
@@ -104,6 +104,7 @@ where
     let mut previous_ts = None;
     run.into_iter().map(move |s| {
         let covered = match previous_ts {
+            _ if s.span_ns > 0 => s.span_ns,
             Some(p) if s.ts_ns > p => s.ts_ns - p,
             _ => nominal_ns,
         };
@@ -214,6 +215,10 @@ mod tests {
         let covered: Vec<u64> = intervals(&run, 100).map(|iv| iv.interval_ns).collect();
         // The first of a run: the nominal interval; a repeated timestamp covers no time.
         assert_eq!(covered, [100, 110, 100]);
+        // A stated span is the time covered, the first of a run's too.
+        let spanning = |ts_ns, span_ns| QueueSample { ts_ns, span_ns, ..QueueSample::default() };
+        let run = [spanning(400, 90), at(500), spanning(750, 250)];
+        assert_eq!(intervals(&run, 100).map(|iv| iv.interval_ns).collect::<Vec<_>>(), [90, 100, 250]);
         // Two recordings of one SONiC switch polled every 100 ms (measured in the sonic suite).
         assert!(same_interval(99_963_812, 100_081_853));
         assert!(!same_interval(200_000, 100_000) && !same_interval(50_000, 100_000));

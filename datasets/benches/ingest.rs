@@ -78,6 +78,7 @@ fn generate(path: &Path, rows: u64) {
                 kmin_bytes: 100_000,
                 kmax_bytes: 400_000,
                 pmax: 0.2,
+                span_ns: 0,
             },
         });
         if batch.len() == batch.capacity() {

@@ -3,8 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the telemetry schema below. Bump it whenever a column is added, removed or
-/// changes meaning; readers refuse files of another major version.
-pub const TELEMETRY_SCHEMA_VERSION: &str = "1.0";
+/// changes meaning; readers refuse files of another major version. 1.1 added the optional
+/// `span_ns` column.
+pub const TELEMETRY_SCHEMA_VERSION: &str = "1.1";
 
 /// One telemetry row: one egress queue of one switch port over one sample interval; the
 /// queue's identity and its [`QueueSample`]. Files hold it flat, one column per field (README
@@ -94,4 +95,11 @@ pub struct QueueSample {
     pub kmax_bytes: u64,
     /// ECN setting in effect at the end of the interval, probability in [0, 1].
     pub pmax: f64,
+    /// Nanoseconds the counters and depth aggregates cover, ending at `ts_ns`; 0 leaves it
+    /// implicit: the step since the queue's previous row. A poller states it where a poll came
+    /// late (the row then covers more than one interval) or after a counter reset (less), so
+    /// that a late poll is not mistaken for lost rows. Optional in files (schema 1.1; a 1.0
+    /// file reads as 0).
+    #[serde(default)]
+    pub span_ns: u64,
 }

@@ -70,6 +70,7 @@ fn write_file(path: &Path, rows: u64) -> u64 {
                     kmin_bytes: 5_000,
                     kmax_bytes: 200_000,
                     pmax: 0.2,
+                    span_ns: 0,
                 },
             });
             if chunk.len() == chunk.capacity() {

@@ -82,6 +82,7 @@ pub fn clean_rows() -> Vec<TelemetrySample> {
                     kmin_bytes: 20_000 * (1 + (t / 40) + k as u64 % 2),
                     kmax_bytes: 200_000,
                     pmax: 0.2,
+                    span_ns: 0,
                 },
             });
         }

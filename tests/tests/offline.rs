@@ -6,6 +6,7 @@
 //!   telemetry interval it never trained at, and reads a live actuator with `--target`;
 //! - `record --target` records a live actuator's telemetry.
 
+use ecn_datasets::{QueueSample, TelemetrySample};
 use ecn_tests::{run_cli, Actuator};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -289,8 +290,9 @@ async fn recommend_gives_bounded_settings_and_keeps_when_out_of_distribution() {
     let allowed = format!("(allowed although {untrained})");
     assert!(queues.iter().any(|q| q["reason"].as_str().unwrap().contains(&allowed)), "{queues:?}");
 
-    // The same file with every other sample of each queue left out, as from a poller at twice
-    // the model's control interval: keep, and say so, unless the operator allows it.
+    // The same file with every other sample of each queue left out, and spans left implicit, as
+    // from a poller at twice the model's control interval: keep, and say so, unless the
+    // operator allows it.
     let mut seen = std::collections::HashMap::new();
     let slow: Vec<_> = rows
         .iter()
@@ -299,7 +301,7 @@ async fn recommend_gives_bounded_settings_and_keeps_when_out_of_distribution() {
             *n += 1;
             *n % 2 == 0
         })
-        .cloned()
+        .map(|r| TelemetrySample { sample: QueueSample { span_ns: 0, ..r.sample }, ..r.clone() })
         .collect();
     let slow_path = dir.path().join("slow.parquet").display().to_string();
     ecn_datasets::io::write_telemetry_parquet(Path::new(&slow_path), &slow).unwrap();
@@ -338,6 +340,8 @@ async fn recommend_gives_bounded_settings_and_keeps_when_out_of_distribution() {
             if r.sample.ts_ns < ts[ts.len() - 3] {
                 r.sample.ts_ns -= 40_000;
             }
+            // The steps are the time covered, as a poller that leaves its spans implicit says.
+            r.sample.span_ns = 0;
             r
         })
         .collect();

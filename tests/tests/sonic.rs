@@ -13,7 +13,7 @@ use ecn_tests::sonic::{
 };
 use ecn_tests::{
     assert_applied_within_bounds, assert_apply_refused, change, decision_reasons, enforce_flags, events, eventually,
-    pb, read_json_lines, run_cli, Actuator, FABRIC_PATIENCE,
+    pb, read_json_lines, run_cli, send_signal, Actuator, FABRIC_PATIENCE,
 };
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -375,6 +375,31 @@ async fn a_model_trained_on_the_switchs_own_recording_decides_for_it() {
             assert_eq!((proposed, held), (0, on_telemetry.len()), "{name}: every queue held");
         }
     }
+}
+
+/// A poll that comes late (the actuator stalled for four poll intervals) covers its whole step,
+/// and the recording says so (`span_ns`): the file reads without a gap, where without the span
+/// the late row read as lost polls, one interval of bytes each, and failed validation.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_poll_is_recorded_as_covering_its_whole_step() {
+    let rig = rig(Spec::default(), &[]).await;
+    let dir = tempfile::Builder::new().prefix("ecn-sonic-late-").tempdir().unwrap();
+    let out = dir.path().join("late.parquet").display().to_string();
+    let url = rig.act.url();
+    let args = ["record", "--target", &url, "--duration", "3s", "--out", &out];
+    let stall = async {
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        send_signal(rig.act.pid(), "STOP");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        send_signal(rig.act.pid(), "CONT");
+    };
+    let ((code, _, stderr), ()) = tokio::join!(run_cli(&args), stall);
+    assert_eq!(code, Some(0), "record: {stderr}");
+    let rows = ecn_datasets::io::read_telemetry_parquet(std::path::Path::new(&out)).unwrap();
+    let longest = rows.iter().map(|r| r.sample.span_ns).max().unwrap_or(0);
+    assert!(rows.iter().all(|r| r.sample.span_ns > 0) && longest >= 350_000_000, "longest span {longest} ns");
+    let (code, stdout, stderr) = run_cli(&["validate", "--telemetry", &out]).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

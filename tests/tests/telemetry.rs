@@ -157,10 +157,16 @@ fn every_problem_is_collected_not_just_the_first() {
 /// comes 40% late (within the default `--max-gap` of 1.5 intervals) and carries line rate over
 /// its longer step.
 fn line_rate_with_a_late_poll(late: usize) -> Vec<TelemetrySample> {
+    line_rate_with_a_poll_late_by(late, 140_000)
+}
+
+/// As [`line_rate_with_a_late_poll`], the sample at index `late` `late_step_ns` after the one
+/// before.
+fn line_rate_with_a_poll_late_by(late: usize, late_step_ns: u64) -> Vec<TelemetrySample> {
     let mut ts = 0;
     (0..30)
         .map(|i| {
-            let step = if i == late { 140_000 } else { 100_000 };
+            let step = if i == late { late_step_ns } else { 100_000 };
             ts += step;
             let tx_bytes = 100_000_000_000 / 8 * step / 1_000_000_000;
             TelemetrySample {
@@ -220,6 +226,70 @@ fn a_late_poll_is_judged_over_its_own_step_whatever_the_counter_mode() {
     write_telemetry_parquet(&delta_file, &too_much).unwrap();
     let err = load_telemetry(&delta_file, &ReadOptions::default()).unwrap_err();
     assert!(err.to_string().contains("row 21, column `tx_bytes`"), "{err}");
+}
+
+/// A recording states what each row covers (`span_ns`, schema 1.1). A poll 2.5 intervals late
+/// that says it covers its whole step lost nothing: no gap, and its bytes at line rate over the
+/// step are plausible. Without the column the same row reads as lost rows, a gap whose sample
+/// covers one interval, and its bytes as beyond line rate. A span short of the step by more
+/// than jitter follows lost rows (a gap, the sample over its own span); one longer than the
+/// step overlaps the row before. CSV reads the column as Parquet does, and either may lack it.
+#[test]
+fn a_stated_span_tells_a_late_poll_from_lost_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let stating = |late_span_ns: u64| -> Vec<TelemetrySample> {
+        let mut rows = line_rate_with_a_poll_late_by(20, 250_000);
+        let mut previous = 0;
+        for r in &mut rows {
+            r.sample.span_ns = r.sample.ts_ns - previous;
+            previous = r.sample.ts_ns;
+        }
+        rows[20].sample.span_ns = late_span_ns;
+        rows
+    };
+    let late_bytes = 100_000_000_000 / 8 * 250_000 / 1_000_000_000;
+    let repair = ReadOptions { repair: true, ..ReadOptions::default() };
+
+    let whole = stating(250_000);
+    for (name, write) in [
+        ("late.parquet", write_telemetry_parquet as fn(&Path, &[TelemetrySample]) -> _),
+        ("late.csv", ecn_datasets::io::write_telemetry_csv),
+    ] {
+        let path = dir.path().join(name);
+        write(&path, &whole).unwrap();
+        let data = load_telemetry(&path, &ReadOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let q = &data.queues[0];
+        assert_eq!((q.samples.len(), q.segment_starts.as_slice()), (30, &[0][..]), "{name}: no gap");
+        assert_eq!((q.samples[20].tx_bytes, q.samples[20].span_ns), (late_bytes, 250_000), "{name}");
+        assert!(stream_series(&path, &ReadOptions::default()).is_ok(), "{name}");
+    }
+
+    // The same rows without the column: lost rows, and bytes beyond one interval's line rate.
+    let mut unstated = whole.clone();
+    unstated.iter_mut().for_each(|r| r.sample.span_ns = 0);
+    let path = dir.path().join("unstated.parquet");
+    write_telemetry_parquet(&path, &unstated).unwrap();
+    let err = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
+    assert_eq!((err.counts.get("gap"), err.counts.get("implausible_delta")), (Some(&1), Some(&1)), "{err}");
+
+    // Covering one interval of its 2.5: the rows before it were lost.
+    let mut short = stating(100_000);
+    short[20].sample.tx_bytes = 1_250_000;
+    let path = dir.path().join("short.parquet");
+    write_telemetry_parquet(&path, &short).unwrap();
+    let err = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("row 21, column `ts_ns`") && err.counts.get("gap") == Some(&1), "{err}");
+    let data = load_telemetry(&path, &repair).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(data.queues[0].segment_starts, [0, 20]);
+    assert_eq!(data.queues[0].samples[20].span_ns, 100_000);
+
+    // Covering more than its step: it overlaps the row before.
+    let path = dir.path().join("overlap.parquet");
+    write_telemetry_parquet(&path, &stating(300_000)).unwrap();
+    let err = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("row 21, column `span_ns`") && msg.contains("covers 300000 ns"), "{msg}");
+    assert_eq!(load_telemetry(&path, &repair).unwrap_or_else(|e| panic!("{e}")).queues[0].samples.len(), 29);
 }
 
 /// Out of order means earlier than any earlier row of its queue: both readers report every

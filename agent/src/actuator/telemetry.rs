@@ -26,8 +26,8 @@ pub fn sample_to_wire(r: &TelemetrySample, ts_offset_ns: u64, marks_counted: boo
         paused_ns: s.paused_ns,
         drops: s.drops,
         ecn: Some(pb::EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }),
-        // A row covers the step from its queue's previous one.
-        span_ns: 0,
+        // As the row says; 0 (implicit) covers the step from its queue's previous one.
+        span_ns: s.span_ns,
         ecn_marks_counted: marks_counted,
     }
 }
@@ -51,6 +51,7 @@ pub fn queue_sample_from_wire(s: &pb::TelemetrySample, ecn: &pb::EcnSetting) -> 
         kmin_bytes: ecn.kmin_bytes,
         kmax_bytes: ecn.kmax_bytes,
         pmax: ecn.pmax,
+        span_ns: s.span_ns,
     }
 }
 

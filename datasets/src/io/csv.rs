@@ -32,7 +32,7 @@ pub fn write_telemetry_csv(path: &Path, rows: &[TelemetrySample]) -> Result<(), 
 fn write_telemetry_row(w: &mut impl Write, r: &TelemetrySample) -> std::io::Result<()> {
     writeln!(
         w,
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
         r.sample.ts_ns,
         csv_field(&r.switch),
         csv_field(&r.port),
@@ -50,7 +50,8 @@ fn write_telemetry_row(w: &mut impl Write, r: &TelemetrySample) -> std::io::Resu
         r.sample.drops,
         r.sample.kmin_bytes,
         r.sample.kmax_bytes,
-        r.sample.pmax
+        r.sample.pmax,
+        r.sample.span_ns
     )
 }
 

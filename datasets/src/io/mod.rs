@@ -31,7 +31,7 @@ pub const TELEMETRY_SCHEMA_KEY: &str = "ecn_tuner.telemetry_schema";
 
 /// Telemetry column names in file order (= [`TelemetrySample`] field order). Public so that
 /// converters and validators can check a foreign file's header against one list.
-pub const TELEMETRY_COLUMNS: [&str; 18] = [
+pub const TELEMETRY_COLUMNS: [&str; 19] = [
     "ts_ns",
     "switch",
     "port",
@@ -50,7 +50,12 @@ pub const TELEMETRY_COLUMNS: [&str; 18] = [
     "kmin_bytes",
     "kmax_bytes",
     "pmax",
+    "span_ns",
 ];
+
+/// The columns of [`TELEMETRY_COLUMNS`] that a file may lack (added by a minor version of the
+/// schema): each reads as 0 where it is absent.
+pub const OPTIONAL_TELEMETRY_COLUMNS: [&str; 1] = ["span_ns"];
 
 /// Flow-record column names in file order (= [`FlowRecord`] field order).
 pub const FLOW_COLUMNS: [&str; 10] =
@@ -412,6 +417,7 @@ mod tests {
                 kmin_bytes: 100_000,
                 kmax_bytes: 400_000,
                 pmax: 0.2,
+                span_ns: 1_000 * (i % 2),
             },
         }
     }
@@ -755,7 +761,8 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
         assert_eq!(lines[0], TELEMETRY_COLUMNS.join(","));
-        assert_eq!(lines[1], "0,leaf0,eth0,0,100000000000,0,0,0,0,0,0,0,0,0,0,100000,400000,0.2");
+        assert_eq!(lines[1], "0,leaf0,eth0,0,100000000000,0,0,0,0,0,0,0,0,0,0,100000,400000,0.2,0");
+        assert!(lines[2].ends_with(",0.2,1000"), "{}", lines[2]);
         assert!(lines[2].starts_with("1000,leaf1,\"eth,1 \"\"x\"\"\",1,"), "{}", lines[2]);
 
         let f = dir.join("f.csv");

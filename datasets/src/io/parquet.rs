@@ -78,6 +78,15 @@ impl<'a> ParquetFile<'a> {
         self.nullable::<T>(name)
     }
 
+    /// A column of [`OPTIONAL_TELEMETRY_COLUMNS`](super::OPTIONAL_TELEMETRY_COLUMNS): `default`
+    /// throughout when the file lacks it, and a null an error where it has it.
+    fn defaulted<T: PolarsNumericType>(&self, name: &str, default: T::Native) -> Result<Vec<T::Native>, IoError> {
+        if self.df.column(name).is_err() {
+            return Ok(vec![default; self.rows()]);
+        }
+        self.required::<T>(name)
+    }
+
     /// A numeric column in which a null is an error.
     fn required<T: PolarsNumericType>(&self, name: &str) -> Result<Vec<T::Native>, IoError> {
         self.no_nulls(name, self.nullable::<T>(name)?)
@@ -137,6 +146,7 @@ pub fn telemetry_frame(rows: &[TelemetrySample]) -> PolarsResult<DataFrame> {
         field_column!(rows, sample.kmin_bytes),
         field_column!(rows, sample.kmax_bytes),
         field_column!(rows, sample.pmax),
+        field_column!(rows, sample.span_ns),
     ];
     DataFrame::new(rows.len(), columns)
 }
@@ -304,6 +314,7 @@ pub fn read_telemetry_parquet(path: &Path) -> Result<Vec<TelemetrySample>, IoErr
     let kmin_bytes = f.required::<UInt64Type>("kmin_bytes")?;
     let kmax_bytes = f.required::<UInt64Type>("kmax_bytes")?;
     let pmax = f.required::<Float64Type>("pmax")?;
+    let span_ns = f.defaulted::<UInt64Type>("span_ns", 0)?;
     Ok((0..f.rows())
         .map(|i| TelemetrySample {
             switch: std::mem::take(&mut switch[i]),
@@ -325,6 +336,7 @@ pub fn read_telemetry_parquet(path: &Path) -> Result<Vec<TelemetrySample>, IoErr
                 kmin_bytes: kmin_bytes[i],
                 kmax_bytes: kmax_bytes[i],
                 pmax: pmax[i],
+                span_ns: span_ns[i],
             },
         })
         .collect())

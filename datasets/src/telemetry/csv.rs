@@ -8,7 +8,10 @@ use std::path::Path;
 
 use super::problem::{Collector, ProblemKind};
 use super::rows::{check_float, queue_index, Batch, Interner};
-use crate::io::TELEMETRY_COLUMNS;
+use crate::io::{OPTIONAL_TELEMETRY_COLUMNS, TELEMETRY_COLUMNS};
+
+/// [`CsvSource`]'s field index of a column the header lacks (an optional one).
+const ABSENT: usize = usize::MAX;
 
 /// Rows per batch.
 const CHUNK_ROWS: usize = 65_536;
@@ -57,8 +60,9 @@ impl QuoteScan {
 
 pub(crate) struct CsvSource {
     reader: BufReader<File>,
-    /// Position of each telemetry column in a record.
-    index: [usize; 18],
+    /// Position of each telemetry column in a record ([`ABSENT`] for an optional column the
+    /// header lacks).
+    index: [usize; 19],
     header_fields: usize,
     next_row: u64,
     /// Physical lines read so far, blank ones and those inside quoted fields included.
@@ -120,7 +124,7 @@ impl CsvSource {
         };
         let mut src = CsvSource {
             reader: BufReader::with_capacity(1 << 20, file),
-            index: [0; 18],
+            index: [ABSENT; 19],
             header_fields: 0,
             next_row: 1,
             lines_read: 0,
@@ -149,6 +153,7 @@ impl CsvSource {
             let mut at = names.iter().enumerate().filter(|(_, n)| n.trim() == *column);
             match (at.next(), at.next()) {
                 (Some((p, _)), None) => src.index[c] = p,
+                (None, _) if OPTIONAL_TELEMETRY_COLUMNS.contains(column) => {}
                 (None, _) => problems.push(None, Some(column), ProblemKind::MissingColumn, false),
                 // Which copy holds the data is unknowable, so neither is used.
                 (Some((p, _)), Some((q, _))) => {
@@ -264,9 +269,12 @@ impl CsvSource {
             return;
         }
         let cell = |c: usize| self.field(self.index[c]);
-        let mut ints = [0u64; 18];
-        let mut floats = [0f64; 18];
+        let mut ints = [0u64; 19];
+        let mut floats = [0f64; 19];
         for (c, column) in TELEMETRY_COLUMNS.iter().enumerate() {
+            if self.index[c] == ABSENT {
+                continue;
+            }
             let parsed = match *column {
                 "switch" | "port" => Ok(()),
                 "queue_bytes_avg" | "pmax" => parse_float(cell(c)).map(|v| floats[c] = v),
@@ -313,6 +321,7 @@ impl CsvSource {
         s.kmin_bytes = ints[15];
         s.kmax_bytes = ints[16];
         s.pmax = floats[17];
+        s.span_ns = ints[18];
         batch.queues[i] = queue;
         batch.ids[i] = interner.id(names[0], names[1], queue).0;
     }
@@ -393,7 +402,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ecn-csv-bom-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let header: Vec<String> = TELEMETRY_COLUMNS.iter().map(|c| format!("\"{c}\"")).collect();
-        let row = |ts: u64| format!("{ts},leaf0,eth1,3,100000000000,0,0.0,0,1000,1,0,0,0,0,0,1000,2000,0.1");
+        let row = |ts: u64| format!("{ts},leaf0,eth1,3,100000000000,0,0.0,0,1000,1,0,0,0,0,0,1000,2000,0.1,0");
         for (name, bom) in [("bom.csv", UTF8_BOM), ("plain.csv", &b""[..])] {
             let mut text = bom.to_vec();
             text.extend(format!("{}\n{}\n{}\n", header.join(","), row(100_000), row(200_000)).into_bytes());
@@ -413,7 +422,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ecn-csv-quote-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let row =
-            |ts: u64, port: &str| format!("{ts},leaf0,{port},3,100000000000,0,0.0,0,1000,1,0,0,0,0,0,1000,2000,0.1");
+            |ts: u64, port: &str| format!("{ts},leaf0,{port},3,100000000000,0,0.0,0,1000,1,0,0,0,0,0,1000,2000,0.1,0");
         let text = format!(
             "{}\n{}\n{}\n{}\n",
             TELEMETRY_COLUMNS.join(","),

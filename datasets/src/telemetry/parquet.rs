@@ -15,7 +15,7 @@ use super::problem::{Collector, ProblemKind};
 use super::rows::{check_float, queue_index, Batch, Interner};
 use super::COUNTERS_KEY;
 use crate::decoding::while_decoding;
-use crate::io::{guarded_message, TELEMETRY_COLUMNS, TELEMETRY_SCHEMA_KEY};
+use crate::io::{guarded_message, OPTIONAL_TELEMETRY_COLUMNS, TELEMETRY_COLUMNS, TELEMETRY_SCHEMA_KEY};
 
 /// What the file's footer says, before any row is read.
 pub(crate) struct ParquetSource {
@@ -23,7 +23,8 @@ pub(crate) struct ParquetSource {
     file: File,
     file_len: u64,
     metadata: Arc<FileMetadata>,
-    /// Arrow field per telemetry column, in [`TELEMETRY_COLUMNS`] order.
+    /// Arrow field per telemetry column the file has, in [`TELEMETRY_COLUMNS`] order (the
+    /// optional columns come last, so the others keep their index).
     fields: Vec<ArrowField>,
     next_group: usize,
     next_row: u64,
@@ -131,7 +132,9 @@ impl ParquetSource {
         let mut fields = Vec::with_capacity(TELEMETRY_COLUMNS.len());
         for column in TELEMETRY_COLUMNS {
             let Some(field) = schema.get(column) else {
-                problems.push(None, Some(column), ProblemKind::MissingColumn, false);
+                if !OPTIONAL_TELEMETRY_COLUMNS.contains(&column) {
+                    problems.push(None, Some(column), ProblemKind::MissingColumn, false);
+                }
                 continue;
             };
             let e = expect(column);
@@ -323,7 +326,8 @@ fn each_float(
     Ok(())
 }
 
-/// Fills the batch from one row group's columns (in [`TELEMETRY_COLUMNS`] order).
+/// Fills the batch from one row group's columns (in [`TELEMETRY_COLUMNS`] order, the optional
+/// `span_ns` present or not).
 fn fill(columns: &[Series], batch: &mut Batch, interner: &mut Interner, problems: &mut Collector) -> PolarsResult<()> {
     macro_rules! int_field {
         ($idx:expr, $field:ident) => {
@@ -349,6 +353,9 @@ fn fill(columns: &[Series], batch: &mut Batch, interner: &mut Interner, problems
     int_field!(15, kmin_bytes);
     int_field!(16, kmax_bytes);
     each_float(&columns[17], "pmax", batch, problems, |b, _, i, v| b.samples[i].pmax = v)?;
+    if columns.len() > 18 {
+        int_field!(18, span_ns);
+    }
 
     let switches = columns[1].str()?;
     let ports = columns[2].str()?;

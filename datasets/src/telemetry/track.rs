@@ -197,7 +197,14 @@ impl Track {
         problems: &mut Collector,
         sink: &mut dyn FnMut(&QueueSample, Continuity),
     ) {
-        let mut span_ns = None;
+        // Cumulative counters cover the step since the reading before, whatever a row says.
+        if cx.counters == CounterMode::Cumulative {
+            s.span_ns = 0;
+        }
+        // The time this sample's counters cover: as the row states it (at most the step since
+        // the row before), else that step.
+        let stated = (s.span_ns > 0).then_some(s.span_ns);
+        let mut span_ns = stated;
         if let Some((last_row, last)) = &self.last {
             if s.ts_ns == last.ts_ns {
                 if s == *last {
@@ -215,23 +222,39 @@ impl Track {
                 return;
             }
             let step = s.ts_ns - last.ts_ns;
-            // The time this sample's counters cover.
-            let mut span = step;
+            // A poller's two clocks may disagree by a rounding; more is an overlap.
+            if let Some(stated) = stated.filter(|&stated| stated > step.saturating_add(step / 100)) {
+                self.last = Some((row, s));
+                let why = format!("covers {stated} ns, but the queue's previous row is only {step} ns earlier");
+                problems.push(Some(row), Some("span_ns"), ProblemKind::Inconsistent(why), true);
+                self.next = Continuity::AfterDrop;
+                return;
+            }
+            let mut span = stated.map_or(step, |stated| stated.min(step));
             if let Some(interval_ns) = self.interval_ns {
-                if step as f64 > cx.opts.max_gap_intervals * interval_ns as f64 {
+                // Rows are missing where the time no row covers is more than jitter: the step
+                // is judged as if this row covered one interval, so a late poll that says it
+                // covers its whole step misses nothing.
+                let judged = if stated.is_some() { step - span + interval_ns } else { step };
+                if judged as f64 > cx.opts.max_gap_intervals * interval_ns as f64 {
                     problems.push(Some(row), Some("ts_ns"), ProblemKind::Gap { step_ns: step, interval_ns }, true);
                     self.next = Continuity::AfterGap;
                     // Cumulative counters across a gap give the sum over the missing intervals,
                     // not this interval's delta: start again from a baseline.
                     self.cumulative = None;
                     // The deltas of the missing polls went with their rows; this one's covers
-                    // no more than an interval.
-                    span = interval_ns;
+                    // what it says, or no more than an interval.
+                    if stated.is_none() {
+                        span = interval_ns;
+                    }
                 }
             }
             span_ns = Some(span);
         }
         self.last = Some((row, s));
+        if stated.is_some() {
+            s.span_ns = span_ns.unwrap_or(s.span_ns);
+        }
 
         match cx.counters {
             CounterMode::Cumulative => {

@@ -620,6 +620,7 @@ impl Simulator {
                         kmin_bytes: ecn.kmin_bytes,
                         kmax_bytes: ecn.kmax_bytes,
                         pmax: ecn.pmax,
+                        span_ns: now - start,
                     },
                 });
             }
