@@ -13,6 +13,7 @@ use ecn_datasets::bounded::read_at_most;
 use ecn_datasets::io::TelemetryWriter;
 use ecn_proto::v1 as pb;
 use std::collections::HashMap;
+use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::info;
@@ -124,7 +125,10 @@ const SIM_WARMUP_NS: u64 = 2_000_000;
 /// target, start its fabric first and stop it after. A failed write ends the reading with its
 /// error.
 pub async fn capture(target: &Target, until: Until, out: &mut TelemetryWriter) -> Result<Captured, CliError> {
-    let Some(scenario) = &target.simulated else { return capture_from(target, until, 0, out).await };
+    // Ctrl-C, SIGTERM or SIGHUP, from the start: before the stream opens it ends the reading
+    // with nothing read (the caller's file is then never written); after, what was read is kept.
+    let mut stop = std::pin::pin!(stop_signal());
+    let Some(scenario) = &target.simulated else { return capture_from(target, until, 0, out, &mut stop).await };
     let sim = SimOptions {
         scenario: scenario.clone(),
         seed: None,
@@ -132,26 +136,47 @@ pub async fn capture(target: &Target, until: Until, out: &mut TelemetryWriter) -
         storms: Vec::new(),
         bad_write: None,
     };
-    let handle = actuator::serve_sim(sim, ServeOptions::loopback()).await?;
+    let handle = tokio::select! {
+        handle = actuator::serve_sim(sim, ServeOptions::loopback()) => handle?,
+        why = &mut stop => return Err(CliError::Failed(format!("--target {}: {why} before any telemetry was read", target.url))),
+    };
     info!(url = %handle.url(), %scenario, "simulated fabric running behind an embedded actuator");
     let actuator = Target { url: handle.url(), ..Target::default() };
     let from_ns = match until {
         Until::Batches(_) => SIM_WARMUP_NS,
         Until::Elapsed(_) => 0,
     };
-    let captured = capture_from(&actuator, until, from_ns, out).await;
+    let captured = capture_from(&actuator, until, from_ns, out, &mut stop).await;
     handle.shutdown().await?;
     captured
 }
 
-/// Read telemetry from an actuator until `until` into `out`, counting only batches from
-/// `from_ns` on.
+/// Read telemetry from an actuator until `until` or `stop` into `out`, counting only batches
+/// from `from_ns` on.
 async fn capture_from(
     target: &Target,
     until: Until,
     from_ns: u64,
     out: &mut TelemetryWriter,
+    stop: &mut (impl Future<Output = &'static str> + Unpin),
 ) -> Result<Captured, CliError> {
+    tokio::select! {
+        opened = open(target) => read_stream(target, opened?, until, from_ns, out, stop).await,
+        why = &mut *stop => Err(CliError::Failed(format!("{}: {why} before any telemetry was read", target.url))),
+    }
+}
+
+/// An open telemetry stream and what the actuator says of itself.
+struct Opened {
+    stream: tonic::Streaming<pb::TelemetryBatch>,
+    backend: String,
+    queues: usize,
+    /// Each queue's setting (`switch/port/queue`), for samples that do not carry theirs.
+    settings: HashMap<String, pb::EcnSetting>,
+}
+
+/// Connect to the actuator, ask what it controls and their settings, and open its stream.
+async fn open(target: &Target) -> Result<Opened, CliError> {
     let status = |what: &str, s: tonic::Status| CliError::Failed(format!("{}: {what}: {}", target.url, s.message()));
     let mut client =
         controller::connect(&target.url, target.token.as_deref(), target.tls_ca.as_deref(), SILENCE).await?;
@@ -168,18 +193,31 @@ async fn capture_from(
             Some((format!("{}/{}/{}", id.switch, id.port, id.queue), q.setting?))
         })
         .collect();
-    let mut stream = client
+    let stream = client
         .stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 })
         .await
         .map_err(|s| status("StreamTelemetry", s))?
         .into_inner();
     info!(target = %target.url, backend = %caps.backend, queues = caps.queues.len(), "reading telemetry");
+    Ok(Opened { stream, backend: caps.backend, queues: caps.queues.len(), settings })
+}
+
+/// Read `opened`'s stream until `until` or `stop` into `out`, counting only batches from
+/// `from_ns` on.
+async fn read_stream(
+    target: &Target,
+    opened: Opened,
+    until: Until,
+    from_ns: u64,
+    out: &mut TelemetryWriter,
+    stop: &mut (impl Future<Output = &'static str> + Unpin),
+) -> Result<Captured, CliError> {
+    let Opened { mut stream, backend, queues, settings } = opened;
     let started = Instant::now();
     let mut rows = 0u64;
     let mut batches = 0;
     let mut cut_short = None;
     // Ctrl-C or SIGTERM ends the reading like a lost stream: what was read is kept.
-    let mut stop = std::pin::pin!(stop_signal());
     loop {
         let wait = match until {
             Until::Batches(n) if batches >= n => break,
@@ -192,7 +230,7 @@ async fn capture_from(
         let after = |what: String| format!("{}: {what} after {:.1} s", target.url, started.elapsed().as_secs_f64());
         let message = tokio::select! {
             m = tokio::time::timeout(wait, stream.message()) => m,
-            why = &mut stop => {
+            why = &mut *stop => {
                 cut_short = Some(after(why.into()));
                 break;
             }
@@ -225,5 +263,5 @@ async fn capture_from(
         rows += written.len() as u64;
         batches += 1;
     }
-    Ok(Captured { rows, backend: caps.backend, queues: caps.queues.len(), batches, cut_short })
+    Ok(Captured { rows, backend, queues, batches, cut_short })
 }

@@ -2,8 +2,11 @@
 //! report files) replaced as one: each is written under a temporary name beside its
 //! destination, and none is renamed into place until every one is written. A failure part way
 //! (a full disk, a plot that cannot be drawn) leaves the previous files as they were, never new
-//! weights under an old card.
+//! weights under an old card. From the first file staged until the commit ends, SIGINT, SIGTERM
+//! and SIGHUP wait ([`HeldSignals`]): Ctrl-C between two renames would otherwise leave exactly
+//! that, and the temporary files besides.
 
+use ecn_datasets::signals::HeldSignals;
 use std::path::{Path, PathBuf};
 
 /// Files written under temporary names, moved into place together by [`StagedFiles::commit`].
@@ -12,6 +15,8 @@ use std::path::{Path, PathBuf};
 pub struct StagedFiles {
     /// (temporary, destination), in the order they were staged.
     files: Vec<(PathBuf, PathBuf)>,
+    /// Taken with the first file staged; released after the commit or the clean-up.
+    held: Option<HeldSignals>,
 }
 
 impl StagedFiles {
@@ -26,6 +31,7 @@ impl StagedFiles {
     fn stage(&mut self, destination: &Path) -> PathBuf {
         let name = destination.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let temporary = destination.with_file_name(format!(".tmp-{}-{name}", std::process::id()));
+        self.held.get_or_insert_with(HeldSignals::new);
         self.files.push((temporary.clone(), destination.to_path_buf()));
         temporary
     }
@@ -62,6 +68,8 @@ impl StagedFiles {
             if !temporary.is_file() {
                 return Err(error(destination, format!("{} was not written", temporary.display())));
             }
+            // On disk before its name is: a crash after the rename must not find it empty.
+            std::fs::File::open(temporary).and_then(|f| f.sync_all()).map_err(|e| error(destination, e.to_string()))?;
         }
         // Each previous file is kept under a second name first (a hard link, else a copy), so
         // that a failure part way can put it back; the rename over it stays atomic, so the
@@ -100,6 +108,13 @@ impl StagedFiles {
         }
         for (old, _) in kept {
             let _ = std::fs::remove_file(old);
+        }
+        // The renames themselves are made durable by syncing the folders that hold them.
+        let mut folders: Vec<&Path> = self.files.iter().filter_map(|(_, d)| d.parent()).collect();
+        folders.dedup();
+        for folder in folders {
+            let folder = if folder.as_os_str().is_empty() { Path::new(".") } else { folder };
+            let _ = std::fs::File::open(folder).and_then(|f| f.sync_all());
         }
         self.files.clear();
         Ok(())

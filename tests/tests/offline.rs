@@ -501,7 +501,6 @@ async fn an_interrupted_recording_keeps_what_it_read() {
     let actuator = Actuator::start(&["--backend", "sim", "--scenario", "websearch-50"]).await;
     for (signal, said, ext) in [("INT", "interrupted (SIGINT)", "parquet"), ("HUP", "stopped (SIGHUP)", "csv")] {
         let out = path(dir.path(), &format!("{signal}.{ext}"));
-        let tmp = format!("{out}.tmp");
         let child = tokio::process::Command::new(ecn_tests::ecn_tuner_bin())
             .args(["record", "--target", &actuator.url(), "--duration", "60s", "--out", &out])
             .stdin(std::process::Stdio::null())
@@ -514,20 +513,65 @@ async fn an_interrupted_recording_keeps_what_it_read() {
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(!Path::new(&out).exists(), "{out} before the recording ended");
         // Parquet is written a row group (64 Ki rows) at a time; CSV, as rows come.
+        let tmp = temporary_of(&out).expect("the recording's temporary file");
         let written = std::fs::metadata(&tmp).map(|m| m.len()).unwrap_or(0);
-        assert!(Path::new(&tmp).exists() && (ext == "parquet" || written > 64 << 10), "{tmp}: {written} B");
+        assert!(ext == "parquet" || written > 64 << 10, "{}: {written} B", tmp.display());
         ecn_tests::send_signal(child.id(), signal);
         let done = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
         let stderr = String::from_utf8_lossy(&done.stderr);
         assert_eq!(done.status.code(), Some(1), "{stderr}");
         assert!(stderr.contains(said) && stderr.contains("short of --duration 60s"), "{stderr}");
-        assert!(!Path::new(&tmp).exists());
+        assert_eq!(temporary_of(&out), None);
         let rows = match ext {
             "parquet" => ecn_datasets::io::read_telemetry_parquet(Path::new(&out)).unwrap().len(),
             _ => std::fs::read_to_string(&out).unwrap().lines().count() - 1,
         };
         assert!(rows > 0);
     }
+}
+
+/// The temporary file a writer of `out` keeps beside it (`OUT.PID-N.tmp`), if one is there.
+fn temporary_of(out: &str) -> Option<PathBuf> {
+    let out = Path::new(out);
+    let name = out.file_name()?.to_string_lossy().into_owned();
+    std::fs::read_dir(out.parent()?).ok()?.flatten().map(|e| e.path()).find(|p| {
+        let n = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        n.starts_with(&name) && n.ends_with(".tmp")
+    })
+}
+
+/// Ctrl-C while `record` is still connecting (to an actuator that accepts the connection and
+/// never answers) ends it saying so, exit 1, with no file and no temporary one left: it used to
+/// die of the signal (130) and leave an empty temporary file.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recording_interrupted_before_its_stream_opens_leaves_nothing() {
+    let dir = tempfile::Builder::new().prefix("ecn-live-early-").tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let mute = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let out = path(dir.path(), "early.parquet");
+    let child = tokio::process::Command::new(ecn_tests::ecn_tuner_bin())
+        .args(["record", "--target", &url, "--duration", "60s", "--out", &out])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(temporary_of(&out).is_some(), "the file is started before connecting (and writable)");
+    ecn_tests::send_signal(child.id(), "INT");
+    let done = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("interrupted (SIGINT) before any telemetry was read"), "{stderr}");
+    assert!(!Path::new(&out).exists() && temporary_of(&out).is_none());
+    mute.abort();
 }
 
 /// The bad-file suite through `recommend`: without `--repair` every corrupted file exits 2

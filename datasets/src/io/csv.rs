@@ -1,10 +1,10 @@
 //! CSV writers, for spreadsheets and quick looks (the validated CSV reader is
 //! `telemetry::load_telemetry`).
 
-use super::{tmp_path, write_atomically, IoError, FLOW_COLUMNS, TELEMETRY_COLUMNS};
+use super::{write_atomically, IoError, Temporary, FLOW_COLUMNS, TELEMETRY_COLUMNS};
 use crate::records::{FlowRecord, TelemetrySample};
 use std::fmt::Display;
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -56,53 +56,42 @@ fn write_telemetry_row(w: &mut impl Write, r: &TelemetrySample) -> std::io::Resu
 }
 
 /// Writes a telemetry CSV file of any size as rows come, as [`write_telemetry_csv`] writes
-/// one: through `<path>.tmp`, which [`TelemetryCsvWriter::finish`] syncs and renames into
-/// place. Dropped unfinished, it removes the temporary file.
+/// one: through a temporary file of its own beside `path`, which
+/// [`TelemetryCsvWriter::finish`] syncs and renames into place. Dropped unfinished, it removes
+/// the temporary file.
 pub struct TelemetryCsvWriter {
     path: PathBuf,
-    out: Option<BufWriter<File>>,
+    tmp: Temporary,
+    out: BufWriter<File>,
     rows: u64,
 }
 
 impl TelemetryCsvWriter {
-    /// Starts `<path>.tmp` with the header.
+    /// Starts the temporary file with the header.
     pub fn create(path: &Path) -> Result<Self, IoError> {
-        let file = File::create(tmp_path(path)).map_err(|e| IoError::io(path, "create temporary file", e))?;
-        let mut w = TelemetryCsvWriter { path: path.to_path_buf(), out: Some(BufWriter::new(file)), rows: 0 };
+        let (tmp, file) = Temporary::create(path)?;
+        let mut w = TelemetryCsvWriter { path: path.to_path_buf(), tmp, out: BufWriter::new(file), rows: 0 };
         let header = TELEMETRY_COLUMNS.join(",");
-        writeln!(w.out(), "{header}").map_err(|e| IoError::io(path, "write", e))?;
+        writeln!(w.out, "{header}").map_err(|e| IoError::io(path, "write", e))?;
         Ok(w)
-    }
-
-    fn out(&mut self) -> &mut BufWriter<File> {
-        self.out.as_mut().expect("open until finished")
     }
 
     /// Adds rows.
     pub fn write(&mut self, rows: &[TelemetrySample]) -> Result<(), IoError> {
         for r in rows {
-            write_telemetry_row(self.out(), r).map_err(|e| IoError::io(&self.path, "write", e))?;
+            write_telemetry_row(&mut self.out, r).map_err(|e| IoError::io(&self.path, "write", e))?;
         }
         self.rows += rows.len() as u64;
         Ok(())
     }
 
     /// Flushes, syncs, and renames the file into place. Returns the number of rows written.
-    pub fn finish(mut self) -> Result<u64, IoError> {
-        let path = self.path.clone();
-        let w = self.out.take().expect("open until finished");
-        let file = w.into_inner().map_err(|e| IoError::io(&path, "write", e.into_error()))?;
-        file.sync_all().map_err(|e| IoError::io(&path, "sync", e))?;
-        fs::rename(tmp_path(&path), &path).map_err(|e| IoError::io(&path, "rename temporary file into place", e))?;
+    /// Where the rename fails, the file is kept under its temporary name, which the error
+    /// gives: a recording is not lost to a destination that cannot be replaced.
+    pub fn finish(self) -> Result<u64, IoError> {
+        let file = self.out.into_inner().map_err(|e| IoError::io(&self.path, "write", e.into_error()))?;
+        self.tmp.place(&file, true)?;
         Ok(self.rows)
-    }
-}
-
-impl Drop for TelemetryCsvWriter {
-    fn drop(&mut self) {
-        // Unfinished (an error, or nothing worth keeping): nothing appears under the name.
-        // After `finish`, the temporary file is gone, renamed or removed with its error.
-        let _ = fs::remove_file(tmp_path(&self.path));
     }
 }
 

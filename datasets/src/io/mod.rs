@@ -8,20 +8,23 @@
 //! table. Types are strict: a reader reports a column of another type instead of guessing a
 //! conversion, because silently casting counters (signed, float) hides conversion bugs upstream.
 //!
-//! Every writer goes through a `<path>.tmp` file that is synced and then renamed, so a crash or
-//! a full disk never leaves a truncated file under the real name.
+//! Every writer goes through a temporary file beside the destination (`<path>.<pid>-<n>.tmp`,
+//! its own) that is synced and then renamed, so a crash or a full disk never leaves a truncated
+//! file under the real name.
 
 use std::fmt::Display;
 use std::fs::{self, File};
 use std::io::BufWriter;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use polars::prelude::*;
 
 use crate::records::TelemetrySample;
 #[cfg(doc)]
 use crate::records::{FlowRecord, TELEMETRY_SCHEMA_VERSION};
+use crate::signals::HeldSignals;
 use crate::telemetry::CounterMode;
 
 /// Parquet key-value metadata key under which [`write_telemetry_parquet`] records
@@ -76,6 +79,17 @@ pub enum IoError {
         /// What was attempted, e.g. `open for reading`.
         action: &'static str,
         /// The underlying error.
+        err: std::io::Error,
+    },
+    /// A finished file could not be renamed over its destination (a read-only or bind-mounted
+    /// file); what was written is kept under its temporary name.
+    #[error("{}: cannot rename the finished file into place: {err}; what was written is kept in {}", .path.display(), .kept.display())]
+    NotPlaced {
+        /// The destination.
+        path: PathBuf,
+        /// Where the finished file is.
+        kept: PathBuf,
+        /// The rename's error.
         err: std::io::Error,
     },
     /// The file is not readable Parquet (truncated, corrupt, not Parquet at all), or polars
@@ -201,35 +215,82 @@ pub(crate) fn guarded_message<T>(f: impl FnOnce() -> PolarsResult<T>) -> Result<
 // ---------------------------------------------------------------------------------------------
 // Atomic writes
 
-/// `<path>.tmp`, beside the destination so that the final rename stays on one filesystem
-/// (and is therefore atomic).
-fn tmp_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".tmp");
-    PathBuf::from(s)
+/// A file being written under a temporary name beside its destination (one filesystem, so
+/// that the final rename is atomic): `<path>.<pid>-<n>.tmp`, created exclusively, so that two
+/// writers of one destination never share it and a file or link already there is never
+/// written through. Dropped before [`Temporary::place`], it removes the file.
+struct Temporary {
+    path: PathBuf,
+    destination: PathBuf,
+    /// Renamed into place, or kept after a failed rename: not to be removed.
+    done: bool,
 }
 
-/// Writes through `<path>.tmp`, syncs, then renames over `path`. The sync comes before the
-/// rename because otherwise a crash can persist the rename but not the data, leaving an empty
-/// or partial file under the real name — exactly what the temporary file is meant to prevent.
+impl Temporary {
+    fn create(destination: &Path) -> Result<(Temporary, File), IoError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let mut tries = 0;
+        loop {
+            let mut name = destination.as_os_str().to_owned();
+            name.push(format!(".{}-{}.tmp", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+            let path = PathBuf::from(name);
+            match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(file) => return Ok((Temporary { path, destination: destination.to_path_buf(), done: false }, file)),
+                // Someone else's file of that name: another number.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
+                Err(e) => return Err(IoError::io(destination, "create temporary file", e)),
+            }
+        }
+    }
+
+    /// Syncs `file` (written through this name) and renames it over the destination, the
+    /// process's end held off meanwhile ([`HeldSignals`]). The sync comes first because
+    /// otherwise a crash can persist the rename but not the data, leaving an empty or partial
+    /// file under the real name: what the temporary file is meant to prevent. Where the rename
+    /// fails and `keep` is set (a recording that cannot be made again), the file stays under
+    /// its temporary name and the error says where.
+    fn place(mut self, file: &File, keep: bool) -> Result<(), IoError> {
+        let _held = HeldSignals::new();
+        file.sync_all().map_err(|e| IoError::io(&self.destination, "sync", e))?;
+        match fs::rename(&self.path, &self.destination) {
+            Ok(()) => {
+                self.done = true;
+                // The rename is durable once the folder that holds it is synced.
+                let folder = self.destination.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                let _ = File::open(folder).and_then(|f| f.sync_all());
+                Ok(())
+            }
+            Err(err) if keep => {
+                self.done = true;
+                Err(IoError::NotPlaced { path: self.destination.clone(), kept: self.path.clone(), err })
+            }
+            Err(e) => Err(IoError::io(&self.destination, "rename temporary file into place", e)),
+        }
+    }
+}
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        if !self.done {
+            // Best effort: the error that ended the write matters more than a failed cleanup.
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Writes through a [`Temporary`] file, syncs, then renames over `path`, holding off the
+/// signals that end the process ([`HeldSignals`]) throughout, so that an interrupted write
+/// leaves no temporary file.
 fn write_atomically(
     path: &Path,
     body: impl FnOnce(&mut BufWriter<File>) -> Result<(), IoError>,
 ) -> Result<(), IoError> {
-    let tmp = tmp_path(path);
-    let result = (|| {
-        let file = File::create(&tmp).map_err(|e| IoError::io(path, "create temporary file", e))?;
-        let mut w = BufWriter::new(file);
-        body(&mut w)?;
-        let file = w.into_inner().map_err(|e| IoError::io(path, "write", e.into_error()))?;
-        file.sync_all().map_err(|e| IoError::io(path, "sync", e))?;
-        fs::rename(&tmp, path).map_err(|e| IoError::io(path, "rename temporary file into place", e))
-    })();
-    if result.is_err() {
-        // Best effort: the original error matters more than a failed cleanup.
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    let _held = HeldSignals::new();
+    let (tmp, file) = Temporary::create(path)?;
+    let mut w = BufWriter::new(file);
+    body(&mut w)?;
+    let file = w.into_inner().map_err(|e| IoError::io(path, "write", e.into_error()))?;
+    tmp.place(&file, false)
 }
 
 /// Rows per Parquet row group in the files we write: the unit the streaming reader holds in
@@ -387,7 +448,7 @@ mod tests {
         let path = dir.join("out.txt");
         let err = write_telemetry(&path, &[]).unwrap_err().to_string();
         assert!(err.contains("out.txt") && err.contains(".csv"), "{err}");
-        assert!(!path.exists() && !tmp_path(&path).exists());
+        assert!(!path.exists() && !temporary_left(&path));
     }
 
     impl Drop for TempDir {
@@ -468,7 +529,7 @@ mod tests {
         let path = dir.join("t.parquet");
         let rows: Vec<_> = (0..5).map(sample).collect();
         write_telemetry_parquet(&path, &rows).unwrap();
-        assert!(!tmp_path(&path).exists(), "temporary file left behind");
+        assert!(!temporary_left(&path), "temporary file left behind");
         assert_eq!(read_telemetry_parquet(&path).unwrap(), rows);
         assert_eq!(telemetry_schema_version(&path).unwrap().as_deref(), Some(TELEMETRY_SCHEMA_VERSION));
 
@@ -643,7 +704,7 @@ mod tests {
         let path = dir.join("no/such/dir/t.parquet");
         let err = write_telemetry_parquet(&path, &[sample(1)]).unwrap_err();
         assert!(err.to_string().contains("t.parquet"), "{err}");
-        assert!(!tmp_path(&path).exists());
+        assert!(!temporary_left(&path));
     }
 
     #[test]
@@ -740,16 +801,68 @@ mod tests {
             assert!(!streamed.exists(), "{name}: visible before it is finished");
             assert_eq!(w.finish().unwrap(), 5);
             assert_eq!(fs::read(&streamed).unwrap(), fs::read(&whole).unwrap(), "{name}");
-            assert!(!tmp_path(&streamed).exists());
+            assert!(!temporary_left(&streamed));
             // Dropped unfinished: neither the file nor its temporary one is left.
             let dropped = dir.join(&format!("dropped-{name}"));
             let mut w = TelemetryWriter::create(&dropped).unwrap();
             w.write(&rows).unwrap();
             drop(w);
-            assert!(!dropped.exists() && !tmp_path(&dropped).exists(), "{name}");
+            assert!(!dropped.exists() && !temporary_left(&dropped), "{name}");
         }
         let err = TelemetryWriter::create(&dir.join("t.txt")).err().expect("refused").to_string();
         assert!(err.contains("t.txt") && err.contains(".csv"), "{err}");
+    }
+
+    /// Whether a temporary file of `path` is left beside it.
+    fn temporary_left(path: &Path) -> bool {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let Ok(entries) = fs::read_dir(path.parent().unwrap()) else { return false };
+        entries.flatten().any(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with(&name) && n.ends_with(".tmp")
+        })
+    }
+
+    /// Two writers of one destination each write a temporary file of their own (they used to
+    /// share `<path>.tmp` and interleave their rows), a file already under any such name is
+    /// left alone, and a finished recording whose rename fails is kept where the error says.
+    #[test]
+    fn temporary_files_are_each_writers_own() {
+        let dir = TempDir::new("own");
+        let rows: Vec<TelemetrySample> = (0..5).map(sample).collect();
+        for name in ["t.csv", "t.parquet"] {
+            let path = dir.join(name);
+            let precious = dir.join(&format!("{name}.tmp"));
+            fs::write(&precious, "someone else's").unwrap();
+            let (mut first, mut second) =
+                (TelemetryWriter::create(&path).unwrap(), TelemetryWriter::create(&path).unwrap());
+            first.write(&rows[..3]).unwrap();
+            second.write(&rows[..1]).unwrap();
+            first.write(&rows[3..]).unwrap();
+            assert_eq!(first.finish().unwrap(), 5);
+            let whole = fs::read(&path).unwrap();
+            assert_eq!(second.finish().unwrap(), 1);
+            assert_ne!(fs::read(&path).unwrap(), whole, "{name}: the second, whole, replaced the first");
+            assert_eq!(fs::read_to_string(&precious).unwrap(), "someone else's", "{name}");
+            fs::remove_file(&precious).unwrap();
+            assert!(!temporary_left(&path), "{name}");
+
+            // The destination became a folder: the rename fails, and the rows stay.
+            let blocked = dir.join(&format!("blocked-{name}"));
+            let mut w = TelemetryWriter::create(&blocked).unwrap();
+            w.write(&rows).unwrap();
+            fs::create_dir_all(blocked.join("inside")).unwrap();
+            let err = w.finish().unwrap_err();
+            let IoError::NotPlaced { kept, .. } = &err else { panic!("{name}: {err}") };
+            assert!(err.to_string().contains(&kept.display().to_string()), "{err}");
+            let copy = dir.join(&format!("kept-{name}"));
+            fs::rename(kept, &copy).unwrap();
+            let back = match TelemetryFormat::of(&copy) {
+                Some(TelemetryFormat::Parquet) => read_telemetry_parquet(&copy).unwrap().len(),
+                _ => fs::read_to_string(&copy).unwrap().lines().count() - 1,
+            };
+            assert_eq!(back, 5, "{name}");
+        }
     }
 
     #[test]

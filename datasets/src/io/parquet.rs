@@ -2,12 +2,12 @@
 //! metadata, and a streaming writer for runs too long to hold) and flow records.
 
 use super::{
-    guarded, guarded_read, tmp_path, write_parquet_frame, IoError, PARQUET_ROW_GROUP_ROWS, TELEMETRY_SCHEMA_KEY,
+    guarded, guarded_read, write_parquet_frame, IoError, Temporary, PARQUET_ROW_GROUP_ROWS, TELEMETRY_SCHEMA_KEY,
 };
 use crate::records::{FlowRecord, QueueSample, TelemetrySample, TELEMETRY_SCHEMA_VERSION};
 use crate::telemetry::{CounterMode, COUNTERS_KEY};
 use polars::prelude::*;
-use std::fs::{self, File};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 // ---------------------------------------------------------------------------------------------
@@ -181,11 +181,12 @@ pub fn write_telemetry_parquet_with(
 /// Writes a telemetry Parquet file of any size a row group at a time: rows are buffered up
 /// to [`PARQUET_ROW_GROUP_ROWS`] and then encoded, so memory stays bounded however many rows
 /// pass through (for recordings and test files larger than memory). Same schema, metadata and
-/// atomic `<path>.tmp` rename as [`write_telemetry_parquet`]; nothing appears under `path`
-/// unless [`TelemetryParquetWriter::finish`] succeeds, and a writer dropped unfinished removes
-/// its temporary file.
+/// atomic rename of a temporary file as [`write_telemetry_parquet`]; nothing appears under
+/// `path` unless [`TelemetryParquetWriter::finish`] succeeds, and a writer dropped unfinished
+/// removes its temporary file.
 pub struct TelemetryParquetWriter {
     path: PathBuf,
+    tmp: Temporary,
     file: File,
     writer: polars::io::parquet::write::BatchedWriter<File>,
     pending: Vec<TelemetrySample>,
@@ -193,10 +194,9 @@ pub struct TelemetryParquetWriter {
 }
 
 impl TelemetryParquetWriter {
-    /// Starts `<path>.tmp`.
+    /// Starts the temporary file.
     pub fn create(path: &Path, counters: CounterMode) -> Result<Self, IoError> {
-        let tmp = tmp_path(path);
-        let file = File::create(&tmp).map_err(|e| IoError::io(path, "create temporary file", e))?;
+        let (tmp, file) = Temporary::create(path)?;
         let handle = file.try_clone().map_err(|e| IoError::io(path, "open", e))?;
         let mut kv = vec![(TELEMETRY_SCHEMA_KEY.to_string(), TELEMETRY_SCHEMA_VERSION.to_string())];
         if counters != CounterMode::Delta {
@@ -208,11 +208,8 @@ impl TelemetryParquetWriter {
                 .with_compression(ParquetCompression::Zstd(None))
                 .with_key_value_metadata(Some(KeyValueMetadata::from_static(kv)))
                 .batched(&schema)
-        })
-        .inspect_err(|_| {
-            let _ = fs::remove_file(&tmp);
         })?;
-        Ok(TelemetryParquetWriter { path: path.to_path_buf(), file, writer, pending: Vec::new(), rows: 0 })
+        Ok(TelemetryParquetWriter { path: path.to_path_buf(), tmp, file, writer, pending: Vec::new(), rows: 0 })
     }
 
     /// Adds rows; a row group is written whenever enough are buffered.
@@ -236,25 +233,17 @@ impl TelemetryParquetWriter {
     }
 
     /// Writes the last row group and the footer, syncs, and renames the file into place.
-    /// Returns the number of rows written.
+    /// Returns the number of rows written. Where the rename fails, the file is kept under its
+    /// temporary name, which the error gives: a recording is not lost to a destination that
+    /// cannot be replaced.
     pub fn finish(mut self) -> Result<u64, IoError> {
-        let path = self.path.clone();
         while !self.pending.is_empty() {
             self.flush_group()?;
         }
         let writer = &self.writer;
-        guarded(&path, || writer.finish())?;
-        self.file.sync_all().map_err(|e| IoError::io(&path, "sync", e))?;
-        fs::rename(tmp_path(&path), &path).map_err(|e| IoError::io(&path, "rename temporary file into place", e))?;
+        guarded(&self.path, || writer.finish())?;
+        self.tmp.place(&self.file, true)?;
         Ok(self.rows)
-    }
-}
-
-impl Drop for TelemetryParquetWriter {
-    fn drop(&mut self) {
-        // Unfinished (an error, or nothing worth keeping): nothing appears under the name.
-        // After `finish` the temporary file has been renamed: nothing to remove.
-        let _ = fs::remove_file(tmp_path(&self.path));
     }
 }
 
