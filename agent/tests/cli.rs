@@ -198,6 +198,48 @@ fn unusable_out_paths_are_refused_before_anything_is_written() {
     let inside = format!("{a_file}/deeper/x.parquet");
     assert_bad_input(&["record", "--scenario", &scenario, "--out", &inside], &[&a_file, "is a file, not a folder"]);
     assert_bad_input(&["sim", "--scenario", &scenario, "--out", &a_file], &[&a_file, "is a file, not a folder"]);
+    // A link to nothing where the folder must be (it too was "File exists").
+    let dangling = dir.join("dangling");
+    std::os::unix::fs::symlink(dir.join("nowhere"), &dangling).unwrap();
+    let dangling = dangling.to_str().unwrap();
+    assert_bad_input(&["sim", "--scenario", &scenario, "--out", dangling], &[dangling, "which does not exist"]);
+
+    // An output that is an input, however named: the recording would become a training curve.
+    let recording = telemetry_csv(&dir, "n.training.csv", &[telemetry_row(1, "leaf0"), telemetry_row(2, "leaf0")]);
+    let model = dir.join("n.safetensors");
+    let train = ["train", "--telemetry", &recording, "--steps", "1", "--out", model.to_str().unwrap()];
+    assert_bad_input(&train, &["n.training.csv", "--telemetry"]);
+    assert_eq!(std::fs::read_to_string(&recording).unwrap().lines().count(), 3, "the recording is untouched");
+    let inside = write(&dir, "inside.toml", SMALL);
+    let (into, moved) = (dir.join("into"), dir.join("into").join("fct.txt"));
+    std::fs::create_dir_all(&into).unwrap();
+    std::fs::hard_link(&inside, &moved).unwrap();
+    assert_bad_input(&["sim", "--scenario", &inside, "--out", into.to_str().unwrap()], &["fct.txt", "--scenario"]);
+    assert_eq!(std::fs::read_to_string(&inside).unwrap(), SMALL);
+}
+
+/// A report into a folder that holds the last one's: the charts of scenarios it lacks go (they
+/// used to stand beside tables that no longer mention them), and no other file does.
+#[test]
+fn a_report_removes_the_charts_of_the_last_one_it_does_not_redraw() {
+    let tmp = temp_dir("stale");
+    let dir = tmp.path().to_path_buf();
+    let (one, two) = (write(&dir, "one.toml", SMALL), write(&dir, "two.toml", &SMALL.replace("websearch", "hadoop")));
+    let out = dir.join("report");
+    let eval = |scenarios: &[&str]| {
+        let args = [&["eval", "--policy", "baseline:huawei-latency", "--seeds", "1", "--scenario"], scenarios].concat();
+        let o = ecn_tuner(&[&args[..], &["--out", out.to_str().unwrap()]].concat());
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    eval(&[&one, &two]);
+    let (web, hadoop) = (out.join("slowdown_websearch-50.png"), out.join("slowdown_hadoop-50.png"));
+    assert!(web.is_file() && hadoop.is_file());
+    std::fs::write(out.join("slowdown_mine.png"), "not the report's").unwrap();
+    eval(&[&one]);
+    assert!(web.is_file() && !hadoop.exists());
+    assert!(out.join("slowdown_mine.png").is_file());
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
+    assert_eq!(doc["plots"], serde_json::json!(["slowdown_websearch-50.png"]));
 }
 
 /// Files read whole (tokens, PEM files, recordings) are read only up to a bound: `/dev/zero`

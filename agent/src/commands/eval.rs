@@ -66,6 +66,10 @@ struct Runs<'a> {
     /// One per `--reference`.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     comparisons: &'a [Comparison],
+    /// With `--out`: the charts written beside, so that the next report into the folder can
+    /// remove those it does not write again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    plots: Option<&'a [String]>,
 }
 
 /// One simulation to run.
@@ -122,7 +126,15 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
     let names = scenario_labels(&args.scenario, &scenarios);
     if let Some(dir) = &args.out {
         let plots = plot_files(&names);
-        super::prepare_out_dir(dir, ["eval.md", "eval.json"].into_iter().chain(plots.iter().map(String::as_str)))?;
+        let files: Vec<&str> = ["eval.md", "eval.json"].into_iter().chain(plots.iter().map(String::as_str)).collect();
+        super::prepare_out_dir(dir, files.iter().copied())?;
+        let outputs: Vec<_> = files.iter().map(|f| dir.join(f)).collect();
+        let models = policies.iter().filter_map(|p| match p {
+            Policy::Model(m) => Some(("--policy", m.path.as_path())),
+            _ => None,
+        });
+        let inputs: Vec<_> = args.scenario.iter().map(|s| ("--scenario", Path::new(s))).chain(models).collect();
+        super::refuse_overwriting_inputs(&outputs, &inputs)?;
     }
 
     let mut jobs = Vec::new();
@@ -164,7 +176,8 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
     for c in &comparisons {
         markdown.push_str(&c.markdown());
     }
-    let json = serde_json::to_string(&Runs { runs: &runs, comparisons: &comparisons })
+    let plots = args.out.as_ref().map(|_| plot_files(&names));
+    let json = serde_json::to_string(&Runs { runs: &runs, comparisons: &comparisons, plots: plots.as_deref() })
         .map_err(|e| CliError::Failed(e.to_string()))?;
     if let Some(dir) = &args.out {
         write_outputs(dir, &table, &markdown, &json)?;
@@ -594,6 +607,7 @@ fn plot_files(scenarios: &[String]) -> Vec<String> {
 /// drawn) leaves the folder's previous report whole instead of this run's tables beside the
 /// last run's charts.
 fn write_outputs(dir: &Path, table: &Table, markdown: &str, json: &str) -> Result<(), CliError> {
+    let previous = previous_plots(dir);
     let mut files = StagedFiles::new();
     let mut write = |name: &str, text: &str| {
         let path = dir.join(name);
@@ -604,7 +618,30 @@ fn write_outputs(dir: &Path, table: &Table, markdown: &str, json: &str) -> Resul
     let plots = table.plots(dir, &mut files)?;
     files.commit().map_err(|e| CliError::Failed(e.to_string()))?;
     info!(dir = %dir.display(), plots = plots.len(), "wrote eval.md, eval.json and slowdown_<scenario>.png");
+    // The last report's charts of scenarios this one lacks would stand beside tables that no
+    // longer mention them.
+    for stale in previous.iter().map(|name| dir.join(name)).filter(|p| !plots.contains(p)) {
+        match std::fs::remove_file(&stale) {
+            Ok(()) => info!(file = %stale.display(), "removed the previous report's chart"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(file = %stale.display(), error = %e, "cannot remove the previous report's chart"),
+        }
+    }
     Ok(())
+}
+
+/// The charts the report already in `dir` lists in its `eval.json` (`plots`): only names of
+/// the form this command writes, so that a hand-edited list removes nothing else.
+fn previous_plots(dir: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read(dir.join("eval.json")) else { return Vec::new() };
+    let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&text) else { return Vec::new() };
+    let names = doc["plots"].as_array().into_iter().flatten().filter_map(|v| v.as_str());
+    names
+        .filter(|n| {
+            n.starts_with("slowdown_") && n.ends_with(".png") && !n.contains(['/', '\\']) && !n.starts_with('.')
+        })
+        .map(String::from)
+        .collect()
 }
 
 #[cfg(test)]

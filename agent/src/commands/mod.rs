@@ -76,17 +76,21 @@ fn prepare_out_file(out: &Path) -> Result<(), CliError> {
     }
     let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     create_folder(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", out.display())))?;
-    // The writers put a temporary file beside `out` and rename it into place: make sure the
-    // folder takes one now, not after the work.
     let mut probe = out.as_os_str().to_os_string();
     probe.push(format!(".probe-{}", std::process::id()));
-    let probe = std::path::PathBuf::from(probe);
+    probe_writable(Path::new(&probe), out)
+}
+
+/// The writers put a temporary file beside their destination and rename it into place: make
+/// sure the folder takes one now, not after the work, by creating and removing `probe`.
+/// `out` is the `--out` the error names.
+fn probe_writable(probe: &Path, out: &Path) -> Result<(), CliError> {
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .open(&probe)
+        .open(probe)
         .map_err(|e| CliError::BadInput(format!("--out {}: cannot write there: {e}", out.display())))?;
-    let _ = std::fs::remove_file(&probe);
+    let _ = std::fs::remove_file(probe);
     Ok(())
 }
 
@@ -104,18 +108,44 @@ fn prepare_telemetry_out(out: &Path) -> Result<(), CliError> {
 /// with some files written and others not.
 fn prepare_out_dir<'a>(dir: &Path, files: impl IntoIterator<Item = &'a str>) -> Result<(), CliError> {
     create_folder(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
-    refuse_directories(files.into_iter().map(|name| dir.join(name)))
+    refuse_directories(files.into_iter().map(|name| dir.join(name)))?;
+    probe_writable(&dir.join(format!(".probe-{}", std::process::id())), dir)
 }
 
-/// `create_dir_all`, saying which part of the path is a file where it fails for that (its own
-/// error, "File exists", names neither).
+/// `create_dir_all`, saying which part of the path is a file, or a link to nothing, where it
+/// fails for that (its own error, "File exists", names neither).
 fn create_folder(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| {
-        match dir.ancestors().find(|a| !a.as_os_str().is_empty() && a.exists() && !a.is_dir()) {
+        let in_the_way = |a: &&Path| !a.as_os_str().is_empty() && a.symlink_metadata().is_ok() && !a.is_dir();
+        match dir.ancestors().find(in_the_way) {
+            Some(link) if !link.exists() => {
+                let to = std::fs::read_link(link).map(|t| t.display().to_string()).unwrap_or_default();
+                format!("{} is a link to {to}, which does not exist", link.display())
+            }
             Some(file) => format!("{} is a file, not a folder", file.display()),
             None => e.to_string(),
         }
     })
+}
+
+/// Refuse an output that is one of the inputs, the same file however named: writing it would
+/// destroy what the command read (and a model card would record a file that is gone).
+/// `outputs` are the files it will write (they may exist already); `inputs`, the files it
+/// reads, with the flag that names each.
+fn refuse_overwriting_inputs(outputs: &[PathBuf], inputs: &[(&str, &Path)]) -> Result<(), CliError> {
+    use std::os::unix::fs::MetadataExt;
+    let identity = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    for out in outputs {
+        let Some(written) = identity(out) else { continue };
+        if let Some((flag, input)) = inputs.iter().find(|(_, input)| identity(input) == Some(written)) {
+            return Err(CliError::BadInput(format!(
+                "--out: {} would be written over {flag} {}, which this command reads",
+                out.display(),
+                input.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Refuse the first of `paths`, files an `--out` will write, that is a directory: writing it

@@ -55,6 +55,8 @@ pub struct RecordArgs {
 /// Simulate and write the telemetry.
 pub fn run(args: RecordArgs) -> Result<(), CliError> {
     super::prepare_telemetry_out(&args.out)?;
+    let inputs: Vec<_> = args.scenario.iter().map(|s| ("--scenario", std::path::Path::new(s))).collect();
+    super::refuse_overwriting_inputs(std::slice::from_ref(&args.out), &inputs)?;
     let Some(name) = &args.scenario else { return record_target(&args) };
     let mut policy = Policy::parse(&args.policy)?;
     let mut scenario = Scenario::load(name, args.seed)?;

@@ -49,6 +49,12 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
     };
     if let Some(dir) = &args.out {
         super::prepare_out_dir(dir, report::OUTPUT_FILES)?;
+        let outputs: Vec<_> = report::OUTPUT_FILES.iter().map(|f| dir.join(f)).collect();
+        let mut inputs = vec![("--scenario", std::path::Path::new(&args.scenario))];
+        if let Some(Policy::Model(m)) = &policy {
+            inputs.push(("--policy", m.path.as_path()));
+        }
+        super::refuse_overwriting_inputs(&outputs, &inputs)?;
     }
     info!(
         scenario = %scenario.name,

@@ -155,11 +155,18 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     // Training takes minutes; find out now, not after, that the model or a file beside it
     // cannot be written.
     super::prepare_out_file(&args.out)?;
-    super::refuse_directories([
+    let outputs = [
+        args.out.clone(),
         ecn_models::checkpoint::card_path(&args.out),
         ecn_models::checkpoint::sibling(&args.out, CURVE_CSV),
         ecn_models::checkpoint::sibling(&args.out, CURVE_PNG),
-    ])?;
+    ];
+    super::refuse_directories(outputs[1..].iter().cloned())?;
+    let inputs: Vec<(&str, &Path)> = (args.telemetry.iter().map(|p| ("--telemetry", p.as_path())))
+        .chain(args.scenario.iter().map(|s| ("--scenario", Path::new(s))))
+        .chain(args.eval_scenario.iter().map(|s| ("--eval-scenario", Path::new(s))))
+        .collect();
+    super::refuse_overwriting_inputs(&outputs, &inputs)?;
     if args.steps == 0 {
         return Err(CliError::BadInput("--steps 0: must be at least 1".into()));
     }
