@@ -136,6 +136,11 @@ impl RedisServer {
         self.try_con(db).expect("connect to the test redis-server")
     }
 
+    /// The server's process id, while it runs (to stop it with SIGSTOP, as a hung host).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(std::process::Child::id)
+    }
+
     /// SIGKILL the server: no chance to save or to answer anyone.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

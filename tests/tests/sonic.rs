@@ -402,6 +402,26 @@ async fn a_late_poll_is_recorded_as_covering_its_whole_step() {
     assert_eq!(code, Some(0), "{stdout}{stderr}");
 }
 
+/// A Redis that stops answering (SIGSTOP: a hung process, a host gone quiet) holds a pipelined
+/// read one `--redis-timeout` per command: the poller's 96 commands made SIGTERM take 96
+/// timeouts (five minutes at the default). Each pipeline now asks `PING` first, and shutdown
+/// waits for the poller, which only reads, a poll interval and two timeouts at most.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_actuator_stops_promptly_while_redis_hangs() {
+    let rig = rig(Spec::default(), &["--redis-timeout", "1s"]).await;
+    rig.act.wait_for_telemetry_time(500_000_000, WAIT).await;
+    send_signal(rig.redis.pid(), "STOP");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let started = std::time::Instant::now();
+    let Rig { redis, act, ticker } = rig;
+    let (code, _) = act.stop().await;
+    let took = started.elapsed();
+    send_signal(redis.pid(), "CONT");
+    drop(ticker);
+    assert_eq!(code, Some(0), "stopped within 30 s (took {took:?})");
+    assert!(took < Duration::from_secs(12), "{took:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn enforce_applies_bounded_settings_and_confirms_them() {
     let spec = Spec::default();

@@ -98,14 +98,14 @@ impl AsicQueues {
             let oid = oid.as_deref().unwrap_or(schema::SAI_NULL_OBJECT_ID);
             pipe.cmd("HGET").arg(schema::asic_queue_key(oid)).arg(schema::SAI_QUEUE_WRED_PROFILE_ID);
         }
-        let wred: Vec<Option<String>> = pipe.query(asic)?;
+        let wred: Vec<Option<String>> = super::conn::query_pipeline(&pipe, asic)?;
         let mut pipe = redis::pipe();
         for w in &wred {
             pipe.cmd("HMGET")
                 .arg(schema::asic_wred_key(w.as_deref().unwrap_or(schema::SAI_NULL_OBJECT_ID)))
                 .arg(&schema::SAI_WRED_GREEN[..]);
         }
-        let fields: Vec<(Option<String>, Option<String>, Option<String>)> = pipe.query(asic)?;
+        let fields: Vec<(Option<String>, Option<String>, Option<String>)> = super::conn::query_pipeline(&pipe, asic)?;
         Ok(fields
             .into_iter()
             .map(|(kmin, kmax, percent)| {

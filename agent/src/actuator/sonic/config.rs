@@ -589,7 +589,7 @@ pub fn exec(con: &mut Connection, ops: &[Op]) -> redis::RedisResult<Ran> {
         }
     }
     // EXEC answers nil when a watched key changed: nothing ran.
-    Ok(match pipe.query::<Option<()>>(con)? {
+    Ok(match super::conn::query_pipeline::<Option<()>>(&pipe, con)? {
         Some(()) => Ran::Done,
         None => Ran::Aborted,
     })

@@ -188,6 +188,16 @@ pub fn hgetall_many(con: &mut Connection, keys: &[String]) -> redis::RedisResult
     for k in keys {
         pipe.cmd("HGETALL").arg(k);
     }
+    query_pipeline(&pipe, con)
+}
+
+/// Run `pipe` on `con`, asking Redis first whether it answers at all (`PING`). redis-rs reads
+/// every reply of a pipeline, each within `--redis-timeout`, whatever became of the ones
+/// before, so a Redis that stopped answering (a stopped process, a host gone quiet) held a
+/// pipeline of a hundred commands for a hundred timeouts (the poller, and so the actuator's
+/// shutdown, for five minutes): the `PING` finds it in one.
+pub fn query_pipeline<T: redis::FromRedisValue>(pipe: &redis::Pipeline, con: &mut Connection) -> redis::RedisResult<T> {
+    redis::cmd("PING").query::<()>(con)?;
     pipe.query(con)
 }
 

@@ -456,7 +456,8 @@ impl Poller {
             for g in &schema::FLEX_COUNTER_POLLS {
                 pipe.cmd("HMGET").arg(g.key).arg("FLEX_COUNTER_STATUS").arg("POLL_INTERVAL");
             }
-            let replies: Vec<GroupFields> = pipe.query(con.as_mut().expect("connected")).map_err(|e| e.to_string())?;
+            let replies: Vec<GroupFields> =
+                super::conn::query_pipeline(&pipe, con.as_mut().expect("connected")).map_err(|e| e.to_string())?;
             replies.try_into().map_err(|r: Vec<_>| format!("{} replies to 3 reads", r.len()))
         };
         match read(con) {
@@ -557,7 +558,7 @@ impl Poller {
         for (port_oid, fields) in &port_fields {
             pipe.cmd("HMGET").arg(schema::counters_key(port_oid)).arg(fields);
         }
-        let replies: Vec<Vec<Option<String>>> = pipe.query(c).map_err(err)?;
+        let replies: Vec<Vec<Option<String>>> = super::conn::query_pipeline(&pipe, c).map_err(err)?;
         let at = Instant::now();
         let num = |v: &Option<String>| v.as_deref().and_then(|s| s.trim().parse::<u64>().ok());
         let (queue_replies, port_replies) = replies.split_at(polled.len());

@@ -138,7 +138,14 @@ pub struct SonicBackend {
     stop: Arc<AtomicBool>,
     /// The writer's `unsettled`: a failed transaction may still land.
     unsettled: Arc<AtomicBool>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The writer thread, joined at shutdown: a write under way ends first.
+    writer_thread: Mutex<Option<JoinHandle<()>>>,
+    /// The poller thread, waited for at shutdown only up to `poller_patience`.
+    poller_thread: Mutex<Option<JoinHandle<()>>>,
+    /// How long a poll may take against a Redis that answers: a Redis that does not (stopped,
+    /// a host that dropped off) holds a pipelined poll one `--redis-timeout` per command, for
+    /// minutes, and a poller only reads, so shutdown does not wait for it.
+    poller_patience: Duration,
     /// Zero of telemetry `ts_ns`, shared with the poller.
     epoch: Instant,
     poll_interval: Duration,
@@ -429,7 +436,9 @@ impl SonicBackend {
             telemetry: weak,
             stop,
             unsettled,
-            threads: Mutex::new(vec![writer_thread, poller_thread]),
+            writer_thread: Mutex::new(Some(writer_thread)),
+            poller_thread: Mutex::new(Some(poller_thread)),
+            poller_patience: opts.poll_interval + opts.timeout.saturating_mul(2),
             epoch,
             poll_interval: opts.poll_interval,
             write_started_ns: AtomicU64::new(0),
@@ -537,8 +546,22 @@ impl Backend for SonicBackend {
     fn shutdown(&self) {
         self.stop.store(true, Ordering::Relaxed);
         self.jobs.lock().expect("sonic jobs lock").take();
-        for t in self.threads.lock().expect("sonic threads lock").drain(..) {
+        if let Some(t) = self.writer_thread.lock().expect("sonic threads lock").take() {
             let _ = t.join();
+        }
+        if let Some(t) = self.poller_thread.lock().expect("sonic threads lock").take() {
+            let deadline = Instant::now() + self.poller_patience;
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                warn!(
+                    waited = ?self.poller_patience,
+                    "the COUNTERS_DB poller is still waiting on Redis; stopping without it (it only reads)"
+                );
+            }
         }
     }
 }
