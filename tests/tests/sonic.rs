@@ -254,6 +254,28 @@ async fn after_a_syncd_cold_restart_writes_are_read_back_at_the_queues_new_ids()
     assert_eq!(asic_curve(&rig.redis, 0, 4), Some(ORIGINAL), "the queue left alone");
 }
 
+/// STATE_DB loses the recording of the original profiles while the actuator runs (its Redis
+/// restarted without its data, or the key was flushed): the next write puts back the recording
+/// this actuator saw, not the tables it has tuned since. It used to check only before its
+/// first write, and `sonic restore` then found nothing to restore.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recording_lost_from_state_db_is_put_back_before_the_next_write() {
+    let rig = rig(Spec::default(), &[]).await;
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let apply = |kmin: u64| pb::ApplyRequest {
+        lease_id: l.clone(),
+        changes: vec![change(&qid("Ethernet0", 3), kmin, 900_000, 0.25)],
+        ..Default::default()
+    };
+    c.apply(apply(300_000)).await.expect("apply");
+    let original = recording(&rig.redis).expect("recorded before the first write");
+    redis::cmd("DEL").arg("ECN_TUNER|ORIGINALS").query::<()>(&mut rig.redis.con(STATE_DB)).unwrap();
+    c.apply(apply(350_000)).await.expect("apply");
+    assert_eq!(recording(&rig.redis).as_deref(), Some(original.as_str()), "the first recording, put back");
+    assert!(rig.act.log_text().contains("STATE_DB lost the recording"), "{}", rig.act.log_text());
+}
+
 /// An actuator started before flex counters have published COUNTERS_QUEUE_NAME_MAP (an
 /// on-switch actuator after a reboot) has no telemetry, and cannot read writes back at first,
 /// so it allows orchagent a poll interval, as the log says. Once the map is there, telemetry

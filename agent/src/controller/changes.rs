@@ -388,7 +388,9 @@ impl ControlLoop {
             queues = round.len(),
             first = %format!("{} {}/{}/{} -> {}/{}/{}", queue_key(&first.id), first.current.kmin_bytes, first.current.kmax_bytes,
                 first.current.pmax, s.kmin_bytes, s.kmax_bytes, s.pmax),
-            "applied; watching health before confirming"
+            "{}",
+            // A fallback to the baseline goes without a deadline: confirmed as it lands.
+            if resp.confirmed { "applied, confirmed without a health check" } else { "applied; watching health before confirming" }
         );
         let now = Instant::now();
         for (i, s) in round {

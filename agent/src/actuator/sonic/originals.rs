@@ -155,22 +155,42 @@ pub fn file_beside(journal: &Path) -> PathBuf {
     journal.with_file_name(name)
 }
 
-/// Makes sure a recording exists before the first change; remembers that it does.
-#[derive(Debug)]
+/// Makes sure a recording of the original tables is in STATE_DB (and beside the journal) before
+/// every change; remembers the one it saw, to put it back where STATE_DB loses it.
 pub struct Recorder {
     file: Option<PathBuf>,
-    done: bool,
+    /// The recording STATE_DB held at the last write.
+    recorded: Option<Recording>,
+    /// The STATE_DB connection, kept between writes: a write must not need a new connection
+    /// that a network path may refuse while it still carries the open ones.
+    state: Option<Connection>,
 }
 
 impl Recorder {
     /// Keep a copy in `file` too, if given.
     pub fn new(file: Option<PathBuf>) -> Recorder {
-        Recorder { file, done: false }
+        Recorder { file, recorded: None, state: None }
+    }
+
+    /// STATE_DB's recording, read on the connection kept, or on a new one where that one
+    /// fails (Redis restarted since).
+    fn read_stored(&mut self, target: &RedisTarget, dbs: &DbIndices) -> Result<Option<Recording>, String> {
+        if let Some(Ok(stored)) = self.state.as_mut().map(|c| Recording::read(c, dbs.state)) {
+            return Ok(stored);
+        }
+        self.state = None;
+        let mut con = target.connect(dbs.state, "ecn-tuner-state")?;
+        let stored = Recording::read(&mut con, dbs.state)?;
+        self.state = Some(con);
+        Ok(stored)
     }
 
     /// Record `now` (the tables as they are, just read) unless a recording exists already,
     /// in STATE_DB or in the file; then make sure both hold it. A recording from the file must
     /// belong to this switch and cover the `controlled` queues ([`Recording::check_belongs`]).
+    /// Checked before every write: a Redis restarted without its data (or a flushed STATE_DB)
+    /// loses the recording while the actuator runs, and it is put back from the one this
+    /// actuator saw, not taken afresh from tables it has tuned since.
     pub fn ensure(
         &mut self,
         target: &RedisTarget,
@@ -179,32 +199,52 @@ impl Recorder {
         switch: &str,
         controlled: &[QueueRef],
     ) -> Result<(), String> {
-        if self.done {
+        let stored = self.read_stored(target, dbs)?;
+        if stored.is_some() && self.recorded.is_some() {
             return Ok(());
         }
-        let mut state = target.connect(dbs.state, "ecn-tuner-state")?;
-        let stored = Recording::read(&mut state, dbs.state)?;
+        let r = self.record(dbs, stored, now, switch, controlled);
+        if r.is_err() {
+            self.state = None;
+        }
+        r
+    }
+
+    /// [`Recorder::ensure`] once STATE_DB was read (`stored`) and found wanting.
+    fn record(
+        &mut self,
+        dbs: &DbIndices,
+        stored: Option<Recording>,
+        now: &dyn Fn() -> Result<Snapshot, String>,
+        switch: &str,
+        controlled: &[QueueRef],
+    ) -> Result<(), String> {
+        let state = self.state.as_mut().expect("connected by read_stored");
         let from_file = match &self.file {
             Some(p) if p.exists() => Some(Recording::read_file(p)?),
             _ => None,
         };
-        let rec = match (stored, from_file) {
-            (Some(r), _) => r,
-            (None, Some(r)) => {
+        let rec = match (stored, self.recorded.take(), from_file) {
+            (Some(r), _, _) => r,
+            (None, Some(r), _) => {
+                warn!("STATE_DB lost the recording of the original profiles (Redis restarted without its data?); putting it back");
+                r
+            }
+            (None, None, Some(r)) => {
                 let file = self.file.as_ref().expect("read from the file").display();
                 r.check_belongs(switch, dbs.config, controlled)
                     .map_err(|e| format!("{file}: {e}; move the file away to record this switch afresh"))?;
                 warn!(file = %file, "STATE_DB has no recording of the original profiles; putting back the one from the file");
                 r
             }
-            (None, None) => Recording::of(&now()?, switch, dbs.config, self.file.clone()),
+            (None, None, None) => Recording::of(&now()?, switch, dbs.config, self.file.clone()),
         };
         let json = serde_json::to_string(&rec).map_err(|e| format!("recording: {e}"))?;
         let created: bool = redis::cmd("HSETNX")
             .arg(schema::RECORDING_KEY)
             .arg(schema::RECORDING_FIELD)
             .arg(&json)
-            .query(&mut state)
+            .query(state)
             .map_err(|e| format!("writing {} to STATE_DB (db {}): {e}", schema::RECORDING_KEY, dbs.state))?;
         if created {
             info!(
@@ -218,12 +258,12 @@ impl Recorder {
         if let Some(p) = &self.file {
             if !p.exists() {
                 // The recording that won in STATE_DB, whichever actuator wrote it.
-                let stored = Recording::read(&mut state, dbs.state)?.unwrap_or(rec);
+                let stored = Recording::read(state, dbs.state)?.unwrap_or_else(|| rec.clone());
                 let text = serde_json::to_string_pretty(&stored).map_err(|e| format!("recording: {e}"))?;
                 write_new(p, &text).map_err(|e| format!("{}: {e}", p.display()))?;
             }
         }
-        self.done = true;
+        self.recorded = Some(Recording::read(state, dbs.state)?.unwrap_or(rec));
         Ok(())
     }
 }
