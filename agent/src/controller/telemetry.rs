@@ -44,6 +44,9 @@ pub fn problem(s: &pb::TelemetrySample, span_ns: Option<u64>) -> Option<String> 
     if (s.queue_bytes_max as f64) + 1.0 < s.queue_bytes_avg {
         return Some(format!("queue_bytes_max {} is below queue_bytes_avg {}", s.queue_bytes_max, s.queue_bytes_avg));
     }
+    if s.queue_bytes > s.queue_bytes_max {
+        return Some(format!("queue_bytes_max {} is below queue_bytes {}", s.queue_bytes_max, s.queue_bytes));
+    }
     if s.link_bps == 0 {
         return Some("link_bps is 0".into());
     }
@@ -248,6 +251,8 @@ mod tests {
         assert!(problem(&sample(1, -5.0, 0), None).is_some());
         assert!(problem(&sample(1, 10.0, 2_000_000), Some(100_000)).is_some());
         assert!(problem(&sample(1, 10.0, 1_000_000), Some(100_000)).is_none());
+        let deeper_than_its_maximum = pb::TelemetrySample { queue_bytes: 21, ..sample(1, 10.0, 0) };
+        assert!(problem(&deeper_than_its_maximum, None).is_some_and(|p| p.contains("below queue_bytes 21")));
     }
 
     /// A restarted actuator's clock starts again near 0: intervals on it count as measured

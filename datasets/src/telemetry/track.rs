@@ -37,12 +37,17 @@ fn plausible_max(link_bps: u64, interval_ns: u64) -> [Option<u64>; 7] {
 }
 
 /// Where the columns of one interval (as deltas) contradict each other, the column to blame and
-/// why. A queue marks only packets it sends, and a time average cannot exceed the maximum it
-/// averages (give or take a byte of rounding).
+/// why. A queue marks only packets it sends, and neither its depth at the interval's end nor
+/// its time average can exceed the maximum taken over the interval (the average give or take
+/// a byte of rounding).
 fn inconsistency(s: &QueueSample) -> Option<(&'static str, String)> {
     if s.ecn_marked_pkts > s.tx_pkts {
         let why = format!("{} packets marked, but only {} sent in the interval", s.ecn_marked_pkts, s.tx_pkts);
         return Some(("ecn_marked_pkts", why));
+    }
+    if s.queue_bytes > s.queue_bytes_max {
+        let why = format!("depth {} at the end is above the interval's maximum {}", s.queue_bytes, s.queue_bytes_max);
+        return Some(("queue_bytes", why));
     }
     let max = s.queue_bytes_max as f64;
     if s.queue_bytes_avg > max + 1.0 + max * 1e-9 {
@@ -318,6 +323,23 @@ mod tests {
         assert_eq!(median_step([0, 10, 20, 20, 30, 100].into_iter()), Some(10));
         assert_eq!(median_step([5].into_iter()), None);
         assert_eq!(median_step([9, 3].into_iter()), None);
+    }
+
+    /// The depth at an interval's end is one of the depths its maximum is taken over; a mean
+    /// is within them too. (A queue above its own maximum passed unnoticed.)
+    #[test]
+    fn an_interval_contradicting_itself_names_the_column() {
+        let s = QueueSample {
+            queue_bytes: 10,
+            queue_bytes_avg: 5.0,
+            queue_bytes_max: 10,
+            tx_pkts: 2,
+            ..Default::default()
+        };
+        assert_eq!(inconsistency(&s), None);
+        assert_eq!(inconsistency(&QueueSample { queue_bytes: 11, ..s }).map(|(c, _)| c), Some("queue_bytes"));
+        assert_eq!(inconsistency(&QueueSample { queue_bytes_avg: 12.0, ..s }).map(|(c, _)| c), Some("queue_bytes_avg"));
+        assert_eq!(inconsistency(&QueueSample { ecn_marked_pkts: 3, ..s }).map(|(c, _)| c), Some("ecn_marked_pkts"));
     }
 
     #[test]
