@@ -10,7 +10,8 @@
 //!    for a quarantine period.
 //!
 //! This module holds the loop and its decisions; module `changes` holds enforce mode's writes
-//! (apply, health check, confirm or roll back, read-back after an unknown outcome, kill switch).
+//! (apply, health check, confirm or roll back, read-back after an unknown outcome, kill switch),
+//! and `client` the connection to the actuator.
 //!
 //! The actuator enforces its own limits and reverts unconfirmed changes by itself, so a
 //! controller that dies or hangs leaves the last confirmed settings in place.
@@ -23,9 +24,11 @@ pub mod requests;
 pub mod telemetry;
 
 mod changes;
+mod client;
+
+pub use client::{connect, Client};
 
 use crate::actuator::backend::wall_interval;
-use crate::actuator::security::holds_pem_certificate;
 use crate::error::CliError;
 use crate::learned::{Proposal, Untrained};
 use crate::policy::Policy;
@@ -36,14 +39,11 @@ use guardrails::{ChangeBudget, Clamp, GuardrailConfig, Guardrails, QueueContext}
 use health::HealthConfig;
 use log::{unix_ms, Decision, DecisionLog};
 use metrics::{Metrics, QueueLabels, ReasonLabels, TargetLabels};
-use pb::actuator_client::ActuatorClient;
 use requests::{Requests, StopReason};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use telemetry::QueueWatch;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 use tracing::{debug, info, warn, Instrument};
 
 /// Watch only, or write.
@@ -130,86 +130,6 @@ pub struct RunReport {
     pub confirms: u64,
     /// Rolled-back changes.
     pub rollbacks: u64,
-}
-
-/// Adds the bearer token to every request.
-#[derive(Clone)]
-pub struct Auth(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
-
-impl tonic::service::Interceptor for Auth {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(v) = &self.0 {
-            req.metadata_mut().insert("authorization", v.clone());
-        }
-        Ok(req)
-    }
-}
-
-/// A connected actuator client.
-pub type Client = ActuatorClient<InterceptedService<Channel, Auth>>;
-
-/// A port in the URL that is no port number (`:99999`) parses as a URL without one, and then
-/// fails only at connection time, as an unreachable actuator: refused as the bad input it is.
-fn check_port(url: &str) -> Result<(), String> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    // After an IPv6 literal's closing bracket, if any.
-    let after_host = host_port.rsplit_once(']').map_or(host_port, |(_, p)| p);
-    match after_host.rsplit_once(':') {
-        Some((_, port)) if port.parse::<u16>().is_err() => Err(format!("port '{port}' is not a port number (0-65535)")),
-        _ => Ok(()),
-    }
-}
-
-/// Connect to an actuator, with TLS and a bearer token when configured. A call without a reply
-/// (its response headers, for the telemetry stream) after `call_timeout` fails with
-/// `CANCELLED`, as a lost connection would; a stream's batches are not timed.
-pub async fn connect(
-    target: &str,
-    token: Option<&str>,
-    tls_ca: Option<&[u8]>,
-    call_timeout: Duration,
-) -> Result<Client, CliError> {
-    let bad = |e: &dyn std::fmt::Display| CliError::BadInput(format!("--target {target}: {e}"));
-    // Anything else only fails later, as an unhelpful transport error.
-    if !(target.starts_with("http://") || target.starts_with("https://")) {
-        return Err(bad(&"the URL must start with http:// or https://"));
-    }
-    if tls_ca.is_some_and(|ca| !holds_pem_certificate(ca)) {
-        return Err(bad(&"--tls-ca holds no PEM certificate"));
-    }
-    // A bearer token over plain HTTP is readable by anyone on the path; only loopback is safe.
-    if token.is_some() && target.starts_with("http://") && !is_loopback_url(target) {
-        return Err(bad(&"a token is only sent over https:// (or to a loopback address)"));
-    }
-    check_port(target).map_err(|e| bad(&e))?;
-    let mut endpoint = Channel::from_shared(target.to_string()).map_err(|e| bad(&e))?;
-    endpoint = endpoint.connect_timeout(Duration::from_secs(5)).timeout(call_timeout);
-    if let Some(ca) = tls_ca {
-        let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(ca));
-        endpoint = endpoint.tls_config(tls).map_err(|e| bad(&e))?;
-    }
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| CliError::Failed(format!("cannot reach the actuator at {target}: {e}")))?;
-    let header = match token {
-        Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| bad(&"the token is not valid header text"))?),
-        None => None,
-    };
-    Ok(ActuatorClient::with_interceptor(channel, Auth(header)))
-}
-
-/// Whether the URL's host is a loopback address (`localhost`, `127.x.y.z`, `[::1]`).
-fn is_loopback_url(url: &str) -> bool {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split('/').next().unwrap_or_default();
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
-    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 fn to_setting(s: Option<&pb::EcnSetting>) -> Option<EcnSetting> {
@@ -1291,17 +1211,6 @@ mod tests {
     use super::*;
     use health::IntervalStats;
 
-    #[test]
-    fn a_port_that_is_no_port_number_is_refused() {
-        for ok in ["http://127.0.0.1:50051", "https://h", "http://[::1]:1/x", "http://[::1]", "https://u:p@h:65535/"] {
-            assert_eq!(check_port(ok), Ok(()), "{ok}");
-        }
-        for bad in ["http://127.0.0.1:99999", "http://h:", "https://h:x/", "http://[::1]:65536"] {
-            let e = check_port(bad).unwrap_err();
-            assert!(e.contains("is not a port number"), "{bad}: {e}");
-        }
-    }
-
     /// Batches after a change that bring no new interval for a watched queue add nothing to
     /// its window: neither the interval from before the change nor a repeated sample. Late
     /// intervals from before the change go to the window before it, or to neither.
@@ -1370,17 +1279,5 @@ mod tests {
         feed_samples(&mut queues, &index, Some(&mut p), &[sample(600, 1)]);
         assert_eq!(p.after[0].iter().map(|i| (i.start_ns, i.drops)).collect::<Vec<_>>(), [(500, 1)]);
         assert_eq!(p.before[0].len(), 2);
-    }
-
-    #[test]
-    fn only_loopback_urls_are_loopback() {
-        for url in ["http://127.0.0.1:50051", "http://localhost:1", "http://[::1]:9", "http://127.3.2.1"] {
-            assert!(is_loopback_url(url), "{url}");
-        }
-        for url in
-            ["http://10.0.0.1:50051", "http://switch1:50051", "http://[2001:db8::1]:9", "http://127.0.0.1.evil:1"]
-        {
-            assert!(!is_loopback_url(url), "{url}");
-        }
     }
 }

@@ -1,0 +1,118 @@
+//! The connection to an actuator: TLS, the bearer token on every request, and the URL checks
+//! that would otherwise fail only later, as an unreachable actuator.
+
+use crate::actuator::security::holds_pem_certificate;
+use crate::error::CliError;
+use ecn_proto::v1 as pb;
+use pb::actuator_client::ActuatorClient;
+use std::time::Duration;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+/// Adds the bearer token to every request.
+#[derive(Clone)]
+pub struct Auth(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Auth {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// A connected actuator client.
+pub type Client = ActuatorClient<InterceptedService<Channel, Auth>>;
+
+/// A port in the URL that is no port number (`:99999`) parses as a URL without one, and then
+/// fails only at connection time, as an unreachable actuator: refused as the bad input it is.
+fn check_port(url: &str) -> Result<(), String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    // After an IPv6 literal's closing bracket, if any.
+    let after_host = host_port.rsplit_once(']').map_or(host_port, |(_, p)| p);
+    match after_host.rsplit_once(':') {
+        Some((_, port)) if port.parse::<u16>().is_err() => Err(format!("port '{port}' is not a port number (0-65535)")),
+        _ => Ok(()),
+    }
+}
+
+/// Connect to an actuator, with TLS and a bearer token when configured. A call without a reply
+/// (its response headers, for the telemetry stream) after `call_timeout` fails with
+/// `CANCELLED`, as a lost connection would; a stream's batches are not timed.
+pub async fn connect(
+    target: &str,
+    token: Option<&str>,
+    tls_ca: Option<&[u8]>,
+    call_timeout: Duration,
+) -> Result<Client, CliError> {
+    let bad = |e: &dyn std::fmt::Display| CliError::BadInput(format!("--target {target}: {e}"));
+    // Anything else only fails later, as an unhelpful transport error.
+    if !(target.starts_with("http://") || target.starts_with("https://")) {
+        return Err(bad(&"the URL must start with http:// or https://"));
+    }
+    if tls_ca.is_some_and(|ca| !holds_pem_certificate(ca)) {
+        return Err(bad(&"--tls-ca holds no PEM certificate"));
+    }
+    // A bearer token over plain HTTP is readable by anyone on the path; only loopback is safe.
+    if token.is_some() && target.starts_with("http://") && !is_loopback_url(target) {
+        return Err(bad(&"a token is only sent over https:// (or to a loopback address)"));
+    }
+    check_port(target).map_err(|e| bad(&e))?;
+    let mut endpoint = Channel::from_shared(target.to_string()).map_err(|e| bad(&e))?;
+    endpoint = endpoint.connect_timeout(Duration::from_secs(5)).timeout(call_timeout);
+    if let Some(ca) = tls_ca {
+        let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(ca));
+        endpoint = endpoint.tls_config(tls).map_err(|e| bad(&e))?;
+    }
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| CliError::Failed(format!("cannot reach the actuator at {target}: {e}")))?;
+    let header = match token {
+        Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| bad(&"the token is not valid header text"))?),
+        None => None,
+    };
+    Ok(ActuatorClient::with_interceptor(channel, Auth(header)))
+}
+
+/// Whether the URL's host is a loopback address (`localhost`, `127.x.y.z`, `[::1]`).
+fn is_loopback_url(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_that_is_no_port_number_is_refused() {
+        for ok in ["http://127.0.0.1:50051", "https://h", "http://[::1]:1/x", "http://[::1]", "https://u:p@h:65535/"] {
+            assert_eq!(check_port(ok), Ok(()), "{ok}");
+        }
+        for bad in ["http://127.0.0.1:99999", "http://h:", "https://h:x/", "http://[::1]:65536"] {
+            let e = check_port(bad).unwrap_err();
+            assert!(e.contains("is not a port number"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn only_loopback_urls_are_loopback() {
+        for url in ["http://127.0.0.1:50051", "http://localhost:1", "http://[::1]:9", "http://127.3.2.1"] {
+            assert!(is_loopback_url(url), "{url}");
+        }
+        for url in
+            ["http://10.0.0.1:50051", "http://switch1:50051", "http://[2001:db8::1]:9", "http://127.0.0.1.evil:1"]
+        {
+            assert!(!is_loopback_url(url), "{url}");
+        }
+    }
+}
