@@ -3,25 +3,27 @@
 //! SIGINT, SIGTERM and SIGHUP end a process at once by default, wherever it is: between two
 //! renames of files that belong together (new weights beside an old card), or with a
 //! temporary file not yet removed. While a [`HeldSignals`] lives, those signals are noted
-//! instead of acted on; when the last one is dropped, the previous handling comes back and a
+//! instead of acted on; when the last one is dropped, the previous handling comes back and each
 //! signal that came meanwhile is raised again, so the process still ends (or its own handler
 //! runs), only once the files are consistent. Holds nest and may be taken from any thread.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 /// The signals held.
 const HELD: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
-/// The last held signal that arrived, 0 for none.
-static PENDING: AtomicI32 = AtomicI32::new(0);
+/// The held signals that arrived, a bit each (in [`HELD`] order).
+static PENDING: AtomicU32 = AtomicU32::new(0);
 
 /// Holds alive, and the handling they replaced (taken by the first, put back by the last).
 static HOLDS: Mutex<(usize, Option<[libc::sigaction; 3]>)> = Mutex::new((0, None));
 
 extern "C" fn note(signal: libc::c_int) {
-    // Only an atomic store: all a signal handler may safely do here.
-    PENDING.store(signal, Ordering::SeqCst);
+    // Only an atomic operation: all a signal handler may safely do here.
+    if let Some(i) = HELD.iter().position(|&s| s == signal) {
+        PENDING.fetch_or(1 << i, Ordering::SeqCst);
+    }
 }
 
 /// While alive, SIGINT, SIGTERM and SIGHUP wait (see the module docs).
@@ -76,10 +78,14 @@ impl Drop for HeldSignals {
         }
         let pending = PENDING.swap(0, Ordering::SeqCst);
         drop(holds);
-        if pending != 0 {
-            // SAFETY: raise(3) with a valid signal number.
-            unsafe {
-                libc::raise(pending);
+        // Every one that came, each to its own handling: one the process ignores (SIGINT in a
+        // background job, SIGHUP under nohup) must not stand in for a SIGTERM.
+        for (i, &signal) in HELD.iter().enumerate() {
+            if pending & (1 << i) != 0 {
+                // SAFETY: raise(3) with a valid signal number.
+                unsafe {
+                    libc::raise(signal);
+                }
             }
         }
     }

@@ -36,4 +36,19 @@ fn a_signal_waits_for_the_last_hold() {
     SEEN.store(0, Ordering::SeqCst);
     raise(libc::SIGHUP);
     assert_eq!(SEEN.load(Ordering::SeqCst), libc::SIGHUP, "the process's own handler is back");
+
+    // Two signals held: each reaches its own handling, an ignored one not standing in for the
+    // other (only the last used to be raised).
+    // SAFETY: as above; SIGINT ignored, as in a background job.
+    unsafe {
+        let mut ignore: libc::sigaction = std::mem::zeroed();
+        ignore.sa_sigaction = libc::SIG_IGN;
+        libc::sigaction(libc::SIGINT, &ignore, std::ptr::null_mut());
+    }
+    SEEN.store(0, Ordering::SeqCst);
+    let held = HeldSignals::new();
+    raise(libc::SIGHUP);
+    raise(libc::SIGINT);
+    drop(held);
+    assert_eq!(SEEN.load(Ordering::SeqCst), libc::SIGHUP, "SIGHUP reached its handler after SIGINT came");
 }

@@ -583,6 +583,50 @@ async fn dry_run_has_no_telemetry_without_a_recording() {
     assert!(e.message().contains("--telemetry"), "{}", e.message());
 }
 
+/// A replayed recording that states its rows' spans (a poller's jittered steps) loops back to
+/// its first row an interval after its last: that row's span, stated for a longer step, used to
+/// go out as it was, and a recording of the replay then failed validation at every loop, a row
+/// covering more than its step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looped_replay_of_stated_spans_records_a_valid_file() {
+    let dir = tempfile::Builder::new().prefix("ecn-actuator-loop-").tempdir().unwrap();
+    let mut ts = 0;
+    let rows: Vec<ecn_datasets::TelemetrySample> = (0..12u64)
+        .map(|i| {
+            // 10 ms ± 0.4 ms, the first step the longest: every step occurs once.
+            let step = 10_000_000 + [390_000, 0, 130_000, 260_000][(i % 4) as usize] - 200_000 + i * 1_000;
+            ts += step;
+            ecn_datasets::TelemetrySample {
+                switch: "leaf0".into(),
+                port: "eth1".into(),
+                queue: 3,
+                sample: ecn_datasets::QueueSample {
+                    ts_ns: ts,
+                    span_ns: step,
+                    link_bps: 100_000_000_000,
+                    tx_bytes: 1_000_000,
+                    tx_pkts: 1_000,
+                    kmin_bytes: 100_000,
+                    kmax_bytes: 400_000,
+                    pmax: 0.2,
+                    ..Default::default()
+                },
+            }
+        })
+        .collect();
+    let rec = dir.path().join("jittered.csv");
+    ecn_datasets::io::write_telemetry_csv(&rec, &rows).unwrap();
+    let (code, stdout, stderr) = run_cli(&["validate", "--telemetry", rec.to_str().unwrap()]).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let out = dir.path().join("replayed.csv").display().to_string();
+    let a = Actuator::start(&["--backend", "dry-run", "--telemetry", rec.to_str().unwrap(), "--time-scale", "1"]).await;
+    let (code, stdout, stderr) = run_cli(&["record", "--target", &a.url(), "--duration", "1s", "--out", &out]).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(std::fs::read_to_string(&out).unwrap().lines().count() > 24, "more than one loop recorded");
+    let (code, stdout, stderr) = run_cli(&["validate", "--telemetry", &out]).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_run_replays_a_csv_recording_as_its_telemetry() {
     let dir = tempfile::Builder::new().prefix("ecn-actuator-replay-").tempdir().unwrap();

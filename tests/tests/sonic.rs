@@ -1634,6 +1634,17 @@ async fn a_redis_user_that_cannot_fence_is_refused_at_start() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("CLIENT KILL ID") && stderr.contains("+client|kill"), "{stderr}");
     assert!(stderr.contains("tuner:***@") && !stderr.contains("hunter2"), "{stderr}");
+
+    // Nor one that may not PING, which every batch of commands asks first: it used to start,
+    // and then no poll or write could run.
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "pinless", "on", ">hunter2", "~*", "&*", "+@all", "-ping"])
+        .query(&mut redis.con(0))
+        .unwrap();
+    let url = format!("redis://pinless:hunter2@127.0.0.1:{}", redis.port);
+    let (code, stderr) = refused_start(&url, None).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("PING: ") && stderr.contains("+ping"), "{stderr}");
 }
 
 /// Without a journal, an actuator restarted after a crash would take an unconfirmed change it

@@ -68,10 +68,21 @@ pub fn play(
     let span = last - first + rec.interval_ns;
     // A recording's zero marks may be a switch that did not count them: not vouched for.
     let batches = batches_from_rows(&rec.rows, 0, false);
+    // In a later loop a queue's first row follows its last one of the loop before, an
+    // interval earlier, whatever span the recording states for it: left implicit, it covers
+    // that step (a stated one could overlap the row before).
+    let mut looped = batches.clone();
+    let mut seen = std::collections::HashSet::new();
+    for s in looped.iter_mut().flat_map(|b| b.samples.iter_mut()) {
+        let id = s.id.as_ref().map(|q| (q.switch.clone(), q.port.clone(), q.queue));
+        if seen.insert(id) {
+            s.span_ns = 0;
+        }
+    }
     let mut pacer = Pacer::new(time_scale, 0);
     let mut base = 0u64;
     'outer: while !stop.load(Ordering::Relaxed) {
-        for b in &batches {
+        for b in if base == 0 { &batches } else { &looped } {
             let ts = base + (b.ts_ns - first) + rec.interval_ns;
             if !pacer.wait_until(ts, &stop) {
                 break 'outer;

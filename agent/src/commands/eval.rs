@@ -607,6 +607,9 @@ fn plot_files(scenarios: &[String]) -> Vec<String> {
 /// drawn) leaves the folder's previous report whole instead of this run's tables beside the
 /// last run's charts.
 fn write_outputs(dir: &Path, table: &Table, markdown: &str, json: &str) -> Result<(), CliError> {
+    // Until the last report's charts are gone too: interrupted between, they would stay for
+    // good (the new eval.json no longer lists them).
+    let _held = ecn_datasets::signals::HeldSignals::new();
     let previous = previous_plots(dir);
     let mut files = StagedFiles::new();
     let mut write = |name: &str, text: &str| {

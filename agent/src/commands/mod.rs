@@ -119,8 +119,12 @@ fn create_folder(dir: &Path) -> Result<(), String> {
         let in_the_way = |a: &&Path| !a.as_os_str().is_empty() && a.symlink_metadata().is_ok() && !a.is_dir();
         match dir.ancestors().find(in_the_way) {
             Some(link) if !link.exists() => {
-                let to = std::fs::read_link(link).map(|t| t.display().to_string()).unwrap_or_default();
-                format!("{} is a link to {to}, which does not exist", link.display())
+                let to = std::fs::read_link(link).unwrap_or_default();
+                let target = link.parent().unwrap_or(Path::new(".")).join(&to);
+                // A link to a link that leads nowhere: a loop, or a chain ending in nothing.
+                let why =
+                    if target.symlink_metadata().is_ok() { "which leads nowhere" } else { "which does not exist" };
+                format!("{} is a link to {}, {why}", link.display(), to.display())
             }
             Some(file) => format!("{} is a file, not a folder", file.display()),
             None => e.to_string(),

@@ -61,7 +61,8 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     let model = LearnedModel::load(&args.model, "--model ")?;
     let history = model.tuning().history;
     // One sample more than the model observes: the oldest only gives the time the next one
-    // covers, as the controller and offline training measure it.
+    // covers where that one leaves its span implicit, as the controller and offline training
+    // measure it.
     let keep = history + 1;
     // A queue whose setting is outside the bounds (ECN marking off, Pmax 0) is a fault to
     // recommend a fix for, not a reason to refuse the file and every other queue in it.
@@ -136,8 +137,9 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
 }
 
 /// A queue's newest unbroken samples (up to `history` + 1) as the model's input: each of the
-/// last `history` intervals over the step from the sample before it; where the run starts
-/// within them, its first over the nominal interval, as offline training measures it.
+/// last `history` intervals over its stated span, else the step from the sample before it;
+/// where the run starts within them, its first over the nominal interval unless it states its
+/// span, as offline training measures it ([`telemetry_input::intervals`]).
 fn queue_state(t: &QueueTail, history: usize, newest_ns: u64) -> Option<QueueState> {
     let last = t.last?;
     let mut h = QueueHistory::default();

@@ -20,7 +20,8 @@ fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
 /// Writes telemetry rows as CSV with a header of [`TELEMETRY_COLUMNS`]. Switch and port
 /// names are quoted when they contain a comma, quote or newline.
 ///
-/// The file appears atomically: it is written to `<path>.tmp` and renamed into place.
+/// The file appears atomically: it is written to a temporary file of its own beside `path`
+/// (`<path>.<pid>-<n>.tmp`) and renamed into place.
 pub fn write_telemetry_csv(path: &Path, rows: &[TelemetrySample]) -> Result<(), IoError> {
     write_atomically(path, |w| {
         writeln!(w, "{}", TELEMETRY_COLUMNS.join(",")).map_err(|e| IoError::io(path, "write", e))?;
@@ -98,7 +99,8 @@ impl TelemetryCsvWriter {
 /// Writes flow records as CSV with a header of [`FLOW_COLUMNS`]; an incomplete flow's
 /// `fct_ns` and `slowdown` are empty fields.
 ///
-/// The file appears atomically: it is written to `<path>.tmp` and renamed into place.
+/// The file appears atomically: it is written to a temporary file of its own beside `path`
+/// (`<path>.<pid>-<n>.tmp`) and renamed into place.
 pub fn write_flows_csv(path: &Path, rows: &[FlowRecord]) -> Result<(), IoError> {
     fn opt<T: Display>(v: Option<T>) -> String {
         v.map(|v| v.to_string()).unwrap_or_default()

@@ -23,7 +23,8 @@ pub fn hpcc_ip_node(ip: u32) -> Option<u32> {
 /// digits (see [`hpcc_node_ip`]). Flows without an FCT are skipped, as HPCC only logs
 /// completions. Priority and slowdown are not part of the format.
 ///
-/// The file appears atomically: it is written to `<path>.tmp` and renamed into place.
+/// The file appears atomically: it is written to a temporary file of its own beside `path`
+/// (`<path>.<pid>-<n>.tmp`) and renamed into place.
 pub fn write_flows_hpcc_fct(path: &Path, rows: &[FlowRecord]) -> Result<(), IoError> {
     write_atomically(path, |w| {
         for (row, r) in rows.iter().enumerate() {

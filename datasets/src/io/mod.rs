@@ -365,7 +365,7 @@ pub enum TelemetryWriter {
 }
 
 impl TelemetryWriter {
-    /// Starts `<path>.tmp`; an error names the path when it ends in neither `.parquet` nor
+    /// Starts its temporary file; an error names the path when it ends in neither `.parquet` nor
     /// `.csv`, or cannot be created.
     pub fn create(path: &Path) -> Result<Self, IoError> {
         match TelemetryFormat::of(path) {

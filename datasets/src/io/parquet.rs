@@ -155,7 +155,8 @@ pub fn telemetry_frame(rows: &[TelemetrySample]) -> PolarsResult<DataFrame> {
 /// `queue` → UInt8, f64 → Float64, `switch`/`port` → String), with
 /// [`TELEMETRY_SCHEMA_VERSION`] under the key-value metadata key [`TELEMETRY_SCHEMA_KEY`].
 ///
-/// The file appears atomically: it is written to `<path>.tmp` and renamed into place.
+/// The file appears atomically: it is written to a temporary file of its own beside `path`
+/// (`<path>.<pid>-<n>.tmp`) and renamed into place.
 /// Row groups hold [`PARQUET_ROW_GROUP_ROWS`] rows, so that the streaming reader
 /// ([`crate::telemetry::stream_telemetry`]) needs only one group's worth of memory.
 pub fn write_telemetry_parquet(path: &Path, rows: &[TelemetrySample]) -> Result<(), IoError> {
@@ -358,7 +359,8 @@ pub(super) fn flows_frame(rows: &[FlowRecord]) -> PolarsResult<DataFrame> {
 /// Float64). `fct_ns` and `slowdown` are nullable: null marks a flow that had not completed.
 /// `sent_ns`, `delivered_ns` and `base_rtt_ns` are nullable too: null where unknown.
 ///
-/// The file appears atomically: it is written to `<path>.tmp` and renamed into place.
+/// The file appears atomically: it is written to a temporary file of its own beside `path`
+/// (`<path>.<pid>-<n>.tmp`) and renamed into place.
 pub fn write_flows_parquet(path: &Path, rows: &[FlowRecord]) -> Result<(), IoError> {
     let df = guarded(path, || flows_frame(rows))?;
     write_parquet_frame(path, df, None)

@@ -64,7 +64,7 @@ fn first_difference(a: &QueueSample, b: &QueueSample) -> &'static str {
     if let Some(i) = (0..7).find(|&i| ca[i] != cb[i]) {
         return COUNTER_COLUMNS[i];
     }
-    let fields: [(&'static str, bool); 7] = [
+    let fields: [(&'static str, bool); 8] = [
         ("link_bps", a.link_bps != b.link_bps),
         ("queue_bytes", a.queue_bytes != b.queue_bytes),
         ("queue_bytes_avg", a.queue_bytes_avg.to_bits() != b.queue_bytes_avg.to_bits()),
@@ -72,6 +72,7 @@ fn first_difference(a: &QueueSample, b: &QueueSample) -> &'static str {
         ("kmin_bytes", a.kmin_bytes != b.kmin_bytes),
         ("kmax_bytes", a.kmax_bytes != b.kmax_bytes),
         ("pmax", a.pmax.to_bits() != b.pmax.to_bits()),
+        ("span_ns", a.span_ns != b.span_ns),
     ];
     fields.iter().find(|(_, d)| *d).map_or("ts_ns", |(c, _)| c)
 }
@@ -323,6 +324,15 @@ mod tests {
         assert_eq!(median_step([0, 10, 20, 20, 30, 100].into_iter()), Some(10));
         assert_eq!(median_step([5].into_iter()), None);
         assert_eq!(median_step([9, 3].into_iter()), None);
+    }
+
+    /// Two rows of one timestamp are told apart by the column that differs, the span too (it
+    /// was blamed on `ts_ns`).
+    #[test]
+    fn a_conflicting_duplicate_names_the_column_that_differs() {
+        let s = QueueSample { ts_ns: 300_000, ..Default::default() };
+        assert_eq!(first_difference(&s, &QueueSample { span_ns: 100_000, ..s }), "span_ns");
+        assert_eq!(first_difference(&s, &QueueSample { tx_bytes: 1, ..s }), "tx_bytes");
     }
 
     /// The depth at an interval's end is one of the depths its maximum is taken over; a mean

@@ -160,12 +160,25 @@ pub struct SonicBackend {
 /// retry a database that does not exist for ever.
 fn check_databases(target: &RedisTarget, dbs: &DbIndices) -> Result<(), ActuatorError> {
     for (flag, db) in dbs.by_flag() {
-        if let Err(e) = target.connect(db, "ecn-tuner-discover") {
+        // Every batch of commands asks PING first (`conn::query_pipeline`): a user that may not
+        // would start, and then no poll or write could run.
+        let checked = target.connect(db, "ecn-tuner-discover").and_then(|mut con| {
+            redis::cmd("PING")
+                .query::<()>(&mut con)
+                .map_err(|e| format!("Redis at {} (db {db}): PING: {e}", target.url()))
+        });
+        if let Err(e) = checked {
             let lower = e.to_lowercase();
             return Err(if lower.contains("out of range") {
                 ActuatorError::BadInput(format!("{flag} {db}: Redis at {} has no such database ({e})", target.url()))
             } else if lower.contains("wrongpass") || lower.contains("noauth") || lower.contains("password") {
                 ActuatorError::BadInput(format!("--redis {}: authentication refused ({e})", target.url()))
+            } else if lower.contains("noperm") {
+                ActuatorError::BadInput(format!(
+                    "--redis {}: the Redis user may not run a command the actuator needs ({e}); with ACLs it needs +ping \
+                     among the rest (README, \"Where it looks\")",
+                    target.url()
+                ))
             } else {
                 ActuatorError::Failed(e)
             });
