@@ -501,14 +501,7 @@ async fn an_interrupted_recording_keeps_what_it_read() {
     let actuator = Actuator::start(&["--backend", "sim", "--scenario", "websearch-50"]).await;
     for (signal, said, ext) in [("INT", "interrupted (SIGINT)", "parquet"), ("HUP", "stopped (SIGHUP)", "csv")] {
         let out = path(dir.path(), &format!("{signal}.{ext}"));
-        let child = tokio::process::Command::new(ecn_tests::ecn_tuner_bin())
-            .args(["record", "--target", &actuator.url(), "--duration", "60s", "--out", &out])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+        let child = recording(&actuator.url(), &out);
         actuator.wait_for_telemetry_time(2_000_000, Duration::from_secs(60)).await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(!Path::new(&out).exists(), "{out} before the recording ended");
@@ -528,6 +521,18 @@ async fn an_interrupted_recording_keeps_what_it_read() {
         };
         assert!(rows > 0);
     }
+}
+
+/// `record --target URL --duration 60s --out OUT` as a child process, to be stopped by a signal.
+fn recording(url: &str, out: &str) -> tokio::process::Child {
+    tokio::process::Command::new(ecn_tests::ecn_tuner_bin())
+        .args(["record", "--target", url, "--duration", "60s", "--out", out])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
 }
 
 /// The temporary file a writer of `out` keeps beside it (`OUT.PID-N.tmp`), if one is there.
@@ -555,14 +560,7 @@ async fn a_recording_interrupted_before_its_stream_opens_leaves_nothing() {
         }
     });
     let out = path(dir.path(), "early.parquet");
-    let child = tokio::process::Command::new(ecn_tests::ecn_tuner_bin())
-        .args(["record", "--target", &url, "--duration", "60s", "--out", &out])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let child = recording(&url, &out);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(temporary_of(&out).is_some(), "the file is started before connecting (and writable)");
     ecn_tests::send_signal(child.id(), "INT");
