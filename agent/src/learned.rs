@@ -254,7 +254,15 @@ impl LearnedModel {
             return out;
         }
         for (&i, a) in rows.iter().zip(self.decide(&obs, &links)) {
-            out[i].setting = self.template.setting(a, queues[i].0, &tuning.bounds);
+            let (link, h) = queues[i];
+            // The setting in force, off the template (a switch's own profile), is the entry
+            // nearest it to the model, as offline training labels it: choosing that entry is
+            // keeping it, as `recommend` says, not a move to the entry.
+            let current = h.latest().map(|iv| iv.setting());
+            out[i].setting = match current {
+                Some(c) if self.template.nearest(&c, link) == a => Some(c),
+                _ => self.template.setting(a, link, &tuning.bounds),
+            };
         }
         out
     }

@@ -393,6 +393,13 @@ async fn a_model_trained_on_the_switchs_own_recording_decides_for_it() {
         assert!(on_telemetry.len() > 64 * 5, "{name}: {} decisions on telemetry", on_telemetry.len());
         if name == "own" {
             assert!(proposed > on_telemetry.len() / 2, "{name}: the model decided {proposed} times");
+            // The switch's profile is no template entry; the model knows it as the entry
+            // nearest it, as training labelled it. Choosing that entry keeps the profile, as
+            // `recommend` says: it used to propose the entry, and the guardrails stepped every
+            // queue towards it.
+            let original = serde_json::json!({"kmin_bytes": ORIGINAL.0, "kmax_bytes": ORIGINAL.1, "pmax": 0.05});
+            let keeps = on_telemetry.iter().filter(|x| x["proposed"] == original).count();
+            assert!(keeps > proposed / 2, "{name}: {keeps} of {proposed} proposals keep the switch's profile");
         } else {
             assert_eq!((proposed, held), (0, on_telemetry.len()), "{name}: every queue held");
         }

@@ -149,8 +149,10 @@ fn every_problem_is_collected_not_just_the_first() {
     assert_eq!(err.counts.get("gap"), Some(&(bad_pmax - 1)), "{err}");
     assert_eq!(err.total, 2 * bad_pmax, "{err}");
     let msg = err.to_string();
-    assert_eq!(msg.lines().count(), 21, "20 problems and a summary line: {msg}");
+    assert_eq!(msg.lines().count(), 22, "20 problems, a summary line and what --repair would do: {msg}");
     assert!(msg.contains(&format!("{} in all", err.total)), "{msg}");
+    // Only the gaps are repaired; the settings that contradict themselves stay errors.
+    assert!(msg.contains(&format!("--repair would repair {} of them", bad_pmax - 1)), "{msg}");
 }
 
 /// One queue at 100G sampled every 100 µs, sending at line rate; the sample at index `late`
@@ -271,6 +273,8 @@ fn a_stated_span_tells_a_late_poll_from_lost_rows() {
     write_telemetry_parquet(&path, &unstated).unwrap();
     let err = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
     assert_eq!((err.counts.get("gap"), err.counts.get("implausible_delta")), (Some(&1), Some(&1)), "{err}");
+    // The way on is one flag away, and the error says so.
+    assert!(err.to_string().ends_with("--repair would repair all of them (sorting rows, dropping bad samples, marking gaps; nothing is guessed), as `validate --repair` shows"), "{err}");
 
     // Covering one interval of its 2.5: the rows before it were lost.
     let mut short = stating(100_000);

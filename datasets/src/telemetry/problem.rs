@@ -218,6 +218,8 @@ pub struct TelemetryError {
     pub total: u64,
     /// Count per [`ProblemKind::tag`].
     pub counts: BTreeMap<&'static str, u64>,
+    /// How many of them [`ReadOptions::repair`](super::ReadOptions::repair) would repair.
+    pub repairable: u64,
 }
 
 impl fmt::Display for TelemetryError {
@@ -238,6 +240,21 @@ impl fmt::Display for TelemetryError {
                 self.total - shown,
                 self.total,
                 counts.join(", ")
+            )?;
+        }
+        // A switch's own recording has a gap wherever it dropped a sample at a counter reset:
+        // say that the way on is one flag away.
+        if self.repairable > 0 {
+            let which = if self.repairable == self.total {
+                "all of them".to_string()
+            } else {
+                format!("{} of them", self.repairable)
+            };
+            write!(
+                f,
+                "\n{}: --repair would repair {which} (sorting rows, dropping bad samples, marking gaps; nothing is \
+                 guessed), as `validate --repair` shows",
+                self.path.display()
             )?;
         }
         Ok(())
@@ -301,6 +318,7 @@ pub(crate) struct Collector {
     problems: Vec<Problem>,
     total: u64,
     counts: BTreeMap<&'static str, u64>,
+    repairable: u64,
     pub(crate) report: RepairReport,
 }
 
@@ -312,6 +330,7 @@ impl Collector {
             problems: Vec::new(),
             total: 0,
             counts: BTreeMap::new(),
+            repairable: 0,
             report: RepairReport::default(),
         }
     }
@@ -324,6 +343,7 @@ impl Collector {
             return;
         }
         self.total += 1;
+        self.repairable += u64::from(repairable);
         *self.counts.entry(tag).or_insert(0) += 1;
         if self.problems.len() < MAX_KEPT_PROBLEMS {
             self.problems.push(Problem { row, column, kind });
@@ -336,7 +356,13 @@ impl Collector {
     }
 
     pub(crate) fn into_error(self) -> TelemetryError {
-        TelemetryError { path: self.path, problems: self.problems, total: self.total, counts: self.counts }
+        TelemetryError {
+            path: self.path,
+            problems: self.problems,
+            total: self.total,
+            counts: self.counts,
+            repairable: self.repairable,
+        }
     }
 
     /// `Err` with every problem if any stayed an error, else the repair report.
