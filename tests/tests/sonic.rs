@@ -433,8 +433,9 @@ async fn a_late_poll_is_recorded_as_covering_its_whole_step() {
 
 /// A Redis that stops answering (SIGSTOP: a hung process, a host gone quiet) holds a pipelined
 /// read one `--redis-timeout` per command: the poller's 96 commands made SIGTERM take 96
-/// timeouts (five minutes at the default). Each pipeline now asks `PING` first, and shutdown
-/// waits for the poller, which only reads, a poll interval and two timeouts at most.
+/// timeouts (five minutes at the default), and the writer's comparison of CONFIG_DB with the
+/// settings last applied, stopped in the middle, as long. Each pipeline now asks `PING` first,
+/// and shutdown waits for what only reads a poll interval and two timeouts at most.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_actuator_stops_promptly_while_redis_hangs() {
     let rig = rig(Spec::default(), &["--redis-timeout", "1s"]).await;
@@ -1106,6 +1107,9 @@ async fn counter_wraps_and_resets_give_true_deltas() {
     });
     let dropped: Vec<u64> = dropped.map(|b| b.ts_ns).collect();
     assert_eq!(dropped.len(), 1, "exactly one interval dropped for the reset queue");
+    // And the log says so (it used to say nothing at the default level).
+    let log = act.log_text();
+    assert!(log.contains("samples dropped: counters went back") && log.contains("queues=1"), "{log}");
     // Each sample states the time its deltas cover: the step from the queue's previous
     // sample, except just after the drop, where the deltas count from the reading at the
     // reset. Rates measured over the step there would read half the truth.

@@ -113,6 +113,11 @@ impl Tracker {
         self.prev[i] = None;
     }
 
+    /// Whether queue `i` has a reading to count its next one from.
+    pub fn has_reading(&self, i: usize) -> bool {
+        self.prev[i].is_some()
+    }
+
     /// Take a reading of queue `i` at `at`. Returns the deltas since the previous reading, or
     /// `None` on the first reading and when any counter was reset (the interval is dropped).
     pub fn step(&mut self, i: usize, at: Instant, r: Reading, link_bps: u64) -> Option<Deltas> {
@@ -353,7 +358,24 @@ pub struct Poller {
     pub epoch: Instant,
     /// How long nothing may move before the counters count as stopped.
     pub frozen_after: Duration,
+    /// When samples dropped at counter resets were last logged (at most once a minute).
+    pub resets_logged: std::cell::Cell<Option<Instant>>,
 }
+
+/// When to poll after a poll due at `due` that starts at `now`: on the timetable, unless this
+/// one is more than a quarter interval late (the process stalled, Redis was slow). Then the
+/// timetable starts again from now: catching up would poll again at once, before SONiC has
+/// refreshed every counter, and read a counter it has not as a reset.
+fn next_poll(due: Instant, now: Instant, interval: Duration) -> Instant {
+    if now.duration_since(due) > interval / 4 {
+        now + interval
+    } else {
+        due + interval
+    }
+}
+
+/// How often samples dropped at counter resets are logged, at most.
+const RESETS_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// `at` on the clock of telemetry `ts_ns`: nanoseconds since `epoch`, the poller's start. The
 /// backend gives the times of its writes on it too.
@@ -415,7 +437,7 @@ impl Poller {
                 std::thread::sleep((next - now).min(Duration::from_millis(50)));
                 continue;
             }
-            next = if now.duration_since(next) > self.interval { now + self.interval } else { next + self.interval };
+            next = next_poll(next, now, self.interval);
             if self.withheld(&mut config, &mut groups, &mut tracker) {
                 continue;
             }
@@ -573,6 +595,7 @@ impl Poller {
         let mut samples = Vec::new();
         let mut reload = false;
         let mut absent = Absent::default();
+        let mut resets = Vec::new();
         for (&i, vals) in polled.iter().zip(queue_replies) {
             let PolledQueue { queue: q, link_bps, id, pfc_priorities } = &self.queues[i];
             let (_, port_oid) = ids[i].as_ref().expect("polled");
@@ -602,10 +625,21 @@ impl Poller {
                 continue;
             }
             absent.note(&r);
+            let had_reading = tracker.has_reading(i);
             match tracker.step(i, at, r, *link_bps) {
                 Some(d) => samples.push(sample(id, *link_bps, ts_ns, &r, &d, &settings[i], marks_counted)),
-                None => debug!(queue = %q.name(), "no sample this interval (first reading, or a counter reset)"),
+                None if had_reading => resets.push(q.name()),
+                None => debug!(queue = %q.name(), "no sample this interval: a first reading"),
             }
+        }
+        if !resets.is_empty() && self.resets_logged.get().is_none_or(|t| t.elapsed() >= RESETS_LOG_EVERY) {
+            self.resets_logged.set(Some(at));
+            info!(
+                queues = resets.len(),
+                first = %resets[0],
+                "samples dropped: counters went back or jumped beyond line rate (a reset, or SONiC refreshing \
+                 counters less often than --poll-interval); logged at most once a minute"
+            );
         }
         if reload {
             *oids = None;
@@ -633,6 +667,16 @@ mod tests {
     use super::*;
 
     const G100: u64 = 100_000_000_000;
+
+    /// A poll a little late stays on the timetable; one late by more than a quarter interval
+    /// (a 154 ms stall on a 200 ms poll) starts it again, where the next poll came 46 ms later.
+    #[test]
+    fn a_late_poll_starts_the_timetable_again() {
+        let (due, interval) = (Instant::now(), Duration::from_millis(200));
+        assert_eq!(next_poll(due, due + Duration::from_millis(3), interval), due + interval);
+        let late = due + Duration::from_millis(154);
+        assert_eq!(next_poll(due, late, interval), late + interval);
+    }
 
     fn reading(bytes: u64, packets: u64, pause_us: u64) -> Reading {
         Reading {

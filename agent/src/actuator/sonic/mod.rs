@@ -140,11 +140,14 @@ pub struct SonicBackend {
     unsettled: Arc<AtomicBool>,
     /// The writer thread, joined at shutdown: a write under way ends first.
     writer_thread: Mutex<Option<JoinHandle<()>>>,
+    /// The writer's `reading`: it only compares CONFIG_DB with the settings last applied.
+    writer_reading: Arc<AtomicBool>,
     /// The poller thread, waited for at shutdown only up to `poller_patience`.
     poller_thread: Mutex<Option<JoinHandle<()>>>,
-    /// How long a poll may take against a Redis that answers: a Redis that does not (stopped,
-    /// a host that dropped off) holds a pipelined poll one `--redis-timeout` per command, for
-    /// minutes, and a poller only reads, so shutdown does not wait for it.
+    /// How long a read may take against a Redis that answers: one that stops answering in the
+    /// middle of a batch of reads (a stopped process, a host gone quiet) holds it one
+    /// `--redis-timeout` per command (redis-rs reads every reply), for minutes, so shutdown
+    /// does not wait longer for the poller, nor for the writer while it only reads.
     poller_patience: Duration,
     /// Zero of telemetry `ts_ns`, shared with the poller.
     epoch: Instant,
@@ -378,6 +381,7 @@ impl SonicBackend {
         let settings = Arc::new(Mutex::new(found.initial.clone()));
         let stop = Arc::new(AtomicBool::new(false));
         let unsettled = Arc::new(AtomicBool::new(false));
+        let writer_reading = Arc::new(AtomicBool::new(false));
         info!(
             url = %target.url(),
             switch = %switch,
@@ -398,6 +402,7 @@ impl SonicBackend {
             applied: found.initial.clone(),
             unfenced: None,
             unsettled: unsettled.clone(),
+            reading: writer_reading.clone(),
             retry: opts.timeout,
             readback,
             drift_every: opts.poll_interval.saturating_mul(DRIFT_CHECK_POLLS),
@@ -437,6 +442,7 @@ impl SonicBackend {
             stop: stop.clone(),
             epoch,
             frozen_after: opts.frozen_after,
+            resets_logged: Default::default(),
         };
         let poller_thread = std::thread::Builder::new()
             .name("ecn-sonic-poller".into())
@@ -450,6 +456,7 @@ impl SonicBackend {
             stop,
             unsettled,
             writer_thread: Mutex::new(Some(writer_thread)),
+            writer_reading,
             poller_thread: Mutex::new(Some(poller_thread)),
             poller_patience: opts.poll_interval + opts.timeout.saturating_mul(2),
             epoch,
@@ -560,7 +567,19 @@ impl Backend for SonicBackend {
         self.stop.store(true, Ordering::Relaxed);
         self.jobs.lock().expect("sonic jobs lock").take();
         if let Some(t) = self.writer_thread.lock().expect("sonic threads lock").take() {
-            let _ = t.join();
+            // A write under way ends first, however long it takes.
+            let deadline = Instant::now() + self.poller_patience;
+            while !t.is_finished() && (Instant::now() < deadline || !self.writer_reading.load(Ordering::SeqCst)) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                warn!(
+                    waited = ?self.poller_patience,
+                    "the CONFIG_DB writer is still reading from Redis; stopping without it (it writes nothing then)"
+                );
+            }
         }
         if let Some(t) = self.poller_thread.lock().expect("sonic threads lock").take() {
             let deadline = Instant::now() + self.poller_patience;
@@ -605,6 +624,8 @@ struct Writer {
     retry: Duration,
     /// ASIC_DB read-back, where the switch's ASIC_DB can be read.
     readback: Readback,
+    /// Set while it only reads (comparing CONFIG_DB with the settings last applied).
+    reading: Arc<AtomicBool>,
     /// How often, while idle, CONFIG_DB is compared with the settings last applied.
     drift_every: Duration,
     /// How CONFIG_DB differed from them at the last comparison, if it did.
@@ -643,7 +664,11 @@ impl Writer {
                     let _ = job.reply.send(r);
                 }
                 None if unsettled => self.settle(),
-                None => self.check_drift(),
+                None => {
+                    self.reading.store(true, Ordering::SeqCst);
+                    self.check_drift();
+                    self.reading.store(false, Ordering::SeqCst);
+                }
             }
         }
         if self.unsettled.load(Ordering::SeqCst) {
