@@ -254,17 +254,23 @@ impl LearnedModel {
             return out;
         }
         for (&i, a) in rows.iter().zip(self.decide(&obs, &links)) {
-            let (link, h) = queues[i];
-            // The setting in force, off the template (a switch's own profile), is the entry
-            // nearest it to the model, as offline training labels it: choosing that entry is
-            // keeping it, as `recommend` says, not a move to the entry.
-            let current = h.latest().map(|iv| iv.setting());
-            out[i].setting = match current {
-                Some(c) if self.template.nearest(&c, link) == a => Some(c),
-                _ => self.template.setting(a, link, &tuning.bounds),
-            };
+            out[i].setting = self.template.setting(a, queues[i].0, &tuning.bounds);
         }
         out
+    }
+
+    /// Whether `proposed`, this model's choice for a queue on `current` (a setting this run has
+    /// not changed), means keeping `current`. A model trained offline learned from logged
+    /// settings labelled by their nearest template entry, so to it a setting off the template
+    /// (a switch's own profile) is that entry: choosing it is keeping the setting, as
+    /// `recommend` says. Not so for a model trained in the simulator, whose actions are moves
+    /// to template entries (as `sim` and `eval` run them), nor for a setting outside the
+    /// model's bounds, which its choice clamps into them.
+    pub fn keeps(&self, current: &EcnSetting, link: BitsPerSec, proposed: &EcnSetting) -> bool {
+        let bounds = &self.tuning().bounds;
+        self.card.training.algorithm == crate::learn::offline::ALGORITHM
+            && bounds.contains(current)
+            && self.template.setting(self.template.nearest(current, link), link, bounds) == Some(*proposed)
     }
 }
 
@@ -289,4 +295,31 @@ pub struct Proposal {
 /// Line rates as `25G, 100G`.
 fn gbps_list(bps: impl IntoIterator<Item = u64>) -> String {
     bps.into_iter().map(|b| format!("{}G", BitsPerSec(b).as_gbps())).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A choice of the entry nearest the setting in force keeps that setting for a model
+    /// trained offline (to which it is that entry), within its bounds; a simulator-trained
+    /// model's choice is a move to the entry.
+    #[test]
+    fn only_an_offline_model_keeps_a_setting_off_the_template() {
+        let link = BitsPerSec(100_000_000_000);
+        let mut model = LearnedModel::load("default", "model:").expect("shipped model");
+        let profile = EcnSetting { kmin_bytes: 1_048_576, kmax_bytes: 2_097_152, pmax: 0.05 };
+        let entry = model.template.setting(model.template.nearest(&profile, link), link, &model.tuning().bounds);
+        let entry = entry.expect("an entry");
+        assert_ne!(entry, profile, "the switch's profile is no template entry");
+        assert!(!model.keeps(&profile, link, &entry), "simulator-trained: a move to the entry");
+        model.card.training.algorithm = crate::learn::offline::ALGORITHM.into();
+        assert!(model.keeps(&profile, link, &entry), "offline: keeping the profile");
+        let other = model.template.setting(0, link, &model.tuning().bounds).expect("an entry");
+        assert!(other == entry || !model.keeps(&profile, link, &other), "another entry is a move");
+        // Outside the model's bounds (Pmax below its least): its choice clamps into them.
+        let off = EcnSetting { pmax: 0.0, ..profile };
+        let clamped = model.template.setting(model.template.nearest(&off, link), link, &model.tuning().bounds).unwrap();
+        assert!(!model.keeps(&off, link, &clamped));
+    }
 }

@@ -375,7 +375,7 @@ mod tests {
         let actions = ActionTemplate::new(tuning.template).len();
         let net = QNetwork::new(tch::Device::Cpu, dim, &[16], actions);
         let training = TrainingRecord {
-            algorithm: "cql".into(),
+            algorithm: crate::learn::offline::ALGORITHM.into(),
             scenarios: vec![],
             seed: 0,
             env_steps: 0,

@@ -1058,10 +1058,19 @@ impl ControlLoop {
                 Some(q.current)
             } else if let Policy::Explore(e) = &cfg.policy {
                 e.setting(i, self.report.rounds, ecn_env::BitsPerSec(q.link_bps), model_choice)
-            } else if learned.is_some() {
-                if outside_training.is_some() && model_choice.is_some() {
+            } else if let (Some(m), Some(choice)) = (cfg.policy.model(), model_choice) {
+                if outside_training.is_some() {
                     metrics.outside_training_decisions.inc();
                 }
+                // A queue on the setting it had when this run began (a switch's own profile):
+                // a model trained offline knows it as its nearest template entry.
+                let untouched = q.last_change.is_none() && q.would_be.is_none();
+                Some(if untouched && m.keeps(&q.current, ecn_env::BitsPerSec(q.link_bps), &choice) {
+                    q.current
+                } else {
+                    choice
+                })
+            } else if learned.is_some() {
                 model_choice
             } else {
                 cfg.policy.propose(ecn_env::BitsPerSec(q.link_bps))

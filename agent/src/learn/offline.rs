@@ -71,6 +71,9 @@ pub struct LoggedData {
     pub link_speeds_bps: BTreeSet<u64>,
 }
 
+/// The `algorithm` of an offline-trained model's card (discrete CQL).
+pub const ALGORITHM: &str = "cql";
+
 /// Turn per-queue series into transitions (see the module docs), appending to `data`.
 /// Returns the number of transitions added, or, for a sample whose reward or features are not
 /// finite (a depth of 1e300 B passes the schema's checks), the queue and time of the first.
@@ -229,7 +232,7 @@ pub fn train(cfg: &OfflineConfig, data: &LoggedData, bar: &ProgressBar) -> Resul
     let mut net = QNetwork::new(cfg.device, dim, &cfg.ddqn.hidden, actions);
     net.var_store_mut().copy(agent.online().var_store()).map_err(torch)?;
     let training = TrainingRecord {
-        algorithm: "cql".into(),
+        algorithm: ALGORITHM.into(),
         scenarios: data.files.iter().map(|f| f.path.clone()).collect(),
         seed: cfg.seed,
         env_steps: data.replay.len() as u64,

@@ -218,7 +218,8 @@ pub struct TelemetryError {
     pub total: u64,
     /// Count per [`ProblemKind::tag`].
     pub counts: BTreeMap<&'static str, u64>,
-    /// How many of them [`ReadOptions::repair`](super::ReadOptions::repair) would repair.
+    /// How many of them [`ReadOptions::repair`](super::ReadOptions::repair) would repair (a
+    /// row out of order too, which a streaming read reports and a repairing one sorts).
     pub repairable: u64,
 }
 
@@ -253,7 +254,7 @@ impl fmt::Display for TelemetryError {
             write!(
                 f,
                 "\n{}: --repair would repair {which} (sorting rows, dropping bad samples, marking gaps; nothing is \
-                 guessed), as `validate --repair` shows",
+                 guessed), as `validate --repair` shows (`--out FIXED` writes the result)",
                 self.path.display()
             )?;
         }
@@ -343,7 +344,8 @@ impl Collector {
             return;
         }
         self.total += 1;
-        self.repairable += u64::from(repairable);
+        // A streaming read cannot sort, but `--repair` loads the file and does.
+        self.repairable += u64::from(repairable || matches!(kind, ProblemKind::OutOfOrder { .. }));
         *self.counts.entry(tag).or_insert(0) += 1;
         if self.problems.len() < MAX_KEPT_PROBLEMS {
             self.problems.push(Problem { row, column, kind });

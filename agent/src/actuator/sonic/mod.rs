@@ -566,9 +566,10 @@ impl Backend for SonicBackend {
     fn shutdown(&self) {
         self.stop.store(true, Ordering::Relaxed);
         self.jobs.lock().expect("sonic jobs lock").take();
+        // One deadline for both: what only reads is not waited for past it.
+        let deadline = Instant::now() + self.poller_patience;
         if let Some(t) = self.writer_thread.lock().expect("sonic threads lock").take() {
             // A write under way ends first, however long it takes.
-            let deadline = Instant::now() + self.poller_patience;
             while !t.is_finished() && (Instant::now() < deadline || !self.writer_reading.load(Ordering::SeqCst)) {
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -577,12 +578,11 @@ impl Backend for SonicBackend {
             } else {
                 warn!(
                     waited = ?self.poller_patience,
-                    "the CONFIG_DB writer is still reading from Redis; stopping without it (it writes nothing then)"
+                    "the CONFIG_DB writer is still reading from Redis (comparing it with the settings last applied); stopping without waiting for that read"
                 );
             }
         }
         if let Some(t) = self.poller_thread.lock().expect("sonic threads lock").take() {
-            let deadline = Instant::now() + self.poller_patience;
             while !t.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
