@@ -570,31 +570,30 @@ impl Backend for SonicBackend {
         let deadline = Instant::now() + self.poller_patience;
         if let Some(t) = self.writer_thread.lock().expect("sonic threads lock").take() {
             // A write under way ends first, however long it takes.
-            while !t.is_finished() && (Instant::now() < deadline || !self.writer_reading.load(Ordering::SeqCst)) {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if t.is_finished() {
-                let _ = t.join();
-            } else {
-                warn!(
-                    waited = ?self.poller_patience,
-                    "the CONFIG_DB writer is still reading from Redis (comparing it with the settings last applied); stopping without waiting for that read"
-                );
-            }
+            let reading = || self.writer_reading.load(Ordering::SeqCst);
+            join_until(
+                t,
+                deadline,
+                reading,
+                "the CONFIG_DB writer (comparing CONFIG_DB with the settings last applied)",
+            );
         }
         if let Some(t) = self.poller_thread.lock().expect("sonic threads lock").take() {
-            while !t.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if t.is_finished() {
-                let _ = t.join();
-            } else {
-                warn!(
-                    waited = ?self.poller_patience,
-                    "the COUNTERS_DB poller is still waiting on Redis; stopping without it (it only reads)"
-                );
-            }
+            join_until(t, deadline, || true, "the COUNTERS_DB poller");
         }
+    }
+}
+
+/// Wait for thread `t` to end, but not past `deadline` while `only_reading` says it only
+/// reads: then it is left behind (named `what` in the warning), its read not waited for.
+fn join_until(t: JoinHandle<()>, deadline: Instant, only_reading: impl Fn() -> bool, what: &str) {
+    while !t.is_finished() && (Instant::now() < deadline || !only_reading()) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if t.is_finished() {
+        let _ = t.join();
+    } else {
+        warn!("{what} is still waiting on Redis; stopping without waiting for that read");
     }
 }
 
