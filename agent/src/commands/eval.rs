@@ -124,8 +124,8 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
         }
     }
     let names = scenario_labels(&args.scenario, &scenarios);
-    if let Some(dir) = &args.out {
-        let plots = plot_files(&names);
+    let plots = args.out.as_ref().map(|_| plot_files(&names));
+    if let (Some(dir), Some(plots)) = (&args.out, &plots) {
         let files: Vec<&str> = ["eval.md", "eval.json"].into_iter().chain(plots.iter().map(String::as_str)).collect();
         super::prepare_out_dir(dir, files.iter().copied())?;
         let outputs: Vec<_> = files.iter().map(|f| dir.join(f)).collect();
@@ -176,7 +176,6 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
     for c in &comparisons {
         markdown.push_str(&c.markdown());
     }
-    let plots = args.out.as_ref().map(|_| plot_files(&names));
     let json = serde_json::to_string(&Runs { runs: &runs, comparisons: &comparisons, plots: plots.as_deref() })
         .map_err(|e| CliError::Failed(e.to_string()))?;
     if let Some(dir) = &args.out {
