@@ -254,6 +254,35 @@ async fn after_a_syncd_cold_restart_writes_are_read_back_at_the_queues_new_ids()
     assert_eq!(asic_curve(&rig.redis, 0, 4), Some(ORIGINAL), "the queue left alone");
 }
 
+/// A restarted actuator starts on what the switch holds, which may be an edit made outside
+/// ecn-tuner while it was down: the journal says so, with every queue's setting, as the next
+/// generation (a SONiC restart used to take that generation without a line).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_journals_the_settings_it_starts_on() {
+    let mut rig = rig(Spec::default(), &[]).await;
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let req = pb::ApplyRequest {
+        lease_id: l,
+        changes: vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)],
+        ..Default::default()
+    };
+    c.apply(req).await.expect("apply");
+    drop(c);
+    let before = rig.act.journal().iter().filter_map(|e| e["generation"].as_u64()).max().unwrap();
+    rig.act.restart(Duration::from_millis(200)).await;
+    set_config_field(&rig.redis, "WRED_PROFILE|AZURE_LOSSLESS", "green_min_threshold", "393216");
+    rig.act.restart(Duration::from_millis(200)).await;
+    let journal = rig.act.journal();
+    let start = events(&journal, "start");
+    assert_eq!(start.len(), 2, "{journal:?}");
+    assert_eq!(start[1]["generation"].as_u64(), Some(before + 2), "{journal:?}");
+    let queues = start[1]["queues"].as_array().unwrap();
+    assert_eq!(queues.len(), 64);
+    let edited = queues.iter().filter(|q| q["kmin_bytes"].as_u64() == Some(393_216)).count();
+    assert_eq!(edited, 63, "the hand edit, on every queue of the shared profile: {:?}", start[1]);
+}
+
 /// STATE_DB loses the recording of the original profiles while the actuator runs (its Redis
 /// restarted without its data, or the key was flushed): the next write puts back the recording
 /// this actuator saw, not the tables it has tuned since. It used to check only before its

@@ -80,16 +80,26 @@ impl<B: Backend> ActuatorService<B> {
         let index = QueueIndex::new(&caps);
         // Generations continue after the journal's last, so a number never names two changes.
         let generation = journal.last_generation() + 1;
-        if generation > 1 && !backend.keeps_changes_across_restarts() {
-            // The device did not keep the journal's last settings (nor an unconfirmed change
-            // it ended on): say what it starts with, or the journal would no longer tell what
-            // the device ran.
+        if generation > 1 {
+            // Say what the device starts with, or the journal would no longer tell what it ran:
+            // a device that starts afresh does not hold the journal's last settings, and one
+            // that keeps them may hold an edit made outside ecn-tuner meanwhile (it used to
+            // take that as this generation without a line, and a rollback to it put back
+            // settings the journal never showed).
             let all: Vec<(usize, EcnSetting)> = initial.iter().copied().enumerate().collect();
-            let detail = format!(
-                "the {} backend starts afresh with each actuator: generation {generation} is its own settings, \
-                 not the journal's last",
-                caps.backend
-            );
+            let detail = if backend.keeps_changes_across_restarts() {
+                format!(
+                    "the {} device kept its settings across the restart: generation {generation} is what this \
+                     actuator found there (the journal's last, unless changed outside ecn-tuner meanwhile)",
+                    caps.backend
+                )
+            } else {
+                format!(
+                    "the {} backend starts afresh with each actuator: generation {generation} is its own settings, \
+                     not the journal's last",
+                    caps.backend
+                )
+            };
             let e = Event::now(EventKind::Start, generation, generation, QueueEntry::list(&caps, &all)).detail(detail);
             if let Err(err) = journal.write(&e) {
                 error!("{err}");
