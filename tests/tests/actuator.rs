@@ -583,6 +583,18 @@ async fn dry_run_has_no_telemetry_without_a_recording() {
     assert!(e.message().contains("--telemetry"), "{}", e.message());
 }
 
+/// SIGTERM right after the actuator says where it listens (a service manager, a script that
+/// restarts it) stops it cleanly: its handler used to be installed only after that line, and a
+/// signal in between ended the process by the default action (seen once in a CI run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_right_after_start_stops_the_actuator_cleanly() {
+    for _ in 0..5 {
+        let a = Actuator::start(&["--backend", "dry-run"]).await;
+        let (code, _) = a.stop().await;
+        assert_eq!(code, Some(0), "exit code (None: ended by the signal itself)");
+    }
+}
+
 /// A replayed recording that states its rows' spans (a poller's jittered steps) loops back to
 /// its first row an interval after its last: that row's span, stated for a longer step, used to
 /// go out as it was, and a recording of the replay then failed validation at every loop, a row

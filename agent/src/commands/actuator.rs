@@ -207,6 +207,7 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
         .build()
         .map_err(|e| CliError::Failed(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async move {
+        let mut signals = StopSignals::watch()?;
         let mut handle = match args.backend {
             BackendKind::Sim => {
                 let sim = SimOptions {
@@ -242,33 +243,41 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
             .map_err(|e| CliError::Failed(format!("stdout: {e}")))?;
         tokio::select! {
             r = handle.finished() => return r.map_err(CliError::from),
-            s = shutdown_signal() => info!("{s}: stopping"),
+            s = signals.next() => info!("{s}: stopping"),
         }
         handle.shutdown().await.map_err(CliError::from)
     })
 }
 
-/// Resolves on SIGINT, SIGTERM or SIGHUP, naming which. SIGHUP (the terminal went away) is a
-/// clean stop too: its default action would end the process with a change unreverted.
-async fn shutdown_signal() -> &'static str {
-    #[cfg(unix)]
-    {
+/// SIGINT, SIGTERM and SIGHUP, watched from before the actuator serves: registered only
+/// once the first stdout line was out, a SIGTERM right after it (a service manager, a test
+/// restarting it) ended the process by the signal's default action. SIGHUP (the terminal went
+/// away) is a clean stop too: its default action would end the process with a change unreverted.
+struct StopSignals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn watch() -> Result<StopSignals, CliError> {
         use tokio::signal::unix::{signal, SignalKind};
-        match (signal(SignalKind::terminate()), signal(SignalKind::hangup())) {
-            (Ok(mut term), Ok(mut hup)) => tokio::select! {
-                _ = tokio::signal::ctrl_c() => "SIGINT",
-                _ = term.recv() => "SIGTERM",
-                _ = hup.recv() => "SIGHUP",
-            },
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
-                "SIGINT"
-            }
-        }
+        let watch = |kind: SignalKind| {
+            signal(kind).map_err(|e| CliError::Failed(format!("cannot install a signal handler: {e}")))
+        };
+        Ok(StopSignals {
+            int: watch(SignalKind::interrupt())?,
+            term: watch(SignalKind::terminate())?,
+            hup: watch(SignalKind::hangup())?,
+        })
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-        "interrupt"
+
+    /// Resolves on the next of them, naming which.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.int.recv() => "SIGINT",
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.hup.recv() => "SIGHUP",
+        }
     }
 }
