@@ -1665,24 +1665,23 @@ async fn counter_polling_turned_off_while_running_stops_the_telemetry() {
 async fn a_redis_user_that_cannot_fence_is_refused_at_start() {
     let redis = RedisServer::start();
     seed(&redis, &Spec::default());
-    let _: () = redis::cmd("ACL")
-        .arg(&["SETUSER", "tuner", "on", ">hunter2", "~*", "&*", "+@all", "-client|kill"])
-        .query(&mut redis.con(0))
-        .unwrap();
-    let url = format!("redis://tuner:hunter2@127.0.0.1:{}", redis.port);
-    let (code, stderr) = refused_start(&url, None).await;
+    // An actuator started as a user allowed everything but `denied`: its exit code and stderr.
+    let start_as = |user: &'static str, denied: &'static str| {
+        let _: () = redis::cmd("ACL")
+            .arg(&["SETUSER", user, "on", ">hunter2", "~*", "&*", "+@all", denied])
+            .query(&mut redis.con(0))
+            .unwrap();
+        let url = format!("redis://{user}:hunter2@127.0.0.1:{}", redis.port);
+        async move { refused_start(&url, None).await }
+    };
+    let (code, stderr) = start_as("tuner", "-client|kill").await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("CLIENT KILL ID") && stderr.contains("+client|kill"), "{stderr}");
     assert!(stderr.contains("tuner:***@") && !stderr.contains("hunter2"), "{stderr}");
 
     // Nor one that may not PING, which every batch of commands asks first: it used to start,
     // and then no poll or write could run.
-    let _: () = redis::cmd("ACL")
-        .arg(&["SETUSER", "pinless", "on", ">hunter2", "~*", "&*", "+@all", "-ping"])
-        .query(&mut redis.con(0))
-        .unwrap();
-    let url = format!("redis://pinless:hunter2@127.0.0.1:{}", redis.port);
-    let (code, stderr) = refused_start(&url, None).await;
+    let (code, stderr) = start_as("pinless", "-ping").await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("PING: ") && stderr.contains("+ping"), "{stderr}");
 }

@@ -255,15 +255,15 @@ impl Recorder {
                 "recorded the original WRED profiles and queue bindings (undo everything with `ecn-tuner sonic restore`)"
             );
         }
+        // The recording that won in STATE_DB, whichever actuator wrote it.
+        let stored = Recording::read(state, dbs.state)?.unwrap_or(rec);
         if let Some(p) = &self.file {
             if !p.exists() {
-                // The recording that won in STATE_DB, whichever actuator wrote it.
-                let stored = Recording::read(state, dbs.state)?.unwrap_or_else(|| rec.clone());
                 let text = serde_json::to_string_pretty(&stored).map_err(|e| format!("recording: {e}"))?;
                 write_new(p, &text).map_err(|e| format!("{}: {e}", p.display()))?;
             }
         }
-        self.recorded = Some(Recording::read(state, dbs.state)?.unwrap_or(rec));
+        self.recorded = Some(stored);
         Ok(())
     }
 }
