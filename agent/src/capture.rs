@@ -9,11 +9,11 @@ use crate::actuator::telemetry::sample_from_wire;
 use crate::actuator::{self, ServeOptions};
 use crate::controller;
 use crate::error::CliError;
+use crate::stop_signals::StopSignals;
 use ecn_datasets::bounded::read_at_most;
 use ecn_datasets::io::TelemetryWriter;
 use ecn_proto::v1 as pb;
 use std::collections::HashMap;
-use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::info;
@@ -97,19 +97,12 @@ pub struct Captured {
     pub cut_short: Option<String>,
 }
 
-/// Completes on SIGINT, SIGTERM or SIGHUP (the terminal went away), saying which; never where
-/// signals cannot be watched. Each keeps what was read: a hangup would otherwise lose it.
-async fn stop_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term), Ok(mut hup)) =
-        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()), signal(SignalKind::hangup()))
-    else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => "interrupted (SIGINT)",
-        _ = term.recv() => "stopped (SIGTERM)",
-        _ = hup.recv() => "stopped (SIGHUP)",
+/// What a stop signal (`SIGINT`, ...) did to the reading, for messages: each keeps what was
+/// read.
+fn stopped_by(signal: &str) -> String {
+    match signal {
+        "SIGINT" => format!("interrupted ({signal})"),
+        _ => format!("stopped ({signal})"),
     }
 }
 
@@ -127,7 +120,7 @@ const SIM_WARMUP_NS: u64 = 2_000_000;
 pub async fn capture(target: &Target, until: Until, out: &mut TelemetryWriter) -> Result<Captured, CliError> {
     // Ctrl-C, SIGTERM or SIGHUP, from the start: before the stream opens it ends the reading
     // with nothing read (the caller's file is then never written); after, what was read is kept.
-    let mut stop = std::pin::pin!(stop_signal());
+    let mut stop = StopSignals::watch()?;
     let Some(scenario) = &target.simulated else { return capture_from(target, until, 0, out, &mut stop).await };
     let sim = SimOptions {
         scenario: scenario.clone(),
@@ -138,7 +131,10 @@ pub async fn capture(target: &Target, until: Until, out: &mut TelemetryWriter) -
     };
     let handle = tokio::select! {
         handle = actuator::serve_sim(sim, ServeOptions::loopback()) => handle?,
-        why = &mut stop => return Err(CliError::Failed(format!("--target {}: {why} before any telemetry was read", target.url))),
+        why = stop.next() => {
+            let why = stopped_by(why);
+            return Err(CliError::Failed(format!("--target {}: {why} before any telemetry was read", target.url)));
+        }
     };
     info!(url = %handle.url(), %scenario, "simulated fabric running behind an embedded actuator");
     let actuator = Target { url: handle.url(), ..Target::default() };
@@ -158,11 +154,13 @@ async fn capture_from(
     until: Until,
     from_ns: u64,
     out: &mut TelemetryWriter,
-    stop: &mut (impl Future<Output = &'static str> + Unpin),
+    stop: &mut StopSignals,
 ) -> Result<Captured, CliError> {
     tokio::select! {
         opened = open(target) => read_stream(target, opened?, until, from_ns, out, stop).await,
-        why = &mut *stop => Err(CliError::Failed(format!("{}: {why} before any telemetry was read", target.url))),
+        why = stop.next() => {
+            Err(CliError::Failed(format!("{}: {} before any telemetry was read", target.url, stopped_by(why))))
+        }
     }
 }
 
@@ -210,7 +208,7 @@ async fn read_stream(
     until: Until,
     from_ns: u64,
     out: &mut TelemetryWriter,
-    stop: &mut (impl Future<Output = &'static str> + Unpin),
+    stop: &mut StopSignals,
 ) -> Result<Captured, CliError> {
     let Opened { mut stream, backend, queues, settings } = opened;
     let started = Instant::now();
@@ -230,8 +228,8 @@ async fn read_stream(
         let after = |what: String| format!("{}: {what} after {:.1} s", target.url, started.elapsed().as_secs_f64());
         let message = tokio::select! {
             m = tokio::time::timeout(wait, stream.message()) => m,
-            why = &mut *stop => {
-                cut_short = Some(after(why.into()));
+            why = stop.next() => {
+                cut_short = Some(after(stopped_by(why)));
                 break;
             }
         };

@@ -207,7 +207,9 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
         .build()
         .map_err(|e| CliError::Failed(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async move {
-        let mut signals = StopSignals::watch()?;
+        // Watched from before it serves: a SIGTERM right after its first stdout line must stop
+        // it cleanly.
+        let mut signals = crate::stop_signals::StopSignals::watch()?;
         let mut handle = match args.backend {
             BackendKind::Sim => {
                 let sim = SimOptions {
@@ -247,37 +249,4 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
         }
         handle.shutdown().await.map_err(CliError::from)
     })
-}
-
-/// SIGINT, SIGTERM and SIGHUP, watched from before the actuator serves: registered only
-/// once the first stdout line was out, a SIGTERM right after it (a service manager, a test
-/// restarting it) ended the process by the signal's default action. SIGHUP (the terminal went
-/// away) is a clean stop too: its default action would end the process with a change unreverted.
-struct StopSignals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
-impl StopSignals {
-    fn watch() -> Result<StopSignals, CliError> {
-        use tokio::signal::unix::{signal, SignalKind};
-        let watch = |kind: SignalKind| {
-            signal(kind).map_err(|e| CliError::Failed(format!("cannot install a signal handler: {e}")))
-        };
-        Ok(StopSignals {
-            int: watch(SignalKind::interrupt())?,
-            term: watch(SignalKind::terminate())?,
-            hup: watch(SignalKind::hangup())?,
-        })
-    }
-
-    /// Resolves on the next of them, naming which.
-    async fn next(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.int.recv() => "SIGINT",
-            _ = self.term.recv() => "SIGTERM",
-            _ = self.hup.recv() => "SIGHUP",
-        }
-    }
 }
