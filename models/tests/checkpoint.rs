@@ -29,6 +29,18 @@ fn checkpoint(tuning: TuningConfig) -> Checkpoint {
     Checkpoint { card, net }
 }
 
+/// The same checkpoint with other weights: every parameter shifted. Not drawn anew from a
+/// seed, because the generator is global to the process and another test's
+/// `checkpoint` may reseed it in between, making the "other" weights the same ones.
+fn with_other_weights(checkpoint: Checkpoint) -> Checkpoint {
+    tch::no_grad(|| {
+        for mut v in checkpoint.net.var_store().trainable_variables() {
+            v.f_add_scalar_(0.25).unwrap();
+        }
+    });
+    checkpoint
+}
+
 /// A model path in a fresh directory, removed when the guard drops.
 fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::Builder::new().prefix(&format!("ecn-models-test-{name}-")).tempdir().unwrap();
@@ -72,9 +84,7 @@ fn a_failed_save_replaces_neither_weights_nor_card() {
     let card = ecn_models::checkpoint::card_path(&path);
     std::fs::remove_file(&card).unwrap();
     std::fs::create_dir(&card).unwrap();
-    tch::manual_seed(8);
-    let mut new = checkpoint(TuningConfig::default());
-    new.net = QNetwork::new(Device::Cpu, new.card.network.obs_dim, &new.card.network.hidden, new.card.network.actions);
+    let new = with_other_weights(checkpoint(TuningConfig::default()));
     let e = new.save(&path).unwrap_err();
     assert!(e.to_string().contains("card.json"), "{e}");
     assert!(std::fs::read(&path).unwrap() == old_weights, "the old weights must stay");
@@ -91,15 +101,7 @@ fn weights_that_are_not_the_cards_fail_to_load() {
     let (_dir, path) = tmp("swapped");
     checkpoint(TuningConfig::default()).save(&path).unwrap();
     let (_other_dir, other) = tmp("other");
-    tch::manual_seed(9);
-    let mut second = checkpoint(TuningConfig::default());
-    second.net = QNetwork::new(
-        Device::Cpu,
-        second.card.network.obs_dim,
-        &second.card.network.hidden,
-        second.card.network.actions,
-    );
-    second.save(&other).unwrap();
+    with_other_weights(checkpoint(TuningConfig::default())).save(&other).unwrap();
     let mut flipped = std::fs::read(&path).unwrap();
     let last = flipped.len() - 1;
     flipped[last] ^= 0x01;
