@@ -35,7 +35,7 @@ fn checkpoint(tuning: TuningConfig) -> Checkpoint {
 fn with_other_weights(checkpoint: Checkpoint) -> Checkpoint {
     tch::no_grad(|| {
         for mut v in checkpoint.net.var_store().trainable_variables() {
-            v.f_add_scalar_(0.25).unwrap();
+            let _shifted = v.f_add_scalar_(0.25).unwrap();
         }
     });
     checkpoint
