@@ -445,11 +445,23 @@ async fn a_late_poll_is_recorded_as_covering_its_whole_step() {
     let out = dir.path().join("late.parquet").display().to_string();
     let url = rig.act.url();
     let args = ["record", "--target", &url, "--duration", "3s", "--out", &out];
-    let stall = async {
-        tokio::time::sleep(Duration::from_millis(1_200)).await;
-        send_signal(rig.act.pid(), "STOP");
+    // The stall must fall within the stream, so it is timed from the recorder's start (its
+    // temporary file appears just before it connects), not from its spawn: a loaded machine
+    // took most of a second to load the binary, and the stall then came before the stream.
+    let (started, actuator) = (dir.path().to_path_buf(), rig.act.pid());
+    let stall = async move {
+        let recording = || {
+            std::fs::read_dir(&started).unwrap().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !recording() {
+            assert!(std::time::Instant::now() < deadline, "the recorder never started");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        send_signal(actuator, "STOP");
         tokio::time::sleep(Duration::from_millis(400)).await;
-        send_signal(rig.act.pid(), "CONT");
+        send_signal(actuator, "CONT");
     };
     let ((code, _, stderr), ()) = tokio::join!(run_cli(&args), stall);
     assert_eq!(code, Some(0), "record: {stderr}");

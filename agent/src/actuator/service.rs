@@ -880,13 +880,14 @@ mod tests {
     #[test]
     fn a_new_writer_does_not_inherit_an_unconfirmed_change() {
         let (s, _stop) = service(false);
-        let short = pb::AcquireWriterRequest { controller_id: "a".into(), ttl_ms: 1 };
+        // Short, but not so short that a preempted test thread finds it lapsed before applying.
+        let short = pb::AcquireWriterRequest { controller_id: "a".into(), ttl_ms: 300 };
         let a = s.do_acquire(short.clone()).unwrap().lease_id;
         s.do_apply(apply_req(&a, 600_000)).unwrap();
         // The same writer renewing keeps its change pending.
         assert_eq!(s.do_acquire(short).unwrap().lease_id, a);
         assert!(s.lock().ledger.deadline().is_some());
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(400));
         let b = s.do_acquire(pb::AcquireWriterRequest { controller_id: "b".into(), ttl_ms: 60_000 }).unwrap();
         assert_ne!(b.lease_id, a);
         assert_eq!(s.inner.backend.read_settings(), vec![START], "a's change reverted when b took over");
