@@ -263,6 +263,13 @@ pub fn write_fixtures(dir: &Path) -> Vec<TelemetryFixture> {
     write_telemetry_parquet_with(&p, &cumulative(&clean, start, Some(1 << 32)), CounterMode::Cumulative)
         .expect("cumulative wrap");
 
+    // The same cumulative counters in a file that lost its `ecn_tuner.counters` key (pandas
+    // and polars drop it when they rewrite a Parquet file), so read as deltas: nearly every
+    // delta is beyond line rate. Repair would drop every row and call the empty file
+    // repaired; the read fails, saying the counters look cumulative.
+    let p = add("cumulative_without_key", "parquet", 64, problem("looks_cumulative", None, None), None);
+    write_telemetry_parquet(&p, &cumulative(&clean, 1_000_000, None)).expect("cumulative without key");
+
     // Cumulative counters reset (a reboot) at one sample: the delta there is unknown, so
     // repair drops that sample and breaks continuity; the next delta counts from the reset.
     let reset_row = n_queues * 60 + 2; // index into `clean`
@@ -355,6 +362,20 @@ pub fn write_fixtures(dir: &Path) -> Vec<TelemetryFixture> {
     let header = format!("{},tx_bytes", lines.next().expect("header"));
     let body: Vec<String> = std::iter::once(header).chain(lines.map(|l| format!("{l},5"))).collect();
     fs::write(&p, body.join("\n") + "\n").expect("write csv");
+
+    // A CSV written with ", " between fields (by hand, or a padded export): the spaces are
+    // not part of the names, so the queues are the clean recording's.
+    let p = add("spaced_csv", "csv", 64, None, Some(vec![]));
+    let text = fs::read_to_string(dir.join("clean_csv.csv")).expect("read clean csv");
+    fs::write(&p, text.replace(',', ", ").replace('\n', " \n")).expect("write csv");
+
+    // A switch name of spaces only is an empty value, in Parquet as in CSV (a queue named ""
+    // would be one no switch has).
+    let row = 44;
+    let p = add("blank_switch", "parquet", 64, problem("null", Some(row + 1), Some("switch")), None);
+    let mut rows = clean.clone();
+    rows[row as usize].switch = "  ".into();
+    write_telemetry_parquet(&p, &rows).expect("blank switch");
 
     let p = add("empty", "parquet", 64, problem("empty", None, None), None);
     fs::write(&p, b"").expect("empty");

@@ -375,6 +375,65 @@ fn unknown_queues_and_bounds_are_problems() {
     );
 }
 
+/// String columns that pandas (`category`) and pyarrow (`dictionary`) store as dictionaries
+/// read as the strings they are: the same queues and samples as the file with plain strings.
+/// The files are pyarrow's own, written by `tests/data/dictionary_names.py`.
+#[test]
+fn string_columns_stored_as_dictionaries_read_as_strings() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
+    let opts = ReadOptions::default();
+    let plain = load_telemetry(&data.join("names-plain.parquet"), &opts).unwrap();
+    assert_eq!(plain.queues.len(), 3);
+    assert!(plain.queues.iter().any(|q| q.key == QueueKey::new("spine1", "eth4", 4)));
+    for name in ["names-category.parquet", "names-dictionary.parquet"] {
+        let path = data.join(name);
+        let loaded = load_telemetry(&path, &opts).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(loaded.queues, plain.queues, "{name}");
+        assert_eq!(stream_series(&path, &opts).unwrap(), plain.queues, "{name} (streaming)");
+    }
+}
+
+/// A repair that would drop every sample (here a cumulative file whose counters go down at
+/// every reading: each sample a reset) fails instead of writing an empty "repaired" file.
+#[test]
+fn a_repair_that_would_leave_nothing_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("always-reset.parquet");
+    let mut rows = clean_rows();
+    let n = rows.len() as u64;
+    for (i, r) in rows.iter_mut().enumerate() {
+        let s = &mut r.sample;
+        let falling = 10_000_000 * (n - i as u64);
+        (s.tx_bytes, s.tx_pkts, s.ecn_marked_pkts) = (falling, falling, falling);
+    }
+    ecn_datasets::io::write_telemetry_parquet_with(&path, &rows, CounterMode::Cumulative).unwrap();
+    let opts = ReadOptions { repair: true, ..ReadOptions::default() };
+    for err in [load_telemetry(&path, &opts).unwrap_err(), stream_series(&path, &opts).unwrap_err()] {
+        assert_eq!(err.problems[0].kind.tag(), "nothing_left", "{err}");
+        assert!(err.to_string().starts_with(&format!("{}: repair would leave no sample", path.display())), "{err}");
+    }
+    // Without repair, each reset is named.
+    let err = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
+    assert!(err.counts.get("counter_reset").is_some_and(|&n| n > 100), "{err}");
+}
+
+/// A cumulative file read as deltas: the error says so first, however many rows come before
+/// it, and does not offer a repair that would drop every row.
+#[test]
+fn counters_that_look_cumulative_are_said_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = write_fixtures(dir.path());
+    let f = fixtures.iter().find(|f| f.name == "cumulative_without_key").unwrap();
+    let err = load_telemetry(&f.path, &ReadOptions::default()).unwrap_err();
+    let message = err.to_string();
+    let first = message.lines().next().unwrap();
+    assert!(first.contains(" of 968 rows have") && first.contains("--counters cumulative"), "{message}");
+    assert!(!message.contains("--repair would repair"), "{message}");
+    // Read as what they are, they are the clean recording.
+    let opts = ReadOptions { counters: Some(CounterMode::Cumulative), ..ReadOptions::default() };
+    assert_eq!(load_telemetry(&f.path, &opts).unwrap().queues, expected_series(&[]));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 

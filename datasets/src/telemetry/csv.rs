@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use super::problem::{Collector, ProblemKind};
-use super::rows::{check_float, queue_index, Batch, Interner};
+use super::rows::{check_float, queue_index, queue_name, Batch, Interner};
 use crate::io::{OPTIONAL_TELEMETRY_COLUMNS, TELEMETRY_COLUMNS};
 
 /// [`CsvSource`]'s field index of a column the header lacks (an optional one).
@@ -162,6 +162,10 @@ impl CsvSource {
                 }
             }
         }
+        // No telemetry header has these, and the list of missing columns alone would not say.
+        if let Some(why) = foreign_layout(&src.line) {
+            problems.push_first(ProblemKind::Unreadable(why));
+        }
         if problems.failed() {
             return None;
         }
@@ -241,8 +245,8 @@ impl CsvSource {
                     return false;
                 }
             }
-            // A blank line (often the last one) is not a row.
-            if self.line.is_empty() {
+            // A blank line (often the last one, sometimes of spaces) is not a row.
+            if self.line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
             // Data row N is line N + 1, as documented, even after blank lines or records that
@@ -293,9 +297,9 @@ impl CsvSource {
         };
         let mut names = ["", ""];
         for (n, c) in [1usize, 2].into_iter().enumerate() {
-            match std::str::from_utf8(cell(c)) {
-                Ok("") => batch.reject(i, TELEMETRY_COLUMNS[c], ProblemKind::Null, problems),
-                Ok(s) => names[n] = s,
+            match std::str::from_utf8(cell(c)).map(|s| queue_name(Some(s))) {
+                Ok(None) => batch.reject(i, TELEMETRY_COLUMNS[c], ProblemKind::Null, problems),
+                Ok(Some(s)) => names[n] = s,
                 Err(_) => {
                     let kind = ProblemKind::WrongType { found: "invalid UTF-8".into(), expected: "a string" };
                     batch.reject(i, TELEMETRY_COLUMNS[c], kind, problems);
@@ -327,6 +331,19 @@ impl CsvSource {
     }
 }
 
+/// Why the header shows a text file of another layout than comma-separated UTF-8 lines.
+fn foreign_layout(header: &[u8]) -> Option<String> {
+    if header.contains(&0) {
+        Some("the file is not UTF-8 text (it has NUL bytes: UTF-16?); save it as UTF-8".into())
+    } else if header.contains(&b'\r') {
+        Some("lines end in a carriage return alone (old Mac line endings); save it with \\n or \\r\\n".into())
+    } else if !header.contains(&b',') && (header.contains(&b';') || header.contains(&b'\t')) {
+        Some("the header has no comma but has `;` or tabs: fields must be separated by commas".into())
+    } else {
+        None
+    }
+}
+
 fn text(b: &[u8]) -> String {
     let s = String::from_utf8_lossy(b);
     if s.chars().count() > 40 {
@@ -354,6 +371,11 @@ fn parse_int(b: &[u8]) -> Result<u64, ProblemKind> {
     }
     match t.parse::<f64>() {
         Ok(v) if !v.is_finite() => Err(ProblemKind::NotFinite(v)),
+        // pandas writes every value of an integer column with a missing value as `N.0`.
+        Ok(v) if v.fract() == 0.0 && t.contains('.') => Err(ProblemKind::WrongType {
+            found: format!("{} (an integer column with missing values becomes float)", text(b)),
+            expected: "an integer",
+        }),
         _ => Err(ProblemKind::WrongType { found: text(b), expected: "an integer" }),
     }
 }
@@ -440,8 +462,43 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A file of another text layout says which, rather than listing every column as missing
+    /// or reading as having no rows; a last line of spaces is blank, not a short row.
+    #[test]
+    fn other_text_layouts_are_named() {
+        let dir = tempfile_dir("layouts");
+        let row = "100000,leaf0,eth1,3,100000000000,0,0.0,0,1000,1,0,0,0,0,0,1000,2000,0.1,0";
+        let header = TELEMETRY_COLUMNS.join(",");
+        let utf16: Vec<u8> = format!("{header}\n{row}\n").encode_utf16().flat_map(u16::to_le_bytes).collect();
+        let cases: [(&str, Vec<u8>, &str); 4] = [
+            ("cr.csv", format!("{header}\r{row}\r").into_bytes(), "carriage return alone"),
+            ("semicolons.csv", format!("{}\n", header.replace(',', ";")).into_bytes(), "separated by commas"),
+            ("tabs.csv", format!("{}\n", header.replace(',', "\t")).into_bytes(), "separated by commas"),
+            ("utf16.csv", utf16, "not UTF-8"),
+        ];
+        for (name, bytes, want) in cases {
+            let p = dir.join(name);
+            std::fs::write(&p, bytes).unwrap();
+            let e = crate::telemetry::load_telemetry(&p, &Default::default()).unwrap_err().to_string();
+            assert!(e.lines().next().unwrap().contains(want), "{name}: {e}");
+        }
+        let p = dir.join("spaces-last.csv");
+        std::fs::write(&p, format!("{header}\n{row}\n  \t\n")).unwrap();
+        assert_eq!(crate::telemetry::load_telemetry(&p, &Default::default()).unwrap().rows, 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempfile_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("ecn-csv-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     #[test]
     fn cells_parse_strictly() {
+        assert!(
+            matches!(parse_int(b"551124.0"), Err(ProblemKind::WrongType { found, .. }) if found.contains("missing values"))
+        );
         assert_eq!(parse_int(b"42"), Ok(42));
         assert_eq!(parse_int(b"-3"), Err(ProblemKind::Negative(-3.0)));
         assert_eq!(parse_int(b""), Err(ProblemKind::Null));

@@ -357,6 +357,19 @@ fn scan(
 /// Reads a telemetry file (Parquet or CSV, by extension) that fits in memory into one
 /// validated series per queue.
 ///
+/// The checks on a read as a whole, once every row has been judged: a delta file whose
+/// deltas are mostly beyond line rate was most likely cumulative (read so, repair would drop
+/// every row and call the empty result repaired), and a repair that leaves nothing has not
+/// repaired the file.
+fn judge_the_whole(problems: &mut Collector, counters: CounterMode, rows: u64, delivered: u64) {
+    let implausible = problems.seen("implausible_delta");
+    if counters == CounterMode::Delta && implausible * 2 > rows {
+        problems.push_first(ProblemKind::LooksCumulative { implausible, rows });
+    } else if problems.repairing() && rows > 0 && delivered == 0 && !problems.failed() {
+        problems.push_first(ProblemKind::NothingLeft);
+    }
+}
+
 /// Every problem in the file is reported in the error, not just the first. With
 /// [`ReadOptions::repair`], repairable problems are repaired (rows sorted, exact duplicates
 /// dropped, samples across a reset or with an implausible delta dropped, gaps marked) and
@@ -434,6 +447,8 @@ pub fn load_telemetry(path: &Path, opts: &ReadOptions) -> Result<TelemetryData, 
             segment_starts,
         });
     }
+    let delivered = queues.iter().map(|q| q.samples.len() as u64).sum();
+    judge_the_whole(&mut problems, counters, rows, delivered);
     let report = problems.finish()?;
     queues.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(TelemetryData { path: path.to_path_buf(), counters, queues, rows, report })
@@ -494,6 +509,7 @@ where
             on_sample(id as QueueId, key, s, c)
         });
     }
+    judge_the_whole(&mut problems, counters, rows, delivered);
     let report = problems.finish()?;
     Ok(StreamSummary {
         path: path.to_path_buf(),

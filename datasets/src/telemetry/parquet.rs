@@ -12,7 +12,7 @@ use polars::io::parquet::read::{infer_schema, FileMetadata};
 use polars::prelude::*;
 
 use super::problem::{Collector, ProblemKind};
-use super::rows::{check_float, queue_index, Batch, Interner};
+use super::rows::{check_float, queue_index, queue_name, Batch, Interner};
 use super::COUNTERS_KEY;
 use crate::decoding::while_decoding;
 use crate::io::{guarded_message, OPTIONAL_TELEMETRY_COLUMNS, TELEMETRY_COLUMNS, TELEMETRY_SCHEMA_KEY};
@@ -82,6 +82,20 @@ fn plain_arrow_type(dt: &ArrowDataType) -> bool {
     )
 }
 
+/// A string column as a plain one. pandas' `category`, polars' `Categorical` and `Enum` and
+/// pyarrow's `dictionary` columns are stored as ordinary strings whose embedded Arrow schema
+/// says "dictionary": read them as the strings they are.
+fn plain_strings(e: Expect, field: &ArrowField) -> ArrowField {
+    match (e, field.dtype()) {
+        (Expect::Str, ArrowDataType::Dictionary(_, values, _))
+            if matches!(**values, ArrowDataType::Utf8 | ArrowDataType::LargeUtf8 | ArrowDataType::Utf8View) =>
+        {
+            ArrowField::new(field.name.clone(), ArrowDataType::Utf8View, field.is_nullable)
+        }
+        _ => field.clone(),
+    }
+}
+
 fn expected_name(e: Expect) -> &'static str {
     match e {
         Expect::Int => "an integer type",
@@ -129,6 +143,11 @@ impl ParquetSource {
                 return None;
             }
         }
+        // Before the types: pandas writes the columns of an empty frame as Arrow `null`.
+        if metadata.num_rows == 0 {
+            problems.push(None, None, ProblemKind::Empty, false);
+            return None;
+        }
         let mut fields = Vec::with_capacity(TELEMETRY_COLUMNS.len());
         for column in TELEMETRY_COLUMNS {
             let Some(field) = schema.get(column) else {
@@ -138,6 +157,7 @@ impl ParquetSource {
                 continue;
             };
             let e = expect(column);
+            let field = &plain_strings(e, field);
             // polars panics converting Arrow types it lacks (float16, decimal, ...), and the
             // file is untrusted: only plain integers, floats and strings go on to polars.
             if !plain_arrow_type(field.dtype()) {
@@ -158,10 +178,6 @@ impl ParquetSource {
             fields.push(field.clone());
         }
         if problems.failed() {
-            return None;
-        }
-        if metadata.num_rows == 0 {
-            problems.push(None, None, ProblemKind::Empty, false);
             return None;
         }
         let counters_key = kv(COUNTERS_KEY);
@@ -360,6 +376,8 @@ fn fill(columns: &[Series], batch: &mut Batch, interner: &mut Interner, problems
     let switches = columns[1].str()?;
     let ports = columns[2].str()?;
     for (i, (switch, port)) in switches.iter().zip(ports.iter()).enumerate() {
+        let switch = queue_name(switch);
+        let port = queue_name(port);
         match (switch, port) {
             (Some(switch), Some(port)) => {
                 if batch.ok[i] {

@@ -72,6 +72,8 @@ pub enum ProblemKind {
         step_ns: u64,
         /// The queue's sample interval.
         interval_ns: u64,
+        /// The part of the step this row's `span_ns` says it covers, where it says.
+        covered_ns: Option<u64>,
     },
     /// A per-interval delta the link could not have produced (how a wrapped counter shows up
     /// in a delta file).
@@ -98,6 +100,17 @@ pub enum ProblemKind {
     UnknownQueue(String),
     /// The ECN setting in effect contradicts itself or the bounds.
     BadSetting(String),
+    /// Most rows of a file read as per-interval deltas have a delta beyond line rate: the
+    /// counters look cumulative (a file rewritten by pandas or polars loses the Parquet key
+    /// that says so).
+    LooksCumulative {
+        /// Rows with an implausible delta, repaired or not.
+        implausible: u64,
+        /// Data rows in the file.
+        rows: u64,
+    },
+    /// Repair would leave no sample at all: a repaired file of nothing.
+    NothingLeft,
 }
 
 impl ProblemKind {
@@ -123,6 +136,8 @@ impl ProblemKind {
             ProblemKind::CounterReset { .. } => "counter_reset",
             ProblemKind::UnknownQueue(_) => "unknown_queue",
             ProblemKind::BadSetting(_) => "bad_setting",
+            ProblemKind::LooksCumulative { .. } => "looks_cumulative",
+            ProblemKind::NothingLeft => "nothing_left",
         }
     }
 }
@@ -153,10 +168,18 @@ impl fmt::Display for ProblemKind {
             ProblemKind::OutOfOrder { previous_row } => {
                 write!(f, "timestamp earlier than row {previous_row} of the same queue")
             }
-            ProblemKind::Gap { step_ns, interval_ns } => write!(
+            ProblemKind::Gap { step_ns, interval_ns, covered_ns: None } => write!(
                 f,
                 "gap of {step_ns} ns since the queue's previous sample ({:.1} intervals of {interval_ns} ns)",
                 *step_ns as f64 / (*interval_ns).max(1) as f64
+            ),
+            // Judged as the README says: the time no row covers, plus this row's own interval.
+            ProblemKind::Gap { step_ns, interval_ns, covered_ns: Some(covered) } => write!(
+                f,
+                "gap of {step_ns} ns since the queue's previous sample, of which this row's span_ns covers \
+                 {covered} ns: {} ns covered by no row ({:.1} intervals of {interval_ns} ns, this row's own counted)",
+                step_ns - covered,
+                (step_ns - covered + interval_ns) as f64 / (*interval_ns).max(1) as f64
             ),
             ProblemKind::ImplausibleDelta { value, max, span_ns } => {
                 write!(
@@ -175,6 +198,15 @@ impl fmt::Display for ProblemKind {
             }
             ProblemKind::UnknownQueue(q) => write!(f, "queue {q} is not among the known queues"),
             ProblemKind::BadSetting(m) => write!(f, "{m}"),
+            ProblemKind::LooksCumulative { implausible, rows } => write!(
+                f,
+                "{implausible} of {rows} rows have a per-interval delta beyond line rate: are the counters \
+                 cumulative? Read them with `--counters cumulative` (pandas and polars drop the Parquet key \
+                 `ecn_tuner.counters` that says so when they rewrite a file)"
+            ),
+            ProblemKind::NothingLeft => {
+                write!(f, "repair would leave no sample: every row was dropped or was only a cumulative baseline")
+            }
         }
     }
 }
@@ -245,7 +277,8 @@ impl fmt::Display for TelemetryError {
         }
         // A switch's own recording has a gap wherever it dropped a sample at a counter reset:
         // say that the way on is one flag away.
-        if self.repairable > 0 {
+        // Repair would drop every row of a file misread as deltas: do not offer it.
+        if self.repairable > 0 && !self.counts.contains_key("looks_cumulative") {
             let which = if self.repairable == self.total {
                 "all of them".to_string()
             } else {
@@ -352,6 +385,25 @@ impl Collector {
         }
     }
 
+    /// A problem about the file as a whole, found once every row has been read: listed
+    /// first, so that it is shown however many row problems came before it.
+    pub(crate) fn push_first(&mut self, kind: ProblemKind) {
+        self.total += 1;
+        *self.counts.entry(kind.tag()).or_insert(0) += 1;
+        self.problems.insert(0, Problem { row: None, column: None, kind });
+        self.problems.truncate(MAX_KEPT_PROBLEMS);
+    }
+
+    /// How many problems of kind `tag` were found, repaired or not.
+    pub(crate) fn seen(&self, tag: &str) -> u64 {
+        self.counts.get(tag).copied().unwrap_or(0) + self.report.count(tag)
+    }
+
+    /// Whether repairable problems are being repaired.
+    pub(crate) fn repairing(&self) -> bool {
+        self.repair
+    }
+
     /// True once a problem that stays an error has been found.
     pub(crate) fn failed(&self) -> bool {
         self.total > 0
@@ -380,6 +432,20 @@ impl Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A row stating its span is judged on the time no row covers plus its own interval: the
+    /// message gives that, not the bare step (which read "1.0 intervals", under the limit).
+    #[test]
+    fn a_gap_names_the_time_no_row_covers() {
+        let gap = ProblemKind::Gap { step_ns: 100_000, interval_ns: 100_000, covered_ns: Some(40_000) };
+        assert_eq!(
+            gap.to_string(),
+            "gap of 100000 ns since the queue's previous sample, of which this row's span_ns covers 40000 ns: \
+             60000 ns covered by no row (1.6 intervals of 100000 ns, this row's own counted)"
+        );
+        let bare = ProblemKind::Gap { step_ns: 200_000, interval_ns: 100_000, covered_ns: None };
+        assert_eq!(bare.to_string(), "gap of 200000 ns since the queue's previous sample (2.0 intervals of 100000 ns)");
+    }
 
     #[test]
     fn an_implausible_delta_over_microseconds_asks_about_the_time_unit() {

@@ -196,6 +196,13 @@ pub(crate) fn queue_index(v: u64) -> Result<u8, ProblemKind> {
     }
 }
 
+/// A `switch` or `port` name without the spaces around it (a CSV written with `", "`
+/// between fields, a padded export: the switch's own names have none); `None` for a missing
+/// or blank name, which is an empty value whatever the format.
+pub(crate) fn queue_name(name: Option<&str>) -> Option<&str> {
+    name.map(str::trim).filter(|n| !n.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

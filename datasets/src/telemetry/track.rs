@@ -15,6 +15,9 @@ pub(crate) const INTERVAL_STEPS: usize = 32;
 /// The smallest Ethernet frame, bytes: bounds packet and PAUSE-frame counts by line rate.
 const MIN_FRAME_BYTES: u64 = 64;
 
+/// More ports than any switch has (512 on the largest in 2026): bounds the drops of one queue.
+const MAX_INGRESS_PORTS: u64 = 1024;
+
 /// The counter columns, in [`QueueSample`] field order.
 pub(crate) const COUNTER_COLUMNS: [&str; 7] =
     ["tx_bytes", "tx_pkts", "ecn_marked_pkts", "pfc_pause_rx", "pfc_pause_tx", "paused_ns", "drops"];
@@ -27,13 +30,23 @@ fn set_counters(s: &mut QueueSample, c: [u64; 7]) {
     [s.tx_bytes, s.tx_pkts, s.ecn_marked_pkts, s.pfc_pause_rx, s.pfc_pause_tx, s.paused_ns, s.drops] = c;
 }
 
-/// The largest plausible value of each counter over `interval_ns` on a `link_bps` link; `None`
-/// where there is no physical bound (drops: many ingress ports can overrun one egress).
+/// The largest plausible value of each counter over `interval_ns` on a `link_bps` link. Drops
+/// come from many ingress ports overrunning one egress, so their bound is loose: what
+/// [`MAX_INGRESS_PORTS`] ports could send at this rate, enough for any incast and far below
+/// a wrapped 64-bit counter.
 fn plausible_max(link_bps: u64, interval_ns: u64) -> [Option<u64>; 7] {
     let bytes = max_plausible_bytes(link_bps, interval_ns);
     let frames = bytes / MIN_FRAME_BYTES;
     let paused = interval_ns.saturating_add(interval_ns / 4);
-    [Some(bytes), Some(frames), Some(frames), Some(frames), Some(frames), Some(paused), None]
+    [
+        Some(bytes),
+        Some(frames),
+        Some(frames),
+        Some(frames),
+        Some(frames),
+        Some(paused),
+        Some(frames.saturating_mul(MAX_INGRESS_PORTS)),
+    ]
 }
 
 /// Where the columns of one interval (as deltas) contradict each other, the column to blame and
@@ -243,7 +256,12 @@ impl Track {
                 // covers its whole step misses nothing.
                 let judged = if stated.is_some() { step - span + interval_ns } else { step };
                 if judged as f64 > cx.opts.max_gap_intervals * interval_ns as f64 {
-                    problems.push(Some(row), Some("ts_ns"), ProblemKind::Gap { step_ns: step, interval_ns }, true);
+                    problems.push(
+                        Some(row),
+                        Some("ts_ns"),
+                        ProblemKind::Gap { step_ns: step, interval_ns, covered_ns: stated.map(|_| span) },
+                        true,
+                    );
                     self.next = Continuity::AfterGap;
                     // Cumulative counters across a gap give the sum over the missing intervals,
                     // not this interval's delta: start again from a baseline.
@@ -359,6 +377,8 @@ mod tests {
         assert_eq!(m[0], Some(156_250));
         assert_eq!(m[1], Some(2_441));
         assert_eq!(m[5], Some(12_500));
-        assert_eq!(m[6], None);
+        // Drops: what 1024 ports send, so that a wrapped counter (2^63 and up) is caught.
+        assert_eq!(m[6], Some(2_441 * 1024));
+        assert!(plausible_max(u64::MAX, u64::MAX)[6].is_some());
     }
 }
