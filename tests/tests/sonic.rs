@@ -179,7 +179,8 @@ fn asic_curve(redis: &RedisServer, i: usize, q: u32) -> Option<(u64, u64, u64)> 
 /// one poll interval (100 ms) allowed where nothing can be read back.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_write_is_in_effect_once_asic_db_shows_it_programmed() {
-    let (rig, _orchagent) = rig_with_orchagent(Duration::from_millis(1500), &[]).await;
+    // A timeout well above the lag: the default (2 s) left a loaded machine half a second.
+    let (rig, _orchagent) = rig_with_orchagent(Duration::from_millis(1500), &["--program-timeout", "10s"]).await;
     assert_eq!(asic_curve(&rig.redis, 0, 3), Some(ORIGINAL), "the seeded curve, programmed");
     let mut c = rig.act.client().await;
     let l = lease(&mut c, "ctl-a").await;
@@ -199,7 +200,7 @@ async fn a_write_is_in_effect_once_asic_db_shows_it_programmed() {
 /// health check would have judged the old curve as the new one.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_write_orchagent_does_not_program_is_undone_and_fails() {
-    let (rig, orchagent) = rig_with_orchagent(Duration::ZERO, &["--program-timeout", "500ms"]).await;
+    let (rig, orchagent) = rig_with_orchagent(Duration::ZERO, &["--program-timeout", "2s"]).await;
     let before = tables(&mut rig.redis.con(CONFIG_DB));
     let mut c = rig.act.client().await;
     let l = lease(&mut c, "ctl-a").await;
@@ -229,7 +230,7 @@ async fn a_write_orchagent_does_not_program_is_undone_and_fails() {
 /// write was undone until the actuator restarted.
 #[tokio::test(flavor = "multi_thread")]
 async fn after_a_syncd_cold_restart_writes_are_read_back_at_the_queues_new_ids() {
-    let (rig, orchagent) = rig_with_orchagent(Duration::ZERO, &["--program-timeout", "1s"]).await;
+    let (rig, orchagent) = rig_with_orchagent(Duration::ZERO, &["--program-timeout", "3s"]).await;
     let mut c = rig.act.client().await;
     let l = lease(&mut c, "ctl-a").await;
     let q = qid("Ethernet0", 3);
