@@ -393,10 +393,13 @@ fn string_columns_stored_as_dictionaries_read_as_strings() {
     }
 }
 
-/// A repair that would drop every sample (here a cumulative file whose counters go down at
-/// every reading: each sample a reset) fails instead of writing an empty "repaired" file.
+/// A repair that would drop most of a queue's samples (here a cumulative file whose counters
+/// go down at every reading: each sample a reset) fails instead of writing what is left as
+/// "repaired": a file that bad is misread, not damaged. One that would leave nothing at all
+/// (queues too short to judge: two rows each, both inconsistent) fails too, saying what it
+/// dropped.
 #[test]
-fn a_repair_that_would_leave_nothing_fails() {
+fn a_repair_that_would_leave_little_or_nothing_fails() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("always-reset.parquet");
     let mut rows = clean_rows();
@@ -407,18 +410,34 @@ fn a_repair_that_would_leave_nothing_fails() {
         (s.tx_bytes, s.tx_pkts, s.ecn_marked_pkts) = (falling, falling, falling);
     }
     ecn_datasets::io::write_telemetry_parquet_with(&path, &rows, CounterMode::Cumulative).unwrap();
-    let opts = ReadOptions { repair: true, ..ReadOptions::default() };
-    for err in [load_telemetry(&path, &opts).unwrap_err(), stream_series(&path, &opts).unwrap_err()] {
-        assert_eq!(err.problems[0].kind.tag(), "nothing_left", "{err}");
-        assert!(err.to_string().starts_with(&format!("{}: repair would leave no sample", path.display())), "{err}");
+    let repair = ReadOptions { repair: true, ..ReadOptions::default() };
+    for err in [load_telemetry(&path, &repair).unwrap_err(), stream_series(&path, &repair).unwrap_err()] {
+        assert_eq!(err.problems[0].kind.tag(), "mostly_bad", "{err}");
+        assert!(err.to_string().contains("most rows of 8 of 8 queues (leaf0/eth1/3: 119 of 120, ...)"), "{err}");
     }
-    // Without repair, each reset is named.
+    // Without repair, each reset is named, and no repair is offered.
     let err = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
     assert!(err.counts.get("counter_reset").is_some_and(|&n| n > 100), "{err}");
+    assert!(!err.to_string().contains("--repair would repair"), "{err}");
+
+    let path = dir.path().join("short.parquet");
+    let mut rows: Vec<TelemetrySample> = clean_rows().into_iter().take(16).collect();
+    for r in &mut rows {
+        r.sample.ecn_marked_pkts = r.sample.tx_pkts + 1;
+    }
+    write_telemetry_parquet(&path, &rows).unwrap();
+    for err in [load_telemetry(&path, &repair).unwrap_err(), stream_series(&path, &repair).unwrap_err()] {
+        assert_eq!(err.problems[0].kind.tag(), "nothing_left", "{err}");
+        let want = format!("{}: repair would leave no sample (16 inconsistent)", path.display());
+        assert!(err.to_string().starts_with(&want), "{err}");
+    }
 }
 
 /// A cumulative file read as deltas: the error says so first, however many rows come before
-/// it, and does not offer a repair that would drop every row.
+/// it, and does not offer a repair that would drop every row. It is judged per queue, so idle
+/// queues (cumulative counters that stay at 0 look plausible) do not hide it; deltas too large
+/// for another reason (timestamps in microseconds) go up and down, and are not taken for
+/// cumulative readings.
 #[test]
 fn counters_that_look_cumulative_are_said_to() {
     let dir = tempfile::tempdir().unwrap();
@@ -427,11 +446,52 @@ fn counters_that_look_cumulative_are_said_to() {
     let err = load_telemetry(&f.path, &ReadOptions::default()).unwrap_err();
     let message = err.to_string();
     let first = message.lines().next().unwrap();
-    assert!(first.contains(" of 968 rows have") && first.contains("--counters cumulative"), "{message}");
+    assert!(first.contains("the counters of 8 of 8 queues") && first.contains("--counters cumulative"), "{message}");
     assert!(!message.contains("--repair would repair"), "{message}");
     // Read as what they are, they are the clean recording.
     let opts = ReadOptions { counters: Some(CounterMode::Cumulative), ..ReadOptions::default() };
     assert_eq!(load_telemetry(&f.path, &opts).unwrap().queues, expected_series(&[]));
+
+    // Idle queues beside the busy ones (three per port): most rows are plausible, the busy
+    // queues' are not.
+    let mut rows = ecn_datasets::io::read_telemetry_parquet(&f.path).unwrap();
+    let busy = rows.clone();
+    for r in &busy {
+        for queue in [0, 1, 2] {
+            let s = QueueSample {
+                tx_bytes: 0,
+                tx_pkts: 0,
+                ecn_marked_pkts: 0,
+                pfc_pause_rx: 0,
+                pfc_pause_tx: 0,
+                paused_ns: 0,
+                drops: 0,
+                ..r.sample
+            };
+            rows.push(TelemetrySample { queue, sample: s, ..r.clone() });
+        }
+    }
+    rows.sort_by_key(|r| r.sample.ts_ns);
+    let idle = dir.path().join("idle.parquet");
+    write_telemetry_parquet(&idle, &rows).unwrap();
+    for repair in [false, true] {
+        let opts = ReadOptions { repair, ..ReadOptions::default() };
+        for err in [load_telemetry(&idle, &opts).unwrap_err(), stream_series(&idle, &opts).unwrap_err()] {
+            assert_eq!(err.problems[0].kind.tag(), "looks_cumulative", "{err}");
+            assert!(err.to_string().contains("the counters of 8 of 20 queues"), "{err}");
+        }
+    }
+
+    // Timestamps in microseconds: implausible deltas, with the question about the unit.
+    let mut micro = clean_rows();
+    for r in &mut micro {
+        r.sample.ts_ns /= 1_000;
+    }
+    let path = dir.path().join("micro.parquet");
+    write_telemetry_parquet(&path, &micro).unwrap();
+    let err = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
+    assert!(!err.counts.contains_key("looks_cumulative"), "{err}");
+    assert!(err.to_string().contains("is ts_ns not in nanoseconds?"), "{err}");
 }
 
 proptest! {

@@ -33,8 +33,15 @@ impl Recording {
     /// problems is refused, not replayed.
     pub fn load(path: &Path) -> Result<Recording, ActuatorError> {
         let bad = |why: String| ActuatorError::BadInput(format!("--telemetry {}: {why}", path.display()));
-        let data = load_telemetry(path, &ReadOptions::default())
-            .map_err(|e| ActuatorError::BadInput(format!("--telemetry {e}")))?;
+        // The actuator takes no reader flags: a file to fix is fixed once, by `validate`.
+        let data = load_telemetry(path, &ReadOptions::default()).map_err(|e| {
+            ActuatorError::BadInput(format!(
+                "--telemetry {e}\nthe actuator replays a file as it is (no --counters, --max-gap or --repair): \
+                 write a checked copy with `ecn-tuner validate --telemetry {} [--counters cumulative] --repair \
+                 --out FIXED.parquet` and replay that",
+                path.display()
+            ))
+        })?;
         let mut rows = data.to_rows();
         if rows.is_empty() {
             return Err(bad("no telemetry rows".into()));

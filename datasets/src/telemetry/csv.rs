@@ -197,6 +197,10 @@ impl CsvSource {
                 self.line.drain(..UTF8_BOM.len());
             }
             if self.line.len() > MAX_RECORD_BYTES {
+                // Lines that end in a carriage return alone read as one long line.
+                if let Some(why) = foreign_layout(&self.line).filter(|_| self.line.contains(&b'\r')) {
+                    return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
+                }
                 let why = format!(
                     "the record starting on line {} is longer than {} MiB: an unclosed quote?",
                     self.record_line,
@@ -371,6 +375,7 @@ fn parse_int(b: &[u8]) -> Result<u64, ProblemKind> {
     }
     match t.parse::<f64>() {
         Ok(v) if !v.is_finite() => Err(ProblemKind::NotFinite(v)),
+        Ok(v) if v < 0.0 => Err(ProblemKind::Negative(v)),
         // pandas writes every value of an integer column with a missing value as `N.0`.
         Ok(v) if v.fract() == 0.0 && t.contains('.') => Err(ProblemKind::WrongType {
             found: format!("{} (an integer column with missing values becomes float)", text(b)),
@@ -470,8 +475,14 @@ mod tests {
         let row = "100000,leaf0,eth1,3,100000000000,0,0.0,0,1000,1,0,0,0,0,0,1000,2000,0.1,0";
         let header = TELEMETRY_COLUMNS.join(",");
         let utf16: Vec<u8> = format!("{header}\n{row}\n").encode_utf16().flat_map(u16::to_le_bytes).collect();
-        let cases: [(&str, Vec<u8>, &str); 4] = [
+        let cases: [(&str, Vec<u8>, &str); 5] = [
             ("cr.csv", format!("{header}\r{row}\r").into_bytes(), "carriage return alone"),
+            // Longer than a record may be: read as one line, it must not pass for an unclosed quote.
+            (
+                "cr-big.csv",
+                format!("{header}\r{}", format!("{row}\r").repeat(20_000)).into_bytes(),
+                "carriage return alone",
+            ),
             ("semicolons.csv", format!("{}\n", header.replace(',', ";")).into_bytes(), "separated by commas"),
             ("tabs.csv", format!("{}\n", header.replace(',', "\t")).into_bytes(), "separated by commas"),
             ("utf16.csv", utf16, "not UTF-8"),
@@ -499,6 +510,7 @@ mod tests {
         assert!(
             matches!(parse_int(b"551124.0"), Err(ProblemKind::WrongType { found, .. }) if found.contains("missing values"))
         );
+        assert_eq!(parse_int(b"-3.0"), Err(ProblemKind::Negative(-3.0)));
         assert_eq!(parse_int(b"42"), Ok(42));
         assert_eq!(parse_int(b"-3"), Err(ProblemKind::Negative(-3.0)));
         assert_eq!(parse_int(b""), Err(ProblemKind::Null));

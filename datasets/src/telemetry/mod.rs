@@ -354,22 +354,49 @@ fn scan(
     rows
 }
 
-/// Reads a telemetry file (Parquet or CSV, by extension) that fits in memory into one
-/// validated series per queue.
-///
-/// The checks on a read as a whole, once every row has been judged: a delta file whose
-/// deltas are mostly beyond line rate was most likely cumulative (read so, repair would drop
-/// every row and call the empty result repaired), and a repair that leaves nothing has not
-/// repaired the file.
-fn judge_the_whole(problems: &mut Collector, counters: CounterMode, rows: u64, delivered: u64) {
-    let implausible = problems.seen("implausible_delta");
-    if counters == CounterMode::Delta && implausible * 2 > rows {
-        problems.push_first(ProblemKind::LooksCumulative { implausible, rows });
-    } else if problems.repairing() && rows > 0 && delivered == 0 && !problems.failed() {
-        problems.push_first(ProblemKind::NothingLeft);
+/// A queue's rows as a whole, for [`judge_the_whole`].
+struct QueueVerdict {
+    key: QueueKey,
+    looks_cumulative: bool,
+    /// `(bad, rows)` where most rows had a sample to drop.
+    mostly_bad: Option<(u64, u64)>,
+}
+
+impl QueueVerdict {
+    fn of(key: &QueueKey, track: &Track) -> Self {
+        QueueVerdict {
+            key: key.clone(),
+            looks_cumulative: track.looks_cumulative(),
+            mostly_bad: track.mostly_dropped(),
+        }
     }
 }
 
+/// The checks on a read as a whole, once every row has been judged, listed first: queues whose
+/// "deltas" look cumulative, or most of whose rows are bad (read so, repair would drop most of
+/// their rows and call the rest repaired), and a repair that leaves nothing.
+fn judge_the_whole(problems: &mut Collector, verdicts: &[QueueVerdict], delivered: u64) {
+    let of = verdicts.len() as u64;
+    let cumulative: Vec<&QueueVerdict> = verdicts.iter().filter(|v| v.looks_cumulative).collect();
+    let bad: Vec<(&QueueVerdict, (u64, u64))> = verdicts.iter().filter_map(|v| Some((v, v.mostly_bad?))).collect();
+    if let Some(first) = cumulative.first() {
+        let example = first.key.to_string();
+        problems.push_first(ProblemKind::LooksCumulative { queues: cumulative.len() as u64, of, example });
+    } else if let Some((first, (bad_rows, rows))) = bad.first() {
+        let (example, queues) = (first.key.to_string(), bad.len() as u64);
+        problems.push_first(ProblemKind::MostlyBad { queues, of, example, bad: *bad_rows, rows: *rows });
+    } else if delivered == 0 && !problems.failed() && !problems.report.is_empty() {
+        let mut repaired = problems.report.to_string();
+        if problems.report.baseline_samples > 0 {
+            repaired.push_str(&format!("; {} cumulative baselines", problems.report.baseline_samples));
+        }
+        problems.push_first(ProblemKind::NothingLeft(repaired));
+    }
+}
+
+/// Reads a telemetry file (Parquet or CSV, by extension) that fits in memory into one
+/// validated series per queue.
+///
 /// Every problem in the file is reported in the error, not just the first. With
 /// [`ReadOptions::repair`], repairable problems are repaired (rows sorted, exact duplicates
 /// dropped, samples across a reset or with an implausible delta dropped, gaps marked) and
@@ -418,6 +445,7 @@ pub fn load_telemetry(path: &Path, opts: &ReadOptions) -> Result<TelemetryData, 
     }
     let cx = TrackContext { opts, counters, streaming: false };
     let mut queues = Vec::with_capacity(pending.len());
+    let mut verdicts = Vec::with_capacity(pending.len());
     for (id, p) in pending.into_iter().enumerate() {
         if !p.known {
             continue;
@@ -440,6 +468,7 @@ pub fn load_telemetry(path: &Path, opts: &ReadOptions) -> Result<TelemetryData, 
             track.push(p.rows[i], p.samples[i], &cx, &mut problems, &mut sink);
         }
         track.finish(&cx, &mut problems, &mut sink);
+        verdicts.push(QueueVerdict::of(&interner.keys[id], &track));
         queues.push(QueueSeries {
             key: interner.keys[id].clone(),
             interval_ns: track.interval_ns,
@@ -448,7 +477,7 @@ pub fn load_telemetry(path: &Path, opts: &ReadOptions) -> Result<TelemetryData, 
         });
     }
     let delivered = queues.iter().map(|q| q.samples.len() as u64).sum();
-    judge_the_whole(&mut problems, counters, rows, delivered);
+    judge_the_whole(&mut problems, &verdicts, delivered);
     let report = problems.finish()?;
     queues.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(TelemetryData { path: path.to_path_buf(), counters, queues, rows, report })
@@ -509,7 +538,13 @@ where
             on_sample(id as QueueId, key, s, c)
         });
     }
-    judge_the_whole(&mut problems, counters, rows, delivered);
+    let verdicts: Vec<QueueVerdict> = tracks
+        .iter()
+        .zip(&interner.keys)
+        .filter(|(t, _)| !t.rejected)
+        .map(|(t, key)| QueueVerdict::of(key, t))
+        .collect();
+    judge_the_whole(&mut problems, &verdicts, delivered);
     let report = problems.finish()?;
     Ok(StreamSummary {
         path: path.to_path_buf(),

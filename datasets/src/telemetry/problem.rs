@@ -100,17 +100,35 @@ pub enum ProblemKind {
     UnknownQueue(String),
     /// The ECN setting in effect contradicts itself or the bounds.
     BadSetting(String),
-    /// Most rows of a file read as per-interval deltas have a delta beyond line rate: the
-    /// counters look cumulative (a file rewritten by pandas or polars loses the Parquet key
-    /// that says so).
+    /// Queues of a file read as per-interval deltas whose counters look cumulative: more than
+    /// half their rows have a delta beyond line rate, and their counters never go down (a
+    /// file rewritten by pandas or polars loses the Parquet key that says so).
     LooksCumulative {
-        /// Rows with an implausible delta, repaired or not.
-        implausible: u64,
-        /// Data rows in the file.
+        /// How many queues look so.
+        queues: u64,
+        /// Queues in the file.
+        of: u64,
+        /// One of them.
+        example: String,
+    },
+    /// Queues most of whose rows have a sample to drop: the file is more likely misread
+    /// (timestamps not in ns, a link rate not in b/s) than damaged, and repair would leave
+    /// little of it.
+    MostlyBad {
+        /// How many queues.
+        queues: u64,
+        /// Queues in the file.
+        of: u64,
+        /// One of them, with its bad rows and all its rows.
+        example: String,
+        /// The example's rows with a sample to drop.
+        bad: u64,
+        /// The example's rows.
         rows: u64,
     },
-    /// Repair would leave no sample at all: a repaired file of nothing.
-    NothingLeft,
+    /// Repair would leave no sample at all: a repaired file of nothing. Holds what repair
+    /// dropped, as the repair report says it.
+    NothingLeft(String),
 }
 
 impl ProblemKind {
@@ -137,7 +155,8 @@ impl ProblemKind {
             ProblemKind::UnknownQueue(_) => "unknown_queue",
             ProblemKind::BadSetting(_) => "bad_setting",
             ProblemKind::LooksCumulative { .. } => "looks_cumulative",
-            ProblemKind::NothingLeft => "nothing_left",
+            ProblemKind::MostlyBad { .. } => "mostly_bad",
+            ProblemKind::NothingLeft(_) => "nothing_left",
         }
     }
 }
@@ -198,15 +217,20 @@ impl fmt::Display for ProblemKind {
             }
             ProblemKind::UnknownQueue(q) => write!(f, "queue {q} is not among the known queues"),
             ProblemKind::BadSetting(m) => write!(f, "{m}"),
-            ProblemKind::LooksCumulative { implausible, rows } => write!(
+            ProblemKind::LooksCumulative { queues, of, example } => write!(
                 f,
-                "{implausible} of {rows} rows have a per-interval delta beyond line rate: are the counters \
-                 cumulative? Read them with `--counters cumulative` (pandas and polars drop the Parquet key \
-                 `ecn_tuner.counters` that says so when they rewrite a file)"
+                "the counters of {queues} of {of} queues ({example}, ...) look cumulative: they never go down, and \
+                 more than half their rows have a per-interval delta beyond line rate. Read the file with \
+                 `--counters cumulative` (pandas and polars drop the Parquet key `ecn_tuner.counters` that says \
+                 so when they rewrite a file)"
             ),
-            ProblemKind::NothingLeft => {
-                write!(f, "repair would leave no sample: every row was dropped or was only a cumulative baseline")
-            }
+            ProblemKind::MostlyBad { queues, of, example, bad, rows } => write!(
+                f,
+                "most rows of {queues} of {of} queues ({example}: {bad} of {rows}, ...) have a sample to drop: \
+                 the file is more likely misread than damaged (timestamps not in ns? a link rate not in b/s? \
+                 counters of another kind?), and repair would leave little of it"
+            ),
+            ProblemKind::NothingLeft(repaired) => write!(f, "repair would leave no sample ({repaired})"),
         }
     }
 }
@@ -244,7 +268,8 @@ impl Problem {
 pub struct TelemetryError {
     /// The file.
     pub path: PathBuf,
-    /// The first [`MAX_KEPT_PROBLEMS`] problems, in the order found.
+    /// The first [`MAX_KEPT_PROBLEMS`] problems, in the order found, except that a problem
+    /// about the whole file, found once every row is read, comes first.
     pub problems: Vec<Problem>,
     /// How many problems there were in all.
     pub total: u64,
@@ -277,8 +302,9 @@ impl fmt::Display for TelemetryError {
         }
         // A switch's own recording has a gap wherever it dropped a sample at a counter reset:
         // say that the way on is one flag away.
-        // Repair would drop every row of a file misread as deltas: do not offer it.
-        if self.repairable > 0 && !self.counts.contains_key("looks_cumulative") {
+        // Repair would drop most rows of a misread file: do not offer it.
+        let misread = self.counts.contains_key("looks_cumulative") || self.counts.contains_key("mostly_bad");
+        if self.repairable > 0 && !misread {
             let which = if self.repairable == self.total {
                 "all of them".to_string()
             } else {
@@ -392,16 +418,6 @@ impl Collector {
         *self.counts.entry(kind.tag()).or_insert(0) += 1;
         self.problems.insert(0, Problem { row: None, column: None, kind });
         self.problems.truncate(MAX_KEPT_PROBLEMS);
-    }
-
-    /// How many problems of kind `tag` were found, repaired or not.
-    pub(crate) fn seen(&self, tag: &str) -> u64 {
-        self.counts.get(tag).copied().unwrap_or(0) + self.report.count(tag)
-    }
-
-    /// Whether repairable problems are being repaired.
-    pub(crate) fn repairing(&self) -> bool {
-        self.repair
     }
 
     /// True once a problem that stays an error has been found.

@@ -128,6 +128,26 @@ pub(crate) struct Track {
     /// The last plausibility bounds computed, keyed by (link_bps, interval_ns): the bound
     /// needs a 128-bit division, too slow to repeat on every row.
     bounds: Option<(u64, u64, [Option<u64>; 7])>,
+    /// What the queue's rows came to, to judge the queue as a whole.
+    tally: Tally,
+}
+
+/// A queue's rows as a whole. Cumulative readings read as deltas are told from deltas with a
+/// few bad values by most of them being beyond line rate and never going down (timestamps in
+/// another unit, or a link rate in Gb/s, make deltas look too large too, but they still go up
+/// and down); a repair that drops most of a queue's rows has met a misread file, not a damaged
+/// one.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Rows judged, in time order.
+    rows: u64,
+    /// Of them, rows with a delta beyond line rate.
+    implausible: u64,
+    /// Of them, rows whose sample was dropped (or would be, by repair).
+    dropped: u64,
+    /// `tx_bytes` went down from one row to the next.
+    fell: bool,
+    last_tx_bytes: Option<u64>,
 }
 
 /// What the tracks need to know about the read.
@@ -149,7 +169,36 @@ impl Track {
             next: Continuity::First,
             rejected: false,
             bounds: None,
+            tally: Tally::default(),
         }
+    }
+
+    /// Read as deltas, the queue's counters look cumulative: at least three rows, more than
+    /// half of them with a delta beyond line rate, and `tx_bytes` never going down.
+    pub(crate) fn looks_cumulative(&self) -> bool {
+        let t = &self.tally;
+        t.rows >= 3 && t.implausible * 2 > t.rows && !t.fell
+    }
+
+    /// `(dropped, rows)` where more than half of at least three rows were dropped.
+    pub(crate) fn mostly_dropped(&self) -> Option<(u64, u64)> {
+        let t = &self.tally;
+        (t.rows >= 3 && t.dropped * 2 > t.rows).then_some((t.dropped, t.rows))
+    }
+
+    /// Counts a row taken in time order as the queue's latest.
+    fn judge(&mut self, row: u64, s: QueueSample) {
+        let t = &mut self.tally;
+        t.rows += 1;
+        t.fell |= t.last_tx_bytes.is_some_and(|tx| s.tx_bytes < tx);
+        t.last_tx_bytes = Some(s.tx_bytes);
+        self.last = Some((row, s));
+    }
+
+    /// Drops the latest row's sample: the next one delivered starts a new segment.
+    fn drop_sample(&mut self) {
+        self.tally.dropped += 1;
+        self.next = Continuity::AfterDrop;
     }
 
     /// Takes the queue's next sample (in timestamp order, as the file gives it) and delivers
@@ -243,10 +292,10 @@ impl Track {
             let step = s.ts_ns - last.ts_ns;
             // A poller's two clocks may disagree by a rounding; more is an overlap.
             if let Some(stated) = stated.filter(|&stated| stated > step.saturating_add(step / 100)) {
-                self.last = Some((row, s));
+                self.judge(row, s);
                 let why = format!("covers {stated} ns, but the queue's previous row is only {step} ns earlier");
                 problems.push(Some(row), Some("span_ns"), ProblemKind::Inconsistent(why), true);
-                self.next = Continuity::AfterDrop;
+                self.drop_sample();
                 return;
             }
             let mut span = stated.map_or(step, |stated| stated.min(step));
@@ -275,7 +324,7 @@ impl Track {
             }
             span_ns = Some(span);
         }
-        self.last = Some((row, s));
+        self.judge(row, s);
         if stated.is_some() {
             s.span_ns = span_ns.unwrap_or(s.span_ns);
         }
@@ -295,7 +344,7 @@ impl Track {
                         CounterStep::Reset => {
                             let kind = ProblemKind::CounterReset { previous: previous[i], current: current[i] };
                             problems.push(Some(row), Some(COUNTER_COLUMNS[i]), kind, true);
-                            self.next = Continuity::AfterDrop;
+                            self.drop_sample();
                             return;
                         }
                     }
@@ -311,9 +360,10 @@ impl Track {
                     for i in 0..7 {
                         if let Some(m) = max[i] {
                             if values[i] > m {
+                                self.tally.implausible += 1;
                                 let kind = ProblemKind::ImplausibleDelta { value: values[i], max: m, span_ns };
                                 problems.push(Some(row), Some(COUNTER_COLUMNS[i]), kind, true);
-                                self.next = Continuity::AfterDrop;
+                                self.drop_sample();
                                 return;
                             }
                         }
@@ -323,7 +373,7 @@ impl Track {
         }
         if let Some((column, why)) = inconsistency(&s) {
             problems.push(Some(row), Some(column), ProblemKind::Inconsistent(why), true);
-            self.next = Continuity::AfterDrop;
+            self.drop_sample();
             return;
         }
         if !problems.failed() {
