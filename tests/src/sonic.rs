@@ -718,11 +718,23 @@ pub fn set_config_field(server: &RedisServer, key: &str, field: &str, value: &st
 }
 
 /// The green setting (kmin, kmax, probability %) of the profile bound to `QUEUE|port|queue`.
+/// The binding and the profile are read in one script, at one instant: read one command after
+/// the other, an actuator's write between them (rebinding the queue to its original profile
+/// and deleting its own) left the binding naming a profile already gone.
 pub fn queue_setting(con: &mut redis::Connection, port: &str, queue: u32) -> (u64, u64, u64) {
-    let profile: String =
-        redis::cmd("HGET").arg(format!("QUEUE|{port}|{queue}")).arg("wred_profile").query(con).expect("binding");
-    let f: BTreeMap<String, String> =
-        redis::cmd("HGETALL").arg(format!("WRED_PROFILE|{profile}")).query(con).expect("profile");
+    const READ: &str = "local p = redis.call('HGET', KEYS[1], 'wred_profile') \
+                        if not p then return {} end \
+                        local f = redis.call('HGETALL', 'WRED_PROFILE|' .. p) \
+                        table.insert(f, 1, p) return f";
+    let mut reply: Vec<String> = redis::cmd("EVAL")
+        .arg(READ)
+        .arg(1)
+        .arg(format!("QUEUE|{port}|{queue}"))
+        .query(con)
+        .expect("binding and profile");
+    assert!(!reply.is_empty(), "QUEUE|{port}|{queue} has no wred_profile");
+    let profile = reply.remove(0);
+    let f: BTreeMap<String, String> = reply.chunks(2).map(|kv| (kv[0].clone(), kv[1].clone())).collect();
     let n = |k: &str| f.get(k).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{profile} has no {k}: {f:?}"));
     (n("green_min_threshold"), n("green_max_threshold"), n("green_drop_probability"))
 }
