@@ -482,16 +482,57 @@ fn counters_that_look_cumulative_are_said_to() {
         }
     }
 
-    // Timestamps in microseconds: implausible deltas, with the question about the unit.
+    // Timestamps in microseconds: implausible deltas, with the question about the unit, and
+    // the file misread, not cumulative, even where one queue's traffic happens to rise.
     let mut micro = clean_rows();
+    let mut rising = 0;
     for r in &mut micro {
         r.sample.ts_ns /= 1_000;
+        if QueueKey::new(&r.switch, &r.port, r.queue) == QueueKey::new("leaf0", "eth1", 3) {
+            rising += 1_000;
+            (r.sample.tx_bytes, r.sample.tx_pkts, r.sample.ecn_marked_pkts) = (rising, 1, 0);
+        }
     }
     let path = dir.path().join("micro.parquet");
     write_telemetry_parquet(&path, &micro).unwrap();
     let err = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
+    assert_eq!(err.problems[0].kind.tag(), "mostly_bad", "{err}");
     assert!(!err.counts.contains_key("looks_cumulative"), "{err}");
     assert!(err.to_string().contains("is ts_ns not in nanoseconds?"), "{err}");
+
+    // Cumulative counters cleared once (a reboot) still look cumulative.
+    let mut cleared = ecn_datasets::io::read_telemetry_parquet(&f.path).unwrap();
+    let half = cleared.len() / 2;
+    for r in &mut cleared[half..] {
+        r.sample.tx_bytes -= 900_000;
+    }
+    let path = dir.path().join("cleared.parquet");
+    write_telemetry_parquet(&path, &cleared).unwrap();
+    let err = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
+    assert_eq!(err.problems[0].kind.tag(), "looks_cumulative", "{err}");
+}
+
+/// A short queue most of whose few rows are bad, in a file otherwise clean, is repaired as
+/// any bad sample is: it says nothing about how the file was read.
+#[test]
+fn a_short_bad_queue_alone_is_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rows = clean_rows();
+    let last = rows.last().unwrap().clone();
+    for i in 1..=3 {
+        let mut r = TelemetrySample { switch: "leaf9".into(), ..last.clone() };
+        r.sample.ts_ns += i * INTERVAL_NS;
+        if i < 3 {
+            r.sample.ecn_marked_pkts = r.sample.tx_pkts + 1;
+        }
+        rows.push(r);
+    }
+    let path = dir.path().join("late-queue.parquet");
+    write_telemetry_parquet(&path, &rows).unwrap();
+    let data = load_telemetry(&path, &ReadOptions { repair: true, ..ReadOptions::default() }).unwrap();
+    assert_eq!(data.report.count("inconsistent"), 2);
+    let err = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
+    assert!(!err.counts.contains_key("mostly_bad") && err.to_string().contains("--repair would repair"), "{err}");
 }
 
 proptest! {

@@ -93,3 +93,19 @@ async fn validate_json_lists_problems_with_rows_and_columns() {
     let (code, _, stderr) = run_cli(&["validate", "--telemetry", paths[0], "--counters", "sideways"]).await;
     assert_eq!(code, Some(2), "{stderr}");
 }
+
+/// A repair whose every row is a cumulative baseline has no sample to write: `--out` refuses
+/// (exit 2, nothing written) rather than write a file `validate` itself would refuse.
+#[tokio::test]
+async fn a_repair_with_no_sample_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baselines.csv");
+    let rows: Vec<_> = clean_rows().into_iter().take(8).collect();
+    ecn_datasets::io::write_telemetry_csv(&path, &rows).unwrap();
+    let out = dir.path().join("fixed.parquet");
+    let args = ["validate", "--counters", "cumulative", "--repair", "--telemetry", path.to_str().unwrap()];
+    let (code, stdout, stderr) = run_cli(&[&args[..], &["--out", out.to_str().unwrap()]].concat()).await;
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert!(stderr.contains("no sample to write"), "{stderr}");
+    assert!(!out.exists());
+}

@@ -99,6 +99,14 @@ fn check(path: &Path, opts: &ReadOptions, out: Option<&Path>) -> Result<Result<S
     };
     if let Some(out) = out {
         let rows = data.to_rows();
+        // A file `validate` itself would refuse ("no data rows") is not a repaired one.
+        if rows.is_empty() {
+            return Err(CliError::BadInput(format!(
+                "{}: no sample to write to {} (each queue's rows were only cumulative baselines)",
+                path.display(),
+                out.display()
+            )));
+        }
         io::write_telemetry(out, &rows).map_err(|e| CliError::Failed(e.to_string()))?;
         info!(file = %out.display(), rows = rows.len(), "wrote repaired telemetry");
     }

@@ -357,6 +357,8 @@ fn scan(
 /// A queue's rows as a whole, for [`judge_the_whole`].
 struct QueueVerdict {
     key: QueueKey,
+    rows: u64,
+    mostly_implausible: bool,
     looks_cumulative: bool,
     /// `(bad, rows)` where most rows had a sample to drop.
     mostly_bad: Option<(u64, u64)>,
@@ -366,25 +368,34 @@ impl QueueVerdict {
     fn of(key: &QueueKey, track: &Track) -> Self {
         QueueVerdict {
             key: key.clone(),
+            rows: track.rows(),
+            mostly_implausible: track.mostly_implausible(),
             looks_cumulative: track.looks_cumulative(),
             mostly_bad: track.mostly_dropped(),
         }
     }
 }
 
-/// The checks on a read as a whole, once every row has been judged, listed first: queues whose
-/// "deltas" look cumulative, or most of whose rows are bad (read so, repair would drop most of
-/// their rows and call the rest repaired), and a repair that leaves nothing.
+/// The checks on a read as a whole, once every row has been judged, listed first:
+/// - counters that look cumulative: at least half of the queues with mostly implausible
+///   deltas look so (one queue alone can rise by chance in a file misread otherwise);
+/// - queues most of whose rows are bad, holding a tenth of the file's rows or more: the file
+///   is misread, and repair would keep little of it (a short bad queue alone is repaired as
+///   any bad sample is);
+/// - a repair that dropped samples and left none.
 fn judge_the_whole(problems: &mut Collector, verdicts: &[QueueVerdict], delivered: u64) {
     let of = verdicts.len() as u64;
+    let all_rows: u64 = verdicts.iter().map(|v| v.rows).sum();
+    let implausible = verdicts.iter().filter(|v| v.mostly_implausible).count();
     let cumulative: Vec<&QueueVerdict> = verdicts.iter().filter(|v| v.looks_cumulative).collect();
     let bad: Vec<(&QueueVerdict, (u64, u64))> = verdicts.iter().filter_map(|v| Some((v, v.mostly_bad?))).collect();
-    if let Some(first) = cumulative.first() {
+    let bad_rows: u64 = bad.iter().map(|(v, _)| v.rows).sum();
+    if let Some(first) = cumulative.first().filter(|_| cumulative.len() * 2 >= implausible) {
         let example = first.key.to_string();
         problems.push_first(ProblemKind::LooksCumulative { queues: cumulative.len() as u64, of, example });
-    } else if let Some((first, (bad_rows, rows))) = bad.first() {
+    } else if let Some((first, (dropped, rows))) = bad.first().filter(|_| bad_rows * 10 >= all_rows) {
         let (example, queues) = (first.key.to_string(), bad.len() as u64);
-        problems.push_first(ProblemKind::MostlyBad { queues, of, example, bad: *bad_rows, rows: *rows });
+        problems.push_first(ProblemKind::MostlyBad { queues, of, example, bad: *dropped, rows: *rows });
     } else if delivered == 0 && !problems.failed() && !problems.report.is_empty() {
         let mut repaired = problems.report.to_string();
         if problems.report.baseline_samples > 0 {

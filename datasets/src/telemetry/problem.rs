@@ -101,8 +101,8 @@ pub enum ProblemKind {
     /// The ECN setting in effect contradicts itself or the bounds.
     BadSetting(String),
     /// Queues of a file read as per-interval deltas whose counters look cumulative: more than
-    /// half their rows have a delta beyond line rate, and their counters never go down (a
-    /// file rewritten by pandas or polars loses the Parquet key that says so).
+    /// half their rows have a delta beyond line rate, and their counters rise from row to row
+    /// (a file rewritten by pandas or polars loses the Parquet key that says so).
     LooksCumulative {
         /// How many queues look so.
         queues: u64,
@@ -219,7 +219,7 @@ impl fmt::Display for ProblemKind {
             ProblemKind::BadSetting(m) => write!(f, "{m}"),
             ProblemKind::LooksCumulative { queues, of, example } => write!(
                 f,
-                "the counters of {queues} of {of} queues ({example}, ...) look cumulative: they never go down, and \
+                "the counters of {queues} of {of} queues ({example}, ...) look cumulative: they rise from row to row, and \
                  more than half their rows have a per-interval delta beyond line rate. Read the file with \
                  `--counters cumulative` (pandas and polars drop the Parquet key `ecn_tuner.counters` that says \
                  so when they rewrite a file)"

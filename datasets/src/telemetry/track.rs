@@ -133,10 +133,9 @@ pub(crate) struct Track {
 }
 
 /// A queue's rows as a whole. Cumulative readings read as deltas are told from deltas with a
-/// few bad values by most of them being beyond line rate and never going down (timestamps in
-/// another unit, or a link rate in Gb/s, make deltas look too large too, but they still go up
-/// and down); a repair that drops most of a queue's rows has met a misread file, not a damaged
-/// one.
+/// few bad values by most of them being beyond line rate and rising (timestamps in another
+/// unit, or a link rate in Gb/s, make deltas look too large too, but they go up and down); a
+/// repair that drops most of a queue's rows has met a misread file, not a damaged one.
 #[derive(Debug, Default)]
 struct Tally {
     /// Rows judged, in time order.
@@ -145,8 +144,9 @@ struct Tally {
     implausible: u64,
     /// Of them, rows whose sample was dropped (or would be, by repair).
     dropped: u64,
-    /// `tx_bytes` went down from one row to the next.
-    fell: bool,
+    /// How often `tx_bytes` went up, and down, from one row to the next.
+    rises: u64,
+    falls: u64,
     last_tx_bytes: Option<u64>,
 }
 
@@ -173,11 +173,18 @@ impl Track {
         }
     }
 
-    /// Read as deltas, the queue's counters look cumulative: at least three rows, more than
-    /// half of them with a delta beyond line rate, and `tx_bytes` never going down.
+    /// Most of the queue's rows (at least three) have a delta beyond line rate.
+    pub(crate) fn mostly_implausible(&self) -> bool {
+        let t = &self.tally;
+        t.rows >= 3 && t.implausible * 2 > t.rows
+    }
+
+    /// Read as deltas, the queue's counters look cumulative: mostly implausible, and `tx_bytes`
+    /// rising from most rows to the next, going down at most once in 20 rows (a counter cleared
+    /// by a reboot or a syncd restart), where deltas go up and down (or stay flat).
     pub(crate) fn looks_cumulative(&self) -> bool {
         let t = &self.tally;
-        t.rows >= 3 && t.implausible * 2 > t.rows && !t.fell
+        self.mostly_implausible() && t.rises * 2 >= t.rows && t.falls <= t.rows / 20
     }
 
     /// `(dropped, rows)` where more than half of at least three rows were dropped.
@@ -186,11 +193,17 @@ impl Track {
         (t.rows >= 3 && t.dropped * 2 > t.rows).then_some((t.dropped, t.rows))
     }
 
+    /// Rows judged.
+    pub(crate) fn rows(&self) -> u64 {
+        self.tally.rows
+    }
+
     /// Counts a row taken in time order as the queue's latest.
     fn judge(&mut self, row: u64, s: QueueSample) {
         let t = &mut self.tally;
         t.rows += 1;
-        t.fell |= t.last_tx_bytes.is_some_and(|tx| s.tx_bytes < tx);
+        t.rises += u64::from(t.last_tx_bytes.is_some_and(|tx| s.tx_bytes > tx));
+        t.falls += u64::from(t.last_tx_bytes.is_some_and(|tx| s.tx_bytes < tx));
         t.last_tx_bytes = Some(s.tx_bytes);
         self.last = Some((row, s));
     }
