@@ -197,10 +197,11 @@ async fn a_controller_carries_on_across_an_actuator_restart() {
         async move { settled_on(act, target).await.then_some(()) }
     };
     eventually("the setting applied and confirmed again", FABRIC_PATIENCE, settled).await;
-    // In seconds, not the 20 s the old clock had run.
+    // In seconds, not the 20 s the old clock had run (the bound leaves a loaded machine room:
+    // the simulated fabric falls behind its time scale, and reconnecting backs off).
     let took = restarted_at.elapsed();
     let log = act.controller_log("restart");
-    assert!(took < Duration::from_secs(12), "settled again {took:?} after the restart: {log}");
+    assert!(took < Duration::from_secs(16), "settled again {took:?} after the restart: {log}");
     assert!(log.contains("the actuator granted a new writer lease"), "{log}");
     act.stop_controller("restart", child).await;
 }
