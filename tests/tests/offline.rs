@@ -563,11 +563,11 @@ async fn a_recording_interrupted_before_its_stream_opens_leaves_nothing() {
     let child = recording(&url, &out);
     // Timed from the file's start, not from the spawn (a loaded machine takes a second or more
     // to load the binary): the signal must come while it connects.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while temporary_of(&out).is_none() {
-        assert!(std::time::Instant::now() < deadline, "the file is started before connecting (and writable)");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let started = || {
+        let started = temporary_of(&out).map(|_| ());
+        async move { started }
+    };
+    ecn_tests::eventually("the file started before connecting (and writable)", Duration::from_secs(30), started).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     ecn_tests::send_signal(child.id(), "INT");
     let done = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();

@@ -451,14 +451,12 @@ async fn a_late_poll_is_recorded_as_covering_its_whole_step() {
     // took most of a second to load the binary, and the stall then came before the stream.
     let (started, actuator) = (dir.path().to_path_buf(), rig.act.pid());
     let stall = async move {
-        let recording = || {
-            std::fs::read_dir(&started).unwrap().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
-        };
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while !recording() {
-            assert!(std::time::Instant::now() < deadline, "the recorder never started");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually("the recorder's temporary file", WAIT, || {
+            let mut files = std::fs::read_dir(&started).unwrap().flatten();
+            let started = files.any(|e| e.file_name().to_string_lossy().ends_with(".tmp"));
+            async move { started.then_some(()) }
+        })
+        .await;
         tokio::time::sleep(Duration::from_millis(600)).await;
         send_signal(actuator, "STOP");
         tokio::time::sleep(Duration::from_millis(400)).await;

@@ -147,7 +147,6 @@ struct Tally {
     /// How often `tx_bytes` went up, and down, from one row to the next.
     rises: u64,
     falls: u64,
-    last_tx_bytes: Option<u64>,
 }
 
 /// What the tracks need to know about the read.
@@ -200,11 +199,11 @@ impl Track {
 
     /// Counts a row taken in time order as the queue's latest.
     fn judge(&mut self, row: u64, s: QueueSample) {
+        let previous = self.last.map(|(_, last)| last.tx_bytes);
         let t = &mut self.tally;
         t.rows += 1;
-        t.rises += u64::from(t.last_tx_bytes.is_some_and(|tx| s.tx_bytes > tx));
-        t.falls += u64::from(t.last_tx_bytes.is_some_and(|tx| s.tx_bytes < tx));
-        t.last_tx_bytes = Some(s.tx_bytes);
+        t.rises += u64::from(previous.is_some_and(|tx| s.tx_bytes > tx));
+        t.falls += u64::from(previous.is_some_and(|tx| s.tx_bytes < tx));
         self.last = Some((row, s));
     }
 
