@@ -394,20 +394,19 @@ fn string_columns_stored_as_dictionaries_read_as_strings() {
 }
 
 /// A repair that would drop most of a queue's samples (here a cumulative file whose counters
-/// go down at every reading: each sample a reset) fails instead of writing what is left as
-/// "repaired": a file that bad is misread, not damaged. One that would leave nothing at all
-/// (queues too short to judge: two rows each, both inconsistent) fails too, saying what it
-/// dropped.
+/// leap beyond line rate at every reading: each sample a reset) fails instead of writing what
+/// is left as "repaired": a file that bad is misread, not damaged. One that would leave
+/// nothing at all (queues too short to judge: two rows each, both inconsistent) fails too,
+/// saying what it dropped.
 #[test]
 fn a_repair_that_would_leave_little_or_nothing_fails() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("always-reset.parquet");
     let mut rows = clean_rows();
-    let n = rows.len() as u64;
     for (i, r) in rows.iter_mut().enumerate() {
         let s = &mut r.sample;
-        let falling = 10_000_000 * (n - i as u64);
-        (s.tx_bytes, s.tx_pkts, s.ecn_marked_pkts) = (falling, falling, falling);
+        let leaping = 10_000_000_000 * (i as u64 + 1);
+        (s.tx_bytes, s.tx_pkts, s.ecn_marked_pkts) = (leaping, leaping, leaping);
     }
     ecn_datasets::io::write_telemetry_parquet_with(&path, &rows, CounterMode::Cumulative).unwrap();
     let repair = ReadOptions { repair: true, ..ReadOptions::default() };
@@ -510,6 +509,62 @@ fn counters_that_look_cumulative_are_said_to() {
     write_telemetry_parquet(&path, &cleared).unwrap();
     let err = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
     assert_eq!(err.problems[0].kind.tag(), "looks_cumulative", "{err}");
+}
+
+/// Per-interval deltas read as cumulative counters (a delta file with `--counters cumulative`,
+/// or a Parquet key that says so wrongly): every fall of a delta was a counter reset, dropped,
+/// and every rise a "delta" of two deltas, kept. Whether enough fell to make the file
+/// `mostly_bad` was chance (18 of the 33 shipped recordings were "repaired", up to 39% of
+/// their samples dropped, exit 0). Counters that go down from more than a fifth of the rows
+/// look like deltas, with or without repair, in both readers; cumulative counters that wrap
+/// or are cleared now and then do not.
+#[test]
+fn deltas_read_as_cumulative_counters_are_said_to_look_like_deltas() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deltas-said-cumulative.parquet");
+    ecn_datasets::io::write_telemetry_parquet_with(&path, &clean_rows(), CounterMode::Cumulative).unwrap();
+    for repair in [false, true] {
+        let opts = ReadOptions { repair, ..ReadOptions::default() };
+        for err in [load_telemetry(&path, &opts).unwrap_err(), stream_series(&path, &opts).unwrap_err()] {
+            assert_eq!(err.problems[0].kind.tag(), "looks_delta", "{err}");
+            let first = err.to_string().lines().next().unwrap().to_string();
+            assert!(first.contains("the counters of 8 of 8 queues (leaf0/eth1/3: "), "{err}");
+            assert!(first.contains("they look like per-interval deltas"), "{err}");
+            assert!(!err.to_string().contains("--repair would repair"), "{err}");
+        }
+    }
+    // The shipped recordings, asked for as cumulative: every one of them.
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/samples");
+    let opts = ReadOptions { counters: Some(CounterMode::Cumulative), repair: true, ..ReadOptions::default() };
+    let mut read = 0;
+    for entry in std::fs::read_dir(&samples).unwrap() {
+        let path = entry.unwrap().path();
+        let err = load_telemetry(&path, &opts).unwrap_err();
+        assert_eq!(err.problems[0].kind.tag(), "looks_delta", "{err}");
+        read += 1;
+    }
+    assert!(read >= 30, "{read} shipped recordings");
+
+    // Cumulative counters cleared every 20 rows (more often than any switch reboots) are
+    // repaired as before, and 32-bit counters that wrap every few rows are no problem at all.
+    let fixtures = write_fixtures(dir.path());
+    let wrap = fixtures.iter().find(|f| f.name == "cumulative_wrap").unwrap();
+    let wrapping = ReadOptions { counter_width: CounterWidth(32), ..ReadOptions::default() };
+    assert_eq!(load_telemetry(&wrap.path, &wrapping).unwrap().queues, expected_series(&[]));
+    let f = fixtures.iter().find(|f| f.name == "cumulative_without_key").unwrap();
+    let mut cleared = ecn_datasets::io::read_telemetry_parquet(&f.path).unwrap();
+    let mut by_queue: BTreeMap<(String, String, u8), u64> = BTreeMap::new();
+    for r in &mut cleared {
+        let n = by_queue.entry((r.switch.clone(), r.port.clone(), r.queue)).or_default();
+        *n += 1;
+        if n.is_multiple_of(20) {
+            r.sample.tx_bytes = 0;
+        }
+    }
+    let path = dir.path().join("cleared-often.parquet");
+    ecn_datasets::io::write_telemetry_parquet_with(&path, &cleared, CounterMode::Cumulative).unwrap();
+    let data = load_telemetry(&path, &ReadOptions { repair: true, ..ReadOptions::default() }).unwrap();
+    assert!(data.report.count("counter_reset") >= 8 * 5, "{:?}", data.report);
 }
 
 /// A short queue most of whose few rows are bad, in a file otherwise clean, is repaired as

@@ -111,6 +111,17 @@ pub enum ProblemKind {
         /// One of them.
         example: String,
     },
+    /// Queues of a file read as cumulative counters whose counters look like per-interval
+    /// deltas: they go down from far more rows to the next than a cleared counter would.
+    LooksDelta {
+        /// How many queues look so.
+        queues: u64,
+        /// Queues in the file.
+        of: u64,
+        /// One of them, with the rows its counters went down from and all its rows
+        /// (`leaf0/eth1/3: 146 of 289`).
+        example: String,
+    },
     /// Queues most of whose rows have a sample to drop: the file is more likely misread
     /// (timestamps not in ns, a link rate not in b/s) than damaged, and repair would leave
     /// little of it.
@@ -119,12 +130,9 @@ pub enum ProblemKind {
         queues: u64,
         /// Queues in the file.
         of: u64,
-        /// One of them, with its bad rows and all its rows.
+        /// One of them, with its rows with a sample to drop and all its rows
+        /// (`leaf0/eth1/3: 119 of 120`).
         example: String,
-        /// The example's rows with a sample to drop.
-        bad: u64,
-        /// The example's rows.
-        rows: u64,
     },
     /// Repair would leave no sample at all: a repaired file of nothing. Holds what repair
     /// dropped, as the repair report says it.
@@ -155,6 +163,7 @@ impl ProblemKind {
             ProblemKind::UnknownQueue(_) => "unknown_queue",
             ProblemKind::BadSetting(_) => "bad_setting",
             ProblemKind::LooksCumulative { .. } => "looks_cumulative",
+            ProblemKind::LooksDelta { .. } => "looks_delta",
             ProblemKind::MostlyBad { .. } => "mostly_bad",
             ProblemKind::NothingLeft(_) => "nothing_left",
         }
@@ -224,9 +233,16 @@ impl fmt::Display for ProblemKind {
                  `--counters cumulative` (pandas and polars drop the Parquet key `ecn_tuner.counters` that says \
                  so when they rewrite a file)"
             ),
-            ProblemKind::MostlyBad { queues, of, example, bad, rows } => write!(
+            ProblemKind::LooksDelta { queues, of, example } => write!(
                 f,
-                "most rows of {queues} of {of} queues ({example}: {bad} of {rows}, ...) have a sample to drop: \
+                "the counters of {queues} of {of} queues ({example} rows, ...) go down from one row to the next \
+                 far more often than cumulative counters are cleared: they look like per-interval deltas. Read the \
+                 file as deltas (without `--counters cumulative`; a Parquet file's key `ecn_tuner.counters` must \
+                 then not say `cumulative`)"
+            ),
+            ProblemKind::MostlyBad { queues, of, example } => write!(
+                f,
+                "most rows of {queues} of {of} queues ({example}, ...) have a sample to drop: \
                  the file is more likely misread than damaged (timestamps not in ns? a link rate not in b/s? \
                  counters of another kind?), and repair would leave little of it"
             ),
@@ -303,7 +319,7 @@ impl fmt::Display for TelemetryError {
         // A switch's own recording has a gap wherever it dropped a sample at a counter reset:
         // say that the way on is one flag away.
         // Repair would drop most rows of a misread file: do not offer it.
-        let misread = self.counts.contains_key("looks_cumulative") || self.counts.contains_key("mostly_bad");
+        let misread = ["looks_cumulative", "looks_delta", "mostly_bad"].iter().any(|k| self.counts.contains_key(k));
         if self.repairable > 0 && !misread {
             let which = if self.repairable == self.total {
                 "all of them".to_string()

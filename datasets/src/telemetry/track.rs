@@ -134,8 +134,10 @@ pub(crate) struct Track {
 
 /// A queue's rows as a whole. Cumulative readings read as deltas are told from deltas with a
 /// few bad values by most of them being beyond line rate and rising (timestamps in another
-/// unit, or a link rate in Gb/s, make deltas look too large too, but they go up and down); a
-/// repair that drops most of a queue's rows has met a misread file, not a damaged one.
+/// unit, or a link rate in Gb/s, make deltas look too large too, but they go up and down);
+/// deltas read as cumulative readings, by going down from row to row far more often than a
+/// counter is cleared; a repair that drops most of a queue's rows has met a misread file,
+/// not a damaged one.
 #[derive(Debug, Default)]
 struct Tally {
     /// Rows judged, in time order.
@@ -147,6 +149,8 @@ struct Tally {
     /// How often `tx_bytes` went up, and down, from one row to the next.
     rises: u64,
     falls: u64,
+    /// Read as cumulative: rows where a counter went down, not by wrapping (a reset).
+    went_down: u64,
 }
 
 /// What the tracks need to know about the read.
@@ -186,10 +190,20 @@ impl Track {
         self.mostly_implausible() && t.rises * 2 >= t.rows && t.falls <= t.rows / 20
     }
 
-    /// `(dropped, rows)` where more than half of at least three rows were dropped.
-    pub(crate) fn mostly_dropped(&self) -> Option<(u64, u64)> {
+    /// Read as cumulative, the queue's counters look like per-interval deltas: at least 10
+    /// rows, and a counter went down (not by wrapping) from more than one row in 5 to the next.
+    /// A cumulative counter goes down only when it is cleared (a reboot, a syncd restart);
+    /// deltas go down after every busier interval (a third to a half of the rows of the
+    /// shipped recordings). Returns the rows a counter went down from.
+    pub(crate) fn looks_delta(&self) -> Option<u64> {
         let t = &self.tally;
-        (t.rows >= 3 && t.dropped * 2 > t.rows).then_some((t.dropped, t.rows))
+        (t.rows >= 10 && t.went_down * 5 > t.rows).then_some(t.went_down)
+    }
+
+    /// The rows dropped, where more than half of at least three rows were.
+    pub(crate) fn mostly_dropped(&self) -> Option<u64> {
+        let t = &self.tally;
+        (t.rows >= 3 && t.dropped * 2 > t.rows).then_some(t.dropped)
     }
 
     /// Rows judged.
@@ -354,6 +368,7 @@ impl Track {
                     match counter_step(previous[i], current[i], cx.opts.counter_width, max[i]) {
                         CounterStep::Delta(d) | CounterStep::Wrapped(d) => deltas[i] = d,
                         CounterStep::Reset => {
+                            self.tally.went_down += u64::from(current[i] < previous[i]);
                             let kind = ProblemKind::CounterReset { previous: previous[i], current: current[i] };
                             problems.push(Some(row), Some(COUNTER_COLUMNS[i]), kind, true);
                             self.drop_sample();
