@@ -322,6 +322,31 @@ fn every_row_earlier_than_an_earlier_one_is_out_of_order() {
     assert_eq!(ts, [100_000, 200_000, 300_000, 400_000, 500_000, 600_000, 700_000]);
 }
 
+/// A streaming read judges a row out of order no further, so it cannot promise what a sorting
+/// repair will find: a cumulative file exported newest first, its key lost, was told
+/// "--repair would repair all of them", and the repair then refused it as cumulative.
+#[test]
+fn a_streaming_read_promises_no_repair_of_rows_it_could_not_sort() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = write_fixtures(dir.path());
+    let f = fixtures.iter().find(|f| f.name == "cumulative_without_key").unwrap();
+    let mut rows = ecn_datasets::io::read_telemetry_parquet(&f.path).unwrap();
+    rows.reverse();
+    let path = dir.path().join("newest-first.parquet");
+    write_telemetry_parquet(&path, &rows).unwrap();
+    let unsorted = rows.len() as u64 - 8;
+    let streamed = stream_series(&path, &ReadOptions::default()).unwrap_err();
+    assert_eq!(streamed.counts.get("out_of_order"), Some(&unsorted), "{streamed}");
+    let msg = streamed.to_string();
+    assert!(!msg.contains("--repair would repair"), "{msg}");
+    assert!(msg.contains(&format!("{unsorted} rows out of order were checked no further")), "{msg}");
+    let sorted = load_telemetry(&path, &ReadOptions { repair: true, ..ReadOptions::default() }).unwrap_err();
+    assert_eq!(sorted.problems[0].kind.tag(), "looks_cumulative", "{sorted}");
+    // The reader that sorts judges every row, so its promise stands.
+    let loaded = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
+    assert!(!loaded.to_string().contains("checked no further"), "{loaded}");
+}
+
 #[test]
 fn rows_are_numbered_across_row_groups() {
     let dir = tempfile::tempdir().unwrap();

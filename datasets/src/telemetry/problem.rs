@@ -294,6 +294,9 @@ pub struct TelemetryError {
     /// How many of them [`ReadOptions::repair`](super::ReadOptions::repair) would repair (a
     /// row out of order too, which a streaming read reports and a repairing one sorts).
     pub repairable: u64,
+    /// Rows a streaming read found out of order, and so judged no further: once sorted, they
+    /// may show problems this read could not see.
+    pub unsorted: u64,
 }
 
 impl fmt::Display for TelemetryError {
@@ -320,7 +323,18 @@ impl fmt::Display for TelemetryError {
         // say that the way on is one flag away.
         // Repair would drop most rows of a misread file: do not offer it.
         let misread = ["looks_cumulative", "looks_delta", "mostly_bad"].iter().any(|k| self.counts.contains_key(k));
-        if self.repairable > 0 && !misread {
+        if self.unsorted > 0 && !misread {
+            // Sorted, the rows are judged afresh: a newest-first export of a cumulative file
+            // was promised a repair here that the sorting read then refused.
+            write!(
+                f,
+                "\n{}: {} rows out of order were checked no further (a streaming read cannot sort); `validate \
+                 --repair` sorts the rows in memory and checks them all in time order, then repairs what has one \
+                 safe answer (dropping bad samples, marking gaps; nothing is guessed)",
+                self.path.display(),
+                self.unsorted
+            )?;
+        } else if self.repairable > 0 && !misread {
             let which = if self.repairable == self.total {
                 "all of them".to_string()
             } else {
@@ -395,6 +409,7 @@ pub(crate) struct Collector {
     total: u64,
     counts: BTreeMap<&'static str, u64>,
     repairable: u64,
+    unsorted: u64,
     pub(crate) report: RepairReport,
 }
 
@@ -407,6 +422,7 @@ impl Collector {
             total: 0,
             counts: BTreeMap::new(),
             repairable: 0,
+            unsorted: 0,
             report: RepairReport::default(),
         }
     }
@@ -420,7 +436,9 @@ impl Collector {
         }
         self.total += 1;
         // A streaming read cannot sort, but `--repair` loads the file and does.
-        self.repairable += u64::from(repairable || matches!(kind, ProblemKind::OutOfOrder { .. }));
+        let unsorted = !repairable && matches!(kind, ProblemKind::OutOfOrder { .. });
+        self.unsorted += u64::from(unsorted);
+        self.repairable += u64::from(repairable || unsorted);
         *self.counts.entry(tag).or_insert(0) += 1;
         if self.problems.len() < MAX_KEPT_PROBLEMS {
             self.problems.push(Problem { row, column, kind });
@@ -448,6 +466,7 @@ impl Collector {
             total: self.total,
             counts: self.counts,
             repairable: self.repairable,
+            unsorted: self.unsorted,
         }
     }
 
