@@ -191,14 +191,70 @@ pub fn hgetall_many(con: &mut Connection, keys: &[String]) -> redis::RedisResult
     query_pipeline(&pipe, con)
 }
 
-/// Run `pipe` on `con`, asking Redis first whether it answers at all (`PING`). redis-rs reads
-/// every reply of a pipeline, each within `--redis-timeout`, whatever became of the ones
-/// before, so a Redis that stopped answering (a stopped process, a host gone quiet) held a
-/// pipeline of a hundred commands for a hundred timeouts (the poller, and so the actuator's
-/// shutdown, for five minutes): the `PING` finds it in one.
+/// Run `pipe` on `con`, asking Redis first whether it answers at all (`PING`), and giving up
+/// at the first reply that does not come. redis-rs reads every reply of a pipeline, each
+/// within `--redis-timeout`, whatever became of the ones before, so a Redis that stopped
+/// answering (a stopped process, a host gone quiet) held a pipeline of a hundred commands for
+/// a hundred timeouts (the poller, and so the actuator's shutdown, for five minutes; a write
+/// of 24 queues, and so every actuator call waiting on it, for 50). The `PING` finds a Redis
+/// that stopped before the pipeline; [`FailFast`] one that stops in the middle.
+///
+/// After an error, replies may still be on their way: the caller must drop `con` (every
+/// caller does, and a failed transaction's connection is also fenced off).
 pub fn query_pipeline<T: redis::FromRedisValue>(pipe: &redis::Pipeline, con: &mut Connection) -> redis::RedisResult<T> {
     redis::cmd("PING").query::<()>(con)?;
-    pipe.query(con)
+    pipe.query(&mut FailFast(con))
+}
+
+/// A connection that reads a pipeline's replies as redis-rs does (a server's error reply
+/// is a reply like any other; the caller sorts them), but stops at the first that cannot be
+/// read (a timeout, a closed socket) instead of waiting out one timeout for each reply left.
+struct FailFast<'a>(&'a mut Connection);
+
+impl redis::ConnectionLike for FailFast<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        self.0.send_packed_command(cmd)?;
+        let mut replies = Vec::with_capacity(count);
+        let mut first_error = None;
+        let mut expected = offset + count;
+        let mut read = 0;
+        while read < expected {
+            match self.0.recv_response()? {
+                // RESP3 may put push messages between replies: they answer no command.
+                redis::Value::Push { .. } => expected += 1,
+                // Before `offset` come a transaction's MULTI and QUEUED replies: an error there
+                // (a command refused while queued) fails the whole pipeline, as in redis-rs.
+                redis::Value::ServerError(e) if read < offset => {
+                    first_error.get_or_insert(e.into());
+                }
+                reply if read >= offset => replies.push(reply),
+                _ => {}
+            }
+            read += 1;
+        }
+        first_error.map_or(Ok(replies), Err)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.0.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.0.is_open()
+    }
 }
 
 #[cfg(test)]
@@ -214,6 +270,53 @@ mod tests {
         assert_eq!(redact_password("unix:///var/run/redis/redis.sock"), "unix:///var/run/redis/redis.sock");
         let t = RedisTarget::parse("redis://tuner:hunter2@127.0.0.1:1", Duration::from_secs(1)).unwrap();
         assert!(!t.url().contains("hunter2"));
+    }
+
+    /// A server that answers every command with `+OK`, and `PING` with `+PONG`, after which it
+    /// reads on and answers nothing more: a Redis stopped in the middle of a pipeline (a real
+    /// one cannot be stopped between two replies on cue). Returns its port.
+    fn quiet_after_ping() -> u16 {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut out = stream.try_clone().unwrap();
+            let mut lines = BufReader::new(stream).lines();
+            let mut quiet = false;
+            // Each command is an array of bulk strings: `*N`, then N pairs of `$len` and data.
+            while let Some(Ok(head)) = lines.next() {
+                let n: usize = head.trim_start_matches('*').parse().unwrap_or(0);
+                let args: Vec<String> = (0..2 * n).filter_map(|_| lines.next()?.ok()).skip(1).step_by(2).collect();
+                if quiet {
+                    continue;
+                }
+                let ping = args.first().is_some_and(|a| a.eq_ignore_ascii_case("PING"));
+                out.write_all(if ping { b"+PONG\r\n" } else { b"+OK\r\n" }).unwrap();
+                quiet = ping;
+            }
+        });
+        port
+    }
+
+    /// A pipeline whose Redis stops answering after the `PING` fails at the first reply that
+    /// does not come: redis-rs waited out a timeout for each of its replies (20 × 300 ms
+    /// here; a write of 24 queues' profiles and bindings, 50 timeouts).
+    #[test]
+    fn a_pipeline_gives_up_at_the_first_reply_that_does_not_come() {
+        let client = Client::open(format!("redis://127.0.0.1:{}", quiet_after_ping())).unwrap();
+        let mut con = client.get_connection_with_timeout(Duration::from_secs(10)).unwrap();
+        let timeout = Duration::from_millis(300);
+        con.set_read_timeout(Some(timeout)).unwrap();
+        let mut pipe = redis::pipe();
+        for i in 0..20 {
+            pipe.cmd("HGETALL").arg(format!("QUEUE|Ethernet{i}|3"));
+        }
+        let started = std::time::Instant::now();
+        let r: redis::RedisResult<Vec<Vec<(String, String)>>> = query_pipeline(&pipe, &mut con);
+        let took = started.elapsed();
+        assert!(r.as_ref().is_err_and(|e| e.is_timeout()), "{r:?}");
+        assert!(took < timeout * 5, "{took:?}: more than one timeout");
     }
 
     #[test]
