@@ -10,7 +10,10 @@
 //! 4. the result is clamped into the actuator's bounds, below the PFC XOFF level, with
 //!    Kmin < Kmax, rounded to the granularity;
 //! 5. a budget of `max_changes_per_minute` queue changes, shared by every queue of every
-//!    target of the process ([`ChangeBudget`]), keeps the rest unchanged.
+//!    target of the process ([`ChangeBudget`]), keeps the rest unchanged. A fallback spends
+//!    it too, but is never held back by it: a budget spent on the policy's changes must not
+//!    leave a queue whose telemetry went stale on a learned setting for up to a minute. (Each
+//!    fallback undoes a change the budget allowed, so writes stay bounded.)
 
 use ecn_env::EcnSetting;
 use serde::Serialize;
@@ -185,6 +188,15 @@ pub struct Verdict {
     pub spent: bool,
 }
 
+/// Whether a change may go over the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spend {
+    /// A policy's change: held back once the budget is spent.
+    WithinBudget,
+    /// A fallback to the baseline: counted, never held back.
+    EvenOverBudget,
+}
+
 /// Stateful guardrails (the change budget lives here).
 #[derive(Debug)]
 pub struct Guardrails {
@@ -237,7 +249,7 @@ impl Guardrails {
         if let Some(why) = fallback {
             clamps.push(why);
             let setting = self.clamp_bounds(q.baseline, q.xoff_bytes, &mut clamps);
-            return self.spend(setting, q, now, clamps);
+            return self.spend(setting, q, now, clamps, Spend::EvenOverBudget);
         }
         let proposed = proposed.expect("checked above");
         if proposed == q.current {
@@ -251,7 +263,7 @@ impl Guardrails {
         }
         let stepped = self.limit_step(proposed, q.current, &mut clamps);
         let bounded = self.clamp_bounds(stepped, q.xoff_bytes, &mut clamps);
-        self.spend(bounded, q, now, clamps)
+        self.spend(bounded, q, now, clamps, Spend::WithinBudget)
     }
 
     /// `baseline` inside the bounds and below `xoff`: what a fallback or the kill switch
@@ -272,7 +284,14 @@ impl Guardrails {
         }
     }
 
-    fn spend(&mut self, setting: EcnSetting, q: &QueueContext, now: Instant, mut clamps: Vec<Clamp>) -> Verdict {
+    fn spend(
+        &mut self,
+        setting: EcnSetting,
+        q: &QueueContext,
+        now: Instant,
+        mut clamps: Vec<Clamp>,
+        how: Spend,
+    ) -> Verdict {
         if setting == q.current {
             return Verdict { setting, clamps, spent: false };
         }
@@ -280,7 +299,7 @@ impl Guardrails {
         while recent.front().is_some_and(|t| now.saturating_duration_since(*t) >= Duration::from_secs(60)) {
             recent.pop_front();
         }
-        if recent.len() as u32 >= self.cfg.max_changes_per_minute {
+        if recent.len() as u32 >= self.cfg.max_changes_per_minute && how == Spend::WithinBudget {
             clamps.push(Clamp::RateLimit);
             return Verdict { setting: q.current, clamps, spent: false };
         }
@@ -425,6 +444,27 @@ mod tests {
         assert_eq!((v.setting, v.clamps), (q.current, vec![Clamp::RateLimit]));
         let v = g.check(Some(s(300_000, 1_600_000, 0.2)), &q, now + Duration::from_secs(61));
         assert_eq!(v.setting, s(300_000, 1_600_000, 0.2));
+    }
+
+    /// A queue whose telemetry goes stale falls back to the baseline even when the policy's
+    /// changes have spent the budget (it was held on its learned setting, up to a minute),
+    /// and the fallback counts: the policy's next change waits for room.
+    #[test]
+    fn a_fallback_is_never_held_back_by_the_budget() {
+        let mut g = Guardrails::new(GuardrailConfig { max_changes_per_minute: 1, ..Default::default() });
+        let now = Instant::now();
+        let q = ctx(s(300_000, 1_600_000, 0.2));
+        assert!(g.check(Some(s(200_000, 1_600_000, 0.2)), &q, now).spent);
+        let stale = QueueContext { telemetry: TelemetryHealth::Stale, ..q.clone() };
+        let v = g.check(Some(s(200_000, 1_600_000, 0.2)), &stale, now);
+        assert_eq!((v.setting, &v.clamps, v.spent), (q.baseline, &vec![Clamp::StaleTelemetry], true));
+        let fresh = ctx(q.baseline);
+        g.refund(&v, now);
+        assert!(g.check(Some(s(300_000, 1_600_000, 0.2)), &fresh, now).clamps.contains(&Clamp::RateLimit));
+        let v = g.check(Some(s(300_000, 1_600_000, 0.2)), &stale, now + Duration::from_secs(1));
+        assert_eq!(v.setting, q.baseline);
+        let v = g.check(Some(s(300_000, 1_600_000, 0.2)), &fresh, now + Duration::from_secs(1));
+        assert_eq!((v.setting, v.clamps), (fresh.current, vec![Clamp::RateLimit]));
     }
 
     proptest::proptest! {
