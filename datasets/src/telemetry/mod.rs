@@ -354,14 +354,18 @@ fn scan(
     rows
 }
 
+/// Whether a queue looks as a rule says, with the counts that say so: `(of them, rows)`.
+type Judged = (bool, (u64, u64));
+
 /// A queue's rows as a whole, for [`judge_the_whole`].
 struct QueueVerdict {
     key: QueueKey,
     rows: u64,
     mostly_implausible: bool,
     looks_cumulative: bool,
-    /// Read as cumulative, the rows a counter went down from, where they look like deltas.
-    looks_delta: Option<u64>,
+    /// Judged where the queue moved enough: whether it looks so, and the counts that say.
+    looks_delta: Option<Judged>,
+    refreshed_slowly: Option<Judged>,
     /// The rows with a sample to drop, where they are most rows.
     mostly_bad: Option<u64>,
 }
@@ -374,17 +378,33 @@ impl QueueVerdict {
             mostly_implausible: track.mostly_implausible(),
             looks_cumulative: track.looks_cumulative(),
             looks_delta: track.looks_delta(),
+            refreshed_slowly: track.refreshed_slowly(),
             mostly_bad: track.mostly_dropped(),
         }
     }
+}
+
+/// Where at least half of the queues a rule could judge look so, as a rule of `judge`: how
+/// many, and the first with its counts. Half, not all (a file has its odd queue), and only of
+/// those judged (idle queues say nothing either way: 232 of a switch's 256 queues hid the
+/// other 24 under a share of all rows).
+fn most_judged(
+    verdicts: &[QueueVerdict],
+    judge: fn(&QueueVerdict) -> Option<Judged>,
+) -> Option<(u64, &QueueKey, (u64, u64))> {
+    let judged: Vec<(Judged, &QueueKey)> = verdicts.iter().filter_map(|v| Some((judge(v)?, &v.key))).collect();
+    let flagged: Vec<&(Judged, &QueueKey)> = judged.iter().filter(|((so, _), _)| *so).collect();
+    let ((_, counts), key) = **flagged.first().filter(|_| flagged.len() * 2 >= judged.len())?;
+    Some((flagged.len() as u64, key, counts))
 }
 
 /// The checks on a read as a whole, once every row has been judged, listed first:
 /// - counters read as deltas that look cumulative: at least half of the queues with mostly
 ///   implausible deltas look so (one queue alone can rise by chance in a file misread
 ///   otherwise);
-/// - counters read as cumulative that look like deltas, in queues holding a tenth of the
-///   file's rows or more;
+/// - counters read as cumulative that look like deltas, in at least half of the queues that
+///   moved enough to tell;
+/// - counters refreshed less often than sampled, likewise;
 /// - queues most of whose rows are bad, holding a tenth of the file's rows or more: the file
 ///   is misread, and repair would keep little of it (a short bad queue alone is repaired as
 ///   any bad sample is);
@@ -392,22 +412,20 @@ impl QueueVerdict {
 fn judge_the_whole(problems: &mut Collector, verdicts: &[QueueVerdict], delivered: u64) {
     let of = verdicts.len() as u64;
     let all_rows: u64 = verdicts.iter().map(|v| v.rows).sum();
-    // The queues with `flag`, the first with its count, if they hold a tenth of the rows.
-    let enough = |flag: fn(&QueueVerdict) -> Option<u64>| {
-        let flagged: Vec<(&QueueVerdict, u64)> = verdicts.iter().filter_map(|v| Some((v, flag(v)?))).collect();
-        let rows: u64 = flagged.iter().map(|(v, _)| v.rows).sum();
-        let (first, count) = *flagged.first().filter(|_| rows * 10 >= all_rows)?;
-        Some((flagged.len() as u64, format!("{}: {count} of {}", first.key, first.rows)))
-    };
     let implausible = verdicts.iter().filter(|v| v.mostly_implausible).count();
     let cumulative: Vec<&QueueVerdict> = verdicts.iter().filter(|v| v.looks_cumulative).collect();
+    let bad: Vec<(&QueueVerdict, u64)> = verdicts.iter().filter_map(|v| Some((v, v.mostly_bad?))).collect();
+    let bad_rows: u64 = bad.iter().map(|(v, _)| v.rows).sum();
     if let Some(first) = cumulative.first().filter(|_| cumulative.len() * 2 >= implausible) {
         let example = first.key.to_string();
         problems.push_first(ProblemKind::LooksCumulative { queues: cumulative.len() as u64, of, example });
-    } else if let Some((queues, example)) = enough(|v| v.looks_delta) {
-        problems.push_first(ProblemKind::LooksDelta { queues, of, example });
-    } else if let Some((queues, example)) = enough(|v| v.mostly_bad) {
-        problems.push_first(ProblemKind::MostlyBad { queues, of, example });
+    } else if let Some((queues, key, (went_down, moved))) = most_judged(verdicts, |v| v.looks_delta) {
+        problems.push_first(ProblemKind::LooksDelta { queues, of, example: key.to_string(), went_down, moved });
+    } else if let Some((queues, key, (leaps, moved))) = most_judged(verdicts, |v| v.refreshed_slowly) {
+        problems.push_first(ProblemKind::RefreshedSlowly { queues, of, example: key.to_string(), leaps, moved });
+    } else if let Some(&(first, dropped)) = bad.first().filter(|_| bad_rows * 10 >= all_rows) {
+        let (example, queues) = (first.key.to_string(), bad.len() as u64);
+        problems.push_first(ProblemKind::MostlyBad { queues, of, example, bad: dropped, rows: first.rows });
     } else if delivered == 0 && !problems.failed() && !problems.report.is_empty() {
         let mut repaired = problems.report.to_string();
         if problems.report.baseline_samples > 0 {

@@ -111,16 +111,34 @@ pub enum ProblemKind {
         /// One of them.
         example: String,
     },
-    /// Queues of a file read as cumulative counters whose counters look like per-interval
-    /// deltas: they go down from far more rows to the next than a cleared counter would.
+    /// Queues of a file read as cumulative counters whose `tx_bytes` looks like per-interval
+    /// deltas: it goes down at far more of its changes than a cleared counter would.
     LooksDelta {
         /// How many queues look so.
         queues: u64,
         /// Queues in the file.
         of: u64,
-        /// One of them, with the rows its counters went down from and all its rows
-        /// (`leaf0/eth1/3: 146 of 289`).
+        /// One of them.
         example: String,
+        /// The rows the example's `tx_bytes` went down at (not as a 32-bit counter wraps).
+        went_down: u64,
+        /// The rows it moved at.
+        moved: u64,
+    },
+    /// Queues whose `tx_bytes` stands still for most rows and then leaps beyond line rate: the
+    /// switch refreshes its counters less often than the file samples them, and repair would
+    /// drop every leap, keeping none of the traffic.
+    RefreshedSlowly {
+        /// How many queues look so.
+        queues: u64,
+        /// Queues in the file.
+        of: u64,
+        /// One of them.
+        example: String,
+        /// The rows the example's `tx_bytes` leapt at.
+        leaps: u64,
+        /// The rows it moved at.
+        moved: u64,
     },
     /// Queues most of whose rows have a sample to drop: the file is more likely misread
     /// (timestamps not in ns, a link rate not in b/s) than damaged, and repair would leave
@@ -130,9 +148,12 @@ pub enum ProblemKind {
         queues: u64,
         /// Queues in the file.
         of: u64,
-        /// One of them, with its rows with a sample to drop and all its rows
-        /// (`leaf0/eth1/3: 119 of 120`).
+        /// One of them.
         example: String,
+        /// The example's rows with a sample to drop.
+        bad: u64,
+        /// The example's rows.
+        rows: u64,
     },
     /// Repair would leave no sample at all: a repaired file of nothing. Holds what repair
     /// dropped, as the repair report says it.
@@ -164,6 +185,7 @@ impl ProblemKind {
             ProblemKind::BadSetting(_) => "bad_setting",
             ProblemKind::LooksCumulative { .. } => "looks_cumulative",
             ProblemKind::LooksDelta { .. } => "looks_delta",
+            ProblemKind::RefreshedSlowly { .. } => "refreshed_slowly",
             ProblemKind::MostlyBad { .. } => "mostly_bad",
             ProblemKind::NothingLeft(_) => "nothing_left",
         }
@@ -233,16 +255,25 @@ impl fmt::Display for ProblemKind {
                  `--counters cumulative` (pandas and polars drop the Parquet key `ecn_tuner.counters` that says \
                  so when they rewrite a file)"
             ),
-            ProblemKind::LooksDelta { queues, of, example } => write!(
+            ProblemKind::LooksDelta { queues, of, example, went_down, moved } => write!(
                 f,
-                "the counters of {queues} of {of} queues ({example} rows, ...) go down from one row to the next \
-                 far more often than cumulative counters are cleared: they look like per-interval deltas. Read the \
-                 file as deltas (without `--counters cumulative`; a Parquet file's key `ecn_tuner.counters` must \
-                 then not say `cumulative`)"
+                "the tx_bytes of {queues} of {of} queues ({example}: down at {went_down} of the {moved} rows it \
+                 changed at, ...) go down far more often than a cumulative counter is cleared: they look like \
+                 per-interval deltas. Read the file as deltas, without `--counters cumulative` (a Parquet file \
+                 whose key `ecn_tuner.counters` says `cumulative` is wrong about its counters: rewrite it \
+                 without the key, as pandas and polars do)"
             ),
-            ProblemKind::MostlyBad { queues, of, example } => write!(
+            ProblemKind::RefreshedSlowly { queues, of, example, leaps, moved } => write!(
                 f,
-                "most rows of {queues} of {of} queues ({example}, ...) have a sample to drop: \
+                "the tx_bytes of {queues} of {of} queues ({example}: beyond line rate at {leaps} of the {moved} rows \
+                 it changed at, ...) stand still at most rows and then leap: the switch \
+                 refreshes its counters less often than this file samples them, and repair would drop every leap, \
+                 keeping none of the traffic. Record at the counters' own interval (SONiC: `counterpoll queue \
+                 interval`, 10 s by default; `record --interval`)"
+            ),
+            ProblemKind::MostlyBad { queues, of, example, bad, rows } => write!(
+                f,
+                "most rows of {queues} of {of} queues ({example}: {bad} of {rows}, ...) have a sample to drop: \
                  the file is more likely misread than damaged (timestamps not in ns? a link rate not in b/s? \
                  counters of another kind?), and repair would leave little of it"
             ),
@@ -322,18 +353,25 @@ impl fmt::Display for TelemetryError {
         // A switch's own recording has a gap wherever it dropped a sample at a counter reset:
         // say that the way on is one flag away.
         // Repair would drop most rows of a misread file: do not offer it.
-        let misread = ["looks_cumulative", "looks_delta", "mostly_bad"].iter().any(|k| self.counts.contains_key(k));
+        let misread = ["looks_cumulative", "looks_delta", "refreshed_slowly", "mostly_bad"]
+            .iter()
+            .any(|k| self.counts.contains_key(k));
         if self.unsorted > 0 && !misread {
             // Sorted, the rows are judged afresh: a newest-first export of a cumulative file
             // was promised a repair here that the sorting read then refused.
+            let (n, rows, were) = if self.unsorted == 1 { (1, "row", "was") } else { (self.unsorted, "rows", "were") };
             write!(
                 f,
-                "\n{}: {} rows out of order were checked no further (a streaming read cannot sort); `validate \
+                "\n{}: {n} {rows} out of order {were} checked no further (a streaming read cannot sort); `validate \
                  --repair` sorts the rows in memory and checks them all in time order, then repairs what has one \
                  safe answer (dropping bad samples, marking gaps; nothing is guessed)",
                 self.path.display(),
-                self.unsorted
             )?;
+            match self.total - self.repairable {
+                0 => {}
+                1 => write!(f, "; the other problem found here stays an error")?,
+                other => write!(f, "; the {other} other problems found here stay errors")?,
+            }
         } else if self.repairable > 0 && !misread {
             let which = if self.repairable == self.total {
                 "all of them".to_string()

@@ -5,7 +5,7 @@
 
 use super::problem::{Collector, ProblemKind};
 use super::{Continuity, CounterMode, QueueSample, ReadOptions};
-use crate::counters::{counter_step, max_plausible_bytes, CounterStep};
+use crate::counters::{counter_step, max_plausible_bytes, CounterStep, CounterWidth};
 
 /// Steps used to infer a queue's sample interval: the median of the queue's first steps. A
 /// fixed prefix (not the whole queue) so that streaming and in-memory reading agree and the
@@ -132,12 +132,14 @@ pub(crate) struct Track {
     tally: Tally,
 }
 
-/// A queue's rows as a whole. Cumulative readings read as deltas are told from deltas with a
-/// few bad values by most of them being beyond line rate and rising (timestamps in another
-/// unit, or a link rate in Gb/s, make deltas look too large too, but they go up and down);
-/// deltas read as cumulative readings, by going down from row to row far more often than a
-/// counter is cleared; a repair that drops most of a queue's rows has met a misread file,
-/// not a damaged one.
+/// A queue's rows as a whole, judged on `tx_bytes` (the counter every queue moves; another
+/// counter may behave otherwise, a `drops` cleared on read). Cumulative readings read as
+/// deltas are told from deltas with a few bad values by most of them being beyond line rate
+/// and rising (timestamps in another unit, or a link rate in Gb/s, make deltas look too large
+/// too, but they go up and down); deltas read as cumulative readings, by going down at far more
+/// of their changes than a counter is cleared; counters refreshed less often than sampled, by
+/// standing still for most rows and then leaping beyond line rate; a repair that drops most of
+/// a queue's rows has met a misread file, not a damaged one.
 #[derive(Debug, Default)]
 struct Tally {
     /// Rows judged, in time order.
@@ -149,8 +151,14 @@ struct Tally {
     /// How often `tx_bytes` went up, and down, from one row to the next.
     rises: u64,
     falls: u64,
-    /// Read as cumulative: rows where a counter went down, not by wrapping (a reset).
+    /// Rows where `tx_bytes` moved: a cumulative reading changed, or a delta was not 0.
+    moved: u64,
+    /// Read as cumulative: rows where `tx_bytes` went down, but not as a 32-bit counter could
+    /// wrap (SNMP's are; `validate` reads 64-bit counters, so a wrap is dropped as a reset, but
+    /// it says nothing about how the file was read).
     went_down: u64,
+    /// Rows where `tx_bytes` moved by more than line rate allows, upwards.
+    leaps: u64,
 }
 
 /// What the tracks need to know about the read.
@@ -190,14 +198,24 @@ impl Track {
         self.mostly_implausible() && t.rises * 2 >= t.rows && t.falls <= t.rows / 20
     }
 
-    /// Read as cumulative, the queue's counters look like per-interval deltas: at least 10
-    /// rows, and a counter went down (not by wrapping) from more than one row in 5 to the next.
-    /// A cumulative counter goes down only when it is cleared (a reboot, a syncd restart);
-    /// deltas go down after every busier interval (a third to a half of the rows of the
-    /// shipped recordings). Returns the rows a counter went down from.
-    pub(crate) fn looks_delta(&self) -> Option<u64> {
+    /// Read as cumulative, the queue's `tx_bytes` looks like per-interval deltas: it moved
+    /// at 10 rows or more, and went down at more than a fifth of them. A cumulative counter
+    /// goes down only when cleared (a reboot, a syncd restart); deltas go down about as often
+    /// as they go up. Returns `(went_down, moved)`, or `None` where the queue moved too little
+    /// to judge.
+    pub(crate) fn looks_delta(&self) -> Option<(bool, (u64, u64))> {
         let t = &self.tally;
-        (t.rows >= 10 && t.went_down * 5 > t.rows).then_some(t.went_down)
+        (t.moved >= 10).then_some((t.went_down * 5 > t.moved, (t.went_down, t.moved)))
+    }
+
+    /// The queue's `tx_bytes` stands still for most rows and then leaps beyond line rate at
+    /// most of the rows it moves: the switch refreshes its counters less often than the file
+    /// samples them, and repair would drop every leap, keeping none of the traffic. Returns
+    /// `(leaps, moved)`, or `None` where the queue moved too little to judge (fewer than 3
+    /// rows, or in more than half of them: a misread file, judged by the other rules).
+    pub(crate) fn refreshed_slowly(&self) -> Option<(bool, (u64, u64))> {
+        let t = &self.tally;
+        (t.rows >= 10 && t.moved >= 3 && t.moved * 2 <= t.rows).then_some((t.leaps * 2 > t.moved, (t.leaps, t.moved)))
     }
 
     /// The rows dropped, where more than half of at least three rows were.
@@ -363,12 +381,16 @@ impl Track {
                     return;
                 };
                 let max = self.plausible_max(s.link_bps, span_ns.unwrap_or(0));
+                let (before, now) = (previous[0], current[0]);
+                let wraps = matches!(counter_step(before, now, CounterWidth(32), max[0]), CounterStep::Wrapped(_));
+                self.tally.moved += u64::from(now != before);
+                self.tally.went_down += u64::from(now < before && !wraps);
+                self.tally.leaps += u64::from(now > before && max[0].is_some_and(|m| now - before > m));
                 let mut deltas = [0u64; 7];
                 for i in 0..7 {
                     match counter_step(previous[i], current[i], cx.opts.counter_width, max[i]) {
                         CounterStep::Delta(d) | CounterStep::Wrapped(d) => deltas[i] = d,
                         CounterStep::Reset => {
-                            self.tally.went_down += u64::from(current[i] < previous[i]);
                             let kind = ProblemKind::CounterReset { previous: previous[i], current: current[i] };
                             problems.push(Some(row), Some(COUNTER_COLUMNS[i]), kind, true);
                             self.drop_sample();
@@ -381,9 +403,11 @@ impl Track {
             CounterMode::Delta => {
                 // A delta covers the time since the poll before it, so it is judged over that
                 // step, as cumulative counters are: a late poll carries more bytes.
+                self.tally.moved += u64::from(s.tx_bytes > 0);
                 if let Some(span_ns) = span_ns.or(self.interval_ns) {
                     let values = counters(&s);
                     let max = self.plausible_max(s.link_bps, span_ns);
+                    self.tally.leaps += u64::from(max[0].is_some_and(|m| s.tx_bytes > m));
                     for i in 0..7 {
                         if let Some(m) = max[i] {
                             if values[i] > m {
