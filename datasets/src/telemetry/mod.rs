@@ -40,7 +40,7 @@ use crate::records::TelemetrySample;
 use problem::Collector;
 pub use problem::{Problem, ProblemKind, RepairReport, TelemetryError};
 use rows::{check_rows, Batch, Interner};
-use track::{Track, TrackContext};
+use track::{Track, TrackContext, Traffic};
 
 /// Parquet key-value metadata key saying how the file's counters are given: `delta` (the
 /// schema's default when the key is absent) or `cumulative`.
@@ -365,7 +365,7 @@ struct QueueVerdict {
     looks_cumulative: bool,
     /// Judged where the queue moved enough: whether it looks so, and the counts that say.
     looks_delta: Option<Judged>,
-    refreshed_slowly: Option<Judged>,
+    traffic: Traffic,
     /// The rows with a sample to drop, where they are most rows.
     mostly_bad: Option<u64>,
 }
@@ -378,7 +378,7 @@ impl QueueVerdict {
             mostly_implausible: track.mostly_implausible(),
             looks_cumulative: track.looks_cumulative(),
             looks_delta: track.looks_delta(),
-            refreshed_slowly: track.refreshed_slowly(),
+            traffic: track.traffic(),
             mostly_bad: track.mostly_dropped(),
         }
     }
@@ -398,13 +398,40 @@ fn most_judged(
     Some((flagged.len() as u64, key, counts))
 }
 
+/// Counters refreshed less often than the file samples them: in the queues that move, most
+/// rows stand still, and most of the traffic comes in leaps beyond line rate, which repair
+/// drops. Judged on the file's traffic, not per queue: light queues refreshed as slowly never
+/// leap (and outvoted the busy ones), and a sparse queue's leap or two says nothing.
+fn refreshed_slowly(verdicts: &[QueueVerdict]) -> Option<ProblemKind> {
+    let moving = verdicts.iter().filter(|v| v.traffic.moved > 0);
+    let (mut rows, mut moved, mut leaps, mut leap_bytes, mut all_bytes) = (0, 0, 0, 0u128, 0u128);
+    for v in moving.clone() {
+        let t = &v.traffic;
+        (rows, moved, leaps) = (rows + t.rows, moved + t.moved, leaps + t.leaps);
+        leap_bytes += t.leap_bytes;
+        all_bytes += t.leap_bytes + t.plausible_bytes;
+    }
+    if leaps < 3 || moved * 2 > rows || leap_bytes * 2 <= all_bytes {
+        return None;
+    }
+    let example = moving.max_by_key(|v| v.traffic.leap_bytes)?;
+    Some(ProblemKind::RefreshedSlowly {
+        percent: (leap_bytes * 100 / all_bytes) as u64,
+        leaps,
+        queues: verdicts.iter().filter(|v| v.traffic.leaps > 0).count() as u64,
+        example: example.key.to_string(),
+        still: rows - moved,
+        rows,
+    })
+}
+
 /// The checks on a read as a whole, once every row has been judged, listed first:
 /// - counters read as deltas that look cumulative: at least half of the queues with mostly
 ///   implausible deltas look so (one queue alone can rise by chance in a file misread
 ///   otherwise);
 /// - counters read as cumulative that look like deltas, in at least half of the queues that
 ///   moved enough to tell;
-/// - counters refreshed less often than sampled, likewise;
+/// - counters refreshed less often than sampled, by the file's traffic;
 /// - queues most of whose rows are bad, holding a tenth of the file's rows or more: the file
 ///   is misread, and repair would keep little of it (a short bad queue alone is repaired as
 ///   any bad sample is);
@@ -421,8 +448,8 @@ fn judge_the_whole(problems: &mut Collector, verdicts: &[QueueVerdict], delivere
         problems.push_first(ProblemKind::LooksCumulative { queues: cumulative.len() as u64, of, example });
     } else if let Some((queues, key, (went_down, moved))) = most_judged(verdicts, |v| v.looks_delta) {
         problems.push_first(ProblemKind::LooksDelta { queues, of, example: key.to_string(), went_down, moved });
-    } else if let Some((queues, key, (leaps, moved))) = most_judged(verdicts, |v| v.refreshed_slowly) {
-        problems.push_first(ProblemKind::RefreshedSlowly { queues, of, example: key.to_string(), leaps, moved });
+    } else if let Some(kind) = refreshed_slowly(verdicts) {
+        problems.push_first(kind);
     } else if let Some(&(first, dropped)) = bad.first().filter(|_| bad_rows * 10 >= all_rows) {
         let (example, queues) = (first.key.to_string(), bad.len() as u64);
         problems.push_first(ProblemKind::MostlyBad { queues, of, example, bad: dropped, rows: first.rows });

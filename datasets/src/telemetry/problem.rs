@@ -125,20 +125,22 @@ pub enum ProblemKind {
         /// The rows it moved at.
         moved: u64,
     },
-    /// Queues whose `tx_bytes` stands still for most rows and then leaps beyond line rate: the
-    /// switch refreshes its counters less often than the file samples them, and repair would
-    /// drop every leap, keeping none of the traffic.
+    /// Counters refreshed less often than the file samples them: `tx_bytes` stands still at
+    /// most rows of the queues that move, then leaps beyond line rate, and the leaps, which
+    /// repair would drop, carry most of the traffic.
     RefreshedSlowly {
-        /// How many queues look so.
-        queues: u64,
-        /// Queues in the file.
-        of: u64,
-        /// One of them.
-        example: String,
-        /// The rows the example's `tx_bytes` leapt at.
+        /// Share of the traffic in leaps, percent.
+        percent: u64,
+        /// Rows that leap.
         leaps: u64,
-        /// The rows it moved at.
-        moved: u64,
+        /// Queues with a leap.
+        queues: u64,
+        /// The queue with most bytes in leaps.
+        example: String,
+        /// Rows where the queues that move stand still.
+        still: u64,
+        /// All rows of the queues that move.
+        rows: u64,
     },
     /// Queues most of whose rows have a sample to drop: the file is more likely misread
     /// (timestamps not in ns, a link rate not in b/s) than damaged, and repair would leave
@@ -263,13 +265,13 @@ impl fmt::Display for ProblemKind {
                  whose key `ecn_tuner.counters` says `cumulative` is wrong about its counters: rewrite it \
                  without the key, as pandas and polars do)"
             ),
-            ProblemKind::RefreshedSlowly { queues, of, example, leaps, moved } => write!(
+            ProblemKind::RefreshedSlowly { percent, leaps, queues, example, still, rows } => write!(
                 f,
-                "the tx_bytes of {queues} of {of} queues ({example}: beyond line rate at {leaps} of the {moved} rows \
-                 it changed at, ...) stand still at most rows and then leap: the switch \
+                "tx_bytes stands still at {still} of the {rows} rows of the queues that move, and {percent}% of \
+                 its traffic comes in {leaps} leaps beyond line rate ({queues} queues: {example}, ...): the switch \
                  refreshes its counters less often than this file samples them, and repair would drop every leap, \
-                 keeping none of the traffic. Record at the counters' own interval (SONiC: `counterpoll queue \
-                 interval`, 10 s by default; `record --interval`)"
+                 and with it most of the traffic. Sample at the counters' own interval (SONiC refreshes queue \
+                 counters every 10 s by default, `counterpoll queue interval`; the actuator's `--poll-interval`)"
             ),
             ProblemKind::MostlyBad { queues, of, example, bad, rows } => write!(
                 f,

@@ -151,14 +151,51 @@ struct Tally {
     /// How often `tx_bytes` went up, and down, from one row to the next.
     rises: u64,
     falls: u64,
-    /// Rows where `tx_bytes` moved: a cumulative reading changed, or a delta was not 0.
+    /// Rows where `tx_bytes` changed at all (read as cumulative).
     moved: u64,
     /// Read as cumulative: rows where `tx_bytes` went down, but not as a 32-bit counter could
     /// wrap (SNMP's are; `validate` reads 64-bit counters, so a wrap is dropped as a reset, but
     /// it says nothing about how the file was read).
     went_down: u64,
-    /// Rows where `tx_bytes` moved by more than line rate allows, upwards.
-    leaps: u64,
+    /// Traffic in `tx_bytes`, as repair would keep and drop it.
+    traffic: Traffic,
+}
+
+/// A queue's traffic in `tx_bytes`, split by whether repair keeps it: counters refreshed less
+/// often than sampled stand still, then leap beyond line rate, and repair drops every leap.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Traffic {
+    /// Rows judged.
+    pub(crate) rows: u64,
+    /// Rows where `tx_bytes` moved: a cumulative reading changed, or a delta was not 0.
+    pub(crate) moved: u64,
+    /// Rows where it moved up by more than line rate allows, but not absurdly more.
+    pub(crate) leaps: u64,
+    /// Bytes in those leaps.
+    pub(crate) leap_bytes: u128,
+    /// Bytes in moves line rate allows.
+    pub(crate) plausible_bytes: u128,
+}
+
+/// Beyond this many times line rate a leap is a counter reset or wrap (2^64 less a little, in
+/// a delta file), not traffic a slow refresh gathered: a switch refreshing every 10 s, polled
+/// every 10 ms, leaps 1000 intervals' worth.
+const MAX_LEAP_INTERVALS: u64 = 1_000;
+
+impl Traffic {
+    /// Counts one row's move of `bytes` where line rate allows `max` (`None`: unknown, not
+    /// judged).
+    fn count(&mut self, bytes: u64, max: Option<u64>) {
+        self.moved += u64::from(bytes > 0);
+        match max {
+            Some(m) if bytes > m && bytes / MAX_LEAP_INTERVALS <= m => {
+                self.leaps += 1;
+                self.leap_bytes += u128::from(bytes);
+            }
+            Some(m) if bytes <= m => self.plausible_bytes += u128::from(bytes),
+            _ => {}
+        }
+    }
 }
 
 /// What the tracks need to know about the read.
@@ -208,14 +245,9 @@ impl Track {
         (t.moved >= 10).then_some((t.went_down * 5 > t.moved, (t.went_down, t.moved)))
     }
 
-    /// The queue's `tx_bytes` stands still for most rows and then leaps beyond line rate at
-    /// most of the rows it moves: the switch refreshes its counters less often than the file
-    /// samples them, and repair would drop every leap, keeping none of the traffic. Returns
-    /// `(leaps, moved)`, or `None` where the queue moved too little to judge (fewer than 3
-    /// rows, or in more than half of them: a misread file, judged by the other rules).
-    pub(crate) fn refreshed_slowly(&self) -> Option<(bool, (u64, u64))> {
-        let t = &self.tally;
-        (t.rows >= 10 && t.moved >= 3 && t.moved * 2 <= t.rows).then_some((t.leaps * 2 > t.moved, (t.leaps, t.moved)))
+    /// The queue's traffic in `tx_bytes`.
+    pub(crate) fn traffic(&self) -> Traffic {
+        Traffic { rows: self.tally.rows, ..self.tally.traffic }
     }
 
     /// The rows dropped, where more than half of at least three rows were.
@@ -385,7 +417,9 @@ impl Track {
                 let wraps = matches!(counter_step(before, now, CounterWidth(32), max[0]), CounterStep::Wrapped(_));
                 self.tally.moved += u64::from(now != before);
                 self.tally.went_down += u64::from(now < before && !wraps);
-                self.tally.leaps += u64::from(now > before && max[0].is_some_and(|m| now - before > m));
+                if now >= before {
+                    self.tally.traffic.count(now - before, max[0]);
+                }
                 let mut deltas = [0u64; 7];
                 for i in 0..7 {
                     match counter_step(previous[i], current[i], cx.opts.counter_width, max[i]) {
@@ -403,11 +437,10 @@ impl Track {
             CounterMode::Delta => {
                 // A delta covers the time since the poll before it, so it is judged over that
                 // step, as cumulative counters are: a late poll carries more bytes.
-                self.tally.moved += u64::from(s.tx_bytes > 0);
                 if let Some(span_ns) = span_ns.or(self.interval_ns) {
                     let values = counters(&s);
                     let max = self.plausible_max(s.link_bps, span_ns);
-                    self.tally.leaps += u64::from(max[0].is_some_and(|m| s.tx_bytes > m));
+                    self.tally.traffic.count(s.tx_bytes, max[0]);
                     for i in 0..7 {
                         if let Some(m) = max[i] {
                             if values[i] > m {
