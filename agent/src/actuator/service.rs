@@ -510,10 +510,10 @@ impl<B: Backend> ActuatorService<B> {
     pub async fn watch_deadlines(self) {
         let mut stopping = self.inner.stopping.clone();
         loop {
-            let (next, doubt) = {
+            let (next, doubt) = off_the_runtime(|| {
                 let st = self.lock();
                 (st.ledger.deadline().map(|d| d.at), st.journal.in_doubt().is_some())
-            };
+            });
             let sleep = async {
                 match next {
                     Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
@@ -522,14 +522,14 @@ impl<B: Backend> ActuatorService<B> {
             };
             tokio::select! {
                 _ = sleep => {
-                    if !self.revert_if_due(Instant::now(), None) {
+                    if !off_the_runtime(|| self.revert_if_due(Instant::now(), None)) {
                         // The backend refused the revert: try again shortly rather than spin.
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 }
                 _ = self.inner.deadline_changed.notified() => {}
                 // The backend settles a write in doubt by itself; the journal follows it.
-                _ = tokio::time::sleep(SETTLE_CHECK), if doubt => self.settle_doubt(&mut self.lock()),
+                _ = tokio::time::sleep(SETTLE_CHECK), if doubt => off_the_runtime(|| self.settle_doubt(&mut self.lock())),
                 r = stopping.changed() => if r.is_err() || *stopping.borrow() { break },
             }
         }
@@ -604,6 +604,18 @@ fn new_lease_id() -> String {
     format!("{:016x}{:016x}", part(1), part(2))
 }
 
+/// Runs `f`, which may wait for the state lock and, under it, for a device write (a SONiC
+/// write waits for orchagent, up to `--program-timeout`), without stalling the runtime: on a
+/// multi-threaded runtime the worker first hands its other tasks to another thread. The
+/// actuator runs two workers: a write held one, a call waiting for its lock the other, and
+/// nothing else ran until the write ended (the telemetry streams, the deadline timer).
+fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 fn settings_to_wire(caps: &BackendCaps, settings: &[EcnSetting]) -> Vec<pb::QueueSetting> {
     caps.queues
         .iter()
@@ -653,40 +665,42 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
     }
 
     async fn get_config(&self, _req: Request<pb::GetConfigRequest>) -> Result<Response<pb::Config>, Status> {
-        let st = self.lock();
-        Ok(Response::new(pb::Config {
-            generation: st.ledger.current(),
-            confirmed_generation: st.ledger.confirmed(),
-            queues: settings_to_wire(&self.inner.caps, &st.ledger.current_settings()),
-            confirm_deadline_unix_ms: st.ledger.deadline().map_or(0, |d| d.unix_ms),
-            telemetry_now_ts_ns: self.inner.backend.telemetry_now_ns().unwrap_or(0),
-        }))
+        off_the_runtime(|| {
+            let st = self.lock();
+            Ok(Response::new(pb::Config {
+                generation: st.ledger.current(),
+                confirmed_generation: st.ledger.confirmed(),
+                queues: settings_to_wire(&self.inner.caps, &st.ledger.current_settings()),
+                confirm_deadline_unix_ms: st.ledger.deadline().map_or(0, |d| d.unix_ms),
+                telemetry_now_ts_ns: self.inner.backend.telemetry_now_ns().unwrap_or(0),
+            }))
+        })
     }
 
     async fn acquire_writer(
         &self,
         req: Request<pb::AcquireWriterRequest>,
     ) -> Result<Response<pb::WriterLease>, Status> {
-        self.do_acquire(req.into_inner()).map(Response::new)
+        off_the_runtime(|| self.do_acquire(req.into_inner()).map(Response::new))
     }
 
     async fn release_writer(
         &self,
         req: Request<pb::ReleaseWriterRequest>,
     ) -> Result<Response<pb::ReleaseWriterResponse>, Status> {
-        Ok(Response::new(self.do_release(req.into_inner())))
+        off_the_runtime(|| Ok(Response::new(self.do_release(req.into_inner()))))
     }
 
     async fn apply(&self, req: Request<pb::ApplyRequest>) -> Result<Response<pb::ApplyResponse>, Status> {
-        self.do_apply(req.into_inner()).map(Response::new)
+        off_the_runtime(|| self.do_apply(req.into_inner()).map(Response::new))
     }
 
     async fn confirm(&self, req: Request<pb::ConfirmRequest>) -> Result<Response<pb::ConfirmResponse>, Status> {
-        self.do_confirm(req.into_inner()).map(Response::new)
+        off_the_runtime(|| self.do_confirm(req.into_inner()).map(Response::new))
     }
 
     async fn rollback(&self, req: Request<pb::RollbackRequest>) -> Result<Response<pb::RollbackResponse>, Status> {
-        self.do_rollback(req.into_inner()).map(Response::new)
+        off_the_runtime(|| self.do_rollback(req.into_inner()).map(Response::new))
     }
 
     type StreamTelemetryStream = TelemetryStream;
@@ -764,6 +778,8 @@ mod tests {
         caps: BackendCaps,
         settings: Mutex<Vec<EcnSetting>>,
         fail: AtomicBool,
+        /// How long each apply takes (a SONiC write waiting for orchagent).
+        slow: Duration,
         journal: Option<PathBuf>,
         journal_at_apply: Mutex<Vec<serde_json::Value>>,
     }
@@ -781,6 +797,7 @@ mod tests {
                 let last = text.lines().last().map(|l| serde_json::from_str(l).unwrap());
                 self.journal_at_apply.lock().unwrap().push(last.unwrap_or_default());
             }
+            std::thread::sleep(self.slow);
             if self.fail.load(Ordering::SeqCst) {
                 return Err(BackendError("device unreachable".into()));
             }
@@ -815,6 +832,7 @@ mod tests {
             caps,
             settings: Mutex::new(vec![START]),
             fail: AtomicBool::new(fail),
+            slow: Duration::ZERO,
             journal: journal.map(Path::to_path_buf),
             journal_at_apply: Mutex::new(Vec::new()),
         };
@@ -837,6 +855,35 @@ mod tests {
             confirm_within_ms: within_ms,
             ..Default::default()
         }
+    }
+
+    /// A slow device write holds the state lock, and a call waiting for that lock held the
+    /// actuator's other worker: nothing else ran until the write ended (here timers of 200
+    /// and 10 ms took the rest of the write's 1.5 s). Waiting calls now hand their worker's
+    /// tasks on.
+    #[test]
+    fn a_slow_write_does_not_stall_the_runtime() {
+        use pb::actuator_server::Actuator;
+        let (mut s, _stop) = service(false);
+        Arc::get_mut(&mut s.inner).unwrap().backend.slow = Duration::from_millis(1_500);
+        let l = lease(&s);
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let took = rt.block_on(async {
+            let writer = s.clone();
+            let write = tokio::spawn(async move { writer.apply(Request::new(apply_req(&l, 60_000))).await });
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let reader = s.clone();
+            let read = tokio::spawn(async move { reader.get_config(Request::new(pb::GetConfigRequest {})).await });
+            // Timers are driven by the workers too: with both waiting, this one waits as well.
+            let started = Instant::now();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::spawn(tokio::time::sleep(Duration::from_millis(10))).await.unwrap();
+            let took = started.elapsed();
+            write.await.unwrap().unwrap();
+            read.await.unwrap().unwrap();
+            took
+        });
+        assert!(took < Duration::from_millis(800), "timers of 200 and 10 ms took {took:?}");
     }
 
     #[test]
