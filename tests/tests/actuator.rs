@@ -596,20 +596,32 @@ async fn a_sigterm_right_after_start_stops_the_actuator_cleanly() {
 }
 
 /// A recording with problems is refused before the actuator serves (exit 2), and since the
-/// actuator takes no reader flags, the error says how to write a checked copy to replay.
+/// actuator takes no reader flags, the error says how to write a checked copy to replay, where
+/// `validate` can write one: repaired, or read as cumulative. Where it cannot (a conflicting
+/// duplicate), no copy is offered (it offered `--repair` for every file, misread ones too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recording_with_problems_is_refused_saying_how_to_fix_it() {
     let dir = tempfile::Builder::new().prefix("ecn-actuator-bad-replay-").tempdir().unwrap();
     let fixtures = ecn_tests::telemetry_fixtures::write_fixtures(dir.path());
-    for name in ["wrap", "cumulative_without_key"] {
+    let cases = [
+        ("wrap", Some("--repair")),
+        ("cumulative_without_key", Some("--counters cumulative")),
+        ("conflicting_duplicate", None),
+    ];
+    for (name, flags) in cases {
         let f = fixtures.iter().find(|f| f.name == name).unwrap();
         let path = f.path.to_str().unwrap();
         let (code, stdout, stderr) = run_cli(&["actuator", "--backend", "dry-run", "--telemetry", path]).await;
         assert_eq!(code, Some(2), "{name}: {stdout}{stderr}");
         assert!(!stdout.contains("listening on"), "{name}: {stdout}");
-        let fix =
-            format!("`ecn-tuner validate --telemetry {path} [--counters cumulative] --repair --out FIXED.parquet`");
-        assert!(stderr.contains(&fix), "{name}: {stderr}");
+        assert!(stderr.contains("the actuator replays a file as it is"), "{name}: {stderr}");
+        match flags {
+            Some(flags) => {
+                let fix = format!("`ecn-tuner validate --telemetry {path} {flags} --out FIXED.parquet`");
+                assert!(stderr.contains(&fix), "{name}: {stderr}");
+            }
+            None => assert!(!stderr.contains("FIXED.parquet"), "{name}: {stderr}"),
+        }
     }
 }
 

@@ -35,11 +35,19 @@ impl Recording {
         let bad = |why: String| ActuatorError::BadInput(format!("--telemetry {}: {why}", path.display()));
         // The actuator takes no reader flags: a file to fix is fixed once, by `validate`.
         let data = load_telemetry(path, &ReadOptions::default()).map_err(|e| {
+            // The way on that `validate` offers, where it offers one: a misread file is not
+            // repaired, and the reader's own hint already says what repair would do.
+            let copy = |flags: &str| {
+                format!(": replay the copy that `ecn-tuner validate --telemetry {} {flags} --out FIXED.parquet` writes", path.display())
+            };
+            let way = match e.misread() {
+                Some("looks_cumulative") => copy("--counters cumulative"),
+                Some(_) => String::new(),
+                None if e.repairs_all() => copy("--repair"),
+                None => String::new(),
+            };
             ActuatorError::BadInput(format!(
-                "--telemetry {e}\nthe actuator replays a file as it is (no --counters, --max-gap or --repair): \
-                 write a checked copy with `ecn-tuner validate --telemetry {} [--counters cumulative] --repair \
-                 --out FIXED.parquet` and replay that",
-                path.display()
+                "--telemetry {e}\nthe actuator replays a file as it is (it takes no --counters, --max-gap or --repair){way}"
             ))
         })?;
         let mut rows = data.to_rows();

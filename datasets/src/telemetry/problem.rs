@@ -332,6 +332,23 @@ pub struct TelemetryError {
     pub unsorted: u64,
 }
 
+/// The problems about a file as a whole that say it is misread rather than damaged: repair is
+/// not offered for them.
+const MISREAD: [&str; 4] = ["looks_cumulative", "looks_delta", "refreshed_slowly", "mostly_bad"];
+
+impl TelemetryError {
+    /// The [`ProblemKind::tag`] of the problem that says the file is misread, if one does.
+    pub fn misread(&self) -> Option<&'static str> {
+        MISREAD.iter().find(|k| self.counts.contains_key(*k)).copied()
+    }
+
+    /// Whether [`ReadOptions::repair`](super::ReadOptions::repair) would repair every problem
+    /// found (as far as this read could judge: see [`TelemetryError::unsorted`]).
+    pub fn repairs_all(&self) -> bool {
+        self.misread().is_none() && self.repairable == self.total
+    }
+}
+
 impl fmt::Display for TelemetryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, p) in self.problems.iter().take(SHOWN_PROBLEMS).enumerate() {
@@ -355,9 +372,7 @@ impl fmt::Display for TelemetryError {
         // A switch's own recording has a gap wherever it dropped a sample at a counter reset:
         // say that the way on is one flag away.
         // Repair would drop most rows of a misread file: do not offer it.
-        let misread = ["looks_cumulative", "looks_delta", "refreshed_slowly", "mostly_bad"]
-            .iter()
-            .any(|k| self.counts.contains_key(k));
+        let misread = self.misread().is_some();
         if self.unsorted > 0 && !misread {
             // Sorted, the rows are judged afresh: a newest-first export of a cumulative file
             // was promised a repair here that the sorting read then refused.
