@@ -658,6 +658,18 @@ fn deltas_read_as_cumulative_counters_among_idle_queues_or_in_bursts_look_like_d
     }
 }
 
+/// Per-interval deltas as a poller writes them from counters refreshed every 10 polls: 0 for
+/// nine rows, then the ten intervals' bytes at once.
+fn refreshed_every_10(deltas: &mut [TelemetrySample]) {
+    let mut owed: BTreeMap<(String, String, u8), (u64, u64)> = BTreeMap::new();
+    for r in deltas {
+        let (seen, sum) = owed.entry((r.switch.clone(), r.port.clone(), r.queue)).or_default();
+        *sum += r.sample.tx_bytes;
+        *seen += 1;
+        r.sample.tx_bytes = if seen.is_multiple_of(10) { std::mem::take(sum) } else { 0 };
+    }
+}
+
 /// Counters the switch refreshes every 10 samples (SONiC's queue counters every 10 s, polled
 /// every second): tx_bytes stands still, then leaps beyond line rate, and repair dropped every
 /// leap and exited 0 with none of the traffic. As cumulative readings and as deltas; also
@@ -679,25 +691,13 @@ fn counters_refreshed_less_often_than_sampled_are_said_to_be() {
         *seen += 1;
         r.sample.tx_bytes = *value;
     }
-    let mut owed: BTreeMap<(String, String, u8), (u64, u64)> = BTreeMap::new();
-    for r in &mut deltas {
-        let (seen, sum) = owed.entry((r.switch.clone(), r.port.clone(), r.queue)).or_default();
-        *sum += r.sample.tx_bytes;
-        *seen += 1;
-        r.sample.tx_bytes = if seen.is_multiple_of(10) { std::mem::take(sum) } else { 0 };
-    }
+    refreshed_every_10(&mut deltas);
     // Six of the eight queues at a tenth of the traffic: their gathered deltas stay plausible.
     let mut light = clean_rows();
     for r in light.iter_mut().filter(|r| r.port == "eth2" || r.switch == "leaf1") {
         r.sample.tx_bytes /= 10;
     }
-    let mut owed: BTreeMap<(String, String, u8), (u64, u64)> = BTreeMap::new();
-    for r in &mut light {
-        let (seen, sum) = owed.entry((r.switch.clone(), r.port.clone(), r.queue)).or_default();
-        *sum += r.sample.tx_bytes;
-        *seen += 1;
-        r.sample.tx_bytes = if seen.is_multiple_of(10) { std::mem::take(sum) } else { 0 };
-    }
+    refreshed_every_10(&mut light);
     let cases = [
         ("cumulative", cumulative, CounterMode::Cumulative),
         ("deltas", deltas, CounterMode::Delta),
