@@ -354,7 +354,8 @@ fn scan(
     rows
 }
 
-/// Whether a queue looks as a rule says, with the counts that say so: `(of them, rows)`.
+/// Whether a queue looks as a rule says, with the counts behind it: `(rows that look so, rows
+/// judged)`.
 type Judged = (bool, (u64, u64));
 
 /// A queue's rows as a whole, for [`judge_the_whole`].
