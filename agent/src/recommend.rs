@@ -327,6 +327,7 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     xoff_bytes: None,
                     last_change: None,
                     telemetry: TelemetryHealth::Good,
+                    fallback_refused: false,
                 };
                 let verdict = guardrails.check(Some(proposed), &ctx, now);
                 rec.clamps = verdict.clamps;

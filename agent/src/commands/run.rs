@@ -79,7 +79,8 @@ pub struct RunArgs {
     /// Minimum time between two changes of one queue.
     #[arg(long, value_name = "DUR", default_value = "5s")]
     min_dwell: String,
-    /// Most queue changes per minute.
+    /// Most queue changes per minute, every target together. A fallback to the baseline counts
+    /// but is not held back (unless the actuator refused one within the minute).
     #[arg(long, default_value_t = 600)]
     max_changes_per_minute: u32,
     /// Telemetry older than this is stale: queues fall back to the baseline. Older by arrival

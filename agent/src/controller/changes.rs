@@ -131,6 +131,11 @@ impl ControlLoop {
                 for (i, _) in &changes {
                     set_queue_metrics(&self.metrics, &self.cfg.target, &self.queues[*i]);
                 }
+                if fallback {
+                    for (i, _) in &changes {
+                        self.queues[*i].fallback_refused_at = None;
+                    }
+                }
                 let note = if fallback { "; confirmed at once (telemetry fallback)" } else { "" };
                 self.record_planned(&round, true, note)?;
                 if fallback {
@@ -158,6 +163,12 @@ impl ControlLoop {
             Err(e) => {
                 warn!(error = %e, "apply failed; reading the actuator back");
                 self.record_planned(&round, false, &format!("; the actuator refused the apply: {e}"))?;
+                if fallback {
+                    let now = Instant::now();
+                    for (i, _) in &changes {
+                        self.queues[*i].fallback_refused_at = Some(now);
+                    }
+                }
                 self.settle_unknown_outcome("Apply").await?;
             }
         }

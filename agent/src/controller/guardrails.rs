@@ -11,9 +11,10 @@
 //!    Kmin < Kmax, rounded to the granularity;
 //! 5. a budget of `max_changes_per_minute` queue changes, shared by every queue of every
 //!    target of the process ([`ChangeBudget`]), keeps the rest unchanged. A fallback spends
-//!    it too, but is never held back by it: a budget spent on the policy's changes must not
-//!    leave a queue whose telemetry went stale on a learned setting for up to a minute. (Each
-//!    fallback undoes a change the budget allowed, so writes stay bounded.)
+//!    it too, but is not held back by it: a budget spent on the policy's changes must not
+//!    leave a queue whose telemetry went stale on a learned setting for up to a minute. A
+//!    fallback the actuator refused ([`QueueContext::fallback_refused`]) waits for room like
+//!    any change, so that a device refusing every write is not sent one every round.
 
 use ecn_env::EcnSetting;
 use serde::Serialize;
@@ -163,6 +164,9 @@ pub struct QueueContext {
     pub last_change: Option<Instant>,
     /// Telemetry state for this queue.
     pub telemetry: TelemetryHealth,
+    /// The actuator refused a fallback of this queue within the last minute: the next one
+    /// waits for room in the budget.
+    pub fallback_refused: bool,
 }
 
 /// Whether the telemetry behind a decision can be trusted.
@@ -249,7 +253,8 @@ impl Guardrails {
         if let Some(why) = fallback {
             clamps.push(why);
             let setting = self.clamp_bounds(q.baseline, q.xoff_bytes, &mut clamps);
-            return self.spend(setting, q, now, clamps, Spend::EvenOverBudget);
+            let how = if q.fallback_refused { Spend::WithinBudget } else { Spend::EvenOverBudget };
+            return self.spend(setting, q, now, clamps, how);
         }
         let proposed = proposed.expect("checked above");
         if proposed == q.current {
@@ -368,6 +373,7 @@ mod tests {
             xoff_bytes: Some(4_000_000),
             last_change: None,
             telemetry: TelemetryHealth::Good,
+            fallback_refused: false,
         }
     }
 
@@ -448,7 +454,9 @@ mod tests {
 
     /// A queue whose telemetry goes stale falls back to the baseline even when the policy's
     /// changes have spent the budget (it was held on its learned setting, up to a minute),
-    /// and the fallback counts: the policy's next change waits for room.
+    /// and the fallback counts: the policy's next change waits for room. A fallback the
+    /// actuator refused waits for room too (else a device refusing every write got one every
+    /// round).
     #[test]
     fn a_fallback_is_never_held_back_by_the_budget() {
         let mut g = Guardrails::new(GuardrailConfig { max_changes_per_minute: 1, ..Default::default() });
@@ -465,6 +473,9 @@ mod tests {
         assert_eq!(v.setting, q.baseline);
         let v = g.check(Some(s(300_000, 1_600_000, 0.2)), &fresh, now + Duration::from_secs(1));
         assert_eq!((v.setting, v.clamps), (fresh.current, vec![Clamp::RateLimit]));
+        let refused = QueueContext { fallback_refused: true, ..stale };
+        let v = g.check(Some(s(300_000, 1_600_000, 0.2)), &refused, now + Duration::from_secs(1));
+        assert_eq!((v.setting, v.clamps), (refused.current, vec![Clamp::StaleTelemetry, Clamp::RateLimit]));
     }
 
     proptest::proptest! {

@@ -162,6 +162,9 @@ struct QueueState {
     /// judge the next proposal from it, as enforce mode's from the change it made, so that a
     /// would-be change is logged and spends the change budget once, not every round.
     would_be: Option<(EcnSetting, Instant)>,
+    /// When the actuator last refused a fallback of this queue: for a minute after, the next
+    /// one waits for room in the change budget, as other changes do.
+    fallback_refused_at: Option<Instant>,
 }
 
 impl QueueState {
@@ -688,6 +691,7 @@ impl ControlLoop {
                 last_change: None,
                 quarantine_until: None,
                 would_be: None,
+                fallback_refused_at: None,
                 watch: QueueWatch::keeping(cfg.health.window)
                     .with_feature_history(cfg.policy.model().map_or(1, |m| m.tuning().history)),
                 id,
@@ -974,7 +978,8 @@ impl ControlLoop {
 
     /// One decision round: logs a decision per queue that stays as it is, and returns the
     /// changes (`queues[i].current` changes only once an apply succeeds). Each change counts
-    /// against the per-minute budget as it is decided, so one round cannot exceed it.
+    /// against the per-minute budget as it is decided, so one round cannot exceed it (a
+    /// fallback to the baseline is not held back by it: see the guardrails).
     fn decide(&mut self, now: Instant) -> Result<Vec<Planned>, CliError> {
         let (cfg, metrics, log, stale_after) = (&self.cfg, &self.metrics, &self.log, self.stale_after);
         let mut changes = Vec::new();
@@ -1079,7 +1084,16 @@ impl ControlLoop {
                 Some((setting, at)) => (setting, Some(at)),
                 None => (q.current, q.last_change),
             };
-            let ctx = QueueContext { current, baseline: q.baseline, xoff_bytes: q.xoff, last_change, telemetry };
+            let fallback_refused =
+                q.fallback_refused_at.is_some_and(|t| now.saturating_duration_since(t) < Duration::from_secs(60));
+            let ctx = QueueContext {
+                current,
+                baseline: q.baseline,
+                xoff_bytes: q.xoff,
+                last_change,
+                telemetry,
+                fallback_refused,
+            };
             // Before its first sample a queue is left as it is: there is nothing to decide on,
             // and no reason yet to fall back. A queue the model may not decide for stays too, and
             // so does one whose history the model observes is still filling.
@@ -1237,6 +1251,7 @@ mod tests {
             quarantine_until: None,
             watch: QueueWatch::keeping(5),
             would_be: None,
+            fallback_refused_at: None,
         }];
         let index = HashMap::from([(queue_key(&id), 0)]);
         let sample = |ts_ns: u64, drops: u64| pb::TelemetrySample {
