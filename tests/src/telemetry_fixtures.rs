@@ -125,6 +125,14 @@ fn key_of(r: &TelemetrySample) -> QueueKey {
     QueueKey::new(&r.switch, &r.port, r.queue)
 }
 
+/// Writes `rows` with the key `ecn_tuner.counters` set to `counters` as given, `delta`
+/// included (which ecn-tuner's own writer leaves out, as the schema's default).
+pub fn write_with_counters_key(path: &Path, rows: &[TelemetrySample], counters: &str) {
+    let df = telemetry_frame(rows).expect("frame");
+    let kv = vec![(ecn_datasets::telemetry::COUNTERS_KEY.to_string(), counters.to_string())];
+    write_frame(path, df, Some(kv));
+}
+
 fn write_frame(path: &Path, mut df: DataFrame, kv: Option<Vec<(String, String)>>) {
     let mut f = fs::File::create(path).expect("create fixture");
     ParquetWriter::new(&mut f)

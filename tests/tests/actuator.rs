@@ -597,31 +597,48 @@ async fn a_sigterm_right_after_start_stops_the_actuator_cleanly() {
 
 /// A recording with problems is refused before the actuator serves (exit 2), and since the
 /// actuator takes no reader flags, the error says how to write a checked copy to replay, where
-/// `validate` can write one: repaired, or read as cumulative. Where it cannot (a conflicting
-/// duplicate), no copy is offered (it offered `--repair` for every file, misread ones too).
+/// `validate` can write one: repaired, or read as cumulative. Following it gives a copy the
+/// actuator replays (the suggestion lacked `--repair`, which `--out` needs, and a repaired copy
+/// with a gap where a sample was dropped was refused again, with the same suggestion). Where
+/// no copy would do (a conflicting duplicate), none is offered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recording_with_problems_is_refused_saying_how_to_fix_it() {
     let dir = tempfile::Builder::new().prefix("ecn-actuator-bad-replay-").tempdir().unwrap();
     let fixtures = ecn_tests::telemetry_fixtures::write_fixtures(dir.path());
     let cases = [
         ("wrap", Some("--repair")),
-        ("cumulative_without_key", Some("--counters cumulative")),
+        ("gap", None),
+        ("cumulative_without_key", Some("--counters cumulative --repair")),
         ("conflicting_duplicate", None),
     ];
     for (name, flags) in cases {
         let f = fixtures.iter().find(|f| f.name == name).unwrap();
         let path = f.path.to_str().unwrap();
-        let (code, stdout, stderr) = run_cli(&["actuator", "--backend", "dry-run", "--telemetry", path]).await;
+        let replay = ["--backend", "dry-run", "--telemetry", path];
+        if name == "gap" {
+            // A gap is replayed as a gap.
+            let a = Actuator::start(&replay).await;
+            drop(a);
+            continue;
+        }
+        let (code, stdout, stderr) = run_cli(&[&["actuator"][..], &replay].concat()).await;
         assert_eq!(code, Some(2), "{name}: {stdout}{stderr}");
         assert!(!stdout.contains("listening on"), "{name}: {stdout}");
         assert!(stderr.contains("the actuator replays a file as it is"), "{name}: {stderr}");
-        match flags {
-            Some(flags) => {
-                let fix = format!("`ecn-tuner validate --telemetry {path} {flags} --out FIXED.parquet`");
-                assert!(stderr.contains(&fix), "{name}: {stderr}");
-            }
-            None => assert!(!stderr.contains("FIXED.parquet"), "{name}: {stderr}"),
-        }
+        let Some(flags) = flags else {
+            assert!(!stderr.contains("FIXED.parquet"), "{name}: {stderr}");
+            continue;
+        };
+        let fix = format!("`ecn-tuner validate --telemetry {path} {flags} --out FIXED.parquet`");
+        assert!(stderr.contains(&fix), "{name}: {stderr}");
+        let fixed = dir.path().join(format!("{name}-fixed.parquet"));
+        let mut validate = vec!["validate", "--telemetry", path];
+        validate.extend(flags.split(' '));
+        validate.extend(["--out", fixed.to_str().unwrap()]);
+        let (code, stdout, stderr) = run_cli(&validate).await;
+        assert_eq!(code, Some(0), "{name}: {stdout}{stderr}");
+        let a = Actuator::start(&["--backend", "dry-run", "--telemetry", fixed.to_str().unwrap()]).await;
+        drop(a);
     }
 }
 

@@ -14,7 +14,8 @@ use ecn_datasets::telemetry::{
 };
 use ecn_datasets::TelemetrySample;
 use ecn_tests::telemetry_fixtures::{
-    clean_rows, expected_series, write_fixtures, ExpectedProblem, TelemetryFixture, INTERVAL_NS,
+    clean_rows, expected_series, write_fixtures, write_with_counters_key, ExpectedProblem, TelemetryFixture,
+    INTERVAL_NS,
 };
 use proptest::prelude::*;
 
@@ -437,7 +438,10 @@ fn a_repair_that_would_leave_little_or_nothing_fails() {
     let repair = ReadOptions { repair: true, ..ReadOptions::default() };
     for err in [load_telemetry(&path, &repair).unwrap_err(), stream_series(&path, &repair).unwrap_err()] {
         assert_eq!(err.problems[0].kind.tag(), "mostly_bad", "{err}");
-        assert!(err.to_string().contains("most rows of 8 of 8 queues (leaf0/eth1/3: 119 of 120, ...)"), "{err}");
+        assert!(
+            err.to_string().contains("of 8 of 8 queues have a sample to drop (leaf0/eth1/3: 119 of 120 rows"),
+            "{err}"
+        );
     }
     // Without repair, each reset is named, and no repair is offered.
     let err = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
@@ -739,6 +743,112 @@ fn counters_refreshed_less_often_than_sampled_are_said_to_be() {
     write_telemetry_parquet(&path, &rows).unwrap();
     let data = load_telemetry(&path, &ReadOptions { repair: true, ..ReadOptions::default() });
     assert!(data.as_ref().is_ok_and(|d| d.report.count("implausible_delta") == 2), "{data:?}");
+}
+
+/// Per queue, counters as running totals from `start` (tx bytes, packets and marks).
+fn cumulate(rows: &mut [TelemetrySample], start: u64) {
+    let mut totals: BTreeMap<(String, String, u8), [u64; 3]> = BTreeMap::new();
+    for r in rows {
+        let t = totals.entry((r.switch.clone(), r.port.clone(), r.queue)).or_insert([start; 3]);
+        let s = &mut r.sample;
+        for (total, value) in t.iter_mut().zip([&mut s.tx_bytes, &mut s.tx_pkts, &mut s.ecn_marked_pkts]) {
+            *total += *value;
+            *value = *total;
+        }
+    }
+}
+
+/// Whole-file verdicts on what a third review found: a file misread in one way is named for
+/// it, also among idle queues and in bursts; a short odd queue does not refuse a healthy file;
+/// advice that the file's own key would refuse is not given.
+#[test]
+fn misreadings_among_idle_queues_and_bursts_are_named_and_odd_queues_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let repair = ReadOptions { repair: true, ..ReadOptions::default() };
+    // The rows written with the counters key saying `mode` (`None`: no key), then read.
+    let first_problem = |name: &str, rows: &[TelemetrySample], mode: Option<CounterMode>, opts: &ReadOptions| {
+        let path = dir.path().join(format!("{name}.parquet"));
+        match mode {
+            Some(mode) => write_with_counters_key(&path, rows, mode.as_str()),
+            None => write_telemetry_parquet(&path, rows).unwrap(),
+        }
+        let loaded = load_telemetry(&path, opts).map(|d| d.report);
+        let streamed = stream_series(&path, opts).map(|_| ());
+        assert_eq!(loaded.is_ok(), streamed.is_ok(), "{name}: {loaded:?} {streamed:?}");
+        loaded.map_err(|e| (e.problems[0].kind.tag(), e.to_string()))
+    };
+    // Traffic in 4 intervals of 10; the rest idle.
+    let bursty = || {
+        let mut rows = clean_rows();
+        for (i, r) in rows.iter_mut().enumerate() {
+            if (i / 8) % 10 >= 4 {
+                let s = &mut r.sample;
+                (s.tx_bytes, s.tx_pkts, s.ecn_marked_pkts) = (0, 0, 0);
+            }
+        }
+        rows
+    };
+
+    // Three rows of raw counters beside a healthy recording: repaired, not "cumulative" (the
+    // advice, `--counters cumulative`, then found the rest "like deltas").
+    let mut rows = clean_rows();
+    for (i, r) in clean_rows().iter().step_by(8).take(3).enumerate() {
+        let mut odd = TelemetrySample { queue: 5, ..r.clone() };
+        odd.sample.tx_bytes = 5_000_000_000 + i as u64 * 1_000_000;
+        rows.push(odd);
+    }
+    rows.sort_by_key(|r| r.sample.ts_ns);
+    let report = first_problem("odd-queue", &rows, None, &repair).unwrap();
+    assert_eq!(report.count("implausible_delta"), 3, "{report:?}");
+
+    // Link rate in Gb/s, bursty: every row with traffic is beyond "line rate", and repair kept
+    // none of the bytes (the idle rows made the queues look mostly good).
+    let mut gbps = bursty();
+    gbps.iter_mut().for_each(|r| r.sample.link_bps = 100);
+    let (tag, _) = first_problem("gbps", &gbps, None, &repair).unwrap_err();
+    assert_eq!(tag, "mostly_bad");
+
+    // Timestamps in µs, bursty: misread, not a switch refreshing its counters slowly.
+    let mut micro = bursty();
+    micro.iter_mut().for_each(|r| r.sample.ts_ns /= 1_000);
+    let (tag, _) = first_problem("micro-bursty", &micro, None, &repair).unwrap_err();
+    assert_eq!(tag, "mostly_bad");
+
+    // Cumulative counters of bursty queues beside idle ones, the key lost: they stand still
+    // between bursts, and are cumulative all the same (they read as "mostly bad").
+    let mut cumulative = bursty();
+    for r in clean_rows() {
+        let mut idle = TelemetrySample { switch: format!("{}-idle", r.switch), ..r };
+        let s = &mut idle.sample;
+        (s.tx_bytes, s.tx_pkts, s.ecn_marked_pkts) = (0, 0, 0);
+        cumulative.push(idle);
+    }
+    for r in &mut cumulative {
+        let s = &mut r.sample;
+        (s.pfc_pause_rx, s.pfc_pause_tx, s.paused_ns) = (0, 0, 0);
+    }
+    cumulative.sort_by_key(|r| r.sample.ts_ns);
+    cumulate(&mut cumulative, 1_000_000_000);
+    let (tag, message) = first_problem("bursty-cumulative", &cumulative, None, &repair).unwrap_err();
+    assert_eq!(tag, "looks_cumulative", "{message}");
+    assert!(message.contains("Read the file with `--counters cumulative`"), "{message}");
+    let as_cumulative = ReadOptions { counters: Some(CounterMode::Cumulative), ..repair.clone() };
+    first_problem("bursty-cumulative", &cumulative, None, &as_cumulative).unwrap();
+    // The same with a key that says `delta`: `--counters cumulative` would be refused.
+    let (tag, message) = first_problem("keyed-delta", &cumulative, Some(CounterMode::Delta), &repair).unwrap_err();
+    assert_eq!(tag, "looks_cumulative", "{message}");
+    assert!(message.contains("says `delta`, so it is wrong about them: rewrite the file"), "{message}");
+
+    // Deltas said to be cumulative, polled every second at 100G: a fall passed for a 32-bit
+    // wrap wherever the link could carry 2^32 bytes in the step.
+    let mut slow = clean_rows();
+    for r in &mut slow {
+        (r.sample.ts_ns, r.sample.paused_ns) = (r.sample.ts_ns * 100_000, 0);
+        r.sample.tx_bytes = r.sample.tx_bytes * 20_000 % (1 << 32);
+    }
+    let (tag, message) = first_problem("slow-deltas", &slow, Some(CounterMode::Cumulative), &repair).unwrap_err();
+    assert_eq!(tag, "looks_delta", "{message}");
+    assert!(message.contains("says `cumulative`, so it is wrong about them"), "{message}");
 }
 
 /// A short queue most of whose few rows are bad, in a file otherwise clean, is repaired as

@@ -9,7 +9,7 @@
 use super::pacer::Pacer;
 use super::telemetry::batches_from_rows;
 use super::ActuatorError;
-use ecn_datasets::telemetry::{load_telemetry, ReadOptions};
+use ecn_datasets::telemetry::{load_telemetry, ProblemKind, ReadOptions};
 use ecn_datasets::TelemetrySample;
 use ecn_proto::v1::TelemetryBatch;
 use std::path::Path;
@@ -33,18 +33,25 @@ impl Recording {
     /// problems is refused, not replayed.
     pub fn load(path: &Path) -> Result<Recording, ActuatorError> {
         let bad = |why: String| ActuatorError::BadInput(format!("--telemetry {}: {why}", path.display()));
-        // The actuator takes no reader flags: a file to fix is fixed once, by `validate`.
-        let data = load_telemetry(path, &ReadOptions::default()).map_err(|e| {
+        // The actuator takes no reader flags: a file to fix is fixed once, by `validate`. Gaps
+        // are replayed as gaps (no batch, or a queue missing from its batches, for a while):
+        // a repaired recording has one wherever repair dropped a sample, and refusing them
+        // sent the repaired copy back to `validate --repair` for ever.
+        let opts = ReadOptions { max_gap_intervals: f64::INFINITY, ..ReadOptions::default() };
+        let data = load_telemetry(path, &opts).map_err(|e| {
             // The way on that `validate` offers, where it offers one: a misread file is not
             // repaired, and the reader's own hint already says what repair would do.
             let copy = |flags: &str| {
-                format!(": replay the copy that `ecn-tuner validate --telemetry {} {flags} --out FIXED.parquet` writes", path.display())
+                format!(
+                    ": replay the copy that `ecn-tuner validate --telemetry {} {flags}--repair --out FIXED.parquet` \
+                     writes",
+                    path.display()
+                )
             };
-            let way = match e.misread() {
-                Some("looks_cumulative") => copy("--counters cumulative"),
-                Some(_) => String::new(),
-                None if e.repairs_all() => copy("--repair"),
-                None => String::new(),
+            let way = match e.problems.first().map(|p| &p.kind) {
+                Some(ProblemKind::LooksCumulative { keyed: false, .. }) => copy("--counters cumulative "),
+                _ if e.repairs_all() => copy(""),
+                _ => String::new(),
             };
             ActuatorError::BadInput(format!(
                 "--telemetry {e}\nthe actuator replays a file as it is (it takes no --counters, --max-gap or --repair){way}"

@@ -10,7 +10,7 @@ use crate::telemetry_input::ReadArgs;
 use clap::Args;
 use ecn_datasets::io;
 use ecn_datasets::telemetry::{
-    load_telemetry, stream_telemetry, CounterMode, ReadOptions, RepairReport, TelemetryError,
+    counted, load_telemetry, stream_telemetry, CounterMode, ReadOptions, RepairReport, TelemetryError,
 };
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -121,18 +121,19 @@ fn check(path: &Path, opts: &ReadOptions, out: Option<&Path>) -> Result<Result<S
 
 fn print_summary(path: &Path, s: &Summary, repair: bool) {
     let mut line = format!(
-        "{}: ok: {} rows, {} queues, {} samples, {} counters",
+        "{}: ok: {}, {}, {}, {} counters",
         path.display(),
-        s.rows,
-        s.queues,
-        s.samples,
+        counted(s.rows, "row", "rows"),
+        counted(s.queues as u64, "queue", "queues"),
+        counted(s.samples, "sample", "samples"),
         s.counters.as_str()
     );
     if repair {
         line.push_str(&format!("; repaired: {}", s.report));
     }
     if s.report.baseline_samples > 0 {
-        line.push_str(&format!("; {} cumulative baseline samples", s.report.baseline_samples));
+        let baselines = counted(s.report.baseline_samples, "cumulative baseline sample", "cumulative baseline samples");
+        line.push_str(&format!("; {baselines}"));
     }
     outln!("{line}");
 }

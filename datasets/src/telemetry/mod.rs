@@ -38,7 +38,7 @@ use crate::io::TelemetryFormat;
 use crate::records::TelemetrySample;
 
 use problem::Collector;
-pub use problem::{Problem, ProblemKind, RepairReport, TelemetryError};
+pub use problem::{counted, Problem, ProblemKind, RepairReport, TelemetryError};
 use rows::{check_rows, Batch, Interner};
 use track::{Track, TrackContext, Traffic};
 
@@ -272,7 +272,8 @@ impl Source {
 }
 
 /// Opens the file and settles the counter mode; `None` after a problem that stops reading.
-fn open(path: &Path, opts: &ReadOptions, problems: &mut Collector) -> Option<(Source, CounterMode)> {
+/// Returns the source, the counter mode, and whether the file's own key states a mode.
+fn open(path: &Path, opts: &ReadOptions, problems: &mut Collector) -> Option<(Source, CounterMode, bool)> {
     let (source, key) = match TelemetryFormat::of(path) {
         Some(TelemetryFormat::Parquet) => {
             let s = parquet::ParquetSource::open(path, problems)?;
@@ -306,7 +307,7 @@ fn open(path: &Path, opts: &ReadOptions, problems: &mut Collector) -> Option<(So
         (Some(asked), _) => asked,
         (None, file) => file.unwrap_or_default(),
     };
-    Some((source, mode))
+    Some((source, mode, file_mode.is_some()))
 }
 
 /// What [`scan`] hands on.
@@ -362,13 +363,17 @@ type Judged = (bool, (u64, u64));
 struct QueueVerdict {
     key: QueueKey,
     rows: u64,
-    mostly_implausible: bool,
-    looks_cumulative: bool,
+    /// Rows with traffic.
+    busy: u64,
+    interval_ns: Option<u64>,
+    /// Judged where the queue is mostly implausible and changed enough: whether it looks so.
+    looks_cumulative: Option<bool>,
     /// Judged where the queue moved enough: whether it looks so, and the counts that say.
     looks_delta: Option<Judged>,
     traffic: Traffic,
-    /// The rows with a sample to drop, where they are most rows.
-    mostly_bad: Option<u64>,
+    /// `(dropped, rows, dropped with traffic, rows with traffic)`, where most rows, or most
+    /// rows with traffic, have a sample to drop.
+    mostly_bad: Option<[u64; 4]>,
 }
 
 impl QueueVerdict {
@@ -376,13 +381,22 @@ impl QueueVerdict {
         QueueVerdict {
             key: key.clone(),
             rows: track.rows(),
-            mostly_implausible: track.mostly_implausible(),
+            busy: track.busy(),
+            interval_ns: track.interval_ns,
             looks_cumulative: track.looks_cumulative(),
             looks_delta: track.looks_delta(),
             traffic: track.traffic(),
             mostly_bad: track.mostly_dropped(),
         }
     }
+}
+
+/// Whether `(rows, rows with traffic)` make a tenth of the file's, by either count: a rule
+/// about the file must not rest on one short odd queue (3 rows of 6819 refused a healthy
+/// recording), nor on a sparse queue's few bad rows.
+fn a_tenth_of((rows, busy): (u64, u64), all: &[QueueVerdict]) -> bool {
+    let (all_rows, all_busy) = all.iter().fold((0, 0), |(r, b), v| (r + v.rows, b + v.busy));
+    rows * 10 >= all_rows || (all_busy > 0 && busy * 10 >= all_busy)
 }
 
 /// Where at least half of the queues a rule could judge look so, as a rule of `judge`: how
@@ -404,7 +418,8 @@ fn most_judged(
 /// drops. Judged on the file's traffic, not per queue: light queues refreshed as slowly never
 /// leap (and outvoted the busy ones), and a sparse queue's leap or two says nothing.
 fn refreshed_slowly(verdicts: &[QueueVerdict]) -> Option<ProblemKind> {
-    let moving = verdicts.iter().filter(|v| v.traffic.moved > 0);
+    // Rows microseconds apart are timestamps in another unit, not a poller (`mostly_bad` asks).
+    let moving = verdicts.iter().filter(|v| v.traffic.moved > 0 && v.interval_ns.is_some_and(|i| i >= 10_000));
     let (mut rows, mut moved, mut leaps, mut leap_bytes, mut all_bytes) = (0, 0, 0, 0u128, 0u128);
     for v in moving.clone() {
         let t = &v.traffic;
@@ -428,32 +443,44 @@ fn refreshed_slowly(verdicts: &[QueueVerdict]) -> Option<ProblemKind> {
 
 /// The checks on a read as a whole, once every row has been judged, listed first:
 /// - counters read as deltas that look cumulative: at least half of the queues with mostly
-///   implausible deltas look so (one queue alone can rise by chance in a file misread
-///   otherwise);
+///   implausible deltas that change enough to tell look so (one queue alone can rise by
+///   chance in a file misread otherwise), holding a tenth of the file;
 /// - counters read as cumulative that look like deltas, in at least half of the queues that
 ///   moved enough to tell;
 /// - counters refreshed less often than sampled, by the file's traffic;
-/// - queues most of whose rows are bad, holding a tenth of the file's rows or more: the file
-///   is misread, and repair would keep little of it (a short bad queue alone is repaired as
-///   any bad sample is);
+/// - queues most of whose rows, or most of whose rows with traffic, are bad, where repair
+///   would drop a tenth of the file's rows or rows with traffic in them: the file is misread,
+///   and repair would keep little of it (a short bad queue alone is repaired as any bad
+///   sample is);
 /// - a repair that dropped samples and left none.
-fn judge_the_whole(problems: &mut Collector, verdicts: &[QueueVerdict], delivered: u64) {
+fn judge_the_whole(problems: &mut Collector, verdicts: &[QueueVerdict], delivered: u64, keyed: bool) {
     let of = verdicts.len() as u64;
-    let all_rows: u64 = verdicts.iter().map(|v| v.rows).sum();
-    let implausible = verdicts.iter().filter(|v| v.mostly_implausible).count();
-    let cumulative: Vec<&QueueVerdict> = verdicts.iter().filter(|v| v.looks_cumulative).collect();
-    let bad: Vec<(&QueueVerdict, u64)> = verdicts.iter().filter_map(|v| Some((v, v.mostly_bad?))).collect();
-    let bad_rows: u64 = bad.iter().map(|(v, _)| v.rows).sum();
-    if let Some(first) = cumulative.first().filter(|_| cumulative.len() * 2 >= implausible) {
-        let example = first.key.to_string();
-        problems.push_first(ProblemKind::LooksCumulative { queues: cumulative.len() as u64, of, example });
+    let judged = verdicts.iter().filter(|v| v.looks_cumulative.is_some()).count();
+    let cumulative: Vec<&QueueVerdict> = verdicts.iter().filter(|v| v.looks_cumulative == Some(true)).collect();
+    let bad: Vec<&QueueVerdict> = verdicts.iter().filter(|v| v.mostly_bad.is_some()).collect();
+    let held = cumulative.iter().fold((0, 0), |(r, b), v| (r + v.rows, b + v.busy));
+    // What repair would drop in the mostly bad queues.
+    let dropped = bad.iter().filter_map(|v| v.mostly_bad).fold((0, 0), |(r, b), [d, _, bd, _]| (r + d, b + bd));
+    if let Some(first) = cumulative.first().filter(|_| cumulative.len() * 2 >= judged && a_tenth_of(held, verdicts)) {
+        let (queues, example) = (cumulative.len() as u64, first.key.to_string());
+        problems.push_first(ProblemKind::LooksCumulative { queues, of, example, keyed });
     } else if let Some((queues, key, (went_down, moved))) = most_judged(verdicts, |v| v.looks_delta) {
-        problems.push_first(ProblemKind::LooksDelta { queues, of, example: key.to_string(), went_down, moved });
+        let example = key.to_string();
+        problems.push_first(ProblemKind::LooksDelta { queues, of, example, went_down, moved, keyed });
     } else if let Some(kind) = refreshed_slowly(verdicts) {
         problems.push_first(kind);
-    } else if let Some(&(first, dropped)) = bad.first().filter(|_| bad_rows * 10 >= all_rows) {
+    } else if let Some(first) = bad.first().filter(|_| a_tenth_of(dropped, verdicts)) {
+        let [dropped, rows, busy_dropped, busy] = first.mostly_bad.expect("bad");
         let (example, queues) = (first.key.to_string(), bad.len() as u64);
-        problems.push_first(ProblemKind::MostlyBad { queues, of, example, bad: dropped, rows: first.rows });
+        problems.push_first(ProblemKind::MostlyBad {
+            queues,
+            of,
+            example,
+            bad: dropped,
+            rows,
+            busy_bad: busy_dropped,
+            busy,
+        });
     } else if delivered == 0 && !problems.failed() && !problems.report.is_empty() {
         let mut repaired = problems.report.to_string();
         if problems.report.baseline_samples > 0 {
@@ -472,7 +499,7 @@ fn judge_the_whole(problems: &mut Collector, verdicts: &[QueueVerdict], delivere
 /// counted in [`TelemetryData::report`]; the others still fail the read.
 pub fn load_telemetry(path: &Path, opts: &ReadOptions) -> Result<TelemetryData, TelemetryError> {
     let mut problems = Collector::new(path, opts.repair);
-    let Some((mut source, counters)) = open(path, opts, &mut problems) else {
+    let Some((mut source, counters, keyed)) = open(path, opts, &mut problems) else {
         return Err(problems.into_error());
     };
     let mut interner = Interner::default();
@@ -546,7 +573,7 @@ pub fn load_telemetry(path: &Path, opts: &ReadOptions) -> Result<TelemetryData, 
         });
     }
     let delivered = queues.iter().map(|q| q.samples.len() as u64).sum();
-    judge_the_whole(&mut problems, &verdicts, delivered);
+    judge_the_whole(&mut problems, &verdicts, delivered, keyed);
     let report = problems.finish()?;
     queues.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(TelemetryData { path: path.to_path_buf(), counters, queues, rows, report })
@@ -569,7 +596,7 @@ where
     F: FnMut(QueueId, &QueueKey, &QueueSample, Continuity),
 {
     let mut problems = Collector::new(path, opts.repair);
-    let Some((mut source, counters)) = open(path, opts, &mut problems) else {
+    let Some((mut source, counters, keyed)) = open(path, opts, &mut problems) else {
         return Err(problems.into_error());
     };
     let mut interner = Interner::default();
@@ -613,7 +640,7 @@ where
         .filter(|(t, _)| !t.rejected)
         .map(|(t, key)| QueueVerdict::of(key, t))
         .collect();
-    judge_the_whole(&mut problems, &verdicts, delivered);
+    judge_the_whole(&mut problems, &verdicts, delivered, keyed);
     let report = problems.finish()?;
     Ok(StreamSummary {
         path: path.to_path_buf(),

@@ -110,6 +110,9 @@ pub enum ProblemKind {
         of: u64,
         /// One of them.
         example: String,
+        /// The file's `ecn_tuner.counters` key says `delta` (so `--counters cumulative` is
+        /// refused: the file must be rewritten).
+        keyed: bool,
     },
     /// Queues of a file read as cumulative counters whose `tx_bytes` looks like per-interval
     /// deltas: it goes down at far more of its changes than a cleared counter would.
@@ -124,6 +127,8 @@ pub enum ProblemKind {
         went_down: u64,
         /// The rows it moved at.
         moved: u64,
+        /// The file's `ecn_tuner.counters` key says `cumulative`.
+        keyed: bool,
     },
     /// Counters refreshed less often than the file samples them: `tx_bytes` stands still at
     /// most rows of the queues that move, then leaps beyond line rate, and the leaps, which
@@ -156,6 +161,10 @@ pub enum ProblemKind {
         bad: u64,
         /// The example's rows.
         rows: u64,
+        /// Of them, rows with traffic with a sample to drop.
+        busy_bad: u64,
+        /// The example's rows with traffic.
+        busy: u64,
     },
     /// Repair would leave no sample at all: a repaired file of nothing. Holds what repair
     /// dropped, as the repair report says it.
@@ -192,6 +201,20 @@ impl ProblemKind {
             ProblemKind::NothingLeft(_) => "nothing_left",
         }
     }
+}
+
+/// The word for `n` of a thing: `one` for one, else `many`.
+fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
+/// `n` and the word for that many: `1 row`, `2 rows`.
+pub fn counted(n: u64, one: &'static str, many: &'static str) -> String {
+    format!("{n} {}", plural(n, one, many))
 }
 
 impl fmt::Display for ProblemKind {
@@ -250,34 +273,65 @@ impl fmt::Display for ProblemKind {
             }
             ProblemKind::UnknownQueue(q) => write!(f, "queue {q} is not among the known queues"),
             ProblemKind::BadSetting(m) => write!(f, "{m}"),
-            ProblemKind::LooksCumulative { queues, of, example } => write!(
-                f,
-                "the counters of {queues} of {of} queues ({example}, ...) look cumulative: they rise from row to row, and \
-                 more than half their rows have a per-interval delta beyond line rate. Read the file with \
-                 `--counters cumulative` (pandas and polars drop the Parquet key `ecn_tuner.counters` that says \
-                 so when they rewrite a file)"
-            ),
-            ProblemKind::LooksDelta { queues, of, example, went_down, moved } => write!(
-                f,
-                "the tx_bytes of {queues} of {of} queues ({example}: down at {went_down} of the {moved} rows it \
-                 changed at, ...) go down far more often than a cumulative counter is cleared: they look like \
-                 per-interval deltas. Read the file as deltas, without `--counters cumulative` (a Parquet file \
-                 whose key `ecn_tuner.counters` says `cumulative` is wrong about its counters: rewrite it \
-                 without the key, as pandas and polars do)"
-            ),
+            ProblemKind::LooksCumulative { queues, of, example, keyed } => {
+                write!(
+                    f,
+                    "the counters of {queues} of {of} {} ({example}{}) look cumulative: they rise from row to row \
+                     or stand still, and more than half their rows have a per-interval delta beyond line rate. ",
+                    plural(*queues, "queue", "queues"),
+                    if *queues > 1 { ", ..." } else { "" },
+                )?;
+                if *keyed {
+                    write!(
+                        f,
+                        "The file's key `ecn_tuner.counters` says `delta`, so it is wrong about them: rewrite the file \
+                         with `cumulative` there (or without the key, and read it with `--counters cumulative`)"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "Read the file with `--counters cumulative` (pandas and polars drop the Parquet key \
+                         `ecn_tuner.counters` that says so when they rewrite a file)"
+                    )
+                }
+            }
+            ProblemKind::LooksDelta { queues, of, example, went_down, moved, keyed } => {
+                write!(
+                    f,
+                    "the tx_bytes of {queues} of {of} {} ({example}: down at {went_down} of the {moved} rows it \
+                     changed at{}) go down far more often than a cumulative counter is cleared: they look like \
+                     per-interval deltas. ",
+                    plural(*queues, "queue", "queues"),
+                    if *queues > 1 { ", ..." } else { "" },
+                )?;
+                if *keyed {
+                    write!(
+                        f,
+                        "The file's key `ecn_tuner.counters` says `cumulative`, so it is wrong about them: rewrite the \
+                         file without the key (as pandas and polars do), and read it as deltas"
+                    )
+                } else {
+                    write!(f, "Read the file as deltas, without `--counters cumulative`")
+                }
+            }
             ProblemKind::RefreshedSlowly { percent, leaps, queues, example, still, rows } => write!(
                 f,
                 "tx_bytes stands still at {still} of the {rows} rows of the queues that move, and {percent}% of \
-                 its traffic comes in {leaps} leaps beyond line rate ({queues} queues: {example}, ...): the switch \
+                 its traffic comes in {leaps} leaps beyond line rate ({queues} {}: {example}{}): the switch \
                  refreshes its counters less often than this file samples them, and repair would drop every leap, \
                  and with it most of the traffic. Sample at the counters' own interval (SONiC refreshes queue \
-                 counters every 10 s by default, `counterpoll queue interval`; the actuator's `--poll-interval`)"
+                 counters every 10 s by default, `counterpoll queue interval`; the actuator's `--poll-interval`)",
+                plural(*queues, "queue", "queues"),
+                if *queues > 1 { ", ..." } else { "" },
             ),
-            ProblemKind::MostlyBad { queues, of, example, bad, rows } => write!(
+            ProblemKind::MostlyBad { queues, of, example, bad, rows, busy_bad, busy } => write!(
                 f,
-                "most rows of {queues} of {of} queues ({example}: {bad} of {rows}, ...) have a sample to drop: \
-                 the file is more likely misread than damaged (timestamps not in ns? a link rate not in b/s? \
-                 counters of another kind?), and repair would leave little of it"
+                "most rows, or most rows with traffic, of {queues} of {of} {} have a sample to drop ({example}: \
+                 {bad} of {rows} rows, {busy_bad} of the {busy} with traffic{}): the file is more likely misread \
+                 than damaged (timestamps not in ns? a link rate not in b/s? counters of another kind?), and \
+                 repair would leave little of it",
+                plural(*queues, "queue", "queues"),
+                if *queues > 1 { ", ..." } else { "" },
             ),
             ProblemKind::NothingLeft(repaired) => write!(f, "repair would leave no sample ({repaired})"),
         }
@@ -442,11 +496,13 @@ impl fmt::Display for RepairReport {
             .repaired
             .iter()
             .map(|(tag, n)| match *tag {
-                "out_of_order" => format!("{n} out-of-order rows sorted"),
-                "duplicate" => format!("{n} exact duplicates dropped"),
-                "counter_reset" => format!("{n} samples dropped at counter resets"),
-                "implausible_delta" => format!("{n} samples with implausible deltas dropped"),
-                "gap" => format!("{n} gaps marked as continuity breaks"),
+                "out_of_order" => format!("{} sorted", counted(*n, "out-of-order row", "out-of-order rows")),
+                "duplicate" => format!("{} dropped", counted(*n, "exact duplicate", "exact duplicates")),
+                "counter_reset" => format!("{} dropped at counter resets", counted(*n, "sample", "samples")),
+                "implausible_delta" => {
+                    format!("{} with implausible deltas dropped", counted(*n, "sample", "samples"))
+                }
+                "gap" => format!("{} marked as continuity breaks", counted(*n, "gap", "gaps")),
                 other => format!("{n} {other}"),
             })
             .collect();

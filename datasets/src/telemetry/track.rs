@@ -151,6 +151,12 @@ struct Tally {
     /// How often `tx_bytes` went up, and down, from one row to the next.
     rises: u64,
     falls: u64,
+    /// Rows with traffic: a delta above 0, or a cumulative reading above the one before.
+    busy: u64,
+    /// Of them, rows dropped.
+    busy_dropped: u64,
+    /// Whether the row judged last had traffic.
+    last_busy: bool,
     /// Rows where `tx_bytes` changed at all (read as cumulative).
     moved: u64,
     /// Read as cumulative: rows where `tx_bytes` went down, but not as a 32-bit counter could
@@ -228,11 +234,15 @@ impl Track {
     }
 
     /// Read as deltas, the queue's counters look cumulative: mostly implausible, and `tx_bytes`
-    /// rising from most rows to the next, going down at most once in 20 rows (a counter cleared
-    /// by a reboot or a syncd restart), where deltas go up and down (or stay flat).
-    pub(crate) fn looks_cumulative(&self) -> bool {
+    /// changing at 3 rows or more, going down at most once in 20 of them (a counter cleared
+    /// by a reboot or a syncd restart), where deltas go up and down. Standing still between
+    /// changes is what a cumulative counter of a bursty queue does. Returns `None` where the
+    /// queue is not mostly implausible or changed too little to judge (a flat queue says
+    /// nothing: a constant implausible delta is as misread as a constant cumulative count).
+    pub(crate) fn looks_cumulative(&self) -> Option<bool> {
         let t = &self.tally;
-        self.mostly_implausible() && t.rises * 2 >= t.rows && t.falls <= t.rows / 20
+        let changes = t.rises + t.falls;
+        (self.mostly_implausible() && changes >= 3).then_some(t.falls * 20 <= changes)
     }
 
     /// Read as cumulative, the queue's `tx_bytes` looks like per-interval deltas: it moved
@@ -250,10 +260,19 @@ impl Track {
         Traffic { rows: self.tally.rows, ..self.tally.traffic }
     }
 
-    /// The rows dropped, where more than half of at least three rows were.
-    pub(crate) fn mostly_dropped(&self) -> Option<u64> {
+    /// `(dropped, rows, dropped with traffic, rows with traffic)` where more than half of at
+    /// least three rows were dropped, or of at least three rows with traffic (a bursty queue's
+    /// idle rows hid that repair dropped every row that carried bytes).
+    pub(crate) fn mostly_dropped(&self) -> Option<[u64; 4]> {
         let t = &self.tally;
-        (t.rows >= 3 && t.dropped * 2 > t.rows).then_some(t.dropped)
+        let most = |part: u64, all: u64| all >= 3 && part * 2 > all;
+        let counts = [t.dropped, t.rows, t.busy_dropped, t.busy];
+        (most(t.dropped, t.rows) || most(t.busy_dropped, t.busy)).then_some(counts)
+    }
+
+    /// Rows with traffic.
+    pub(crate) fn busy(&self) -> u64 {
+        self.tally.busy
     }
 
     /// Rows judged.
@@ -262,18 +281,24 @@ impl Track {
     }
 
     /// Counts a row taken in time order as the queue's latest.
-    fn judge(&mut self, row: u64, s: QueueSample) {
+    fn judge(&mut self, row: u64, s: QueueSample, counters: CounterMode) {
         let previous = self.last.map(|(_, last)| last.tx_bytes);
         let t = &mut self.tally;
         t.rows += 1;
         t.rises += u64::from(previous.is_some_and(|tx| s.tx_bytes > tx));
         t.falls += u64::from(previous.is_some_and(|tx| s.tx_bytes < tx));
+        t.last_busy = match counters {
+            CounterMode::Delta => s.tx_bytes > 0,
+            CounterMode::Cumulative => previous.is_some_and(|tx| s.tx_bytes > tx),
+        };
+        t.busy += u64::from(t.last_busy);
         self.last = Some((row, s));
     }
 
     /// Drops the latest row's sample: the next one delivered starts a new segment.
     fn drop_sample(&mut self) {
         self.tally.dropped += 1;
+        self.tally.busy_dropped += u64::from(self.tally.last_busy);
         self.next = Continuity::AfterDrop;
     }
 
@@ -368,7 +393,7 @@ impl Track {
             let step = s.ts_ns - last.ts_ns;
             // A poller's two clocks may disagree by a rounding; more is an overlap.
             if let Some(stated) = stated.filter(|&stated| stated > step.saturating_add(step / 100)) {
-                self.judge(row, s);
+                self.judge(row, s, cx.counters);
                 let why = format!("covers {stated} ns, but the queue's previous row is only {step} ns earlier");
                 problems.push(Some(row), Some("span_ns"), ProblemKind::Inconsistent(why), true);
                 self.drop_sample();
@@ -400,7 +425,7 @@ impl Track {
             }
             span_ns = Some(span);
         }
-        self.judge(row, s);
+        self.judge(row, s, cx.counters);
         if stated.is_some() {
             s.span_ns = span_ns.unwrap_or(s.span_ns);
         }
@@ -414,7 +439,10 @@ impl Track {
                 };
                 let max = self.plausible_max(s.link_bps, span_ns.unwrap_or(0));
                 let (before, now) = (previous[0], current[0]);
-                let wraps = matches!(counter_step(before, now, CounterWidth(32), max[0]), CounterStep::Wrapped(_));
+                // Where the link could carry 2^32 bytes in the step, a 32-bit counter wraps beyond
+                // counting, and any fall would pass for a wrap: deltas of a 1 s poll at 100G did.
+                let wraps = max[0].is_some_and(|m| m < 1 << 32)
+                    && matches!(counter_step(before, now, CounterWidth(32), max[0]), CounterStep::Wrapped(_));
                 self.tally.moved += u64::from(now != before);
                 self.tally.went_down += u64::from(now < before && !wraps);
                 if now >= before {
