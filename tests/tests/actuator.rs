@@ -686,6 +686,51 @@ async fn a_looped_replay_of_stated_spans_records_a_valid_file() {
     assert_eq!(code, Some(0), "{stdout}{stderr}");
 }
 
+/// Two switches polled every 10 ms, 3 ms apart, near line rate: the replay's interval is the
+/// queues' own (it was the most common step between any two rows, 3 ms), and a loop's first
+/// row of each queue comes at least its interval after its last row of the loop before (it
+/// came 6 ms later, carrying 10 ms of traffic: a recording of the replay failed validation at
+/// every loop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looped_replay_of_queues_polled_out_of_phase_records_a_valid_file() {
+    let dir = tempfile::Builder::new().prefix("ecn-actuator-phase-").tempdir().unwrap();
+    let interval = 10_000_000u64;
+    let mut rows = Vec::new();
+    for i in 0..12u64 {
+        for (switch, offset) in [("leaf0", 0), ("leaf1", 3_000_000)] {
+            rows.push(ecn_datasets::TelemetrySample {
+                switch: switch.into(),
+                port: "eth1".into(),
+                queue: 3,
+                sample: ecn_datasets::QueueSample {
+                    ts_ns: (i + 1) * interval + offset,
+                    link_bps: 100_000_000_000,
+                    // 90% of line rate.
+                    tx_bytes: 112_500_000,
+                    tx_pkts: 112_500,
+                    kmin_bytes: 100_000,
+                    kmax_bytes: 400_000,
+                    pmax: 0.2,
+                    ..Default::default()
+                },
+            });
+        }
+    }
+    rows.sort_by_key(|r| r.sample.ts_ns);
+    let rec = dir.path().join("out-of-phase.parquet");
+    ecn_datasets::io::write_telemetry_parquet(&rec, &rows).unwrap();
+    let a = Actuator::start(&["--backend", "dry-run", "--telemetry", rec.to_str().unwrap(), "--time-scale", "1"]).await;
+    let mut c = a.client().await;
+    assert_eq!(caps(&mut c).await.min_telemetry_interval_ns, interval);
+    let out = dir.path().join("replayed.parquet").display().to_string();
+    let (code, stdout, stderr) = run_cli(&["record", "--target", &a.url(), "--duration", "600ms", "--out", &out]).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let recorded = ecn_datasets::io::read_telemetry_parquet(std::path::Path::new(&out)).unwrap();
+    assert!(recorded.len() > 2 * 12, "more than one loop recorded: {} rows", recorded.len());
+    let (code, stdout, stderr) = run_cli(&["validate", "--telemetry", &out]).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_run_replays_a_csv_recording_as_its_telemetry() {
     let dir = tempfile::Builder::new().prefix("ecn-actuator-replay-").tempdir().unwrap();

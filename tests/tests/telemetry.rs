@@ -275,7 +275,7 @@ fn a_stated_span_tells_a_late_poll_from_lost_rows() {
     let err = load_telemetry(&path, &ReadOptions::default()).unwrap_err();
     assert_eq!((err.counts.get("gap"), err.counts.get("implausible_delta")), (Some(&1), Some(&1)), "{err}");
     // The way on is one flag away, and the error says so.
-    assert!(err.to_string().ends_with("--repair would repair all of them (sorting rows, dropping bad samples, marking gaps; nothing is guessed), as `validate --repair` shows (`--out FIXED` writes the result)"), "{err}");
+    assert!(err.to_string().ends_with("--repair would repair all of them (sorting rows, dropping bad samples, marking gaps; nothing is guessed), as `validate --repair` shows (`--out FIXED.parquet` writes the result)"), "{err}");
 
     // Covering one interval of its 2.5: the rows before it were lost.
     let mut short = stating(100_000);

@@ -9,7 +9,7 @@
 use super::pacer::Pacer;
 use super::telemetry::batches_from_rows;
 use super::ActuatorError;
-use ecn_datasets::telemetry::{load_telemetry, ProblemKind, ReadOptions};
+use ecn_datasets::telemetry::{load_telemetry, CounterMode, ReadOptions, TelemetryData};
 use ecn_datasets::TelemetrySample;
 use ecn_proto::v1::TelemetryBatch;
 use std::path::Path;
@@ -23,55 +23,84 @@ use tracing::debug;
 pub struct Recording {
     /// Rows in time order.
     pub rows: Vec<TelemetrySample>,
-    /// Native interval: the most common gap between consecutive timestamps. (Not the smallest:
-    /// a run that ends early closes with a short, partial interval.)
+    /// Native interval: the shortest of the queues' own sample intervals (each the median of
+    /// its steps). Not the most common step between any two rows: queues polled at one
+    /// interval but out of phase (two switches 0.3 s apart) made that 0.3 s.
     pub interval_ns: u64,
+    /// One pass of the loop: from the first row to one interval past each queue's last row,
+    /// the latest of them, so that no queue's first row of a pass comes sooner after its last
+    /// row of the pass before than its own interval (it carried a whole interval's traffic
+    /// over less, beyond line rate).
+    pub loop_ns: u64,
+}
+
+/// How the actuator reads a recording: as `validate` does, with the file's own counter mode,
+/// except that gaps are replayed as gaps (no batch, or a queue missing from its batches, for
+/// a while): a repaired recording has one wherever repair dropped a sample, and refusing them
+/// sent the repaired copy back to `validate --repair` for ever.
+fn replay_options() -> ReadOptions {
+    ReadOptions { max_gap_intervals: f64::INFINITY, ..ReadOptions::default() }
 }
 
 impl Recording {
     /// Read a telemetry file (Parquet or CSV), checked as `validate` checks it: a file with
-    /// problems is refused, not replayed.
+    /// problems is refused, not replayed, and where a `validate --repair --out` run would
+    /// write a copy this actuator replays (tried here), the error names it.
     pub fn load(path: &Path) -> Result<Recording, ActuatorError> {
-        let bad = |why: String| ActuatorError::BadInput(format!("--telemetry {}: {why}", path.display()));
-        // The actuator takes no reader flags: a file to fix is fixed once, by `validate`. Gaps
-        // are replayed as gaps (no batch, or a queue missing from its batches, for a while):
-        // a repaired recording has one wherever repair dropped a sample, and refusing them
-        // sent the repaired copy back to `validate --repair` for ever.
-        let opts = ReadOptions { max_gap_intervals: f64::INFINITY, ..ReadOptions::default() };
-        let data = load_telemetry(path, &opts).map_err(|e| {
-            // The way on that `validate` offers, where it offers one: a misread file is not
-            // repaired, and the reader's own hint already says what repair would do.
-            let copy = |flags: &str| {
-                format!(
-                    ": replay the copy that `ecn-tuner validate --telemetry {} {flags}--repair --out FIXED.parquet` \
-                     writes",
-                    path.display()
-                )
-            };
-            let way = match e.problems.first().map(|p| &p.kind) {
-                Some(ProblemKind::LooksCumulative { keyed: false, .. }) => copy("--counters cumulative "),
-                _ if e.repairs_all() => copy(""),
-                _ => String::new(),
-            };
+        let data = load_telemetry(path, &replay_options()).map_err(|e| {
+            let way = fixed_copy(path).map_or(String::new(), |flags| {
+                let file = shell_word(&path.display().to_string());
+                format!(": replay the copy that `ecn-tuner validate --telemetry {file} {flags} --out FIXED.parquet` writes")
+            });
             ActuatorError::BadInput(format!(
                 "--telemetry {e}\nthe actuator replays a file as it is (it takes no --counters, --max-gap or --repair){way}"
             ))
         })?;
+        Recording::from_data(data)
+            .map_err(|why| ActuatorError::BadInput(format!("--telemetry {}: {why}", path.display())))
+    }
+
+    fn from_data(data: TelemetryData) -> Result<Recording, String> {
+        // Of queues with two samples or more: a copy written from `data` (`validate --out`) has
+        // only its samples to infer intervals from, and the check must hold for it too.
+        let sampled = data.queues.iter().filter(|q| q.samples.len() >= 2);
+        let intervals = sampled.filter_map(|q| Some((q.interval_ns?, q.samples.last()?.ts_ns)));
+        let (interval_ns, loop_end) =
+            intervals.fold((u64::MAX, 0), |(i, end), (qi, last)| (i.min(qi), end.max(last + qi)));
         let mut rows = data.to_rows();
         if rows.is_empty() {
-            return Err(bad("no telemetry rows".into()));
+            return Err("no telemetry samples".into());
+        }
+        if interval_ns == u64::MAX {
+            return Err("no queue has two samples (a cumulative file's first row is only its baseline): a replay \
+                 needs at least two sample times"
+                .into());
         }
         rows.sort_by_key(|r| r.sample.ts_ns);
-        let mut gaps: std::collections::BTreeMap<u64, usize> = Default::default();
-        for w in rows.windows(2).filter(|w| w[1].sample.ts_ns > w[0].sample.ts_ns) {
-            *gaps.entry(w[1].sample.ts_ns - w[0].sample.ts_ns).or_default() += 1;
-        }
-        // Most frequent gap; ties go to the smaller one.
-        let interval_ns = gaps.iter().max_by_key(|(g, n)| (**n, std::cmp::Reverse(**g))).map(|(g, _)| *g).unwrap_or(0);
-        if interval_ns == 0 {
-            return Err(bad("a single timestamp: a replay needs at least two sample intervals".into()));
-        }
-        Ok(Recording { rows, interval_ns })
+        let loop_ns = loop_end - rows[0].sample.ts_ns;
+        Ok(Recording { rows, interval_ns, loop_ns })
+    }
+}
+
+/// The flags of a `validate --repair --out` run whose copy this actuator would replay, tried
+/// in turn: as the file says, then as cumulative counters (a file rewritten by pandas lost the
+/// key that says so). Advice is given only where it works: a guess sent users to commands
+/// that failed, or to copies refused again.
+fn fixed_copy(path: &Path) -> Option<&'static str> {
+    let repair = ReadOptions { repair: true, ..ReadOptions::default() };
+    let cumulative = ReadOptions { counters: Some(CounterMode::Cumulative), ..repair.clone() };
+    [("--repair", repair), ("--counters cumulative --repair", cumulative)]
+        .into_iter()
+        .find_map(|(flags, opts)| Recording::from_data(load_telemetry(path, &opts).ok()?).ok().map(|_| flags))
+}
+
+/// `word` as one shell word: quoted where it holds anything a shell would split or expand.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
     }
 }
 
@@ -85,9 +114,8 @@ pub fn play(
     stop: Arc<AtomicBool>,
 ) {
     let first = rec.rows[0].sample.ts_ns;
-    let last = rec.rows[rec.rows.len() - 1].sample.ts_ns;
     // Timestamps start near zero in every loop: shift the first row to one interval.
-    let span = last - first + rec.interval_ns;
+    let span = rec.loop_ns;
     // A recording's zero marks may be a switch that did not count them: not vouched for.
     let batches = batches_from_rows(&rec.rows, 0, false);
     // In a later loop a queue's first row follows its last one of the loop before, an

@@ -9,6 +9,7 @@ use crate::recommend::{self, Decision, QueueState, RecommendConfig, Recommendati
 use crate::telemetry_input::{self, QueueTail};
 use clap::Args;
 use ecn_datasets::io::TelemetryWriter;
+use ecn_datasets::telemetry::counted;
 use ecn_env::tuning::QueueHistory;
 use ecn_env::{BitsPerSec, EcnSetting};
 use std::path::PathBuf;
@@ -178,7 +179,8 @@ fn setting(s: &EcnSetting) -> String {
 
 fn print_table(source: &str, model: &LearnedModel, recs: &[Recommendation]) {
     let changes = recs.iter().filter(|r| r.decision == Decision::Change).count();
-    outln!("recommendations from {source} with model:{} ({} queues, {changes} to change)", model.spec, recs.len());
+    let queues = counted(recs.len() as u64, "queue", "queues");
+    outln!("recommendations from {source} with model:{} ({queues}, {changes} to change)", model.spec);
     outln!(
         "{:<24} {:<20} {:<20} {:<7} {:>5} {:>10}  reason",
         "queue",

@@ -13,6 +13,7 @@ use crate::policy::Policy;
 use crate::rollout;
 use clap::Args;
 use ecn_datasets::io;
+use ecn_datasets::telemetry::counted;
 use ecn_env::scenario::Scenario;
 use std::path::PathBuf;
 use tracing::info;
@@ -91,11 +92,11 @@ pub fn run(args: RecordArgs) -> Result<(), CliError> {
     io::write_telemetry(&args.out, &rows).map_err(|e| CliError::Failed(e.to_string()))?;
     let queues = outcome.sim.queues().len();
     outln!(
-        "wrote {}: {} rows ({} queues × {} intervals of {}) from {} under {}",
+        "wrote {}: {} ({} × {} of {}) from {} under {}",
         args.out.display(),
-        rows.len(),
-        queues,
-        rows.len() / queues.max(1),
+        counted(rows.len() as u64, "row", "rows"),
+        counted(queues as u64, "queue", "queues"),
+        counted((rows.len() / queues.max(1)) as u64, "interval", "intervals"),
         sampled_every,
         scenario.name,
         policy
@@ -124,11 +125,11 @@ fn record_target(args: &RecordArgs) -> Result<(), CliError> {
     // actuator restart in its last minute. The exit code still says it is short.
     out.finish().map_err(failed)?;
     outln!(
-        "wrote {}: {} rows ({} queues × {} batches) from {url} ({} backend) {}",
+        "wrote {}: {} ({} in {}) from {url} ({} backend) {}",
         args.out.display(),
-        captured.rows,
-        captured.queues,
-        captured.batches,
+        counted(captured.rows, "row", "rows"),
+        counted(captured.queues as u64, "queue", "queues"),
+        counted(captured.batches as u64, "batch", "batches"),
         captured.backend,
         if captured.cut_short.is_some() {
             "before the stream was lost or stopped".to_string()

@@ -366,6 +366,8 @@ struct QueueVerdict {
     /// Rows with traffic.
     busy: u64,
     interval_ns: Option<u64>,
+    /// More than half of at least 3 rows have a delta beyond line rate.
+    mostly_implausible: bool,
     /// Judged where the queue is mostly implausible and changed enough: whether it looks so.
     looks_cumulative: Option<bool>,
     /// Judged where the queue moved enough: whether it looks so, and the counts that say.
@@ -383,6 +385,7 @@ impl QueueVerdict {
             rows: track.rows(),
             busy: track.busy(),
             interval_ns: track.interval_ns,
+            mostly_implausible: track.mostly_implausible(),
             looks_cumulative: track.looks_cumulative(),
             looks_delta: track.looks_delta(),
             traffic: track.traffic(),
@@ -443,8 +446,9 @@ fn refreshed_slowly(verdicts: &[QueueVerdict]) -> Option<ProblemKind> {
 
 /// The checks on a read as a whole, once every row has been judged, listed first:
 /// - counters read as deltas that look cumulative: at least half of the queues with mostly
-///   implausible deltas that change enough to tell look so (one queue alone can rise by
-///   chance in a file misread otherwise), holding a tenth of the file;
+///   implausible deltas that change enough to tell, and of the queues with plausible traffic,
+///   look so (one queue alone can rise by chance in a file misread otherwise), holding a tenth
+///   of the file;
 /// - counters read as cumulative that look like deltas, in at least half of the queues that
 ///   moved enough to tell;
 /// - counters refreshed less often than sampled, by the file's traffic;
@@ -455,12 +459,16 @@ fn refreshed_slowly(verdicts: &[QueueVerdict]) -> Option<ProblemKind> {
 /// - a repair that dropped samples and left none.
 fn judge_the_whole(problems: &mut Collector, verdicts: &[QueueVerdict], delivered: u64, keyed: bool) {
     let of = verdicts.len() as u64;
-    let judged = verdicts.iter().filter(|v| v.looks_cumulative.is_some()).count();
+    // Queues with plausible traffic count against: read as deltas they are right (one
+    // cumulative queue among three of deltas was "cumulative", and reading the file so then
+    // found the others "like deltas").
+    let judged = verdicts.iter().filter(|v| v.looks_cumulative.is_some() || (v.busy > 0 && !v.mostly_implausible));
     let cumulative: Vec<&QueueVerdict> = verdicts.iter().filter(|v| v.looks_cumulative == Some(true)).collect();
     let bad: Vec<&QueueVerdict> = verdicts.iter().filter(|v| v.mostly_bad.is_some()).collect();
     let held = cumulative.iter().fold((0, 0), |(r, b), v| (r + v.rows, b + v.busy));
     // What repair would drop in the mostly bad queues.
     let dropped = bad.iter().filter_map(|v| v.mostly_bad).fold((0, 0), |(r, b), [d, _, bd, _]| (r + d, b + bd));
+    let judged = judged.count();
     if let Some(first) = cumulative.first().filter(|_| cumulative.len() * 2 >= judged && a_tenth_of(held, verdicts)) {
         let (queues, example) = (cumulative.len() as u64, first.key.to_string());
         problems.push_first(ProblemKind::LooksCumulative { queues, of, example, keyed });

@@ -278,7 +278,7 @@ impl fmt::Display for ProblemKind {
                     f,
                     "the counters of {queues} of {of} {} ({example}{}) look cumulative: they rise from row to row \
                      or stand still, and more than half their rows have a per-interval delta beyond line rate. ",
-                    plural(*queues, "queue", "queues"),
+                    plural(*of, "queue", "queues"),
                     if *queues > 1 { ", ..." } else { "" },
                 )?;
                 if *keyed {
@@ -301,7 +301,7 @@ impl fmt::Display for ProblemKind {
                     "the tx_bytes of {queues} of {of} {} ({example}: down at {went_down} of the {moved} rows it \
                      changed at{}) go down far more often than a cumulative counter is cleared: they look like \
                      per-interval deltas. ",
-                    plural(*queues, "queue", "queues"),
+                    plural(*of, "queue", "queues"),
                     if *queues > 1 { ", ..." } else { "" },
                 )?;
                 if *keyed {
@@ -330,7 +330,7 @@ impl fmt::Display for ProblemKind {
                  {bad} of {rows} rows, {busy_bad} of the {busy} with traffic{}): the file is more likely misread \
                  than damaged (timestamps not in ns? a link rate not in b/s? counters of another kind?), and \
                  repair would leave little of it",
-                plural(*queues, "queue", "queues"),
+                plural(*of, "queue", "queues"),
                 if *queues > 1 { ", ..." } else { "" },
             ),
             ProblemKind::NothingLeft(repaired) => write!(f, "repair would leave no sample ({repaired})"),
@@ -452,7 +452,7 @@ impl fmt::Display for TelemetryError {
             write!(
                 f,
                 "\n{}: --repair would repair {which} (sorting rows, dropping bad samples, marking gaps; nothing is \
-                 guessed), as `validate --repair` shows (`--out FIXED` writes the result)",
+                 guessed), as `validate --repair` shows (`--out FIXED.parquet` writes the result)",
                 self.path.display()
             )?;
         }
