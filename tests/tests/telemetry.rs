@@ -459,6 +459,12 @@ fn a_repair_that_would_leave_little_or_nothing_fails() {
         let want = format!("{}: repair would leave no sample (16 inconsistent)", path.display());
         assert!(err.to_string().starts_with(&want), "{err}");
     }
+    // Said without repair too, instead of "--repair would repair all of them".
+    let plain = ReadOptions::default();
+    for err in [load_telemetry(&path, &plain).unwrap_err(), stream_series(&path, &plain).unwrap_err()] {
+        assert_eq!(err.problems[0].kind.tag(), "nothing_left", "{err}");
+        assert!(!err.to_string().contains("--repair would repair"), "{err}");
+    }
 }
 
 /// A cumulative file read as deltas: the error says so first, however many rows come before

@@ -368,6 +368,8 @@ struct QueueVerdict {
     interval_ns: Option<u64>,
     /// More than half of at least 3 rows have a delta beyond line rate.
     mostly_implausible: bool,
+    /// Samples that passed every check.
+    kept: u64,
     /// Judged where the queue is mostly implausible and changed enough: whether it looks so.
     looks_cumulative: Option<bool>,
     /// Judged where the queue moved enough: whether it looks so, and the counts that say.
@@ -386,6 +388,7 @@ impl QueueVerdict {
             busy: track.busy(),
             interval_ns: track.interval_ns,
             mostly_implausible: track.mostly_implausible(),
+            kept: track.kept(),
             looks_cumulative: track.looks_cumulative(),
             looks_delta: track.looks_delta(),
             traffic: track.traffic(),
@@ -457,8 +460,11 @@ fn refreshed_slowly(verdicts: &[QueueVerdict]) -> Option<ProblemKind> {
 ///   and repair would keep little of it (a short bad queue alone is repaired as any bad
 ///   sample is);
 /// - a repair that dropped samples and left none.
-fn judge_the_whole(problems: &mut Collector, verdicts: &[QueueVerdict], delivered: u64, keyed: bool) {
+fn judge_the_whole(problems: &mut Collector, verdicts: &[QueueVerdict], keyed: bool) {
     let of = verdicts.len() as u64;
+    let kept: u64 = verdicts.iter().map(|v| v.kept).sum();
+    // Only where repair has something to do: a file of baselines alone has no problem.
+    let repair_would = problems.repair_would().filter(|w| !w.is_empty() && w != "nothing repaired");
     // Queues with plausible traffic count against: read as deltas they are right (one
     // cumulative queue among three of deltas was "cumulative", and reading the file so then
     // found the others "like deltas").
@@ -489,12 +495,13 @@ fn judge_the_whole(problems: &mut Collector, verdicts: &[QueueVerdict], delivere
             busy_bad: busy_dropped,
             busy,
         });
-    } else if delivered == 0 && !problems.failed() && !problems.report.is_empty() {
-        let mut repaired = problems.report.to_string();
+    } else if let Some(mut would) = repair_would.filter(|_| kept == 0) {
+        // Said without repair too: a plain read offered "--repair would repair all of them",
+        // and the repair then left nothing.
         if problems.report.baseline_samples > 0 {
-            repaired.push_str(&format!("; {} cumulative baselines", problems.report.baseline_samples));
+            would.push_str(&format!("; {} cumulative baselines", problems.report.baseline_samples));
         }
-        problems.push_first(ProblemKind::NothingLeft(repaired));
+        problems.push_first(ProblemKind::NothingLeft(would));
     }
 }
 
@@ -580,8 +587,7 @@ pub fn load_telemetry(path: &Path, opts: &ReadOptions) -> Result<TelemetryData, 
             segment_starts,
         });
     }
-    let delivered = queues.iter().map(|q| q.samples.len() as u64).sum();
-    judge_the_whole(&mut problems, &verdicts, delivered, keyed);
+    judge_the_whole(&mut problems, &verdicts, keyed);
     let report = problems.finish()?;
     queues.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(TelemetryData { path: path.to_path_buf(), counters, queues, rows, report })
@@ -648,7 +654,7 @@ where
         .filter(|(t, _)| !t.rejected)
         .map(|(t, key)| QueueVerdict::of(key, t))
         .collect();
-    judge_the_whole(&mut problems, &verdicts, delivered, keyed);
+    judge_the_whole(&mut problems, &verdicts, keyed);
     let report = problems.finish()?;
     Ok(StreamSummary {
         path: path.to_path_buf(),

@@ -426,7 +426,8 @@ impl fmt::Display for TelemetryError {
         // A switch's own recording has a gap wherever it dropped a sample at a counter reset:
         // say that the way on is one flag away.
         // Repair would drop most rows of a misread file: do not offer it.
-        let misread = self.misread().is_some();
+        // Repair would drop most rows of a misread file, or every sample: do not offer it.
+        let misread = self.misread().is_some() || self.counts.contains_key("nothing_left");
         if self.unsorted > 0 && !misread {
             // Sorted, the rows are judged afresh: a newest-first export of a cumulative file
             // was promised a repair here that the sorting read then refused.
@@ -568,6 +569,19 @@ impl Collector {
     /// True once a problem that stays an error has been found.
     pub(crate) fn failed(&self) -> bool {
         self.total > 0
+    }
+
+    /// What repair would do, where every problem found has one (`None` where one does not):
+    /// the repair report, or without repair the problems found, by kind.
+    pub(crate) fn repair_would(&self) -> Option<String> {
+        if self.total > self.repairable {
+            return None;
+        }
+        if self.repair {
+            return Some(self.report.to_string());
+        }
+        let would = RepairReport { repaired: self.counts.clone(), baseline_samples: 0 };
+        Some(would.to_string())
     }
 
     pub(crate) fn into_error(self) -> TelemetryError {

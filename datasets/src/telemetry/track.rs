@@ -157,6 +157,8 @@ struct Tally {
     busy_dropped: u64,
     /// Whether the row judged last had traffic.
     last_busy: bool,
+    /// Samples that passed every check: what a repair keeps (delivered, unless the read failed).
+    kept: u64,
     /// Rows where `tx_bytes` changed at all (read as cumulative).
     moved: u64,
     /// Read as cumulative: rows where `tx_bytes` went down, but not as a 32-bit counter could
@@ -268,6 +270,11 @@ impl Track {
         let most = |part: u64, all: u64| all >= 3 && part * 2 > all;
         let counts = [t.dropped, t.rows, t.busy_dropped, t.busy];
         (most(t.dropped, t.rows) || most(t.busy_dropped, t.busy)).then_some(counts)
+    }
+
+    /// Samples that passed every check.
+    pub(crate) fn kept(&self) -> u64 {
+        self.tally.kept
     }
 
     /// Rows with traffic.
@@ -488,6 +495,7 @@ impl Track {
             self.drop_sample();
             return;
         }
+        self.tally.kept += 1;
         if !problems.failed() {
             sink(&s, self.next);
         }
