@@ -297,6 +297,12 @@ fn a_stated_span_tells_a_late_poll_from_lost_rows() {
     assert_eq!(load_telemetry(&path, &repair).unwrap_or_else(|e| panic!("{e}")).queues[0].samples.len(), 29);
 }
 
+/// The rows of the fixture `name`.
+fn fixture_rows(fixtures: &[TelemetryFixture], name: &str) -> Vec<TelemetrySample> {
+    let f = fixtures.iter().find(|f| f.name == name).unwrap();
+    ecn_datasets::io::read_telemetry_parquet(&f.path).unwrap()
+}
+
 /// Out of order means earlier than any earlier row of its queue: both readers report every
 /// such row, not only the first after the row that jumped ahead.
 #[test]
@@ -329,9 +335,7 @@ fn every_row_earlier_than_an_earlier_one_is_out_of_order() {
 #[test]
 fn a_streaming_read_promises_no_repair_of_rows_it_could_not_sort() {
     let dir = tempfile::tempdir().unwrap();
-    let fixtures = write_fixtures(dir.path());
-    let f = fixtures.iter().find(|f| f.name == "cumulative_without_key").unwrap();
-    let mut rows = ecn_datasets::io::read_telemetry_parquet(&f.path).unwrap();
+    let mut rows = fixture_rows(&write_fixtures(dir.path()), "cumulative_without_key");
     rows.reverse();
     let path = dir.path().join("newest-first.parquet");
     write_telemetry_parquet(&path, &rows).unwrap();
@@ -488,7 +492,7 @@ fn counters_that_look_cumulative_are_said_to() {
 
     // Idle queues beside the busy ones (three per port): most rows are plausible, the busy
     // queues' are not.
-    let mut rows = ecn_datasets::io::read_telemetry_parquet(&f.path).unwrap();
+    let mut rows = fixture_rows(&fixtures, "cumulative_without_key");
     let busy = rows.clone();
     for r in &busy {
         for queue in [0, 1, 2] {
@@ -535,7 +539,7 @@ fn counters_that_look_cumulative_are_said_to() {
     assert!(err.to_string().contains("is ts_ns not in nanoseconds?"), "{err}");
 
     // Cumulative counters cleared once (a reboot) still look cumulative.
-    let mut cleared = ecn_datasets::io::read_telemetry_parquet(&f.path).unwrap();
+    let mut cleared = fixture_rows(&fixtures, "cumulative_without_key");
     let half = cleared.len() / 2;
     for r in &mut cleared[half..] {
         r.sample.tx_bytes -= 900_000;
@@ -586,8 +590,7 @@ fn deltas_read_as_cumulative_counters_are_said_to_look_like_deltas() {
     let wrap = fixtures.iter().find(|f| f.name == "cumulative_wrap").unwrap();
     let wrapping = ReadOptions { counter_width: CounterWidth(32), ..ReadOptions::default() };
     assert_eq!(load_telemetry(&wrap.path, &wrapping).unwrap().queues, expected_series(&[]));
-    let f = fixtures.iter().find(|f| f.name == "cumulative_without_key").unwrap();
-    let mut cleared = ecn_datasets::io::read_telemetry_parquet(&f.path).unwrap();
+    let mut cleared = fixture_rows(&fixtures, "cumulative_without_key");
     let mut by_queue: BTreeMap<(String, String, u8), u64> = BTreeMap::new();
     for r in &mut cleared {
         let n = by_queue.entry((r.switch.clone(), r.port.clone(), r.queue)).or_default();
@@ -604,7 +607,7 @@ fn deltas_read_as_cumulative_counters_are_said_to_look_like_deltas() {
     // A `drops` counter cleared on every read beside cumulative byte counters: the queues are
     // judged on tx_bytes (a fall in any counter made them "look like deltas", and the same
     // file without its key looked cumulative: advice that went in a circle).
-    let mut drops = ecn_datasets::io::read_telemetry_parquet(&f.path).unwrap();
+    let mut drops = fixture_rows(&fixtures, "cumulative_without_key");
     for (i, r) in drops.iter_mut().enumerate() {
         r.sample.drops = (i % 3 == 0) as u64;
     }
@@ -688,9 +691,7 @@ fn refreshed_every_10(deltas: &mut [TelemetrySample]) {
 #[test]
 fn counters_refreshed_less_often_than_sampled_are_said_to_be() {
     let dir = tempfile::tempdir().unwrap();
-    let fixtures = write_fixtures(dir.path());
-    let f = fixtures.iter().find(|f| f.name == "cumulative_without_key").unwrap();
-    let mut cumulative = ecn_datasets::io::read_telemetry_parquet(&f.path).unwrap();
+    let mut cumulative = fixture_rows(&write_fixtures(dir.path()), "cumulative_without_key");
     let mut deltas = clean_rows();
     let mut held: BTreeMap<(String, String, u8), (u64, u64)> = BTreeMap::new();
     for r in &mut cumulative {

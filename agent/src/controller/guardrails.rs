@@ -458,7 +458,7 @@ mod tests {
     /// actuator refused waits for room too (else a device refusing every write got one every
     /// round).
     #[test]
-    fn a_fallback_is_never_held_back_by_the_budget() {
+    fn a_fallback_is_not_held_back_by_the_budget_unless_one_was_refused() {
         let mut g = Guardrails::new(GuardrailConfig { max_changes_per_minute: 1, ..Default::default() });
         let now = Instant::now();
         let q = ctx(s(300_000, 1_600_000, 0.2));

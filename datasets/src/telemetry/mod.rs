@@ -463,18 +463,16 @@ fn refreshed_slowly(verdicts: &[QueueVerdict]) -> Option<ProblemKind> {
 fn judge_the_whole(problems: &mut Collector, verdicts: &[QueueVerdict], keyed: bool) {
     let of = verdicts.len() as u64;
     let kept: u64 = verdicts.iter().map(|v| v.kept).sum();
-    // Only where repair has something to do: a file of baselines alone has no problem.
-    let repair_would = problems.repair_would().filter(|w| !w.is_empty() && w != "nothing repaired");
     // Queues with plausible traffic count against: read as deltas they are right (one
     // cumulative queue among three of deltas was "cumulative", and reading the file so then
     // found the others "like deltas").
-    let judged = verdicts.iter().filter(|v| v.looks_cumulative.is_some() || (v.busy > 0 && !v.mostly_implausible));
+    let judged =
+        verdicts.iter().filter(|v| v.looks_cumulative.is_some() || (v.busy > 0 && !v.mostly_implausible)).count();
     let cumulative: Vec<&QueueVerdict> = verdicts.iter().filter(|v| v.looks_cumulative == Some(true)).collect();
     let bad: Vec<&QueueVerdict> = verdicts.iter().filter(|v| v.mostly_bad.is_some()).collect();
     let held = cumulative.iter().fold((0, 0), |(r, b), v| (r + v.rows, b + v.busy));
     // What repair would drop in the mostly bad queues.
     let dropped = bad.iter().filter_map(|v| v.mostly_bad).fold((0, 0), |(r, b), [d, _, bd, _]| (r + d, b + bd));
-    let judged = judged.count();
     if let Some(first) = cumulative.first().filter(|_| cumulative.len() * 2 >= judged && a_tenth_of(held, verdicts)) {
         let (queues, example) = (cumulative.len() as u64, first.key.to_string());
         problems.push_first(ProblemKind::LooksCumulative { queues, of, example, keyed });
@@ -495,7 +493,7 @@ fn judge_the_whole(problems: &mut Collector, verdicts: &[QueueVerdict], keyed: b
             busy_bad: busy_dropped,
             busy,
         });
-    } else if let Some(mut would) = repair_would.filter(|_| kept == 0) {
+    } else if let Some(mut would) = problems.repair_would().filter(|_| kept == 0) {
         // Said without repair too: a plain read offered "--repair would repair all of them",
         // and the repair then left nothing.
         if problems.report.baseline_samples > 0 {

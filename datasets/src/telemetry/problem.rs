@@ -212,6 +212,15 @@ fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
     }
 }
 
+/// After an example of `queues`: `, ...` where there are more.
+fn and_more(queues: u64) -> &'static str {
+    if queues > 1 {
+        ", ..."
+    } else {
+        ""
+    }
+}
+
 /// `n` and the word for that many: `1 row`, `2 rows`.
 pub fn counted(n: u64, one: &'static str, many: &'static str) -> String {
     format!("{n} {}", plural(n, one, many))
@@ -279,7 +288,7 @@ impl fmt::Display for ProblemKind {
                     "the counters of {queues} of {of} {} ({example}{}) look cumulative: they rise from row to row \
                      or stand still, and more than half their rows have a per-interval delta beyond line rate. ",
                     plural(*of, "queue", "queues"),
-                    if *queues > 1 { ", ..." } else { "" },
+                    and_more(*queues),
                 )?;
                 if *keyed {
                     write!(
@@ -302,7 +311,7 @@ impl fmt::Display for ProblemKind {
                      changed at{}) go down far more often than a cumulative counter is cleared: they look like \
                      per-interval deltas. ",
                     plural(*of, "queue", "queues"),
-                    if *queues > 1 { ", ..." } else { "" },
+                    and_more(*queues),
                 )?;
                 if *keyed {
                     write!(
@@ -322,7 +331,7 @@ impl fmt::Display for ProblemKind {
                  and with it most of the traffic. Sample at the counters' own interval (SONiC refreshes queue \
                  counters every 10 s by default, `counterpoll queue interval`; the actuator's `--poll-interval`)",
                 plural(*queues, "queue", "queues"),
-                if *queues > 1 { ", ..." } else { "" },
+                and_more(*queues),
             ),
             ProblemKind::MostlyBad { queues, of, example, bad, rows, busy_bad, busy } => write!(
                 f,
@@ -331,7 +340,7 @@ impl fmt::Display for ProblemKind {
                  than damaged (timestamps not in ns? a link rate not in b/s? counters of another kind?), and \
                  repair would leave little of it",
                 plural(*of, "queue", "queues"),
-                if *queues > 1 { ", ..." } else { "" },
+                and_more(*queues),
             ),
             ProblemKind::NothingLeft(repaired) => write!(f, "repair would leave no sample ({repaired})"),
         }
@@ -425,16 +434,15 @@ impl fmt::Display for TelemetryError {
         }
         // A switch's own recording has a gap wherever it dropped a sample at a counter reset:
         // say that the way on is one flag away.
-        // Repair would drop most rows of a misread file: do not offer it.
         // Repair would drop most rows of a misread file, or every sample: do not offer it.
-        let misread = self.misread().is_some() || self.counts.contains_key("nothing_left");
-        if self.unsorted > 0 && !misread {
+        let futile = self.misread().is_some() || self.counts.contains_key("nothing_left");
+        if self.unsorted > 0 && !futile {
             // Sorted, the rows are judged afresh: a newest-first export of a cumulative file
             // was promised a repair here that the sorting read then refused.
-            let (n, rows, were) = if self.unsorted == 1 { (1, "row", "was") } else { (self.unsorted, "rows", "were") };
+            let (rows, were) = (counted(self.unsorted, "row", "rows"), plural(self.unsorted, "was", "were"));
             write!(
                 f,
-                "\n{}: {n} {rows} out of order {were} checked no further (a streaming read cannot sort); `validate \
+                "\n{}: {rows} out of order {were} checked no further (a streaming read cannot sort); `validate \
                  --repair` sorts the rows in memory and checks them all in time order, then repairs what has one \
                  safe answer (dropping bad samples, marking gaps; nothing is guessed)",
                 self.path.display(),
@@ -444,7 +452,7 @@ impl fmt::Display for TelemetryError {
                 1 => write!(f, "; the other problem found here stays an error")?,
                 other => write!(f, "; the {other} other problems found here stay errors")?,
             }
-        } else if self.repairable > 0 && !misread {
+        } else if self.repairable > 0 && !futile {
             let which = if self.repairable == self.total {
                 "all of them".to_string()
             } else {
@@ -571,17 +579,14 @@ impl Collector {
         self.total > 0
     }
 
-    /// What repair would do, where every problem found has one (`None` where one does not):
-    /// the repair report, or without repair the problems found, by kind.
+    /// What repair would do, where it has something to do and every problem found has a
+    /// repair (else `None`): the repair report, or without repair the problems found, by kind.
     pub(crate) fn repair_would(&self) -> Option<String> {
-        if self.total > self.repairable {
+        let repaired = if self.repair { &self.report.repaired } else { &self.counts };
+        if self.total > self.repairable || repaired.is_empty() {
             return None;
         }
-        if self.repair {
-            return Some(self.report.to_string());
-        }
-        let would = RepairReport { repaired: self.counts.clone(), baseline_samples: 0 };
-        Some(would.to_string())
+        Some(RepairReport { repaired: repaired.clone(), baseline_samples: 0 }.to_string())
     }
 
     pub(crate) fn into_error(self) -> TelemetryError {
