@@ -45,6 +45,11 @@ pub struct Faults {
     /// This many Rollback calls fail with UNAVAILABLE without reaching the actuator: its device
     /// away (a switch's Redis restarting), as the actuator itself would answer.
     pub failed_rollbacks: AtomicU32,
+    /// This many Apply calls that open no confirm window (a controller's telemetry fallbacks)
+    /// are refused without reaching the actuator: a device that refuses the write.
+    pub refused_fallbacks: AtomicU32,
+    /// Apply calls that opened no confirm window so far, refused or not.
+    pub fallbacks_seen: AtomicU32,
 }
 
 /// Take one from a fault counter; whether there was one.
@@ -130,6 +135,12 @@ impl pb::actuator_server::Actuator for Forward {
     async fn apply(&self, req: Request<pb::ApplyRequest>) -> Result<Response<pb::ApplyResponse>, Status> {
         let req = req.into_inner();
         let opens_window = !req.validate_only && req.confirm_within_ms > 0;
+        if !req.validate_only && req.confirm_within_ms == 0 {
+            self.faults.fallbacks_seen.fetch_add(1, Ordering::SeqCst);
+            if take(&self.faults.refused_fallbacks) {
+                return Err(Status::failed_precondition("faulty link: the device refused the write"));
+            }
+        }
         let reply = self.client.clone().apply(req).await?;
         if opens_window && take(&self.faults.lost_apply_replies) {
             return Err(lost("Apply"));

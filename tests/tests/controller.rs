@@ -1143,6 +1143,47 @@ async fn stale_telemetry_falls_back_once_and_holds() {
     assert_eq!(fallback["detail"], "telemetry fallback to the baseline dcqcn-paper", "{fallback}");
 }
 
+/// A fallback the actuator refuses is not sent again every round: the next one waits for
+/// room in the change budget, here a minute away (the refused fallback was sent over a budget
+/// of one change a minute, which the policy's first change had spent). It used to be resent
+/// every 200 ms round, the budget notwithstanding.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_fallback_waits_for_room_in_the_budget() {
+    let act = sim_actuator(&[]).await;
+    let faults = Faults {
+        stalled_streams: 1.into(),
+        stream_break_after: 150.into(),
+        refused_fallbacks: 1000.into(),
+        ..Default::default()
+    };
+    let link = FaultyLink::start(&act.url(), faults).await;
+    let (child, _) = act.controller_at(
+        "refused",
+        &link.url(),
+        &enforce_flags(
+            "static:100KB,400KB,0.5",
+            &[
+                "--baseline",
+                "dcqcn-paper",
+                "--stale-after",
+                "500ms",
+                "--duration",
+                "6s",
+                "--confirm-within",
+                "15s",
+                "--max-changes-per-minute",
+                "1",
+            ],
+        ),
+    );
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success(), "{}", act.controller_log("refused"));
+    let log = act.controller_log("refused");
+    assert!(log.contains("refused the write"), "no fallback was tried: {log}");
+    let sent = link.faults.fallbacks_seen.load(Ordering::SeqCst);
+    assert_eq!(sent, 1, "fallbacks sent: {log}");
+}
+
 /// A `--stale-after` shorter than two of the actuator's telemetry intervals would call the
 /// telemetry stale between any two samples, and every queue would fall back to the baseline: a
 /// SONiC switch polled every 10 s against the default 3 s. Refused at start, exit 2, in either

@@ -22,6 +22,10 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+/// The window of the change budget (`max_changes_per_minute`), and how long a fallback the
+/// actuator refused waits for room in it ([`QueueContext::fallback_refused`]).
+pub const BUDGET_WINDOW: Duration = Duration::from_secs(60);
+
 /// Limits on what a policy may do.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GuardrailConfig {
@@ -164,8 +168,8 @@ pub struct QueueContext {
     pub last_change: Option<Instant>,
     /// Telemetry state for this queue.
     pub telemetry: TelemetryHealth,
-    /// The actuator refused a fallback of this queue within the last minute: the next one
-    /// waits for room in the budget.
+    /// The actuator refused a fallback of this queue within the last [`BUDGET_WINDOW`]: the
+    /// next one waits for room in the budget.
     pub fallback_refused: bool,
 }
 
@@ -301,7 +305,7 @@ impl Guardrails {
             return Verdict { setting, clamps, spent: false };
         }
         let mut recent = self.budget.recent();
-        while recent.front().is_some_and(|t| now.saturating_duration_since(*t) >= Duration::from_secs(60)) {
+        while recent.front().is_some_and(|t| now.saturating_duration_since(*t) >= BUDGET_WINDOW) {
             recent.pop_front();
         }
         if recent.len() as u32 >= self.cfg.max_changes_per_minute && how == Spend::WithinBudget {

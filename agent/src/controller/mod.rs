@@ -1085,7 +1085,7 @@ impl ControlLoop {
                 None => (q.current, q.last_change),
             };
             let fallback_refused =
-                q.fallback_refused_at.is_some_and(|t| now.saturating_duration_since(t) < Duration::from_secs(60));
+                q.fallback_refused_at.is_some_and(|t| now.saturating_duration_since(t) < guardrails::BUDGET_WINDOW);
             let ctx = QueueContext {
                 current,
                 baseline: q.baseline,
