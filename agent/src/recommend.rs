@@ -52,6 +52,9 @@ pub struct QueueState {
     pub behind_ns: u64,
     /// The queue's sample interval, when known.
     pub interval_ns: Option<u64>,
+    /// What its newest sample covered, where that was a partial interval left out of
+    /// `history` (a recording ends mid-interval): the recommendation is from the ones before.
+    pub partial_last_ns: Option<u64>,
 }
 
 /// Keep or change.
@@ -143,7 +146,9 @@ pub struct RecommendConfig {
 }
 
 impl RecommendConfig {
-    /// Defaults for `model`: its bounds, the controller's step limits.
+    /// Defaults for `model`: its bounds, the controller's step limits. Not the controller's
+    /// change budget: that paces writes over time, and one recommendation for every queue is
+    /// no stream of writes (with it, identical queues past the 600th were told to keep).
     pub fn for_model(model: &LearnedModel) -> Self {
         let b = model.tuning().bounds;
         RecommendConfig {
@@ -154,6 +159,7 @@ impl RecommendConfig {
                 kmax_max_bytes: b.kmax_max_bytes,
                 pmax_min: b.pmax_min,
                 pmax_max: b.pmax_max,
+                max_changes_per_minute: u32::MAX,
                 ..GuardrailConfig::default()
             },
             allow_untrained_rates: false,
@@ -223,8 +229,14 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
             };
             // Marking in a step (Kmin = Kmax) is the curve the bounds write Kmax = Kmin + 1 B
             // (`dctcp-style`): the same marks, so not a fault, and the model's `keep` is its own.
+            // At the top of the bounds the byte goes below Kmin instead (it used to leave the
+            // bounds, and a step at the largest Kmax was "clamped" as a fault).
             let current = if q.current.kmin_bytes == q.current.kmax_bytes {
-                EcnSetting { kmax_bytes: q.current.kmax_bytes.saturating_add(1), ..q.current }
+                if q.current.kmax_bytes < bounds.kmax_max_bytes {
+                    EcnSetting { kmax_bytes: q.current.kmax_bytes + 1, ..q.current }
+                } else {
+                    EcnSetting { kmin_bytes: q.current.kmin_bytes.saturating_sub(1), ..q.current }
+                }
             } else {
                 q.current
             };
@@ -244,8 +256,15 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                 return rec;
             };
             let (rates, intervals) = (cfg.allow_untrained_rates, cfg.allow_untrained_intervals);
-            // What the flags allowed is said with whatever is decided.
-            let allowed = model.untrained(q.link, &q.history, false, false).map(|why| model.untrained_reason(why));
+            // What the flags allowed, each of them, is said with whatever is decided.
+            let allowed: Vec<String> = [
+                (rates, model.untrained(q.link, &q.history, false, true)),
+                (intervals, model.untrained(q.link, &q.history, true, false)),
+            ]
+            .into_iter()
+            .filter_map(|(allowed, why)| why.filter(|_| allowed))
+            .map(|why| model.untrained_reason(why))
+            .collect();
             if let Some(why) = model.untrained(q.link, &q.history, rates, intervals) {
                 let whence = match why {
                     Untrained::Rate(_) => "there",
@@ -335,6 +354,14 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     rec.reason = "the guardrails hold the current setting".into();
                     break 'decided;
                 }
+                // A limited step lands elsewhere than the model's choice: recommended only where
+                // the model expects that step, too, to beat keeping.
+                if gain(template.nearest(&verdict.setting, q.link), keep) <= 0.0 {
+                    rec.reason = "the guardrails limit the step to a setting the model expects to do no better than \
+                                  the current one"
+                        .into();
+                    break 'decided;
+                }
                 rec.recommended = verdict.setting;
                 rec.decision = Decision::Change;
                 rec.reason = if rec.clamps.is_empty() {
@@ -343,8 +370,15 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     "the model expects a better reward; the guardrails limited the step".into()
                 };
             }
-            if let Some(why) = allowed {
-                rec.reason = format!("{} (allowed although {why})", rec.reason);
+            if !allowed.is_empty() {
+                rec.reason = format!("{} (allowed although {})", rec.reason, allowed.join("; and "));
+            }
+            if let Some(ns) = q.partial_last_ns {
+                rec.reason = format!(
+                    "{}; from the intervals before its newest sample, which covers {:?} of an interval",
+                    rec.reason,
+                    std::time::Duration::from_nanos(ns)
+                );
             }
             // What is recommended (the current setting unless it is a change, a limited step
             // at its nearest template entry) against the baseline, not what the model chose.
@@ -441,6 +475,7 @@ mod tests {
             intervals,
             behind_ns: 0,
             interval_ns: None,
+            partial_last_ns: None,
         }
     }
 
@@ -567,6 +602,74 @@ mod tests {
             }
         }
         assert!(changes > 0, "{keeps} keeps, {changes} changes");
+    }
+
+    /// At the largest Kmax the bounds allow, a step is written with Kmin one byte lower: it
+    /// used to be widened past the bounds and "clamped" as a fault at confidence 1.
+    #[test]
+    fn a_step_at_the_largest_kmax_is_judged_too() {
+        let b = Bounds::default();
+        let step = EcnSetting { kmin_bytes: b.kmax_max_bytes, kmax_bytes: b.kmax_max_bytes, pmax: 0.2 };
+        let m = model(1, b, 1e-9);
+        let r = &recommend(&m, &[state(step, 100, 1_000.0, 3)], &RecommendConfig::for_model(&m))[0];
+        assert!(!r.reason.contains("outside the bounds") && r.expected_effect.is_some(), "{}", r.reason);
+    }
+
+    /// One recommendation for many queues is not paced like the controller's writes: queues
+    /// with the same telemetry get the same answer, however many there are (past the 600th,
+    /// the change budget used to hold them).
+    #[test]
+    fn every_queue_is_judged_alone_however_many() {
+        let cur = EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.2 };
+        let q = state(cur, 100, 1_000.0, 3);
+        let m = (0..20)
+            .map(|seed| model(seed, Bounds::default(), 1e-9))
+            .find(|m| {
+                recommend(m, std::slice::from_ref(&q), &RecommendConfig::for_model(m))[0].decision == Decision::Change
+            })
+            .expect("a model that changes the queue");
+        let recs = recommend(&m, &vec![q; 700], &RecommendConfig::for_model(&m));
+        assert!(recs.iter().all(|r| r.decision == Decision::Change && r.recommended == recs[0].recommended));
+    }
+
+    /// A change is recommended only where the model expects the setting recommended, after
+    /// the guardrails' step limit, to beat keeping: a limited step the model rates no better
+    /// is a keep that says so.
+    #[test]
+    fn a_limited_step_is_recommended_only_where_it_gains() {
+        let cur = EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.2 };
+        let (mut limited_keeps, mut limited_changes) = (0, 0);
+        for seed in 0..60 {
+            for depth in [1_000.0, 100_000.0] {
+                let m = model(seed, Bounds::default(), 1e-9);
+                let r = &recommend(&m, &[state(cur, 100, depth, 3)], &RecommendConfig::for_model(&m))[0];
+                let Some(effect) = &r.expected_effect else { continue };
+                if r.decision == Decision::Change {
+                    assert!(effect.recommended_gain_per_interval > 0.0, "seed {seed}: {r:?}");
+                    limited_changes += !r.clamps.is_empty() as u32;
+                } else if r.reason.contains("limit the step") {
+                    assert_eq!(r.recommended, cur);
+                    limited_keeps += 1;
+                }
+            }
+        }
+        assert!(
+            limited_keeps > 0 && limited_changes > 0,
+            "{limited_keeps} limited keeps, {limited_changes} limited changes"
+        );
+    }
+
+    /// With both flags, the reason names both things they allowed.
+    #[test]
+    fn both_things_allowed_are_said() {
+        let m = model(1, Bounds::default(), 1e-6);
+        let cur = EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.2 };
+        let mut cfg = RecommendConfig::for_model(&m);
+        (cfg.allow_untrained_rates, cfg.allow_untrained_intervals) = (true, true);
+        let mut m = m;
+        m.card.training.link_speeds_bps = vec![100_000_000_000];
+        let r = &recommend(&m, &[state_over(cur, 25, 1_000.0, 3, 1_000_000_000)], &cfg)[0];
+        assert!(r.reason.contains("never trained on 25G ports") && r.reason.contains("cover 1s"), "{}", r.reason);
     }
 
     #[test]

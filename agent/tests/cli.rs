@@ -150,7 +150,14 @@ fn bad_scenario_files_exit_2_naming_file_and_field() {
         ),
         ("cdf.toml", "[[workload]]\nkind = \"poisson\"\ncdf = \"nope.txt\"\nload = 0.5\n", "workload[0].cdf"),
         ("typo.toml", "[switch]\nbufer = \"1MB\"\n", "bufer"),
+        ("unitless.toml", "[switch]\nreserve = \"4096\"\n", "missing unit"),
         ("syntax.toml", "duration = \n", "line 1"),
+        // Headroom for 9000 B frames is more than 700 KB holds; at 1000 B it is not.
+        (
+            "mtu.toml",
+            "[topology]\nleaves = 2\nspines = 2\nhosts_per_leaf = 8\n[switch]\nbuffer = \"700KB\"\n[nic]\nmtu = 9000\n",
+            "switch.buffer",
+        ),
     ];
     for (name, text, field) in cases {
         let path = write(&dir, name, text);
@@ -158,6 +165,11 @@ fn bad_scenario_files_exit_2_naming_file_and_field() {
     }
     assert_bad_input(&["sim", "--scenario", "no-such-scenario"], &["no-such-scenario"]);
     assert_bad_input(&["sim", "--scenario", "websearch-50", "--policy", "static:2MB,1MB,0.1"], &["--policy", "kmin"]);
+    // A size without its unit: bytes or kilobytes?
+    assert_bad_input(
+        &["sim", "--scenario", "websearch-50", "--policy", "static:400,1600,0.2"],
+        &["--policy", "missing unit"],
+    );
     assert_bad_input(&["sim", "--scenario", "websearch-50", "--policy", "baseline:magic"], &["--policy"]);
 }
 
@@ -294,7 +306,7 @@ fn usage_errors_exit_2() {
     assert_eq!(ecn_tuner(&["frobnicate"]).status.code(), Some(2));
     // A flag the chosen mode would ignore is refused, not dropped.
     let conflict = "cannot be used with";
-    let ignored: [(&[&str], &str); 9] = [
+    let ignored: [(&[&str], &str); 10] = [
         (&["train", "--telemetry", "t.parquet", "--interval", "200us", "--out", "m.safetensors"], conflict),
         (&["train", "--telemetry", "t.parquet", "--eval-seed", "7", "--out", "m.safetensors"], conflict),
         (&["train", "--conservative-alpha", "2", "--out", "m.safetensors"], "--telemetry"),
@@ -314,6 +326,7 @@ fn usage_errors_exit_2() {
         ),
         (&["train", "--repair", "--steps", "1", "--out", "m.safetensors"], "--repair checks telemetry files"),
         (&["recommend", "--telemetry", "t.parquet", "--token-file", "tok"], conflict),
+        (&["recommend", "--target", "http://127.0.0.1:1", "--counters", "cumulative"], "per-interval deltas"),
         (&["record", "--scenario", "websearch-50", "--duration", "3s", "--out", "t.parquet"], conflict),
         (
             &["record", "--target", "http://127.0.0.1:1", "--duration", "3s", "--seed", "4", "--out", "t.parquet"],

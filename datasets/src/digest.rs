@@ -9,7 +9,16 @@ use std::path::Path;
 pub fn sha256_file(path: &Path) -> std::io::Result<String> {
     let mut hasher = Sha256::new();
     std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex(&hasher.finalize()))
+}
+
+/// The SHA-256 of `bytes` already read (a file's text as a program used it), as lowercase hex.
+pub fn sha256_bytes(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -24,6 +33,7 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         // FIPS 180-2, appendix B.1.
         assert_eq!(digest, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(sha256_bytes(b"abc"), digest);
         assert!(sha256_file(Path::new("/no/such/file")).is_err());
     }
 }

@@ -143,7 +143,10 @@ impl FromStr for Bytes {
         let err = |why: &str| UnitError { kind: "size", text: s.into(), why: why.into() };
         let q = split_number(s).ok_or_else(|| err("expected a number and a unit, e.g. 400KB"))?;
         let mult: u64 = match q.unit {
-            "" | "B" => 1,
+            "B" => 1,
+            // A bare number could mean bytes or kilobytes (`static:400,1600,0.2` ran with
+            // thresholds a thousand times too small): refused, as durations are.
+            "" => return Err(err("missing unit (B, KB, MB, GB, KiB, MiB or GiB)")),
             "KB" | "kB" | "K" | "k" => 1_000,
             "MB" | "M" => 1_000_000,
             "GB" | "G" => 1_000_000_000,
@@ -301,7 +304,8 @@ mod tests {
         assert_eq!("400KB".parse::<Bytes>().unwrap(), Bytes(400_000));
         assert_eq!("1.6MB".parse::<Bytes>().unwrap(), Bytes(1_600_000));
         assert_eq!("32MiB".parse::<Bytes>().unwrap(), Bytes(32 * 1024 * 1024));
-        assert_eq!("1036".parse::<Bytes>().unwrap(), Bytes(1036));
+        assert_eq!("1036B".parse::<Bytes>().unwrap(), Bytes(1036));
+        assert!("1036".parse::<Bytes>().unwrap_err().to_string().contains("missing unit"));
         assert!("12 parsecs".parse::<Bytes>().is_err());
         assert!("-5KB".parse::<Bytes>().is_err());
         let huge = "99999999999999999999KB".parse::<Bytes>().unwrap_err().to_string();

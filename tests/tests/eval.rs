@@ -202,6 +202,14 @@ async fn eval_bad_input_exits_2_before_running() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains(&format!("--policy {model}: given twice (as model:default and {model})")), "{stderr}");
 
+    // A scenario named `mean` would read as the tables' mean over scenarios.
+    let mean = dir.path().join("mean.toml");
+    std::fs::write(&mean, TINY.replace("name = \"tiny\"", "name = \"mean\"")).unwrap();
+    let (code, _, stderr) =
+        run_cli(&["eval", "--scenario", tiny, mean.to_str().unwrap(), "--policy", POLICIES[0]]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("mean.toml") && stderr.contains("named `mean`"), "{stderr}");
+
     // A learned policy samples at its control interval (100 µs): a run that may last 10 minutes
     // is fine sampled every second, and refused for the model before any run, the static one
     // listed first included, rather than after it.
@@ -226,6 +234,24 @@ async fn eval_bad_input_exits_2_before_running() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("long.toml") && stderr.contains("a policy deciding every 100us"), "{stderr}");
     assert!(stdout.is_empty() && !out.exists(), "nothing run or written: {stdout}");
+}
+
+/// A reference that is one of the policies under another spelling (the shipped model's name
+/// and its file) is that policy, run once: it used to run twice and be compared with itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reference_among_the_policies_is_found_however_spelled() {
+    let dir = tempfile::Builder::new().prefix("ecn-eval-").tempdir().unwrap();
+    let tiny = dir.path().join("tiny.toml");
+    std::fs::write(&tiny, TINY).unwrap();
+    let model = concat!("model:", env!("CARGO_MANIFEST_DIR"), "/../models/checkpoints/default.safetensors");
+    let tiny = tiny.to_str().unwrap();
+    let args =
+        ["eval", "--scenario", tiny, "--policy", "model:default", "--reference", model, "--seeds", "1", "--json"];
+    let (code, stdout, stderr) = run_cli(&args).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    let policies: Vec<&Value> = doc["runs"].as_array().unwrap().iter().map(|r| &r["policy"]).collect();
+    assert_eq!(policies, [&Value::from("model:default")], "one policy, one seed: {stdout}");
 }
 
 /// `--reference`: every other policy's change against it, per scenario and on the mean, equal to

@@ -92,8 +92,9 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
     let mut references = Vec::new();
     for text in &args.reference {
         let policy = Policy::parse_flag("--reference", text)?;
-        let label = policy.to_string();
-        references.push(match policies.iter().position(|p| p.to_string() == label) {
+        // Matched as `--policy` repeats are, however spelled: by label, `model:default` and its
+        // path ran twice and were compared with each other.
+        references.push(match policies.iter().position(|p| *p == policy) {
             Some(i) => i,
             None => {
                 policies.push(policy);
@@ -124,6 +125,13 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
         }
     }
     let names = scenario_labels(&args.scenario, &scenarios);
+    // The tables and eval.json mark the mean over scenarios with the name `mean`.
+    if let Some(i) = names.iter().position(|n| n == "mean") {
+        return Err(CliError::BadInput(format!(
+            "--scenario {}: a scenario named `mean` would read as the mean over scenarios; give it another name",
+            args.scenario[i]
+        )));
+    }
     let plots = args.out.as_ref().map(|_| plot_files(&names));
     if let (Some(dir), Some(plots)) = (&args.out, &plots) {
         let files: Vec<&str> = ["eval.md", "eval.json"].into_iter().chain(plots.iter().map(String::as_str)).collect();
@@ -402,7 +410,7 @@ impl<'a> Table<'a> {
         let _ = writeln!(
             out,
             "| scenario | policy | <100KB p99 | ≥1MB p50 | all p99 | utilization | avg queue (KB) | pause frames \
-             | drops | completed / total |"
+             | drops | completed / total, all runs |"
         );
         let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         let headline = |out: &mut String, scenario: &str, policy: &str, r: &Row| {

@@ -27,6 +27,12 @@ fn scenario_identity(arg: &str) -> String {
     if ecn_env::scenario::builtin(arg).is_some() {
         return format!("builtin:{arg}");
     }
+    file_identity(arg)
+}
+
+/// What a file argument names: its canonical path, or the argument itself where there is no
+/// such file (reading it will say so).
+fn file_identity(arg: &str) -> String {
     std::fs::canonicalize(arg).map_or_else(|_| arg.to_string(), |p| p.display().to_string())
 }
 

@@ -9,7 +9,7 @@ use crate::recommend::{self, Decision, QueueState, RecommendConfig, Recommendati
 use crate::telemetry_input::{self, QueueTail};
 use clap::Args;
 use ecn_datasets::io::TelemetryWriter;
-use ecn_datasets::telemetry::counted;
+use ecn_datasets::telemetry::{counted, QueueSample};
 use ecn_env::tuning::QueueHistory;
 use ecn_env::{BitsPerSec, EcnSetting};
 use std::path::PathBuf;
@@ -61,16 +61,23 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     }
     let model = LearnedModel::load(&args.model, "--model ")?;
     let history = model.tuning().history;
-    // One sample more than the model observes: the oldest only gives the time the next one
+    // Two samples more than the model observes: the oldest only gives the time the next one
     // covers where that one leaves its span implicit, as the controller and offline training
-    // measure it.
-    let keep = history + 1;
+    // measure it, and the newest may be a partial interval to leave out (`queue_state`).
+    let keep = history + 2;
     // A queue whose setting is outside the bounds (ECN marking off, Pmax 0) is a fault to
     // recommend a fix for, not a reason to refuse the file and every other queue in it.
     let opts = args.read.options(None)?;
     let (source, tails) = match (&args.telemetry, &args.target) {
         (Some(path), _) => (path.display().to_string(), telemetry_input::tails(path, &opts, keep)?),
         (None, Some(url)) => {
+            // An actuator's telemetry is per-interval deltas by its protocol: the flag could only
+            // misread it (it used to fail as a misread file, exit 1).
+            if args.read.counters.is_some() {
+                return Err(CliError::BadInput(format!(
+                    "--counters describes a telemetry file; --target {url} reads an actuator's per-interval deltas"
+                )));
+            }
             let target = Target::from_flags(url, args.token_file.as_deref(), args.tls_ca.as_deref())?;
             let runtime = tokio::runtime::Runtime::new().map_err(|e| CliError::Failed(format!("tokio: {e}")))?;
             // Live telemetry passes the same validation as a file.
@@ -126,10 +133,16 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     } else {
         print_table(&source, &model, &recs);
         if !unsampled.is_empty() {
+            // Repair drops the samples it cannot trust, and may drop all of a queue's.
+            let why = if args.read.repair {
+                "a cumulative file's first reading of a queue is only its baseline, and --repair drops the \
+                 samples it cannot trust"
+            } else {
+                "a cumulative file's first reading of a queue is only its baseline"
+            };
             outln!(
-                "no sample, so no recommendation, for {} queue(s) (a cumulative file's first reading of a queue is \
-                 only its baseline): {}",
-                unsampled.len(),
+                "no sample, so no recommendation, for {} ({why}): {}",
+                counted(unsampled.len() as u64, "queue", "queues"),
                 unsampled.join(", ")
             );
         }
@@ -137,21 +150,34 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// A queue's newest unbroken samples (up to `history` + 1) as the model's input: each of the
+/// A queue's newest unbroken samples (up to `history` + 2) as the model's input: each of the
 /// last `history` intervals over its stated span, else the step from the sample before it;
 /// where the run starts within them, its first over the nominal interval unless it states its
-/// span, as offline training measures it ([`telemetry_input::intervals`]).
+/// span, as offline training measures it ([`telemetry_input::intervals`]). A newest sample
+/// that covers under 0.8 of the queue's interval, on the setting of the one before, is a
+/// partial interval (a recording that ended mid-interval) and is left out, where enough
+/// samples remain: the model would refuse it as an interval it never trained on.
 fn queue_state(t: &QueueTail, history: usize, newest_ns: u64) -> Option<QueueState> {
     let last = t.last?;
     let mut h = QueueHistory::default();
+    let mut partial_last_ns = None;
     // Without a known interval there is no rate to compute: the history stays empty and the
     // recommendation is to keep.
     let intervals = if let Some(interval_ns) = t.interval_ns {
-        let timing_only = t.recent.len().saturating_sub(history);
-        for iv in telemetry_input::intervals(&t.recent, interval_ns).skip(timing_only) {
+        let mut run: Vec<QueueSample> = t.recent.iter().copied().collect();
+        let covered: Vec<u64> = telemetry_input::intervals(&run, interval_ns).map(|iv| iv.interval_ns).collect();
+        if let ([.., before, newest], [.., covered_last]) = (&run[..], &covered[..]) {
+            let partial = covered_last.saturating_mul(5) < interval_ns.saturating_mul(4);
+            if partial && run.len() > history && telemetry_input::setting(before) == telemetry_input::setting(newest) {
+                partial_last_ns = Some(*covered_last);
+                run.pop();
+            }
+        }
+        let timing_only = run.len().saturating_sub(history);
+        for iv in telemetry_input::intervals(&run, interval_ns).skip(timing_only) {
             h.push(iv, history);
         }
-        t.recent.len() - timing_only
+        run.len() - timing_only
     } else {
         0
     };
@@ -165,16 +191,25 @@ fn queue_state(t: &QueueTail, history: usize, newest_ns: u64) -> Option<QueueSta
         intervals,
         behind_ns: newest_ns.saturating_sub(last.ts_ns),
         interval_ns: t.interval_ns,
+        partial_last_ns,
     })
 }
 
+/// Whole kilobytes where exact, else bytes: a clamp by a few bytes (999 B to 1 KB) must show.
 fn kb(bytes: u64) -> String {
-    format!("{:.0}KB", bytes as f64 / 1000.0)
+    if bytes.is_multiple_of(1000) {
+        format!("{}KB", bytes / 1000)
+    } else {
+        format!("{bytes}B")
+    }
 }
 
-/// As a `static:` policy writes it; Pmax to three decimals, so that 0.001 does not read as 0.
+/// As a `static:` policy writes it; Pmax to three decimals, so that 0.001 does not read as 0,
+/// or to as many as it takes to tell it from its three-decimal rounding (a clamp from 0.0009).
 fn setting(s: &EcnSetting) -> String {
-    format!("{},{},{}", kb(s.kmin_bytes), kb(s.kmax_bytes), (s.pmax * 1000.0).round() / 1000.0)
+    let short = (s.pmax * 1000.0).round() / 1000.0;
+    let pmax = if short == s.pmax { short.to_string() } else { format!("{:.6}", s.pmax) };
+    format!("{},{},{pmax}", kb(s.kmin_bytes), kb(s.kmax_bytes))
 }
 
 fn print_table(source: &str, model: &LearnedModel, recs: &[Recommendation]) {
@@ -222,5 +257,63 @@ fn print_table(source: &str, model: &LearnedModel, recs: &[Recommendation]) {
              the JSON output also compares with static {} (scaled to each port's speed)",
             r.baseline.name
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ecn_datasets::telemetry::QueueKey;
+
+    /// A queue's tail: samples every 100 µs on one setting, the last `last_ns` after the one
+    /// before it.
+    fn tail(samples: usize, last_ns: u64, last_pmax: f64) -> QueueTail {
+        let mut recent = std::collections::VecDeque::new();
+        let mut ts = 0;
+        for i in 0..samples {
+            ts += if i + 1 == samples { last_ns } else { 100_000 };
+            let pmax = if i + 1 == samples { last_pmax } else { 0.2 };
+            recent.push_back(QueueSample {
+                ts_ns: ts,
+                link_bps: 100_000_000_000,
+                tx_bytes: 1_000_000,
+                tx_pkts: 1_000,
+                kmin_bytes: 5_000,
+                kmax_bytes: 200_000,
+                pmax,
+                ..QueueSample::default()
+            });
+        }
+        QueueTail { key: QueueKey::new("s", "p", 3), interval_ns: Some(100_000), last: recent.back().copied(), recent }
+    }
+
+    /// A recording that ends mid-interval (a simulated run stops when its flows are done)
+    /// leaves a short last sample: the model judges the full intervals before it, as long as
+    /// enough of them remain and the setting did not change in it.
+    #[test]
+    fn a_partial_last_interval_is_left_out_where_full_ones_remain() {
+        let covered = |q: &QueueState| q.history.intervals().map(|iv| iv.interval_ns).collect::<Vec<_>>();
+        let q = queue_state(&tail(5, 28_750, 0.2), 3, 0).unwrap();
+        assert_eq!((q.partial_last_ns, covered(&q)), (Some(28_750), vec![100_000; 3]));
+        assert_eq!(q.intervals, 3);
+        // A full last interval, or a poller's jitter, is no partial one.
+        for last_ns in [100_000, 85_000] {
+            let q = queue_state(&tail(5, last_ns, 0.2), 3, 0).unwrap();
+            assert_eq!((q.partial_last_ns, covered(&q)[0]), (None, last_ns));
+        }
+        // Too few samples before it to leave it out, or a new setting in it: it stays, and the
+        // model's interval check then holds the queue.
+        for t in [tail(3, 28_750, 0.2), tail(5, 28_750, 0.5)] {
+            let q = queue_state(&t, 3, 0).unwrap();
+            assert_eq!((q.partial_last_ns, covered(&q)[0]), (None, 28_750));
+        }
+    }
+
+    /// The table shows a clamp of a few bytes, or of Pmax below a thousandth.
+    #[test]
+    fn the_table_shows_a_setting_as_it_is() {
+        assert_eq!(setting(&EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.2 }), "5KB,200KB,0.2");
+        assert_eq!(setting(&EcnSetting { kmin_bytes: 999, kmax_bytes: 80_000, pmax: 0.001 }), "999B,80KB,0.001");
+        assert_eq!(setting(&EcnSetting { kmin_bytes: 2_000, kmax_bytes: 80_000, pmax: 0.0009 }), "2KB,80KB,0.000900");
     }
 }

@@ -12,7 +12,7 @@ use crate::plot;
 use crate::telemetry_input;
 use clap::{Args, ValueEnum};
 use ecn_env::fabric::MIN_INTERVAL;
-use ecn_env::scenario::Scenario;
+use ecn_env::scenario::ScenarioText;
 use ecn_env::tuning::{EpisodeSource, FlowWait, TrainingMix, TuningConfig};
 use ecn_env::Nanos;
 use ecn_models::card::{NetworkSpec, MAX_HIDDEN_LAYERS, MAX_LAYER_WIDTH};
@@ -72,7 +72,8 @@ pub struct TrainArgs {
     /// Seed for network initialization, exploration and episode draws.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Environment steps (decisions for every queue of one fabric) in total.
+    /// Environment steps (decisions for every queue of one fabric) in total, rounded up to
+    /// whole rounds of --envs.
     #[arg(long, default_value_t = 40_000)]
     steps: u64,
     /// Features, action template and reward.
@@ -201,12 +202,16 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         } else {
             // Sampled at the control interval, not the file's own: refused now rather than
             // when its first episode starts, minutes into training.
-            Scenario::load(name, None)?.check_sampled_every(interval)?;
-            sources.push(EpisodeSource::Scenario(name.clone()));
+            let text = ScenarioText::read(name)?;
+            text.load(None)?.check_sampled_every(interval)?;
+            sources.push(EpisodeSource::Scenario(text));
         }
     }
+    let mut eval_scenarios = Vec::new();
     for name in &args.eval_scenario {
-        Scenario::load(name, None)?.check_sampled_every(interval)?;
+        let text = ScenarioText::read(name)?;
+        text.load(None)?.check_sampled_every(interval)?;
+        eval_scenarios.push(text);
     }
     let device = device(&args)?;
     // One libtorch thread: the other cores run simulators.
@@ -214,13 +219,14 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     let tuning = tuning(&args, interval)?;
     let ddqn = learner(&args)?;
     let name = model_name(&args.out);
+    let scenario_files = scenario_files(&sources, &eval_scenarios);
     let cfg = TrainConfig {
         name: name.clone(),
         tuning,
         ddqn,
         sources,
         source_names: args.scenario.clone(),
-        scenario_files: scenario_files(&args)?,
+        scenario_files,
         seed: args.seed,
         steps: args.steps,
         envs: args.envs,
@@ -229,7 +235,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
             Some(n) => n,
             None => (args.steps / 20).max(1),
         },
-        eval_scenarios: args.eval_scenario.clone(),
+        eval_scenarios,
         eval_seeds: args.eval_seed.clone(),
         episode_tail: Nanos::from_millis(2),
         device,
@@ -284,15 +290,21 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
 /// The scenario files `train` reads (not built-in names, nor the training mix), with their
 /// SHA-256: a card names a file by the path as typed, relative to where `train` ran, and the
 /// digest tells whether the file has changed since.
-fn scenario_files(args: &TrainArgs) -> Result<Vec<serde_json::Value>, CliError> {
-    let mut files = Vec::new();
-    for (role, names) in [("training", &args.scenario), ("evaluation", &args.eval_scenario)] {
-        for name in names.iter().filter(|n| *n != TRAINING_MIX && ecn_env::scenario::builtin(n).is_none()) {
-            let sha256 = telemetry_input::sha256(Path::new(name))?;
-            files.push(serde_json::json!({"path": name, "sha256": sha256, "role": role}));
-        }
-    }
-    Ok(files)
+fn scenario_files(sources: &[EpisodeSource], eval_scenarios: &[ScenarioText]) -> Vec<serde_json::Value> {
+    let training = sources.iter().filter_map(|s| match s {
+        EpisodeSource::Scenario(text) => Some(("training", text)),
+        EpisodeSource::Training(_) => None,
+    });
+    let evaluation = eval_scenarios.iter().map(|text| ("evaluation", text));
+    // The digest of the text read, which every episode and evaluation loads: not of the file
+    // read again, which may have changed since.
+    training
+        .chain(evaluation)
+        .filter_map(|(role, text)| {
+            let sha256 = ecn_datasets::digest::sha256_bytes(text.file_text()?.as_bytes());
+            Some(serde_json::json!({"path": text.name(), "sha256": sha256, "role": role}))
+        })
+        .collect()
 }
 
 /// `train --telemetry`: discrete CQL on logged transitions.
@@ -306,6 +318,10 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
     let device = device(args)?;
     let bounds = tuning(args, Nanos(1))?.bounds;
     let opts = args.read.options(Some(&bounds))?;
+    // A file given twice, however spelled (or by overlapping globs), would weigh twice.
+    let spelled: Vec<String> = args.telemetry.iter().map(|p| p.display().to_string()).collect();
+    let identities: Vec<String> = spelled.iter().map(|p| super::file_identity(p)).collect();
+    super::refuse_repeats("--telemetry", &spelled, &identities)?;
     let mut files = Vec::new();
     for path in &args.telemetry {
         let data = telemetry_input::load(path, &opts)?;

@@ -91,10 +91,15 @@ pub fn add_transitions(series: &[QueueSeries], tuning: &TuningConfig, data: &mut
             for (row, iv) in seg.iter().zip(intervals(seg, s.interval_ns.unwrap_or(interval))) {
                 at_interval = if same_interval(iv.interval_ns, interval) { at_interval + 1 } else { 0 };
                 obs.clear();
+                // The intervals this transition observes (fewer than the model's history at the
+                // start of a segment, the rest padded) and the one it is rewarded on.
+                let spans = history.intervals().take(tuning.history).count() + 1;
                 if history.observe(tuning.features, tuning.history, &mut obs) {
                     // Counted, for `train` to refuse a file mostly off its interval (a model
-                    // decides only at its own, `LearnedModel::untrained`).
-                    if at_interval <= tuning.history {
+                    // decides only at its own, `LearnedModel::untrained`). Only intervals there
+                    // are count: a segment's first transitions, padded, used to count as off,
+                    // and a regular file cut into short segments by gaps was refused.
+                    if at_interval < spans {
                         data.off_interval += 1;
                     }
                     let link = BitsPerSec(row.link_bps);
@@ -324,6 +329,28 @@ mod tests {
         let mut data = LoggedData::new(&tuning, 100);
         assert_eq!(add_transitions(&[series(rows, vec![0])], &tuning, &mut data), Ok(2));
         assert_eq!(data.off_template, 2);
+    }
+
+    /// Transitions at the start of a segment observe fewer intervals than the model's history
+    /// (the rest padded): they are not off the interval for that, so a regular file cut into
+    /// short segments by gaps is not taken for one whose poll interval changed. A short last
+    /// interval is.
+    #[test]
+    fn only_intervals_off_the_control_interval_count_as_off() {
+        let tuning = TuningConfig::default();
+        let ok = ActionTemplate::new(tuning.template).settings()[0];
+        // Segments of 4 rows, every 100 µs, then a gap.
+        let rows: Vec<QueueSample> =
+            (0..12u64).map(|i| sample(i * 100_000 + (i / 4) * 1_000_000, ok, 1_000.0)).collect();
+        let mut data = LoggedData::new(&tuning, 100);
+        assert_eq!(add_transitions(&[series(rows.clone(), vec![0, 4, 8])], &tuning, &mut data), Ok(9));
+        assert_eq!(data.off_interval, 0);
+        // The last row 30 µs after the one before: its transition, and only it, is off.
+        let mut short = rows;
+        short[11].ts_ns = short[10].ts_ns + 30_000;
+        let mut data = LoggedData::new(&tuning, 100);
+        assert_eq!(add_transitions(&[series(short, vec![0, 4, 8])], &tuning, &mut data), Ok(9));
+        assert_eq!(data.off_interval, 1);
     }
 
     /// A depth no switch could hold passes the schema (finite, not negative), but its reward

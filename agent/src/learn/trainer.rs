@@ -10,7 +10,7 @@ use crate::policy::Policy;
 use crate::rollout;
 use ecn_datasets::TelemetrySample;
 use ecn_env::fabric::EcnPlan;
-use ecn_env::scenario::Scenario;
+use ecn_env::scenario::{Scenario, ScenarioText};
 use ecn_env::tuning::{ActionTemplate, EpisodeSource, FctMetrics, TuningConfig, TuningEnv};
 use ecn_env::{Baseline, BitsPerSec, Nanos, Simulator};
 use ecn_models::{greedy, Calibration, Checkpoint, ModelCard, QNetwork, TrainingRecord};
@@ -57,8 +57,8 @@ pub struct TrainConfig {
     pub envs: usize,
     /// Environment steps between evaluations.
     pub eval_every: u64,
-    /// Scenarios of the periodic evaluation.
-    pub eval_scenarios: Vec<String>,
+    /// Scenarios of the periodic evaluation, each read once.
+    pub eval_scenarios: Vec<ScenarioText>,
     /// Their seeds (keep them away from the seeds final results are reported on).
     pub eval_seeds: Vec<u64>,
     /// Training episodes stop this long after their arrival window.
@@ -139,7 +139,7 @@ pub fn run_closed_loop(
     let mut envs: Vec<TuningEnv> = Vec::new();
     let mut first = Vec::new();
     for sc in scenarios {
-        let mut env = TuningEnv::new(tuning.clone(), EpisodeSource::Scenario(sc.name.clone()));
+        let mut env = TuningEnv::unsourced(tuning.clone());
         env.keep_telemetry = keep_telemetry;
         let (obs, _) = env.start(sc).map_err(env_err)?;
         first.push(obs);
@@ -170,19 +170,19 @@ pub fn run_closed_loop(
 }
 
 /// Every (scenario, seed) pair of the periodic evaluation.
-fn eval_runs(cfg: &TrainConfig) -> Vec<(String, u64)> {
+fn eval_runs(cfg: &TrainConfig) -> Vec<(ScenarioText, u64)> {
     cfg.eval_scenarios.iter().flat_map(|s| cfg.eval_seeds.iter().map(move |&seed| (s.clone(), seed))).collect()
 }
 
 /// The reference baseline's metrics on the evaluation runs.
-fn reference_metrics(runs: &[(String, u64)]) -> Result<Vec<FctMetrics>, CliError> {
+fn reference_metrics(runs: &[(ScenarioText, u64)]) -> Result<Vec<FctMetrics>, CliError> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = runs
             .iter()
-            .map(|(name, seed)| {
+            .map(|(text, seed)| {
                 let seed = *seed;
                 scope.spawn(move || -> Result<FctMetrics, CliError> {
-                    let sc = Scenario::load(name, Some(seed))?;
+                    let sc = text.load(Some(seed))?;
                     let policy = Policy::Baseline(REFERENCE_BASELINE);
                     let outcome = rollout::simulate(&sc, &policy, &policy.to_string(), None)?;
                     Ok(FctMetrics::of(&outcome.sim))
@@ -194,10 +194,10 @@ fn reference_metrics(runs: &[(String, u64)]) -> Result<Vec<FctMetrics>, CliError
 }
 
 /// The evaluation runs' scenarios, their queues on a learned policy's starting plan.
-fn evaluation_scenarios(runs: &[(String, u64)]) -> Result<Vec<Scenario>, CliError> {
+fn evaluation_scenarios(runs: &[(ScenarioText, u64)]) -> Result<Vec<Scenario>, CliError> {
     runs.iter()
-        .map(|(name, seed)| {
-            let mut sc = Scenario::load(name, Some(*seed))?;
+        .map(|(text, seed)| {
+            let mut sc = text.load(Some(*seed))?;
             sc.fabric.ecn = LEARNED_START;
             Ok(sc)
         })
@@ -290,7 +290,8 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
     let mut replay = ReplayBuffer::new(obs_dim, cfg.ddqn.replay_capacity);
 
     let reference = reference_metrics(&eval_runs(cfg))?;
-    info!(scenarios = ?cfg.eval_scenarios, seeds = ?cfg.eval_seeds, "reference baseline {} measured", REFERENCE_BASELINE.name());
+    let eval_names: Vec<&str> = cfg.eval_scenarios.iter().map(ScenarioText::name).collect();
+    info!(scenarios = ?eval_names, seeds = ?cfg.eval_seeds, "reference baseline {} measured", REFERENCE_BASELINE.name());
 
     // Episode seeds live far from the seeds that evaluation and reports use.
     let mut episode = 0u64;
@@ -432,7 +433,7 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
             "ddqn": cfg.ddqn,
             "parallel_envs": cfg.envs,
             "episode_tail_ns": cfg.episode_tail.0,
-            "eval_scenarios": cfg.eval_scenarios,
+            "eval_scenarios": eval_names,
             "eval_seeds": cfg.eval_seeds,
             "selection": "the evaluation with the lowest FCT cost",
             // CPU and CUDA kernels differ in the last bits, and so do CPUs of different kinds
@@ -447,7 +448,7 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
     let mut card = ModelCard::new(&cfg.name, cfg.tuning.clone(), cfg.ddqn.hidden.clone(), training);
     card.calibration = calibration;
     card.evaluation = serde_json::json!({
-        "scenarios": cfg.eval_scenarios,
+        "scenarios": eval_names,
         "seeds": cfg.eval_seeds,
         "reference": REFERENCE_BASELINE.name(),
         "reference_metrics": reference,
@@ -464,7 +465,8 @@ mod tests {
     /// on the plan `sim` and `eval` give it, not on the scenario's own (hpcc-alibaba).
     #[test]
     fn evaluations_start_where_eval_starts_a_learned_policy() {
-        let runs = [("websearch-50".to_string(), 9001), ("mixed".to_string(), 9002)];
+        let read = |name| ScenarioText::read(name).unwrap();
+        let runs = [(read("websearch-50"), 9001), (read("mixed"), 9002)];
         for sc in evaluation_scenarios(&runs).unwrap() {
             assert_eq!(sc.fabric.ecn, Policy::Explore(crate::explore::Explore::new(1)).plan(), "{}", sc.name);
             assert_ne!(Scenario::load(&sc.name, Some(9001)).unwrap().fabric.ecn, sc.fabric.ecn, "{}", sc.name);

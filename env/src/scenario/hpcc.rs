@@ -129,13 +129,14 @@ impl Scenario {
             // HPCC's BUFFER_SIZE is in MiB.
             fabric.buffer = Bytes((v * 1024.0 * 1024.0) as u64);
         }
-        fabric::check_buffer(&fabric).map_err(|m| err(source, "BUFFER_SIZE", m))?;
         if let Some(v) = whole("PACKET_PAYLOAD_SIZE")? {
             if !MTU_PAYLOAD_BYTES.contains(&v) {
                 return Err(err(source, "PACKET_PAYLOAD_SIZE", format!("{v} must be within {MTU_PAYLOAD_BYTES:?}")));
             }
             fabric.mtu_payload = v;
         }
+        // After the payload size: the headroom the buffer must hold grows with it.
+        fabric::check_buffer(&fabric).map_err(|m| err(source, "BUFFER_SIZE", m))?;
         if let Some(qcn) = num("ENABLE_QCN")?.filter(|&v| v != 1.0) {
             let why = if qcn == 0.0 { "0 is not supported" } else { "must be 1" };
             return Err(err(source, "ENABLE_QCN", format!("{qcn}: {why} (ECN marking is always simulated)")));

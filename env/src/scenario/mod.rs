@@ -400,6 +400,74 @@ pub struct Scenario {
     pub flows: Vec<FlowSpec>,
 }
 
+/// A scenario as named on a command line, read once: a built-in's text, or a file's. Every
+/// seed loaded from it sees that text, whatever happens to the file meanwhile: training loads
+/// its scenarios for every episode for up to an hour, and an edit made meanwhile used to be
+/// trained on while the model card recorded the file as it was at the start (or, left invalid,
+/// ended the training with nothing saved). Files a scenario refers to (CDFs, flow files,
+/// topologies) are read at each load.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScenarioText {
+    name: String,
+    text: std::sync::Arc<str>,
+    kind: TextKind,
+}
+
+/// How a [`ScenarioText`] is parsed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TextKind {
+    Builtin,
+    Toml,
+    HpccConfig,
+}
+
+impl ScenarioText {
+    /// Read a built-in scenario by name, or a scenario file (`.toml`) or HPCC configuration
+    /// (any other file) by path.
+    pub fn read(name_or_path: &str) -> Result<ScenarioText, ScenarioError> {
+        let (text, kind) = if let Some(text) = builtin(name_or_path) {
+            (text.into(), TextKind::Builtin)
+        } else {
+            let path = Path::new(name_or_path);
+            if !path.exists() {
+                let names: Vec<&str> = BUILTIN_SCENARIOS.iter().map(|(n, _)| *n).collect();
+                return Err(err(
+                    name_or_path,
+                    "scenario",
+                    format!("no such file, and not a built-in scenario (built-ins: {})", names.join(", ")),
+                ));
+            }
+            let text = read_text(path).map_err(|e| err(name_or_path, "file", e.to_string()))?;
+            let kind =
+                if path.extension().is_some_and(|e| e == "toml") { TextKind::Toml } else { TextKind::HpccConfig };
+            (text.into(), kind)
+        };
+        Ok(ScenarioText { name: name_or_path.to_string(), text, kind })
+    }
+
+    /// The name or path it was read by.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The text as read: what a digest of the file should cover. `None` for a built-in.
+    pub fn file_text(&self) -> Option<&str> {
+        (self.kind != TextKind::Builtin).then_some(&*self.text)
+    }
+
+    /// The scenario, with an optional seed override.
+    pub fn load(&self, seed: Option<u64>) -> Result<Scenario, ScenarioError> {
+        let dir = Path::new(&self.name).parent().unwrap_or(Path::new("."));
+        match self.kind {
+            TextKind::Builtin => {
+                Scenario::from_toml(&self.text, &format!("builtin:{}", self.name), Path::new("."), seed)
+            }
+            TextKind::Toml => Scenario::from_toml(&self.text, &self.name, dir, seed),
+            TextKind::HpccConfig => Scenario::from_hpcc_config(&self.text, &self.name, dir, seed),
+        }
+    }
+}
+
 impl Scenario {
     /// Refuse to run this scenario sampled every `interval` rather than every `sample_interval`
     /// (checked when it was loaded) if that makes more than [`MAX_TELEMETRY_ROWS`] telemetry
@@ -421,27 +489,10 @@ impl Scenario {
     /// Load a scenario by built-in name or file path, with an optional seed override.
     ///
     /// Files ending in `.toml` are scenario files; any other file is read as an HPCC simulator
-    /// configuration (`config.txt`).
+    /// configuration (`config.txt`). To load one scenario for many seeds, read it once with
+    /// [`ScenarioText::read`].
     pub fn load(name_or_path: &str, seed: Option<u64>) -> Result<Scenario, ScenarioError> {
-        if let Some(text) = builtin(name_or_path) {
-            return Self::from_toml(text, &format!("builtin:{name_or_path}"), Path::new("."), seed);
-        }
-        let path = Path::new(name_or_path);
-        if !path.exists() {
-            let names: Vec<&str> = BUILTIN_SCENARIOS.iter().map(|(n, _)| *n).collect();
-            return Err(err(
-                name_or_path,
-                "scenario",
-                format!("no such file, and not a built-in scenario (built-ins: {})", names.join(", ")),
-            ));
-        }
-        let text = read_text(path).map_err(|e| err(name_or_path, "file", e.to_string()))?;
-        let dir = path.parent().unwrap_or(Path::new("."));
-        if path.extension().is_some_and(|e| e == "toml") {
-            Self::from_toml(&text, name_or_path, dir, seed)
-        } else {
-            Self::from_hpcc_config(&text, name_or_path, dir, seed)
-        }
+        ScenarioText::read(name_or_path)?.load(seed)
     }
 
     /// Parse TOML scenario text. Relative paths inside resolve against `dir`.
@@ -593,16 +644,6 @@ fn resolve(
     if fabric.pfc_shift > 16 {
         return Err(err(source, "switch.pfc_shift", "must be at most 16"));
     }
-    fabric::check_buffer(&fabric).map_err(|m| err(source, "switch.buffer", m))?;
-    // PFC resumes once shared use is `resume_offset` below the pause threshold (REFERENCE.md
-    // §3); an offset past the buffer would keep a paused port paused for good.
-    if fabric.resume_offset > fabric.buffer {
-        return Err(err(
-            source,
-            "switch.resume_offset",
-            format!("{} is larger than the buffer ({})", fabric.resume_offset, fabric.buffer),
-        ));
-    }
     if let Some(e) = sw.ecn.or(bsw.ecn) {
         fabric.ecn = match e {
             toml::Value::Table(table) => {
@@ -665,6 +706,18 @@ fn resolve(
     fabric.mtu_payload = nic.mtu.or(bnic.mtu).unwrap_or(1000);
     if !MTU_PAYLOAD_BYTES.contains(&fabric.mtu_payload) {
         return Err(err(source, "nic.mtu", format!("must be within {MTU_PAYLOAD_BYTES:?} bytes")));
+    }
+    // The headroom the buffer must hold grows with the MTU: checked once the MTU is known (it
+    // was checked at the default MTU, and a jumbo-frame scenario failed only when it ran).
+    fabric::check_buffer(&fabric).map_err(|m| err(source, "switch.buffer", m))?;
+    // PFC resumes once shared use is `resume_offset` below the pause threshold (REFERENCE.md
+    // §3); an offset past the buffer would keep a paused port paused for good.
+    if fabric.resume_offset > fabric.buffer {
+        return Err(err(
+            source,
+            "switch.resume_offset",
+            format!("{} is larger than the buffer ({})", fabric.resume_offset, fabric.buffer),
+        ));
     }
     fabric.nic_wakeup = nic.wakeup.or(bnic.wakeup).unwrap_or_default();
     // The transport timer recovers tail losses. Lossless fabrics should never need it, so it
@@ -867,6 +920,25 @@ mod tests {
             let c = Scenario::load(name, Some(99)).unwrap();
             assert_ne!(a.flows, c.flows, "{name}: the seed must matter");
         }
+    }
+
+    /// A scenario read once loads as read for every seed, whatever is written to its file
+    /// meanwhile (training's episodes used to reread it, and trained on an edit the model card
+    /// never recorded).
+    #[test]
+    fn a_scenario_read_once_loads_as_read() {
+        let dir = tempfile_dir("read-once");
+        let path = dir.join("s.toml");
+        let poisson = "duration = \"1ms\"\n[[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\n";
+        std::fs::write(&path, format!("name = \"before\"\n{poisson}")).unwrap();
+        let text = ScenarioText::read(path.to_str().unwrap()).unwrap();
+        std::fs::write(&path, "bogus = 1\n").unwrap();
+        let loaded = text.load(Some(7)).unwrap();
+        assert_eq!((loaded.name.as_str(), loaded.source.as_str()), ("before", path.to_str().unwrap()));
+        assert_eq!(text.file_text(), Some(format!("name = \"before\"\n{poisson}").as_str()));
+        assert!(Scenario::load(path.to_str().unwrap(), Some(7)).is_err(), "a fresh read sees the edit");
+        assert_eq!(ScenarioText::read("websearch-50").unwrap().file_text(), None, "a built-in is no file");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     /// The TOML parser's own errors (a wrong type, an unknown key) name the key and its table,

@@ -28,7 +28,7 @@ pub use scenarios::TrainingMix;
 
 use crate::ecn::EcnSetting;
 use crate::fabric::{SimError, Simulator};
-use crate::scenario::{Scenario, ScenarioError};
+use crate::scenario::{Scenario, ScenarioError, ScenarioText};
 use crate::units::Nanos;
 use ecn_datasets::TelemetrySample;
 use serde::{Deserialize, Serialize};
@@ -149,8 +149,8 @@ pub enum Space {
 /// Where episodes come from.
 #[derive(Debug, Clone)]
 pub enum EpisodeSource {
-    /// One scenario (a built-in name or file); the reset seed regenerates its flows.
-    Scenario(String),
+    /// One scenario (a built-in or a file, read once); the reset seed regenerates its flows.
+    Scenario(ScenarioText),
     /// A fresh draw of the training distribution per reset seed.
     Training(TrainingMix),
 }
@@ -170,6 +170,9 @@ pub enum EnvError {
     /// `step` before `reset`, or after the episode ended.
     #[error("the episode is not running: call reset")]
     NotRunning,
+    /// `reset` on an environment made for episodes started with `start`.
+    #[error("this environment has no episode source to reset from: start it on a scenario")]
+    NoSource,
 }
 
 /// What `reset` and `step` report beside observations and rewards.
@@ -206,7 +209,7 @@ pub struct Step {
 pub struct TuningEnv {
     cfg: TuningConfig,
     template: ActionTemplate,
-    source: EpisodeSource,
+    source: Option<EpisodeSource>,
     /// Stop an episode this long after its arrival window closes (`None`: run every flow to
     /// completion or the scenario's hard stop).
     pub tail: Option<Nanos>,
@@ -225,11 +228,17 @@ pub struct TuningEnv {
 impl TuningEnv {
     /// An environment over `source`. No episode runs until [`TuningEnv::reset`].
     pub fn new(cfg: TuningConfig, source: EpisodeSource) -> Self {
+        TuningEnv { source: Some(source), ..TuningEnv::unsourced(cfg) }
+    }
+
+    /// An environment whose episodes are started on scenarios already loaded
+    /// ([`TuningEnv::start`]): [`TuningEnv::reset`] has nothing to draw from.
+    pub fn unsourced(cfg: TuningConfig) -> Self {
         let template = ActionTemplate::new(cfg.template);
         TuningEnv {
             cfg,
             template,
-            source,
+            source: None,
             tail: None,
             keep_telemetry: false,
             sim: None,
@@ -244,7 +253,7 @@ impl TuningEnv {
 
     /// Draw later episodes from `source`.
     pub fn set_source(&mut self, source: EpisodeSource) {
-        self.source = source;
+        self.source = Some(source);
     }
 
     /// Start every episode from this template action on every queue instead of the
@@ -298,8 +307,9 @@ impl TuningEnv {
     /// one interval under the initial setting.
     pub fn reset(&mut self, seed: u64) -> Result<(Vec<f32>, StepInfo), EnvError> {
         let scenario = match &self.source {
-            EpisodeSource::Scenario(name) => Scenario::load(name, Some(seed))?,
-            EpisodeSource::Training(mix) => mix.sample(seed)?,
+            Some(EpisodeSource::Scenario(text)) => text.load(Some(seed))?,
+            Some(EpisodeSource::Training(mix)) => mix.sample(seed)?,
+            None => return Err(EnvError::NoSource),
         };
         self.start(scenario)
     }

@@ -94,8 +94,10 @@ impl Reward {
     pub fn with_weights(&self, spec: &str) -> Result<Reward, String> {
         let mut out = *self;
         for (pair, name, value) in crate::units::named_numbers(spec)? {
-            if !(value.is_finite() && value >= 0.0) {
-                return Err(format!("'{pair}': a weight must be finite and at least 0"));
+            // Rewards are f32 for the learner: a weight of 3e38 passed as finite and every
+            // reward, loss and Q-value became infinite, with exit 0.
+            if !(value.is_finite() && (0.0..=MAX_WEIGHT).contains(&value)) {
+                return Err(format!("'{pair}': a weight must be finite and within 0..={MAX_WEIGHT:e}"));
             }
             let slot = match &mut out {
                 Reward::Tuner { utilization, depth, depth_max, pause, drop, marked_idle, change } => match name {
@@ -124,6 +126,10 @@ impl Reward {
     }
 }
 
+/// The largest reward weight: far above any useful one, and far enough below f32's range that
+/// no reward overflows it.
+pub const MAX_WEIGHT: f64 = 1e6;
+
 /// ACC's D(q): 1 − n/10, where n is the first grid step 20 KB·2ⁿ that holds `q`.
 fn acc_queue_score(queue_bytes: f64) -> f64 {
     let n = (0..10).find(|&n| queue_bytes <= (20_000u64 << n) as f64).unwrap_or(10);
@@ -149,7 +155,7 @@ mod tests {
         let Reward::Tuner { utilization, depth, depth_max, marked_idle, .. } = r else { panic!("kind changed") };
         assert_eq!((utilization, depth, depth_max, marked_idle), (3.0, 2.0, 0.2, 40.0));
         assert_eq!(Reward::TUNER.with_weights("").unwrap(), Reward::TUNER);
-        for bad in ["depth", "depth=x", "depth=-1", "depth=inf", "queue=1"] {
+        for bad in ["depth", "depth=x", "depth=-1", "depth=inf", "queue=1", "pause=3e38"] {
             assert!(Reward::TUNER.with_weights(bad).is_err(), "{bad} accepted");
         }
         assert!(Reward::ACC.with_weights("queue=0.7").is_ok());
