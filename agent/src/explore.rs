@@ -42,7 +42,8 @@ impl PartialEq for Anchor {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
             (Anchor::Baseline(a), Anchor::Baseline(b)) => a == b,
-            (Anchor::Model(a), Anchor::Model(b)) => a.path == b.path,
+            // One weights file however spelled, as for `model:` policies.
+            (Anchor::Model(a), Anchor::Model(b)) => crate::policy::same_file(&a.path, &b.path),
             _ => false,
         }
     }

@@ -39,7 +39,7 @@ impl PartialEq for Policy {
 }
 
 /// Whether two paths name one file (as given where either cannot be resolved).
-fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+pub(crate) fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,
@@ -196,6 +196,10 @@ mod tests {
         let around = Policy::parse("explore:9:1:0.8:model:default").unwrap();
         assert_eq!(around.to_string(), "explore:9:1:0.8:model:default");
         assert!(around.model().is_some());
+        // One model however spelled, as an anchor too (`eval --reference` ran it twice).
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/checkpoints/default.safetensors");
+        assert_eq!(around, Policy::parse(&format!("explore:9:1:0.8:model:{file}")).unwrap());
+        assert_ne!(around, Policy::parse("explore:9:1:0.8:model:acc-baseline").unwrap());
         assert_eq!(
             Policy::parse("explore:9:1:0.8:baseline:dcqcn-paper").unwrap().to_string(),
             "explore:9:1:0.8:baseline:dcqcn-paper"

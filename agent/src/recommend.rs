@@ -265,13 +265,28 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
             .filter_map(|(allowed, why)| why.filter(|_| allowed))
             .map(|why| model.untrained_reason(why))
             .collect();
+            // Said with whatever is decided from here on, where the queue's intervals count:
+            // what the flags allowed, and a partial newest sample left out.
+            let finish = |mut rec: Recommendation| {
+                if !allowed.is_empty() {
+                    rec.reason = format!("{} (allowed although {})", rec.reason, allowed.join("; and "));
+                }
+                if let Some(ns) = q.partial_last_ns {
+                    rec.reason = format!(
+                        "{}; from the intervals before its newest sample, which covers {:?} of an interval",
+                        rec.reason,
+                        std::time::Duration::from_nanos(ns)
+                    );
+                }
+                rec
+            };
             if let Some(why) = model.untrained(q.link, &q.history, rates, intervals) {
                 let whence = match why {
                     Untrained::Rate(_) => "there",
                     Untrained::Interval(_) => "from them",
                 };
                 rec.reason = format!("{}; its settings {whence} are untested", model.untrained_reason(why));
-                return rec;
+                return finish(rec);
             }
             // Telemetry that ended well before the rest of its switch's: a queue gone quiet (port
             // down, removed) is no state to act on. Two of its intervals allow for queues polled
@@ -282,28 +297,28 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     "its telemetry ends {} before the newest of its switch's (a queue gone quiet?)",
                     ecn_env::Nanos(q.behind_ns)
                 );
-                return rec;
+                return finish(rec);
             }
             if q.intervals < tuning.history {
                 rec.reason = format!(
                     "only {} unbroken interval(s) of telemetry, the model needs {}",
                     q.intervals, tuning.history
                 );
-                return rec;
+                return finish(rec);
             }
             let mut obs = Vec::new();
             if !q.history.observe(tuning.features, tuning.history, &mut obs) {
                 rec.reason = "no telemetry".into();
-                return rec;
+                return finish(rec);
             }
             if let Some(outside) = model.outside_training(&obs, cfg.ood_margin_std) {
                 rec.reason = format!("out of the training distribution: {outside}");
-                return rec;
+                return finish(rec);
             }
             let qv = model.q_values(&obs);
             if qv.iter().any(|v| !v.is_finite()) {
                 rec.reason = "the model's output is not finite".into();
-                return rec;
+                return finish(rec);
             }
             let choice = (0..qv.len()).max_by(|&a, &b| qv[a].total_cmp(&qv[b])).expect("non-empty template");
             let keep = template.nearest(&current, q.link);
@@ -370,16 +385,7 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                     "the model expects a better reward; the guardrails limited the step".into()
                 };
             }
-            if !allowed.is_empty() {
-                rec.reason = format!("{} (allowed although {})", rec.reason, allowed.join("; and "));
-            }
-            if let Some(ns) = q.partial_last_ns {
-                rec.reason = format!(
-                    "{}; from the intervals before its newest sample, which covers {:?} of an interval",
-                    rec.reason,
-                    std::time::Duration::from_nanos(ns)
-                );
-            }
+            let mut rec = finish(rec);
             // What is recommended (the current setting unless it is a change, a limited step
             // at its nearest template entry) against the baseline, not what the model chose.
             let recommended = template.nearest(&rec.recommended, q.link);

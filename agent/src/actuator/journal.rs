@@ -201,7 +201,7 @@ fn torn(line: &[u8]) -> bool {
 }
 
 impl Journal {
-    /// Every switch the journal's lines name (none for a new journal).
+    /// Every switch the journal's changes name, refusals left out (none for a new journal).
     pub fn switches(&self) -> &std::collections::BTreeSet<String> {
         &self.found.switches
     }
@@ -296,8 +296,7 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
     /// The fields of a line that matter here.
     #[derive(serde::Deserialize)]
     struct Line {
-        /// Not read, but required: a line without it is no event.
-        #[allow(dead_code)]
+        /// Required: a line without it is no event.
         event: String,
         generation: u64,
         confirmed_generation: u64,
@@ -348,9 +347,14 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
         // line whose device write failed is what says the device kept the earlier generation.
         found.last_state = Some((l.generation, l.confirmed_generation));
         found.in_doubt = l.in_doubt_generation;
-        for q in l.queues {
-            if !found.switches.contains(&q.switch) {
-                found.switches.insert(q.switch);
+        // The device's switches, as its changes name them: a refused request names whatever
+        // its sender wrote (one with no lease, naming another switch, made the next start
+        // refuse the journal as another device's).
+        if l.event != "reject" {
+            for q in l.queues {
+                if !found.switches.contains(&q.switch) {
+                    found.switches.insert(q.switch);
+                }
             }
         }
     }

@@ -100,7 +100,8 @@ impl LeaseTable {
                 "no lease_id given: call AcquireWriter first".into()
             } else {
                 format!(
-                    "lease '{lease_id}' is not the writer lease (the role is with controller '{}')",
+                    "lease '{}' is not the writer lease (the role is with controller '{}')",
+                    super::validate::quoted(lease_id),
                     l.controller_id
                 )
             })),

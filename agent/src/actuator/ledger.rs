@@ -6,11 +6,14 @@
 //!   so a number always names one set of settings (the journal and `expected_generation`
 //!   rely on that);
 //! - an apply with a deadline is unconfirmed until confirmed; further applies may stack on
-//!   top of it and move the deadline; a revert returns to the last confirmed generation,
-//!   undoing the whole unconfirmed stack;
+//!   top of it, each with its own deadline, but none moves an earlier one: the stack reverts
+//!   at the earliest deadline among its generations (a later apply with a longer window used
+//!   to extend the earlier change's, and a Confirm after its deadline kept it); a revert
+//!   returns to the last confirmed generation, undoing the whole unconfirmed stack;
 //! - a revert or a rollback produces a confirmed generation (a known-good state by definition),
-//!   so a rollback may only return to a generation that was confirmed: never to one still
-//!   pending, nor to one a revert discarded, as neither passed a health check.
+//!   so a rollback may only return to a generation that was confirmed itself: never to one
+//!   still pending, to one a revert discarded, or to one passed over when a generation above it
+//!   was confirmed (its settings alone were never judged).
 
 use ecn_env::EcnSetting;
 use std::collections::{BTreeMap, BTreeSet};
@@ -49,8 +52,9 @@ pub enum LedgerError {
         /// Oldest generation still kept.
         oldest: u64,
     },
-    /// Rolling back to a generation that never passed a health check: still pending, or
-    /// discarded by a revert or rollback before it was confirmed.
+    /// Rolling back to a generation that never passed a health check: still pending,
+    /// discarded by a revert or rollback before it was confirmed, or confirmed only as part of
+    /// a generation above it.
     #[error("generation {asked} was never confirmed, so it cannot be rolled back to (confirmed is {confirmed})")]
     NeverConfirmed {
         /// Asked for.
@@ -86,12 +90,13 @@ pub struct Confirmed {
 pub struct Ledger {
     current: u64,
     confirmed: u64,
-    /// Generations applied with a deadline since `confirmed`, oldest first.
-    unconfirmed: Vec<u64>,
-    deadline: Option<Deadline>,
+    /// Generations applied with a deadline since `confirmed`, oldest first, with their
+    /// deadlines.
+    unconfirmed: Vec<(u64, Deadline)>,
     history: BTreeMap<u64, Arc<[EcnSetting]>>,
-    /// Kept generations that were discarded unconfirmed.
-    discarded: BTreeSet<u64>,
+    /// Kept generations never confirmed themselves: discarded by a revert, or passed over
+    /// when a generation above them was confirmed.
+    never_confirmed: BTreeSet<u64>,
 }
 
 impl Ledger {
@@ -104,9 +109,8 @@ impl Ledger {
             current: generation,
             confirmed: generation,
             unconfirmed: Vec::new(),
-            deadline: None,
             history,
-            discarded: BTreeSet::new(),
+            never_confirmed: BTreeSet::new(),
         }
     }
 
@@ -125,9 +129,9 @@ impl Ledger {
         self.current + 1
     }
 
-    /// Deadline of the pending unconfirmed stack, if any.
+    /// Deadline of the pending unconfirmed stack, if any: the earliest of its generations'.
     pub fn deadline(&self) -> Option<Deadline> {
-        self.deadline
+        self.unconfirmed.iter().map(|&(_, d)| d).min_by_key(|d| d.at)
     }
 
     /// Settings in effect.
@@ -162,15 +166,12 @@ impl Ledger {
     }
 
     /// Record an applied full set as the next generation. With a deadline it joins the
-    /// unconfirmed stack (and the deadline replaces any earlier one); without, it is confirmed
-    /// at once, together with everything beneath it.
+    /// unconfirmed stack (whose deadline stays the earliest of its generations'); without, it
+    /// is confirmed at once, with everything beneath it in effect.
     pub fn commit(&mut self, settings: Vec<EcnSetting>, deadline: Option<Deadline>) -> u64 {
         let g = self.push(settings);
         match deadline {
-            Some(d) => {
-                self.unconfirmed.push(g);
-                self.deadline = Some(d);
-            }
+            Some(d) => self.unconfirmed.push((g, d)),
             None => self.settle(g),
         }
         g
@@ -183,7 +184,7 @@ impl Ledger {
         if generation == self.confirmed {
             return Ok(Confirmed { previous: self.confirmed, changed: Vec::new(), already: true });
         }
-        if !self.unconfirmed.contains(&generation) {
+        if !self.unconfirmed.iter().any(|&(g, _)| g == generation) {
             if generation == 0 || generation > self.current {
                 return Err(LedgerError::Unknown { asked: generation, current: self.current });
             }
@@ -198,17 +199,16 @@ impl Ledger {
         let changed = diff(&old, &new);
         let previous = self.confirmed;
         self.confirmed = generation;
-        self.unconfirmed.retain(|&g| g > generation);
-        if self.unconfirmed.is_empty() {
-            self.deadline = None;
-        }
+        let passed_over = self.unconfirmed.iter().map(|&(g, _)| g).filter(|&g| g < generation);
+        self.never_confirmed.extend(passed_over);
+        self.unconfirmed.retain(|&(g, _)| g > generation);
         Ok(Confirmed { previous, changed, already: false })
     }
 
     /// The settings of `generation` if a rollback may return to it: kept, and confirmed once.
     pub fn known_good(&self, generation: u64) -> Result<Arc<[EcnSetting]>, LedgerError> {
         let settings = self.settings_of(generation)?;
-        if self.unconfirmed.contains(&generation) || self.discarded.contains(&generation) {
+        if self.unconfirmed.iter().any(|&(g, _)| g == generation) || self.never_confirmed.contains(&generation) {
             return Err(LedgerError::NeverConfirmed { asked: generation, confirmed: self.confirmed });
         }
         Ok(settings)
@@ -221,7 +221,7 @@ impl Ledger {
         let target = target.unwrap_or(self.confirmed);
         let settings = self.known_good(target)?;
         let changed = diff(&self.current_settings(), &settings);
-        self.discarded.extend(self.unconfirmed.drain(..));
+        self.never_confirmed.extend(self.unconfirmed.drain(..).map(|(g, _)| g));
         let g = self.push(settings.to_vec());
         self.settle(g);
         Ok((g, changed))
@@ -237,15 +237,16 @@ impl Ledger {
                 break;
             };
             self.history.remove(&oldest);
-            self.discarded.remove(&oldest);
+            self.never_confirmed.remove(&oldest);
         }
         self.current
     }
 
+    /// Confirm `g`, the current generation; the unconfirmed beneath it were never confirmed
+    /// themselves.
     fn settle(&mut self, g: u64) {
         self.confirmed = g;
-        self.unconfirmed.clear();
-        self.deadline = None;
+        self.never_confirmed.extend(self.unconfirmed.drain(..).map(|(g, _)| g));
     }
 }
 
@@ -305,10 +306,32 @@ mod tests {
         assert_eq!(l.restore(Some(g3)).map(|_| ()), Err(LedgerError::NeverConfirmed { asked: g3, confirmed: g4 }));
         assert_eq!(&*l.known_good(g2).unwrap(), &[s(200)], "confirmed before");
         assert_eq!(&*l.known_good(g4).unwrap(), &[s(200)]);
-        // A stack settled by a confirmed apply was confirmed with it.
+        // A stack settled by a confirmed apply: only the apply on top was confirmed, not the
+        // settings of the generations beneath it on their own (a rollback used to accept them).
         let g5 = l.commit(l.staged(&[(0, s(500))]), dl());
-        l.commit(l.staged(&[(0, s(600))]), None);
-        assert_eq!(&*l.known_good(g5).unwrap(), &[s(500)]);
+        let g6 = l.commit(l.staged(&[(0, s(600))]), None);
+        assert_eq!(l.known_good(g5), Err(LedgerError::NeverConfirmed { asked: g5, confirmed: g6 }));
+        // Nor those beneath a generation confirmed above them.
+        let g7 = l.commit(l.staged(&[(0, s(700))]), dl());
+        let g8 = l.commit(l.staged(&[(0, s(800))]), dl());
+        l.confirm(g8).unwrap();
+        assert_eq!(l.known_good(g7), Err(LedgerError::NeverConfirmed { asked: g7, confirmed: g8 }));
+        assert_eq!(&*l.known_good(g6).unwrap(), &[s(600)]);
+    }
+
+    /// A later apply does not move an earlier one's deadline: the stack reverts at the earliest
+    /// (a 1 h apply on top of a 500 ms one kept it open for an hour, and a late Confirm kept
+    /// it). Once the earlier is confirmed, the later's own deadline is the stack's.
+    #[test]
+    fn the_stack_reverts_at_its_earliest_deadline() {
+        let now = Instant::now();
+        let at = |ms: u64| Deadline { at: now + std::time::Duration::from_millis(ms), unix_ms: ms };
+        let mut l = Ledger::starting_at(1, vec![s(100)]);
+        let g2 = l.commit(l.staged(&[(0, s(200))]), Some(at(500)));
+        l.commit(l.staged(&[(0, s(300))]), Some(at(3_600_000)));
+        assert_eq!(l.deadline(), Some(at(500)));
+        l.confirm(g2).unwrap();
+        assert_eq!(l.deadline(), Some(at(3_600_000)));
     }
 
     #[test]

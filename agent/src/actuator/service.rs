@@ -16,7 +16,7 @@ use super::journal::{unix_ms, Event, EventKind, Journal, QueueEntry};
 use super::lease::{LeaseError, LeaseTable, DEFAULT_TTL, MAX_TTL};
 use super::ledger::{Deadline, Ledger, LedgerError};
 use super::telemetry::Coarsener;
-use super::validate::{check_changes, check_setting, QueueIndex};
+use super::validate::{check_changes, check_setting, quoted, quoted_at_most, QueueIndex};
 use ecn_env::EcnSetting;
 use ecn_proto::v1 as pb;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,6 +28,17 @@ use tracing::{debug, error, info, warn};
 
 /// Longest confirm deadline accepted: an unconfirmed change must not linger for days.
 pub const MAX_CONFIRM_WITHIN: Duration = Duration::from_secs(3600);
+
+/// The most queues of a refused request its journal line records.
+const MAX_REFUSED_QUEUES: usize = 64;
+
+/// The longest `controller_id` accepted, in bytes: a name, quoted in journal lines and in
+/// refusals to other controllers.
+const MAX_NAME_BYTES: usize = 128;
+
+/// The most characters of an Apply's `reason` its journal line keeps (free text; the rest
+/// is cut, not refused).
+const MAX_REASON_CHARS: usize = 1024;
 
 /// How often the journal looks whether the backend has settled a write in doubt.
 const SETTLE_CHECK: Duration = Duration::from_millis(500);
@@ -130,7 +141,10 @@ impl<B: Backend> ActuatorService<B> {
     }
 
     /// Journal a refusal and turn it into the gRPC status.
-    fn reject(&self, st: &mut State, status: Status, queues: Vec<QueueEntry>, controller: Option<&str>) -> Status {
+    fn reject(&self, st: &mut State, status: Status, mut queues: Vec<QueueEntry>, controller: Option<&str>) -> Status {
+        // A refused request's size is its sender's choice: the line keeps the first queues (a
+        // 60 000-entry request without a lease wrote megabytes, synced, per call).
+        queues.truncate(MAX_REFUSED_QUEUES);
         let e = Event::now(EventKind::Reject, st.ledger.current(), st.ledger.confirmed(), queues)
             .detail(format!("{:?}: {}", status.code(), status.message()))
             .controller(controller);
@@ -206,6 +220,12 @@ impl<B: Backend> ActuatorService<B> {
     fn do_acquire(&self, req: pb::AcquireWriterRequest) -> Result<pb::WriterLease, Status> {
         if req.controller_id.trim().is_empty() {
             return Err(Status::invalid_argument("controller_id: must not be empty"));
+        }
+        if req.controller_id.len() > MAX_NAME_BYTES || req.controller_id.chars().any(char::is_control) {
+            return Err(Status::invalid_argument(format!(
+                "controller_id '{}': at most {MAX_NAME_BYTES} bytes, without control characters",
+                quoted(&req.controller_id)
+            )));
         }
         let ttl = match req.ttl_ms {
             0 => DEFAULT_TTL,
@@ -317,7 +337,11 @@ impl<B: Backend> ActuatorService<B> {
         let stacked = st.ledger.confirmed() != st.ledger.current();
         let confirmed_after = if deadline.is_none() && !stacked { generation } else { st.ledger.confirmed() };
         let mut e = Event::now(EventKind::Apply, generation, confirmed_after, self.entries(&changes))
-            .detail(if req.reason.is_empty() { "apply".to_string() } else { req.reason.clone() })
+            .detail(if req.reason.is_empty() {
+                "apply".to_string()
+            } else {
+                quoted_at_most(&req.reason, MAX_REASON_CHARS)
+            })
             .controller(ctl);
         e.confirm_deadline_unix_ms = deadline.map(|d| d.unix_ms);
         // The line goes to disk before the device changes: an actuator killed in between must
@@ -368,7 +392,9 @@ impl<B: Backend> ActuatorService<B> {
         Ok(pb::ApplyResponse {
             generation,
             confirmed: deadline.is_none(),
-            confirm_deadline_unix_ms: deadline.map_or(0, |d| d.unix_ms),
+            // When this change reverts unless confirmed: the stack's earliest deadline, which
+            // may be an earlier apply's.
+            confirm_deadline_unix_ms: deadline.and(st.ledger.deadline()).map_or(0, |d| d.unix_ms),
             landed_ts_ns: times.map_or(0, |t| t.landed_ns),
             in_effect_from_ts_ns: times.map_or(0, |t| t.in_effect_from_ns),
         })
@@ -423,7 +449,11 @@ impl<B: Backend> ActuatorService<B> {
             Err(e) => return Err(self.reject(&mut st, ledger_status(&e), Vec::new(), Some(&ctl))),
         };
         let what = format!("rollback to generation {target}");
-        let reason = if req.reason.is_empty() { what } else { format!("{what}: {}", req.reason) };
+        let reason = if req.reason.is_empty() {
+            what
+        } else {
+            format!("{what}: {}", quoted_at_most(&req.reason, MAX_REASON_CHARS))
+        };
         let generation = self.restore(&mut st, target, &settings, EventKind::Rollback, &reason, Some(&ctl))?;
         // Read after the journal's write, so later than the device's write: the safe side.
         let in_effect_from_ts_ns = self.inner.backend.write_times().map_or(0, |t| t.in_effect_from_ns);
@@ -564,12 +594,14 @@ impl<B: Backend> ActuatorService<B> {
 }
 
 /// A requested change as given on the wire, for the journal (even if it names no known queue).
+/// A requested change as a refusal's journal line records it, its names quoted
+/// ([`quoted`]): the request may come from anyone who can reach the port.
 fn raw_entry(c: &pb::QueueSetting) -> QueueEntry {
     let id = c.id.clone().unwrap_or_default();
     let s = c.setting.unwrap_or_default();
     QueueEntry {
-        switch: id.switch,
-        port: id.port,
+        switch: quoted(&id.switch),
+        port: quoted(&id.port),
         queue: id.queue,
         kmin_bytes: s.kmin_bytes,
         kmax_bytes: s.kmax_bytes,
@@ -1047,6 +1079,28 @@ mod tests {
         let lines = journal_lines(&path);
         assert_eq!(lines.len(), n + 1);
         assert_eq!((lines[n]["generation"].as_u64(), lines[n]["confirmed_generation"].as_u64()), (Some(4), Some(4)));
+    }
+
+    /// What anyone who can reach the port sends without a lease is refused, and its journal
+    /// line neither names the device (a switch name in it made the next start refuse the
+    /// journal as another device's) nor grows with the request (60 000 entries wrote megabytes).
+    #[test]
+    fn a_refused_request_cannot_poison_or_swell_the_journal() {
+        let (_dir, path) = scratch_journal();
+        let (s, _stop) = service_with(false, Some(&path));
+        let mut foreign = apply_req("", 60_000);
+        foreign.changes[0].id.as_mut().unwrap().switch = "evil".into();
+        let many = foreign.changes[0].clone();
+        foreign.changes = vec![many; 60_000];
+        assert_eq!(s.do_apply(foreign).unwrap_err().code(), tonic::Code::PermissionDenied);
+        let lines = journal_lines(&path);
+        assert_eq!(lines[0]["queues"].as_array().unwrap().len(), MAX_REFUSED_QUEUES);
+        assert!(Journal::open(&path).unwrap().switches().is_empty(), "a refusal names no device");
+        // A controller id is a short name without control characters.
+        for id in ["x".repeat(MAX_NAME_BYTES + 1), "a\nINFO forged".to_string()] {
+            let e = s.do_acquire(pb::AcquireWriterRequest { controller_id: id, ttl_ms: 60_000 }).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        }
     }
 
     #[test]

@@ -10,6 +10,34 @@ use ecn_env::EcnSetting;
 use ecn_proto::v1 as pb;
 use std::collections::{HashMap, HashSet};
 
+/// A caller's text as messages, logs and the journal quote it: control characters escaped (a
+/// newline in a controller id forged a log line) and at most [`QUOTED_CHARS`] characters (a
+/// megabyte queue name, echoed in a status message, exceeded gRPC's metadata limit and turned
+/// the refusal into `RESOURCE_EXHAUSTED`).
+pub fn quoted(text: &str) -> String {
+    quoted_at_most(text, QUOTED_CHARS)
+}
+
+/// [`quoted`], keeping up to `max_chars` characters.
+pub fn quoted_at_most(text: &str, max_chars: usize) -> String {
+    let mut out = String::new();
+    for (n, c) in text.chars().enumerate() {
+        if n == max_chars {
+            out.push_str(&format!("…({} bytes)", text.len()));
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The most characters of a caller's text [`quoted`] keeps.
+pub const QUOTED_CHARS: usize = 64;
+
 /// Check one setting for one queue. Returns the first problem found.
 pub fn check_setting(cap: &QueueCap, bounds: &Bounds, s: &EcnSetting) -> Result<(), String> {
     let q = &cap.key;
@@ -88,6 +116,7 @@ pub fn check_changes(
         };
         let key = QueueKey { switch: id.switch.clone(), port: id.port.clone(), queue: id.queue };
         let Some(q) = index.get(&key) else {
+            let key = quoted(&key.to_string());
             return Err(format!("changes[{i}]: unknown queue {key} (switch/port/queue not on this actuator)"));
         };
         let Some(s) = &c.setting else {
@@ -96,7 +125,9 @@ pub fn check_changes(
         if !seen.insert(q) {
             return Err(format!("queue {key}: listed more than once"));
         }
-        let setting = EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax };
+        // −0 is 0, and is written and shown as 0.
+        let pmax = if s.pmax == 0.0 { 0.0 } else { s.pmax };
+        let setting = EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax };
         check_setting(&caps.queues[q], &caps.bounds, &setting)?;
         out.push((q, setting));
     }
@@ -181,5 +212,29 @@ mod tests {
         assert!(err(&[c.clone(), c]).contains("more than once"));
         assert!(err(&[]).contains("changes"));
         assert!(err(&[pb::QueueSetting { id: None, setting: None }]).contains("changes[0].id"));
+    }
+
+    /// A caller's names are quoted bounded and escaped: a megabyte name in a refusal exceeded
+    /// gRPC's metadata limit, a newline forged a log line.
+    #[test]
+    fn a_callers_text_is_quoted_bounded() {
+        let mut huge = change("eth1", 400_000, 1_600_000, 0.2);
+        huge.id.as_mut().unwrap().switch = "x".repeat(3_000_000);
+        let e = err(&[huge]);
+        assert!(e.len() < 300 && e.contains("…(3000007 bytes)"), "{e}");
+        assert_eq!(quoted("a\nINFO forged"), "a\\nINFO forged");
+        assert_eq!(quoted("leaf0"), "leaf0");
+    }
+
+    /// −0 is 0: stored and shown as 0.
+    #[test]
+    fn a_negative_zero_pmax_is_zero() {
+        let caps = caps();
+        let index = QueueIndex::new(&caps);
+        let mut bounds = caps.clone();
+        bounds.bounds.pmax_min = 0.0;
+        let c = change("eth1", 400_000, 1_600_000, -0.0);
+        let out = check_changes(&bounds, &index, &[c]).unwrap();
+        assert!(out[0].1.pmax.is_sign_positive(), "{:?}", out[0].1);
     }
 }

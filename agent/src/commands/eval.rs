@@ -86,7 +86,7 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
     // A repeat would run twice and weigh twice in the mean over scenarios, however spelled
     // (`model:default` and its path; `tiny.toml` and `./tiny.toml`).
     super::refuse_repeats("--policy", &args.policy, &policies)?;
-    let identities: Vec<String> = args.scenario.iter().map(|a| super::scenario_identity(a)).collect();
+    let identities: Vec<std::path::PathBuf> = args.scenario.iter().map(|a| super::scenario_identity(a)).collect();
     super::refuse_repeats("--scenario", &args.scenario, &identities)?;
     // Indices into `policies`.
     let mut references = Vec::new();

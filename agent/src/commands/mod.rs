@@ -23,17 +23,18 @@ use std::time::Duration;
 
 /// What a `--scenario` argument names: the built-in's name, or the file's canonical path (the
 /// argument itself where there is no such file; loading it will say so).
-fn scenario_identity(arg: &str) -> String {
+fn scenario_identity(arg: &str) -> PathBuf {
     if ecn_env::scenario::builtin(arg).is_some() {
-        return format!("builtin:{arg}");
+        return PathBuf::from(format!("builtin:{arg}"));
     }
-    file_identity(arg)
+    file_identity(Path::new(arg))
 }
 
-/// What a file argument names: its canonical path, or the argument itself where there is no
-/// such file (reading it will say so).
-fn file_identity(arg: &str) -> String {
-    std::fs::canonicalize(arg).map_or_else(|_| arg.to_string(), |p| p.display().to_string())
+/// What a file argument names: its canonical path, or the path as given where there is no
+/// such file (reading it will say so). A path, not its text: two names that differ only in
+/// bytes that are not UTF-8 read alike as text.
+fn file_identity(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Refuse an argument of `flag` given twice, as `args` spell them, where `same[i]` is what

@@ -189,9 +189,9 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         return Err(CliError::BadInput("--conservative-alpha: offline only, it needs --telemetry".into()));
     }
     // A repeat would weigh twice: in the episodes drawn, or in checkpoint selection.
-    let identities: Vec<String> = args.scenario.iter().map(|a| super::scenario_identity(a)).collect();
+    let identities: Vec<PathBuf> = args.scenario.iter().map(|a| super::scenario_identity(a)).collect();
     super::refuse_repeats("--scenario", &args.scenario, &identities)?;
-    let identities: Vec<String> = args.eval_scenario.iter().map(|a| super::scenario_identity(a)).collect();
+    let identities: Vec<PathBuf> = args.eval_scenario.iter().map(|a| super::scenario_identity(a)).collect();
     super::refuse_repeats("--eval-scenario", &args.eval_scenario, &identities)?;
     let seeds: Vec<String> = args.eval_seed.iter().map(u64::to_string).collect();
     super::refuse_repeats("--eval-seed", &seeds, &args.eval_seed)?;
@@ -320,7 +320,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
     let opts = args.read.options(Some(&bounds))?;
     // A file given twice, however spelled (or by overlapping globs), would weigh twice.
     let spelled: Vec<String> = args.telemetry.iter().map(|p| p.display().to_string()).collect();
-    let identities: Vec<String> = spelled.iter().map(|p| super::file_identity(p)).collect();
+    let identities: Vec<PathBuf> = args.telemetry.iter().map(|p| super::file_identity(p)).collect();
     super::refuse_repeats("--telemetry", &spelled, &identities)?;
     let mut files = Vec::new();
     for path in &args.telemetry {
