@@ -1043,7 +1043,7 @@ async fn a_model_leaves_queues_sampled_at_another_interval_as_they_are() {
                     .filter_map(|x| x["queue"].as_str())
                     .collect();
                 let every = queues.len() == before.len()
-                    && act.controller_log("model-1ms").contains("has held every queue for 11 rounds");
+                    && act.controller_log("model-1ms").contains("model:default has held every queue for 11 rounds");
                 let metrics = &metrics;
                 async move {
                     let text = if every { http_get(metrics, "/metrics").await? } else { return None };

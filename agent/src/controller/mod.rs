@@ -1009,8 +1009,8 @@ impl ControlLoop {
                 warn!(
                     target = %cfg.target,
                     rounds = self.all_untrained_rounds,
-                    "{} has held every queue for {} rounds: {} (and so on for the rest); while that lasts this run \
-                     changes nothing. A model for this target: `record --target` it, then `train --telemetry` \
+                    "model:{} has held every queue for {} rounds: {} (and so on for the rest); while that lasts this \
+                     run changes nothing. A model for this target: `record --target` it, then `train --telemetry` \
                      (README \"Offline learning and recommendations\")",
                     m.spec,
                     self.all_untrained_rounds,
