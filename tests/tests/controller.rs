@@ -150,6 +150,50 @@ async fn enforce_applies_bounded_settings_and_confirms_them() {
     assert_applied_within_bounds(&log, 32 << 20);
 }
 
+/// A shadow controller reads the settings in effect back (with its lag probe): a change
+/// another writer made and confirmed shows in its gauges within a few seconds. They used to
+/// keep the settings it found at its start, for as long as it ran.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shadow_controller_follows_what_another_writer_changed() {
+    let act = sim_actuator(&[]).await;
+    let metrics = metrics_addr();
+    let mut flags = SHADOW_STATIC.to_vec();
+    flags.extend(["--duration", "60s", "--metrics", &metrics]);
+    let (_shadow, _) = act.controller("shadow", &flags);
+    let kmins = || async { metric_lines(&metrics, "ecn_tuner_queue_kmin_bytes{").await.unwrap_or_default() };
+    let started = std::time::Instant::now();
+    while kmins().await.is_empty() {
+        assert!(started.elapsed() < FABRIC_PATIENCE, "no gauges: {}", act.controller_log("shadow"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let before = kmins().await;
+    let target = (200_000, 800_000, 0.5);
+    act.controller_until(
+        "writer",
+        &enforce_flags(
+            "static:200KB,800KB,0.5",
+            &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "5"],
+        ),
+        "every queue on the writer's setting, confirmed",
+        FABRIC_PATIENCE,
+        || {
+            let act = &act;
+            async move { settled_on(act, target).await.then_some(()) }
+        },
+    )
+    .await;
+    let followed = started.elapsed() + Duration::from_secs(10);
+    loop {
+        let now = kmins().await;
+        if !now.is_empty() && now.iter().all(|l| l.ends_with(" 200000")) {
+            break;
+        }
+        assert!(started.elapsed() < followed, "still {now:?} (at its start {before:?})");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!before.iter().all(|l| l.ends_with(" 200000")), "the writer changed nothing: {before:?}");
+}
+
 /// An actuator restarted under a running controller (an upgrade, `systemctl restart`), here a
 /// simulated one, which starts its fabric afresh on the scenario's settings: the controller
 /// takes the new lease the actuator grants it, reads the settings back, and carries on, so
@@ -1494,6 +1538,34 @@ async fn a_second_signal_exits_without_waiting_for_a_clean_stop() {
     assert!(act.controller_log("impatient").contains("exiting without cleaning up"));
     let journal = act.journal();
     assert!(events(&journal, "confirm").is_empty() && events(&journal, "rollback").is_empty(), "{journal:?}");
+}
+
+/// A clean stop whose rollback fails (the actuator unreachable at that moment) is no clean
+/// stop: the report names the generation left to the actuator's deadline, each of its queues'
+/// decision logs says so, and the exit status is 1. It used to exit 0 with a report whose
+/// applies were neither confirmed nor rolled back, and a warning on stderr alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_that_cannot_roll_back_says_what_it_left() {
+    let act = sim_actuator(&[]).await;
+    let faults = Faults { failed_rollbacks: 1.into(), ..Default::default() };
+    let link = FaultyLink::start(&act.url(), faults).await;
+    let flags = enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "300s", "--health-window", "2000"]);
+    let (child, log) = act.controller_at("left", &link.url(), &flags);
+    eventually("a change pending", FABRIC_PATIENCE, || {
+        let applied = !events(&act.journal(), "apply").is_empty();
+        async move { applied.then_some(()) }
+    })
+    .await;
+    send_signal(child.id(), "TERM");
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", act.controller_log("left"));
+    let generation = events(&act.journal(), "apply")[0]["generation"].as_u64().unwrap();
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(report["left_unconfirmed"], serde_json::json!([generation]), "{report}");
+    assert!(act.controller_log("left").contains(&format!("stopped with generation {generation} unconfirmed")));
+    let why = format!("controller stopping: rolling back generation {generation} failed");
+    assert!(decision_reasons(&log).iter().any(|r| r.starts_with(&why)), "{:?}", decision_reasons(&log));
 }
 
 /// The decision log is rotated the logrotate way: rename the file, then SIGHUP; the controller

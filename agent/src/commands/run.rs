@@ -312,8 +312,22 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
     }
     let report = rt.block_on(controller::run_all(cfg, a.target));
     rt.shutdown_timeout(SHUTDOWN_GRACE);
-    outln!("{}", report_json(&report?, None));
-    Ok(())
+    let report = report?;
+    outln!("{}", report_json(&report, None));
+    left_unconfirmed(&report)
+}
+
+/// A stop that could not roll its unconfirmed change back (the actuator unreachable) is no
+/// clean stop: exit 1, after the report, naming what the actuator's deadline reverts.
+fn left_unconfirmed(r: &controller::RunReport) -> Result<(), CliError> {
+    if r.left_unconfirmed.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = r.left_unconfirmed.iter().map(u64::to_string).collect();
+    Err(CliError::Failed(format!(
+        "stopped with generation {} unconfirmed: its rollback failed, so the actuator reverts it at its confirm deadline",
+        list.join(", ")
+    )))
 }
 
 /// How long the run's tasks get to stop once it is over. Every task it starts is awaited
@@ -325,6 +339,9 @@ fn report_json(r: &controller::RunReport, comparison: Option<serde_json::Value>)
     let mut v = serde_json::json!({
         "rounds": r.rounds, "applies": r.applies, "confirms": r.confirms, "rollbacks": r.rollbacks
     });
+    if !r.left_unconfirmed.is_empty() {
+        v["left_unconfirmed"] = serde_json::json!(r.left_unconfirmed);
+    }
     if let Some(c) = comparison {
         v["comparison"] = c;
     }
@@ -366,7 +383,7 @@ async fn run_embedded(cfg: ControllerConfig, sim: SimOptions, journal: Option<Pa
         .map(|(ours, base)| serde_json::json!({"seed": ours.seed, key: ours, "baseline": base}))
         .collect::<Vec<_>>());
     outln!("{}", report_json(&report, Some(comparison)));
-    Ok(())
+    left_unconfirmed(&report)
 }
 
 /// `ran`: what the first column is ("controlled (POLICY)", or the shadow mode's "as run").
@@ -378,7 +395,8 @@ fn comparison_table(ran: &str, baseline: Baseline, rows: &[(Summary, Summary)]) 
         return out;
     }
     let _ = writeln!(out, "\nFCT slowdown per completed scenario run: {ran} vs baseline:{}", baseline.name());
-    let _ = writeln!(out, "(the first run starts on the baseline until the controller's first change)");
+    // The embedded fabric starts on its scenario's own settings, not on --baseline.
+    let _ = writeln!(out, "(the first run starts on the scenario's own settings until the controller's first change)");
     let _ = writeln!(
         out,
         "{:>6}  {:>17}  {:>17}  {:>17}  {:>13}",

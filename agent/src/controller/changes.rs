@@ -187,6 +187,14 @@ impl ControlLoop {
             }
         };
         self.generation = config.generation;
+        self.take_settings(&config);
+        self.needs_resync = false;
+        self.note_lag(config.telemetry_now_ts_ns);
+        Ok(config)
+    }
+
+    /// Every queue's `current` (and its gauges) as the actuator's `config` says.
+    pub(super) fn take_settings(&mut self, config: &pb::Config) {
         for qs in &config.queues {
             let (Some(id), Some(setting)) = (qs.id.as_ref(), to_setting(qs.setting.as_ref())) else { continue };
             let Some(&i) = self.index.get(&queue_key(id)) else { continue };
@@ -195,9 +203,6 @@ impl ControlLoop {
                 set_queue_metrics(&self.metrics, &self.cfg.target, q);
             }
         }
-        self.needs_resync = false;
-        self.note_lag(config.telemetry_now_ts_ns);
-        Ok(config)
     }
 
     /// Retry a failed read-back; whether the controller's view is in sync again, with no

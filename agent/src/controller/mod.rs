@@ -130,6 +130,9 @@ pub struct RunReport {
     pub confirms: u64,
     /// Rolled-back changes.
     pub rollbacks: u64,
+    /// Generations left unconfirmed at the end: their rollback at shutdown failed (the
+    /// actuator unreachable), so the actuator's confirm deadline reverts them.
+    pub left_unconfirmed: Vec<u64>,
 }
 
 fn to_setting(s: Option<&pb::EcnSetting>) -> Option<EcnSetting> {
@@ -265,6 +268,7 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
                 total.applies += r.applies;
                 total.confirms += r.confirms;
                 total.rollbacks += r.rollbacks;
+                total.left_unconfirmed.extend(r.left_unconfirmed);
             }
             Err(e) => {
                 // One target's fatal error stops the others cleanly (pending changes rolled
@@ -450,8 +454,8 @@ pub async fn run(
 }
 
 /// A lag probe in flight: the stream epoch and the newest `ts_ns` when it was sent, and the
-/// actuator's telemetry clock when it answers.
-type LagProbe = (u64, u64, Instant, tokio::sync::oneshot::Receiver<Result<u64, tonic::Status>>);
+/// actuator's configuration (with its telemetry clock) when it answers.
+type LagProbe = (u64, u64, Instant, tokio::sync::oneshot::Receiver<Result<pb::Config, tonic::Status>>);
 
 /// A change is judged at the latest two intervals before its confirm deadline. A health window
 /// that takes longer than that even at the actuator's fastest telemetry could never be
@@ -852,7 +856,10 @@ impl ControlLoop {
     /// for its telemetry clock and measure the lag, in every mode. While lagging, every
     /// [`LAG_PROBE_MIN`]: the queues count as stale until a probe shows the telemetry caught
     /// up, and it may well have by the next batch. A failed read changes nothing: the
-    /// stream's own staleness covers an actuator that stopped answering.
+    /// stream's own staleness covers an actuator that stopped answering. In shadow mode the
+    /// answer's settings are taken as each queue's current one: nothing else reads them back
+    /// there, and a change made by another writer, outside ecn-tuner or by an actuator
+    /// restart left the gauges and the decision log on settings no longer in effect.
     ///
     /// The read runs beside the loop and is taken up at a later call, so that a slow answer
     /// never holds a decision back (awaited here, it put a busy actuator's round trip into
@@ -866,13 +873,17 @@ impl ControlLoop {
                 Err(tokio::sync::oneshot::error::TryRecvError::Empty) => return,
                 // A stream lost meanwhile (an actuator restart) starts its clock again: an
                 // answer from before says nothing about the new one.
-                Ok(Ok(actuator_now_ns)) if epoch == self.stream_epoch => {
-                    if self.unmeasured_since.is_some_and(|t| sent_at >= t) {
-                        self.unmeasured_since = None;
+                Ok(Ok(config)) => {
+                    if epoch == self.stream_epoch {
+                        if self.unmeasured_since.is_some_and(|t| sent_at >= t) {
+                            self.unmeasured_since = None;
+                        }
+                        self.note_lag_against(config.telemetry_now_ts_ns, newest_at_send);
                     }
-                    self.note_lag_against(actuator_now_ns, newest_at_send)
+                    if self.cfg.mode == Mode::Shadow {
+                        self.take_settings(&config);
+                    }
                 }
-                Ok(Ok(_)) => {}
                 Ok(Err(s)) => {
                     debug!(code = ?s.code(), message = s.message(), "cannot read the actuator's telemetry clock")
                 }
@@ -889,7 +900,7 @@ impl ControlLoop {
         let mut client = self.client.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
-            let answer = client.get_config(pb::GetConfigRequest {}).await.map(|c| c.into_inner().telemetry_now_ts_ns);
+            let answer = client.get_config(pb::GetConfigRequest {}).await.map(tonic::Response::into_inner);
             let _ = tx.send(answer);
         });
         self.lag_probe = Some((self.stream_epoch, self.newest_ts_ns, now, rx));
@@ -1217,7 +1228,21 @@ impl ControlLoop {
                         self.taken_back(&p, resp.into_inner().in_effect_from_ts_ns, "controller stopping")?;
                     }
                     Err(s) => {
-                        warn!(code = ?s.code(), "rollback at shutdown failed; the actuator's deadline will revert it")
+                        warn!(code = ?s.code(), "rollback at shutdown failed; the actuator's deadline will revert it");
+                        // Said where the change's fate is looked for: the report (and the exit
+                        // status) and each queue's decision log.
+                        self.report.left_unconfirmed.push(p.generation);
+                        let why = format!(
+                            "controller stopping: rolling back generation {} failed ({:?}: {}); the actuator reverts it \
+                             at its confirm deadline",
+                            p.generation,
+                            s.code(),
+                            s.message()
+                        );
+                        for (i, _) in &p.previous {
+                            let q = &self.queues[*i];
+                            record(&self.log, &decision(&self.cfg, q, q.current, false, why.clone()))?;
+                        }
                     }
                 }
             }
