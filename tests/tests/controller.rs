@@ -1562,8 +1562,10 @@ async fn a_stop_that_cannot_roll_back_says_what_it_left() {
     assert_eq!(out.status.code(), Some(1), "{stdout}{}", act.controller_log("left"));
     let generation = events(&act.journal(), "apply")[0]["generation"].as_u64().unwrap();
     let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    assert_eq!(report["left_unconfirmed"], serde_json::json!([generation]), "{report}");
-    assert!(act.controller_log("left").contains(&format!("stopped with generation {generation} unconfirmed")));
+    let left = serde_json::json!([{"target": link.url(), "generation": generation}]);
+    assert_eq!(report["left_unconfirmed"], left, "{report}");
+    let said = format!("stopped with generation {generation} on {} unconfirmed", link.url());
+    assert!(act.controller_log("left").contains(&said), "{}", act.controller_log("left"));
     let why = format!("controller stopping: rolling back generation {generation} failed");
     assert!(decision_reasons(&log).iter().any(|r| r.starts_with(&why)), "{:?}", decision_reasons(&log));
 }

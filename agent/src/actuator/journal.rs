@@ -14,12 +14,14 @@
 //!   one, which may stay unconfirmed above a confirmed one);
 //! - `confirmed_generation`: the last confirmed generation after the event;
 //! - `queues`: the settings involved, each `{switch, port, queue, kmin_bytes, kmax_bytes,
-//!   pmax}`: for `apply` and `reject` the requested changes; for `confirm` the queues that
+//!   pmax}`: for `apply` the requested changes, for `reject` the first 64 of them with their
+//!   names quoted (escaped, cut at 64 characters); for `confirm` the queues that
 //!   differ from the previously confirmed generation; for `revert` and `rollback` the queues
 //!   that changed back, with the settings they returned to;
 //! - `detail`: the reason given, the error text, or what happened;
 //! - `controller`: the writer's controller id, when known;
-//! - `confirm_deadline_unix_ms`: for an unconfirmed `apply`, when it reverts;
+//! - `confirm_deadline_unix_ms`: for an unconfirmed `apply`, its own deadline (the stack it
+//!   joins reverts at the earliest deadline among its generations, which may come sooner);
 //! - `in_doubt_generation`: on every line while a failed device write may still land (the
 //!   device did not answer, and the write could not be fenced off): the generation of that
 //!   write. A `revert` line without it follows once the backend has put the settings of the

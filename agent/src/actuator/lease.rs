@@ -25,6 +25,25 @@ pub struct Lease {
     pub expires_unix_ms: u64,
 }
 
+/// The longest `controller_id` an actuator accepts, in bytes: a name, quoted in journal lines
+/// and in refusals to other controllers.
+pub const MAX_CONTROLLER_ID_BYTES: usize = 128;
+
+/// Why `id` is no controller id: empty, longer than [`MAX_CONTROLLER_ID_BYTES`], or holding
+/// control characters (a newline in one forged a line of the actuator's log).
+pub fn check_controller_id(id: &str) -> Result<(), String> {
+    if id.trim().is_empty() {
+        return Err("must not be empty".into());
+    }
+    if id.len() > MAX_CONTROLLER_ID_BYTES || id.chars().any(char::is_control) {
+        return Err(format!(
+            "'{}': at most {MAX_CONTROLLER_ID_BYTES} bytes, without control characters",
+            super::validate::quoted(id)
+        ));
+    }
+    Ok(())
+}
+
 /// Why the role or a change is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LeaseError {

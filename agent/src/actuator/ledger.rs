@@ -131,7 +131,19 @@ impl Ledger {
 
     /// Deadline of the pending unconfirmed stack, if any: the earliest of its generations'.
     pub fn deadline(&self) -> Option<Deadline> {
-        self.unconfirmed.iter().map(|&(_, d)| d).min_by_key(|d| d.at)
+        self.earliest().map(|(_, d)| d)
+    }
+
+    /// The unconfirmed generation whose deadline is the stack's, with it.
+    pub fn earliest(&self) -> Option<(u64, Deadline)> {
+        self.unconfirmed.iter().copied().min_by_key(|(_, d)| d.at)
+    }
+
+    /// Mark generations never confirmed themselves, those still kept (one the history
+    /// forgot needs no mark, and would never be unmarked).
+    fn mark_never_confirmed(&mut self, generations: impl IntoIterator<Item = u64>) {
+        let kept: Vec<u64> = generations.into_iter().filter(|g| self.history.contains_key(g)).collect();
+        self.never_confirmed.extend(kept);
     }
 
     /// Settings in effect.
@@ -199,8 +211,8 @@ impl Ledger {
         let changed = diff(&old, &new);
         let previous = self.confirmed;
         self.confirmed = generation;
-        let passed_over = self.unconfirmed.iter().map(|&(g, _)| g).filter(|&g| g < generation);
-        self.never_confirmed.extend(passed_over);
+        let passed_over: Vec<u64> = self.unconfirmed.iter().map(|&(g, _)| g).filter(|&g| g < generation).collect();
+        self.mark_never_confirmed(passed_over);
         self.unconfirmed.retain(|&(g, _)| g > generation);
         Ok(Confirmed { previous, changed, already: false })
     }
@@ -221,7 +233,8 @@ impl Ledger {
         let target = target.unwrap_or(self.confirmed);
         let settings = self.known_good(target)?;
         let changed = diff(&self.current_settings(), &settings);
-        self.never_confirmed.extend(self.unconfirmed.drain(..).map(|(g, _)| g));
+        let discarded: Vec<u64> = self.unconfirmed.drain(..).map(|(g, _)| g).collect();
+        self.mark_never_confirmed(discarded);
         let g = self.push(settings.to_vec());
         self.settle(g);
         Ok((g, changed))
@@ -246,7 +259,8 @@ impl Ledger {
     /// themselves.
     fn settle(&mut self, g: u64) {
         self.confirmed = g;
-        self.never_confirmed.extend(self.unconfirmed.drain(..).map(|(g, _)| g));
+        let beneath: Vec<u64> = self.unconfirmed.drain(..).map(|(g, _)| g).collect();
+        self.mark_never_confirmed(beneath);
     }
 }
 
@@ -366,5 +380,18 @@ mod tests {
         assert!(l.settings_of(1).is_ok(), "the confirmed generation is never forgotten");
         assert!(matches!(l.settings_of(2), Err(LedgerError::Forgotten { .. })));
         assert_eq!(l.restore(None).unwrap().1, vec![(0, s(100))]);
+    }
+
+    /// Generations the history forgot are not marked never confirmed when passed over: the
+    /// marks stay within the history (they grew with every apply stacked past its bound).
+    #[test]
+    fn marks_stay_within_the_history() {
+        let mut l = Ledger::starting_at(1, vec![s(100)]);
+        for i in 0..(HISTORY_LIMIT as u64 + 10) {
+            l.commit(vec![s(200 + i)], dl());
+        }
+        l.commit(vec![s(1)], None);
+        assert!(l.never_confirmed.len() < HISTORY_LIMIT, "{}", l.never_confirmed.len());
+        assert!(l.never_confirmed.iter().all(|g| l.history.contains_key(g)));
     }
 }

@@ -32,10 +32,6 @@ pub const MAX_CONFIRM_WITHIN: Duration = Duration::from_secs(3600);
 /// The most queues of a refused request its journal line records.
 const MAX_REFUSED_QUEUES: usize = 64;
 
-/// The longest `controller_id` accepted, in bytes: a name, quoted in journal lines and in
-/// refusals to other controllers.
-const MAX_NAME_BYTES: usize = 128;
-
 /// The most characters of an Apply's `reason` its journal line keeps (free text; the rest
 /// is cut, not refused).
 const MAX_REASON_CHARS: usize = 1024;
@@ -203,7 +199,7 @@ impl<B: Backend> ActuatorService<B> {
         let s = Status::unavailable(format!(
             "the confirm deadline of generation {} passed and reverting to generation {} failed on the {} backend; \
              nothing else changes until that revert goes through (it is retried)",
-            st.ledger.current(),
+            st.ledger.earliest().map_or(st.ledger.current(), |(g, _)| g),
             st.ledger.confirmed(),
             self.inner.caps.backend
         ));
@@ -218,14 +214,8 @@ impl<B: Backend> ActuatorService<B> {
     }
 
     fn do_acquire(&self, req: pb::AcquireWriterRequest) -> Result<pb::WriterLease, Status> {
-        if req.controller_id.trim().is_empty() {
-            return Err(Status::invalid_argument("controller_id: must not be empty"));
-        }
-        if req.controller_id.len() > MAX_NAME_BYTES || req.controller_id.chars().any(char::is_control) {
-            return Err(Status::invalid_argument(format!(
-                "controller_id '{}': at most {MAX_NAME_BYTES} bytes, without control characters",
-                quoted(&req.controller_id)
-            )));
+        if let Err(why) = super::lease::check_controller_id(&req.controller_id) {
+            return Err(Status::invalid_argument(format!("controller_id {why}")));
         }
         let ttl = match req.ttl_ms {
             0 => DEFAULT_TTL,
@@ -526,12 +516,18 @@ impl<B: Backend> ActuatorService<B> {
             return true;
         }
         let (current, confirmed) = (st.ledger.current(), st.ledger.confirmed());
+        // The generation whose deadline passed: the stack's earliest, not always the newest.
+        let due = st.ledger.earliest().map_or(current, |(g, _)| g);
         let settings = st.ledger.confirmed_settings();
         let detail = match why {
             Some(w) => format!("{w}: generation {current} was unconfirmed; back to confirmed generation {confirmed}"),
-            None => {
+            None if due == current => {
                 format!("confirm deadline of generation {current} passed; back to confirmed generation {confirmed}")
             }
+            None => format!(
+                "confirm deadline of generation {due} passed (generations up to {current} stacked on it); back to \
+                 confirmed generation {confirmed}"
+            ),
         };
         self.restore(st, confirmed, &settings, EventKind::Revert, &detail, None).is_ok()
     }
@@ -1097,7 +1093,7 @@ mod tests {
         assert_eq!(lines[0]["queues"].as_array().unwrap().len(), MAX_REFUSED_QUEUES);
         assert!(Journal::open(&path).unwrap().switches().is_empty(), "a refusal names no device");
         // A controller id is a short name without control characters.
-        for id in ["x".repeat(MAX_NAME_BYTES + 1), "a\nINFO forged".to_string()] {
+        for id in ["x".repeat(crate::actuator::lease::MAX_CONTROLLER_ID_BYTES + 1), "a\nINFO forged".to_string()] {
             let e = s.do_acquire(pb::AcquireWriterRequest { controller_id: id, ttl_ms: 60_000 }).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
         }

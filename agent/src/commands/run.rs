@@ -114,7 +114,7 @@ pub struct RunArgs {
     /// Name of this controller in the writer lease and the actuator's journal. Default:
     /// `ecn-tuner@HOST/PID`, unique to this process, so that two controllers never share the
     /// writer role by accident; give a fixed name to let a restarted controller take its role
-    /// back at once.
+    /// back at once. At most 128 bytes, without control characters.
     #[arg(long)]
     controller_id: Option<String>,
     /// Let a learned model decide for ports at line rates its card does not list (see the
@@ -258,7 +258,13 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
             .with_thresholds(a.health_thresholds.as_deref().unwrap_or(""))
             .map_err(|e| CliError::BadInput(format!("--health-thresholds {e}")))?,
         quarantine: duration("--min-dwell", &a.min_dwell)? * 10,
-        controller_id: a.controller_id.unwrap_or_else(default_controller_id),
+        controller_id: match a.controller_id {
+            // Refused here, not by the actuator once the fabric is running.
+            Some(id) => crate::actuator::lease::check_controller_id(&id)
+                .map(|()| id)
+                .map_err(|why| CliError::BadInput(format!("--controller-id {why}")))?,
+            None => default_controller_id(),
+        },
         allow_untrained_rates: a.allow_untrained_rates,
         allow_untrained_intervals: a.allow_untrained_intervals,
     };
@@ -323,9 +329,9 @@ fn left_unconfirmed(r: &controller::RunReport) -> Result<(), CliError> {
     if r.left_unconfirmed.is_empty() {
         return Ok(());
     }
-    let list: Vec<String> = r.left_unconfirmed.iter().map(u64::to_string).collect();
+    let list: Vec<String> = r.left_unconfirmed.iter().map(|(t, g)| format!("generation {g} on {t}")).collect();
     Err(CliError::Failed(format!(
-        "stopped with generation {} unconfirmed: its rollback failed, so the actuator reverts it at its confirm deadline",
+        "stopped with {} unconfirmed: its rollback failed, so the actuator reverts it at its confirm deadline",
         list.join(", ")
     )))
 }
@@ -340,7 +346,12 @@ fn report_json(r: &controller::RunReport, comparison: Option<serde_json::Value>)
         "rounds": r.rounds, "applies": r.applies, "confirms": r.confirms, "rollbacks": r.rollbacks
     });
     if !r.left_unconfirmed.is_empty() {
-        v["left_unconfirmed"] = serde_json::json!(r.left_unconfirmed);
+        let left: Vec<serde_json::Value> = r
+            .left_unconfirmed
+            .iter()
+            .map(|(target, generation)| serde_json::json!({"target": target, "generation": generation}))
+            .collect();
+        v["left_unconfirmed"] = serde_json::json!(left);
     }
     if let Some(c) = comparison {
         v["comparison"] = c;

@@ -295,10 +295,16 @@ impl ControlLoop {
         if Instant::now() < p.deadline {
             return false;
         }
+        self.change_gone(p).await
+    }
+
+    /// Whether the actuator, read back, no longer holds pending change `p` (rolled back,
+    /// reverted, or replaced by a later generation); false where it cannot be read.
+    pub(super) async fn change_gone(&mut self, p: &Pending) -> bool {
         match self.resync().await {
             Ok(c) => c.generation != p.generation && c.confirmed_generation != p.generation,
             Err(s) => {
-                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back past a confirm deadline");
+                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back to see whether a change is gone");
                 false
             }
         }

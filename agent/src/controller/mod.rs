@@ -130,9 +130,10 @@ pub struct RunReport {
     pub confirms: u64,
     /// Rolled-back changes.
     pub rollbacks: u64,
-    /// Generations left unconfirmed at the end: their rollback at shutdown failed (the
-    /// actuator unreachable), so the actuator's confirm deadline reverts them.
-    pub left_unconfirmed: Vec<u64>,
+    /// Changes left unconfirmed at the end, as (target, generation): their rollback at
+    /// shutdown failed (the actuator unreachable), so the actuator's confirm deadline reverts
+    /// them.
+    pub left_unconfirmed: Vec<(String, u64)>,
 }
 
 fn to_setting(s: Option<&pb::EcnSetting>) -> Option<EcnSetting> {
@@ -1227,11 +1228,19 @@ impl ControlLoop {
                         count_rollback(&mut self.report, &self.metrics, "shutdown");
                         self.taken_back(&p, resp.into_inner().in_effect_from_ts_ns, "controller stopping")?;
                     }
+                    // The call failed, but the rollback may have happened (a reply lost to the
+                    // call timeout), or the change gone otherwise (another writer took the
+                    // lease): read back before saying it was left.
+                    Err(s) if self.change_gone(&p).await => {
+                        warn!(code = ?s.code(), "the rollback at shutdown got no answer, but the change is gone");
+                        count_rollback(&mut self.report, &self.metrics, "shutdown");
+                        self.taken_back(&p, 0, "controller stopping")?;
+                    }
                     Err(s) => {
                         warn!(code = ?s.code(), "rollback at shutdown failed; the actuator's deadline will revert it");
                         // Said where the change's fate is looked for: the report (and the exit
                         // status) and each queue's decision log.
-                        self.report.left_unconfirmed.push(p.generation);
+                        self.report.left_unconfirmed.push((self.cfg.target.clone(), p.generation));
                         let why = format!(
                             "controller stopping: rolling back generation {} failed ({:?}: {}); the actuator reverts it \
                              at its confirm deadline",
