@@ -306,7 +306,7 @@ fn usage_errors_exit_2() {
     assert_eq!(ecn_tuner(&["frobnicate"]).status.code(), Some(2));
     // A flag the chosen mode would ignore is refused, not dropped.
     let conflict = "cannot be used with";
-    let ignored: [(&[&str], &str); 11] = [
+    let ignored: [(&[&str], &str); 12] = [
         (&["train", "--telemetry", "t.parquet", "--interval", "200us", "--out", "m.safetensors"], conflict),
         (&["train", "--telemetry", "t.parquet", "--eval-seed", "7", "--out", "m.safetensors"], conflict),
         (&["train", "--conservative-alpha", "2", "--out", "m.safetensors"], "--telemetry"),
@@ -328,6 +328,7 @@ fn usage_errors_exit_2() {
         (&["recommend", "--telemetry", "t.parquet", "--token-file", "tok"], conflict),
         (&["recommend", "--target", "http://127.0.0.1:1", "--counters", "cumulative"], "per-interval deltas"),
         (&["run", "--target", "http://127.0.0.1:1", "--mode", "shadow", "--controller-id", "a\nb"], "--controller-id"),
+        (&["run", "--target", "sim", "--mode", "shadow", "--scenario", "no-such.toml"], "--scenario no-such.toml"),
         (&["record", "--scenario", "websearch-50", "--duration", "3s", "--out", "t.parquet"], conflict),
         (
             &["record", "--target", "http://127.0.0.1:1", "--duration", "3s", "--seed", "4", "--out", "t.parquet"],

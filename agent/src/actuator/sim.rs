@@ -160,7 +160,8 @@ impl SimBackend {
                 opts.time_scale
             )));
         }
-        let scenario = Scenario::load(&opts.scenario, opts.seed).map_err(|e| ActuatorError::BadInput(e.to_string()))?;
+        let scenario = Scenario::load(&opts.scenario, opts.seed)
+            .map_err(|e| ActuatorError::BadInput(format!("--scenario {e}")))?;
         let sim = build(&scenario).map_err(ActuatorError::BadInput)?;
         let caps = BackendCaps { telemetry_time_scale: opts.time_scale, ..capabilities(&sim) };
         for s in &opts.storms {
