@@ -53,6 +53,22 @@ async fn settled_on(act: &Actuator, target: (u64, u64, f64)) -> bool {
     on_target && act.last_change_confirmed()
 }
 
+/// Run an enforce controller named `name` under `policy`, a static setting every queue steps
+/// to without delay (`target`), until every queue is on it, confirmed; its decision log.
+async fn enforce_until_settled(
+    act: &Actuator,
+    name: &str,
+    policy: &str,
+    target: (u64, u64, f64),
+) -> std::path::PathBuf {
+    let flags = enforce_flags(policy, &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "5"]);
+    let settled = || async move { settled_on(act, target).await.then_some(()) };
+    let (log, ()) = act
+        .controller_until(name, &flags, "every queue on the policy's setting, confirmed", FABRIC_PATIENCE, settled)
+        .await;
+    log
+}
+
 /// A free loopback address for a controller's `--metrics`.
 fn metrics_addr() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -126,21 +142,7 @@ async fn shadow_over_a_full_scenario_makes_no_writes() {
 async fn enforce_applies_bounded_settings_and_confirms_them() {
     let act = sim_actuator(&[]).await;
     let target = (100_000, 400_000, 0.5);
-    let (log, ()) = act
-        .controller_until(
-            "enforce",
-            &enforce_flags(
-                "static:100KB,400KB,0.5",
-                &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "5"],
-            ),
-            "every queue on the policy's setting, confirmed",
-            FABRIC_PATIENCE,
-            || {
-                let act = &act;
-                async move { settled_on(act, target).await.then_some(()) }
-            },
-        )
-        .await;
+    let log = enforce_until_settled(&act, "enforce", "static:100KB,400KB,0.5", target).await;
     // Step limits take it there in two moves: 400→200→100 KB, 1600→800→400 KB.
     let journal = act.journal();
     assert!(events(&journal, "confirm").len() >= 2, "{journal:?}");
@@ -168,20 +170,7 @@ async fn a_shadow_controller_follows_what_another_writer_changed() {
     }
     let before = kmins().await;
     let target = (200_000, 800_000, 0.5);
-    act.controller_until(
-        "writer",
-        &enforce_flags(
-            "static:200KB,800KB,0.5",
-            &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "5"],
-        ),
-        "every queue on the writer's setting, confirmed",
-        FABRIC_PATIENCE,
-        || {
-            let act = &act;
-            async move { settled_on(act, target).await.then_some(()) }
-        },
-    )
-    .await;
+    enforce_until_settled(&act, "writer", "static:200KB,800KB,0.5", target).await;
     let followed = started.elapsed() + Duration::from_secs(10);
     loop {
         let now = kmins().await;

@@ -134,8 +134,12 @@ impl Ledger {
         self.earliest().map(|(_, d)| d)
     }
 
-    /// The unconfirmed generation whose deadline is the stack's, with it.
-    pub fn earliest(&self) -> Option<(u64, Deadline)> {
+    /// The unconfirmed generation whose deadline is the stack's: the one a revert is for.
+    pub fn due(&self) -> Option<u64> {
+        self.earliest().map(|(g, _)| g)
+    }
+
+    fn earliest(&self) -> Option<(u64, Deadline)> {
         self.unconfirmed.iter().copied().min_by_key(|(_, d)| d.at)
     }
 

@@ -199,7 +199,7 @@ impl<B: Backend> ActuatorService<B> {
         let s = Status::unavailable(format!(
             "the confirm deadline of generation {} passed and reverting to generation {} failed on the {} backend; \
              nothing else changes until that revert goes through (it is retried)",
-            st.ledger.earliest().map_or(st.ledger.current(), |(g, _)| g),
+            st.ledger.due().unwrap_or(st.ledger.current()),
             st.ledger.confirmed(),
             self.inner.caps.backend
         ));
@@ -517,7 +517,7 @@ impl<B: Backend> ActuatorService<B> {
         }
         let (current, confirmed) = (st.ledger.current(), st.ledger.confirmed());
         // The generation whose deadline passed: the stack's earliest, not always the newest.
-        let due = st.ledger.earliest().map_or(current, |(g, _)| g);
+        let due = st.ledger.due().unwrap_or(current);
         let settings = st.ledger.confirmed_settings();
         let detail = match why {
             Some(w) => format!("{w}: generation {current} was unconfirmed; back to confirmed generation {confirmed}"),
@@ -589,8 +589,8 @@ impl<B: Backend> ActuatorService<B> {
     }
 }
 
-/// A requested change as given on the wire, for the journal (even if it names no known queue).
-/// A requested change as a refusal's journal line records it, its names quoted
+/// A requested change as a refusal's journal line records it (even if it names no known
+/// queue), its names quoted
 /// ([`quoted`]): the request may come from anyone who can reach the port.
 fn raw_entry(c: &pb::QueueSetting) -> QueueEntry {
     let id = c.id.clone().unwrap_or_default();

@@ -9,7 +9,7 @@ use crate::recommend::{self, Decision, QueueState, RecommendConfig, Recommendati
 use crate::telemetry_input::{self, QueueTail};
 use clap::Args;
 use ecn_datasets::io::TelemetryWriter;
-use ecn_datasets::telemetry::{counted, QueueSample};
+use ecn_datasets::telemetry::counted;
 use ecn_env::tuning::QueueHistory;
 use ecn_env::{BitsPerSec, EcnSetting};
 use std::path::PathBuf;
@@ -164,20 +164,22 @@ fn queue_state(t: &QueueTail, history: usize, newest_ns: u64) -> Option<QueueSta
     // Without a known interval there is no rate to compute: the history stays empty and the
     // recommendation is to keep.
     let intervals = if let Some(interval_ns) = t.interval_ns {
-        let mut run: Vec<QueueSample> = t.recent.iter().copied().collect();
-        let covered: Vec<u64> = telemetry_input::intervals(&run, interval_ns).map(|iv| iv.interval_ns).collect();
-        if let ([.., before, newest], [.., covered_last]) = (&run[..], &covered[..]) {
-            let partial = covered_last.saturating_mul(5) < interval_ns.saturating_mul(4);
-            if partial && run.len() > history && telemetry_input::setting(before) == telemetry_input::setting(newest) {
-                partial_last_ns = Some(*covered_last);
+        // Each interval depends only on its sample and the one before: leaving the newest out
+        // leaves the others as they are.
+        let mut run: Vec<_> = telemetry_input::intervals(&t.recent, interval_ns).collect();
+        if let [.., before, newest] = &run[..] {
+            let partial = newest.interval_ns.saturating_mul(5) < interval_ns.saturating_mul(4);
+            if partial && run.len() > history && before.setting() == newest.setting() {
+                partial_last_ns = Some(newest.interval_ns);
                 run.pop();
             }
         }
         let timing_only = run.len().saturating_sub(history);
-        for iv in telemetry_input::intervals(&run, interval_ns).skip(timing_only) {
+        let observed = run.len() - timing_only;
+        for iv in run.into_iter().skip(timing_only) {
             h.push(iv, history);
         }
-        run.len() - timing_only
+        observed
     } else {
         0
     };
@@ -263,7 +265,7 @@ fn print_table(source: &str, model: &LearnedModel, recs: &[Recommendation]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ecn_datasets::telemetry::QueueKey;
+    use ecn_datasets::telemetry::{QueueKey, QueueSample};
 
     /// A queue's tail: samples every 100 µs on one setting, the last `last_ns` after the one
     /// before it.

@@ -195,24 +195,23 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     super::refuse_repeats("--eval-scenario", &args.eval_scenario, &identities)?;
     let seeds: Vec<String> = args.eval_seed.iter().map(u64::to_string).collect();
     super::refuse_repeats("--eval-seed", &seeds, &args.eval_seed)?;
+    // Sampled at the control interval, not the file's own: refused now rather than when its
+    // first episode or evaluation starts, minutes into training.
+    let read_checked = |name: &str| -> Result<ScenarioText, CliError> {
+        let text = ScenarioText::read(name)?;
+        text.load(None)?.check_sampled_every(interval)?;
+        Ok(text)
+    };
     let mut sources = Vec::new();
     for name in &args.scenario {
         if name == TRAINING_MIX {
             sources.push(EpisodeSource::Training(TrainingMix::default()));
         } else {
-            // Sampled at the control interval, not the file's own: refused now rather than
-            // when its first episode starts, minutes into training.
-            let text = ScenarioText::read(name)?;
-            text.load(None)?.check_sampled_every(interval)?;
-            sources.push(EpisodeSource::Scenario(text));
+            sources.push(EpisodeSource::Scenario(read_checked(name)?));
         }
     }
-    let mut eval_scenarios = Vec::new();
-    for name in &args.eval_scenario {
-        let text = ScenarioText::read(name)?;
-        text.load(None)?.check_sampled_every(interval)?;
-        eval_scenarios.push(text);
-    }
+    let eval_scenarios: Vec<ScenarioText> =
+        args.eval_scenario.iter().map(|name| read_checked(name)).collect::<Result<_, _>>()?;
     let device = device(&args)?;
     // One libtorch thread: the other cores run simulators.
     tch::set_num_threads(1);
