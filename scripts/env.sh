@@ -4,21 +4,57 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/ecn-tuner/target}"
 # Property tests draw their cases from a fixed seed, so that every test run is the same run;
 # set PROPTEST_RNG_SEED to explore other cases.
 export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-1}"
-if ! command -v cargo >/dev/null 2>&1; then
+
+# Debian packages, installed where this runs as root with apt-get; false where it cannot.
+ecn_apt_install() {
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 1
+  # A failing third-party repository fails `update` but not the install from Debian's own.
+  apt-get update -qq || echo "warning: apt-get update failed; installing from the package lists at hand" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# Rust 1.95 or newer (Cargo.toml's rust-version: the locked dependencies need it), said before
+# a build fails deep in a dependency. A distribution's older cargo on PATH does not hide a
+# rustup toolchain in ~/.cargo/bin (a shell that never read ~/.profile has only the former);
+# where neither will do and rustup is not here, rustup installs the stable toolchain.
+ecn_rust_new_enough() {
+  local v
+  v="$(rustc --version 2>/dev/null | awk '{print $2}')"
+  [ -n "$v" ] && command -v cargo >/dev/null 2>&1 && printf '%s\n%s\n' 1.95.0 "${v%%-*}" | sort -V -C
+}
+if ! ecn_rust_new_enough; then
   for d in "$HOME/.cargo/bin" /usr/local/cargo/bin; do
-    [ -x "$d/cargo" ] && export PATH="$d:$PATH" && break
+    if [ -x "$d/cargo" ] && PATH="$d:$PATH" ecn_rust_new_enough; then
+      export PATH="$d:$PATH"
+      break
+    fi
   done
 fi
-if ! command -v cargo >/dev/null 2>&1; then
-  echo "error: cargo not found. Install Rust 1.95 or newer (https://rustup.rs) and rerun." >&2
+if ! ecn_rust_new_enough && ! command -v rustup >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/rustup" ]; then
+  echo "installing Rust (rustup's stable toolchain, with rustfmt and clippy) into ~/.cargo and ~/.rustup; this happens once" >&2
+  if command -v curl >/dev/null 2>&1 \
+    && curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs \
+    | sh -s -- -y --no-modify-path --profile minimal -c rustfmt,clippy >&2; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+fi
+if ! ecn_rust_new_enough; then
+  if command -v cargo >/dev/null 2>&1; then
+    echo "error: Rust $(rustc --version 2>/dev/null | awk '{print $2}') is too old; ecn-tuner needs 1.95 or newer (rustup update)." >&2
+  else
+    echo "error: cargo not found and rustup could not install it (it needs curl and https://sh.rustup.rs)." \
+      "Install Rust 1.95 or newer (https://rustup.rs) and rerun." >&2
+  fi
   exit 1
 fi
-# The locked dependencies need Rust 1.95 (Cargo.toml's rust-version): say so before a build
-# fails deep in a dependency.
-ecn_rustc="$(rustc --version 2>/dev/null | awk '{print $2}')"
-if ! printf '%s\n%s\n' 1.95.0 "${ecn_rustc%%-*}" | sort -V -C; then
-  echo "error: Rust ${ecn_rustc:-?} is too old; ecn-tuner needs 1.95 or newer (rustup update)." >&2
-  exit 1
+# The build compiles C and C++ (libtorch's bindings, ring, zstd) and links with cc.
+if ! command -v cc >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
+  echo "installing a C and C++ compiler (Debian package build-essential); this happens once" >&2
+  ecn_apt_install build-essential || true
+  if ! command -v cc >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
+    echo "error: no C or C++ compiler (cc, c++); install one (Debian/Ubuntu: sudo apt-get install build-essential) and rerun." >&2
+    exit 1
+  fi
 fi
 mkdir -p "$CARGO_TARGET_DIR"
 
@@ -32,8 +68,19 @@ if [ -z "${ECN_TUNER_LOCK_HELD:-}" ] && command -v flock >/dev/null 2>&1; then
     echo "waiting for another ecn-tuner script using $CARGO_TARGET_DIR to finish" >&2
     flock "$ecn_lock_fd"
   fi
-  export ECN_TUNER_LOCK_HELD=1
+  export ECN_TUNER_LOCK_HELD=1 ECN_TUNER_LOCK_FD="$ecn_lock_fd"
 fi
+
+# Run a command without the hold: for tests, whose children (a redis-server, controllers) could
+# outlive a test binary killed mid-run and keep the hold, and every later script waiting, for ever.
+ecn_without_lock() {
+  if [ -n "${ECN_TUNER_LOCK_FD:-}" ]; then
+    local fd="$ECN_TUNER_LOCK_FD"
+    "$@" {fd}>&-
+  else
+    "$@"
+  fi
+}
 
 # Cargo decides whether a workspace crate is fresh from the modification times of the files
 # its last build read, at that build's paths. Built last from another checkout (a CI clone, a
@@ -59,9 +106,28 @@ fi
 # libtorch for tch: PyTorch 2.13.0 from PyPI in a virtualenv cached outside the checkout
 # (tch 0.26 checks the version). torch-sys finds it through LIBTORCH_USE_PYTORCH, and the
 # crates that link it (models, agent) bake its lib directory into their rpath (their build.rs).
-export ECN_TUNER_TORCH_VENV="${ECN_TUNER_TORCH_VENV:-$HOME/.cache/ecn-tuner/torch-venv}"
-if ! "$ECN_TUNER_TORCH_VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then
+ECN_TUNER_TORCH_VENV="${ECN_TUNER_TORCH_VENV:-$HOME/.cache/ecn-tuner/torch-venv}"
+# Absolute: torch-sys runs its python from its own build directory.
+case "$ECN_TUNER_TORCH_VENV" in /*) ;; *) ECN_TUNER_TORCH_VENV="$PWD/$ECN_TUNER_TORCH_VENV" ;; esac
+export ECN_TUNER_TORCH_VENV
+ecn_torch_ok() {
+  "$ECN_TUNER_TORCH_VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null
+}
+if ! ecn_torch_ok; then
+  # Checkouts with other target directories share the venv: one installs at a time, and the
+  # others find it done.
+  mkdir -p "$(dirname "$ECN_TUNER_TORCH_VENV")"
+  if command -v flock >/dev/null 2>&1; then
+    exec {ecn_venv_lock_fd}>"$ECN_TUNER_TORCH_VENV.lock"
+    flock -n "$ecn_venv_lock_fd" || { echo "waiting for another ecn-tuner script installing PyTorch into $ECN_TUNER_TORCH_VENV" >&2; flock "$ecn_venv_lock_fd"; }
+  fi
+fi
+if ! ecn_torch_ok; then
   # PyTorch 2.13.0 has wheels for Python 3.10 and newer only.
+  if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    echo "installing python3 with its venv module (Debian packages python3, python3-venv); this happens once" >&2
+    ecn_apt_install python3 python3-venv || true
+  fi
   if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
     echo "error: PyTorch 2.13.0 (libtorch for tch) needs Python 3.10 or newer; python3 is" \
       "$(python3 --version 2>&1 || echo missing)" >&2
@@ -84,6 +150,21 @@ if ! "$ECN_TUNER_TORCH_VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__
   python3 -m venv "${ecn_venv_flags[@]}" "$ECN_TUNER_TORCH_VENV" || { echo "error: python3 -m venv failed; install python3-venv" >&2; exit 1; }
   "$ECN_TUNER_TORCH_VENV/bin/pip" install --quiet torch==2.13.0 || { echo "error: pip install torch==2.13.0 failed" >&2; exit 1; }
 fi
+if [ -n "${ecn_venv_lock_fd:-}" ]; then
+  exec {ecn_venv_lock_fd}>&-
+  unset ecn_venv_lock_fd
+fi
 export VIRTUAL_ENV="$ECN_TUNER_TORCH_VENV"
 export PATH="$ECN_TUNER_TORCH_VENV/bin:$PATH"
 export LIBTORCH_USE_PYTORCH=1
+# torch-sys asks the venv's python where libtorch is, but reruns only when its own variables
+# change: a venv moved, or remade for another Python (lib/python3.X/...), would leave builds
+# linking, and binaries' rpath pointing, at a folder that is gone. Such builds are redone.
+ecn_torch_lib="$("$ECN_TUNER_TORCH_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch/lib"
+for ecn_profile in "$CARGO_TARGET_DIR"/*/; do
+  if grep -h '^cargo:rustc-link-search=native=.*/torch/lib$' "$ecn_profile"build/torch-sys-*/output 2>/dev/null \
+    | grep -qvxF "cargo:rustc-link-search=native=$ecn_torch_lib"; then
+    echo "libtorch moved to $ecn_torch_lib: rebuilding torch-sys in $ecn_profile" >&2
+    rm -rf "$ecn_profile"build/torch-sys-* "$ecn_profile".fingerprint/torch-sys-*
+  fi
+done
