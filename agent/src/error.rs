@@ -31,6 +31,14 @@ impl CliError {
             CliError::Failed(m) => CliError::Failed(name(m)),
         }
     }
+
+    /// The same error and exit code, with `more` said after its message.
+    pub fn and(self, more: &str) -> CliError {
+        match self {
+            CliError::BadInput(m) => CliError::BadInput(format!("{m}; {more}")),
+            CliError::Failed(m) => CliError::Failed(format!("{m}; {more}")),
+        }
+    }
 }
 
 impl From<ecn_env::scenario::ScenarioError> for CliError {

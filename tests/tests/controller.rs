@@ -1342,6 +1342,30 @@ async fn a_failed_target_stops_the_others_cleanly() {
     assert!(rollback[0]["detail"].as_str().unwrap().contains("never confirmed"), "{}", rollback[0]);
 }
 
+/// One controller, two actuators: one dies, and the survivor's rollback fails on the way. The
+/// error that ends the run says what it left to the survivor's deadline (it named the lost
+/// target alone: the other loop's report was dropped with it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_target_does_not_hide_what_another_left() {
+    let (a, b) = (sim_actuator(&[]).await, sim_actuator(&[]).await);
+    let link = FaultyLink::start(&a.url(), Faults { failed_rollbacks: 1.into(), ..Default::default() }).await;
+    let mut args = enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "300s", "--health-window", "2000"]);
+    let url_b = b.url();
+    args.extend(["--target", url_b.as_str()]);
+    let (child, _) = a.controller_at("pair-left", &link.url(), &args);
+    a.wait_for_event("apply", Duration::from_secs(60)).await;
+    b.wait_for_event("apply", Duration::from_secs(60)).await;
+    drop(b);
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await;
+    let out = out.unwrap_or_else(|_| panic!("still running after losing a target: {}", a.controller_log("pair-left")));
+    assert_eq!(out.unwrap().status.code(), Some(1));
+    let generation = events(&a.journal(), "apply")[0]["generation"].as_u64().unwrap();
+    let said = format!("generation {generation} on {} unconfirmed", link.url());
+    let log = a.controller_log("pair-left");
+    let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    assert!(last.contains(&url_b) && last.contains(&said), "{log}");
+}
+
 /// One controller, two actuators, and nothing to write: every queue is already where the policy
 /// wants it, so no change is pending when one actuator dies. The controller still notices: once
 /// the writer lease it can no longer renew has lapsed, it stops both targets and exits 1,

@@ -326,14 +326,10 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
 /// A stop that could not roll its unconfirmed change back (the actuator unreachable) is no
 /// clean stop: exit 1, after the report, naming what the actuator's deadline reverts.
 fn left_unconfirmed(r: &controller::RunReport) -> Result<(), CliError> {
-    if r.left_unconfirmed.is_empty() {
-        return Ok(());
+    match r.left_unconfirmed_said() {
+        Some(left) => Err(CliError::Failed(left)),
+        None => Ok(()),
     }
-    let list: Vec<String> = r.left_unconfirmed.iter().map(|(t, g)| format!("generation {g} on {t}")).collect();
-    Err(CliError::Failed(format!(
-        "stopped with {} unconfirmed: its rollback failed, so the actuator reverts it at its confirm deadline",
-        list.join(", ")
-    )))
 }
 
 /// How long the run's tasks get to stop once it is over. Every task it starts is awaited

@@ -288,20 +288,27 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
 
 /// The scenario files `train` reads (not built-in names, nor the training mix), with their
 /// SHA-256: a card names a file by the path as typed, relative to where `train` ran, and the
-/// digest tells whether the file has changed since.
+/// digest tells whether the file has changed since. The files a scenario refers to (CDFs,
+/// flow files, topologies) follow it, with `read_by` naming it.
 fn scenario_files(sources: &[EpisodeSource], eval_scenarios: &[ScenarioText]) -> Vec<serde_json::Value> {
     let training = sources.iter().filter_map(|s| match s {
         EpisodeSource::Scenario(text) => Some(("training", text)),
         EpisodeSource::Training(_) => None,
     });
     let evaluation = eval_scenarios.iter().map(|text| ("evaluation", text));
-    // The digest of the text read, which every episode and evaluation loads: not of the file
-    // read again, which may have changed since.
+    // The digests of the texts read, which every episode and evaluation loads: not of the
+    // files read again, which may have changed since.
+    let sha256 = |text: &str| ecn_datasets::digest::sha256_bytes(text.as_bytes());
     training
         .chain(evaluation)
-        .filter_map(|(role, text)| {
-            let sha256 = ecn_datasets::digest::sha256_bytes(text.file_text()?.as_bytes());
-            Some(serde_json::json!({"path": text.name(), "sha256": sha256, "role": role}))
+        .flat_map(|(role, text)| {
+            let own =
+                text.file_text().map(|t| serde_json::json!({"path": text.name(), "sha256": sha256(t), "role": role}));
+            let referenced = text.referenced_files().into_iter().map(move |(path, t)| {
+                let path = path.display().to_string();
+                serde_json::json!({"path": path, "sha256": sha256(&t), "role": role, "read_by": text.name()})
+            });
+            own.into_iter().chain(referenced)
         })
         .collect()
 }
@@ -550,4 +557,35 @@ fn write_curve_csv(path: &Path, curve: &[trainer::CurvePoint]) -> Result<(), Cli
         ));
     }
     std::fs::write(path, s).map_err(|e| CliError::Failed(format!("{}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A card lists the files a scenario referred to after the scenario itself, by their path
+    /// and the digest of the text training read, naming the scenario that read them.
+    #[test]
+    fn a_card_lists_the_files_a_scenario_refers_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let cdf = "1 0\n1000 50\n10000 100\n";
+        std::fs::write(dir.path().join("mine.cdf"), cdf).unwrap();
+        let scenario = dir.path().join("s.toml");
+        let toml = "duration = \"1ms\"\n[[workload]]\nkind = \"poisson\"\ncdf = \"mine.cdf\"\nload = 0.5\n";
+        std::fs::write(&scenario, toml).unwrap();
+        let text = ScenarioText::read(scenario.to_str().unwrap()).unwrap();
+        text.load(None).unwrap();
+        std::fs::write(dir.path().join("mine.cdf"), "edited later").unwrap();
+        let sha256 = |t: &str| ecn_datasets::digest::sha256_bytes(t.as_bytes());
+        let name = scenario.display().to_string();
+        let cdf_path = dir.path().join("mine.cdf").display().to_string();
+        let listed = scenario_files(&[EpisodeSource::Scenario(text.clone())], &[text]);
+        let expected = serde_json::json!([
+            {"path": name, "sha256": sha256(toml), "role": "training"},
+            {"path": cdf_path, "sha256": sha256(cdf), "role": "training", "read_by": name},
+            {"path": name, "sha256": sha256(toml), "role": "evaluation"},
+            {"path": cdf_path, "sha256": sha256(cdf), "role": "evaluation", "read_by": name},
+        ]);
+        assert_eq!(serde_json::Value::Array(listed), expected);
+    }
 }

@@ -136,6 +136,20 @@ pub struct RunReport {
     pub left_unconfirmed: Vec<(String, u64)>,
 }
 
+impl RunReport {
+    /// What a stop left to the actuators' deadlines, in words, or `None` when it left nothing.
+    pub fn left_unconfirmed_said(&self) -> Option<String> {
+        if self.left_unconfirmed.is_empty() {
+            return None;
+        }
+        let list: Vec<String> = self.left_unconfirmed.iter().map(|(t, g)| format!("generation {g} on {t}")).collect();
+        Some(format!(
+            "stopped with {} unconfirmed: its rollback failed, so the actuator reverts it at its confirm deadline",
+            list.join(", ")
+        ))
+    }
+}
+
 fn to_setting(s: Option<&pb::EcnSetting>) -> Option<EcnSetting> {
     s.map(|s| EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax })
 }
@@ -279,9 +293,11 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
             }
         }
     }
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(total),
+    match (first_error, total.left_unconfirmed_said()) {
+        // The other targets' reports are lost with the error, but not what they left behind.
+        (Some(e), Some(left)) => Err(e.and(&left)),
+        (Some(e), None) => Err(e),
+        (None, _) => Ok(total),
     }
 }
 

@@ -27,9 +27,10 @@ use tracing::info;
 /// single REFERENCE.md §5 row on the standard scenarios) and fall back to.
 pub const REFERENCE_BASELINE: Baseline = Baseline::HuaweiLatency;
 
-/// Where a learned policy's queues start, until its first decision (after `history` intervals):
-/// on the reference baseline, in `sim` and `eval` ([`Policy::plan`]) as in training's periodic
-/// evaluations, so that checkpoint selection scores the runs `eval` will make.
+/// Where a learned policy's queues start, until its first decision (at the end of the first
+/// control interval, on a history padded with that interval): on the reference baseline, in
+/// `sim` and `eval` ([`Policy::plan`]) as in training's periodic evaluations, so that
+/// checkpoint selection scores the runs `eval` will make.
 pub const LEARNED_START: EcnPlan = EcnPlan::Baseline(REFERENCE_BASELINE);
 
 /// Everything a training run needs.

@@ -2,7 +2,7 @@
 //! names its topology and flow files, imported as a scenario.
 
 use super::{
-    check_run_length, err, flow_start_too_late, parse_flow_file, read_text, Scenario, ScenarioError, MAX_FLOWS,
+    check_run_length, err, flow_start_too_late, parse_flow_file, Scenario, ScenarioError, SourceFiles, MAX_FLOWS,
 };
 use crate::dcqcn::DcqcnParams;
 use crate::ecn::{EcnError, EcnSetting};
@@ -18,6 +18,15 @@ impl Scenario {
         text: &str,
         source: &str,
         dir: &Path,
+        seed: Option<u64>,
+    ) -> Result<Scenario, ScenarioError> {
+        Scenario::parse_hpcc_config(text, source, &SourceFiles::new(dir), seed)
+    }
+
+    pub(super) fn parse_hpcc_config(
+        text: &str,
+        source: &str,
+        files: &SourceFiles,
         seed: Option<u64>,
     ) -> Result<Scenario, ScenarioError> {
         let mut kv = std::collections::BTreeMap::new();
@@ -72,14 +81,14 @@ impl Scenario {
         if kv.get("LINK_DOWN").and_then(|v| v.first()).is_some_and(|t| t.parse::<f64>() != Ok(0.0)) {
             return Err(err(source, "LINK_DOWN", "taking a link down is not supported (LINK_DOWN 0 0 0 turns it off)"));
         }
-        let topo_path = dir.join(need("TOPOLOGY_FILE")?);
-        let flow_path = dir.join(need("FLOW_FILE")?);
+        let topo_path = files.path(need("TOPOLOGY_FILE")?);
+        let flow_path = files.path(need("FLOW_FILE")?);
         let topo_text =
-            read_text(&topo_path).map_err(|e| err(&topo_path.display().to_string(), "file", e.to_string()))?;
+            files.read(&topo_path).map_err(|e| err(&topo_path.display().to_string(), "file", e.to_string()))?;
         let topology = Topology::parse_hpcc(&topo_text)
             .map_err(|e| err(&topo_path.display().to_string(), "topology", e.to_string()))?;
         let flow_text =
-            read_text(&flow_path).map_err(|e| err(&flow_path.display().to_string(), "file", e.to_string()))?;
+            files.read(&flow_path).map_err(|e| err(&flow_path.display().to_string(), "file", e.to_string()))?;
         let lined = parse_flow_file(&flow_text, &flow_path, &topology)?;
         let first_flow = lined.iter().map(|(line, f)| (f.start, *line)).min();
         let flows: Vec<FlowSpec> = lined.into_iter().map(|(_, f)| f).collect();

@@ -14,6 +14,7 @@ use crate::units::{BitsPerSec, Bytes, Nanos, MAX_DURATION};
 use crate::workload::{self, Cdf, FlowSpec, Incast, IncastSchedule};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 mod hpcc;
 
@@ -174,6 +175,54 @@ pub const MAX_TEXT_FILE_BYTES: u64 = 256 << 20;
 /// Read a whole text file, refusing one larger than [`MAX_TEXT_FILE_BYTES`].
 fn read_text(path: &Path) -> std::io::Result<String> {
     ecn_datasets::bounded::read_text_at_most(path, MAX_TEXT_FILE_BYTES)
+}
+
+/// The files a scenario refers to (topology, CDF and flow files), each read from disk once and
+/// kept: every load of one [`ScenarioText`] sees them as first read, as it sees the scenario's
+/// own text, and a model card can record what training read.
+#[derive(Debug, Default)]
+struct SourceFiles {
+    /// The scenario file's directory: relative paths inside it resolve against this.
+    dir: PathBuf,
+    kept: std::sync::Mutex<Vec<(PathBuf, Arc<str>)>>,
+}
+
+impl SourceFiles {
+    fn new(dir: &Path) -> SourceFiles {
+        SourceFiles { dir: dir.to_path_buf(), kept: Default::default() }
+    }
+
+    /// A path named in the scenario, resolved against its directory.
+    fn path(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, Vec<(PathBuf, Arc<str>)>> {
+        // A panic elsewhere while holding it leaves the list whole: every push is one call.
+        self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether `path` is a file: read before, or on disk now.
+    fn is_file(&self, path: &Path) -> bool {
+        self.kept().iter().any(|(p, _)| p == path) || path.is_file()
+    }
+
+    /// The text of `path` as first read.
+    fn read(&self, path: &Path) -> std::io::Result<Arc<str>> {
+        if let Some((_, text)) = self.kept().iter().find(|(p, _)| p == path) {
+            return Ok(text.clone());
+        }
+        let text: Arc<str> = read_text(path)?.into();
+        let mut kept = self.kept();
+        // Two loads on two threads may both have read it: the first one kept wins.
+        match kept.iter().find(|(p, _)| p == path) {
+            Some((_, first)) => Ok(first.clone()),
+            None => {
+                kept.push((path.to_path_buf(), text.clone()));
+                Ok(text)
+            }
+        }
+    }
 }
 
 /// The text of a built-in scenario.
@@ -404,13 +453,14 @@ pub struct Scenario {
 /// seed loaded from it sees that text, whatever happens to the file meanwhile: training loads
 /// its scenarios for every episode for up to an hour, and an edit made meanwhile used to be
 /// trained on while the model card recorded the file as it was at the start (or, left invalid,
-/// ended the training with nothing saved). Files a scenario refers to (CDFs, flow files,
-/// topologies) are read at each load.
-#[derive(Debug, Clone, PartialEq)]
+/// ended the training with nothing saved). The files it refers to (CDFs, flow files,
+/// topologies) are kept as first read too, by whichever load reads them first.
+#[derive(Debug, Clone)]
 pub struct ScenarioText {
     name: String,
-    text: std::sync::Arc<str>,
+    text: Arc<str>,
     kind: TextKind,
+    files: Arc<SourceFiles>,
 }
 
 /// How a [`ScenarioText`] is parsed.
@@ -442,7 +492,9 @@ impl ScenarioText {
                 if path.extension().is_some_and(|e| e == "toml") { TextKind::Toml } else { TextKind::HpccConfig };
             (text.into(), kind)
         };
-        Ok(ScenarioText { name: name_or_path.to_string(), text, kind })
+        let dir = Path::new(name_or_path).parent().unwrap_or(Path::new("."));
+        let files = Arc::new(SourceFiles::new(dir));
+        Ok(ScenarioText { name: name_or_path.to_string(), text, kind, files })
     }
 
     /// The name or path it was read by.
@@ -455,15 +507,21 @@ impl ScenarioText {
         (self.kind != TextKind::Builtin).then_some(&*self.text)
     }
 
+    /// The files its loads have read so far (topology, CDF and flow files), by path (the
+    /// scenario's directory joined with the name inside it), with their text as read.
+    pub fn referenced_files(&self) -> Vec<(PathBuf, Arc<str>)> {
+        self.files.kept().clone()
+    }
+
     /// The scenario, with an optional seed override.
     pub fn load(&self, seed: Option<u64>) -> Result<Scenario, ScenarioError> {
-        let dir = Path::new(&self.name).parent().unwrap_or(Path::new("."));
         match self.kind {
             TextKind::Builtin => {
-                Scenario::from_toml(&self.text, &format!("builtin:{}", self.name), Path::new("."), seed)
+                let files = SourceFiles::new(Path::new("."));
+                Scenario::parse_toml(&self.text, &format!("builtin:{}", self.name), &files, seed)
             }
-            TextKind::Toml => Scenario::from_toml(&self.text, &self.name, dir, seed),
-            TextKind::HpccConfig => Scenario::from_hpcc_config(&self.text, &self.name, dir, seed),
+            TextKind::Toml => Scenario::parse_toml(&self.text, &self.name, &self.files, seed),
+            TextKind::HpccConfig => Scenario::parse_hpcc_config(&self.text, &self.name, &self.files, seed),
         }
     }
 }
@@ -497,6 +555,10 @@ impl Scenario {
 
     /// Parse TOML scenario text. Relative paths inside resolve against `dir`.
     pub fn from_toml(text: &str, source: &str, dir: &Path, seed: Option<u64>) -> Result<Scenario, ScenarioError> {
+        Scenario::parse_toml(text, source, &SourceFiles::new(dir), seed)
+    }
+
+    fn parse_toml(text: &str, source: &str, files: &SourceFiles, seed: Option<u64>) -> Result<Scenario, ScenarioError> {
         let file: ScenarioFile = toml::from_str(text).map_err(|e| {
             let field = e.span().map_or_else(|| "syntax".into(), |span| toml_location(text, span.start));
             err(source, field, e.message())
@@ -509,7 +571,7 @@ impl Scenario {
             }
             None => None,
         };
-        resolve(file, base, source, dir, seed)
+        resolve(file, base, source, files, seed)
     }
 }
 
@@ -566,7 +628,7 @@ fn resolve(
     file: ScenarioFile,
     base: Option<ScenarioFile>,
     source: &str,
-    dir: &Path,
+    files: &SourceFiles,
     seed_override: Option<u64>,
 ) -> Result<Scenario, ScenarioError> {
     let base = base.unwrap_or_default();
@@ -620,9 +682,9 @@ fn resolve(
                 ));
             }
             let p = t.path.as_deref().ok_or_else(|| err(source, "topology.path", "required with kind = \"hpcc\""))?;
-            let path = dir.join(p);
+            let path = files.path(p);
             let text =
-                read_text(&path).map_err(|e| err(source, "topology.path", format!("{}: {e}", path.display())))?;
+                files.read(&path).map_err(|e| err(source, "topology.path", format!("{}: {e}", path.display())))?;
             Topology::parse_hpcc(&text).map_err(|e| err(&path.display().to_string(), "topology", e.to_string()))?
         }
         other => return Err(err(source, "topology.kind", format!("'{other}' is not one of leaf-spine, hpcc"))),
@@ -780,7 +842,7 @@ fn resolve(
                 if !(load > 0.0 && load <= 1.0) {
                     return Err(err(source, field("load"), format!("{load} must be within (0, 1]")));
                 }
-                let cdf = load_cdf(&cdf, dir).map_err(|m| err(source, field("cdf"), m))?;
+                let cdf = load_cdf(&cdf, files).map_err(|m| err(source, field("cdf"), m))?;
                 let w = window(start, stop)?;
                 expected_flows += workload::poisson_expected_flows(&cdf, load, &host_rates, w);
                 check_flow_budget(expected_flows, &field("load"))?;
@@ -830,8 +892,8 @@ fn resolve(
                 flows.extend(workload::incast(&hosts, &pattern, &host_rates, w, prio(priority)?, &mut rng));
             }
             WorkloadFile::Flows { path, start, stop } => {
-                let p = dir.join(&path);
-                let text = read_text(&p).map_err(|e| err(source, field("path"), format!("{}: {e}", p.display())))?;
+                let p = files.path(&path);
+                let text = files.read(&p).map_err(|e| err(source, field("path"), format!("{}: {e}", p.display())))?;
                 let (lines, mut fs): (Vec<usize>, Vec<FlowSpec>) =
                     parse_flow_file(&text, &p, &fabric.topology)?.into_iter().unzip();
                 // Replay keeps the file's spacing but moves its first flow to `start`
@@ -889,13 +951,13 @@ fn resolve(
 /// A built-in CDF name, or a CDF file path (relative to the scenario's directory). A standard
 /// file's name (`FbHdp_distribution.txt`) is read from disk where that file exists, an edited
 /// copy perhaps, and is its built-in copy only where it does not.
-fn load_cdf(name: &str, dir: &Path) -> Result<Cdf, String> {
-    let p: PathBuf = dir.join(name);
+fn load_cdf(name: &str, files: &SourceFiles) -> Result<Cdf, String> {
+    let p: PathBuf = files.path(name);
     let a_file_name = name.contains(['.', '/', '\\']);
-    if let Some(b) = ecn_datasets::workloads::builtin_cdf(name).filter(|_| !(a_file_name && p.is_file())) {
+    if let Some(b) = ecn_datasets::workloads::builtin_cdf(name).filter(|_| !(a_file_name && files.is_file(&p))) {
         return Cdf::parse(b.text).map_err(|e| format!("built-in {name}: {e}"));
     }
-    let text = read_text(&p).map_err(|e| {
+    let text = files.read(&p).map_err(|e| {
         let names: Vec<&str> = ecn_datasets::workloads::BUILTIN_CDFS.iter().map(|c| c.name).collect();
         format!("'{name}' is not a built-in CDF ({}) and {}: {e}", names.join(", "), p.display())
     })?;
@@ -938,6 +1000,29 @@ mod tests {
         assert_eq!(text.file_text(), Some(format!("name = \"before\"\n{poisson}").as_str()));
         assert!(Scenario::load(path.to_str().unwrap(), Some(7)).is_err(), "a fresh read sees the edit");
         assert_eq!(ScenarioText::read("websearch-50").unwrap().file_text(), None, "a built-in is no file");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The files a scenario refers to are kept as first read, like its own text: a CDF file
+    /// emptied after the first load still loads, and the text read is what it lists.
+    #[test]
+    fn a_scenario_keeps_the_files_it_refers_to_as_first_read() {
+        let dir = tempfile_dir("read-once-cdf");
+        let cdf = ecn_datasets::workloads::builtin_cdf("websearch").unwrap().text;
+        std::fs::write(dir.join("mine.cdf"), cdf).unwrap();
+        let path = dir.join("s.toml");
+        let poisson = "duration = \"1ms\"\n[[workload]]\nkind = \"poisson\"\ncdf = \"mine.cdf\"\nload = 0.5\n";
+        std::fs::write(&path, poisson).unwrap();
+        let text = ScenarioText::read(path.to_str().unwrap()).unwrap();
+        assert!(text.referenced_files().is_empty(), "nothing read before a load");
+        let first = text.load(Some(7)).unwrap();
+        std::fs::write(dir.join("mine.cdf"), "").unwrap();
+        assert_eq!(text.load(Some(7)).unwrap().flows, first.flows);
+        assert!(text.clone().load(Some(8)).is_ok(), "a clone shares what was read");
+        let read = text.referenced_files();
+        assert_eq!(read.len(), 1);
+        assert_eq!((read[0].0.as_path(), &*read[0].1), (dir.join("mine.cdf").as_path(), cdf));
+        assert!(Scenario::load(path.to_str().unwrap(), Some(7)).is_err(), "a fresh read sees the edit");
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -196,10 +196,12 @@ pub struct Step {
     pub observations: Vec<f32>,
     /// One reward per agent for the interval just simulated.
     pub rewards: Vec<f32>,
-    /// The episode reached its natural end: the arrival window is over and every flow has
-    /// completed (no more can start).
+    /// The episode reached its natural end: the arrival window is over, every flow has
+    /// completed (no more can start), and the reward of the idle intervals that would follow
+    /// is 0 ([`Reward::when_idle`]): nothing is left to learn past it.
     pub terminated: bool,
-    /// The episode was cut: the time limit passed with flows still running.
+    /// The episode was cut: the time limit passed with flows still running, or the fabric
+    /// drained under a reward that pays for idle queues (ACC's).
     pub truncated: bool,
     /// Extra information.
     pub info: StepInfo,
@@ -377,12 +379,17 @@ impl TuningEnv {
         let sim = self.sim.as_ref().expect("running");
         let cfg = sim.config();
         let window_over = sim.now() >= cfg.window_end;
-        let terminated = window_over && sim.all_flows_done();
+        // A drained fabric ends the task only where an idle queue earns nothing: ACC's reward
+        // pays for an empty queue, and a learner told that its last intervals were worth no
+        // more than their own reward (bootstrapping cut) learns a drop of r/(1−γ) there that
+        // nothing in the observation explains. There the episode is truncated instead.
+        let drained = window_over && sim.all_flows_done();
+        let terminated = drained && self.cfg.reward.when_idle() == 0.0;
         let limit = match self.tail {
             Some(t) => Nanos(cfg.window_end.0 + t.0).min(cfg.stop_at),
             None => cfg.stop_at,
         };
-        let truncated = !terminated && sim.now() >= limit;
+        let truncated = !terminated && (drained || sim.now() >= limit);
         self.ended = terminated || truncated;
         Ok(Step { observations, rewards, terminated, truncated, info })
     }
@@ -491,6 +498,27 @@ mod tests {
         assert!(matches!(env.step(&vec![0; agents]), Err(EnvError::NotRunning)));
         env.reset(8).unwrap();
         assert!(env.step(&vec![0; agents]).is_ok());
+    }
+
+    /// A drained fabric ends ecn-tuner's task (an idle queue earns 0 for ever after) but not
+    /// ACC's, whose reward pays 0.5 an interval for an empty queue: there the episode is
+    /// truncated, and the learner bootstraps past its end.
+    #[test]
+    fn a_drained_fabric_terminates_only_where_idling_earns_nothing() {
+        let end = |cfg: TuningConfig| {
+            let mut env = small_env(cfg);
+            env.tail = None;
+            env.reset(7).unwrap();
+            loop {
+                let s = env.step(&vec![0; env.agents()]).unwrap();
+                if s.terminated || s.truncated {
+                    let sim = env.simulator().unwrap();
+                    return (s.terminated, s.truncated, sim.all_flows_done());
+                }
+            }
+        };
+        assert_eq!(end(TuningConfig::default()), (true, false, true));
+        assert_eq!(end(TuningConfig::acc()), (false, true, true));
     }
 
     #[test]

@@ -88,6 +88,17 @@ impl Reward {
 }
 
 impl Reward {
+    /// The reward of each interval of a queue the fabric has left idle (nothing sent or
+    /// queued, the setting kept), as every queue is for ever after the last flow ends. Where it
+    /// is 0 (ecn-tuner's reward), a drained fabric is a terminal state worth nothing more; where
+    /// it is not (ACC's pays for an empty queue), draining ends an episode but not the task.
+    pub fn when_idle(&self) -> f64 {
+        match *self {
+            Reward::Tuner { .. } => 0.0,
+            Reward::AccLinear { queue, .. } => queue * acc_queue_score(0.0),
+        }
+    }
+
     /// These weights with some replaced, from `name=value` pairs separated by commas
     /// (`depth=2,depth_max=0.2`). Names are the fields of this reward kind; every weight
     /// must be finite and ≥ 0, since each term's sign is fixed by what it measures.
@@ -147,6 +158,25 @@ mod tests {
         assert!((acc_queue_score(20_001.0) - 0.9).abs() < 1e-12);
         assert!((acc_queue_score(10_240_000.0) - 0.1).abs() < 1e-12);
         assert_eq!(acc_queue_score(1e9), 0.0);
+    }
+
+    #[test]
+    fn an_idle_interval_earns_what_when_idle_says() {
+        let idle = QueueInterval {
+            interval_ns: 100_000,
+            sample: ecn_datasets::QueueSample {
+                link_bps: 100_000_000_000,
+                kmin_bytes: 100_000,
+                kmax_bytes: 400_000,
+                pmax: 0.2,
+                ..Default::default()
+            },
+        };
+        let tuner = Reward::TUNER.with_weights("utilization=2,change=1").unwrap();
+        for reward in [Reward::TUNER, tuner, Reward::ACC, Reward::ACC.with_weights("queue=0.7").unwrap()] {
+            assert_eq!(reward.of(&idle, Some(&idle)), reward.when_idle(), "{reward:?}");
+        }
+        assert_eq!(Reward::ACC.when_idle(), 0.5);
     }
 
     #[test]
