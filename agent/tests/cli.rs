@@ -380,6 +380,27 @@ fn telemetry_csv_quotes_open_only_at_a_field_start_and_records_are_bounded() {
     assert!(stderr.contains("row 2, ") && stderr.contains("line 3") && stderr.contains("1 MiB"), "{stderr}");
 }
 
+/// A timestamp near the end of u64's range (a corrupt poll) with a stated span overflowed the
+/// gap check: every command reading telemetry panicked (exit 101).
+#[test]
+fn a_huge_timestamp_step_is_judged_not_a_panic() {
+    let dir = temp_dir("ts-huge");
+    let header = "ts_ns,switch,port,queue,link_bps,queue_bytes,queue_bytes_avg,queue_bytes_max,tx_bytes,tx_pkts,\
+                  ecn_marked_pkts,pfc_pause_rx,pfc_pause_tx,paused_ns,drops,kmin_bytes,kmax_bytes,pmax,span_ns";
+    let row = |ts: &str| format!("{ts},leaf0,eth1,3,100000000000,0,0,0,0,0,0,0,0,0,0,7000,500000,0.3,100000");
+    let csv = write(dir.path(), "huge.csv", &format!("{header}\n{}\n{}\n", row("100000"), row("10000000000000000000")));
+    for repair in [false, true] {
+        let mut args = vec!["validate", "--telemetry", &csv];
+        if repair {
+            args.push("--repair");
+        }
+        let out = ecn_tuner(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(matches!(out.status.code(), Some(0 | 2)), "{:?}: {stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
 /// Problems name data row N for line N + 1, as documented, whatever blank lines or
 /// multi-line records came before.
 #[test]

@@ -123,18 +123,20 @@ pub const MAX_DURATION: Nanos = Nanos(1 << 62);
 
 /// A list of `name=number` pairs as flags take it (`depth=2,depth_max=0.2`): each pair as
 /// written, its name and its value, in order. Empty entries are skipped; an error names the
-/// pair. What the names and values may be is the caller's to check.
+/// pair; a name given twice is refused (which one was meant?). What the names and values may
+/// be is the caller's to check.
 pub fn named_numbers(spec: &str) -> Result<Vec<(&str, &str, f64)>, String> {
-    spec.split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|pair| {
-            let (name, value) = pair.split_once('=').ok_or_else(|| format!("'{pair}': expected name=value"))?;
-            let value = value.trim();
-            let v = value.parse().map_err(|_| format!("'{pair}': '{value}' is not a number"))?;
-            Ok((pair, name.trim(), v))
-        })
-        .collect()
+    let mut out: Vec<(&str, &str, f64)> = Vec::new();
+    for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').ok_or_else(|| format!("'{pair}': expected name=value"))?;
+        let (name, value) = (name.trim(), value.trim());
+        let v = value.parse().map_err(|_| format!("'{pair}': '{value}' is not a number"))?;
+        if out.iter().any(|(_, n, _)| *n == name) {
+            return Err(format!("'{name}' is given twice"));
+        }
+        out.push((pair, name, v));
+    }
+    Ok(out)
 }
 
 impl FromStr for Bytes {

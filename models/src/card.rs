@@ -35,6 +35,11 @@ pub const MAX_HIDDEN_LAYERS: usize = 8;
 /// with it (the shipped models use 3).
 pub const MAX_HISTORY: usize = 64;
 
+/// The smallest Q-value noise (TD-error scale) a card may give: real training leaves TD errors
+/// orders of magnitude above it (the shipped models': 0.15 to 0.97), and below it every
+/// recommendation's confidence would be 1.
+pub const MIN_Q_NOISE: f64 = 1e-6;
+
 impl NetworkSpec {
     /// Whether `hidden` is a layer list a network can be built from: 1 to
     /// [`MAX_HIDDEN_LAYERS`] layers, each 1 to [`MAX_LAYER_WIDTH`] wide.
@@ -290,6 +295,13 @@ impl ModelCard {
         if let Err(why) = self.tuning.bounds.check() {
             return fail("tuning.bounds", why);
         }
+        if let Err(why) = self.tuning.reward.check() {
+            return fail("tuning.reward", why);
+        }
+        // `sim`, `run` and `recommend` judge a port's speed against these.
+        if self.training.link_speeds_bps.contains(&0) {
+            return fail("training.link_speeds_bps", "a link speed of 0 b/s".into());
+        }
         if let Some(c) = &self.calibration {
             let dim = self.network.obs_dim;
             if [c.mean.len(), c.std.len(), c.low.len(), c.high.len()].iter().any(|&l| l != dim) {
@@ -312,6 +324,17 @@ impl ModelCard {
                 if !(v.is_finite() && v >= 0.0) {
                     return fail(&format!("calibration.{name}"), format!("{v} must be finite and 0 or more"));
                 }
+            }
+            // Confidence is a Q-value gap in units of this noise: near 0 every gap is certain.
+            if c.q_noise() < MIN_Q_NOISE {
+                return fail(
+                    "calibration.td_error_scale",
+                    format!(
+                        "{} (td_error_rms {}): no training yields TD errors below {MIN_Q_NOISE:e}, and every \
+                         recommendation would read as certain",
+                        c.td_error_scale, c.td_error_rms
+                    ),
+                );
             }
         }
         Ok(())

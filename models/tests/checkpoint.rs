@@ -143,6 +143,9 @@ fn a_card_that_does_not_match_this_build_fails_to_load() {
         // built, and a discount that makes every expected gain meaningless.
         ("tuning.history", Box::new(|v| v["tuning"]["history"] = 1_000_000_000_000u64.into())),
         ("network.hidden", Box::new(|v| v["network"]["hidden"] = serde_json::json!(vec![4096; 2000]))),
+        // A reward `train --reward-weights` would refuse, and a link speed no port has.
+        ("tuning.reward", Box::new(|v| v["tuning"]["reward"]["depth"] = (-5.0).into())),
+        ("training.link_speeds_bps", Box::new(|v| v["training"]["link_speeds_bps"] = serde_json::json!([0]))),
         (
             "training.hyperparameters.ddqn.gamma",
             Box::new(|v| v["training"]["hyperparameters"] = serde_json::json!({"ddqn": {"gamma": 1e308}})),
@@ -219,6 +222,14 @@ fn damaged_calibration_or_non_finite_weights_fail_to_load() {
         ("calibration.low", Box::new(|v| v["calibration"]["low"][2] = 1e9.into())),
         ("calibration.td_error_scale", Box::new(|v| v["calibration"]["td_error_scale"] = (-1.0).into())),
         ("calibration.td_error_rms", Box::new(|v| v["calibration"]["td_error_rms"] = (-0.5).into())),
+        // No Q-value noise: every gap would be certain (`recommend` changed every queue at 1.00).
+        (
+            "calibration.td_error_scale",
+            Box::new(|v| {
+                v["calibration"]["td_error_scale"] = 0.0.into();
+                v["calibration"]["td_error_rms"] = 5e-324.into();
+            }),
+        ),
     ];
     for (i, (field, edit)) in cases.into_iter().enumerate() {
         let (_dir, path) = tmp(&format!("calibration{i}"));

@@ -189,10 +189,11 @@ impl HealthConfig {
     pub fn with_thresholds(&self, spec: &str) -> Result<HealthConfig, String> {
         let mut out = self.clone();
         for (pair, name, v) in ecn_env::units::named_numbers(spec)? {
-            let whole = |v: f64| v.is_finite() && v >= 0.0 && v.fract() == 0.0;
+            // Below 2^53, where every whole number is exact (1e30 passed as "whole").
+            let whole = |v: f64| (0.0..=9_007_199_254_740_992.0).contains(&v) && v.fract() == 0.0;
             let bad = |why: &str| Err(format!("'{pair}': {name} {why}"));
             match name {
-                "pause_floor" if !whole(v) => return bad("is a count of pause frames: a whole number, 0 or more"),
+                "pause_floor" if !whole(v) => return bad("is a count of pause frames: a whole number, 0 to 2^53"),
                 "pause_floor" => out.pause_floor = v as u64,
                 "pause_ratio" | "depth_ratio" if !(v.is_finite() && v >= 1.0) => {
                     return bad("is a growth factor: finite and at least 1")
@@ -206,7 +207,7 @@ impl HealthConfig {
                 "util_min_before" => out.util_min_before = v,
                 "util_ratio" if !(v > 0.0 && v <= 1.0) => return bad("is a fraction of before: above 0, at most 1"),
                 "util_ratio" => out.util_ratio = v,
-                "depth_slack_bytes" if !whole(v) => return bad("is a byte count: a whole number, 0 or more"),
+                "depth_slack_bytes" if !whole(v) => return bad("is a byte count: a whole number, 0 to 2^53"),
                 "depth_slack_bytes" => out.depth_slack_bytes = v,
                 _ => return Err(format!("'{name}': not a health threshold ({})", Self::KEYS.join(", "))),
             }
@@ -370,6 +371,9 @@ mod tests {
             ("paused_floor=-0.1", "within [0, 1]"),
             ("pause_floor=2.5", "whole number"),
             ("depth_slack_bytes=lots", "not a number"),
+            ("pause_floor=1e30", "0 to 2^53"),
+            ("depth_slack_bytes=18446744073709551616", "0 to 2^53"),
+            ("pause_floor=1,pause_floor=2", "given twice"),
             ("window=3", "not a health threshold"),
         ] {
             let e = d.with_thresholds(spec).unwrap_err();

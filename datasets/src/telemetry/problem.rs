@@ -263,7 +263,7 @@ impl fmt::Display for ProblemKind {
                 "gap of {step_ns} ns since the queue's previous sample, of which this row's span_ns covers \
                  {covered} ns: {} ns covered by no row ({:.1} intervals of {interval_ns} ns, this row's own counted)",
                 step_ns - covered,
-                (step_ns - covered + interval_ns) as f64 / (*interval_ns).max(1) as f64
+                ((step_ns - covered) as f64 + *interval_ns as f64) / (*interval_ns).max(1) as f64
             ),
             ProblemKind::ImplausibleDelta { value, max, span_ns } => {
                 write!(

@@ -411,7 +411,9 @@ impl Track {
                 // Rows are missing where the time no row covers is more than jitter: the step
                 // is judged as if this row covered one interval, so a late poll that says it
                 // covers its whole step misses nothing.
-                let judged = if stated.is_some() { step - span + interval_ns } else { step };
+                // Saturating: a step or an interval of more than 2^63 ns (a corrupt timestamp)
+                // overflowed here.
+                let judged = if stated.is_some() { (step - span).saturating_add(interval_ns) } else { step };
                 if judged as f64 > cx.opts.max_gap_intervals * interval_ns as f64 {
                     problems.push(
                         Some(row),

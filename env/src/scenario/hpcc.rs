@@ -29,11 +29,19 @@ impl Scenario {
         files: &SourceFiles,
         seed: Option<u64>,
     ) -> Result<Scenario, ScenarioError> {
+        // HPCC's own reader takes each key once, with its values: a repeat or a key alone would
+        // otherwise be read as the last one, or as absent.
         let mut kv = std::collections::BTreeMap::new();
-        for line in text.lines() {
+        for (i, line) in text.lines().enumerate() {
             let mut it = line.split_whitespace();
             if let Some(k) = it.next() {
-                kv.insert(k.to_string(), it.collect::<Vec<_>>());
+                let values: Vec<&str> = it.collect();
+                if values.is_empty() {
+                    return Err(err(source, k, format!("line {}: no value", i + 1)));
+                }
+                if kv.insert(k.to_string(), values).is_some() {
+                    return Err(err(source, k, format!("line {}: given a second time", i + 1)));
+                }
             }
         }
         let get1 = |k: &str| kv.get(k).and_then(|v| v.first().copied());
@@ -56,6 +64,22 @@ impl Scenario {
                 x => Ok(x.map(|x| x as u32)),
             }
         };
+        // A 0/1 switch: another number is no setting HPCC knows.
+        let flag = |k: &str| -> Result<Option<bool>, ScenarioError> {
+            match num(k)? {
+                Some(v) if v != 0.0 && v != 1.0 => Err(err(source, k, format!("'{v}' must be 0 or 1"))),
+                v => Ok(v.map(|v| v == 1.0)),
+            }
+        };
+        // `v` in units of `unit` bytes (or b/s), refused rather than saturated past 2^64 − 1.
+        let whole_u64 = |k: &str, v: f64, unit: f64, what: &str| -> Result<u64, ScenarioError> {
+            let b = v * unit;
+            if b >= 18_446_744_073_709_551_616.0 {
+                return Err(err(source, k, format!("{v} is too large (the most is 2^64 − 1 {what})")));
+            }
+            Ok(b as u64)
+        };
+        let bytes = |k: &str, v: f64, unit: f64| whole_u64(k, v, unit, "bytes");
         let rate = |k: &str| -> Result<Option<BitsPerSec>, ScenarioError> {
             get1(k).map(|v| v.parse::<BitsPerSec>().map_err(|e| err(source, k, e.to_string()))).transpose()
         };
@@ -69,6 +93,7 @@ impl Scenario {
         expect("HAS_WIN", "0", "the window is not simulated")?;
         expect("L2_ACK_INTERVAL", "1", "every packet is ACKed")?;
         expect("L2_BACK_TO_ZERO", "0", "go-back-0 is not simulated")?;
+        expect("USE_DYNAMIC_PFC_THRESHOLD", "1", "only dynamic PFC thresholds are simulated")?;
         // Faults the simulator does not inject: refused rather than silently run without them.
         if num("ERROR_RATE_PER_LINK")?.is_some_and(|r| r != 0.0) {
             return Err(err(
@@ -83,12 +108,12 @@ impl Scenario {
         }
         let topo_path = files.path(need("TOPOLOGY_FILE")?);
         let flow_path = files.path(need("FLOW_FILE")?);
-        let topo_text =
-            files.read(&topo_path).map_err(|e| err(&topo_path.display().to_string(), "file", e.to_string()))?;
+        // Named as the TOML form names them: the config and its key, then the file.
+        let unreadable = |k: &str, path: &Path, e: std::io::Error| err(source, k, format!("{}: {e}", path.display()));
+        let topo_text = files.read(&topo_path).map_err(|e| unreadable("TOPOLOGY_FILE", &topo_path, e))?;
         let topology = Topology::parse_hpcc(&topo_text)
             .map_err(|e| err(&topo_path.display().to_string(), "topology", e.to_string()))?;
-        let flow_text =
-            files.read(&flow_path).map_err(|e| err(&flow_path.display().to_string(), "file", e.to_string()))?;
+        let flow_text = files.read(&flow_path).map_err(|e| unreadable("FLOW_FILE", &flow_path, e))?;
         let lined = parse_flow_file(&flow_text, &flow_path, &topology)?;
         let first_flow = lined.iter().map(|(line, f)| (f.start, *line)).min();
         let flows: Vec<FlowSpec> = lined.into_iter().map(|(_, f)| f).collect();
@@ -120,8 +145,8 @@ impl Scenario {
         if let Some(v) = whole("FAST_RECOVERY_TIMES")? {
             dc.fast_recovery_times = v;
         }
-        if let Some(v) = num("CLAMP_TARGET_RATE")? {
-            dc.clamp_target_rate = v != 0.0;
+        if let Some(v) = flag("CLAMP_TARGET_RATE")? {
+            dc.clamp_target_rate = v;
         }
         if let Some(v) = rate("RATE_AI")? {
             dc.rate_ai = v;
@@ -136,7 +161,7 @@ impl Scenario {
         fabric.dcqcn = dc;
         if let Some(v) = num("BUFFER_SIZE")? {
             // HPCC's BUFFER_SIZE is in MiB.
-            fabric.buffer = Bytes((v * 1024.0 * 1024.0) as u64);
+            fabric.buffer = Bytes(bytes("BUFFER_SIZE", v, 1024.0 * 1024.0)?);
         }
         if let Some(v) = whole("PACKET_PAYLOAD_SIZE")? {
             if !MTU_PAYLOAD_BYTES.contains(&v) {
@@ -166,7 +191,7 @@ impl Scenario {
                     format!("{count} rate/value pairs announced, {} values follow", pairs.len()),
                 ));
             }
-            Ok(pairs.chunks_exact(2).map(|pair| (pair[0] as u64, pair[1])).collect())
+            pairs.chunks_exact(2).map(|pair| Ok((whole_u64(k, pair[0], 1.0, "b/s")?, pair[1]))).collect()
         };
         let (kmin, kmax, pmax) = (map("KMIN_MAP")?, map("KMAX_MAP")?, map("PMAX_MAP")?);
         // KMIN_MAP's rates say which entries apply: without it the other maps would be ignored.
@@ -191,8 +216,8 @@ impl Scenario {
                         .ok_or_else(|| err(source, k, format!("no entry for rate {r}")))
                 };
                 let s = EcnSetting {
-                    kmin_bytes: (kmin_k * 1000.0) as u64,
-                    kmax_bytes: (find(&kmax, "KMAX_MAP")? * 1000.0) as u64,
+                    kmin_bytes: bytes("KMIN_MAP", *kmin_k, 1000.0)?,
+                    kmax_bytes: bytes("KMAX_MAP", find(&kmax, "KMAX_MAP")?, 1000.0)?,
                     pmax: find(&pmax, "PMAX_MAP")?,
                 };
                 s.validate().map_err(|e| {
@@ -324,6 +349,40 @@ mod tests {
         }
         let e = config("SIMULATOR_STOP_TIME 1e19\n").unwrap_err();
         assert!(e.field == "SIMULATOR_STOP_TIME" && e.message.contains("2^62 ns"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Keys HPCC reads once with a value, switches that are 0 or 1, and sizes that fit 64 bits:
+    /// a repeat was read as its last value, a key alone as absent, `CLAMP_TARGET_RATE 5` as on,
+    /// static PFC thresholds as dynamic ones, and `KMAX_MAP ... 1e30` as 2^64 − 1 bytes.
+    #[test]
+    fn hpcc_keys_are_given_once_with_values_that_fit() {
+        let dir = one_flow_hpcc_dir("strict-keys");
+        let config = |extra: &str| {
+            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{extra}");
+            Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
+        };
+        let maps = |kmax: &str| {
+            format!("KMIN_MAP 1 100000000000 400\nKMAX_MAP 1 100000000000 {kmax}\nPMAX_MAP 1 100000000000 0.2\n")
+        };
+        config(&format!("CLAMP_TARGET_RATE 1\nUSE_DYNAMIC_PFC_THRESHOLD 1\nBUFFER_SIZE 32\n{}", maps("1600"))).unwrap();
+        let refused = [
+            ("SIMULATOR_STOP_TIME 3\nSIMULATOR_STOP_TIME 4\n", "SIMULATOR_STOP_TIME", "line 4: given a second time"),
+            ("SIMULATOR_STOP_TIME\n", "SIMULATOR_STOP_TIME", "line 3: no value"),
+            ("CLAMP_TARGET_RATE 5\n", "CLAMP_TARGET_RATE", "must be 0 or 1"),
+            ("USE_DYNAMIC_PFC_THRESHOLD 0\n", "USE_DYNAMIC_PFC_THRESHOLD", "only dynamic PFC thresholds"),
+            ("BUFFER_SIZE 1e300\n", "BUFFER_SIZE", "too large"),
+            (&maps("1e30"), "KMAX_MAP", "too large"),
+            ("KMIN_MAP 1 1e30 400\nKMAX_MAP 1 1e30 1600\nPMAX_MAP 1 1e30 0.2\n", "KMIN_MAP", "2^64 − 1 b/s"),
+        ];
+        for (extra, field, why) in refused {
+            let e = config(extra).unwrap_err();
+            assert!(e.field == field && e.message.contains(why), "{extra}: {e}");
+        }
+        // A file it names that cannot be read is named by its key, as `topology.path` is.
+        let e = Scenario::from_hpcc_config("TOPOLOGY_FILE t.txt\nFLOW_FILE nope.txt\n", "config.txt", &dir, None);
+        let e = e.unwrap_err();
+        assert!(e.source_name == "config.txt" && e.field == "FLOW_FILE" && e.message.contains("nope.txt"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -99,15 +99,34 @@ impl Reward {
         }
     }
 
+    /// Every weight finite and within 0..=[`MAX_WEIGHT`], as [`Reward::with_weights`] makes
+    /// them: a model card edited otherwise is refused. Errors name the weight.
+    pub fn check(&self) -> Result<(), String> {
+        let weights: &[(&str, f64)] = match *self {
+            Reward::Tuner { utilization, depth, depth_max, pause, drop, marked_idle, change } => &[
+                ("utilization", utilization),
+                ("depth", depth),
+                ("depth_max", depth_max),
+                ("pause", pause),
+                ("drop", drop),
+                ("marked_idle", marked_idle),
+                ("change", change),
+            ],
+            Reward::AccLinear { utilization, queue } => &[("utilization", utilization), ("queue", queue)],
+        };
+        match weights.iter().find(|(_, w)| !weight_ok(*w)) {
+            Some((name, w)) => Err(format!("{name} = {w}: a weight must be finite and within 0..={MAX_WEIGHT:e}")),
+            None => Ok(()),
+        }
+    }
+
     /// These weights with some replaced, from `name=value` pairs separated by commas
     /// (`depth=2,depth_max=0.2`). Names are the fields of this reward kind; every weight
     /// must be finite and ≥ 0, since each term's sign is fixed by what it measures.
     pub fn with_weights(&self, spec: &str) -> Result<Reward, String> {
         let mut out = *self;
         for (pair, name, value) in crate::units::named_numbers(spec)? {
-            // Rewards are f32 for the learner: a weight of 3e38 passed as finite and every
-            // reward, loss and Q-value became infinite, with exit 0.
-            if !(value.is_finite() && (0.0..=MAX_WEIGHT).contains(&value)) {
+            if !weight_ok(value) {
                 return Err(format!("'{pair}': a weight must be finite and within 0..={MAX_WEIGHT:e}"));
             }
             let slot = match &mut out {
@@ -140,6 +159,12 @@ impl Reward {
 /// The largest reward weight: far above any useful one, and far enough below f32's range that
 /// no reward overflows it.
 pub const MAX_WEIGHT: f64 = 1e6;
+
+/// Rewards are f32 for the learner: a weight of 3e38 passed as finite and every reward, loss
+/// and Q-value became infinite, with exit 0.
+fn weight_ok(w: f64) -> bool {
+    w.is_finite() && (0.0..=MAX_WEIGHT).contains(&w)
+}
 
 /// ACC's D(q): 1 − n/10, where n is the first grid step 20 KB·2ⁿ that holds `q`.
 fn acc_queue_score(queue_bytes: f64) -> f64 {
@@ -181,13 +206,17 @@ mod tests {
 
     #[test]
     fn weights_are_replaced_by_name_and_bad_specs_are_refused() {
-        let r = Reward::TUNER.with_weights("depth=2, depth_max=0.2").unwrap();
+        let mut r = Reward::TUNER.with_weights("depth=2, depth_max=0.2").unwrap();
         let Reward::Tuner { utilization, depth, depth_max, marked_idle, .. } = r else { panic!("kind changed") };
         assert_eq!((utilization, depth, depth_max, marked_idle), (3.0, 2.0, 0.2, 40.0));
         assert_eq!(Reward::TUNER.with_weights("").unwrap(), Reward::TUNER);
-        for bad in ["depth", "depth=x", "depth=-1", "depth=inf", "queue=1", "pause=3e38"] {
+        for bad in ["depth", "depth=x", "depth=-1", "depth=inf", "queue=1", "pause=3e38", "depth=1,depth=2"] {
             assert!(Reward::TUNER.with_weights(bad).is_err(), "{bad} accepted");
         }
         assert!(Reward::ACC.with_weights("queue=0.7").is_ok());
+        assert!(Reward::TUNER.check().is_ok() && Reward::ACC.check().is_ok());
+        let Reward::Tuner { depth, .. } = &mut r else { unreachable!() };
+        *depth = -5.0;
+        assert_eq!(r.check().unwrap_err(), "depth = -5: a weight must be finite and within 0..=1e6");
     }
 }
