@@ -367,8 +367,11 @@ fn parse_int(b: &[u8]) -> Result<u64, ProblemKind> {
     if let Ok(v) = t.parse::<u64>() {
         return Ok(v);
     }
-    if let Ok(v) = t.parse::<i64>() {
-        return Err(ProblemKind::Negative(v as f64));
+    // `-0` is 0, not "negative value 0".
+    match t.parse::<i64>() {
+        Ok(0) => return Ok(0),
+        Ok(v) => return Err(ProblemKind::Negative(v as f64)),
+        Err(_) => {}
     }
     if t.bytes().all(|c| c.is_ascii_digit()) {
         return Err(ProblemKind::OutOfRange(format!("{t} does not fit in 64 bits")));
@@ -513,6 +516,7 @@ mod tests {
         assert_eq!(parse_int(b"-3.0"), Err(ProblemKind::Negative(-3.0)));
         assert_eq!(parse_int(b"42"), Ok(42));
         assert_eq!(parse_int(b"-3"), Err(ProblemKind::Negative(-3.0)));
+        assert_eq!(parse_int(b"-0"), Ok(0));
         assert_eq!(parse_int(b""), Err(ProblemKind::Null));
         assert!(matches!(parse_int(b"1.5"), Err(ProblemKind::WrongType { .. })));
         assert!(matches!(parse_int(b"abc"), Err(ProblemKind::WrongType { .. })));
