@@ -5,6 +5,32 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/ecn-tuner/target}"
 # set PROPTEST_RNG_SEED to explore other cases.
 export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-1}"
 
+mkdir -p "$CARGO_TARGET_DIR"
+
+# One script of this project at a time per target directory (a checkout and its CI clone
+# share one): the toolchain installs, the checks below, the PyTorch install and the builds that
+# follow must not interleave with another's. Held until the script that sourced this file
+# ends; scripts that it starts inherit the hold.
+if [ -z "${ECN_TUNER_LOCK_HELD:-}" ] && command -v flock >/dev/null 2>&1; then
+  exec {ecn_lock_fd}>"$CARGO_TARGET_DIR/.ecn-tuner.lock"
+  if ! flock -n "$ecn_lock_fd"; then
+    echo "waiting for another ecn-tuner script using $CARGO_TARGET_DIR to finish" >&2
+    flock "$ecn_lock_fd"
+  fi
+  export ECN_TUNER_LOCK_HELD=1 ECN_TUNER_LOCK_FD="$ecn_lock_fd"
+fi
+
+# Run a command without the hold: for tests, whose children (a redis-server, controllers) could
+# outlive a test binary killed mid-run and keep the hold, and every later script waiting, for ever.
+ecn_without_lock() {
+  if [ -n "${ECN_TUNER_LOCK_FD:-}" ]; then
+    local fd="$ECN_TUNER_LOCK_FD"
+    "$@" {fd}>&-
+  else
+    "$@"
+  fi
+}
+
 # Debian packages, installed where this runs as root with apt-get; false where it cannot.
 ecn_apt_install() {
   [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 1
@@ -39,8 +65,10 @@ if ! ecn_rust_new_enough && ! command -v rustup >/dev/null 2>&1 && [ ! -x "$HOME
   fi
 fi
 if ! ecn_rust_new_enough; then
-  if command -v cargo >/dev/null 2>&1; then
+  if command -v cargo >/dev/null 2>&1 && rustc --version >/dev/null 2>&1; then
     echo "error: Rust $(rustc --version 2>/dev/null | awk '{print $2}') is too old; ecn-tuner needs 1.95 or newer (rustup update)." >&2
+  elif command -v rustup >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/rustup" ]; then
+    echo "error: rustup is installed but gives no working Rust toolchain; run \`rustup default stable\` (or \`rustup update\`) and rerun." >&2
   else
     echo "error: cargo not found and rustup could not install it (it needs curl and https://sh.rustup.rs)." \
       "Install Rust 1.95 or newer (https://rustup.rs) and rerun." >&2
@@ -56,32 +84,6 @@ if ! command -v cc >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
     exit 1
   fi
 fi
-mkdir -p "$CARGO_TARGET_DIR"
-
-# One script of this project at a time per target directory (a checkout and its CI clone
-# share one): the check below, the PyTorch install and the builds that follow must not
-# interleave with another's. Held until the script that sourced this file ends; scripts that
-# it starts inherit the hold.
-if [ -z "${ECN_TUNER_LOCK_HELD:-}" ] && command -v flock >/dev/null 2>&1; then
-  exec {ecn_lock_fd}>"$CARGO_TARGET_DIR/.ecn-tuner.lock"
-  if ! flock -n "$ecn_lock_fd"; then
-    echo "waiting for another ecn-tuner script using $CARGO_TARGET_DIR to finish" >&2
-    flock "$ecn_lock_fd"
-  fi
-  export ECN_TUNER_LOCK_HELD=1 ECN_TUNER_LOCK_FD="$ecn_lock_fd"
-fi
-
-# Run a command without the hold: for tests, whose children (a redis-server, controllers) could
-# outlive a test binary killed mid-run and keep the hold, and every later script waiting, for ever.
-ecn_without_lock() {
-  if [ -n "${ECN_TUNER_LOCK_FD:-}" ]; then
-    local fd="$ECN_TUNER_LOCK_FD"
-    "$@" {fd}>&-
-  else
-    "$@"
-  fi
-}
-
 # Cargo decides whether a workspace crate is fresh from the modification times of the files
 # its last build read, at that build's paths. Built last from another checkout (a CI clone, a
 # second worktree), a crate whose files there have not changed since counts as fresh here,
@@ -107,8 +109,13 @@ fi
 # (tch 0.26 checks the version). torch-sys finds it through LIBTORCH_USE_PYTORCH, and the
 # crates that link it (models, agent) bake its lib directory into their rpath (their build.rs).
 ECN_TUNER_TORCH_VENV="${ECN_TUNER_TORCH_VENV:-$HOME/.cache/ecn-tuner/torch-venv}"
-# Absolute: torch-sys runs its python from its own build directory.
+# Absolute (torch-sys runs its python from its own build directory; a relative path is taken
+# from the checkout's root, where the scripts run), without a trailing slash (the lock is a
+# file beside it).
 case "$ECN_TUNER_TORCH_VENV" in /*) ;; *) ECN_TUNER_TORCH_VENV="$PWD/$ECN_TUNER_TORCH_VENV" ;; esac
+while [ "${ECN_TUNER_TORCH_VENV%/}" != "$ECN_TUNER_TORCH_VENV" ] && [ "$ECN_TUNER_TORCH_VENV" != / ]; do
+  ECN_TUNER_TORCH_VENV="${ECN_TUNER_TORCH_VENV%/}"
+done
 export ECN_TUNER_TORCH_VENV
 ecn_torch_ok() {
   "$ECN_TUNER_TORCH_VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null
@@ -161,10 +168,18 @@ export LIBTORCH_USE_PYTORCH=1
 # change: a venv moved, or remade for another Python (lib/python3.X/...), would leave builds
 # linking, and binaries' rpath pointing, at a folder that is gone. Such builds are redone.
 ecn_torch_lib="$("$ECN_TUNER_TORCH_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch/lib"
+# Compared as real paths: the same folder reached through a symlink, or through a venv's lib64
+# link to lib, is no move.
+ecn_torch_real="$(readlink -f "$ecn_torch_lib" 2>/dev/null || echo "$ecn_torch_lib")"
 for ecn_profile in "$CARGO_TARGET_DIR"/*/; do
-  if grep -h '^cargo:rustc-link-search=native=.*/torch/lib$' "$ecn_profile"build/torch-sys-*/output 2>/dev/null \
-    | grep -qvxF "cargo:rustc-link-search=native=$ecn_torch_lib"; then
-    echo "libtorch moved to $ecn_torch_lib: rebuilding torch-sys in $ecn_profile" >&2
+  ecn_stale=""
+  while IFS= read -r ecn_linked; do
+    if [ "$(readlink -f "$ecn_linked" 2>/dev/null || echo "$ecn_linked")" != "$ecn_torch_real" ]; then
+      ecn_stale="$ecn_linked"
+    fi
+  done < <(sed -n 's|^cargo:rustc-link-search=native=\(.*/torch/lib\)$|\1|p' "$ecn_profile"build/torch-sys-*/output 2>/dev/null)
+  if [ -n "$ecn_stale" ]; then
+    echo "libtorch moved to $ecn_torch_lib (from $ecn_stale): rebuilding torch-sys in $ecn_profile" >&2
     rm -rf "$ecn_profile"build/torch-sys-* "$ecn_profile".fingerprint/torch-sys-*
   fi
 done

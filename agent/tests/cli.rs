@@ -381,7 +381,8 @@ fn telemetry_csv_quotes_open_only_at_a_field_start_and_records_are_bounded() {
 }
 
 /// A timestamp near the end of u64's range (a corrupt poll) with a stated span overflowed the
-/// gap check: every command reading telemetry panicked (exit 101).
+/// gap check, and the dry-run actuator's replay clock: every command reading telemetry
+/// panicked (exit 101).
 #[test]
 fn a_huge_timestamp_step_is_judged_not_a_panic() {
     let dir = temp_dir("ts-huge");
@@ -399,6 +400,11 @@ fn a_huge_timestamp_step_is_judged_not_a_panic() {
         assert!(matches!(out.status.code(), Some(0 | 2)), "{:?}: {stderr}", out.status);
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
+    // The dry-run actuator reads it without a gap limit, and its replay clock overflowed.
+    assert_bad_input(
+        &["actuator", "--backend", "dry-run", "--listen", "127.0.0.1:0", "--telemetry", &csv],
+        &["--telemetry", "2^62 ns"],
+    );
 }
 
 /// Problems name data row N for line N + 1, as documented, whatever blank lines or

@@ -306,6 +306,37 @@ async fn a_recording_lost_from_state_db_is_put_back_before_the_next_write() {
     assert!(rig.act.log_text().contains("STATE_DB lost the recording"), "{}", rig.act.log_text());
 }
 
+/// A file copy of the recording torn by a crash or a full disk (here: emptied), with STATE_DB's
+/// whole: the restarted actuator's first Apply moves it aside and writes it afresh. Every Apply
+/// used to fail with INTERNAL "not a recording", and a controller saw exit 0 with 0 applies.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_torn_copy_of_the_recording_is_written_afresh_from_state_db() {
+    let mut rig = rig(Spec::default(), &[]).await;
+    let apply = |l: &str, kmin: u64| pb::ApplyRequest {
+        lease_id: l.to_string(),
+        changes: vec![change(&qid("Ethernet0", 3), kmin, 900_000, 0.25)],
+        ..Default::default()
+    };
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let g = c.apply(apply(&l, 300_000)).await.expect("apply").into_inner().generation;
+    c.confirm(pb::ConfirmRequest { lease_id: l.clone(), generation: g }).await.expect("confirm");
+    let file = rig.act.journal.with_file_name("journal.jsonl.sonic-originals.json");
+    let whole = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, "").unwrap();
+    rig.act.restart(Duration::ZERO).await;
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-b").await;
+    c.apply(apply(&l, 350_000)).await.expect("apply after the restart");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), whole, "the copy, whole again");
+    let aside = std::fs::read_dir(file.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| e.file_name().to_string_lossy().starts_with("journal.jsonl.sonic-originals.json.unreadable-"));
+    assert!(aside, "the torn copy moved aside");
+    assert!(rig.act.log_text().contains("unreadable"), "{}", rig.act.log_text());
+}
+
 /// An actuator started before flex counters have published COUNTERS_QUEUE_NAME_MAP (an
 /// on-switch actuator after a reboot) has no telemetry, and cannot read writes back at first,
 /// so it allows orchagent a poll interval, as the log says. Once the map is there, telemetry

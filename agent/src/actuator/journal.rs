@@ -165,6 +165,9 @@ pub struct Journal {
     torn: bool,
     /// The generation whose failed device write may still land, stamped on every line.
     in_doubt: Option<u64>,
+    /// Lines of what happened on the device whose write failed (a revert on a full disk),
+    /// with their generations: written before any later line, so the file never skips them.
+    owed: Vec<(u64, String)>,
 }
 
 /// What an existing journal says, read once when it is opened.
@@ -178,6 +181,8 @@ struct Found {
     in_doubt: Option<u64>,
     /// Every switch its lines name.
     switches: std::collections::BTreeSet<String>,
+    /// Lines torn by a crash or a full disk, skipped.
+    torn_lines: usize,
 }
 
 /// A file whose lines are none of them a journal event, however many: not a journal.
@@ -202,6 +207,18 @@ fn torn(line: &[u8]) -> bool {
     line.starts_with(LINE_START) || LINE_START.starts_with(line) || line.iter().all(|&b| b == 0)
 }
 
+/// The generation a torn line names, where its whole number survived the cut: a restart
+/// numbers after it too, so that one number never names two changes (the torn line's and
+/// the next).
+fn torn_generation(line: &[u8]) -> Option<u64> {
+    const KEY: &[u8] = b"\"generation\":";
+    let at = line.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let digits = line[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    // Cut inside the number, it may be a prefix of a larger one: a following byte says it is whole.
+    line.get(at + digits).filter(|&&b| b == b',' || b == b'}')?;
+    std::str::from_utf8(&line[at..at + digits]).ok()?.parse().ok()
+}
+
 impl Journal {
     /// Every switch the journal's changes name, refusals left out (none for a new journal).
     pub fn switches(&self) -> &std::collections::BTreeSet<String> {
@@ -210,7 +227,7 @@ impl Journal {
 
     /// No file: events only reach the log.
     pub fn none() -> Journal {
-        Journal { file: None, found: Found::default(), torn: false, in_doubt: None }
+        Journal { file: None, found: Found::default(), torn: false, in_doubt: None, owed: Vec::new() }
     }
 
     /// The highest generation already in the file: a restarted actuator continues after it, so
@@ -255,12 +272,72 @@ impl Journal {
         if ends_mid_line(&mut f)? {
             f.write_all(b"\n")?;
         }
-        Ok(Journal { file: Some((f, path.to_path_buf())), found, torn: false, in_doubt: None })
+        if found.torn_lines > 0 {
+            tracing::warn!(
+                journal = %path.display(),
+                lines = found.torn_lines,
+                last_generation = found.last_generation,
+                "the journal has lines torn by a crash or a full disk; they are skipped, and generations are \
+                 numbered after the highest any line names"
+            );
+        }
+        Ok(Journal { file: Some((f, path.to_path_buf())), found, torn: false, in_doubt: None, owed: Vec::new() })
+    }
+
+    /// The generations of events that happened but whose lines could not be written yet
+    /// ([`Journal::write_done`]).
+    pub fn owed(&self) -> Vec<u64> {
+        self.owed.iter().map(|(g, _)| *g).collect()
     }
 
     /// Append one event as one line and sync it to disk. Logs it too, so a journal-less actuator still leaves a
-    /// trace.
+    /// trace. Lines owed from before ([`Journal::write_done`]) go first; if they cannot, neither
+    /// does this one.
     pub fn write(&mut self, e: &Event) -> std::io::Result<()> {
+        let line = self.line(e)?;
+        self.append_owed()?;
+        self.append(&line)
+    }
+
+    /// [`Journal::write`] for an event that has happened on the device whatever the file says
+    /// (a revert): a line that cannot be written now is owed, and written before the next one.
+    pub fn write_done(&mut self, e: &Event) -> std::io::Result<()> {
+        let line = self.line(e)?;
+        let written = self.append_owed().and_then(|()| self.append(&line));
+        if written.is_err() && self.file.is_some() {
+            self.owed.push((e.generation, line));
+        }
+        written
+    }
+
+    /// Send every later write to `/dev/full` (no space left), as a full disk would; `false`
+    /// puts the file back.
+    #[cfg(test)]
+    pub(crate) fn simulate_full_disk(&mut self, full: bool) {
+        use std::sync::Mutex;
+        static REAL: Mutex<Vec<(PathBuf, File)>> = Mutex::new(Vec::new());
+        let Some((f, path)) = &mut self.file else { return };
+        let mut real = REAL.lock().unwrap();
+        if full {
+            let dev_full = OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+            real.push((path.clone(), std::mem::replace(f, dev_full)));
+        } else if let Some(i) = real.iter().position(|(p, _)| p == path) {
+            *f = real.remove(i).1;
+        }
+    }
+
+    /// Write the lines owed, in order, keeping those that still fail.
+    pub fn append_owed(&mut self) -> std::io::Result<()> {
+        while let Some((_, line)) = self.owed.first() {
+            let line = line.clone();
+            self.append(&line)?;
+            self.owed.remove(0);
+        }
+        Ok(())
+    }
+
+    /// `e` as its journal line, stamped, logged.
+    fn line(&self, e: &Event) -> std::io::Result<String> {
         /// An event with the journal's own stamp.
         #[derive(Serialize)]
         struct Line<'a> {
@@ -270,10 +347,15 @@ impl Journal {
             in_doubt_generation: Option<u64>,
         }
         let stamped = Line { event: e, in_doubt_generation: self.in_doubt };
-        let mut line = serde_json::to_string(&stamped).map_err(std::io::Error::other)?;
+        let line = serde_json::to_string(&stamped).map_err(std::io::Error::other)?;
         tracing::info!(target: "journal", event = ?e.event, generation = e.generation, detail = %e.detail, "{line}");
+        Ok(line)
+    }
+
+    /// Append `line` and sync it.
+    fn append(&mut self, line: &str) -> std::io::Result<()> {
         if let Some((f, path)) = &mut self.file {
-            line.push('\n');
+            let mut line = format!("{line}\n");
             if self.torn {
                 // Glued to a fragment, this line would not parse, and a restart would not see it.
                 line.insert(0, '\n');
@@ -321,7 +403,13 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
     for (n, line) in BufReader::new(&mut *f).split(b'\n').enumerate() {
         let line = line?;
         let Ok(l) = serde_json::from_slice::<Line>(&line) else {
-            if !line.trim_ascii().is_empty() && !torn(&line) {
+            let blank = line.trim_ascii().is_empty();
+            if !blank && torn(&line) {
+                found.torn_lines += 1;
+                if let Some(g) = torn_generation(&line).filter(|&g| g <= MAX_GENERATION) {
+                    found.last_generation = found.last_generation.max(g);
+                }
+            } else if !blank {
                 if others == 0 {
                     first_other = line;
                 }
@@ -464,6 +552,23 @@ mod tests {
         assert_eq!(stamps, [serde_json::Value::Null, 2.into(), 2.into(), serde_json::Value::Null], "{text}");
     }
 
+    /// A torn line's generation, where it survived whole, is not numbered again.
+    #[test]
+    fn a_torn_line_s_generation_is_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        let confirm = r#"{"ts":"t","event":"confirm","generation":2,"confirmed_generation":2}"#;
+        for (torn, last) in [
+            (r#"{"ts":"t","event":"apply","generation":3,"confirmed_gen"#, 3),
+            (r#"{"ts":"t","event":"apply","generation":3"#, 2),
+            (r#"{"ts":"t","event":"apply","generation":31,"#, 31),
+            (r#"{"ts":"t","event":"apply","gen"#, 2),
+        ] {
+            std::fs::write(&path, format!("{confirm}\n{torn}")).unwrap();
+            assert_eq!(Journal::open(&path).unwrap().last_generation(), last, "{torn}");
+        }
+    }
+
     #[test]
     fn a_torn_last_line_does_not_swallow_the_next_event() {
         let path = std::env::temp_dir().join(format!("ecn-journal-torn-{}", std::process::id()));
@@ -475,6 +580,33 @@ mod tests {
         let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
         assert_eq!(last["event"], "confirm", "{text}");
         assert_eq!(text.lines().count(), 3, "the fragment stays a line of its own: {text}");
+    }
+
+    /// A revert whose line cannot be written (a full disk) is owed: written before the next
+    /// line, and until it is, no other line goes in (an apply after it would hide it).
+    #[test]
+    fn a_line_of_what_happened_is_owed_until_it_can_be_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        let mut j = Journal::open(&path).unwrap();
+        j.write(&Event::now(EventKind::Apply, 2, 1, vec![])).unwrap();
+        j.simulate_full_disk(true);
+        assert!(j.write_done(&Event::now(EventKind::Revert, 3, 3, vec![])).is_err());
+        assert!(j.write(&Event::now(EventKind::Apply, 4, 3, vec![])).is_err(), "no line past an owed one");
+        assert_eq!(j.owed(), vec![3]);
+        j.simulate_full_disk(false);
+        j.write(&Event::now(EventKind::Apply, 4, 3, vec![])).unwrap();
+        assert!(j.owed().is_empty());
+        let text = std::fs::read_to_string(&path).unwrap();
+        // A failed write may leave part of its line: the next starts on a new one (blank here).
+        let events: Vec<(String, u64)> = text
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|v| (v["event"].as_str().unwrap().to_string(), v["generation"].as_u64().unwrap()))
+            .collect();
+        let want = [("apply", 2), ("revert", 3), ("apply", 4)].map(|(e, g)| (e.to_string(), g));
+        assert_eq!(events, want, "{text}");
     }
 
     /// Another file given as the journal (a decision log, a text file) is refused and left as

@@ -11,6 +11,7 @@ use super::telemetry::batches_from_rows;
 use super::ActuatorError;
 use ecn_datasets::telemetry::{load_telemetry, CounterMode, ReadOptions, TelemetryData};
 use ecn_datasets::TelemetrySample;
+use ecn_env::units::MAX_DURATION;
 use ecn_proto::v1::TelemetryBatch;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -65,8 +66,9 @@ impl Recording {
         // only its samples to infer intervals from, and the check must hold for it too.
         let sampled = data.queues.iter().filter(|q| q.samples.len() >= 2);
         let intervals = sampled.filter_map(|q| Some((q.interval_ns?, q.samples.last()?.ts_ns)));
+        // Saturating: a corrupt timestamp near 2^64 ns is refused below, not an overflow here.
         let (interval_ns, loop_end) =
-            intervals.fold((u64::MAX, 0), |(i, end), (qi, last)| (i.min(qi), end.max(last + qi)));
+            intervals.fold((u64::MAX, 0), |(i, end), (qi, last)| (i.min(qi), end.max(last.saturating_add(qi))));
         let mut rows = data.to_rows();
         if rows.is_empty() {
             return Err("no telemetry samples".into());
@@ -78,6 +80,14 @@ impl Recording {
         }
         rows.sort_by_key(|r| r.sample.ts_ns);
         let loop_ns = loop_end - rows[0].sample.ts_ns;
+        // The replay's clock adds loops of this length: a recording of more than 2^62 ns (146
+        // years, a corrupt timestamp) would overflow it, as no recording of a switch spans.
+        if loop_ns > MAX_DURATION.0 {
+            return Err(format!(
+                "its samples span {loop_ns} ns, more than 2^62 ns (146 years): a corrupt ts_ns? A replay \
+                 cannot run so long"
+            ));
+        }
         Ok(Recording { rows, interval_ns, loop_ns })
     }
 }

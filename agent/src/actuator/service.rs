@@ -482,7 +482,10 @@ impl<B: Backend> ActuatorService<B> {
         let generation = st.ledger.next();
         let changed = super::ledger::diff(&before, settings);
         let e = Event::now(kind, generation, generation, self.entries(&changed)).detail(detail).controller(ctl);
-        if let Err(err) = st.journal.write(&e) {
+        // A revert has happened whatever the file says: a line that cannot be written now (a
+        // full disk) is owed, and goes in before any later one.
+        let written = if kind == EventKind::Revert { st.journal.write_done(&e) } else { st.journal.write(&e) };
+        if let Err(err) = written {
             error!("{err}");
             if kind == EventKind::Rollback {
                 if let Err(undo) = self.inner.backend.apply(&before) {
@@ -583,6 +586,17 @@ impl<B: Backend> ActuatorService<B> {
             return Err(format!(
                 "stopped with a write of generation {generation} in doubt: it may still land on the device; the \
                  journal says so"
+            ));
+        }
+        // A revert the journal could not record: a restart would take the file's last line, an
+        // unconfirmed apply, for what the device may hold.
+        if let Err(err) = st.journal.append_owed() {
+            return Err(format!(
+                "the journal lacks the line of generation(s) {:?} ({err}): the device holds confirmed generation {}, \
+                 but a restart on this journal will read it as ending unconfirmed; free the space and append \
+                 nothing by hand: start the next actuator with a new journal",
+                st.journal.owed(),
+                st.ledger.confirmed()
             ));
         }
         Ok(())
@@ -991,6 +1005,23 @@ mod tests {
         s.inner.backend.fail.store(true, Ordering::SeqCst);
         let e = s.stop().unwrap_err();
         assert!(e.contains("generation 2 unconfirmed on the device") && e.contains("confirmed generation 1"), "{e}");
+    }
+
+    /// A stop whose revert the journal cannot record (a full disk) reverts the device but
+    /// exits 1: a restart would read the journal's last line, the apply, as still pending. It
+    /// exited 0 with the revert line lost for good.
+    #[test]
+    fn a_stop_whose_revert_the_journal_cannot_record_is_an_error() {
+        let (_dir, path) = scratch_journal();
+        let (s, _stop) = service_with(false, Some(&path));
+        let l = lease(&s);
+        s.do_apply(apply_req(&l, 600_000)).unwrap();
+        s.lock().journal.simulate_full_disk(true);
+        let e = s.stop().unwrap_err();
+        assert!(e.contains("lacks the line of generation(s) [3]") && e.contains("confirmed generation 3"), "{e}");
+        let mut st = s.lock();
+        assert_eq!(st.ledger.current_settings(), st.ledger.confirmed_settings(), "reverted all the same");
+        st.journal.simulate_full_disk(false);
     }
 
     #[test]

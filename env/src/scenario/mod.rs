@@ -184,7 +184,9 @@ fn read_text(path: &Path) -> std::io::Result<String> {
 struct SourceFiles {
     /// The scenario file's directory: relative paths inside it resolve against this.
     dir: PathBuf,
-    kept: std::sync::Mutex<Vec<(PathBuf, Arc<str>)>>,
+    /// Each path looked at, with its text, or `None` where no file was there at the first look
+    /// (a CDF name then means its built-in copy, for every load).
+    kept: std::sync::Mutex<Vec<(PathBuf, Option<Arc<str>>)>>,
 }
 
 impl SourceFiles {
@@ -197,31 +199,53 @@ impl SourceFiles {
         self.dir.join(name)
     }
 
-    fn kept(&self) -> std::sync::MutexGuard<'_, Vec<(PathBuf, Arc<str>)>> {
+    fn kept(&self) -> std::sync::MutexGuard<'_, Vec<(PathBuf, Option<Arc<str>>)>> {
         // A panic elsewhere while holding it leaves the list whole: every push is one call.
         self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether `path` is a file: read before, or on disk now.
+    /// What was first found at `path`, if it was looked at: `Some(None)` for no file.
+    fn first_look(&self, path: &Path) -> Option<Option<Arc<str>>> {
+        self.kept().iter().find(|(p, _)| p == path).map(|(_, text)| text.clone())
+    }
+
+    /// Keep what was found at `path`, unless another load kept something first; what is kept.
+    fn keep(&self, path: &Path, text: Option<Arc<str>>) -> Option<Arc<str>> {
+        let mut kept = self.kept();
+        match kept.iter().find(|(p, _)| p == path) {
+            Some((_, first)) => first.clone(),
+            None => {
+                kept.push((path.to_path_buf(), text.clone()));
+                text
+            }
+        }
+    }
+
+    /// Whether `path` was a file at the first look: a file that appears later is not read,
+    /// and one removed since is still read as it was.
     fn is_file(&self, path: &Path) -> bool {
-        self.kept().iter().any(|(p, _)| p == path) || path.is_file()
+        match self.first_look(path) {
+            Some(text) => text.is_some(),
+            None if path.is_file() => true,
+            None => self.keep(path, None).is_some(),
+        }
     }
 
     /// The text of `path` as first read.
     fn read(&self, path: &Path) -> std::io::Result<Arc<str>> {
-        if let Some((_, text)) = self.kept().iter().find(|(p, _)| p == path) {
-            return Ok(text.clone());
-        }
-        let text: Arc<str> = read_text(path)?.into();
-        let mut kept = self.kept();
-        // Two loads on two threads may both have read it: the first one kept wins.
-        match kept.iter().find(|(p, _)| p == path) {
-            Some((_, first)) => Ok(first.clone()),
+        let not_there = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file when first looked for");
+        match self.first_look(path) {
+            Some(text) => text.ok_or_else(not_there),
             None => {
-                kept.push((path.to_path_buf(), text.clone()));
-                Ok(text)
+                let text: Arc<str> = read_text(path)?.into();
+                self.keep(path, Some(text)).ok_or_else(not_there)
             }
         }
+    }
+
+    /// The files read, in the order first read.
+    fn read_files(&self) -> Vec<(PathBuf, Arc<str>)> {
+        self.kept().iter().filter_map(|(p, text)| Some((p.clone(), text.clone()?))).collect()
     }
 }
 
@@ -510,7 +534,7 @@ impl ScenarioText {
     /// The files its loads have read so far (topology, CDF and flow files), by path (the
     /// scenario's directory joined with the name inside it), with their text as read.
     pub fn referenced_files(&self) -> Vec<(PathBuf, Arc<str>)> {
-        self.files.kept().clone()
+        self.files.read_files()
     }
 
     /// The scenario, with an optional seed override.
@@ -1023,6 +1047,18 @@ mod tests {
         assert_eq!(read.len(), 1);
         assert_eq!((read[0].0.as_path(), &*read[0].1), (dir.join("mine.cdf").as_path(), cdf));
         assert!(Scenario::load(path.to_str().unwrap(), Some(7)).is_err(), "a fresh read sees the edit");
+
+        // A standard file's name with no such file beside the scenario is its built-in copy,
+        // for every load: one that appears later is not read.
+        let standard =
+            "duration = \"1ms\"\n[[workload]]\nkind = \"poisson\"\ncdf = \"WebSearch_distribution.txt\"\nload = 0.5\n";
+        std::fs::write(&path, standard).unwrap();
+        let text = ScenarioText::read(path.to_str().unwrap()).unwrap();
+        let first = text.load(Some(7)).unwrap();
+        std::fs::write(dir.join("WebSearch_distribution.txt"), "1 0\n1000 100\n").unwrap();
+        assert_eq!(text.load(Some(7)).unwrap().flows, first.flows);
+        assert!(text.referenced_files().is_empty(), "{:?}", text.referenced_files());
+        assert_ne!(Scenario::load(path.to_str().unwrap(), Some(7)).unwrap().flows, first.flows);
         std::fs::remove_dir_all(dir).unwrap();
     }
 

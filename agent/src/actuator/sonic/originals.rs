@@ -220,8 +220,10 @@ impl Recorder {
         controlled: &[QueueRef],
     ) -> Result<(), String> {
         let state = self.state.as_mut().expect("connected by read_stored");
-        let from_file = match &self.file {
-            Some(p) if p.exists() => Some(Recording::read_file(p)?),
+        // The file is read only where STATE_DB and this actuator have no recording: a copy torn
+        // by a crash or a full disk, with STATE_DB's whole, is replaced below, not trusted.
+        let from_file = match (&stored, &self.recorded, &self.file) {
+            (None, None, Some(p)) if p.exists() => Some(Recording::read_file(p)?),
             _ => None,
         };
         let rec = match (stored, self.recorded.take(), from_file) {
@@ -258,6 +260,17 @@ impl Recorder {
         // The recording that won in STATE_DB, whichever actuator wrote it.
         let stored = Recording::read(state, dbs.state)?.unwrap_or(rec);
         if let Some(p) = &self.file {
+            if p.exists() {
+                if let Err(why) = Recording::read_file(p) {
+                    let aside = beside(p, "unreadable");
+                    warn!(
+                        file = %p.display(), moved_to = %aside.display(),
+                        "the file copy of the recording is unreadable ({why}); STATE_DB holds it whole: writing it afresh"
+                    );
+                    std::fs::rename(p, &aside)
+                        .map_err(|e| format!("{}: moving it to {}: {e}", p.display(), aside.display()))?;
+                }
+            }
             if !p.exists() {
                 let text = serde_json::to_string_pretty(&stored).map_err(|e| format!("recording: {e}"))?;
                 write_new(p, &text).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -268,12 +281,33 @@ impl Recorder {
     }
 }
 
-/// Create `path` with `text`, never replacing an existing file.
+/// Create `path` with `text`, whole or not at all, never replacing an existing file: written
+/// and synced under another name first, then linked into place (a crash or a full disk
+/// mid-write left a torn copy that every later Apply failed to read).
 fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()
+    let mut temp = path.file_name().unwrap_or_default().to_os_string();
+    temp.push(format!(".{}.tmp", std::process::id()));
+    let temp = path.with_file_name(temp);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&temp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::hard_link(&temp, path)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_file(&temp);
+    written
+}
+
+/// Where a file copy of a recording is moved out of the way: `<name>.<why>-<unix ms>`.
+fn beside(path: &Path, why: &str) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{why}-{}", crate::actuator::journal::unix_ms(std::time::SystemTime::now())));
+    path.with_file_name(name)
 }
 
 /// What a restore did.
@@ -500,9 +534,7 @@ pub fn restore(
     let copy = rec.file.as_deref().filter(|f| Some(*f) != from && Recording::read_file(f).is_ok_and(|r| r == rec));
     for file in [copy, from].into_iter().flatten() {
         if file.exists() {
-            let mut name = file.file_name().unwrap_or_default().to_os_string();
-            name.push(format!(".restored-{}", crate::actuator::journal::unix_ms(std::time::SystemTime::now())));
-            if let Err(e) = std::fs::rename(file, file.with_file_name(name)) {
+            if let Err(e) = std::fs::rename(file, beside(file, "restored")) {
                 warn!(file = %file.display(), "restored, but could not retire the file copy of the recording: {e}");
             }
         }
