@@ -143,7 +143,8 @@ pub fn play(
     let mut base = 0u64;
     'outer: while !stop.load(Ordering::Relaxed) {
         for b in if base == 0 { &batches } else { &looped } {
-            let ts = base + (b.ts_ns - first) + rec.interval_ns;
+            // Saturating: loops of up to 2^62 ns each would pass 2^64 after four.
+            let ts = base.saturating_add(b.ts_ns - first).saturating_add(rec.interval_ns);
             if !pacer.wait_until(ts, &stop) {
                 break 'outer;
             }
@@ -155,7 +156,7 @@ pub fn play(
             sent_to_ns.store(ts, Ordering::SeqCst);
             let _ = tx.send(Arc::new(b));
         }
-        base += span;
+        base = base.saturating_add(span);
         debug!(loop_start_ns = base, "telemetry recording looped");
     }
 }

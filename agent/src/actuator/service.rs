@@ -462,6 +462,15 @@ impl<B: Backend> ActuatorService<B> {
         ctl: Option<&str>,
     ) -> Result<u64, Status> {
         let before = st.ledger.current_settings();
+        // A Rollback is journaled after its device write, and undone if that line cannot go
+        // in: with a revert's line still owed (a full disk) it could not, so the device is left
+        // alone. A revert goes ahead regardless: safety before bookkeeping.
+        if kind == EventKind::Rollback {
+            if let Err(err) = st.journal.append_owed() {
+                let s = Status::unavailable(format!("{err}; the journal owes an earlier line: nothing rolled back"));
+                return Err(self.reject(st, s, Vec::new(), ctl));
+            }
+        }
         if let Err(e) = self.inner.backend.apply(settings) {
             let would_be = st.ledger.next();
             self.note_doubt(st, would_be);
@@ -1022,6 +1031,29 @@ mod tests {
         let mut st = s.lock();
         assert_eq!(st.ledger.current_settings(), st.ledger.confirmed_settings(), "reverted all the same");
         st.journal.simulate_full_disk(false);
+    }
+
+    /// While a revert's line is owed (a full disk), a Rollback leaves the device alone: it is
+    /// journaled after its device write and undone when that line cannot go in, and it could
+    /// not (it went in and out, and stayed on the device if the undo failed too).
+    #[test]
+    fn a_rollback_waits_for_an_owed_revert_line() {
+        let (_dir, path) = scratch_journal();
+        let (s, _stop) = service_with(false, Some(&path));
+        let l = lease(&s);
+        s.do_apply(apply_req(&l, 600_000)).unwrap();
+        s.do_confirm(pb::ConfirmRequest { lease_id: l.clone(), generation: 2 }).unwrap();
+        let mut req = apply_req(&l, 600_000);
+        req.changes[0].setting = Some(pb::EcnSetting { kmin_bytes: 200_000, kmax_bytes: 900_000, pmax: 0.3 });
+        s.do_apply(req).unwrap();
+        s.lock().journal.simulate_full_disk(true);
+        assert!(s.revert_if_due(Instant::now() + Duration::from_secs(3600), None), "reverted on the device");
+        assert_eq!(s.lock().journal.owed(), vec![4]);
+        let on_device = s.inner.backend.settings.lock().unwrap().clone();
+        let e = s.do_rollback(pb::RollbackRequest { lease_id: l, to_generation: Some(1), ..Default::default() });
+        assert_eq!(e.unwrap_err().code(), tonic::Code::Unavailable);
+        assert_eq!(*s.inner.backend.settings.lock().unwrap(), on_device, "the device was not touched");
+        s.lock().journal.simulate_full_disk(false);
     }
 
     #[test]

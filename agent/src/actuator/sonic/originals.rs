@@ -283,24 +283,37 @@ impl Recorder {
 
 /// Create `path` with `text`, whole or not at all, never replacing an existing file: written
 /// and synced under another name first, then linked into place (a crash or a full disk
-/// mid-write left a torn copy that every later Apply failed to read).
+/// mid-write left a torn copy that every later Apply failed to read). On a file system without
+/// hard links it is written in place, as before.
 fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
+    use std::io::{ErrorKind, Write};
+    let write = |p: &Path, new: bool| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(new).create(true).truncate(!new).open(p)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()
+    };
     let mut temp = path.file_name().unwrap_or_default().to_os_string();
     temp.push(format!(".{}.tmp", std::process::id()));
     let temp = path.with_file_name(temp);
-    let written = (|| {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&temp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::hard_link(&temp, path)?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
-    })();
+    // The temporary name is this process's own: one left by a crash of another with its PID
+    // is overwritten.
+    if let Err(e) = write(&temp, false) {
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
+    }
+    let linked = std::fs::hard_link(&temp, path);
     let _ = std::fs::remove_file(&temp);
-    written
+    match linked {
+        Err(e) if e.kind() != ErrorKind::AlreadyExists => {
+            tracing::debug!("linking the file copy into place failed ({e}); writing it in place");
+            write(path, true)?;
+        }
+        r => r?,
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 /// Where a file copy of a recording is moved out of the way: `<name>.<why>-<unix ms>`.
