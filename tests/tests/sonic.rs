@@ -337,6 +337,39 @@ async fn a_torn_copy_of_the_recording_is_written_afresh_from_state_db() {
     assert!(rig.act.log_text().contains("unreadable"), "{}", rig.act.log_text());
 }
 
+/// After a reboot (STATE_DB cleared) `sonic restore` without `--from` has no recording, but
+/// the switch still holds ecn-tuner's profiles: it exits 1 naming them and `--from`, where it
+/// said "nothing to restore" and exited 0. With `--from` it restores.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_that_finds_no_recording_but_our_profiles_fails() {
+    let rig = rig(Spec { two_profiles: true, ..Spec::default() }, &[]).await;
+    let url = rig.redis.url();
+    let before = tables(&mut rig.redis.con(CONFIG_DB));
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let req = pb::ApplyRequest {
+        lease_id: l.clone(),
+        changes: vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)],
+        ..Default::default()
+    };
+    let g = c.apply(req).await.expect("apply").into_inner().generation;
+    c.confirm(pb::ConfirmRequest { lease_id: l, generation: g }).await.expect("confirm");
+    // The actuator's scratch folder goes with it: keep the copy beside its journal.
+    let kept = tempfile::tempdir().unwrap();
+    let file = kept.path().join("journal.jsonl.sonic-originals.json");
+    std::fs::copy(rig.act.journal.with_file_name("journal.jsonl.sonic-originals.json"), &file).unwrap();
+    let (code, _) = rig.act.stop().await;
+    assert_eq!(code, Some(0));
+    let redis = rig.redis;
+    redis::cmd("DEL").arg("ECN_TUNER|ORIGINALS").query::<()>(&mut redis.con(STATE_DB)).unwrap();
+    let (code, stdout, stderr) = run_cli(&["sonic", "restore", "--redis", &url]).await;
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("WRED_PROFILE|ECN_TUNER_Ethernet0_3") && stderr.contains("--from"), "{stderr}");
+    let (code, _, stderr) = run_cli(&["sonic", "restore", "--redis", &url, "--from", file.to_str().unwrap()]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(tables(&mut redis.con(CONFIG_DB)), before);
+}
+
 /// An actuator started before flex counters have published COUNTERS_QUEUE_NAME_MAP (an
 /// on-switch actuator after a reboot) has no telemetry, and cannot read writes back at first,
 /// so it allows orchagent a poll interval, as the log says. Once the map is there, telemetry

@@ -135,6 +135,18 @@ fn restore(a: RestoreArgs) -> Result<(), CliError> {
     let url = a.redis.url()?;
     let dbs = a.redis.dbs()?;
     let report = sonic::restore(url, dbs, a.from.as_deref(), a.switch_name.as_deref(), a.redis.timeout()?)?;
+    if report.nothing_recorded && !report.tuner_profiles_unrecorded.is_empty() {
+        // A script must not read "nothing to restore" as a switch back on its originals.
+        let n = report.tuner_profiles_unrecorded.len();
+        return Err(CliError::Failed(format!(
+            "no recording of original profiles in STATE_DB (db {}) at {url}, but CONFIG_DB holds {n} ecn-tuner \
+             profile(s) ({}): ecn-tuner changed this switch and the recording was lost (a reboot clears STATE_DB); \
+             restore from the copy beside the actuator's journal: --from JOURNAL.sonic-originals.json",
+            dbs.state,
+            report.tuner_profiles_unrecorded.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+            url = crate::actuator::sonic::conn::redact_password(url)
+        )));
+    }
     if report.nothing_recorded {
         outln!(
             "nothing to restore: no recording of original profiles in STATE_DB (db {}) at {url}: no actuator has \

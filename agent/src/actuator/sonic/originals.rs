@@ -328,6 +328,10 @@ fn beside(path: &Path, why: &str) -> PathBuf {
 pub struct RestoreReport {
     /// No recording was found: nothing was done.
     pub nothing_recorded: bool,
+    /// With no recording: the `WRED_PROFILE|ECN_TUNER_*` entries CONFIG_DB holds all the same,
+    /// signs that ecn-tuner changed the switch and its recording was lost (a reboot clears
+    /// STATE_DB).
+    pub tuner_profiles_unrecorded: Vec<String>,
     /// Entries rewritten to their recorded fields.
     pub profiles_restored: usize,
     /// Queue entries rewritten.
@@ -436,12 +440,18 @@ pub fn restore(
         Some((p, rec)) => (Some(p), Some(rec)),
         None => (None, Recording::read(&mut state, dbs.state).map_err(ActuatorError::Failed)?),
     };
-    let Some(rec) = rec else {
-        return Ok(RestoreReport { nothing_recorded: true, ..Default::default() });
-    };
     let mut config = target.connect(dbs.config, "ecn-tuner-restore").map_err(ActuatorError::Failed)?;
     let err =
         |e: redis::RedisError| ActuatorError::Failed(format!("Redis at {} (db {}): {e}", target.url(), dbs.config));
+    let Some(rec) = rec else {
+        let now = read_snapshot(&mut config).map_err(err)?;
+        let ours = now.profiles.keys().filter(|n| schema::is_tuner_profile(n)).map(|n| format!("WRED_PROFILE|{n}"));
+        return Ok(RestoreReport {
+            nothing_recorded: true,
+            tuner_profiles_unrecorded: ours.collect(),
+            ..Default::default()
+        });
+    };
     // Nothing is written to a switch the recording was not taken on.
     let hostname: Option<String> =
         redis::cmd("HGET").arg(schema::DEVICE_METADATA_LOCALHOST).arg("hostname").query(&mut config).map_err(err)?;
