@@ -279,6 +279,12 @@ impl Scenario {
 mod tests {
     use super::*;
 
+    /// `config.txt` naming the files of [`one_flow_hpcc_dir`], with `extra` lines, loaded.
+    fn one_flow_config(dir: &Path, extra: &str) -> Result<Scenario, ScenarioError> {
+        let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{extra}");
+        Scenario::from_hpcc_config(&text, "config.txt", dir, None)
+    }
+
     /// A scratch folder with an HPCC topology (3 hosts on one switch, `t.txt`) and a flow file
     /// of one flow starting at 2 s (`f.txt`, the flow on its line 2).
     fn one_flow_hpcc_dir(name: &str) -> std::path::PathBuf {
@@ -295,10 +301,7 @@ mod tests {
     #[test]
     fn hpcc_k_maps_without_kmin_are_refused() {
         let dir = one_flow_hpcc_dir("kmaps");
-        let config = |maps: &str| {
-            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{maps}");
-            Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
-        };
+        let config = |maps: &str| one_flow_config(&dir, maps);
         let kmax = "KMAX_MAP 1 100000000000 1600\n";
         let pmax = "PMAX_MAP 1 100000000000 0.2\n";
         let kmin = "KMIN_MAP 1 100000000000 400\n";
@@ -321,10 +324,7 @@ mod tests {
     #[test]
     fn hpcc_link_faults_are_refused() {
         let dir = one_flow_hpcc_dir("faults");
-        let config = |extra: &str| {
-            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{extra}");
-            Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
-        };
+        let config = |extra: &str| one_flow_config(&dir, extra);
         config("ERROR_RATE_PER_LINK 0.0000\nLINK_DOWN 0 0 0\n").unwrap();
         config("LINK_DOWN 0 1 3\n").unwrap();
         assert_eq!(config("ERROR_RATE_PER_LINK 0.1\n").unwrap_err().field, "ERROR_RATE_PER_LINK");
@@ -337,10 +337,7 @@ mod tests {
     #[test]
     fn hpcc_times_past_two_to_the_62_ns_are_refused() {
         let dir = one_flow_hpcc_dir("huge-times");
-        let config = |extra: &str| {
-            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{extra}");
-            Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
-        };
+        let config = |extra: &str| one_flow_config(&dir, extra);
         for key in ["RP_TIMER", "RATE_DECREASE_INTERVAL", "ALPHA_RESUME_INTERVAL"] {
             let e = config(&format!("{key} 1e17\n")).unwrap_err();
             assert_eq!(e.field, key, "{e}");
@@ -358,10 +355,7 @@ mod tests {
     #[test]
     fn hpcc_keys_are_given_once_with_values_that_fit() {
         let dir = one_flow_hpcc_dir("strict-keys");
-        let config = |extra: &str| {
-            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{extra}");
-            Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
-        };
+        let config = |extra: &str| one_flow_config(&dir, extra);
         let maps = |kmax: &str| {
             format!("KMIN_MAP 1 100000000000 400\nKMAX_MAP 1 100000000000 {kmax}\nPMAX_MAP 1 100000000000 0.2\n")
         };
@@ -391,10 +385,7 @@ mod tests {
     #[test]
     fn hpcc_stop_time_before_the_first_flow_is_refused() {
         let dir = one_flow_hpcc_dir("stop");
-        let config = |stop: &str| {
-            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\nSIMULATOR_STOP_TIME {stop}\n");
-            Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
-        };
+        let config = |stop: &str| one_flow_config(&dir, &format!("SIMULATOR_STOP_TIME {stop}\n"));
         for stop in ["0.5", "2.0"] {
             let e = config(stop).unwrap_err();
             assert_eq!(e.field, "SIMULATOR_STOP_TIME", "{stop}: {e}");

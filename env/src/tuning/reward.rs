@@ -102,19 +102,8 @@ impl Reward {
     /// Every weight finite and within 0..=[`MAX_WEIGHT`], as [`Reward::with_weights`] makes
     /// them: a model card edited otherwise is refused. Errors name the weight.
     pub fn check(&self) -> Result<(), String> {
-        let weights: &[(&str, f64)] = match *self {
-            Reward::Tuner { utilization, depth, depth_max, pause, drop, marked_idle, change } => &[
-                ("utilization", utilization),
-                ("depth", depth),
-                ("depth_max", depth_max),
-                ("pause", pause),
-                ("drop", drop),
-                ("marked_idle", marked_idle),
-                ("change", change),
-            ],
-            Reward::AccLinear { utilization, queue } => &[("utilization", utilization), ("queue", queue)],
-        };
-        match weights.iter().find(|(_, w)| !weight_ok(*w)) {
+        let mut weights = *self;
+        match weights.weights_mut().into_iter().find(|(_, w)| !weight_ok(**w)) {
             Some((name, w)) => Err(format!("{name} = {w}: a weight must be finite and within 0..={MAX_WEIGHT:e}")),
             None => Ok(()),
         }
@@ -124,35 +113,39 @@ impl Reward {
     /// (`depth=2,depth_max=0.2`). Names are the fields of this reward kind; every weight
     /// must be finite and ≥ 0, since each term's sign is fixed by what it measures.
     pub fn with_weights(&self, spec: &str) -> Result<Reward, String> {
+        let kind = match self {
+            Reward::Tuner { .. } => "this reward",
+            Reward::AccLinear { .. } => "ACC's reward",
+        };
         let mut out = *self;
         for (pair, name, value) in crate::units::named_numbers(spec)? {
             if !weight_ok(value) {
                 return Err(format!("'{pair}': a weight must be finite and within 0..={MAX_WEIGHT:e}"));
             }
-            let slot = match &mut out {
-                Reward::Tuner { utilization, depth, depth_max, pause, drop, marked_idle, change } => match name {
-                    "utilization" => utilization,
-                    "depth" => depth,
-                    "depth_max" => depth_max,
-                    "pause" => pause,
-                    "drop" => drop,
-                    "marked_idle" => marked_idle,
-                    "change" => change,
-                    _ => {
-                        return Err(format!(
-                        "'{name}': not a weight of this reward (utilization, depth, depth_max, pause, drop, marked_idle, change)"
-                    ))
-                    }
-                },
-                Reward::AccLinear { utilization, queue } => match name {
-                    "utilization" => utilization,
-                    "queue" => queue,
-                    _ => return Err(format!("'{name}': not a weight of ACC's reward (utilization, queue)")),
-                },
-            };
-            *slot = value;
+            let mut weights = out.weights_mut();
+            let names: Vec<&str> = weights.iter().map(|(n, _)| *n).collect();
+            match weights.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, slot)) => **slot = value,
+                None => return Err(format!("'{name}': not a weight of {kind} ({})", names.join(", "))),
+            }
         }
         Ok(out)
+    }
+
+    /// Every weight, by the name flags and cards give it.
+    fn weights_mut(&mut self) -> Vec<(&'static str, &mut f64)> {
+        match self {
+            Reward::Tuner { utilization, depth, depth_max, pause, drop, marked_idle, change } => vec![
+                ("utilization", utilization),
+                ("depth", depth),
+                ("depth_max", depth_max),
+                ("pause", pause),
+                ("drop", drop),
+                ("marked_idle", marked_idle),
+                ("change", change),
+            ],
+            Reward::AccLinear { utilization, queue } => vec![("utilization", utilization), ("queue", queue)],
+        }
     }
 }
 

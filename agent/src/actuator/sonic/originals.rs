@@ -226,6 +226,7 @@ impl Recorder {
             (None, None, Some(p)) if p.exists() => Some(Recording::read_file(p)?),
             _ => None,
         };
+        let file_read = from_file.is_some();
         let rec = match (stored, self.recorded.take(), from_file) {
             (Some(r), _, _) => r,
             (None, Some(r), _) => {
@@ -260,7 +261,7 @@ impl Recorder {
         // The recording that won in STATE_DB, whichever actuator wrote it.
         let stored = Recording::read(state, dbs.state)?.unwrap_or(rec);
         if let Some(p) = &self.file {
-            if p.exists() {
+            if p.exists() && !file_read {
                 if let Err(why) = Recording::read_file(p) {
                     let aside = beside(p, "unreadable");
                     warn!(
