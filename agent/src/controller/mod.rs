@@ -791,8 +791,23 @@ impl ControlLoop {
         // it) is nobody's to judge: never inherited. Read after the lease: taking it over from
         // a writer whose lease lapsed reverts that writer's change, which the config read
         // before would still show.
-        if lp.lease.is_some() {
-            let config = lp.resync().await.map_err(|s| status("GetConfig", s))?;
+        if let Some((_, ttl)) = lp.lease {
+            // An actuator restarting just after it granted the lease (tests caught it) is not
+            // lost: read again while it comes back, for as long as the lease would have
+            // lived; the loop then takes a new lease from it.
+            let give_up = Instant::now() + ttl;
+            let mut backoff = RECONNECT_BACKOFF_MIN;
+            let config = loop {
+                match lp.resync().await {
+                    Ok(c) => break c,
+                    Err(s) if s.code() == tonic::Code::Unavailable && Instant::now() + backoff < give_up => {
+                        warn!(code = ?s.code(), retry_in = ?backoff, "cannot read the actuator back at start; retrying");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+                    }
+                    Err(s) => return Err(status("GetConfig", s)),
+                }
+            };
             lp.roll_back_unwatched(&config, "at this controller's start").await?;
         }
         Ok(lp)
