@@ -50,6 +50,9 @@ pub struct Faults {
     pub refused_fallbacks: AtomicU32,
     /// Apply calls that opened no confirm window so far, refused or not.
     pub fallbacks_seen: AtomicU32,
+    /// This many Apply calls that change something (fallbacks or not) are refused without
+    /// reaching the actuator: a device that refuses every write.
+    pub refused_applies: AtomicU32,
 }
 
 /// Take one from a fault counter; whether there was one.
@@ -135,6 +138,9 @@ impl pb::actuator_server::Actuator for Forward {
     async fn apply(&self, req: Request<pb::ApplyRequest>) -> Result<Response<pb::ApplyResponse>, Status> {
         let req = req.into_inner();
         let opens_window = !req.validate_only && req.confirm_within_ms > 0;
+        if !req.validate_only && take(&self.faults.refused_applies) {
+            return Err(Status::internal("faulty link: the device refused the write"));
+        }
         if !req.validate_only && req.confirm_within_ms == 0 {
             self.faults.fallbacks_seen.fetch_add(1, Ordering::SeqCst);
             if take(&self.faults.refused_fallbacks) {

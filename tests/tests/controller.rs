@@ -1217,6 +1217,33 @@ async fn a_refused_fallback_waits_for_room_in_the_budget() {
     assert_eq!(sent, 1, "fallbacks sent: {log}");
 }
 
+/// A run that tried to change a target and never could (every Apply refused) is a failure:
+/// the report on stdout says how many failed, and the exit status is 1, naming the target and
+/// the last error. It exited 0 with `applies: 0`, which a script read as success.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_every_apply_is_refused_fails() {
+    let act = sim_actuator(&[]).await;
+    let faults = Faults { refused_applies: 1000.into(), ..Default::default() };
+    let link = FaultyLink::start(&act.url(), faults).await;
+    let (child, _) = act.controller_at(
+        "refused",
+        &link.url(),
+        &enforce_flags("static:100KB,400KB,0.5", &["--min-dwell", "0s", "--duration", "4s"]),
+    );
+    let out = child.wait_with_output().await.unwrap();
+    let log = act.controller_log("refused");
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    let report: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("")).expect(&log);
+    assert_eq!(report["applies"], 0, "{report}");
+    let failed = report["failed_applies"].as_u64().unwrap();
+    assert!(failed >= 1, "{report}");
+    assert_eq!(report["nothing_landed"][0]["failed_applies"], failed, "{report}");
+    assert!(log.contains("no change landed: on http://"), "{log}");
+    assert!(log.contains("the device refused the write"), "{log}");
+    assert!(events(&act.journal(), "apply").is_empty(), "{:?}", act.journal());
+}
+
 /// A `--stale-after` shorter than two of the actuator's telemetry intervals would call the
 /// telemetry stale between any two samples, and every queue would fall back to the baseline: a
 /// SONiC switch polled every 10 s against the default 3 s. Refused at start, exit 2, in either

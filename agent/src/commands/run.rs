@@ -320,13 +320,14 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
     rt.shutdown_timeout(SHUTDOWN_GRACE);
     let report = report?;
     outln!("{}", report_json(&report, None));
-    left_unconfirmed(&report)
+    failure(&report)
 }
 
-/// A stop that could not roll its unconfirmed change back (the actuator unreachable) is no
-/// clean stop: exit 1, after the report, naming what the actuator's deadline reverts.
-fn left_unconfirmed(r: &controller::RunReport) -> Result<(), CliError> {
-    match r.left_unconfirmed_said() {
+/// A stop that could not roll its unconfirmed change back (the actuator unreachable), or that
+/// never got a change into a target it tried to change, is no clean stop: exit 1, after the
+/// report, saying which.
+fn failure(r: &controller::RunReport) -> Result<(), CliError> {
+    match r.failure_said() {
         Some(left) => Err(CliError::Failed(left)),
         None => Ok(()),
     }
@@ -339,7 +340,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 fn report_json(r: &controller::RunReport, comparison: Option<serde_json::Value>) -> serde_json::Value {
     let mut v = serde_json::json!({
-        "rounds": r.rounds, "applies": r.applies, "confirms": r.confirms, "rollbacks": r.rollbacks
+        "rounds": r.rounds, "applies": r.applies, "failed_applies": r.failed_applies,
+        "confirms": r.confirms, "rollbacks": r.rollbacks
     });
     if !r.left_unconfirmed.is_empty() {
         let left: Vec<serde_json::Value> = r
@@ -348,6 +350,14 @@ fn report_json(r: &controller::RunReport, comparison: Option<serde_json::Value>)
             .map(|(target, generation)| serde_json::json!({"target": target, "generation": generation}))
             .collect();
         v["left_unconfirmed"] = serde_json::json!(left);
+    }
+    if !r.nothing_landed.is_empty() {
+        let none: Vec<serde_json::Value> = r
+            .nothing_landed
+            .iter()
+            .map(|(target, failures, last)| serde_json::json!({"target": target, "failed_applies": failures, "last_error": last}))
+            .collect();
+        v["nothing_landed"] = serde_json::json!(none);
     }
     if let Some(c) = comparison {
         v["comparison"] = c;
@@ -390,7 +400,7 @@ async fn run_embedded(cfg: ControllerConfig, sim: SimOptions, journal: Option<Pa
         .map(|(ours, base)| serde_json::json!({"seed": ours.seed, key: ours, "baseline": base}))
         .collect::<Vec<_>>());
     outln!("{}", report_json(&report, Some(comparison)));
-    left_unconfirmed(&report)
+    failure(&report)
 }
 
 /// `ran`: what the first column is ("controlled (POLICY)", or the shadow mode's "as run").

@@ -162,6 +162,9 @@ impl ControlLoop {
             }
             Err(e) => {
                 warn!(error = %e, "apply failed; reading the actuator back");
+                self.report.failed_applies += 1;
+                self.metrics.apply_failures.inc();
+                self.last_apply_failure = Some(e.clone());
                 self.record_planned(&round, false, &format!("; the actuator refused the apply: {e}"))?;
                 if fallback {
                     let now = Instant::now();
@@ -650,11 +653,15 @@ impl ControlLoop {
             confirm_within_ms: 0,
             reason: "kill switch".into(),
         };
-        let resp = self
-            .client
-            .apply(req)
-            .await
-            .map_err(|s| CliError::Failed(format!("kill switch apply: {}", s.message())))?;
+        let resp = match self.client.apply(req).await {
+            Ok(resp) => resp,
+            Err(s) => {
+                self.report.failed_applies += 1;
+                self.metrics.apply_failures.inc();
+                self.last_apply_failure = Some(format!("kill switch: {:?}: {}", s.code(), s.message()));
+                return Err(CliError::Failed(format!("kill switch apply: {}", s.message())));
+            }
+        };
         let resp = resp.into_inner();
         self.generation = resp.generation;
         // Confirmed at once (no deadline): an apply and a confirm, as a telemetry fallback is.

@@ -48,6 +48,8 @@ pub struct Metrics {
     pub decisions: Counter,
     /// Apply calls that succeeded.
     pub applies: Counter,
+    /// Apply calls that failed: refused, or no reply.
+    pub apply_failures: Counter,
     /// Changes confirmed after their health check.
     pub confirms: Counter,
     /// Rollbacks, by reason.
@@ -93,6 +95,7 @@ impl Metrics {
         let m = Metrics {
             decisions: Counter::default(),
             applies: Counter::default(),
+            apply_failures: Counter::default(),
             confirms: Counter::default(),
             rollbacks: Family::default(),
             clamps: Family::default(),
@@ -110,6 +113,11 @@ impl Metrics {
         };
         r.register("decisions", "Decisions made (one per queue per round)", m.decisions.clone());
         r.register("applies", "Changes applied to the actuator", m.applies.clone());
+        r.register(
+            "apply_failures",
+            "Apply calls that failed: refused by the actuator, or without a reply",
+            m.apply_failures.clone(),
+        );
         r.register("confirms", "Changes confirmed after a healthy check", m.confirms.clone());
         r.register("rollbacks", "Changes rolled back, by reason", m.rollbacks.clone());
         r.register("guardrail_clamps", "Guardrail interventions, by rule", m.clamps.clone());

@@ -124,8 +124,10 @@ impl ControllerConfig {
 pub struct RunReport {
     /// Decision rounds.
     pub rounds: u64,
-    /// Apply calls.
+    /// Apply calls that succeeded.
     pub applies: u64,
+    /// Apply calls that failed (refused, or no reply).
+    pub failed_applies: u64,
     /// Confirmed changes.
     pub confirms: u64,
     /// Rolled-back changes.
@@ -134,6 +136,9 @@ pub struct RunReport {
     /// shutdown failed (the actuator unreachable), so the actuator's confirm deadline reverts
     /// them.
     pub left_unconfirmed: Vec<(String, u64)>,
+    /// Targets on which every Apply failed, none succeeding, as (target, failures, the last
+    /// failure): an enforce run that changed nothing there while it tried to.
+    pub nothing_landed: Vec<(String, u64, String)>,
 }
 
 impl RunReport {
@@ -147,6 +152,28 @@ impl RunReport {
             "stopped with {} unconfirmed: its rollback failed, so the actuator reverts it at its confirm deadline",
             list.join(", ")
         ))
+    }
+
+    /// The targets where every Apply failed, in words, or `None` when there is none.
+    pub fn nothing_landed_said(&self) -> Option<String> {
+        if self.nothing_landed.is_empty() {
+            return None;
+        }
+        let list: Vec<String> = self
+            .nothing_landed
+            .iter()
+            .map(|(t, n, last)| format!("on {t} every Apply failed ({n}; the last: {last})"))
+            .collect();
+        Some(format!("no change landed: {}", list.join("; ")))
+    }
+
+    /// What makes a clean stop a failure (exit 1 after the report), in words: a change left to
+    /// an actuator's deadline, or a target that refused every change.
+    pub fn failure_said(&self) -> Option<String> {
+        match (self.left_unconfirmed_said(), self.nothing_landed_said()) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -281,9 +308,11 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
             Ok(r) => {
                 total.rounds += r.rounds;
                 total.applies += r.applies;
+                total.failed_applies += r.failed_applies;
                 total.confirms += r.confirms;
                 total.rollbacks += r.rollbacks;
                 total.left_unconfirmed.extend(r.left_unconfirmed);
+                total.nothing_landed.extend(r.nothing_landed);
             }
             Err(e) => {
                 // One target's fatal error stops the others cleanly (pending changes rolled
@@ -665,6 +694,8 @@ struct ControlLoop {
     /// When telemetry came back after a silence past `--stale-after`, until a lag probe sent
     /// since answers: it counts as stale meanwhile ([`ControlLoop::lagging`]).
     unmeasured_since: Option<Instant>,
+    /// The last failed Apply's error, for the end of a run where none succeeded.
+    last_apply_failure: Option<String>,
 }
 
 impl ControlLoop {
@@ -785,6 +816,7 @@ impl ControlLoop {
             kill_retry_at: None,
             batches_since_round: 0,
             unmeasured_since: None,
+            last_apply_failure: None,
         };
         // An unconfirmed change left by a writer before this one (this controller's previous
         // run under the same --controller-id keeps its lease, so the actuator does not revert
@@ -1289,6 +1321,12 @@ impl ControlLoop {
         }
         if let Some((lease_id, _)) = self.lease {
             let _ = self.client.release_writer(pb::ReleaseWriterRequest { lease_id }).await;
+        }
+        // A run that tried to change this target and never could (a device refusing every
+        // write) ends as a failure: exit 0 read as success by whoever scripted it.
+        if let (0, Some(last)) = (self.report.applies, self.last_apply_failure.take()) {
+            let r = &mut self.report;
+            r.nothing_landed.push((self.cfg.target.clone(), r.failed_applies, last));
         }
         Ok(self.report)
     }
