@@ -270,6 +270,21 @@ async fn training_that_never_learned_writes_nothing() {
     assert_eq!(left, ["tiny.toml"], "nothing written");
 }
 
+/// `--steps` not a multiple of `--envs` (2 here) takes that many steps: the last round steps
+/// one simulator. It used to round up to a whole round (241 ran 242).
+#[tokio::test(flavor = "multi_thread")]
+async fn steps_are_taken_as_given_whatever_the_simulators() {
+    let dir = tiny_dir("ecn-train-");
+    let out = dir.path().join("m.safetensors").display().to_string();
+    let (code, _, stderr) = train_for(dir.path(), &out, "3", "241", &["--envs", "2"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let card: Value = serde_json::from_slice(&std::fs::read(dir.path().join("m.card.json")).unwrap()).unwrap();
+    assert_eq!(card["training"]["env_steps"], 241);
+    let csv = std::fs::read_to_string(dir.path().join("m.training.csv")).unwrap();
+    let last = csv.lines().last().unwrap();
+    assert!(last.starts_with("241,"), "the last evaluation is at step 241:\n{csv}");
+}
+
 /// The card's calibration belongs to the network it ships. With seed 8, 360 steps and an
 /// evaluation every 120, the evaluation at step 240 wins; the calibration must be taken then,
 /// on the 240 steps of transitions the buffer held (24 data queues in the tiny fabric, one

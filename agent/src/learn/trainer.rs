@@ -333,10 +333,13 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
         let epsilon = cfg.ddqn.epsilon(env_steps, cfg.steps);
         let batch: Vec<f32> = obs.concat();
         let actions = agent.act(&batch, epsilon, &mut rng);
+        // The last round steps only as many simulators as steps remain: `--steps` is the
+        // number taken, whatever `--envs` is.
+        let remaining = cfg.steps - env_steps;
         let mut per_env: Vec<Option<Vec<usize>>> = Vec::new();
         let mut offset = 0;
-        for env in &envs {
-            per_env.push(Some(actions[offset..offset + env.agents()].to_vec()));
+        for (i, env) in envs.iter().enumerate() {
+            per_env.push(((i as u64) < remaining).then(|| actions[offset..offset + env.agents()].to_vec()));
             offset += env.agents();
         }
         // Learn while the simulators run: the gradient steps use transitions already held.
@@ -353,7 +356,8 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
             loss_n += 1;
         }
         for (i, result) in results.into_iter().enumerate() {
-            let step = result.expect("every env acts").map_err(env_err)?;
+            let Some(result) = result else { continue };
+            let step = result.map_err(env_err)?;
             let a = per_env[i].as_ref().expect("acted");
             reward_sum += step.rewards.iter().map(|&r| r as f64).sum::<f64>();
             reward_n += a.len() as u64;
@@ -368,7 +372,7 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
             }
             env_steps += 1;
         }
-        bar.set_position(env_steps.min(cfg.steps));
+        bar.set_position(env_steps);
         if env_steps >= next_eval || env_steps >= cfg.steps {
             next_eval = next_eval.saturating_add(cfg.eval_every);
             let (small, large, cost) = evaluate(agent.online(), cfg, &reference)?;
