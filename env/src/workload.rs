@@ -257,22 +257,28 @@ pub fn incast(
 }
 
 /// Parse a decimal number of seconds into nanoseconds exactly (no binary floating point), so
-/// `2.000006935` is 2000006935 ns.
-fn parse_seconds_exact(s: &str) -> Option<u64> {
+/// `2.000006935` is 2000006935 ns; or why it is none.
+fn parse_seconds_exact(s: &str) -> Result<u64, &'static str> {
+    const DECIMAL: &str = "expected a decimal number of seconds, such as 2.000006935";
+    if s.starts_with('-') {
+        return Err("a time cannot be negative");
+    }
+    if s.contains(['e', 'E']) && s.chars().any(|c| c.is_ascii_digit()) {
+        return Err("exponent notation is not read: write the time out in decimal (2e0 as 2)");
+    }
     let (int, frac) = s.split_once('.').unwrap_or((s, ""));
-    if int.is_empty() && frac.is_empty() {
-        return None;
+    let digits = |t: &str| t.chars().all(|c| c.is_ascii_digit());
+    if (int.is_empty() && frac.is_empty()) || !digits(int) || !digits(frac) {
+        return Err(DECIMAL);
     }
-    let int: u64 = if int.is_empty() { 0 } else { int.parse().ok()? };
-    if !frac.chars().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
+    const TOO_LARGE: &str = "past the latest time a run can hold, 18446744073 s";
+    let int: u64 = if int.is_empty() { 0 } else { int.parse().map_err(|_| TOO_LARGE)? };
     let mut ns_digits: String = frac.chars().take(9).collect();
     while ns_digits.len() < 9 {
         ns_digits.push('0');
     }
-    let frac_ns: u64 = ns_digits.parse().ok()?;
-    int.checked_mul(1_000_000_000)?.checked_add(frac_ns)
+    let frac_ns: u64 = ns_digits.parse().map_err(|_| DECIMAL)?;
+    int.checked_mul(1_000_000_000).and_then(|ns| ns.checked_add(frac_ns)).ok_or(TOO_LARGE)
 }
 
 /// Parse an HPCC flow file (REFERENCE.md §4): the flow count, then
@@ -324,8 +330,8 @@ pub fn parse_hpcc_flow_lines(
         if size_bytes == 0 || size_bytes > MAX_FLOW_BYTES {
             return Err(err(format!("size {size_bytes} must be within 1..={MAX_FLOW_BYTES}")));
         }
-        let start =
-            parse_seconds_exact(f[5]).ok_or_else(|| err(format!("start '{}' is not a time in seconds", f[5])))?;
+        let start = parse_seconds_exact(f[5])
+            .map_err(|why| err(format!("start '{}' is not a time in seconds: {why}", f[5])))?;
         flows.push((line, FlowSpec { src, dst, size_bytes, start: Nanos(start), priority, dport }));
     }
     if flows.len() != count {
@@ -449,10 +455,26 @@ mod tests {
 
     #[test]
     fn flow_file_times_are_exact() {
-        assert_eq!(parse_seconds_exact("2.000006935"), Some(2_000_006_935));
-        assert_eq!(parse_seconds_exact("2"), Some(2_000_000_000));
-        assert_eq!(parse_seconds_exact("0.5"), Some(500_000_000));
-        assert_eq!(parse_seconds_exact("x"), None);
+        assert_eq!(parse_seconds_exact("2.000006935"), Ok(2_000_006_935));
+        assert_eq!(parse_seconds_exact("2"), Ok(2_000_000_000));
+        assert_eq!(parse_seconds_exact("0.5"), Ok(500_000_000));
+        assert_eq!(parse_seconds_exact(".5"), Ok(500_000_000));
+        for (text, why) in [
+            ("x", "expected a decimal"),
+            (".", "expected a decimal"),
+            ("+2", "expected a decimal"),
+            ("2e0", "exponent notation"),
+            ("2.5E-3", "exponent notation"),
+            ("-1", "cannot be negative"),
+            ("18446744074", "past the latest time"),
+            ("99999999999999999999", "past the latest time"),
+        ] {
+            let e = parse_seconds_exact(text).unwrap_err();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+        assert!(parse_seconds_exact("18446744073").is_ok());
+        let e = parse_hpcc_flows("1\n1 8 3 100 2282913 2e0\n", 20, |n| n < 16).unwrap_err();
+        assert_eq!((e.line, e.why.as_str()), (2, "start '2e0' is not a time in seconds: exponent notation is not read: write the time out in decimal (2e0 as 2)"));
         let f = parse_hpcc_flows("1\n1 8 3 100 2282913 2.000006935\n", 20, |n| n < 16).unwrap();
         assert_eq!(
             f[0],

@@ -111,10 +111,12 @@ impl Scenario {
         // Named as the TOML form names them: the config and its key, then the file.
         let unreadable = |k: &str, path: &Path, e: std::io::Error| err(source, k, format!("{}: {e}", path.display()));
         let topo_text = files.read(&topo_path).map_err(|e| unreadable("TOPOLOGY_FILE", &topo_path, e))?;
-        let topology = Topology::parse_hpcc(&topo_text)
-            .map_err(|e| err(&topo_path.display().to_string(), "topology", e.to_string()))?;
+        let topology = Topology::parse_hpcc(&topo_text).map_err(|e| {
+            err(&topo_path.display().to_string(), "topology", e.to_string()).in_file_named_by(source, "TOPOLOGY_FILE")
+        })?;
         let flow_text = files.read(&flow_path).map_err(|e| unreadable("FLOW_FILE", &flow_path, e))?;
-        let lined = parse_flow_file(&flow_text, &flow_path, &topology)?;
+        let lined =
+            parse_flow_file(&flow_text, &flow_path, &topology).map_err(|e| e.in_file_named_by(source, "FLOW_FILE"))?;
         let first_flow = lined.iter().map(|(line, f)| (f.start, *line)).min();
         let flows: Vec<FlowSpec> = lined.into_iter().map(|(_, f)| f).collect();
 
@@ -230,7 +232,9 @@ impl Scenario {
         }
         let (first, first_line) = first_flow.unwrap_or_default();
         let last = flows.iter().map(|f| f.start).max().unwrap_or_default();
-        let first_end = first.0.checked_add(1).ok_or_else(|| flow_start_too_late(&flow_path, first_line, first.0))?;
+        let first_end = first.0.checked_add(1).ok_or_else(|| {
+            flow_start_too_late(&flow_path, first_line, first.0).in_file_named_by(source, "FLOW_FILE")
+        })?;
         fabric.window_start = first;
         fabric.window_end = Nanos(last.0.max(first_end));
         let stop_time = num("SIMULATOR_STOP_TIME")?;

@@ -30,6 +30,14 @@ pub struct ScenarioError {
     pub message: String,
 }
 
+impl ScenarioError {
+    /// This error, about a file that the scenario `source` names in `field`, told as the
+    /// scenario's: `source: field: FILE: line N: why`, as an unreadable file is.
+    fn in_file_named_by(self, source: &str, field: impl Into<String>) -> ScenarioError {
+        err(source, field, format!("{}: {}: {}", self.source_name, self.field, self.message))
+    }
+}
+
 fn err(source: &str, field: impl Into<String>, message: impl Into<String>) -> ScenarioError {
     let message: String = message.into();
     ScenarioError {
@@ -709,7 +717,9 @@ fn resolve(
             let path = files.path(p);
             let text =
                 files.read(&path).map_err(|e| err(source, "topology.path", format!("{}: {e}", path.display())))?;
-            Topology::parse_hpcc(&text).map_err(|e| err(&path.display().to_string(), "topology", e.to_string()))?
+            Topology::parse_hpcc(&text).map_err(|e| {
+                err(&path.display().to_string(), "topology", e.to_string()).in_file_named_by(source, "topology.path")
+            })?
         }
         other => return Err(err(source, "topology.kind", format!("'{other}' is not one of leaf-spine, hpcc"))),
     };
@@ -918,8 +928,10 @@ fn resolve(
             WorkloadFile::Flows { path, start, stop } => {
                 let p = files.path(&path);
                 let text = files.read(&p).map_err(|e| err(source, field("path"), format!("{}: {e}", p.display())))?;
-                let (lines, mut fs): (Vec<usize>, Vec<FlowSpec>) =
-                    parse_flow_file(&text, &p, &fabric.topology)?.into_iter().unzip();
+                let (lines, mut fs): (Vec<usize>, Vec<FlowSpec>) = parse_flow_file(&text, &p, &fabric.topology)
+                    .map_err(|e| e.in_file_named_by(source, field("path")))?
+                    .into_iter()
+                    .unzip();
                 // Replay keeps the file's spacing but moves its first flow to `start`
                 // (HPCC files conventionally begin at 2 s).
                 // `stop` cuts the replay; without it the file's flows run to their end.
@@ -934,8 +946,10 @@ fn resolve(
                 for (f, &line) in fs.iter_mut().zip(&lines) {
                     let since_first = f.start.0 - first.0;
                     let start = since_first.checked_add(offset.0).filter(|&t| t < u64::MAX);
-                    let start =
-                        start.ok_or_else(|| flow_start_too_late(&p, line, since_first.saturating_add(offset.0)))?;
+                    let start = start.ok_or_else(|| {
+                        flow_start_too_late(&p, line, since_first.saturating_add(offset.0))
+                            .in_file_named_by(source, field("path"))
+                    })?;
                     f.start = Nanos(start);
                 }
                 if let Some(stop) = stop {
@@ -1272,12 +1286,14 @@ mod tests {
             );
             Scenario::from_toml(&text, "test.toml", &dir, None)
         };
+        // Named as the scenario's field, then the file and its line.
         let e = flows("f.txt", "").unwrap_err();
-        assert_eq!((e.source_name.as_str(), e.field.as_str()), (dir.join("f.txt").to_str().unwrap(), "line 3"), "{e}");
+        assert_eq!((e.source_name.as_str(), e.field.as_str()), ("test.toml", "workload[0].path"), "{e}");
+        assert!(e.message.starts_with(&format!("{}: line 3: ", dir.join("f.txt").display())), "{e}");
         // One flow alone moves to `start`, so it is late only once moved.
         flows("late.txt", "").unwrap();
         let e = flows("f.txt", "start = \"1ns\"\n").unwrap_err();
-        assert_eq!(e.field, "line 3", "{e}");
+        assert!(e.message.contains("f.txt: line 3: "), "{e}");
         let config = |flow_file: &str| {
             let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE {flow_file}\n");
             Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
@@ -1294,11 +1310,34 @@ mod tests {
         .unwrap_err();
         assert!(e.message.contains("past the most a run may, 2^62 ns"), "{e}");
         let e = config("late.txt").unwrap_err();
-        assert_eq!(
-            (e.source_name.as_str(), e.field.as_str()),
-            (dir.join("late.txt").to_str().unwrap(), "line 3"),
-            "{e}"
-        );
+        assert_eq!((e.source_name.as_str(), e.field.as_str()), ("config.txt", "FLOW_FILE"), "{e}");
+        assert!(e.message.starts_with(&format!("{}: line 3: ", dir.join("late.txt").display())), "{e}");
+        // A bad line of a flow file or a topology file, named the same way.
+        std::fs::write(
+            dir.join("bad.txt"),
+            "1
+0 1 3 100 10000 2e0
+",
+        )
+        .unwrap();
+        let e = config("bad.txt").unwrap_err();
+        assert_eq!((e.source_name.as_str(), e.field.as_str()), ("config.txt", "FLOW_FILE"), "{e}");
+        assert!(e.message.contains("bad.txt: line 2: start '2e0' is not a time in seconds: exponent"), "{e}");
+        let e = flows("bad.txt", "").unwrap_err();
+        assert_eq!((e.source_name.as_str(), e.field.as_str()), ("test.toml", "workload[0].path"), "{e}");
+        std::fs::write(
+            dir.join("t-bad.txt"),
+            "4 1 3
+3
+0 3 100Gbps
+",
+        )
+        .unwrap();
+        let text =
+            "[topology]\nkind = \"hpcc\"\npath = \"t-bad.txt\"\n[[workload]]\nkind = \"flows\"\npath = \"f.txt\"\n";
+        let e = Scenario::from_toml(text, "test.toml", &dir, None).unwrap_err();
+        assert_eq!((e.source_name.as_str(), e.field.as_str()), ("test.toml", "topology.path"), "{e}");
+        assert!(e.message.starts_with(&format!("{}: topology: ", dir.join("t-bad.txt").display())), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
