@@ -370,7 +370,7 @@ fn parse_int(b: &[u8]) -> Result<u64, ProblemKind> {
     // `-0` is 0, not "negative value 0".
     match t.parse::<i64>() {
         Ok(0) => return Ok(0),
-        Ok(v) => return Err(ProblemKind::Negative(v as f64)),
+        Ok(v) => return Err(ProblemKind::Negative(v.to_string())),
         Err(_) => {}
     }
     if t.bytes().all(|c| c.is_ascii_digit()) {
@@ -378,7 +378,7 @@ fn parse_int(b: &[u8]) -> Result<u64, ProblemKind> {
     }
     match t.parse::<f64>() {
         Ok(v) if !v.is_finite() => Err(ProblemKind::NotFinite(v)),
-        Ok(v) if v < 0.0 => Err(ProblemKind::Negative(v)),
+        Ok(v) if v < 0.0 => Err(ProblemKind::Negative(v.to_string())),
         // pandas writes every value of an integer column with a missing value as `N.0`.
         Ok(v) if v.fract() == 0.0 && t.contains('.') => Err(ProblemKind::WrongType {
             found: format!("{} (an integer column with missing values becomes float)", text(b)),
@@ -513,9 +513,11 @@ mod tests {
         assert!(
             matches!(parse_int(b"551124.0"), Err(ProblemKind::WrongType { found, .. }) if found.contains("missing values"))
         );
-        assert_eq!(parse_int(b"-3.0"), Err(ProblemKind::Negative(-3.0)));
+        assert_eq!(parse_int(b"-3.0"), Err(ProblemKind::Negative("-3".into())));
         assert_eq!(parse_int(b"42"), Ok(42));
-        assert_eq!(parse_int(b"-3"), Err(ProblemKind::Negative(-3.0)));
+        assert_eq!(parse_int(b"-3"), Err(ProblemKind::Negative("-3".into())));
+        let min = i64::MIN.to_string();
+        assert_eq!(parse_int(min.as_bytes()), Err(ProblemKind::Negative(min.clone())), "not rounded");
         assert_eq!(parse_int(b"-0"), Ok(0));
         assert_eq!(parse_int(b""), Err(ProblemKind::Null));
         assert!(matches!(parse_int(b"1.5"), Err(ProblemKind::WrongType { .. })));

@@ -288,7 +288,7 @@ fn each_int(
                 for v in arr.iter() {
                     match v {
                         Some(&v) if v >= 0 => f(batch, problems, i, v as u64),
-                        Some(&v) => batch.reject(i, column, ProblemKind::Negative(v as f64), problems),
+                        Some(&v) => batch.reject(i, column, ProblemKind::Negative(v.to_string()), problems),
                         None => batch.reject(i, column, ProblemKind::Null, problems),
                     }
                     i += 1;

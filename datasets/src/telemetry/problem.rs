@@ -46,8 +46,9 @@ pub enum ProblemKind {
     Null,
     /// NaN or an infinity.
     NotFinite(f64),
-    /// A negative number where the schema has an unsigned quantity.
-    Negative(f64),
+    /// A negative number where the schema has an unsigned quantity, as written (an i64 shown
+    /// as an f64 would round: -9223372036854775807 read -9223372036854776000).
+    Negative(String),
     /// A value outside what the schema allows (queue index above 7, zero link rate).
     OutOfRange(String),
     /// The same (ts, switch, port, queue) row again with identical values.

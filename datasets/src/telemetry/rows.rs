@@ -181,7 +181,7 @@ pub(crate) fn check_float(v: f64) -> Option<ProblemKind> {
     if !v.is_finite() {
         Some(ProblemKind::NotFinite(v))
     } else if v < 0.0 {
-        Some(ProblemKind::Negative(v))
+        Some(ProblemKind::Negative(v.to_string()))
     } else {
         None
     }
