@@ -397,6 +397,14 @@ pub fn write_fixtures(dir: &Path) -> Vec<TelemetryFixture> {
     rows[row as usize].sample.link_bps = u64::MAX;
     write_telemetry_csv(&p, &rows).expect("link rate");
 
+    // A line rate in Gb/s (100 for 100 Gb/s): bytes beyond it would be dropped as implausible,
+    // and an idle queue's rates would all read as saturated.
+    let row = 21;
+    let p = add("link_rate_in_gbps", "parquet", 64, problem("out_of_range", Some(row + 1), Some("link_bps")), None);
+    let mut rows = clean.clone();
+    rows[row as usize].sample.link_bps = 100;
+    write_telemetry_parquet(&p, &rows).expect("link rate in Gb/s");
+
     let p = add("truncated", "parquet", 64, problem("unreadable", None, None), None);
     let bytes = fs::read(dir.join("clean.parquet")).expect("clean bytes");
     fs::write(&p, &bytes[..bytes.len() * 2 / 3]).expect("truncated");

@@ -808,12 +808,14 @@ fn misreadings_among_idle_queues_and_bursts_are_named_and_odd_queues_are_not() {
     let report = first_problem("odd-queue", &rows, None, &repair).unwrap();
     assert_eq!(report.count("implausible_delta"), 3, "{report:?}");
 
-    // Link rate in Gb/s, bursty: every row with traffic is beyond "line rate", and repair kept
-    // none of the bytes (the idle rows made the queues look mostly good).
+    // Link rate in Gb/s, bursty: every row says so at once, idle or not. It used to be judged
+    // on traffic alone (every row with traffic beyond "line rate"), where the idle rows passed
+    // and made the queues look mostly good.
     let mut gbps = bursty();
     gbps.iter_mut().for_each(|r| r.sample.link_bps = 100);
-    let (tag, _) = first_problem("gbps", &gbps, None, &repair).unwrap_err();
-    assert_eq!(tag, "mostly_bad");
+    let (tag, message) = first_problem("gbps", &gbps, None, &repair).unwrap_err();
+    assert_eq!(tag, "out_of_range");
+    assert!(message.contains("link rate 100 b/s, below 1000000 (is it in bits per second?"), "{message}");
 
     // Timestamps in µs, bursty: misread, not a switch refreshing its counters slowly.
     let mut micro = bursty();

@@ -12,6 +12,9 @@ use super::{QueueKey, QueueSample, ReadOptions};
 /// The fastest line rate a row may state: 100 Tb/s, far above any port (1.6 Tb/s in 2026), so
 /// that a rate in the wrong unit or a garbage value is caught before it scales every rate.
 pub(crate) const MAX_LINK_BPS: u64 = 100_000_000_000_000;
+/// The slowest port a file may claim: 1 Mb/s. Below it, the rate is in another unit (100 for
+/// 100 Gb/s, 400 000 for 400 Gb/s in Mb/s), not a port's.
+pub(crate) const MIN_LINK_BPS: u64 = 1_000_000;
 
 /// Rows decoded from one row group (Parquet) or one chunk of lines (CSV).
 #[derive(Debug, Default)]
@@ -142,6 +145,14 @@ pub(crate) fn check_rows(batch: &mut Batch, opts: &ReadOptions, problems: &mut C
         let s = batch.samples[i];
         if s.link_bps == 0 {
             batch.reject(i, "link_bps", ProblemKind::OutOfRange("link rate 0 b/s".into()), problems);
+            continue;
+        }
+        if s.link_bps < MIN_LINK_BPS {
+            let msg = format!(
+                "link rate {} b/s, below {MIN_LINK_BPS} (is it in bits per second? 100 Gb/s is 100000000000)",
+                s.link_bps
+            );
+            batch.reject(i, "link_bps", ProblemKind::OutOfRange(msg), problems);
             continue;
         }
         if s.link_bps > MAX_LINK_BPS {

@@ -135,7 +135,7 @@ pub(crate) struct Track {
 /// A queue's rows as a whole, judged on `tx_bytes` (the counter every queue moves; another
 /// counter may behave otherwise, a `drops` cleared on read). Cumulative readings read as
 /// deltas are told from deltas with a few bad values by most of them being beyond line rate
-/// and rising (timestamps in another unit, or a link rate in Gb/s, make deltas look too large
+/// and rising (timestamps in another unit, or a link rate in kb/s, make deltas look too large
 /// too, but they go up and down); deltas read as cumulative readings, by going down at far more
 /// of their changes than a counter is cleared; counters refreshed less often than sampled, by
 /// standing still for most rows and then leaping beyond line rate; a repair that drops most of
