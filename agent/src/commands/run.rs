@@ -286,7 +286,8 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
     }
     // A change is judged at the latest two intervals before its deadline; a window no longer
     // than that leaves no time to watch its health, and every change would be rolled back.
-    if cfg.confirm_within <= cfg.judging_margin() {
+    // Shadow mode confirms nothing: its --confirm-within is never used.
+    if cfg.mode == Mode::Enforce && cfg.confirm_within <= cfg.judging_margin() {
         return Err(CliError::BadInput(format!(
             "--confirm-within '{}': must be longer than two --interval ('{}'), or no change can be \
              health-checked before its deadline and every change is rolled back",
@@ -457,13 +458,19 @@ mod tests {
             (["--confirm-within", "3601s", "--interval", "1s"], "must be at most 60 minutes"),
             (["--confirm-within", "2s", "--interval", "1s"], "must be longer than two --interval ('1s')"),
         ] {
-            let mut argv = vec!["run", "--target", "http://127.0.0.1:1", "--mode", "shadow"];
+            let mut argv = vec!["run", "--target", "http://127.0.0.1:1", "--mode", "enforce", "--allow-writes"];
             argv.extend(flags);
             let e = run(Cli::try_parse_from(argv).unwrap().run).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{e}");
             assert!(e.to_string().starts_with("--confirm-within '"), "{e}");
             assert!(e.to_string().contains(why), "{e}");
         }
+        // Shadow mode confirms nothing: a long --interval needs no longer window. It gets as far
+        // as connecting (nothing listens there: exit 1, not 2).
+        let argv =
+            ["run", "--target", "http://127.0.0.1:1", "--mode", "shadow", "--interval", "30s", "--call-timeout", "1s"];
+        let e = run(Cli::try_parse_from(argv).unwrap().run).unwrap_err();
+        assert_eq!(e.exit_code(), 1, "{e}");
     }
 
     #[test]

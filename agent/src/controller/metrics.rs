@@ -6,9 +6,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// Labels of a per-queue metric.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -58,8 +60,14 @@ pub struct Metrics {
     pub clamps: Family<ReasonLabels, Counter>,
     /// Telemetry arrival to decision, seconds.
     pub decision_latency_seconds: Histogram,
-    /// Seconds since the last telemetry batch, per target.
-    pub telemetry_age_seconds: Family<TargetLabels, Gauge<f64, AtomicU64>>,
+    /// Seconds since the last telemetry batch, per target: set at each scrape from
+    /// [`Metrics::telemetry_arrived`].
+    telemetry_age_seconds: Family<TargetLabels, Gauge<f64, AtomicU64>>,
+    /// When each target's last telemetry batch arrived (its connection, before the first).
+    /// The age is worked out from it when scraped: set by the control loop, it stood still
+    /// while the loop waited (a long `--interval`) or was blocked (a call timing out), and a
+    /// stalled actuator read as fresh.
+    telemetry_at: Arc<Mutex<HashMap<String, Instant>>>,
     /// Telemetry streams reopened after one was lost, per target.
     pub telemetry_reconnects: Family<TargetLabels, Counter>,
     /// How far the newest telemetry sample the controller had was behind the actuator's
@@ -101,6 +109,7 @@ impl Metrics {
             clamps: Family::default(),
             decision_latency_seconds: Histogram::new(exponential_buckets(1e-5, 2.0, 20)),
             telemetry_age_seconds: Family::default(),
+            telemetry_at: Arc::default(),
             telemetry_reconnects: Family::default(),
             telemetry_lag_seconds: Family::default(),
             untrained_rate_holds: Counter::default(),
@@ -168,8 +177,19 @@ impl Metrics {
         m
     }
 
+    /// `target`'s telemetry last arrived at `at`; its `telemetry_age_seconds` series appears
+    /// with the first call.
+    pub fn telemetry_arrived(&self, target: &str, at: Instant) {
+        self.telemetry_at.lock().unwrap_or_else(|e| e.into_inner()).insert(target.to_string(), at);
+    }
+
     /// The text exposition format.
     pub fn render(&self) -> String {
+        let now = Instant::now();
+        for (target, at) in self.telemetry_at.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let age = now.saturating_duration_since(*at).as_secs_f64();
+            self.telemetry_age_seconds.get_or_create(&TargetLabels { target: target.clone() }).set(age);
+        }
         let mut out = String::new();
         let r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         // Encoding into a String cannot fail.

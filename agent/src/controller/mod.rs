@@ -449,7 +449,7 @@ pub async fn run(
             let why = format!("telemetry stream stalled: no batch for {:.1} s", silent_for.as_secs_f64());
             reconnect_at = stream_lost(&lp.cfg.target, &why, &mut backoff);
         }
-        set_telemetry_age(&lp.metrics, &target_labels, now.duration_since(lp.last_batch_at));
+        lp.metrics.telemetry_arrived(&lp.cfg.target, lp.last_batch_at);
         lp.renew_lease(now).await?;
         // The kill switch does not wait for a pending change's health check.
         if lp.kill_requested() {
@@ -627,10 +627,6 @@ fn record(log: &DecisionLog, d: &Decision<'_>) -> Result<(), CliError> {
     log.write(d).map_err(|e| CliError::Failed(format!("decision log: {e}")))
 }
 
-fn set_telemetry_age(m: &Metrics, target: &TargetLabels, age: Duration) {
-    m.telemetry_age_seconds.get_or_create(target).set(age.as_secs_f64());
-}
-
 fn set_queue_metrics(m: &Metrics, target: &str, q: &QueueState) {
     let labels = QueueLabels {
         target: target.to_string(),
@@ -756,7 +752,7 @@ impl ControlLoop {
 
         // Every series of a target appears at once: a scrape that sees its queues also sees how
         // old its telemetry is (counted from the connection until the first batch).
-        set_telemetry_age(&metrics, &TargetLabels { target: cfg.target.clone() }, Duration::ZERO);
+        metrics.telemetry_arrived(&cfg.target, Instant::now());
         for q in &queues {
             set_queue_metrics(&metrics, &cfg.target, q);
         }
