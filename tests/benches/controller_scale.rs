@@ -474,7 +474,11 @@ async fn bench(opts: Opts, children: Arc<Mutex<Cleanup>>) -> Result<(), String> 
 
     // The window: scrape before the first CPU reading and after the last, so that rendering
     // /metrics (some 40 000 series at 200 actuators) stays out of the controller's CPU figure.
+    // Counts from the metrics are divided by the time between the two scrapes (each taken at
+    // its midpoint), not by the CPU window inside it: that overstated the rates.
+    let asked = Instant::now();
     let m0 = scrape(&metrics).await.ok_or("cannot scrape the controller's /metrics")?;
+    let m0_at = asked + asked.elapsed() / 2;
     let s0 = snapshot(ctl_pid, &actuator_pids);
     if end <= s0.at + Duration::from_secs(3) {
         return Err(format!(
@@ -492,7 +496,9 @@ async fn bench(opts: Opts, children: Arc<Mutex<Cleanup>>) -> Result<(), String> 
     let act_rss: Vec<u64> = actuator_pids.iter().filter_map(|&p| status_number(p, "VmRSS")).collect();
     let act_private: Vec<u64> = actuator_pids.iter().filter_map(|&p| status_number(p, "RssAnon")).collect();
     let act_threads: u64 = actuator_pids.iter().filter_map(|&p| status_number(p, "Threads")).sum();
+    let asked = Instant::now();
     let m1 = scrape(&metrics).await.ok_or("cannot scrape the controller's /metrics at the end")?;
+    let m1_at = asked + asked.elapsed() / 2;
     let alive = actuator_pids.iter().filter(|&&p| cpu_ticks(p).is_some()).count();
 
     // The controller stops by itself after --duration.
@@ -522,8 +528,9 @@ async fn bench(opts: Opts, children: Arc<Mutex<Cleanup>>) -> Result<(), String> 
     let per_sec = 1.0 / INTERVAL.as_secs_f64();
     let expected_decisions = (n * queues) as f64 * per_sec;
     let expected_rounds = n as f64 * per_sec;
-    let decisions = d.decisions / w;
-    let triggered = d.count() / w;
+    let scraped = m1_at.duration_since(m0_at).as_secs_f64();
+    let decisions = d.decisions / scraped;
+    let triggered = d.count() / scraped;
     let mean = if d.count() > 0.0 { d.latency_sum / d.count() } else { f64::NAN };
 
     let mut t = String::new();

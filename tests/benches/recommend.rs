@@ -26,9 +26,33 @@ const QUEUES: u64 = 64;
 const INTERVAL_NS: u64 = 100_000;
 const LINK_BPS: u64 = 100_000_000_000;
 
+/// The options this benchmark takes; `--bench` is cargo's.
+const OPTIONS: [&str; 4] = ["--rows", "--big-rows", "--data-limit-mib", "--model"];
+
+/// Exit 2 on an option this benchmark does not know, or one without its value: a misspelt flag
+/// must not run the default benchmark as if it were the one asked for.
+fn check_args() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        if OPTIONS.contains(&a) && i + 1 < args.len() {
+            i += 2;
+        } else if a == "--bench" {
+            i += 1;
+        } else {
+            eprintln!("error: '{a}': options are {} (each with a value)", OPTIONS.join(", "));
+            std::process::exit(2);
+        }
+    }
+}
+
 fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+    let v = arg_str(name, &default.to_string());
+    v.parse().unwrap_or_else(|_| {
+        eprintln!("error: {name} '{v}': expected a whole number");
+        std::process::exit(2)
+    })
 }
 
 fn arg_str(name: &str, default: &str) -> String {
@@ -105,6 +129,7 @@ fn recommend(file: &Path, model: &str, data_limit_bytes: Option<u64>) -> (f64, b
 }
 
 fn main() {
+    check_args();
     let rows = arg("--rows", 1_000_000);
     let big_rows = arg("--big-rows", 40_000_000);
     let limit_mib = arg("--data-limit-mib", 128);
