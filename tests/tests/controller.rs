@@ -927,10 +927,18 @@ async fn kill_switch_returns_every_queue_to_the_baseline(how: Throw) {
     );
     assert_eq!(a, applies, "applies_total against the journal's {applies} applies");
     assert_eq!(a, c + r, "applies {a}, confirms {c}, rollbacks {r}");
+    // The switch shows as thrown, and nothing as pending (the change was rolled back).
+    assert_eq!(total("ecn_tuner_kill_switch_thrown").await, 1.0);
+    assert_eq!(total("ecn_tuner_change_pending").await, 0.0);
     if let Throw::File = how {
         // Removed, the policy resumes; created again, the switch is thrown again (a second
         // throw used to be ignored, leaving the policy's settings in force).
         std::fs::remove_file(&kill).unwrap();
+        eventually("the kill switch shown as released", Duration::from_secs(60), || {
+            let total = &total;
+            async move { (total("ecn_tuner_kill_switch_thrown").await == 0.0).then_some(()) }
+        })
+        .await;
         eventually("the policy changing a queue again", Duration::from_secs(60), || {
             let a = &act;
             let before = before.clone();
@@ -1347,15 +1355,29 @@ async fn the_kill_switch_does_not_wait_for_a_pending_health_check() {
     let before = settings(&act).await;
     let kill = act.dir.path().join("KILL");
     let kill_arg = kill.display().to_string();
+    let metrics = metrics_addr();
     let (child, _) = act.controller(
         "patient",
         &enforce_flags(
             "static:200KB,800KB,0.3",
-            &["--confirm-within", "60s", "--health-window", "2000", "--kill-file", &kill_arg],
+            &["--confirm-within", "60s", "--health-window", "2000", "--kill-file", &kill_arg, "--metrics", &metrics],
         ),
     );
     let journal = act.wait_for_event("apply", Duration::from_secs(60)).await;
     let applied = events(&journal, "apply")[0]["queues"].as_array().unwrap().len();
+    // The change under its health check shows as pending.
+    let gauge = |name: &'static str| {
+        let metrics = &metrics;
+        async move {
+            let lines = metric_lines(metrics, name).await?;
+            lines.first()?.rsplit(' ').next()?.parse::<f64>().ok()
+        }
+    };
+    eventually("the change shown as pending", Duration::from_secs(10), || async {
+        (gauge("ecn_tuner_change_pending").await == Some(1.0)).then_some(())
+    })
+    .await;
+    assert_eq!(gauge("ecn_tuner_kill_switch_thrown").await, Some(0.0));
     std::fs::write(&kill, "stop").unwrap();
     let asked = std::time::Instant::now();
     act.wait_for_event("rollback", Duration::from_secs(20)).await;

@@ -74,6 +74,10 @@ pub struct Metrics {
     /// telemetry clock at its last measurement (a probe, an apply, a read-back), in wall-clock
     /// seconds, per target.
     pub telemetry_lag_seconds: Family<TargetLabels, Gauge<f64, AtomicU64>>,
+    /// 1 while the kill switch is thrown (SIGUSR1, or the kill file exists), per target.
+    pub kill_switch_thrown: Family<TargetLabels, Gauge>,
+    /// 1 while a change applied to the target awaits its health check and confirmation.
+    pub change_pending: Family<TargetLabels, Gauge>,
     /// Decisions that kept a queue as it was because the learned model never trained at its
     /// line rate.
     pub untrained_rate_holds: Counter,
@@ -112,6 +116,8 @@ impl Metrics {
             telemetry_at: Arc::default(),
             telemetry_reconnects: Family::default(),
             telemetry_lag_seconds: Family::default(),
+            kill_switch_thrown: Family::default(),
+            change_pending: Family::default(),
             untrained_rate_holds: Counter::default(),
             untrained_interval_holds: Counter::default(),
             outside_training_decisions: Counter::default(),
@@ -160,6 +166,16 @@ impl Metrics {
             "telemetry_lag_seconds",
             "How far the newest telemetry sample was behind the actuator's clock when last measured",
             m.telemetry_lag_seconds.clone(),
+        );
+        r.register(
+            "kill_switch_thrown",
+            "1 while the kill switch is thrown (SIGUSR1, or the kill file exists)",
+            m.kill_switch_thrown.clone(),
+        );
+        r.register(
+            "change_pending",
+            "1 while a change applied to the target awaits its health check and confirmation",
+            m.change_pending.clone(),
         );
         r.register("queue_kmin_bytes", "ECN Kmin in effect", m.kmin_bytes.clone());
         r.register("queue_kmax_bytes", "ECN Kmax in effect", m.kmax_bytes.clone());

@@ -368,6 +368,7 @@ pub async fn run(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     loop {
+        lp.export_state();
         let connected = stream.is_some();
         // Wait for something to do; decisions follow the first telemetry batch of each interval,
         // and the ticker keeps deciding (and falling back) when telemetry stops.
@@ -1010,6 +1011,13 @@ impl ControlLoop {
             }
         }
         Ok(())
+    }
+
+    /// The gauges of this loop's state, set before it waits: what a scrape sees meanwhile.
+    fn export_state(&self) {
+        let labels = TargetLabels { target: self.cfg.target.clone() };
+        self.metrics.kill_switch_thrown.get_or_create(&labels).set(i64::from(self.kill_requested()));
+        self.metrics.change_pending.get_or_create(&labels).set(i64::from(self.pending.is_some()));
     }
 
     /// SIGUSR1 was received or the kill file exists.
