@@ -266,6 +266,8 @@ fn parse_seconds_exact(s: &str) -> Result<u64, &'static str> {
     if s.contains(['e', 'E']) && s.chars().any(|c| c.is_ascii_digit()) {
         return Err("exponent notation is not read: write the time out in decimal (2e0 as 2)");
     }
+    // A leading `+` was always read (as Rust's integer parsing reads it).
+    let s = s.strip_prefix('+').unwrap_or(s);
     let (int, frac) = s.split_once('.').unwrap_or((s, ""));
     let digits = |t: &str| t.chars().all(|c| c.is_ascii_digit());
     if (int.is_empty() && frac.is_empty()) || !digits(int) || !digits(frac) {
@@ -459,10 +461,12 @@ mod tests {
         assert_eq!(parse_seconds_exact("2"), Ok(2_000_000_000));
         assert_eq!(parse_seconds_exact("0.5"), Ok(500_000_000));
         assert_eq!(parse_seconds_exact(".5"), Ok(500_000_000));
+        assert_eq!(parse_seconds_exact("+2.5"), Ok(2_500_000_000));
         for (text, why) in [
             ("x", "expected a decimal"),
             (".", "expected a decimal"),
-            ("+2", "expected a decimal"),
+            ("++2", "expected a decimal"),
+            ("+-2", "expected a decimal"),
             ("2e0", "exponent notation"),
             ("2.5E-3", "exponent notation"),
             ("-1", "cannot be negative"),

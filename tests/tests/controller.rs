@@ -1261,24 +1261,30 @@ async fn a_refused_fallback_waits_for_room_in_the_budget() {
     assert_eq!(sent, 1, "fallbacks sent: {log}");
 }
 
+/// A 4 s enforce run through a link with `faults`: its exit code, its report and its log.
+async fn run_through(act: &Actuator, name: &str, faults: Faults) -> (Option<i32>, serde_json::Value, String) {
+    let link = FaultyLink::start(&act.url(), faults).await;
+    let (child, _) = act.controller_at(
+        name,
+        &link.url(),
+        &enforce_flags("static:100KB,400KB,0.5", &["--min-dwell", "0s", "--duration", "4s"]),
+    );
+    let out = child.wait_with_output().await.unwrap();
+    let log = act.controller_log(name);
+    let report = serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("no report ({e}): {log}"));
+    (out.status.code(), report, log)
+}
+
 /// A run that tried to change a target and never could (every Apply refused) is a failure:
 /// the report on stdout says how many failed, and the exit status is 1, naming the target and
 /// the last error. It exited 0 with `applies: 0`, which a script read as success.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_whose_every_apply_is_refused_fails() {
     let act = sim_actuator(&[]).await;
-    let faults = Faults { refused_applies: 1000.into(), ..Default::default() };
-    let link = FaultyLink::start(&act.url(), faults).await;
-    let (child, _) = act.controller_at(
-        "refused",
-        &link.url(),
-        &enforce_flags("static:100KB,400KB,0.5", &["--min-dwell", "0s", "--duration", "4s"]),
-    );
-    let out = child.wait_with_output().await.unwrap();
-    let log = act.controller_log("refused");
-    assert_eq!(out.status.code(), Some(1), "{log}");
-    let report: serde_json::Value =
-        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("")).expect(&log);
+    let (code, report, log) =
+        run_through(&act, "refused", Faults { refused_applies: 1000.into(), ..Default::default() }).await;
+    assert_eq!(code, Some(1), "{log}");
     assert_eq!(report["applies"], 0, "{report}");
     let failed = report["failed_applies"].as_u64().unwrap();
     assert!(failed >= 1, "{report}");
@@ -1286,6 +1292,20 @@ async fn a_run_whose_every_apply_is_refused_fails() {
     assert!(log.contains("no change landed: on http://"), "{log}");
     assert!(log.contains("the device refused the write"), "{log}");
     assert!(events(&act.journal(), "apply").is_empty(), "{:?}", act.journal());
+}
+
+/// Applies whose replies are lost landed all the same (the read-back finds them, and rolls
+/// them back unjudged): the device takes writes, and the run is no failure.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_apply_replies_are_lost_is_no_failure() {
+    let act = sim_actuator(&[]).await;
+    let (code, report, log) =
+        run_through(&act, "unheard", Faults { lost_apply_replies: 1000.into(), ..Default::default() }).await;
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(report["applies"], 0, "{report}");
+    assert!(report["failed_applies"].as_u64().unwrap() >= 1, "{report}");
+    assert!(report.get("nothing_landed").is_none(), "{report}");
+    assert!(!events(&act.journal(), "apply").is_empty(), "{:?}", act.journal());
 }
 
 /// A `--stale-after` shorter than two of the actuator's telemetry intervals would call the

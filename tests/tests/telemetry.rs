@@ -815,7 +815,11 @@ fn misreadings_among_idle_queues_and_bursts_are_named_and_odd_queues_are_not() {
     gbps.iter_mut().for_each(|r| r.sample.link_bps = 100);
     let (tag, message) = first_problem("gbps", &gbps, None, &repair).unwrap_err();
     assert_eq!(tag, "out_of_range");
-    assert!(message.contains("link rate 100 b/s, below 1000000 (is it in bits per second?"), "{message}");
+    assert!(message.contains("link rate 100 b/s, below 100000000 (100 Mb/s; is it in bits per second?"), "{message}");
+    // In Mb/s, up to the fastest switch ports (1.6 Tb/s: 1 600 000), the same.
+    gbps.iter_mut().for_each(|r| r.sample.link_bps = 1_600_000);
+    let (tag, _) = first_problem("mbps", &gbps, None, &repair).unwrap_err();
+    assert_eq!(tag, "out_of_range");
 
     // Timestamps in µs, bursty: misread, not a switch refreshing its counters slowly.
     let mut micro = bursty();

@@ -122,6 +122,7 @@ impl ControlLoop {
         } else {
             format!("policy {}", self.cfg.policy)
         };
+        let generation_before = self.generation;
         match self.apply(&lease_id, &changes, within, reason).await {
             Ok(Applied { generation: g, deadline, landed_ns, in_effect_from_ns }) => {
                 self.note_lag(landed_ns);
@@ -162,9 +163,7 @@ impl ControlLoop {
             }
             Err(e) => {
                 warn!(error = %e, "apply failed; reading the actuator back");
-                self.report.failed_applies += 1;
-                self.metrics.apply_failures.inc();
-                self.last_apply_failure = Some(e.clone());
+                self.apply_failed(generation_before, e.clone());
                 self.record_planned(&round, false, &format!("; the actuator refused the apply: {e}"))?;
                 if fallback {
                     let now = Instant::now();
@@ -656,9 +655,7 @@ impl ControlLoop {
         let resp = match self.client.apply(req).await {
             Ok(resp) => resp,
             Err(s) => {
-                self.report.failed_applies += 1;
-                self.metrics.apply_failures.inc();
-                self.last_apply_failure = Some(format!("kill switch: {:?}: {}", s.code(), s.message()));
+                self.apply_failed(self.generation, format!("kill switch: {:?}: {}", s.code(), s.message()));
                 return Err(CliError::Failed(format!("kill switch apply: {}", s.message())));
             }
         };

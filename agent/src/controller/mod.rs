@@ -691,8 +691,9 @@ struct ControlLoop {
     /// When telemetry came back after a silence past `--stale-after`, until a lag probe sent
     /// since answers: it counts as stale meanwhile ([`ControlLoop::lagging`]).
     unmeasured_since: Option<Instant>,
-    /// The last failed Apply's error, for the end of a run where none succeeded.
-    last_apply_failure: Option<String>,
+    /// The actuator's generation before the first failed Apply, and the last failure's error:
+    /// for the end of a run where none succeeded.
+    apply_failure: Option<(u64, String)>,
 }
 
 impl ControlLoop {
@@ -813,7 +814,7 @@ impl ControlLoop {
             kill_retry_at: None,
             batches_since_round: 0,
             unmeasured_since: None,
-            last_apply_failure: None,
+            apply_failure: None,
         };
         // An unconfirmed change left by a writer before this one (this controller's previous
         // run under the same --controller-id keeps its lease, so the actuator does not revert
@@ -1018,6 +1019,14 @@ impl ControlLoop {
         let labels = TargetLabels { target: self.cfg.target.clone() };
         self.metrics.kill_switch_thrown.get_or_create(&labels).set(i64::from(self.kill_requested()));
         self.metrics.change_pending.get_or_create(&labels).set(i64::from(self.pending.is_some()));
+    }
+
+    /// Count a failed Apply; `error` says why, `generation` is the actuator's before it.
+    fn apply_failed(&mut self, generation: u64, error: String) {
+        self.report.failed_applies += 1;
+        self.metrics.apply_failures.inc();
+        let before = self.apply_failure.take().map_or(generation, |(g, _)| g);
+        self.apply_failure = Some((before, error));
     }
 
     /// SIGUSR1 was received or the kill file exists.
@@ -1327,10 +1336,13 @@ impl ControlLoop {
             let _ = self.client.release_writer(pb::ReleaseWriterRequest { lease_id }).await;
         }
         // A run that tried to change this target and never could (a device refusing every
-        // write) ends as a failure: exit 0 read as success by whoever scripted it.
-        if let (0, Some(last)) = (self.report.applies, self.last_apply_failure.take()) {
-            let r = &mut self.report;
-            r.nothing_landed.push((self.cfg.target.clone(), r.failed_applies, last));
+        // write) ends as a failure: exit 0 read as success by whoever scripted it. A write whose
+        // reply was lost may have landed all the same: the generation read back since then says.
+        if let (0, Some((before, last))) = (self.report.applies, self.apply_failure.take()) {
+            if self.generation <= before {
+                let r = &mut self.report;
+                r.nothing_landed.push((self.cfg.target.clone(), r.failed_applies, last));
+            }
         }
         Ok(self.report)
     }

@@ -348,6 +348,16 @@ fn foreign_layout(header: &[u8]) -> Option<String> {
     }
 }
 
+/// A number as the cell wrote it, for a message (through an f64 it would round), cut at 40
+/// characters.
+fn as_written(t: &str) -> String {
+    if t.chars().count() > 40 {
+        format!("{}...", t.chars().take(40).collect::<String>())
+    } else {
+        t.to_string()
+    }
+}
+
 fn text(b: &[u8]) -> String {
     let s = String::from_utf8_lossy(b);
     if s.chars().count() > 40 {
@@ -378,7 +388,7 @@ fn parse_int(b: &[u8]) -> Result<u64, ProblemKind> {
     }
     match t.parse::<f64>() {
         Ok(v) if !v.is_finite() => Err(ProblemKind::NotFinite(v)),
-        Ok(v) if v < 0.0 => Err(ProblemKind::Negative(v.to_string())),
+        Ok(v) if v < 0.0 => Err(ProblemKind::Negative(as_written(t))),
         // pandas writes every value of an integer column with a missing value as `N.0`.
         Ok(v) if v.fract() == 0.0 && t.contains('.') => Err(ProblemKind::WrongType {
             found: format!("{} (an integer column with missing values becomes float)", text(b)),
@@ -397,6 +407,7 @@ fn parse_float(b: &[u8]) -> Result<f64, ProblemKind> {
     let v = t.parse::<f64>().map_err(|_| ProblemKind::WrongType { found: text(b), expected: "a number" })?;
     match check_float(v) {
         None => Ok(v),
+        Some(ProblemKind::Negative(_)) => Err(ProblemKind::Negative(as_written(t))),
         Some(kind) => Err(kind),
     }
 }
@@ -513,7 +524,10 @@ mod tests {
         assert!(
             matches!(parse_int(b"551124.0"), Err(ProblemKind::WrongType { found, .. }) if found.contains("missing values"))
         );
-        assert_eq!(parse_int(b"-3.0"), Err(ProblemKind::Negative("-3".into())));
+        assert_eq!(parse_int(b"-3.0"), Err(ProblemKind::Negative("-3.0".into())));
+        // Past an i64, as written too (through an f64 it read -9223372036854776000).
+        assert_eq!(parse_int(b"-9223372036854775809"), Err(ProblemKind::Negative("-9223372036854775809".into())));
+        assert_eq!(parse_float(b" -1e3 "), Err(ProblemKind::Negative("-1e3".into())));
         assert_eq!(parse_int(b"42"), Ok(42));
         assert_eq!(parse_int(b"-3"), Err(ProblemKind::Negative("-3".into())));
         let min = i64::MIN.to_string();

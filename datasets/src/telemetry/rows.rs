@@ -12,9 +12,10 @@ use super::{QueueKey, QueueSample, ReadOptions};
 /// The fastest line rate a row may state: 100 Tb/s, far above any port (1.6 Tb/s in 2026), so
 /// that a rate in the wrong unit or a garbage value is caught before it scales every rate.
 pub(crate) const MAX_LINK_BPS: u64 = 100_000_000_000_000;
-/// The slowest port a file may claim: 1 Mb/s. Below it, the rate is in another unit (100 for
-/// 100 Gb/s, 400 000 for 400 Gb/s in Mb/s), not a port's.
-pub(crate) const MIN_LINK_BPS: u64 = 1_000_000;
+/// The slowest port a file may claim: 100 Mb/s, far below any port that carries RoCE (our
+/// simulator's slowest is 1 Gb/s). Below it, the rate is in another unit: Gb/s (100 for
+/// 100 Gb/s) or Mb/s (400 000 for 400 Gb/s, 51 200 000 for 51.2 Tb/s).
+pub(crate) const MIN_LINK_BPS: u64 = 100_000_000;
 
 /// Rows decoded from one row group (Parquet) or one chunk of lines (CSV).
 #[derive(Debug, Default)]
@@ -149,7 +150,7 @@ pub(crate) fn check_rows(batch: &mut Batch, opts: &ReadOptions, problems: &mut C
         }
         if s.link_bps < MIN_LINK_BPS {
             let msg = format!(
-                "link rate {} b/s, below {MIN_LINK_BPS} (is it in bits per second? 100 Gb/s is 100000000000)",
+                "link rate {} b/s, below {MIN_LINK_BPS} (100 Mb/s; is it in bits per second? 100 Gb/s is 100000000000)",
                 s.link_bps
             );
             batch.reject(i, "link_bps", ProblemKind::OutOfRange(msg), problems);
