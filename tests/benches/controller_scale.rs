@@ -260,8 +260,9 @@ fn parse_metrics(text: &str) -> Option<Scrape> {
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some((name, value)) = line.rsplit_once(' ') else { continue };
         let Ok(value) = value.parse::<f64>() else { continue };
-        if name == "ecn_tuner_decisions_total" {
-            s.decisions = value;
+        // One series per target: the sum.
+        if name.split('{').next() == Some("ecn_tuner_decisions_total") {
+            s.decisions += value;
             have_decisions = true;
         } else if name == "ecn_tuner_decision_latency_seconds_sum" {
             s.latency_sum = value;

@@ -31,7 +31,8 @@ pub struct RecommendArgs {
     /// With --target: CA certificate (PEM) for an https URL.
     #[arg(long, value_name = "FILE", conflicts_with = "telemetry")]
     tls_ca: Option<PathBuf>,
-    /// The model: default, acc-baseline, or a .safetensors path.
+    /// The model: a shipped model's name (default, default-v1, acc-baseline), or the path of a
+    /// .safetensors file (the extension may be left out), its card beside it.
     #[arg(long, value_name = "M", default_value = "default")]
     model: String,
     /// Confidence needed before a change is recommended, in (0, 1).

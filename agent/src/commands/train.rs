@@ -72,8 +72,8 @@ pub struct TrainArgs {
     /// Seed for network initialization, exploration and episode draws.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Environment steps (decisions for every queue of one fabric) in total, rounded up to
-    /// whole rounds of --envs.
+    /// Environment steps (decisions for every queue of one fabric) in total; the last round
+    /// steps only as many simulators as steps remain.
     #[arg(long, default_value_t = 40_000)]
     steps: u64,
     /// Features, action template and reward.
@@ -91,8 +91,8 @@ pub struct TrainArgs {
     /// Seeds of the periodic evaluation (keep them apart from the seeds you report on).
     #[arg(long, num_args = 1.., conflicts_with = "telemetry", default_values_t = [9001u64, 9002])]
     eval_seed: Vec<u64>,
-    /// Control interval: time between decisions. Offline, it is the telemetry's sample
-    /// interval.
+    /// Control interval: time between decisions (with --scenario; offline, the telemetry's
+    /// sample interval is the control interval, and this flag is refused).
     #[arg(long, value_name = "DUR", default_value = "100us", conflicts_with = "telemetry")]
     interval: String,
     /// Where the networks run.

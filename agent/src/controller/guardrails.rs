@@ -106,7 +106,7 @@ impl Default for GuardrailConfig {
 }
 
 /// Why a guardrail changed or blocked a proposal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Clamp {
     /// Telemetry stale or missing: baseline.

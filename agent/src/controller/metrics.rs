@@ -1,5 +1,6 @@
 //! Prometheus metrics of the online controller, served at `GET /metrics`.
 
+use super::guardrails::Clamp;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -33,9 +34,11 @@ pub struct TargetLabels {
     pub target: String,
 }
 
-/// Labels carrying a reason or rule name.
+/// Labels of a per-target metric with a reason or rule name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
+pub struct TargetReasonLabels {
+    /// Actuator URL.
+    pub target: String,
     /// Reason or rule.
     pub reason: String,
 }
@@ -46,18 +49,18 @@ pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0;
 /// Every metric the controller exports.
 #[derive(Clone)]
 pub struct Metrics {
-    /// Decisions made (one per queue per decision round).
-    pub decisions: Counter,
-    /// Apply calls that succeeded.
-    pub applies: Counter,
-    /// Apply calls that failed: refused, or no reply.
-    pub apply_failures: Counter,
-    /// Changes confirmed after their health check.
-    pub confirms: Counter,
-    /// Rollbacks, by reason.
-    pub rollbacks: Family<ReasonLabels, Counter>,
-    /// Guardrail interventions, by rule.
-    pub clamps: Family<ReasonLabels, Counter>,
+    /// Decisions made (one per queue per decision round), per target.
+    decisions: Family<TargetLabels, Counter>,
+    /// Apply calls that succeeded, per target.
+    applies: Family<TargetLabels, Counter>,
+    /// Apply calls that failed (refused, or no reply), per target.
+    apply_failures: Family<TargetLabels, Counter>,
+    /// Changes confirmed after their health check, per target.
+    confirms: Family<TargetLabels, Counter>,
+    /// Rollbacks, per target and reason.
+    rollbacks: Family<TargetReasonLabels, Counter>,
+    /// Guardrail interventions, per target and rule.
+    clamps: Family<TargetReasonLabels, Counter>,
     /// Telemetry arrival to decision, seconds.
     pub decision_latency_seconds: Histogram,
     /// Seconds since the last telemetry batch, per target: set at each scrape from
@@ -79,14 +82,14 @@ pub struct Metrics {
     /// 1 while a change applied to the target awaits its health check and confirmation.
     pub change_pending: Family<TargetLabels, Gauge>,
     /// Decisions that kept a queue as it was because the learned model never trained at its
-    /// line rate.
-    pub untrained_rate_holds: Counter,
+    /// line rate, per target.
+    untrained_rate_holds: Family<TargetLabels, Counter>,
     /// Decisions that kept a queue as it was because its telemetry intervals are not the
-    /// learned model's control interval.
-    pub untrained_interval_holds: Counter,
+    /// learned model's control interval, per target.
+    untrained_interval_holds: Family<TargetLabels, Counter>,
     /// Learned-model choices made from an observation outside the model's training range (an
-    /// extrapolation; `recommend` refuses those).
-    pub outside_training_decisions: Counter,
+    /// extrapolation; `recommend` refuses those), per target.
+    outside_training_decisions: Family<TargetLabels, Counter>,
     /// Current Kmin per queue.
     pub kmin_bytes: Family<QueueLabels, Gauge>,
     /// Current Kmax per queue.
@@ -105,10 +108,10 @@ impl Metrics {
     pub fn new() -> Self {
         let mut r = Registry::with_prefix("ecn_tuner");
         let m = Metrics {
-            decisions: Counter::default(),
-            applies: Counter::default(),
-            apply_failures: Counter::default(),
-            confirms: Counter::default(),
+            decisions: Family::default(),
+            applies: Family::default(),
+            apply_failures: Family::default(),
+            confirms: Family::default(),
             rollbacks: Family::default(),
             clamps: Family::default(),
             decision_latency_seconds: Histogram::new(exponential_buckets(1e-5, 2.0, 20)),
@@ -118,9 +121,9 @@ impl Metrics {
             telemetry_lag_seconds: Family::default(),
             kill_switch_thrown: Family::default(),
             change_pending: Family::default(),
-            untrained_rate_holds: Counter::default(),
-            untrained_interval_holds: Counter::default(),
-            outside_training_decisions: Counter::default(),
+            untrained_rate_holds: Family::default(),
+            untrained_interval_holds: Family::default(),
+            outside_training_decisions: Family::default(),
             kmin_bytes: Family::default(),
             kmax_bytes: Family::default(),
             pmax: Family::default(),
@@ -181,16 +184,34 @@ impl Metrics {
         r.register("queue_kmax_bytes", "ECN Kmax in effect", m.kmax_bytes.clone());
         r.register("queue_pmax", "ECN Pmax in effect", m.pmax.clone());
         *m.registry.lock().expect("fresh mutex") = r;
-        // Every reason's series from the start, at 0: a series that appears only with its first
-        // event is invisible to dashboards, and `increase()` misses that first event.
-        let reasons = super::health::Check::ALL.map(super::health::Check::label);
-        for reason in reasons.into_iter().chain(OTHER_ROLLBACK_REASONS) {
-            let _ = m.rollbacks.get_or_create(&ReasonLabels { reason: reason.into() });
-        }
-        for clamp in super::guardrails::Clamp::ALL {
-            let _ = m.clamps.get_or_create(&ReasonLabels { reason: clamp.name().into() });
-        }
         m
+    }
+
+    /// The counters of `target`, every series of it created at 0 (each rollback reason, each
+    /// guardrail): a series that appears only with its first event is invisible to dashboards,
+    /// and `increase()` misses that first event.
+    pub fn target(&self, target: &str) -> TargetCounters {
+        let labels = TargetLabels { target: target.to_string() };
+        let counter = |f: &Family<TargetLabels, Counter>| f.get_or_create(&labels).clone();
+        let reasons = super::health::Check::ALL.map(super::health::Check::label);
+        let by_reason = |f: &Family<TargetReasonLabels, Counter>, reason: &str| {
+            f.get_or_create(&TargetReasonLabels { target: target.to_string(), reason: reason.into() }).clone()
+        };
+        TargetCounters {
+            decisions: counter(&self.decisions),
+            applies: counter(&self.applies),
+            apply_failures: counter(&self.apply_failures),
+            confirms: counter(&self.confirms),
+            untrained_rate_holds: counter(&self.untrained_rate_holds),
+            untrained_interval_holds: counter(&self.untrained_interval_holds),
+            outside_training_decisions: counter(&self.outside_training_decisions),
+            rollbacks: reasons
+                .into_iter()
+                .chain(OTHER_ROLLBACK_REASONS)
+                .map(|r| (r, by_reason(&self.rollbacks, r)))
+                .collect(),
+            clamps: super::guardrails::Clamp::ALL.map(|c| (c, by_reason(&self.clamps, c.name()))).into_iter().collect(),
+        }
     }
 
     /// `target`'s telemetry last arrived at `at`; its `telemetry_age_seconds` series appears
@@ -233,6 +254,43 @@ impl Metrics {
             }
         });
         Ok(bound)
+    }
+}
+
+/// One target's counters, from [`Metrics::target`]: handles on the registry's series.
+#[derive(Clone)]
+pub struct TargetCounters {
+    /// Decisions made (one per queue per decision round).
+    pub decisions: Counter,
+    /// Apply calls that succeeded.
+    pub applies: Counter,
+    /// Apply calls that failed: refused, or no reply.
+    pub apply_failures: Counter,
+    /// Changes confirmed after their health check.
+    pub confirms: Counter,
+    /// Decisions that kept a queue because the model never trained at its line rate.
+    pub untrained_rate_holds: Counter,
+    /// Decisions that kept a queue because its telemetry interval is not the model's.
+    pub untrained_interval_holds: Counter,
+    /// Learned-model choices made from an observation outside the training range.
+    pub outside_training_decisions: Counter,
+    rollbacks: HashMap<&'static str, Counter>,
+    clamps: HashMap<Clamp, Counter>,
+}
+
+impl TargetCounters {
+    /// Count a rollback under `reason`, one of the health checks' labels or
+    /// `OTHER_ROLLBACK_REASONS`.
+    pub fn rollback(&self, reason: &str) {
+        debug_assert!(self.rollbacks.contains_key(reason), "rollback reason '{reason}' has no series");
+        if let Some(c) = self.rollbacks.get(reason) {
+            c.inc();
+        }
+    }
+
+    /// Count an intervention of guardrail `clamp`.
+    pub fn clamp(&self, clamp: Clamp) {
+        self.clamps[&clamp].inc();
     }
 }
 

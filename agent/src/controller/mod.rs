@@ -38,7 +38,7 @@ use ecn_proto::v1 as pb;
 use guardrails::{ChangeBudget, Clamp, GuardrailConfig, Guardrails, QueueContext};
 use health::HealthConfig;
 use log::{unix_ms, Decision, DecisionLog};
-use metrics::{Metrics, QueueLabels, ReasonLabels, TargetLabels};
+use metrics::{Metrics, QueueLabels, TargetCounters, TargetLabels};
 use requests::{Requests, StopReason};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -645,6 +645,8 @@ struct ControlLoop {
     cfg: ControllerConfig,
     client: Client,
     metrics: Metrics,
+    /// This target's counters in `metrics`.
+    counters: TargetCounters,
     log: DecisionLog,
     guardrails: Guardrails,
     /// The guardrails' staleness limit (after tightening to the actuator's bounds).
@@ -755,6 +757,7 @@ impl ControlLoop {
         // Every series of a target appears at once: a scrape that sees its queues also sees how
         // old its telemetry is (counted from the connection until the first batch).
         metrics.telemetry_arrived(&cfg.target, Instant::now());
+        let counters = metrics.target(&cfg.target);
         for q in &queues {
             set_queue_metrics(&metrics, &cfg.target, q);
         }
@@ -787,6 +790,7 @@ impl ControlLoop {
             cfg,
             client,
             metrics,
+            counters,
             log,
             guardrails,
             stale_after,
@@ -1024,7 +1028,7 @@ impl ControlLoop {
     /// Count a failed Apply; `error` says why, `generation` is the actuator's before it.
     fn apply_failed(&mut self, generation: u64, error: String) {
         self.report.failed_applies += 1;
-        self.metrics.apply_failures.inc();
+        self.counters.apply_failures.inc();
         let before = self.apply_failure.take().map_or(generation, |(g, _)| g);
         self.apply_failure = Some((before, error));
     }
@@ -1069,7 +1073,7 @@ impl ControlLoop {
     /// against the per-minute budget as it is decided, so one round cannot exceed it (a
     /// fallback to the baseline is not held back by it: see the guardrails).
     fn decide(&mut self, now: Instant) -> Result<Vec<Planned>, CliError> {
-        let (cfg, metrics, log, stale_after) = (&self.cfg, &self.metrics, &self.log, self.stale_after);
+        let (cfg, counters, log, stale_after) = (&self.cfg, &self.counters, &self.log, self.stale_after);
         let mut changes = Vec::new();
         let lagging = self.lagging();
         let stream_stale = lagging || now.duration_since(self.last_batch_at) > stale_after;
@@ -1108,8 +1112,8 @@ impl ControlLoop {
         }
         for why in untrained.iter().flatten() {
             match why {
-                Untrained::Rate(_) => metrics.untrained_rate_holds.inc(),
-                Untrained::Interval(_) => metrics.untrained_interval_holds.inc(),
+                Untrained::Rate(_) => counters.untrained_rate_holds.inc(),
+                Untrained::Interval(_) => counters.untrained_interval_holds.inc(),
             };
         }
         // It decides for those queues in one batch, from the same features it was trained on;
@@ -1127,7 +1131,7 @@ impl ControlLoop {
             out
         });
         for (i, q) in self.queues.iter_mut().enumerate() {
-            metrics.decisions.inc();
+            counters.decisions.inc();
             let telemetry =
                 if stream_stale { guardrails::TelemetryHealth::Stale } else { q.watch.health(now, stale_after) };
             let quarantined = q.quarantine_until.is_some_and(|t| now < t);
@@ -1153,7 +1157,7 @@ impl ControlLoop {
                 e.setting(i, self.report.rounds, ecn_env::BitsPerSec(q.link_bps), model_choice)
             } else if let (Some(m), Some(choice)) = (cfg.policy.model(), model_choice) {
                 if outside_training.is_some() {
-                    metrics.outside_training_decisions.inc();
+                    counters.outside_training_decisions.inc();
                 }
                 // A queue on the setting it had when this run began (a switch's own profile):
                 // a model trained offline knows it as its nearest template entry.
@@ -1191,7 +1195,7 @@ impl ControlLoop {
                 guardrails::Verdict { setting: q.current, clamps: Vec::new(), spent: false }
             };
             for c in &verdict.clamps {
-                metrics.clamps.get_or_create(&ReasonLabels { reason: c.name().into() }).inc();
+                counters.clamp(*c);
             }
             let telemetry_fallback =
                 verdict.clamps.iter().any(|c| matches!(c, Clamp::StaleTelemetry | Clamp::InvalidTelemetry));
@@ -1301,7 +1305,7 @@ impl ControlLoop {
                 };
                 match self.client.rollback(req).await {
                     Ok(resp) => {
-                        count_rollback(&mut self.report, &self.metrics, "shutdown");
+                        count_rollback(&mut self.report, &self.counters, "shutdown");
                         self.taken_back(&p, resp.into_inner().in_effect_from_ts_ns, "controller stopping")?;
                     }
                     // The call failed, but the rollback may have happened (a reply lost to the
@@ -1309,7 +1313,7 @@ impl ControlLoop {
                     // lease): read back before saying it was left.
                     Err(s) if self.change_gone(&p).await => {
                         warn!(code = ?s.code(), "the rollback at shutdown got no answer, but the change is gone");
-                        count_rollback(&mut self.report, &self.metrics, "shutdown");
+                        count_rollback(&mut self.report, &self.counters, "shutdown");
                         self.taken_back(&p, 0, "controller stopping")?;
                     }
                     Err(s) => {
