@@ -838,40 +838,48 @@ async fn a_target_exports_its_telemetry_age_with_its_queues() {
     assert!(text.lines().any(|l| l.starts_with(&age)), "queues without a telemetry age:\n{text}");
 }
 
-/// The telemetry age grows while the controller waits: here its stream goes silent (a hung
-/// actuator) and its loop sleeps on a 30 s `--interval`. The gauge was set by the loop, so it
-/// read the same near-zero age until the next tick, and the stalled actuator looked fresh.
+/// What a scrape shows does not wait for the loop: here the controller's stream goes silent
+/// (a hung actuator) and its loop sleeps on a 30 s `--interval`. The telemetry age grows, and a
+/// kill file created meanwhile shows as a thrown kill switch at once. Both were set by the
+/// loop: the age read the same near-zero value until the next tick, and the switch 0.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_telemetry_age_grows_while_the_loop_waits() {
+async fn scrapes_show_the_telemetry_age_and_the_kill_switch_while_the_loop_waits() {
     let act = sim_actuator(&[]).await;
     let faults = Faults { stalled_streams: 1.into(), stream_break_after: 20.into(), ..Default::default() };
     let link = FaultyLink::start(&act.url(), faults).await;
     let metrics = metrics_addr();
     let url = link.url();
+    let kill = act.dir.path().join("KILL");
+    let kill_arg = kill.display().to_string();
     let age = format!("ecn_tuner_telemetry_age_seconds{{target=\"{url}\"}} ");
-    let read_age = || {
-        let (m, age) = (&metrics, &age);
+    let value = |prefix: String| {
+        let m = &metrics;
         async move {
-            let lines = metric_lines(m, "ecn_tuner_telemetry_age_seconds").await?;
-            lines.iter().find_map(|l| l.strip_prefix(age.as_str())).and_then(|v| v.parse::<f64>().ok())
+            let lines = metric_lines(m, &prefix).await?;
+            lines.first()?.rsplit(' ').next()?.parse::<f64>().ok()
         }
     };
-    let (_, ages) = act
-        .controller_until_at(
-            "waiting",
-            &url,
-            &["--mode", "shadow", "--interval", "30s", "--metrics", &metrics],
-            "a telemetry age of 2 s while the loop sleeps",
-            Duration::from_secs(20),
-            || async {
-                let a = read_age().await?;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                let b = read_age().await?;
-                (a >= 2.0 && b > a).then_some((a, b))
-            },
-        )
-        .await;
+    let (child, _) = act.controller_at(
+        "waiting",
+        &url,
+        &["--mode", "shadow", "--interval", "30s", "--metrics", &metrics, "--kill-file", &kill_arg],
+    );
+    let ages = eventually("a telemetry age of 2 s while the loop sleeps", Duration::from_secs(20), || async {
+        let a = value(age.clone()).await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let b = value(age.clone()).await?;
+        (a >= 2.0 && b > a).then_some((a, b))
+    })
+    .await;
     assert!(ages.1 < 30.0, "{ages:?}");
+    let thrown = || value("ecn_tuner_kill_switch_thrown ".into());
+    assert_eq!(thrown().await, Some(0.0));
+    std::fs::write(&kill, "stop").unwrap();
+    eventually("the kill switch shown as thrown", Duration::from_secs(3), || async {
+        (thrown().await == Some(1.0)).then_some(())
+    })
+    .await;
+    act.stop_controller("waiting", child).await;
 }
 
 /// How an operator throws the kill switch.

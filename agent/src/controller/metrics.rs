@@ -10,7 +10,7 @@ use prometheus_client::registry::Registry;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 /// Labels of a per-queue metric.
@@ -42,6 +42,9 @@ pub struct TargetReasonLabels {
     /// Reason or rule.
     pub reason: String,
 }
+
+/// Whether the kill switch is thrown, asked at each scrape.
+type KillSwitchState = Box<dyn Fn() -> bool + Send + Sync>;
 
 /// The media type of [`Metrics::render`]'s output.
 pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -77,8 +80,11 @@ pub struct Metrics {
     /// telemetry clock at its last measurement (a probe, an apply, a read-back), in wall-clock
     /// seconds, per target.
     pub telemetry_lag_seconds: Family<TargetLabels, Gauge<f64, AtomicU64>>,
-    /// 1 while the kill switch is thrown (SIGUSR1, or the kill file exists), per target.
-    pub kill_switch_thrown: Family<TargetLabels, Gauge>,
+    /// 1 while the kill switch is thrown (SIGUSR1, or the kill file exists): set at each
+    /// scrape from [`Metrics::watch_kill_switch`], since a loop blocked on a hung actuator is
+    /// just when it matters.
+    kill_switch_thrown: Gauge,
+    kill_switch_state: Arc<OnceLock<KillSwitchState>>,
     /// 1 while a change applied to the target awaits its health check and confirmation.
     pub change_pending: Family<TargetLabels, Gauge>,
     /// Decisions that kept a queue as it was because the learned model never trained at its
@@ -119,7 +125,8 @@ impl Metrics {
             telemetry_at: Arc::default(),
             telemetry_reconnects: Family::default(),
             telemetry_lag_seconds: Family::default(),
-            kill_switch_thrown: Family::default(),
+            kill_switch_thrown: Gauge::default(),
+            kill_switch_state: Arc::default(),
             change_pending: Family::default(),
             untrained_rate_holds: Family::default(),
             untrained_interval_holds: Family::default(),
@@ -220,8 +227,17 @@ impl Metrics {
         self.telemetry_at.lock().unwrap_or_else(|e| e.into_inner()).insert(target.to_string(), at);
     }
 
+    /// Where `kill_switch_thrown` comes from: `thrown` says whether the switch is thrown now.
+    /// The first call counts.
+    pub fn watch_kill_switch(&self, thrown: impl Fn() -> bool + Send + Sync + 'static) {
+        let _ = self.kill_switch_state.set(Box::new(thrown));
+    }
+
     /// The text exposition format.
     pub fn render(&self) -> String {
+        if let Some(thrown) = self.kill_switch_state.get() {
+            self.kill_switch_thrown.set(i64::from(thrown()));
+        }
         let now = Instant::now();
         for (target, at) in self.telemetry_at.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             let age = now.saturating_duration_since(*at).as_secs_f64();

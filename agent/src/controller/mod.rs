@@ -282,6 +282,9 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
         .map_err(|e| CliError::Failed(format!("cannot install a signal handler (SIGHUP): {e}")))?;
     let (requester, requests) = requests::channel();
     requester.listen_for_signals()?;
+    // The kill switch is the process's, and shows whatever its loops are doing when scraped.
+    let (kill, kill_file) = (requests.kill.clone(), cfg.kill_file.clone());
+    metrics.watch_kill_switch(move || kill.is_thrown() || kill_file.as_ref().is_some_and(|f| f.exists()));
     let mut tasks = tokio::task::JoinSet::new();
     // `--max-changes-per-minute` counts the changes of every target together.
     let budget = ChangeBudget::default();
@@ -1021,7 +1024,6 @@ impl ControlLoop {
     /// The gauges of this loop's state, set before it waits: what a scrape sees meanwhile.
     fn export_state(&self) {
         let labels = TargetLabels { target: self.cfg.target.clone() };
-        self.metrics.kill_switch_thrown.get_or_create(&labels).set(i64::from(self.kill_requested()));
         self.metrics.change_pending.get_or_create(&labels).set(i64::from(self.pending.is_some()));
     }
 

@@ -114,6 +114,11 @@ impl StopRequests {
 }
 
 impl KillSwitch {
+    /// Whether SIGUSR1 has thrown it, now.
+    pub fn is_thrown(&self) -> bool {
+        *self.0.borrow()
+    }
+
     /// Wait for the kill switch to be thrown (at once if it already was, so a loop waits on it
     /// only until it has acted on it). Pending for ever once every sender is gone.
     pub async fn thrown(&mut self) {
