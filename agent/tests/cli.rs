@@ -8,6 +8,7 @@ fn ecn_tuner(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
         .args(args)
         .env("ECN_TUNER_LOG", "warn")
+        .env_remove("ECN_TUNER_MODELS")
         .output()
         .expect("run ecn-tuner")
 }

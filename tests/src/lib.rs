@@ -59,6 +59,15 @@ pub fn ecn_tuner_bin() -> PathBuf {
     bin
 }
 
+/// A command running [`ecn_tuner_bin`], the shipped models looked up in this checkout: a
+/// developer's `ECN_TUNER_MODELS` pointing at another checkout's models made the tests that
+/// compare with this checkout's files fail.
+pub fn ecn_tuner_command() -> Command {
+    let mut cmd = Command::new(ecn_tuner_bin());
+    cmd.env_remove("ECN_TUNER_MODELS");
+    cmd
+}
+
 /// For benchmarks: `<target>/release/ecn-tuner`, next to the benchmark's executable
 /// (`<target>/release/deps/<bench>-<hash>`). Under Cargo (`$CARGO` set) it is built first, a
 /// no-op when fresh, so that the figures are those of the current source; a benchmark cannot
@@ -157,7 +166,7 @@ impl Actuator {
     }
 
     async fn spawn(args: &[String], listen: &str, journal: &Path, log: &Path) -> Result<(Child, SocketAddr), String> {
-        let mut cmd = Command::new(ecn_tuner_bin());
+        let mut cmd = ecn_tuner_command();
         cmd.arg("actuator").args(args);
         if !args.iter().any(|a| a == "--listen") {
             cmd.args(["--listen", listen]);
@@ -259,7 +268,7 @@ impl Actuator {
     pub fn controller_at(&self, name: &str, target: &str, args: &[&str]) -> (Child, PathBuf) {
         let log = self.decision_log(name);
         let stderr = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
-        let child = Command::new(ecn_tuner_bin())
+        let child = ecn_tuner_command()
             .args(["run", "--target", target, "--controller-id", name, "--decision-log"])
             .arg(&log)
             .args(args)
@@ -509,7 +518,7 @@ pub async fn run_cli_with_env(
     env: &[(&str, &str)],
     hang_guard: Duration,
 ) -> (Option<i32>, String, String) {
-    let mut cmd = Command::new(ecn_tuner_bin());
+    let mut cmd = ecn_tuner_command();
     cmd.args(args).envs(env.iter().copied()).stdin(Stdio::null()).kill_on_drop(true);
     let out = tokio::time::timeout(hang_guard, cmd.output())
         .await

@@ -535,7 +535,7 @@ async fn an_interrupted_recording_keeps_what_it_read() {
 
 /// `record --target URL --duration 60s --out OUT` as a child process, to be stopped by a signal.
 fn recording(url: &str, out: &str) -> tokio::process::Child {
-    tokio::process::Command::new(ecn_tests::ecn_tuner_bin())
+    ecn_tests::ecn_tuner_command()
         .args(["record", "--target", url, "--duration", "60s", "--out", out])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
