@@ -182,6 +182,12 @@ fn spearman(a: &[f64], b: &[f64]) -> f64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    // `--bench` is cargo's; another option is a mistake, not something to run the defaults for.
+    let known = ["--bench", "--csv", "--reward-weights", "--scenario"];
+    if let Some(other) = args.iter().skip(1).find(|a| a.starts_with("--") && !known.contains(&a.as_str())) {
+        eprintln!("error: '{other}': options are --csv FILE, --reward-weights W, --scenario S...");
+        std::process::exit(2);
+    }
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let csv = flag("--csv");
     let reward = match flag("--reward-weights") {

@@ -48,7 +48,12 @@ fn main() {
         child(&args[1]);
         return;
     }
-    let mut scenarios: Vec<String> = args.into_iter().filter(|a| !a.starts_with('-')).collect();
+    // Scenario names or files only: an option here is a mistake, not something to skip.
+    if let Some(flag) = args.iter().find(|a| a.starts_with('-')) {
+        eprintln!("error: '{flag}': give scenario names or files, no options");
+        std::process::exit(2);
+    }
+    let mut scenarios: Vec<String> = args;
     if scenarios.is_empty() {
         scenarios = vec!["websearch-50".into(), "leafspine-64".into()];
         if std::path::Path::new(&ls16()).exists() {

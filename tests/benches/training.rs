@@ -30,6 +30,17 @@ const BUDGET_MINUTES: f64 = 60.0;
 fn segments() -> Result<u64, String> {
     let args: Vec<String> = std::env::args().collect();
     let most = RECIPE_STEPS / EVAL_EVERY;
+    // `--bench` is cargo's; anything else but `--segments N` is a mistake, not the default run.
+    let mut rest = args.iter().skip(1);
+    while let Some(a) = rest.next() {
+        match a.as_str() {
+            "--bench" => {}
+            "--segments" => {
+                rest.next();
+            }
+            other => return Err(format!("'{other}': the only option is --segments N")),
+        }
+    }
     match args.iter().position(|a| a == "--segments") {
         None => Ok(2),
         Some(i) => args
