@@ -359,12 +359,7 @@ fn as_written(t: &str) -> String {
 }
 
 fn text(b: &[u8]) -> String {
-    let s = String::from_utf8_lossy(b);
-    if s.chars().count() > 40 {
-        format!("text `{}...`", s.chars().take(40).collect::<String>())
-    } else {
-        format!("text `{s}`")
-    }
+    format!("text `{}`", as_written(&String::from_utf8_lossy(b)))
 }
 
 /// An unsigned integer cell. A float-looking cell is a wrong type (NaN and infinities are

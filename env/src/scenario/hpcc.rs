@@ -2,12 +2,12 @@
 //! names its topology and flow files, imported as a scenario.
 
 use super::{
-    check_run_length, err, flow_start_too_late, parse_flow_file, Scenario, ScenarioError, SourceFiles, MAX_FLOWS,
+    check_run_length, err, flow_start_too_late, parse_flow_file, parse_topology_file, NamedFile, Scenario,
+    ScenarioError, SourceFiles, MAX_FLOWS,
 };
 use crate::dcqcn::DcqcnParams;
 use crate::ecn::{EcnError, EcnSetting};
 use crate::fabric::{self, EcnPlan, FabricConfig, MTU_PAYLOAD_BYTES};
-use crate::topology::Topology;
 use crate::units::{BitsPerSec, Bytes, Nanos, MAX_DURATION};
 use crate::workload::FlowSpec;
 use std::path::Path;
@@ -109,14 +109,12 @@ impl Scenario {
         let topo_path = files.path(need("TOPOLOGY_FILE")?);
         let flow_path = files.path(need("FLOW_FILE")?);
         // Named as the TOML form names them: the config and its key, then the file.
-        let unreadable = |k: &str, path: &Path, e: std::io::Error| err(source, k, format!("{}: {e}", path.display()));
-        let topo_text = files.read(&topo_path).map_err(|e| unreadable("TOPOLOGY_FILE", &topo_path, e))?;
-        let topology = Topology::parse_hpcc(&topo_text).map_err(|e| {
-            err(&topo_path.display().to_string(), "topology", e.to_string()).in_file_named_by(source, "TOPOLOGY_FILE")
-        })?;
-        let flow_text = files.read(&flow_path).map_err(|e| unreadable("FLOW_FILE", &flow_path, e))?;
-        let lined =
-            parse_flow_file(&flow_text, &flow_path, &topology).map_err(|e| e.in_file_named_by(source, "FLOW_FILE"))?;
+        let topo_file = NamedFile { source, field: "TOPOLOGY_FILE".into(), path: &topo_path };
+        let flow_file = NamedFile { source, field: "FLOW_FILE".into(), path: &flow_path };
+        let topo_text = files.read(&topo_path).map_err(|e| topo_file.error(e))?;
+        let topology = parse_topology_file(&topo_text, &topo_file)?;
+        let flow_text = files.read(&flow_path).map_err(|e| flow_file.error(e))?;
+        let lined = parse_flow_file(&flow_text, &flow_file, &topology)?;
         let first_flow = lined.iter().map(|(line, f)| (f.start, *line)).min();
         let flows: Vec<FlowSpec> = lined.into_iter().map(|(_, f)| f).collect();
 
@@ -232,9 +230,7 @@ impl Scenario {
         }
         let (first, first_line) = first_flow.unwrap_or_default();
         let last = flows.iter().map(|f| f.start).max().unwrap_or_default();
-        let first_end = first.0.checked_add(1).ok_or_else(|| {
-            flow_start_too_late(&flow_path, first_line, first.0).in_file_named_by(source, "FLOW_FILE")
-        })?;
+        let first_end = first.0.checked_add(1).ok_or_else(|| flow_start_too_late(&flow_file, first_line, first.0))?;
         fabric.window_start = first;
         fabric.window_end = Nanos(last.0.max(first_end));
         let stop_time = num("SIMULATOR_STOP_TIME")?;

@@ -30,11 +30,18 @@ pub struct ScenarioError {
     pub message: String,
 }
 
-impl ScenarioError {
-    /// This error, about a file that the scenario `source` names in `field`, told as the
-    /// scenario's: `source: field: FILE: line N: why`, as an unreadable file is.
-    fn in_file_named_by(self, source: &str, field: impl Into<String>) -> ScenarioError {
-        err(source, field, format!("{}: {}: {}", self.source_name, self.field, self.message))
+/// A file that the scenario `source` names in `field` (a flow, topology or CDF file).
+struct NamedFile<'a> {
+    source: &'a str,
+    field: String,
+    path: &'a Path,
+}
+
+impl NamedFile<'_> {
+    /// A problem with the file, told as the scenario's: `source: field: FILE: what`, where
+    /// `what` is why it cannot be read, or `line N: why`.
+    fn error(&self, what: impl std::fmt::Display) -> ScenarioError {
+        err(self.source, self.field.clone(), format!("{}: {what}", self.path.display()))
     }
 }
 
@@ -637,19 +644,22 @@ fn toml_location(text: &str, offset: usize) -> String {
 }
 
 /// The flows of an HPCC flow file, each with its line.
-fn parse_flow_file(text: &str, path: &Path, topology: &Topology) -> Result<Vec<(usize, FlowSpec)>, ScenarioError> {
+fn parse_flow_file(text: &str, file: &NamedFile, topology: &Topology) -> Result<Vec<(usize, FlowSpec)>, ScenarioError> {
     workload::parse_hpcc_flow_lines(text, topology.nodes.len(), |n| topology.nodes[n as usize].kind == NodeKind::Host)
-        .map_err(|e| err(&path.display().to_string(), format!("line {}", e.line), e.why))
+        .map_err(|e| file.error(format_args!("line {}: {}", e.line, e.why)))
+}
+
+/// An HPCC topology file's fabric.
+fn parse_topology_file(text: &str, file: &NamedFile) -> Result<Topology, ScenarioError> {
+    Topology::parse_hpcc(text).map_err(|e| file.error(format_args!("topology: {e}")))
 }
 
 /// A run's arrival window ends 1 ns after its last flow starts, so a flow may not start at the
 /// last instant a u64 of nanoseconds holds.
-fn flow_start_too_late(path: &Path, line: usize, start_ns: u64) -> ScenarioError {
-    err(
-        &path.display().to_string(),
-        format!("line {line}"),
-        format!("the flow would start at {start_ns} ns, past the last instant a run can hold, 2^64 - 2 ns"),
-    )
+fn flow_start_too_late(file: &NamedFile, line: usize, start_ns: u64) -> ScenarioError {
+    file.error(format_args!(
+        "line {line}: the flow would start at {start_ns} ns, past the last instant a run can hold, 2^64 - 2 ns"
+    ))
 }
 
 /// `[dcqcn]` keys that a variant may leave unset (the hpcc variant has no byte counter).
@@ -715,11 +725,9 @@ fn resolve(
             }
             let p = t.path.as_deref().ok_or_else(|| err(source, "topology.path", "required with kind = \"hpcc\""))?;
             let path = files.path(p);
-            let text =
-                files.read(&path).map_err(|e| err(source, "topology.path", format!("{}: {e}", path.display())))?;
-            Topology::parse_hpcc(&text).map_err(|e| {
-                err(&path.display().to_string(), "topology", e.to_string()).in_file_named_by(source, "topology.path")
-            })?
+            let file = NamedFile { source, field: "topology.path".into(), path: &path };
+            let text = files.read(&path).map_err(|e| file.error(e))?;
+            parse_topology_file(&text, &file)?
         }
         other => return Err(err(source, "topology.kind", format!("'{other}' is not one of leaf-spine, hpcc"))),
     };
@@ -927,11 +935,10 @@ fn resolve(
             }
             WorkloadFile::Flows { path, start, stop } => {
                 let p = files.path(&path);
-                let text = files.read(&p).map_err(|e| err(source, field("path"), format!("{}: {e}", p.display())))?;
-                let (lines, mut fs): (Vec<usize>, Vec<FlowSpec>) = parse_flow_file(&text, &p, &fabric.topology)
-                    .map_err(|e| e.in_file_named_by(source, field("path")))?
-                    .into_iter()
-                    .unzip();
+                let file = NamedFile { source, field: field("path"), path: &p };
+                let text = files.read(&p).map_err(|e| file.error(e))?;
+                let (lines, mut fs): (Vec<usize>, Vec<FlowSpec>) =
+                    parse_flow_file(&text, &file, &fabric.topology)?.into_iter().unzip();
                 // Replay keeps the file's spacing but moves its first flow to `start`
                 // (HPCC files conventionally begin at 2 s).
                 // `stop` cuts the replay; without it the file's flows run to their end.
@@ -946,10 +953,8 @@ fn resolve(
                 for (f, &line) in fs.iter_mut().zip(&lines) {
                     let since_first = f.start.0 - first.0;
                     let start = since_first.checked_add(offset.0).filter(|&t| t < u64::MAX);
-                    let start = start.ok_or_else(|| {
-                        flow_start_too_late(&p, line, since_first.saturating_add(offset.0))
-                            .in_file_named_by(source, field("path"))
-                    })?;
+                    let start =
+                        start.ok_or_else(|| flow_start_too_late(&file, line, since_first.saturating_add(offset.0)))?;
                     f.start = Nanos(start);
                 }
                 if let Some(stop) = stop {
