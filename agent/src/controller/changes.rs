@@ -5,7 +5,7 @@
 use super::guardrails::TelemetryHealth;
 use super::health::{self, Check, Finding, IntervalStats, WindowStats};
 use super::log::Decision;
-use super::metrics::TargetCounters;
+use super::metrics::TargetSeries;
 use super::{
     current_generation, decision, queue_key, record, set_queue_metrics, to_pb, to_setting, ControlLoop, Mode, Planned,
     QueueState, RunReport,
@@ -79,9 +79,9 @@ pub(super) const LEASE_ENDED: &str = "lease_ended";
 
 /// Count a rollback the actuator accepted, in the run report and under `reason` in
 /// `rollbacks_total`.
-pub(super) fn count_rollback(report: &mut RunReport, counters: &TargetCounters, reason: &str) {
+pub(super) fn count_rollback(report: &mut RunReport, series: &TargetSeries, reason: &str) {
     report.rollbacks += 1;
-    counters.rollback(reason);
+    series.rollback(reason);
 }
 
 impl ControlLoop {
@@ -127,7 +127,7 @@ impl ControlLoop {
             Ok(Applied { generation: g, deadline, landed_ns, in_effect_from_ns }) => {
                 self.note_lag(landed_ns);
                 self.report.applies += 1;
-                self.counters.applies.inc();
+                self.series.applies.inc();
                 self.generation = g;
                 for (i, _) in &changes {
                     set_queue_metrics(&self.metrics, &self.cfg.target, &self.queues[*i]);
@@ -141,7 +141,7 @@ impl ControlLoop {
                 self.record_planned(&round, true, note)?;
                 if fallback {
                     self.report.confirms += 1;
-                    self.counters.confirms.inc();
+                    self.series.confirms.inc();
                     return Ok(());
                 }
                 let idx: Vec<usize> = changes.iter().map(|(i, _)| *i).collect();
@@ -263,7 +263,7 @@ impl ControlLoop {
         };
         match self.client.rollback(req).await {
             Ok(_) => {
-                count_rollback(&mut self.report, &self.counters, "unknown_outcome");
+                count_rollback(&mut self.report, &self.series, "unknown_outcome");
                 rolled_back = true;
             }
             Err(s) => warn!(
@@ -361,7 +361,7 @@ impl ControlLoop {
     /// Pending change `p`, ended by the actuator: counted under `reason`, its queues (on their
     /// settings before it, as read back) quarantined as after a rollback, and logged.
     fn ended_by_actuator(&mut self, p: &Pending, reason: &str, why: String) -> Result<(), CliError> {
-        count_rollback(&mut self.report, &self.counters, reason);
+        count_rollback(&mut self.report, &self.series, reason);
         let until = Instant::now() + self.cfg.quarantine;
         for &i in &p.queues {
             let q = &mut self.queues[i];
@@ -487,7 +487,7 @@ impl ControlLoop {
                 match self.client.confirm(req).await {
                     Ok(_) => {
                         self.report.confirms += 1;
-                        self.counters.confirms.inc();
+                        self.series.confirms.inc();
                         info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed");
                     }
                     Err(s) => {
@@ -536,7 +536,7 @@ impl ControlLoop {
                     }
                 };
                 let until = Instant::now() + cfg.quarantine;
-                count_rollback(&mut self.report, &self.counters, gravest.label());
+                count_rollback(&mut self.report, &self.series, gravest.label());
                 for (k, (i, old)) in p.previous.iter().enumerate() {
                     let q = &mut self.queues[*i];
                     q.set_current(*old, known_time(resp.in_effect_from_ts_ns));
@@ -563,7 +563,7 @@ impl ControlLoop {
         };
         if config.confirmed_generation == p.generation {
             self.report.confirms += 1;
-            self.counters.confirms.inc();
+            self.series.confirms.inc();
             info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed (the reply was lost)");
             return Ok(());
         }
@@ -623,7 +623,7 @@ impl ControlLoop {
                     .await
                     .map_err(|s| CliError::Failed(format!("kill switch rollback: {}", s.message())))?
                     .into_inner();
-                count_rollback(&mut self.report, &self.counters, "kill_switch");
+                count_rollback(&mut self.report, &self.series, "kill_switch");
                 self.taken_back(&p, resp.in_effect_from_ts_ns, "kill switch")?;
             }
         }
@@ -663,9 +663,9 @@ impl ControlLoop {
         self.generation = resp.generation;
         // Confirmed at once (no deadline): an apply and a confirm, as a telemetry fallback is.
         self.report.applies += 1;
-        self.counters.applies.inc();
+        self.series.applies.inc();
         self.report.confirms += 1;
-        self.counters.confirms.inc();
+        self.series.confirms.inc();
         for i in off_baseline {
             let setting = target(&queues[i]);
             let q = &mut queues[i];

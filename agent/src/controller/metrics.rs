@@ -75,7 +75,7 @@ pub struct Metrics {
     /// stalled actuator read as fresh.
     telemetry_at: Arc<Mutex<HashMap<String, Instant>>>,
     /// Telemetry streams reopened after one was lost, per target.
-    pub telemetry_reconnects: Family<TargetLabels, Counter>,
+    telemetry_reconnects: Family<TargetLabels, Counter>,
     /// How far the newest telemetry sample the controller had was behind the actuator's
     /// telemetry clock at its last measurement (a probe, an apply, a read-back), in wall-clock
     /// seconds, per target.
@@ -86,7 +86,7 @@ pub struct Metrics {
     kill_switch_thrown: Gauge,
     kill_switch_state: Arc<OnceLock<KillSwitchState>>,
     /// 1 while a change applied to the target awaits its health check and confirmation.
-    pub change_pending: Family<TargetLabels, Gauge>,
+    change_pending: Family<TargetLabels, Gauge>,
     /// Decisions that kept a queue as it was because the learned model never trained at its
     /// line rate, per target.
     untrained_rate_holds: Family<TargetLabels, Counter>,
@@ -194,17 +194,17 @@ impl Metrics {
         m
     }
 
-    /// The counters of `target`, every series of it created at 0 (each rollback reason, each
-    /// guardrail): a series that appears only with its first event is invisible to dashboards,
-    /// and `increase()` misses that first event.
-    pub fn target(&self, target: &str) -> TargetCounters {
+    /// The series of `target`, every one created at 0 (each rollback reason, each guardrail):
+    /// a series that appears only with its first event is invisible to dashboards, and
+    /// `increase()` misses that first event.
+    pub fn target(&self, target: &str) -> TargetSeries {
         let labels = TargetLabels { target: target.to_string() };
         let counter = |f: &Family<TargetLabels, Counter>| f.get_or_create(&labels).clone();
         let reasons = super::health::Check::ALL.map(super::health::Check::label);
         let by_reason = |f: &Family<TargetReasonLabels, Counter>, reason: &str| {
             f.get_or_create(&TargetReasonLabels { target: target.to_string(), reason: reason.into() }).clone()
         };
-        TargetCounters {
+        TargetSeries {
             decisions: counter(&self.decisions),
             applies: counter(&self.applies),
             apply_failures: counter(&self.apply_failures),
@@ -212,6 +212,8 @@ impl Metrics {
             untrained_rate_holds: counter(&self.untrained_rate_holds),
             untrained_interval_holds: counter(&self.untrained_interval_holds),
             outside_training_decisions: counter(&self.outside_training_decisions),
+            telemetry_reconnects: counter(&self.telemetry_reconnects),
+            change_pending: self.change_pending.get_or_create(&labels).clone(),
             rollbacks: reasons
                 .into_iter()
                 .chain(OTHER_ROLLBACK_REASONS)
@@ -273,9 +275,9 @@ impl Metrics {
     }
 }
 
-/// One target's counters, from [`Metrics::target`]: handles on the registry's series.
+/// One target's series, from [`Metrics::target`]: handles on the registry's.
 #[derive(Clone)]
-pub struct TargetCounters {
+pub struct TargetSeries {
     /// Decisions made (one per queue per decision round).
     pub decisions: Counter,
     /// Apply calls that succeeded.
@@ -290,11 +292,15 @@ pub struct TargetCounters {
     pub untrained_interval_holds: Counter,
     /// Learned-model choices made from an observation outside the training range.
     pub outside_training_decisions: Counter,
+    /// Telemetry streams reopened after one was lost.
+    pub telemetry_reconnects: Counter,
+    /// 1 while a change applied to the target awaits its health check and confirmation.
+    pub change_pending: Gauge,
     rollbacks: HashMap<&'static str, Counter>,
     clamps: HashMap<Clamp, Counter>,
 }
 
-impl TargetCounters {
+impl TargetSeries {
     /// Count a rollback under `reason`, one of the health checks' labels or
     /// `OTHER_ROLLBACK_REASONS`.
     pub fn rollback(&self, reason: &str) {

@@ -38,7 +38,7 @@ use ecn_proto::v1 as pb;
 use guardrails::{ChangeBudget, Clamp, GuardrailConfig, Guardrails, QueueContext};
 use health::HealthConfig;
 use log::{unix_ms, Decision, DecisionLog};
-use metrics::{Metrics, QueueLabels, TargetCounters, TargetLabels};
+use metrics::{Metrics, QueueLabels, TargetLabels, TargetSeries};
 use requests::{Requests, StopReason};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -356,15 +356,13 @@ pub async fn run(
     };
     let now = Instant::now();
     (lp.last_batch_at, lp.last_renew) = (now, now);
+    lp.metrics.telemetry_arrived(&lp.cfg.target, now);
     // A lost stream is reopened with a growing pause between tries; its queues go stale
     // meanwhile, and are held at the baseline like any queue without fresh telemetry.
     let mut backoff = RECONNECT_BACKOFF_MIN;
     let mut reconnect_at = tokio::time::Instant::now();
     // When the stream in use was opened: a stall counts from the later of this and the last batch.
     let mut stream_opened_at = now;
-    let target_labels = TargetLabels { target: lp.cfg.target.clone() };
-    // At 0 from the start, as the reasons' series (metrics.rs).
-    let _ = lp.metrics.telemetry_reconnects.get_or_create(&target_labels);
 
     let started = Instant::now();
     let mut ticker = tokio::time::interval(lp.cfg.interval);
@@ -418,7 +416,7 @@ pub async fn run(
                         // at the next renewal, so that its settings are read back before rounds
                         // decide from the new telemetry against the old ones.
                         lp.renew_now = lp.lease.is_some();
-                        lp.metrics.telemetry_reconnects.get_or_create(&target_labels).inc();
+                        lp.series.telemetry_reconnects.inc();
                         stream = Some(s);
                         stream_opened_at = Instant::now();
                     }
@@ -453,7 +451,6 @@ pub async fn run(
             let why = format!("telemetry stream stalled: no batch for {:.1} s", silent_for.as_secs_f64());
             reconnect_at = stream_lost(&lp.cfg.target, &why, &mut backoff);
         }
-        lp.metrics.telemetry_arrived(&lp.cfg.target, lp.last_batch_at);
         lp.renew_lease(now).await?;
         // The kill switch does not wait for a pending change's health check.
         if lp.kill_requested() {
@@ -648,8 +645,8 @@ struct ControlLoop {
     cfg: ControllerConfig,
     client: Client,
     metrics: Metrics,
-    /// This target's counters in `metrics`.
-    counters: TargetCounters,
+    /// This target's series in `metrics`.
+    series: TargetSeries,
     log: DecisionLog,
     guardrails: Guardrails,
     /// The guardrails' staleness limit (after tightening to the actuator's bounds).
@@ -760,7 +757,7 @@ impl ControlLoop {
         // Every series of a target appears at once: a scrape that sees its queues also sees how
         // old its telemetry is (counted from the connection until the first batch).
         metrics.telemetry_arrived(&cfg.target, Instant::now());
-        let counters = metrics.target(&cfg.target);
+        let series = metrics.target(&cfg.target);
         for q in &queues {
             set_queue_metrics(&metrics, &cfg.target, q);
         }
@@ -793,7 +790,7 @@ impl ControlLoop {
             cfg,
             client,
             metrics,
-            counters,
+            series,
             log,
             guardrails,
             stale_after,
@@ -867,6 +864,7 @@ impl ControlLoop {
             self.unmeasured_since = Some(now);
         }
         self.last_batch_at = now;
+        self.metrics.telemetry_arrived(&self.cfg.target, now);
         self.batches_since_round = self.batches_since_round.saturating_add(1);
         self.newest_ts_ns = self.newest_ts_ns.max(batch.ts_ns);
         feed_samples(&mut self.queues, &self.index, self.pending.as_mut(), &batch.samples);
@@ -1023,14 +1021,13 @@ impl ControlLoop {
 
     /// The gauges of this loop's state, set before it waits: what a scrape sees meanwhile.
     fn export_state(&self) {
-        let labels = TargetLabels { target: self.cfg.target.clone() };
-        self.metrics.change_pending.get_or_create(&labels).set(i64::from(self.pending.is_some()));
+        self.series.change_pending.set(i64::from(self.pending.is_some()));
     }
 
     /// Count a failed Apply; `error` says why, `generation` is the actuator's before it.
     fn apply_failed(&mut self, generation: u64, error: String) {
         self.report.failed_applies += 1;
-        self.counters.apply_failures.inc();
+        self.series.apply_failures.inc();
         let before = self.apply_failure.take().map_or(generation, |(g, _)| g);
         self.apply_failure = Some((before, error));
     }
@@ -1075,7 +1072,7 @@ impl ControlLoop {
     /// against the per-minute budget as it is decided, so one round cannot exceed it (a
     /// fallback to the baseline is not held back by it: see the guardrails).
     fn decide(&mut self, now: Instant) -> Result<Vec<Planned>, CliError> {
-        let (cfg, counters, log, stale_after) = (&self.cfg, &self.counters, &self.log, self.stale_after);
+        let (cfg, series, log, stale_after) = (&self.cfg, &self.series, &self.log, self.stale_after);
         let mut changes = Vec::new();
         let lagging = self.lagging();
         let stream_stale = lagging || now.duration_since(self.last_batch_at) > stale_after;
@@ -1114,8 +1111,8 @@ impl ControlLoop {
         }
         for why in untrained.iter().flatten() {
             match why {
-                Untrained::Rate(_) => counters.untrained_rate_holds.inc(),
-                Untrained::Interval(_) => counters.untrained_interval_holds.inc(),
+                Untrained::Rate(_) => series.untrained_rate_holds.inc(),
+                Untrained::Interval(_) => series.untrained_interval_holds.inc(),
             };
         }
         // It decides for those queues in one batch, from the same features it was trained on;
@@ -1133,7 +1130,7 @@ impl ControlLoop {
             out
         });
         for (i, q) in self.queues.iter_mut().enumerate() {
-            counters.decisions.inc();
+            series.decisions.inc();
             let telemetry =
                 if stream_stale { guardrails::TelemetryHealth::Stale } else { q.watch.health(now, stale_after) };
             let quarantined = q.quarantine_until.is_some_and(|t| now < t);
@@ -1159,7 +1156,7 @@ impl ControlLoop {
                 e.setting(i, self.report.rounds, ecn_env::BitsPerSec(q.link_bps), model_choice)
             } else if let (Some(m), Some(choice)) = (cfg.policy.model(), model_choice) {
                 if outside_training.is_some() {
-                    counters.outside_training_decisions.inc();
+                    series.outside_training_decisions.inc();
                 }
                 // A queue on the setting it had when this run began (a switch's own profile):
                 // a model trained offline knows it as its nearest template entry.
@@ -1197,7 +1194,7 @@ impl ControlLoop {
                 guardrails::Verdict { setting: q.current, clamps: Vec::new(), spent: false }
             };
             for c in &verdict.clamps {
-                counters.clamp(*c);
+                series.clamp(*c);
             }
             let telemetry_fallback =
                 verdict.clamps.iter().any(|c| matches!(c, Clamp::StaleTelemetry | Clamp::InvalidTelemetry));
@@ -1307,7 +1304,7 @@ impl ControlLoop {
                 };
                 match self.client.rollback(req).await {
                     Ok(resp) => {
-                        count_rollback(&mut self.report, &self.counters, "shutdown");
+                        count_rollback(&mut self.report, &self.series, "shutdown");
                         self.taken_back(&p, resp.into_inner().in_effect_from_ts_ns, "controller stopping")?;
                     }
                     // The call failed, but the rollback may have happened (a reply lost to the
@@ -1315,7 +1312,7 @@ impl ControlLoop {
                     // lease): read back before saying it was left.
                     Err(s) if self.change_gone(&p).await => {
                         warn!(code = ?s.code(), "the rollback at shutdown got no answer, but the change is gone");
-                        count_rollback(&mut self.report, &self.counters, "shutdown");
+                        count_rollback(&mut self.report, &self.series, "shutdown");
                         self.taken_back(&p, 0, "controller stopping")?;
                     }
                     Err(s) => {
