@@ -264,15 +264,21 @@ fn parse_metrics(text: &str) -> Option<Scrape> {
         if name.split('{').next() == Some("ecn_tuner_decisions_total") {
             s.decisions += value;
             have_decisions = true;
-        } else if name == "ecn_tuner_decision_latency_seconds_sum" {
-            s.latency_sum = value;
+        } else if name.split('{').next() == Some("ecn_tuner_decision_latency_seconds_sum") {
+            s.latency_sum += value;
         } else if name.starts_with("ecn_tuner_telemetry_age_seconds{") {
             // The stalest of the targets.
             s.telemetry_age = s.telemetry_age.max(value);
-        } else if let Some(le) = name.strip_prefix("ecn_tuner_decision_latency_seconds_bucket{le=\"") {
-            let le = le.trim_end_matches("\"}");
+        } else if let Some((_, le)) = name
+            .strip_prefix("ecn_tuner_decision_latency_seconds_bucket{")
+            .and_then(|labels| labels.split_once("le=\""))
+        {
+            let le = le.split('"').next()?;
             let bound = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
-            s.buckets.push((bound, value));
+            match s.buckets.iter_mut().find(|b| b.0 == bound) {
+                Some(b) => b.1 += value,
+                None => s.buckets.push((bound, value)),
+            }
         }
     }
     s.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));

@@ -685,6 +685,10 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
         assert!(text.lines().any(|l| l.starts_with(&age)), "a telemetry age for each target:\n{text}");
         let reconnects = format!("ecn_tuner_telemetry_reconnects_total{{target=\"{url}\"}} 0");
         assert!(text.contains(&reconnects), "{reconnects}:\n{text}");
+        // Each target's decisions are timed apart: one slow actuator shows as itself.
+        let timed = format!("ecn_tuner_decision_latency_seconds_count{{target=\"{url}\"}} ");
+        let count = text.lines().find_map(|l| l.strip_prefix(timed.as_str())).and_then(|n| n.parse::<u64>().ok());
+        assert!(count.is_some_and(|n| n > 0), "{timed}:\n{text}");
     }
     // Counters with a label exist from the start, at 0 (they used to appear with their first
     // event, invisible to dashboards until then).

@@ -64,8 +64,9 @@ pub struct Metrics {
     rollbacks: Family<TargetReasonLabels, Counter>,
     /// Guardrail interventions, per target and rule.
     clamps: Family<TargetReasonLabels, Counter>,
-    /// Telemetry arrival to decision, seconds.
-    pub decision_latency_seconds: Histogram,
+    /// Telemetry arrival to decision, seconds, per target: one actuator's slow decisions are
+    /// not hidden among the others'.
+    decision_latency_seconds: Family<TargetLabels, Histogram, fn() -> Histogram>,
     /// Seconds since the last telemetry batch, per target: set at each scrape from
     /// [`Metrics::telemetry_arrived`].
     telemetry_age_seconds: Family<TargetLabels, Gauge<f64, AtomicU64>>,
@@ -120,7 +121,9 @@ impl Metrics {
             confirms: Family::default(),
             rollbacks: Family::default(),
             clamps: Family::default(),
-            decision_latency_seconds: Histogram::new(exponential_buckets(1e-5, 2.0, 20)),
+            decision_latency_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(1e-5, 2.0, 20))
+            }),
             telemetry_age_seconds: Family::default(),
             telemetry_at: Arc::default(),
             telemetry_reconnects: Family::default(),
@@ -213,6 +216,7 @@ impl Metrics {
             untrained_interval_holds: counter(&self.untrained_interval_holds),
             outside_training_decisions: counter(&self.outside_training_decisions),
             telemetry_reconnects: counter(&self.telemetry_reconnects),
+            decision_latency_seconds: self.decision_latency_seconds.get_or_create(&labels).clone(),
             change_pending: self.change_pending.get_or_create(&labels).clone(),
             rollbacks: reasons
                 .into_iter()
@@ -294,6 +298,8 @@ pub struct TargetSeries {
     pub outside_training_decisions: Counter,
     /// Telemetry streams reopened after one was lost.
     pub telemetry_reconnects: Counter,
+    /// Telemetry arrival to decision, seconds.
+    pub decision_latency_seconds: Histogram,
     /// 1 while a change applied to the target awaits its health check and confirmation.
     pub change_pending: Gauge,
     rollbacks: HashMap<&'static str, Counter>,

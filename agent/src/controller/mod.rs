@@ -325,8 +325,9 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
             }
         }
     }
-    match (first_error, total.left_unconfirmed_said()) {
-        // The other targets' reports are lost with the error, but not what they left behind.
+    match (first_error, total.failure_said()) {
+        // The other targets' reports are lost with the error, but not what they left behind
+        // nor where they changed nothing.
         (Some(e), Some(left)) => Err(e.and(&left)),
         (Some(e), None) => Err(e),
         (None, _) => Ok(total),
@@ -490,7 +491,7 @@ pub async fn run(
         lp.report.rounds += 1;
         let round = lp.decide(now)?;
         if let Some(t) = arrived {
-            lp.metrics.decision_latency_seconds.observe(t.elapsed().as_secs_f64());
+            lp.series.decision_latency_seconds.observe(t.elapsed().as_secs_f64());
         }
         if !round.is_empty() {
             lp.apply_round(round).await?;
