@@ -207,6 +207,15 @@ fn torn(line: &[u8]) -> bool {
     line.starts_with(LINE_START) || LINE_START.starts_with(line) || line.iter().all(|&b| b == 0)
 }
 
+/// Whether `line` is a whole JSON object in a journal line's form (its `ts` first, or an
+/// `event`): what a crash cannot leave, unlike a cut line.
+fn whole_event(line: &[u8]) -> bool {
+    match serde_json::from_slice::<serde_json::Value>(line) {
+        Ok(serde_json::Value::Object(o)) => line.starts_with(LINE_START) || o.contains_key("event"),
+        _ => false,
+    }
+}
+
 /// The generation a torn line names, where its whole number survived the cut: a restart
 /// numbers after it too, so that one number never names two changes (the torn line's and
 /// the next).
@@ -395,20 +404,36 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
     let (mut events, mut others, mut first_other) = (0usize, 0usize, Vec::new());
     for (n, line) in BufReader::new(&mut *f).split(b'\n').enumerate() {
         let line = line?;
-        let Ok(l) = serde_json::from_slice::<Line>(&line) else {
-            let blank = line.trim_ascii().is_empty();
-            if !blank && torn(&line) {
-                found.torn_lines += 1;
-                if let Some(g) = torn_generation(&line).filter(|&g| g <= MAX_GENERATION) {
-                    found.last_generation = found.last_generation.max(g);
-                }
-            } else if !blank {
-                if others == 0 {
-                    first_other = line;
-                }
-                others += 1;
+        let l = match serde_json::from_slice::<Line>(&line) {
+            Ok(l) => l,
+            // A whole event that lacks what every event carries (a field missing, null or of
+            // another type) is no crash's fragment: skipped as torn, an unconfirmed apply
+            // would pass for nothing and the actuator would start over the change it made.
+            Err(why) if whole_event(&line) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "line {}: a whole journal line this actuator cannot read ({why}): a corrupt or edited \
+                         journal, or one a newer version wrote; nothing was written to it",
+                        n + 1
+                    ),
+                ));
             }
-            continue;
+            Err(_) => {
+                let blank = line.trim_ascii().is_empty();
+                if !blank && torn(&line) {
+                    found.torn_lines += 1;
+                    if let Some(g) = torn_generation(&line).filter(|&g| g <= MAX_GENERATION) {
+                        found.last_generation = found.last_generation.max(g);
+                    }
+                } else if !blank {
+                    if others == 0 {
+                        first_other = line;
+                    }
+                    others += 1;
+                }
+                continue;
+            }
         };
         events += 1;
         if l.generation > MAX_GENERATION {
@@ -517,6 +542,30 @@ mod tests {
         .unwrap();
         assert_eq!(reopened().last_generation(), MAX_GENERATION);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A whole line without the fields every event carries is corrupt or from another version,
+    /// not torn: skipping it would hide an unconfirmed apply.
+    #[test]
+    fn a_whole_line_that_is_no_event_is_refused_not_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        let confirmed = r#"{"ts":"t","event":"confirm","generation":2,"confirmed_generation":2}"#;
+        for (bad, why) in [
+            (r#"{"ts":"t","event":"apply","generation":3}"#, "missing field `confirmed_generation`"),
+            (r#"{"ts":"t","event":"apply","generation":3,"confirmed_generation":null}"#, "invalid type: null"),
+            (r#"{"event":"apply","generation":"3","confirmed_generation":2}"#, "invalid type: string"),
+        ] {
+            let text = format!("{confirmed}\n{bad}\n");
+            std::fs::write(&path, &text).unwrap();
+            let Err(e) = Journal::open(&path) else { panic!("{bad} must be refused") };
+            let e = e.to_string();
+            assert!(e.starts_with("line 2: a whole journal line") && e.contains(why), "{e}");
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "untouched");
+        }
+        // The same line cut by a crash is still skipped.
+        std::fs::write(&path, format!("{confirmed}\n{{\"ts\":\"t\",\"event\":\"apply\",\"generation\":3")).unwrap();
+        assert_eq!(Journal::open(&path).unwrap().unconfirmed_at_end(), None);
     }
 
     /// A device write in doubt is stamped on every line until it is settled, and a journal
