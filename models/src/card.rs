@@ -195,6 +195,9 @@ impl Calibration {
     }
 }
 
+/// What to do with a card this build cannot use.
+const RETRAIN: &str = "retrain the model with this ecn-tuner, or run the ecn-tuner version that wrote it";
+
 /// Why a card cannot be used with this build.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{path}: {field}: {message}")]
@@ -232,13 +235,31 @@ impl ModelCard {
         }
     }
 
+    /// Read a card from its JSON `text` (the file `path`). An error names the field it is
+    /// about (`tuning.features`, `training`), and where the JSON is well formed but not this
+    /// build's card (a variant, a field, a type it does not know) says what to do.
+    pub fn parse(text: &str, path: &str) -> Result<ModelCard, CardError> {
+        let mut json = serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(&mut json).map_err(|e| {
+            let field = e.path().to_string();
+            let inner = e.into_inner();
+            let (field, message) = match inner.classify() {
+                serde_json::error::Category::Data if field != "." => (field, format!("{inner}; {RETRAIN}")),
+                serde_json::error::Category::Data => ("card".into(), format!("not a model card: {inner}")),
+                // The path of a syntax error is where parsing stopped, not a field.
+                _ => ("card".into(), format!("not valid JSON: {inner}")),
+            };
+            CardError { path: path.into(), field, message }
+        })
+    }
+
     /// Check that this build computes the features and reads the actions this card
     /// describes.
     pub fn check(&self, path: &str) -> Result<(), CardError> {
         let fail = |field: &str, message: String| Err(CardError { path: path.into(), field: field.into(), message });
-        let retrain = "retrain the model with this ecn-tuner, or run the ecn-tuner version that wrote it";
+        let retrain = RETRAIN;
         if self.format != CARD_FORMAT {
-            return fail("format", format!("'{}' is not '{CARD_FORMAT}'", self.format));
+            return fail("format", format!("'{}' is not '{CARD_FORMAT}'; {retrain}", self.format));
         }
         if self.observation_schema != OBSERVATION_SCHEMA {
             return fail(

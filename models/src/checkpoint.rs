@@ -87,7 +87,7 @@ impl Checkpoint {
         // A card is a few KiB; 16 MiB bounds what a wrong path can make this read.
         let text = ecn_datasets::bounded::read_text_at_most(&card_file, 16 << 20)
             .map_err(|e| err(&card_name, "file", format!("{e} (every model needs its card beside the weights)")))?;
-        let card: ModelCard = serde_json::from_str(&text).map_err(|e| err(&card_name, "json", e.to_string()))?;
+        let card = ModelCard::parse(&text, &card_name)?;
         card.check(&card_name)?;
         let weights_name = weights.display().to_string();
         if weights.is_dir() {

@@ -133,7 +133,18 @@ fn a_card_that_does_not_match_this_build_fails_to_load() {
         ("network.obs_dim", Box::new(|v| v["network"]["obs_dim"] = 5.into())),
         ("observation_features", Box::new(|v| v["tuning"]["history"] = 2.into())),
         ("format", Box::new(|v| v["format"] = "something-else".into())),
-        ("json", Box::new(|v| v["tuning"]["template"] = "no-such-template".into())),
+        // Fields this build cannot read (a variant or a field another version wrote) are
+        // named by their path, not as the whole card's JSON.
+        ("tuning.template", Box::new(|v| v["tuning"]["template"] = "no-such-template".into())),
+        ("tuning.features", Box::new(|v| v["tuning"]["features"] = "tuner-rate".into())),
+        (
+            "training",
+            Box::new(|v| {
+                v["training"].as_object_mut().unwrap().remove("algorithm");
+            }),
+        ),
+        ("network.hidden[1]", Box::new(|v| v["network"]["hidden"][1] = "64".into())),
+        ("card", Box::new(|v| *v = serde_json::json!([]))),
         // Bounds no setting fits, and an interval too short to simulate, are refused up front
         // (clamping into such bounds used to panic).
         ("tuning.bounds", Box::new(|v| v["tuning"]["bounds"]["kmin_min_bytes"] = 20_000_000.into())),
@@ -158,6 +169,9 @@ fn a_card_that_does_not_match_this_build_fails_to_load() {
         let e = Checkpoint::load(&path, Device::Cpu).err().expect("must refuse");
         assert_eq!(e.field, field, "{e}");
         assert!(e.to_string().contains("card.json"), "the message names the card file: {e}");
+        if ["format", "observation_schema", "tuning.template", "tuning.features", "training"].contains(&field) {
+            assert!(e.message.contains("retrain the model"), "what to do: {e}");
+        }
     }
 }
 
