@@ -154,17 +154,12 @@ pub enum IoError {
         message: String,
     },
     /// The file declares a telemetry schema of another major version.
-    #[error(
-        "{}: telemetry schema version {found}, but this build reads version {expected}",
-        .path.display()
-    )]
+    #[error("{}: {}", .path.display(), schema_version_said(.found))]
     SchemaVersion {
         /// The file concerned.
         path: PathBuf,
         /// Version recorded in the file.
         found: String,
-        /// [`TELEMETRY_SCHEMA_VERSION`].
-        expected: String,
     },
 }
 
@@ -408,11 +403,11 @@ mod parquet;
 
 pub use csv::{write_flows_csv, write_telemetry_csv, TelemetryCsvWriter};
 pub use hpcc::{hpcc_ip_node, hpcc_node_ip, read_flows_hpcc_fct, write_flows_hpcc_fct};
-pub(crate) use parquet::schema_major;
 pub use parquet::{
     read_flows_parquet, read_telemetry_parquet, telemetry_frame, telemetry_schema_version, write_flows_parquet,
     write_telemetry_parquet, write_telemetry_parquet_with, TelemetryParquetWriter,
 };
+pub(crate) use parquet::{schema_major, schema_version_said};
 
 #[cfg(test)]
 mod tests {
@@ -650,6 +645,8 @@ mod tests {
         write_frame(&path, df, Some(kv));
         let err = read_telemetry_parquet(&path).unwrap_err();
         assert!(matches!(err, IoError::SchemaVersion { .. }), "{err}");
+        // The message names the key, with its value as written.
+        assert!(err.to_string().contains("metadata key ecn_tuner.telemetry_schema is `999.0`"), "{err}");
 
         // No recorded version: accepted.
         let bare = dir.join("bare.parquet");

@@ -269,6 +269,17 @@ pub(crate) fn schema_major(version: &str) -> &str {
     version.split('.').next().unwrap_or(version)
 }
 
+/// Why a file whose schema key holds `found` is refused, and what to do: the key is named,
+/// and the value shown as written (a blank or a stray space shows).
+pub(crate) fn schema_version_said(found: &str) -> String {
+    format!(
+        "metadata key {TELEMETRY_SCHEMA_KEY} is `{found}`, but this build reads schema version {TELEMETRY_SCHEMA_VERSION} \
+         (any {}.x): another version's file, or a wrong key; write it in the schema of README \"Telemetry schema\" \
+         (the key may be left out)",
+        schema_major(TELEMETRY_SCHEMA_VERSION)
+    )
+}
+
 /// Reads a whole telemetry Parquet file into memory.
 ///
 /// Meant for tests and small files; it checks presence, type and nullness of every column and
@@ -279,11 +290,7 @@ pub fn read_telemetry_parquet(path: &Path) -> Result<Vec<TelemetrySample>, IoErr
     let f = ParquetFile::open(path)?;
     if let Some(found) = f.metadata(TELEMETRY_SCHEMA_KEY) {
         if schema_major(found) != schema_major(TELEMETRY_SCHEMA_VERSION) {
-            return Err(IoError::SchemaVersion {
-                path: path.to_path_buf(),
-                found: found.to_string(),
-                expected: TELEMETRY_SCHEMA_VERSION.to_string(),
-            });
+            return Err(IoError::SchemaVersion { path: path.to_path_buf(), found: found.to_string() });
         }
     }
     let ts_ns = f.required::<UInt64Type>("ts_ns")?;

@@ -104,6 +104,12 @@ fn expected_name(e: Expect) -> &'static str {
     }
 }
 
+/// Whether schema version `found` has the same major version as `ours` and a higher minor one.
+fn newer_minor(found: &str, ours: &str) -> bool {
+    let minor = |v: &str| v.split('.').nth(1).and_then(|m| m.trim().parse::<u64>().ok());
+    matches!((minor(found), minor(ours)), (Some(f), Some(o)) if f > o)
+}
+
 impl ParquetSource {
     /// Opens the file and checks its footer: readable, schema version, every column present
     /// with an allowed type. All column problems are reported together.
@@ -141,6 +147,17 @@ impl ParquetSource {
             if crate::io::schema_major(&found) != crate::io::schema_major(crate::TELEMETRY_SCHEMA_VERSION) {
                 problems.push(None, None, ProblemKind::SchemaVersion { found }, false);
                 return None;
+            }
+            if newer_minor(&found, crate::TELEMETRY_SCHEMA_VERSION) {
+                // Compatible by the versioning rule, but what the newer minor version added is
+                // not read, and a file rewritten from it (`validate --repair --out`) loses it.
+                tracing::warn!(
+                    file = %path.display(),
+                    version = %found,
+                    reads = crate::TELEMETRY_SCHEMA_VERSION,
+                    "telemetry written in a newer minor schema version: columns this build does not know are \
+                     ignored, and a repaired copy leaves them out"
+                );
             }
         }
         // Before the types: pandas writes the columns of an empty frame as Arrow `null`.
@@ -389,4 +406,18 @@ fn fill(columns: &[Series], batch: &mut Batch, interner: &mut Interner, problems
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newer_minor;
+
+    #[test]
+    fn only_a_higher_minor_version_is_newer() {
+        for (found, newer) in
+            [("1.2", true), ("1.10", true), ("1.1", false), ("1.0", false), ("1", false), ("1.x", false)]
+        {
+            assert_eq!(newer_minor(found, "1.1"), newer, "{found}");
+        }
+    }
 }

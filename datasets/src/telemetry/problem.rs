@@ -232,11 +232,7 @@ impl fmt::Display for ProblemKind {
         match self {
             ProblemKind::Unreadable(m) => write!(f, "{m}"),
             ProblemKind::Empty => write!(f, "the file has no data rows"),
-            ProblemKind::SchemaVersion { found } => write!(
-                f,
-                "telemetry schema version {found}, but this build reads version {}",
-                crate::TELEMETRY_SCHEMA_VERSION
-            ),
+            ProblemKind::SchemaVersion { found } => f.write_str(&crate::io::schema_version_said(found)),
             ProblemKind::CounterModeConflict { file, requested } => {
                 write!(f, "the file says its counters are {file}, but {requested} was requested")
             }
