@@ -8,9 +8,12 @@ use ecn_env::scenario::Scenario;
 use ecn_env::summary::Summary;
 use ecn_env::tuning::TuningConfig;
 use ecn_env::{BitsPerSec, Simulator};
-use indicatif::ProgressBar;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
-use tracing::warn;
+use tracing::{info, warn};
 
 /// The result of [`simulate`].
 pub struct Outcome {
@@ -133,4 +136,77 @@ fn finish(scenario: &Scenario, sim: Simulator, label: &str, started: Instant) ->
         );
     }
     Outcome { summary, sim }
+}
+
+/// One simulation to run.
+pub struct Job<'a> {
+    /// The scenario, with its seed.
+    pub scenario: &'a Scenario,
+    /// The policy that sets its ECN.
+    pub policy: &'a Policy,
+    /// The policy's name in the summary.
+    pub label: &'a str,
+}
+
+/// Run `jobs` on `threads` threads; summaries in the order of `jobs`. After the first failure
+/// no new run starts, and the failure of the earliest job is returned.
+pub fn simulate_all(jobs: &[Job], threads: usize) -> Result<Vec<Summary>, CliError> {
+    let bar = if std::io::stderr().is_terminal() { ProgressBar::new(jobs.len() as u64) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} runs ({elapsed}, ETA {eta}) {msg}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let results: Mutex<Vec<Option<Result<Summary, CliError>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(job) = jobs.get(i) else { break };
+                    let result = simulate(job.scenario, job.policy, job.label, None).map(|o| o.summary);
+                    match &result {
+                        Ok(s) => bar.suspend(|| {
+                            info!(
+                                scenario = %s.scenario,
+                                policy = %s.policy,
+                                seed = s.seed,
+                                lt_100kb_p99 = %two_places(s.slowdown.lt_100kb.p99),
+                                ge_1mb_p50 = %two_places(s.slowdown.ge_1mb.p50),
+                                wall_seconds = %format!("{:.2}", s.wall_seconds),
+                                "run finished"
+                            )
+                        }),
+                        Err(_) => stop.store(true, Ordering::Relaxed),
+                    }
+                    results.lock().expect("no worker panics while holding the lock")[i] = Some(result);
+                    bar.inc(1);
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    let results = results.into_inner().expect("no worker panicked");
+    let mut runs = Vec::with_capacity(jobs.len());
+    // Jobs start in index order, so the runs that started are a prefix of `jobs`: the first
+    // failure comes before any job that never ran.
+    for r in results {
+        match r {
+            Some(Ok(s)) => runs.push(s),
+            Some(Err(e)) => return Err(e),
+            None => break,
+        }
+    }
+    if runs.len() == jobs.len() {
+        Ok(runs)
+    } else {
+        Err(CliError::Failed(format!("only {} of {} runs finished", runs.len(), jobs.len())))
+    }
+}
+
+/// A slowdown for the log, `-` where the run has none.
+fn two_places(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into())
 }

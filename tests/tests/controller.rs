@@ -316,6 +316,25 @@ async fn a_shadow_run_on_the_embedded_fabric_does_not_claim_the_policys_result()
     assert!(!rows.is_empty() && rows.iter().all(|r| r["as_run"].is_object() && r["controlled"].is_null()), "{report}");
 }
 
+/// A long run on the embedded fabric completes many scenario runs; its closing comparison
+/// simulates only the last ten again (all those the fabric keeps took minutes), and says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_run_on_the_embedded_fabric_compares_its_last_runs() {
+    let dir = tempfile::Builder::new().prefix("ecn-many-runs-").tempdir().unwrap();
+    let scenario = dir.path().join("tiny.toml");
+    std::fs::write(&scenario, SCENARIO.replace("\"20ms\"", "\"1ms\"")).unwrap();
+    let args = ["run", "--target", "sim", "--scenario", scenario.to_str().unwrap(), "--time-scale", "1"];
+    let shadow = [&args[..], &["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--duration", "3s"]].concat();
+    let (code, stdout, stderr) = ecn_tests::run_cli_within(&shadow, FABRIC_PATIENCE).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let rows = report["comparison"].as_array().unwrap();
+    assert_eq!(rows.len(), 10, "{report}");
+    assert!(stderr.contains("(the last 10 of ") && !stderr.contains("the first run starts"), "{stderr}");
+    let seeds: Vec<u64> = rows.iter().map(|r| r["seed"].as_u64().unwrap()).collect();
+    assert!(seeds.windows(2).all(|w| w[0] < w[1]) && seeds[0] > 1, "the last runs, in order: {seeds:?}");
+}
+
 /// The small fabric, with traffic for 600 ms of simulated time (30 s of wall-clock time at the
 /// default time scale): one run outlasts a test that needs two health windows of 200 ms.
 const LONG_SCENARIO: &str = "base = \"websearch-50\"\nduration = \"600ms\"\ndrain = \"20ms\"\n\

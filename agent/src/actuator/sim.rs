@@ -24,7 +24,7 @@ use ecn_env::summary::Summary;
 use ecn_env::{EcnSetting, Nanos, Simulator};
 use ecn_proto::v1::TelemetryBatch;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -124,6 +124,8 @@ struct Shared {
     written: Mutex<Written>,
     bad_write: Option<BadWrite>,
     runs: Mutex<Vec<Summary>>,
+    /// Scenario runs completed, including those no longer kept.
+    runs_completed: AtomicU64,
     stop: AtomicBool,
     queue_count: usize,
 }
@@ -138,6 +140,12 @@ impl SimControl {
     /// Summaries of the scenario runs completed so far (the last 100), oldest first.
     pub fn completed_runs(&self) -> Vec<Summary> {
         self.shared.runs.lock().expect("sim runs lock").clone()
+    }
+
+    /// How many scenario runs completed, including those [`SimControl::completed_runs`] no
+    /// longer keeps.
+    pub fn runs_completed(&self) -> u64 {
+        self.shared.runs_completed.load(Ordering::Relaxed)
     }
 }
 
@@ -189,6 +197,7 @@ impl SimBackend {
             }),
             bad_write: opts.bad_write,
             runs: Mutex::new(Vec::new()),
+            runs_completed: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             queue_count: caps.queues.len(),
         });
@@ -415,6 +424,7 @@ impl Runner {
                     if r.len() > RUNS_KEPT {
                         r.remove(0);
                     }
+                    self.shared.runs_completed.fetch_add(1, Ordering::Relaxed);
                 }
                 offset += self.sim.now().0.max(interval);
                 self.restart();

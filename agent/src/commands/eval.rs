@@ -11,14 +11,10 @@ use clap::Args;
 use ecn_env::scenario::Scenario;
 use ecn_env::summary::{Percentiles, Summary, TailAnatomy};
 use ecn_models::staged::StagedFiles;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 use tracing::info;
 
@@ -70,13 +66,6 @@ struct Runs<'a> {
     /// remove those it does not write again.
     #[serde(skip_serializing_if = "Option::is_none")]
     plots: Option<&'a [String]>,
-}
-
-/// One simulation to run.
-struct Job<'a> {
-    scenario: &'a Scenario,
-    policy: &'a Policy,
-    label: &'a str,
 }
 
 /// Run every combination and report.
@@ -149,7 +138,7 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
     for per_seed in &scenarios {
         for (policy, label) in policies.iter().zip(&labels) {
             for scenario in per_seed {
-                jobs.push(Job { scenario, policy, label });
+                jobs.push(rollout::Job { scenario, policy, label });
             }
         }
     }
@@ -167,7 +156,7 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
         "evaluating"
     );
     let started = Instant::now();
-    let mut runs = run_all(&jobs, threads)?;
+    let mut runs = rollout::simulate_all(&jobs, threads)?;
     info!(runs = runs.len(), wall_seconds = started.elapsed().as_secs_f64(), "done");
     // Each run is named as its table rows are, so that runs and comparisons join even when
     // two files share a name.
@@ -195,64 +184,6 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
         out!("{markdown}");
     }
     Ok(())
-}
-
-/// Run `jobs` on `threads` threads; summaries in the order of `jobs`. After the first failure
-/// no new run starts, and the failure of the earliest job is returned.
-fn run_all(jobs: &[Job], threads: usize) -> Result<Vec<Summary>, CliError> {
-    let bar = if std::io::stderr().is_terminal() { ProgressBar::new(jobs.len() as u64) } else { ProgressBar::hidden() };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} runs ({elapsed}, ETA {eta}) {msg}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
-    let next = AtomicUsize::new(0);
-    let stop = AtomicBool::new(false);
-    let results: Mutex<Vec<Option<Result<Summary, CliError>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                while !stop.load(Ordering::Relaxed) {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(job) = jobs.get(i) else { break };
-                    let result = rollout::simulate(job.scenario, job.policy, job.label, None).map(|o| o.summary);
-                    match &result {
-                        Ok(s) => bar.suspend(|| {
-                            info!(
-                                scenario = %s.scenario,
-                                policy = %s.policy,
-                                seed = s.seed,
-                                lt_100kb_p99 = %num(s.slowdown.lt_100kb.p99, 2),
-                                ge_1mb_p50 = %num(s.slowdown.ge_1mb.p50, 2),
-                                wall_seconds = %format!("{:.2}", s.wall_seconds),
-                                "run finished"
-                            )
-                        }),
-                        Err(_) => stop.store(true, Ordering::Relaxed),
-                    }
-                    results.lock().expect("no worker panics while holding the lock")[i] = Some(result);
-                    bar.inc(1);
-                }
-            });
-        }
-    });
-    bar.finish_and_clear();
-    let results = results.into_inner().expect("no worker panicked");
-    let mut runs = Vec::with_capacity(jobs.len());
-    // Jobs start in index order, so the runs that started are a prefix of `jobs`: the first
-    // failure comes before any job that never ran.
-    for r in results {
-        match r {
-            Some(Ok(s)) => runs.push(s),
-            Some(Err(e)) => return Err(e),
-            None => break,
-        }
-    }
-    if runs.len() == jobs.len() {
-        Ok(runs)
-    } else {
-        Err(CliError::Failed(format!("only {} of {} runs finished", runs.len(), jobs.len())))
-    }
 }
 
 /// A row label per scenario argument: the scenario's name, or the argument itself where two

@@ -11,12 +11,12 @@ use crate::error::CliError;
 use crate::learned::LearnedModel;
 use crate::output::outln;
 use crate::policy::Policy;
+use crate::rollout::{self, Job};
 use clap::Args;
 use ecn_datasets::bounded::read_at_most;
-use ecn_env::fabric::EcnPlan;
 use ecn_env::scenario::Scenario;
 use ecn_env::summary::Summary;
-use ecn_env::{Baseline, Simulator};
+use ecn_env::Baseline;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -383,19 +383,17 @@ async fn run_embedded(cfg: ControllerConfig, sim: SimOptions, journal: Option<Pa
     };
     let key = if cfg.mode == Mode::Enforce { "controlled" } else { "as_run" };
     let report = controller::run_all(cfg, vec![handle.url()]).await?;
-    let runs = handle.sim().map(|s| s.completed_runs()).unwrap_or_default();
+    let (mut runs, completed) = handle.sim().map(|s| (s.completed_runs(), s.runs_completed())).unwrap_or_default();
     handle.shutdown().await?;
-    let mut rows = Vec::new();
-    for run in &runs {
-        let mut sc = Scenario::load(&scenario, Some(run.seed))?;
-        sc.fabric.ecn = EcnPlan::Baseline(baseline);
-        let mut sim = Simulator::new(sc.fabric, sc.flows).map_err(|e| CliError::Failed(e.to_string()))?;
-        sim.set_record_telemetry(false);
-        sim.run(|_| {});
-        let base = Summary::new(&sim, &sc.name, &format!("baseline:{}", baseline.name()), run.seed, 0.0);
-        rows.push((run.clone(), base));
-    }
-    eprint!("{}", comparison_table(&ran, baseline, &rows));
+    // Each run is simulated again under the baseline, on both cores: the last ones only.
+    runs.drain(..runs.len().saturating_sub(COMPARED_RUNS));
+    let scenarios = runs.iter().map(|run| Scenario::load(&scenario, Some(run.seed))).collect::<Result<Vec<_>, _>>()?;
+    let (policy, label) = (Policy::Baseline(baseline), format!("baseline:{}", baseline.name()));
+    let jobs: Vec<_> = scenarios.iter().map(|scenario| Job { scenario, policy: &policy, label: &label }).collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len());
+    let bases = rollout::simulate_all(&jobs, threads)?;
+    let rows: Vec<(Summary, Summary)> = runs.into_iter().zip(bases).collect();
+    eprint!("{}", comparison_table(&ran, baseline, &rows, completed));
     let comparison = serde_json::json!(rows
         .iter()
         .map(|(ours, base)| serde_json::json!({"seed": ours.seed, key: ours, "baseline": base}))
@@ -404,8 +402,14 @@ async fn run_embedded(cfg: ControllerConfig, sim: SimOptions, journal: Option<Pa
     failure(&report)
 }
 
-/// `ran`: what the first column is ("controlled (POLICY)", or the shadow mode's "as run").
-fn comparison_table(ran: &str, baseline: Baseline, rows: &[(Summary, Summary)]) -> String {
+/// The completed runs of `run --target sim` that its comparison simulates again under the
+/// baseline, the last ones: the fabric keeps 100, and simulating all of them again held a
+/// stop for minutes.
+const COMPARED_RUNS: usize = 10;
+
+/// `ran`: what the first column is ("controlled (POLICY)", or the shadow mode's "as run");
+/// `rows`: the last of the `completed` runs.
+fn comparison_table(ran: &str, baseline: Baseline, rows: &[(Summary, Summary)], completed: u64) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     if rows.is_empty() {
@@ -413,8 +417,13 @@ fn comparison_table(ran: &str, baseline: Baseline, rows: &[(Summary, Summary)]) 
         return out;
     }
     let _ = writeln!(out, "\nFCT slowdown per completed scenario run: {ran} vs baseline:{}", baseline.name());
-    // The embedded fabric starts on its scenario's own settings, not on --baseline.
-    let _ = writeln!(out, "(the first run starts on the scenario's own settings until the controller's first change)");
+    if completed > rows.len() as u64 {
+        let _ = writeln!(out, "(the last {} of {completed} completed runs)", rows.len());
+    } else {
+        // The embedded fabric starts on its scenario's own settings, not on --baseline.
+        let _ =
+            writeln!(out, "(the first run starts on the scenario's own settings until the controller's first change)");
+    }
     let _ = writeln!(
         out,
         "{:>6}  {:>17}  {:>17}  {:>17}  {:>13}",
