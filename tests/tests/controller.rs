@@ -571,6 +571,63 @@ async fn a_killed_controller_leaves_only_confirmed_settings() {
     assert_eq!(settings(&act).await, before);
 }
 
+/// SIGTERM with a change pending on a hung actuator: the rollback gets no answer, and the stop
+/// makes no further call that would wait as long again (a read-back, the lease's release). It
+/// ends within one `--call-timeout`, exit 1, the change left to the actuator's deadline; it
+/// used to take three.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_on_a_hung_actuator_waits_one_call_timeout() {
+    let act = sim_actuator(&[]).await;
+    // 3 000 intervals take 15 s at the time scale of 0.02: the change is pending at the stop.
+    let flags = enforce_flags(
+        "static:200KB,800KB,0.3",
+        &["--confirm-within", "60s", "--health-window", "3000", "--call-timeout", "3s"],
+    );
+    let (child, _) = act.controller("hung-at-stop", &flags);
+    act.wait_for_event("apply", Duration::from_secs(60)).await;
+    send_signal(act.pid(), "STOP");
+    send_signal(child.id(), "TERM");
+    let stopping = std::time::Instant::now();
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await;
+    let took = stopping.elapsed();
+    send_signal(act.pid(), "CONT");
+    let out = out.expect("stops").unwrap();
+    let log = act.controller_log("hung-at-stop");
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    let report: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(report["left_unconfirmed"].as_array().map(Vec::len), Some(1), "{report}");
+    assert!(took < Duration::from_millis(5_500), "the stop took {took:?}, more than one --call-timeout: {log}");
+}
+
+/// A decision log that cannot be written (a full disk) ends the controller, exit 1, but
+/// cleanly: a change it applied and could not log is rolled back, none is left unconfirmed, and
+/// the lease is given back, so that another controller may take over at once. It used to leave
+/// the change to the actuator's deadline and the role to the lease's TTL.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decision_log_that_cannot_be_written_stops_the_controller_cleanly() {
+    let act = sim_actuator(&[]).await;
+    // A new setting every round it may, each judged over 20 intervals.
+    let flags =
+        enforce_flags("explore:7", &["--confirm-within", "60s", "--health-window", "20", "--min-dwell", "200ms"]);
+    let (child, log) = act.controller("full-disk", &flags);
+    act.wait_for_event("confirm", Duration::from_secs(60)).await;
+    std::fs::rename(&log, log.with_extension("jsonl.1")).unwrap();
+    std::os::unix::fs::symlink("/dev/full", &log).unwrap();
+    send_signal(child.id(), "HUP");
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.expect("stops").unwrap();
+    let text = act.controller_log("full-disk");
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("decision log") && text.contains("No space left on device"), "{text}");
+    let journal = act.journal();
+    let last = journal.last().unwrap();
+    assert_eq!(last["generation"], last["confirmed_generation"], "a change left unconfirmed: {journal:?}\n{text}");
+    assert!(events(&journal, "revert").is_empty(), "the actuator's deadline reverted it: {journal:?}");
+    let mut client = act.client().await;
+    let lease = client.acquire_writer(pb::AcquireWriterRequest { controller_id: "next".into(), ttl_ms: 10_000 }).await;
+    assert!(lease.is_ok(), "the lease was given back: {lease:?}\n{text}");
+    eprintln!("ended on {}", last["event"]);
+}
+
 /// A controller restarted under the same `--controller-id` takes its lease back, so the actuator
 /// does not revert the unconfirmed change its previous run left. The new run rolls it back at
 /// once instead of inheriting it: nobody health-checks it, and a change stacked on it would

@@ -369,136 +369,155 @@ pub async fn run(
     let mut ticker = tokio::time::interval(lp.cfg.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
-    loop {
-        lp.export_state();
-        let connected = stream.is_some();
-        // Wait for something to do; decisions follow the first telemetry batch of each interval,
-        // and the ticker keeps deciding (and falling back) when telemetry stops.
-        let woke = tokio::select! {
-            why = requests.stop.stopped() => {
-                if why == StopReason::PeerFailed {
-                    warn!(target = %lp.cfg.target, "another target failed; stopping this one cleanly");
-                } else {
-                    info!(target = %lp.cfg.target, ?why, "stopping");
+    // A fatal error (a lost lease, a decision log that cannot be written) still stops
+    // cleanly: the pending change rolled back and the lease given back, not both left to
+    // the actuator's deadline and TTL.
+    let ended: Result<(), CliError> = async {
+        loop {
+            lp.export_state();
+            let connected = stream.is_some();
+            // Wait for something to do; decisions follow the first telemetry batch of each interval,
+            // and the ticker keeps deciding (and falling back) when telemetry stops.
+            let woke = tokio::select! {
+                why = requests.stop.stopped() => {
+                    if why == StopReason::PeerFailed {
+                        warn!(target = %lp.cfg.target, "another target failed; stopping this one cleanly");
+                    } else {
+                        info!(target = %lp.cfg.target, ?why, "stopping");
+                    }
+                    break;
                 }
+                _ = requests.kill.thrown(), if !lp.killed => { lp.killed = true; Wake::Other }
+                msg = next_batch(&mut stream) => Wake::Telemetry(msg),
+                _ = tokio::time::sleep_until(reconnect_at), if !connected => Wake::Reconnect,
+                _ = ticker.tick() => Wake::Other,
+            };
+            let arrived = match woke {
+                Wake::Telemetry(Ok(Some(batch))) => {
+                    backoff = RECONNECT_BACKOFF_MIN;
+                    Some(lp.take_batch(&batch))
+                }
+                Wake::Telemetry(Ok(None)) => {
+                    stream = None;
+                    lp.stream_lost();
+                    reconnect_at =
+                        stream_lost(&lp.cfg.target, "the actuator closed the telemetry stream", &mut backoff);
+                    None
+                }
+                Wake::Telemetry(Err(s)) => {
+                    stream = None;
+                    lp.stream_lost();
+                    reconnect_at = stream_lost(
+                        &lp.cfg.target,
+                        &format!("telemetry stream failed: {:?}: {}", s.code(), s.message()),
+                        &mut backoff,
+                    );
+                    None
+                }
+                Wake::Reconnect => {
+                    match lp.open_stream().await {
+                        Ok(s) => {
+                            info!(target = %lp.cfg.target, "telemetry stream reopened");
+                            // The actuator may have restarted meanwhile: ask for the lease now, not
+                            // at the next renewal, so that its settings are read back before rounds
+                            // decide from the new telemetry against the old ones.
+                            lp.renew_now = lp.lease.is_some();
+                            lp.series.telemetry_reconnects.inc();
+                            stream = Some(s);
+                            stream_opened_at = Instant::now();
+                        }
+                        Err(s) => {
+                            let e = status("StreamTelemetry", s);
+                            reconnect_at = stream_lost(
+                                &lp.cfg.target,
+                                &format!("cannot reopen the telemetry stream: {e}"),
+                                &mut backoff,
+                            );
+                        }
+                    }
+                    None
+                }
+                Wake::Other => None,
+            };
+            if lp.cfg.duration.is_some_and(|d| started.elapsed() >= d) {
+                info!("duration reached");
                 break;
             }
-            _ = requests.kill.thrown(), if !lp.killed => { lp.killed = true; Wake::Other }
-            msg = next_batch(&mut stream) => Wake::Telemetry(msg),
-            _ = tokio::time::sleep_until(reconnect_at), if !connected => Wake::Reconnect,
-            _ = ticker.tick() => Wake::Other,
-        };
-        let arrived = match woke {
-            Wake::Telemetry(Ok(Some(batch))) => {
-                backoff = RECONNECT_BACKOFF_MIN;
-                Some(lp.take_batch(&batch))
-            }
-            Wake::Telemetry(Ok(None)) => {
+            let now = Instant::now();
+            // A stream can stall without failing: a hung actuator, a connection whose peer vanished
+            // without a reset. By the staleness limit its queues are already held at the baseline;
+            // reopen it, as if it had failed, so that decisions resume when the actuator does. Not
+            // sooner than STREAM_STALL_MIN: a reopened stream misses the batches sent meanwhile, and
+            // an actuator that samples more slowly than the staleness limit must not be cut off
+            // before its first batch.
+            let silent_for = now.duration_since(lp.last_batch_at.max(stream_opened_at));
+            if stream.is_some() && silent_for > lp.stale_after.max(STREAM_STALL_MIN) {
                 stream = None;
                 lp.stream_lost();
-                reconnect_at = stream_lost(&lp.cfg.target, "the actuator closed the telemetry stream", &mut backoff);
-                None
+                let why = format!("telemetry stream stalled: no batch for {:.1} s", silent_for.as_secs_f64());
+                reconnect_at = stream_lost(&lp.cfg.target, &why, &mut backoff);
             }
-            Wake::Telemetry(Err(s)) => {
-                stream = None;
-                lp.stream_lost();
-                reconnect_at = stream_lost(
-                    &lp.cfg.target,
-                    &format!("telemetry stream failed: {:?}: {}", s.code(), s.message()),
-                    &mut backoff,
-                );
-                None
-            }
-            Wake::Reconnect => {
-                match lp.open_stream().await {
-                    Ok(s) => {
-                        info!(target = %lp.cfg.target, "telemetry stream reopened");
-                        // The actuator may have restarted meanwhile: ask for the lease now, not
-                        // at the next renewal, so that its settings are read back before rounds
-                        // decide from the new telemetry against the old ones.
-                        lp.renew_now = lp.lease.is_some();
-                        lp.series.telemetry_reconnects.inc();
-                        stream = Some(s);
-                        stream_opened_at = Instant::now();
+            lp.renew_lease(now).await?;
+            // The kill switch does not wait for a pending change's health check.
+            if lp.kill_requested() {
+                // Once while it stays thrown: after it nothing writes (this controller holds the
+                // lease), and reading the actuator back at every batch left the telemetry piling up
+                // behind. A kill file removed and created again throws it again.
+                if !lp.kill_done && lp.kill_retry_at.is_none_or(|t| now >= t) {
+                    // The lease renewed first: an actuator restarted since the last renewal would
+                    // refuse the kill switch's writes. A failure (the actuator just restarted, its
+                    // connection not yet back) is tried again every --interval, not the end of the
+                    // controller, which would leave the queues off their baseline.
+                    if lp.lease.is_some() {
+                        lp.renew_now = true;
+                        lp.renew_lease(now).await?;
                     }
-                    Err(s) => {
-                        let e = status("StreamTelemetry", s);
-                        reconnect_at = stream_lost(
-                            &lp.cfg.target,
-                            &format!("cannot reopen the telemetry stream: {e}"),
-                            &mut backoff,
-                        );
+                    match lp.kill_switch().await {
+                        Ok(()) => (lp.kill_done, lp.kill_retry_at) = (true, None),
+                        Err(e) => {
+                            warn!(target = %lp.cfg.target, "kill switch not carried out yet ({e}); trying again");
+                            lp.kill_retry_at = Some(now + lp.cfg.interval);
+                        }
                     }
                 }
-                None
+                continue;
             }
-            Wake::Other => None,
-        };
-        if lp.cfg.duration.is_some_and(|d| started.elapsed() >= d) {
-            info!("duration reached");
-            break;
-        }
-        let now = Instant::now();
-        // A stream can stall without failing: a hung actuator, a connection whose peer vanished
-        // without a reset. By the staleness limit its queues are already held at the baseline;
-        // reopen it, as if it had failed, so that decisions resume when the actuator does. Not
-        // sooner than STREAM_STALL_MIN: a reopened stream misses the batches sent meanwhile, and
-        // an actuator that samples more slowly than the staleness limit must not be cut off
-        // before its first batch.
-        let silent_for = now.duration_since(lp.last_batch_at.max(stream_opened_at));
-        if stream.is_some() && silent_for > lp.stale_after.max(STREAM_STALL_MIN) {
-            stream = None;
-            lp.stream_lost();
-            let why = format!("telemetry stream stalled: no batch for {:.1} s", silent_for.as_secs_f64());
-            reconnect_at = stream_lost(&lp.cfg.target, &why, &mut backoff);
-        }
-        lp.renew_lease(now).await?;
-        // The kill switch does not wait for a pending change's health check.
-        if lp.kill_requested() {
-            // Once while it stays thrown: after it nothing writes (this controller holds the
-            // lease), and reading the actuator back at every batch left the telemetry piling up
-            // behind. A kill file removed and created again throws it again.
-            if !lp.kill_done && lp.kill_retry_at.is_none_or(|t| now >= t) {
-                // The lease renewed first: an actuator restarted since the last renewal would
-                // refuse the kill switch's writes. A failure (the actuator just restarted, its
-                // connection not yet back) is tried again every --interval, not the end of the
-                // controller, which would leave the queues off their baseline.
-                if lp.lease.is_some() {
-                    lp.renew_now = true;
-                    lp.renew_lease(now).await?;
-                }
-                match lp.kill_switch().await {
-                    Ok(()) => (lp.kill_done, lp.kill_retry_at) = (true, None),
-                    Err(e) => {
-                        warn!(target = %lp.cfg.target, "kill switch not carried out yet ({e}); trying again");
-                        lp.kill_retry_at = Some(now + lp.cfg.interval);
-                    }
-                }
+            (lp.kill_done, lp.kill_retry_at) = (false, None);
+            lp.probe_lag(now);
+            if lp.check_pending().await? {
+                continue;
             }
-            continue;
+            if lp.needs_resync && !lp.try_resync().await? {
+                continue;
+            }
+            if !lp.round_due(now, arrived.is_some()) {
+                continue;
+            }
+            lp.report.rounds += 1;
+            let round = lp.decide(now)?;
+            if let Some(t) = arrived {
+                lp.series.decision_latency_seconds.observe(t.elapsed().as_secs_f64());
+            }
+            if !round.is_empty() {
+                lp.apply_round(round).await?;
+            }
         }
-        (lp.kill_done, lp.kill_retry_at) = (false, None);
-        lp.probe_lag(now);
-        if lp.check_pending().await? {
-            continue;
-        }
-        if lp.needs_resync && !lp.try_resync().await? {
-            continue;
-        }
-        if !lp.round_due(now, arrived.is_some()) {
-            continue;
-        }
-        lp.report.rounds += 1;
-        let round = lp.decide(now)?;
-        if let Some(t) = arrived {
-            lp.series.decision_latency_seconds.observe(t.elapsed().as_secs_f64());
-        }
-        if !round.is_empty() {
-            lp.apply_round(round).await?;
+        Ok(())
+    }
+    .await;
+    match ended {
+        Ok(()) => lp.shutdown().await,
+        Err(e) => {
+            warn!(target = %lp.cfg.target, "stopping on an error: {e}");
+            match lp.shutdown().await {
+                Ok(report) => Err(match report.failure_said() {
+                    Some(left) => e.and(&left),
+                    None => e,
+                }),
+                Err(also) => Err(e.and(&also.to_string())),
+            }
         }
     }
-
-    lp.shutdown().await
 }
 
 /// A lag probe in flight: the stream epoch and the newest `ts_ns` when it was sent, and the
@@ -1292,29 +1311,37 @@ impl ControlLoop {
         Ok(())
     }
 
-    /// Leave only confirmed settings behind, and give the writer lease back.
+    /// Leave only confirmed settings behind, and give the writer lease back. A hung actuator
+    /// holds each call for `--call-timeout`: the calls share one such wait, so that a stop
+    /// (SIGTERM, with `docker stop`'s 10 s behind it) takes no longer than one call. A failed
+    /// decision-log write does not stop the rollback or the release; it is returned after them.
     async fn shutdown(mut self) -> Result<RunReport, CliError> {
+        let give_up = tokio::time::Instant::now() + self.cfg.call_timeout;
+        let mut log_failure = None;
         if let (Some(p), Some((lease_id, _))) = (self.pending.take(), self.lease.clone()) {
-            if self.reverted_at_deadline(&p).await {
-                self.reverted_by_actuator(&p, " (controller stopping)")?;
+            let ended = if tokio::time::timeout_at(give_up, self.reverted_at_deadline(&p)).await.unwrap_or(false) {
+                self.reverted_by_actuator(&p, " (controller stopping)")
             } else {
                 let req = pb::RollbackRequest {
                     lease_id,
                     to_generation: None,
                     reason: format!("controller stopping; generation {} was never confirmed", p.generation),
                 };
-                match self.client.rollback(req).await {
+                let answer = tokio::time::timeout_at(give_up, self.client.rollback(req))
+                    .await
+                    .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer within --call-timeout")));
+                match answer {
                     Ok(resp) => {
                         count_rollback(&mut self.report, &self.series, "shutdown");
-                        self.taken_back(&p, resp.into_inner().in_effect_from_ts_ns, "controller stopping")?;
+                        self.taken_back(&p, resp.into_inner().in_effect_from_ts_ns, "controller stopping")
                     }
-                    // The call failed, but the rollback may have happened (a reply lost to the
-                    // call timeout), or the change gone otherwise (another writer took the
-                    // lease): read back before saying it was left.
-                    Err(s) if self.change_gone(&p).await => {
+                    // The call failed, but the rollback may have happened (a reply lost), or
+                    // the change gone otherwise (another writer took the lease): read back,
+                    // while the stop's wait lasts, before saying it was left.
+                    Err(s) if tokio::time::timeout_at(give_up, self.change_gone(&p)).await.unwrap_or(false) => {
                         warn!(code = ?s.code(), "the rollback at shutdown got no answer, but the change is gone");
                         count_rollback(&mut self.report, &self.series, "shutdown");
-                        self.taken_back(&p, 0, "controller stopping")?;
+                        self.taken_back(&p, 0, "controller stopping")
                     }
                     Err(s) => {
                         warn!(code = ?s.code(), "rollback at shutdown failed; the actuator's deadline will revert it");
@@ -1328,16 +1355,20 @@ impl ControlLoop {
                             s.code(),
                             s.message()
                         );
-                        for (i, _) in &p.previous {
+                        p.previous.iter().try_for_each(|(i, _)| {
                             let q = &self.queues[*i];
-                            record(&self.log, &decision(&self.cfg, q, q.current, false, why.clone()))?;
-                        }
+                            record(&self.log, &decision(&self.cfg, q, q.current, false, why.clone()))
+                        })
                     }
                 }
-            }
+            };
+            log_failure = ended.err();
         }
-        if let Some((lease_id, _)) = self.lease {
-            let _ = self.client.release_writer(pb::ReleaseWriterRequest { lease_id }).await;
+        if let Some((lease_id, _)) = self.lease.take() {
+            let release = self.client.release_writer(pb::ReleaseWriterRequest { lease_id });
+            if tokio::time::timeout_at(give_up, release).await.is_err() {
+                warn!(target = %self.cfg.target, "no answer to the lease's release; it lapses at its TTL");
+            }
         }
         // A run that tried to change this target and never could (a device refusing every
         // write) ends as a failure: exit 0 read as success by whoever scripted it. A write whose
@@ -1348,7 +1379,14 @@ impl ControlLoop {
                 r.nothing_landed.push((self.cfg.target.clone(), r.failed_applies, last));
             }
         }
-        Ok(self.report)
+        match log_failure {
+            // What the stop left behind is said with the error, as the report would have.
+            Some(e) => Err(match self.report.failure_said() {
+                Some(left) => e.and(&left),
+                None => e,
+            }),
+            None => Ok(self.report),
+        }
     }
 }
 
