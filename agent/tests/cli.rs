@@ -532,3 +532,24 @@ fn a_corrupt_page_that_asks_for_exabytes_exits_2_naming_the_file() {
         assert!(!stderr.contains("panicked") && !stderr.contains("memory allocation"), "{args:?}: {stderr}");
     }
 }
+
+/// A token goes over plain HTTP only to a loopback address, judged on the host the connection
+/// goes to: in `http://[::1]@HOST` the `[::1]` is user info and HOST the host. Refused before
+/// any connection, exit 2.
+#[test]
+fn a_token_is_not_sent_to_a_host_behind_user_info() {
+    let tmp = temp_dir("userinfo");
+    let token = write(tmp.path(), "token", "s3cret\n");
+    for url in ["http://[::1]@192.0.2.2:50099", "http://[::1]:50051@192.0.2.2:50099", "http://10.0.0.1:50051"] {
+        for args in [
+            &["run", "--target", url, "--mode", "shadow", "--duration", "1s", "--token-file", &token][..],
+            &["record", "--target", url, "--duration", "1s", "--out", "x.parquet", "--token-file", &token],
+            &["recommend", "--target", url, "--token-file", &token],
+        ] {
+            let out = ecn_tuner(args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(stderr.contains("user info") || stderr.contains("only sent over https://"), "{args:?}: {stderr}");
+        }
+    }
+}

@@ -53,6 +53,13 @@ pub async fn connect(
     if !(target.starts_with("http://") || target.starts_with("https://")) {
         return Err(bad(&"the URL must start with http:// or https://"));
     }
+    check_port(target).map_err(|e| bad(&e))?;
+    let uri: tonic::codegen::http::Uri = target.parse().map_err(|e| bad(&e))?;
+    // `http://[::1]@switch:50051` connects to `switch`: what comes before an `@` is user info,
+    // which no actuator takes, and which would pass a reading of the URL for its host.
+    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err(bad(&"the URL has user info (before an '@'); give the actuator's host and port alone"));
+    }
     if tls_ca.is_some_and(|ca| !holds_pem_certificate(ca)) {
         return Err(bad(&"--tls-ca holds no PEM certificate"));
     }
@@ -60,7 +67,6 @@ pub async fn connect(
     if token.is_some() && target.starts_with("http://") && !is_loopback_url(target) {
         return Err(bad(&"a token is only sent over https:// (or to a loopback address)"));
     }
-    check_port(target).map_err(|e| bad(&e))?;
     let mut endpoint = Channel::from_shared(target.to_string()).map_err(|e| bad(&e))?;
     endpoint = endpoint.connect_timeout(Duration::from_secs(5)).timeout(call_timeout);
     if let Some(ca) = tls_ca {
@@ -78,15 +84,18 @@ pub async fn connect(
     Ok(ActuatorClient::with_interceptor(channel, Auth(header)))
 }
 
-/// Whether the URL's host is a loopback address (`localhost`, `127.x.y.z`, `[::1]`).
+/// Whether the URL's host is a loopback address (`127.x.y.z`, `[::1]`, or `localhost` where
+/// every address it resolves to is one), read as the connection will read it.
 fn is_loopback_url(url: &str) -> bool {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split('/').next().unwrap_or_default();
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
-    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    let Ok(uri) = url.parse::<tonic::codegen::http::Uri>() else { return false };
+    let Some(authority) = uri.authority().filter(|a| !a.as_str().contains('@')) else { return false };
+    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return ip.is_loopback();
+    }
+    use std::net::ToSocketAddrs;
+    host.eq_ignore_ascii_case("localhost")
+        && (host, 0).to_socket_addrs().is_ok_and(|mut addrs| addrs.all(|a| a.ip().is_loopback()))
 }
 
 #[cfg(test)]
@@ -109,9 +118,17 @@ mod tests {
         for url in ["http://127.0.0.1:50051", "http://localhost:1", "http://[::1]:9", "http://127.3.2.1"] {
             assert!(is_loopback_url(url), "{url}");
         }
-        for url in
-            ["http://10.0.0.1:50051", "http://switch1:50051", "http://[2001:db8::1]:9", "http://127.0.0.1.evil:1"]
-        {
+        // What precedes an '@' is user info: the host is what follows it.
+        for url in [
+            "http://10.0.0.1:50051",
+            "http://switch1:50051",
+            "http://[2001:db8::1]:9",
+            "http://127.0.0.1.evil:1",
+            "http://[::1]@192.0.2.2:50099",
+            "http://[::1]:50051@192.0.2.2:50099",
+            "http://localhost@192.0.2.2",
+            "http://127.0.0.1@192.0.2.2:1",
+        ] {
             assert!(!is_loopback_url(url), "{url}");
         }
     }
