@@ -1,4 +1,4 @@
-//! Prometheus metrics of the online controller, served at `GET /metrics`.
+//! Prometheus metrics of the online controller, served at `GET /metrics` ([`super::exporter`]).
 
 use super::guardrails::Clamp;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -45,9 +45,6 @@ pub struct TargetReasonLabels {
 
 /// Whether the kill switch is thrown, asked at each scrape.
 type KillSwitchState = Box<dyn Fn() -> bool + Send + Sync>;
-
-/// The media type of [`Metrics::render`]'s output.
-pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Every metric the controller exports.
 #[derive(Clone)]
@@ -256,26 +253,11 @@ impl Metrics {
         out
     }
 
-    /// Serve `/metrics` on `addr` until the process ends; returns the bound address.
+    /// Serve `GET /metrics` on `addr` until the process ends ([`super::exporter`]); returns
+    /// the bound address.
     pub async fn serve(&self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let bound = listener.local_addr()?;
         let me = self.clone();
-        let app = axum::Router::new().route(
-            "/metrics",
-            axum::routing::get(move || {
-                let me = me.clone();
-                // prometheus-client writes OpenMetrics text; say so, or a scraper parses it
-                // as the older text format.
-                async move { ([(axum::http::header::CONTENT_TYPE, OPENMETRICS_TEXT)], me.render()) }
-            }),
-        );
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::warn!(error = %e, "metrics server stopped");
-            }
-        });
-        Ok(bound)
+        super::exporter::serve(addr, move || me.render()).await
     }
 }
 

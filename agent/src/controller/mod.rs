@@ -16,6 +16,7 @@
 //! The actuator enforces its own limits and reverts unconfirmed changes by itself, so a
 //! controller that dies or hangs leaves the last confirmed settings in place.
 
+pub mod exporter;
 pub mod guardrails;
 pub mod health;
 pub mod log;
