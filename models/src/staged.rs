@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 pub struct StagedFiles {
     /// (temporary, destination), in the order they were staged.
     files: Vec<(PathBuf, PathBuf)>,
+    /// The temporary files whose writer succeeded.
+    written: Vec<PathBuf>,
     /// Taken with the first file staged; released after the commit or the clean-up.
     held: Option<HeldSignals>,
 }
@@ -28,12 +30,30 @@ impl StagedFiles {
     /// The path to write `destination`'s content to. It lies in the same folder, so that the
     /// rename is atomic, and ends in the destination's file name, so that writers choosing a
     /// format by extension (libtorch's safetensors, the PNG encoder) choose the same one.
-    fn stage(&mut self, destination: &Path) -> PathBuf {
+    ///
+    /// The file is created here, empty and exclusively, under a name nobody else holds: the
+    /// writers open the path and would write through a link someone planted there (another
+    /// user's, in a shared folder) into the file it points to.
+    fn stage(&mut self, destination: &Path) -> std::io::Result<PathBuf> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let name = destination.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let temporary = destination.with_file_name(format!(".tmp-{}-{name}", std::process::id()));
         self.held.get_or_insert_with(HeldSignals::new);
+        let mut tries = 0;
+        let temporary = loop {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let temporary = destination.with_file_name(format!(".tmp-{}-{n}-{name}", std::process::id()));
+            match std::fs::OpenOptions::new().write(true).create_new(true).open(&temporary) {
+                Ok(_) => break temporary,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
+                Err(e) => {
+                    // Staged all the same: a commit of the set then fails, not written whole.
+                    self.files.push((temporary, destination.to_path_buf()));
+                    return Err(e);
+                }
+            }
+        };
         self.files.push((temporary.clone(), destination.to_path_buf()));
-        temporary
+        Ok(temporary)
     }
 
     /// Stage `destination` and write its content with `write`, which is given the temporary
@@ -44,9 +64,11 @@ impl StagedFiles {
         destination: &Path,
         write: impl FnOnce(&Path) -> Result<(), E>,
     ) -> Result<(), String> {
-        let temporary = self.stage(destination);
+        let temporary = self.stage(destination).map_err(|e| format!("{}: {e}", destination.display()))?;
         write(&temporary)
-            .map_err(|e| e.to_string().replace(&temporary.display().to_string(), &destination.display().to_string()))
+            .map_err(|e| e.to_string().replace(&temporary.display().to_string(), &destination.display().to_string()))?;
+        self.written.push(temporary);
+        Ok(())
     }
 
     /// Rename every staged file into place, in the order staged. Before renaming any, it checks
@@ -65,7 +87,7 @@ impl StagedFiles {
             if destination.is_dir() {
                 return Err(error(destination, "is a directory".into()));
             }
-            if !temporary.is_file() {
+            if !temporary.is_file() || !self.written.contains(temporary) {
                 return Err(error(destination, format!("{} was not written", temporary.display())));
             }
             // On disk before its name is: a crash after the rename must not find it empty.
@@ -142,27 +164,52 @@ mod tests {
 
         // The second file is never written: the first destination keeps its old content.
         let mut staged = StagedFiles::new();
-        std::fs::write(staged.stage(&a), "new weights").unwrap();
-        let _ = staged.stage(&b);
+        staged.write(&a, |p| std::fs::write(p, "new weights")).unwrap();
+        let _ = staged.write(&b, |_| Err("disk full"));
         assert!(staged.commit().unwrap_err().to_string().contains("m.card.json"));
         assert_eq!(std::fs::read_to_string(&a).unwrap(), "old weights");
 
         // Dropped part way, it leaves no temporary file behind.
         let mut staged = StagedFiles::new();
-        std::fs::write(staged.stage(&a), "new weights").unwrap();
+        staged.write(&a, |p| std::fs::write(p, "new weights")).unwrap();
         drop(staged);
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names.len(), 2, "{names:?}");
 
         let mut staged = StagedFiles::new();
-        let (ta, tb) = (staged.stage(&a), staged.stage(&b));
-        assert!(ta.to_string_lossy().ends_with("m.safetensors") && tb.to_string_lossy().ends_with("m.card.json"));
-        std::fs::write(ta, "new weights").unwrap();
-        std::fs::write(tb, "new card").unwrap();
+        for (path, text) in [(&a, "new weights"), (&b, "new card")] {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            staged
+                .write(path, |p| {
+                    assert!(p.to_string_lossy().ends_with(&name), "{}", p.display());
+                    std::fs::write(p, text)
+                })
+                .unwrap();
+        }
         staged.commit().unwrap();
         assert_eq!(std::fs::read_to_string(&a).unwrap(), "new weights");
         assert_eq!(std::fs::read_to_string(&b).unwrap(), "new card");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    /// A link planted where a temporary file would go (another user's, in a shared folder) is
+    /// not written through: the temporary file is made anew under a name nobody holds.
+    #[test]
+    fn a_planted_link_is_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "theirs").unwrap();
+        let out = dir.path().join("summary.json");
+        for n in 0..40 {
+            let planted = dir.path().join(format!(".tmp-{}-{n}-summary.json", std::process::id()));
+            std::os::unix::fs::symlink(&victim, planted).unwrap();
+        }
+        let mut staged = StagedFiles::new();
+        staged.write(&out, |p| std::fs::write(p, "ours")).unwrap();
+        staged.commit().unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "theirs");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "ours");
+        assert!(!std::fs::symlink_metadata(&out).unwrap().file_type().is_symlink());
     }
 
     /// A rename that fails part way (an immutable card, say) puts back the files already
@@ -178,7 +225,7 @@ mod tests {
         for fail_at in 1..=3 {
             let mut staged = StagedFiles::new();
             for p in &paths {
-                std::fs::write(staged.stage(p), "new").unwrap();
+                staged.write(p, |t| std::fs::write(t, "new")).unwrap();
             }
             let mut calls = 0;
             let e = staged

@@ -297,8 +297,10 @@ fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
     temp.push(format!(".{}.tmp", std::process::id()));
     let temp = path.with_file_name(temp);
     // The temporary name is this process's own: one left by a crash of another with its PID
-    // is overwritten.
-    if let Err(e) = write(&temp, false) {
+    // is removed (a link itself, never what it points to), and the file made anew, so that a
+    // link planted under that name is not written through.
+    let _ = std::fs::remove_file(&temp);
+    if let Err(e) = write(&temp, true) {
         let _ = std::fs::remove_file(&temp);
         return Err(e);
     }
