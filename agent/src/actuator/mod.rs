@@ -16,6 +16,7 @@
 
 pub mod backend;
 pub mod dry_run;
+pub mod incoming;
 pub mod journal;
 pub mod lease;
 pub mod ledger;
@@ -45,7 +46,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 use tracing::{info, warn};
 
 /// Default `--listen`: loopback only.
@@ -247,7 +247,7 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
                 }
             }
         };
-        let serving = router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
+        let serving = router.serve_with_incoming_shutdown(incoming::bounded(listener), signal);
         // Graceful shutdown waits for open calls; a client that never closes its connection
         // must not keep the actuator (and its pending revert) from stopping.
         let mut grace = stop_rx;

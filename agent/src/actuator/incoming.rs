@@ -1,0 +1,158 @@
+//! The actuator's accepted connections, bounded: at most [`MAX_CONNECTIONS`] at once, each of
+//! which must send its first byte (a TLS ClientHello, an HTTP/2 preface) within
+//! [`FIRST_BYTE_WITHIN`]. Without them, connections held open without a byte (no token needed
+//! for that) used up the process's file descriptors, after which the server spun on the failed
+//! accept and a controller whose stream dropped could not reconnect.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_stream::Stream;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+/// Connections served at once; more wait in the listener's backlog. A controller holds one.
+pub const MAX_CONNECTIONS: usize = 256;
+/// How long a new connection may stay silent.
+pub const FIRST_BYTE_WITHIN: Duration = Duration::from_secs(10);
+
+/// Accept connections from `listener` as a stream for tonic's `serve_with_incoming`.
+pub fn bounded(listener: TcpListener) -> impl Stream<Item = io::Result<Guarded>> {
+    bounded_with(listener, MAX_CONNECTIONS, FIRST_BYTE_WITHIN)
+}
+
+/// [`bounded`], with `connections` at once and `first_byte_within`.
+fn bounded_with(
+    listener: TcpListener,
+    connections: usize,
+    first_byte_within: Duration,
+) -> impl Stream<Item = io::Result<Guarded>> {
+    let slots = Arc::new(Semaphore::new(connections));
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else { return };
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let silence = Box::pin(tokio::time::sleep(first_byte_within));
+                    let guarded = Guarded { stream, _slot: slot, silence: Some(silence) };
+                    if tx.send(Ok(guarded)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    // Out of file descriptors, say: wait, rather than spin on the accept.
+                    tracing::warn!(error = %e, "actuator cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// An accepted connection: its slot is freed when it closes.
+pub struct Guarded {
+    stream: TcpStream,
+    _slot: OwnedSemaphorePermit,
+    /// Until its first byte arrives.
+    silence: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Connected for Guarded {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+impl AsyncRead for Guarded {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if self.silence.is_some() {
+            match &read {
+                Poll::Ready(Ok(())) if buf.filled().len() > before => self.silence = None,
+                Poll::Pending => {
+                    if let Some(silence) = self.silence.as_mut() {
+                        if silence.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(Err(io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                "no byte from the client in time",
+                            )));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        read
+    }
+}
+
+impl AsyncWrite for Guarded {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_stream::StreamExt;
+
+    /// A silent connection is cut at its deadline, which frees its slot for the next one; a
+    /// connection that spoke in time is not cut.
+    #[tokio::test]
+    async fn silent_connections_are_cut_and_free_their_slot() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let within = Duration::from_millis(200);
+        let mut incoming = Box::pin(bounded_with(listener, 1, within));
+        let _silent = TcpStream::connect(addr).await.unwrap();
+        let mut first = incoming.next().await.unwrap().unwrap();
+        let mut talker = TcpStream::connect(addr).await.unwrap();
+        talker.write_all(b"hi").await.unwrap();
+        // One slot: the second connection waits until the silent one is cut.
+        let mut byte = [0u8; 1];
+        let cut = tokio::time::timeout(within * 10, first.read(&mut byte)).await.expect("cut in time");
+        assert_eq!(cut.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        drop(first);
+        let mut second =
+            tokio::time::timeout(within * 10, incoming.next()).await.expect("slot freed").unwrap().unwrap();
+        let mut got = [0u8; 2];
+        second.read_exact(&mut got).await.unwrap();
+        tokio::time::sleep(within * 2).await;
+        talker.write_all(b"!").await.unwrap();
+        second.read_exact(&mut byte).await.unwrap();
+        assert_eq!((&got, byte), (b"hi", *b"!"));
+    }
+}
