@@ -194,6 +194,19 @@ fn socket_addrs(url: &str) -> Vec<std::net::SocketAddr> {
 
 /// Parse the flags and run the controller.
 pub fn run(mut a: RunArgs) -> Result<(), CliError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Failed(format!("tokio runtime: {e}")))?;
+    // SIGHUP reopens the decision log (logrotate) and stops nothing; its default action would
+    // end the process, as it did within the first tenth of a second (loading the model), before
+    // the controller took it over. Taken from here on; one that comes before the log is open
+    // has nothing to reopen.
+    {
+        let _runtime = rt.enter();
+        let _taken = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| CliError::Failed(format!("cannot install a signal handler (SIGHUP): {e}")))?;
+    }
     expand_scenario_target(&mut a)?;
     refuse_sim_flags_unless_sim(&a)?;
     // One actuator given twice would be two control loops under one controller id, and so one
@@ -298,10 +311,6 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
     if cfg.interval * 10 > crate::actuator::lease::MAX_TTL {
         return Err(CliError::BadInput(format!("--interval '{}': must be at most 6 minutes", a.interval)));
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::Failed(format!("tokio runtime: {e}")))?;
     if a.target.iter().any(|t| t == "sim") {
         if a.target.len() != 1 {
             return Err(CliError::BadInput("--target sim cannot be combined with other targets".into()));
