@@ -48,6 +48,41 @@ struct State {
     /// journaled: the watcher retries every second while the device is away, and one `reject`
     /// line says it; the retries do not add one each.
     failed_revert: Option<u64>,
+    /// How many refusals of requests without a lease may still be journaled.
+    unleased_refusals: RefusalBudget,
+}
+
+/// Refusals of requests that hold no lease journaled a minute, at most (in bursts of as many):
+/// anyone with the token can send those as fast as they like, and each line is synced to disk.
+/// The rest are counted, and the next line journaled says how many were left out. A flood of
+/// them filled the journal's disk in seconds, after which the lease holder could change
+/// nothing, not even roll back.
+const UNLEASED_REFUSALS_PER_MINUTE: f64 = 60.0;
+
+/// A token bucket of journal lines for refusals.
+struct RefusalBudget {
+    lines: f64,
+    at: Instant,
+    left_out: u64,
+}
+
+impl RefusalBudget {
+    fn new(now: Instant) -> Self {
+        RefusalBudget { lines: UNLEASED_REFUSALS_PER_MINUTE, at: now, left_out: 0 }
+    }
+
+    /// At `now`, whether one more refusal is journaled: `Some(n)` with the `n` refusals left
+    /// out since the last, or `None` (it is counted).
+    fn take(&mut self, now: Instant) -> Option<u64> {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * UNLEASED_REFUSALS_PER_MINUTE / 60.0;
+        (self.lines, self.at) = ((self.lines + refill).min(UNLEASED_REFUSALS_PER_MINUTE), now);
+        if self.lines < 1.0 {
+            self.left_out += 1;
+            return None;
+        }
+        self.lines -= 1.0;
+        Some(std::mem::take(&mut self.left_out))
+    }
 }
 
 struct Inner<B> {
@@ -113,7 +148,13 @@ impl<B: Backend> ActuatorService<B> {
             }
         }
         let ledger = Ledger::starting_at(generation, initial);
-        let state = State { ledger, leases: LeaseTable::default(), journal, failed_revert: None };
+        let state = State {
+            ledger,
+            leases: LeaseTable::default(),
+            journal,
+            failed_revert: None,
+            unleased_refusals: RefusalBudget::new(Instant::now()),
+        };
         ActuatorService {
             inner: Arc::new(Inner {
                 backend,
@@ -141,8 +182,19 @@ impl<B: Backend> ActuatorService<B> {
         // A refused request's size is its sender's choice: the line keeps the first queues (a
         // 60 000-entry request without a lease wrote megabytes, synced, per call).
         queues.truncate(MAX_REFUSED_QUEUES);
+        let mut detail = format!("{:?}: {}", status.code(), status.message());
+        if controller.is_none() {
+            match st.unleased_refusals.take(Instant::now()) {
+                None => return status,
+                Some(0) => {}
+                Some(n) => detail.push_str(&format!(
+                    " ({n} refusals of requests without a lease before this one were not journaled: more than \
+                     {UNLEASED_REFUSALS_PER_MINUTE} a minute)"
+                )),
+            }
+        }
         let e = Event::now(EventKind::Reject, st.ledger.current(), st.ledger.confirmed(), queues)
-            .detail(format!("{:?}: {}", status.code(), status.message()))
+            .detail(detail)
             .controller(controller);
         if let Err(err) = st.journal.write(&e) {
             error!("{err}");
@@ -1160,6 +1212,26 @@ mod tests {
             let e = s.do_acquire(pb::AcquireWriterRequest { controller_id: id, ttl_ms: 60_000 }).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
         }
+    }
+
+    /// A flood of requests without a lease journals a minute's worth of refusals, not one line
+    /// each (it filled the disk in seconds); each is still refused, and the next line journaled
+    /// says how many were left out.
+    #[test]
+    fn a_flood_of_refusals_journals_a_minute_s_worth() {
+        let (_dir, path) = scratch_journal();
+        let (s, _stop) = service_with(false, Some(&path));
+        for _ in 0..200 {
+            assert_eq!(s.do_apply(apply_req("", 1)).unwrap_err().code(), tonic::Code::PermissionDenied);
+        }
+        let journaled = journal_lines(&path).len();
+        assert!((60..=62).contains(&journaled), "{journaled} lines for 200 refusals");
+        let mut budget = RefusalBudget::new(Instant::now());
+        let t0 = Instant::now();
+        assert!((0..60).all(|_| budget.take(t0) == Some(0)));
+        assert_eq!((budget.take(t0), budget.take(t0)), (None, None));
+        assert_eq!(budget.take(t0 + Duration::from_secs(1)), Some(2), "one line a second, saying two were left out");
+        assert_eq!(budget.take(t0 + Duration::from_secs(1)), None);
     }
 
     #[test]
