@@ -239,18 +239,24 @@ impl ModelCard {
     /// about (`tuning.features`, `training`), and where the JSON is well formed but not this
     /// build's card (a variant, a field, a type it does not know) says what to do.
     pub fn parse(text: &str, path: &str) -> Result<ModelCard, CardError> {
+        let fail = |field: String, message: String| CardError { path: path.into(), field, message };
         let mut json = serde_json::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(&mut json).map_err(|e| {
+        let card = serde_path_to_error::deserialize(&mut json).map_err(|e| {
             let field = e.path().to_string();
             let inner = e.into_inner();
-            let (field, message) = match inner.classify() {
-                serde_json::error::Category::Data if field != "." => (field, format!("{inner}; {RETRAIN}")),
-                serde_json::error::Category::Data => ("card".into(), format!("not a model card: {inner}")),
+            // A card of another version is an object; anything else is no card at all.
+            let an_object = || serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v.is_object());
+            match inner.classify() {
+                serde_json::error::Category::Data if field != "." => fail(field, format!("{inner}; {RETRAIN}")),
+                serde_json::error::Category::Data if an_object() => fail("card".into(), format!("{inner}; {RETRAIN}")),
+                serde_json::error::Category::Data => fail("card".into(), format!("not a model card: {inner}")),
                 // The path of a syntax error is where parsing stopped, not a field.
-                _ => ("card".into(), format!("not valid JSON: {inner}")),
-            };
-            CardError { path: path.into(), field, message }
-        })
+                _ => fail("card".into(), format!("not valid JSON: {inner}")),
+            }
+        })?;
+        // Whatever follows the card (a second one pasted after it) is an error, as it was.
+        json.end().map_err(|e| fail("card".into(), format!("not valid JSON: {e}")))?;
+        Ok(card)
     }
 
     /// Check that this build computes the features and reads the actions this card

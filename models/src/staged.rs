@@ -17,6 +17,8 @@ pub struct StagedFiles {
     files: Vec<(PathBuf, PathBuf)>,
     /// The temporary files whose writer succeeded.
     written: Vec<PathBuf>,
+    /// A destination whose temporary file could not be made.
+    failed: Option<PathBuf>,
     /// Taken with the first file staged; released after the commit or the clean-up.
     held: Option<HeldSignals>,
 }
@@ -35,19 +37,18 @@ impl StagedFiles {
     /// writers open the path and would write through a link someone planted there (another
     /// user's, in a shared folder) into the file it points to.
     fn stage(&mut self, destination: &Path) -> std::io::Result<PathBuf> {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let name = destination.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         self.held.get_or_insert_with(HeldSignals::new);
         let mut tries = 0;
         let temporary = loop {
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let n = NEXT_NAME.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let temporary = destination.with_file_name(format!(".tmp-{}-{n}-{name}", std::process::id()));
             match std::fs::OpenOptions::new().write(true).create_new(true).open(&temporary) {
                 Ok(_) => break temporary,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
                 Err(e) => {
-                    // Staged all the same: a commit of the set then fails, not written whole.
-                    self.files.push((temporary, destination.to_path_buf()));
+                    // A commit of the set then fails: it is not written whole.
+                    self.failed = Some(destination.to_path_buf());
                     return Err(e);
                 }
             }
@@ -83,6 +84,9 @@ impl StagedFiles {
     /// [`StagedFiles::commit`], renaming with `rename` (a test makes it fail).
     fn commit_with(mut self, mut rename: impl FnMut(&Path, &Path) -> std::io::Result<()>) -> std::io::Result<()> {
         let error = |path: &Path, why: String| std::io::Error::other(format!("{}: {why}", path.display()));
+        if let Some(destination) = &self.failed {
+            return Err(error(destination, "its temporary file could not be made".into()));
+        }
         for (temporary, destination) in &self.files {
             if destination.is_dir() {
                 return Err(error(destination, "is a directory".into()));
@@ -99,13 +103,9 @@ impl StagedFiles {
         let mut kept: Vec<(PathBuf, PathBuf)> = Vec::new();
         let mut placed: Vec<PathBuf> = Vec::new();
         for (temporary, destination) in &self.files {
-            let name = destination.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let old = destination.with_file_name(format!(".old-{}-{name}", std::process::id()));
             let mut replace = || -> std::io::Result<()> {
                 if destination.exists() {
-                    let _ = std::fs::remove_file(&old);
-                    std::fs::hard_link(destination, &old).or_else(|_| std::fs::copy(destination, &old).map(|_| ()))?;
-                    kept.push((old.clone(), destination.clone()));
+                    kept.push((keep_aside(destination)?, destination.clone()));
                 }
                 rename(temporary, destination)
             };
@@ -149,6 +149,39 @@ impl Drop for StagedFiles {
             let _ = std::fs::remove_file(temporary);
         }
     }
+}
+
+/// The number in the next temporary or kept file's name (`.tmp-PID-N-NAME`, `.old-PID-N-NAME`).
+static NEXT_NAME: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A second name for `destination`'s file (a hard link, else a copy), made exclusively under a
+/// name nobody holds, never through a link planted there: `.old-PID-N-NAME`.
+fn keep_aside(destination: &Path) -> std::io::Result<PathBuf> {
+    let name = destination.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    for _ in 0..100 {
+        let n = NEXT_NAME.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let old = destination.with_file_name(format!(".old-{}-{n}-{name}", std::process::id()));
+        match std::fs::hard_link(destination, &old) {
+            Ok(()) => return Ok(old),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            // No hard links here (or not to that file): a copy, into a file made anew.
+            Err(_) => {}
+        }
+        let mut to = match std::fs::OpenOptions::new().write(true).create_new(true).open(&old) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        };
+        let copied = std::fs::File::open(destination).and_then(|mut from| std::io::copy(&mut from, &mut to));
+        return match copied {
+            Ok(_) => Ok(old),
+            Err(e) => {
+                let _ = std::fs::remove_file(&old);
+                Err(e)
+            }
+        };
+    }
+    Err(std::io::Error::other(format!("{}: no free name to keep the previous file under", destination.display())))
 }
 
 #[cfg(test)]
@@ -200,9 +233,15 @@ mod tests {
         let victim = dir.path().join("victim");
         std::fs::write(&victim, "theirs").unwrap();
         let out = dir.path().join("summary.json");
-        for n in 0..40 {
-            let planted = dir.path().join(format!(".tmp-{}-{n}-summary.json", std::process::id()));
-            std::os::unix::fs::symlink(&victim, planted).unwrap();
+        std::fs::write(&out, "before").unwrap();
+        // Links at the next names, for the temporary file and for the previous file kept aside
+        // (other tests of this binary may take a few of them meanwhile).
+        let next = NEXT_NAME.load(std::sync::atomic::Ordering::Relaxed);
+        for n in next..next + 40 {
+            for kind in ["tmp", "old"] {
+                let planted = dir.path().join(format!(".{kind}-{}-{n}-summary.json", std::process::id()));
+                std::os::unix::fs::symlink(&victim, planted).unwrap();
+            }
         }
         let mut staged = StagedFiles::new();
         staged.write(&out, |p| std::fs::write(p, "ours")).unwrap();

@@ -145,6 +145,12 @@ fn a_card_that_does_not_match_this_build_fails_to_load() {
         ),
         ("network.hidden[1]", Box::new(|v| v["network"]["hidden"][1] = "64".into())),
         ("card", Box::new(|v| *v = serde_json::json!([]))),
+        (
+            "card",
+            Box::new(|v| {
+                v.as_object_mut().unwrap().remove("observation_features");
+            }),
+        ),
         // Bounds no setting fits, and an interval too short to simulate, are refused up front
         // (clamping into such bounds used to panic).
         ("tuning.bounds", Box::new(|v| v["tuning"]["bounds"]["kmin_min_bytes"] = 20_000_000.into())),
@@ -169,10 +175,19 @@ fn a_card_that_does_not_match_this_build_fails_to_load() {
         let e = Checkpoint::load(&path, Device::Cpu).err().expect("must refuse");
         assert_eq!(e.field, field, "{e}");
         assert!(e.to_string().contains("card.json"), "the message names the card file: {e}");
-        if ["format", "observation_schema", "tuning.template", "tuning.features", "training"].contains(&field) {
+        let another_version = ["format", "observation_schema", "tuning.template", "tuning.features", "training"];
+        if another_version.contains(&field) || e.message.contains("missing field") {
             assert!(e.message.contains("retrain the model"), "what to do: {e}");
         }
     }
+    // Something after the card (a second one pasted after it) is no card either.
+    let (_dir, path) = tmp("trailing");
+    checkpoint(TuningConfig::default()).save(&path).unwrap();
+    let card = ecn_models::checkpoint::card_path(&path);
+    let text = std::fs::read_to_string(&card).unwrap();
+    std::fs::write(&card, format!("{text}{text}")).unwrap();
+    let e = Checkpoint::load(&path, Device::Cpu).err().expect("two cards in one file");
+    assert!(e.field == "card" && e.message.starts_with("not valid JSON"), "{e}");
 }
 
 #[test]

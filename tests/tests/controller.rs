@@ -600,9 +600,10 @@ async fn a_stop_on_a_hung_actuator_waits_one_call_timeout() {
 }
 
 /// A decision log that cannot be written (a full disk) ends the controller, exit 1, but
-/// cleanly: a change it applied and could not log is rolled back, none is left unconfirmed, and
-/// the lease is given back, so that another controller may take over at once. It used to leave
-/// the change to the actuator's deadline and the role to the lease's TTL.
+/// cleanly: no change is left unconfirmed, and the lease is given back, so that another
+/// controller may take over at once. It used to keep the role to the lease's TTL. (Where the
+/// write that fails comes after an Apply, the change is under watch by then, and the stop rolls
+/// it back; which write fails first here depends on timing.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_decision_log_that_cannot_be_written_stops_the_controller_cleanly() {
     let act = sim_actuator(&[]).await;
@@ -625,7 +626,6 @@ async fn a_decision_log_that_cannot_be_written_stops_the_controller_cleanly() {
     let mut client = act.client().await;
     let lease = client.acquire_writer(pb::AcquireWriterRequest { controller_id: "next".into(), ttl_ms: 10_000 }).await;
     assert!(lease.is_ok(), "the lease was given back: {lease:?}\n{text}");
-    eprintln!("ended on {}", last["event"]);
 }
 
 /// A controller restarted under the same `--controller-id` takes its lease back, so the actuator

@@ -217,7 +217,12 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
 
     // Everything that can still refuse the start comes before the service, whose journal may
     // get a line (`start`) for a device it then serves.
-    let mut builder = tonic::transport::Server::builder();
+    // Pings find a peer that vanished without a reset; a connection that never opened is cut
+    // by `incoming`.
+    let mut builder = tonic::transport::Server::builder()
+        .tcp_keepalive(Some(Duration::from_secs(60)))
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)));
     if let Some(t) = tls {
         builder = builder
             .tls_config(t)

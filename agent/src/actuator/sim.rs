@@ -124,7 +124,7 @@ struct Shared {
     written: Mutex<Written>,
     bad_write: Option<BadWrite>,
     runs: Mutex<Vec<Summary>>,
-    /// Scenario runs completed, including those no longer kept.
+    /// Scenario runs completed, including those no longer kept; changed under `runs`' lock.
     runs_completed: AtomicU64,
     stop: AtomicBool,
     queue_count: usize,
@@ -137,15 +137,12 @@ pub struct SimControl {
 }
 
 impl SimControl {
-    /// Summaries of the scenario runs completed so far (the last 100), oldest first.
-    pub fn completed_runs(&self) -> Vec<Summary> {
-        self.shared.runs.lock().expect("sim runs lock").clone()
-    }
-
-    /// How many scenario runs completed, including those [`SimControl::completed_runs`] no
-    /// longer keeps.
-    pub fn runs_completed(&self) -> u64 {
-        self.shared.runs_completed.load(Ordering::Relaxed)
+    /// Summaries of the scenario runs completed so far (the last 100), oldest first, and how
+    /// many completed in all, read together.
+    pub fn completed_runs(&self) -> (Vec<Summary>, u64) {
+        let runs = self.shared.runs.lock().expect("sim runs lock");
+        // Counted under the same lock as the runs are kept.
+        (runs.clone(), self.shared.runs_completed.load(Ordering::Relaxed))
     }
 }
 

@@ -392,9 +392,9 @@ async fn run_embedded(cfg: ControllerConfig, sim: SimOptions, journal: Option<Pa
     };
     let key = if cfg.mode == Mode::Enforce { "controlled" } else { "as_run" };
     let report = controller::run_all(cfg, vec![handle.url()]).await?;
-    let (mut runs, completed) = handle.sim().map(|s| (s.completed_runs(), s.runs_completed())).unwrap_or_default();
+    let (mut runs, completed) = handle.sim().map(|s| s.completed_runs()).unwrap_or_default();
     handle.shutdown().await?;
-    // Each run is simulated again under the baseline, on both cores: the last ones only.
+    // Each run is simulated again under the baseline, on every core: the last ones only.
     runs.drain(..runs.len().saturating_sub(COMPARED_RUNS));
     let scenarios = runs.iter().map(|run| Scenario::load(&scenario, Some(run.seed))).collect::<Result<Vec<_>, _>>()?;
     let (policy, label) = (Policy::Baseline(baseline), format!("baseline:{}", baseline.name()));

@@ -138,11 +138,13 @@ impl ControlLoop {
                     }
                 }
                 let note = if fallback { "; confirmed at once (telemetry fallback)" } else { "" };
-                self.record_planned(&round, true, note)?;
+                // Logged after the change is under watch: a log that cannot be written ends the
+                // controller, whose stop must then find the change to roll back.
+                let logged = self.record_planned(&round, true, note);
                 if fallback {
                     self.report.confirms += 1;
                     self.series.confirms.inc();
-                    return Ok(());
+                    return logged;
                 }
                 let idx: Vec<usize> = changes.iter().map(|(i, _)| *i).collect();
                 let window = self.cfg.health.window;
@@ -160,21 +162,23 @@ impl ControlLoop {
                     previous,
                     retry_rollback_at: None,
                 });
+                logged
             }
             Err(e) => {
                 warn!(error = %e, "apply failed; reading the actuator back");
                 self.apply_failed(generation_before, e.clone());
-                self.record_planned(&round, false, &format!("; the actuator refused the apply: {e}"))?;
+                let logged = self.record_planned(&round, false, &format!("; the actuator refused the apply: {e}"));
                 if fallback {
                     let now = Instant::now();
                     for (i, _) in &changes {
                         self.queues[*i].fallback_refused_at = Some(now);
                     }
                 }
+                // Whether the write landed all the same is read back first, log or no log.
                 self.settle_unknown_outcome("Apply").await?;
+                logged
             }
         }
-        Ok(())
     }
 
     /// Read the actuator's generation and settings back into `generation` and every queue's

@@ -17,6 +17,8 @@ const MAX_CONNECTIONS: usize = 32;
 const CONNECTION_TIME: Duration = Duration::from_secs(10);
 /// The most a request's head may take (a scraper's is a few hundred bytes).
 const MAX_HEAD_BYTES: usize = 8192;
+/// How long an answered connection is read on, for what its client still sends, before it closes.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// The media type of the exposition: prometheus-client writes OpenMetrics text; said so, or a
 /// scraper parses it as the older text format.
@@ -68,9 +70,12 @@ async fn serve_with(
 async fn answer(mut stream: TcpStream, render: &(dyn Fn() -> String + Send + Sync)) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
+    // The blank line that ends the head, looked for in what came since the last look.
+    let mut looked: usize = 0;
+    while !ends_head(&head[looked.saturating_sub(3)..]) {
+        looked = head.len();
         if head.len() > MAX_HEAD_BYTES {
-            return respond(&mut stream, "431 Request Header Fields Too Large", "text/plain", "").await;
+            return respond(&mut stream, "431 Request Header Fields Too Large", "text/plain", "", true).await;
         }
         let n = stream.read(&mut buf).await?;
         if n == 0 {
@@ -78,25 +83,65 @@ async fn answer(mut stream: TcpStream, render: &(dyn Fn() -> String + Send + Syn
         }
         head.extend_from_slice(&buf[..n]);
     }
-    let line = head.split(|&b| b == b'\r' || b == b'\n').next().unwrap_or_default();
+    // Empty lines before the request line are allowed (RFC 9112 §2.2).
+    let start = head.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(head.len());
+    let line = head[start..].split(|&b| b == b'\r' || b == b'\n').next().unwrap_or_default();
     let mut words = line.split(|&b| b == b' ');
-    let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
-    let path = path.split(|&b| b == b'?').next().unwrap_or_default();
-    match (method, path) {
-        (b"GET", b"/metrics") => respond(&mut stream, "200 OK", OPENMETRICS_TEXT, &render()).await,
-        (b"GET", _) => respond(&mut stream, "404 Not Found", "text/plain", "try /metrics\n").await,
-        _ => respond(&mut stream, "405 Method Not Allowed", "text/plain", "GET /metrics only\n").await,
+    let (method, target) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
+    let metrics = request_path(target) == b"/metrics";
+    match method {
+        b"GET" | b"HEAD" if metrics => {
+            respond(&mut stream, "200 OK", OPENMETRICS_TEXT, &render(), method == b"GET").await
+        }
+        b"GET" | b"HEAD" => respond(&mut stream, "404 Not Found", "text/plain", "try /metrics\n", true).await,
+        _ => respond(&mut stream, "405 Method Not Allowed", "text/plain", "GET /metrics only\n", true).await,
     }
 }
 
-async fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &str) -> std::io::Result<()> {
+/// Whether `bytes` hold the blank line that ends a request's head (bare LFs accepted).
+fn ends_head(bytes: &[u8]) -> bool {
+    bytes.windows(4).any(|w| w == b"\r\n\r\n") || bytes.windows(2).any(|w| w == b"\n\n")
+}
+
+/// A request target's path, without its query, in origin form (`/metrics?x`) or absolute form
+/// (`http://host:9464/metrics`).
+fn request_path(target: &[u8]) -> &[u8] {
+    let target = match target.windows(3).position(|w| w == b"://") {
+        Some(at) => {
+            let after = &target[at + 3..];
+            &after[after.iter().position(|&b| b == b'/').unwrap_or(after.len())..]
+        }
+        None => target,
+    };
+    target.split(|&b| b == b'?').next().unwrap_or_default()
+}
+
+/// Write the answer (its body unless `with_body` is false, for HEAD), end the write side, and
+/// read what the client still sends until it closes: closed with input unread, the kernel
+/// resets the connection, and a client may lose the end of the answer.
+async fn respond(
+    stream: &mut TcpStream,
+    status: &str,
+    content_type: &str,
+    body: &str,
+    with_body: bool,
+) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
+    if with_body {
+        stream.write_all(body.as_bytes()).await?;
+    }
+    stream.shutdown().await?;
+    let mut rest = [0u8; 1024];
+    let drained = async {
+        while stream.read(&mut rest).await? > 0 {}
+        Ok::<(), std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(LINGER, drained).await;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -120,6 +165,17 @@ mod tests {
             "{ok}"
         );
         assert!(exchange(addr, b"GET /metrics?x=1 HTTP/1.0\r\n\r\n").await.starts_with("HTTP/1.1 200"));
+        assert!(exchange(addr, b"\r\nGET http://h:1/metrics HTTP/1.1\n\n").await.starts_with("HTTP/1.1 200"));
+        let head = exchange(addr, b"HEAD /metrics HTTP/1.1\r\n\r\n").await;
+        assert!(head.starts_with("HTTP/1.1 200") && head.ends_with("content-length: 11\r\nconnection: close\r\n\r\n"));
+        // Sent in pieces, and followed by more than was asked for: the whole answer arrives.
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /met").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        s.write_all(b"rics HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.ends_with("up 1\n# EOF\n") && out.matches("HTTP/1.1").count() == 1, "{out}");
         assert!(exchange(addr, b"GET / HTTP/1.1\r\n\r\n").await.starts_with("HTTP/1.1 404"));
         assert!(exchange(addr, b"POST /metrics HTTP/1.1\r\n\r\n").await.starts_with("HTTP/1.1 405"));
         let long = [b"GET /metrics HTTP/1.1\r\nX: ".as_slice(), &[b'a'; 9000]].concat();

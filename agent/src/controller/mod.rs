@@ -380,6 +380,9 @@ pub async fn run(
             // Wait for something to do; decisions follow the first telemetry batch of each interval,
             // and the ticker keeps deciding (and falling back) when telemetry stops.
             let woke = tokio::select! {
+                // A stop goes first when several are ready: a round begun after it would make
+                // calls the stop then waits for.
+                biased;
                 why = requests.stop.stopped() => {
                     if why == StopReason::PeerFailed {
                         warn!(target = %lp.cfg.target, "another target failed; stopping this one cleanly");
@@ -515,6 +518,8 @@ pub async fn run(
                     Some(left) => e.and(&left),
                     None => e,
                 }),
+                // The same failure again (the decision log, still full) is said once.
+                Err(also) if also.to_string().starts_with(&e.to_string()) => Err(also),
                 Err(also) => Err(e.and(&also.to_string())),
             }
         }
@@ -1314,8 +1319,11 @@ impl ControlLoop {
 
     /// Leave only confirmed settings behind, and give the writer lease back. A hung actuator
     /// holds each call for `--call-timeout`: the calls share one such wait, so that a stop
-    /// (SIGTERM, with `docker stop`'s 10 s behind it) takes no longer than one call. A failed
-    /// decision-log write does not stop the rollback or the release; it is returned after them.
+    /// (SIGTERM, with `docker stop`'s 10 s behind it) takes no longer than one call after the
+    /// step in progress (a call already waiting is waited for). A rollback whose reply comes
+    /// after that wait counts as failed: the change is reported left to the actuator's
+    /// deadline, the safe side. A failed decision-log write does not stop the rollback or the
+    /// release; it is returned after them.
     async fn shutdown(mut self) -> Result<RunReport, CliError> {
         let give_up = tokio::time::Instant::now() + self.cfg.call_timeout;
         let mut log_failure = None;
