@@ -77,6 +77,19 @@ pub fn read_token_file(path: &Path) -> Result<String, ActuatorError> {
             path.display()
         )));
     }
+    // Anyone who can read the file can write the switch's settings: said, as ssh says of a
+    // private key (not refused: a container's secret mount may show other modes).
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(path) {
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                file = %path.display(),
+                mode = %format!("{mode:04o}"),
+                "--token-file is readable or writable by other users; chmod 600 it"
+            );
+        }
+    }
     Ok(token.to_string())
 }
 
@@ -100,12 +113,26 @@ pub fn check_exposure(addr: SocketAddr, tls: bool, token: bool) -> Result<(), Ac
 #[derive(Clone, Default)]
 pub struct BearerAuth {
     token: Option<Arc<str>>,
+    /// Calls refused for a wrong token since the last warning, and when that was: anyone who
+    /// can reach the port can send them, and a warning each filled the log (570 KB/s).
+    wrong: Arc<std::sync::Mutex<(u64, Option<std::time::Instant>)>>,
 }
 
 impl BearerAuth {
     /// Check for `token`, or let everything through when `None` (loopback without a token).
     pub fn new(token: Option<String>) -> BearerAuth {
-        BearerAuth { token: token.map(Arc::from) }
+        BearerAuth { token: token.map(Arc::from), wrong: Arc::default() }
+    }
+
+    /// Warn of a call with a wrong token: at most once a second, with the count since the last.
+    fn warn_wrong_token(&self) {
+        let mut wrong = self.wrong.lock().unwrap_or_else(|e| e.into_inner());
+        wrong.0 += 1;
+        let now = std::time::Instant::now();
+        if wrong.1.is_none_or(|at| now.duration_since(at) >= std::time::Duration::from_secs(1)) {
+            tracing::warn!(calls = wrong.0, "refused calls with a wrong bearer token (counted since the last warning)");
+            *wrong = (0, Some(now));
+        }
     }
 }
 
@@ -117,7 +144,7 @@ impl tonic::service::Interceptor for BearerAuth {
         match presented {
             Some(t) if constant_time_eq(t.trim().as_bytes(), expected.as_bytes()) => Ok(req),
             Some(_) => {
-                tracing::warn!("refused a call with a wrong bearer token");
+                self.warn_wrong_token();
                 Err(Status::unauthenticated("invalid bearer token"))
             }
             None => Err(Status::unauthenticated("missing 'authorization: Bearer <token>' metadata")),
