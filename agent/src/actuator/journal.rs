@@ -272,10 +272,41 @@ impl Journal {
     }
 
     /// Open (create) `path` for appending. A file with lines but no journal event in them (a
-    /// decision log, any other file: a path given by mistake) is refused, untouched.
+    /// decision log, any other file: a path given by mistake) is refused, untouched, and so is
+    /// a journal another process holds open this way: two actuators on one journal would
+    /// number their changes over each other's, and on one switch both would write it.
     pub fn open(path: &Path) -> std::io::Result<Journal> {
+        Self::open_locked(path, true)
+    }
+
+    /// A journal read back while its writer holds it (tests): [`Journal::open`] without the lock.
+    #[cfg(test)]
+    pub(crate) fn peek(path: &Path) -> std::io::Result<Journal> {
+        Self::open_locked(path, false)
+    }
+
+    /// [`Journal::open`], holding the file's lock or not ([`Journal::peek`]).
+    fn open_locked(path: &Path, lock: bool) -> std::io::Result<Journal> {
         let mut f = OpenOptions::new().create(true).read(true).append(true).open(path)?;
         let found = scan(&mut f)?;
+        // Held as long as the file is open, and let go by the kernel when the process ends,
+        // however it ends.
+        if lock {
+            match f.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::WouldBlock,
+                        "another process holds this journal (an actuator already running on it?); one actuator \
+                         per journal, and one journal per device",
+                    ))
+                }
+                // A file system without locks (some network ones) is no reason to refuse.
+                Err(std::fs::TryLockError::Error(e)) => {
+                    tracing::warn!(journal = %path.display(), "cannot lock the journal ({e}); going on without")
+                }
+            }
+        }
         // A crash mid-write can leave a partial last line; end it, so that the first event
         // of this run is a line of its own rather than glued to the fragment.
         if ends_mid_line(&mut f)? {
@@ -516,9 +547,11 @@ mod tests {
     fn a_journal_ending_on_an_unconfirmed_apply_says_so() {
         let path = std::env::temp_dir().join(format!("ecn-journal-pending-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let reopened = || Journal::open(&path).unwrap();
+        let reopened = || Journal::peek(&path).unwrap();
         assert_eq!((reopened().unconfirmed_at_end(), reopened().last_generation()), (None, 0), "a new journal");
-        let mut j = reopened();
+        let mut j = Journal::open(&path).unwrap();
+        let Err(e) = Journal::open(&path) else { panic!("a second writer must be refused") };
+        assert!(e.to_string().contains("another process holds this journal"), "{e}");
         j.write(&Event::now(EventKind::Apply, 2, 2, vec![])).unwrap();
         assert_eq!(reopened().unconfirmed_at_end(), None);
         j.write(&Event::now(EventKind::Apply, 3, 2, vec![])).unwrap();
@@ -574,8 +607,8 @@ mod tests {
     fn a_write_in_doubt_is_stamped_until_settled() {
         let path = std::env::temp_dir().join(format!("ecn-journal-doubt-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let reopened = || Journal::open(&path).unwrap();
-        let mut j = reopened();
+        let reopened = || Journal::peek(&path).unwrap();
+        let mut j = Journal::open(&path).unwrap();
         j.write(&Event::now(EventKind::Apply, 2, 1, vec![])).unwrap();
         j.doubt(Some(2));
         j.write(&Event::now(EventKind::Reject, 1, 1, vec![])).unwrap();

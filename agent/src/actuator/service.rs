@@ -1144,7 +1144,7 @@ mod tests {
             (Some("apply"), Some(2), Some(1)),
             "killed during the device write, the journal must already end unconfirmed: {seen:?}"
         );
-        assert_eq!(Journal::open(&path).unwrap().unconfirmed_at_end(), Some((2, 1)));
+        assert_eq!(Journal::peek(&path).unwrap().unconfirmed_at_end(), Some((2, 1)));
     }
 
     #[test]
@@ -1158,7 +1158,7 @@ mod tests {
         let last = lines.last().unwrap();
         assert_eq!(last["event"], "reject", "{lines:?}");
         assert_eq!((last["generation"].as_u64(), last["confirmed_generation"].as_u64()), (Some(1), Some(1)));
-        let reopened = Journal::open(&path).unwrap();
+        let reopened = Journal::peek(&path).unwrap();
         assert_eq!(reopened.unconfirmed_at_end(), None, "a restart may start: the device kept generation 1");
         assert_eq!(reopened.last_generation(), 2, "a restart numbers after the failed apply's line");
         // In this process the number goes to the next change.
@@ -1181,7 +1181,7 @@ mod tests {
         assert_eq!(last["event"], "confirm");
         assert_eq!((last["generation"].as_u64(), last["confirmed_generation"].as_u64()), (Some(3), Some(2)));
         assert_eq!(
-            Journal::open(&path).unwrap().unconfirmed_at_end(),
+            Journal::peek(&path).unwrap().unconfirmed_at_end(),
             Some((3, 2)),
             "generation 3 is still unconfirmed on the device"
         );
@@ -1206,7 +1206,7 @@ mod tests {
         let last = lines.last().unwrap();
         assert_eq!(last["event"], "confirm", "{lines:?}");
         assert_eq!((last["generation"].as_u64(), last["confirmed_generation"].as_u64()), (Some(3), Some(3)));
-        assert_eq!(Journal::open(&path).unwrap().unconfirmed_at_end(), None);
+        assert_eq!(Journal::peek(&path).unwrap().unconfirmed_at_end(), None);
         // With nothing pending, the apply line itself says confirmed: no second line.
         let n = journal_lines(&path).len();
         s.do_apply(apply_req(&l, 0)).unwrap();
@@ -1229,7 +1229,7 @@ mod tests {
         assert_eq!(s.do_apply(foreign).unwrap_err().code(), tonic::Code::PermissionDenied);
         let lines = journal_lines(&path);
         assert_eq!(lines[0]["queues"].as_array().unwrap().len(), MAX_REFUSED_QUEUES);
-        assert!(Journal::open(&path).unwrap().switches().is_empty(), "a refusal names no device");
+        assert!(Journal::peek(&path).unwrap().switches().is_empty(), "a refusal names no device");
         // A controller id is a short name without control characters.
         for id in ["x".repeat(crate::actuator::lease::MAX_CONTROLLER_ID_BYTES + 1), "a\nINFO forged".to_string()] {
             let e = s.do_acquire(pb::AcquireWriterRequest { controller_id: id, ttl_ms: 60_000 }).unwrap_err();
