@@ -285,7 +285,7 @@ impl Journal {
         Self::open_locked(path, false)
     }
 
-    /// [`Journal::open`], holding the file's lock or not ([`Journal::peek`]).
+    /// [`Journal::open`], holding the file's lock or not (not: a test's `peek`).
     fn open_locked(path: &Path, lock: bool) -> std::io::Result<Journal> {
         let mut f = OpenOptions::new().create(true).read(true).append(true).open(path)?;
         let found = scan(&mut f)?;
