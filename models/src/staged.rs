@@ -1,6 +1,7 @@
 //! Output files that belong together (a model's weights, card and training curve; a run's
 //! report files) replaced as one: each is written under a temporary name beside its
-//! destination, and none is renamed into place until every one is written. A failure part way
+//! destination (in a folder of its own, for this user alone), and none is renamed into place
+//! until every one is written. A failure part way
 //! (a full disk, a plot that cannot be drawn) leaves the previous files as they were, never new
 //! weights under an old card. From the first file staged until the commit ends, SIGINT, SIGTERM
 //! and SIGHUP wait ([`HeldSignals`]): Ctrl-C between two renames would otherwise leave exactly
@@ -29,22 +30,25 @@ impl StagedFiles {
         Self::default()
     }
 
-    /// The path to write `destination`'s content to. It lies in the same folder, so that the
-    /// rename is atomic, and ends in the destination's file name, so that writers choosing a
-    /// format by extension (libtorch's safetensors, the PNG encoder) choose the same one.
+    /// The path to write `destination`'s content to. It lies on the same file system, so that
+    /// the rename is atomic, and ends in the destination's file name, so that writers choosing
+    /// a format by extension (libtorch's safetensors, the PNG encoder) choose the same one.
     ///
-    /// The file is created here, empty and exclusively, under a name nobody else holds: the
-    /// writers open the path and would write through a link someone planted there (another
-    /// user's, in a shared folder) into the file it points to.
+    /// It is in a folder of its own beside the destination (`.tmp-PID-N/NAME`), made here,
+    /// exclusively and for this user alone: the writers open the path by name, and where
+    /// another user may write the destination's folder, a link planted at a temporary name, or
+    /// swapped in for the file between its creation and the writer's open, would have them
+    /// write through it into the file it points to.
     fn stage(&mut self, destination: &Path) -> std::io::Result<PathBuf> {
-        let name = destination.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        use std::os::unix::fs::DirBuilderExt;
+        let name = destination.file_name().map(|n| n.to_os_string()).unwrap_or_default();
         self.held.get_or_insert_with(HeldSignals::new);
         let mut tries = 0;
-        let temporary = loop {
+        let folder = loop {
             let n = NEXT_NAME.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let temporary = destination.with_file_name(format!(".tmp-{}-{n}-{name}", std::process::id()));
-            match std::fs::OpenOptions::new().write(true).create_new(true).open(&temporary) {
-                Ok(_) => break temporary,
+            let folder = destination.with_file_name(format!(".tmp-{}-{n}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&folder) {
+                Ok(()) => break folder,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
                 Err(e) => {
                     // A commit of the set then fails: it is not written whole.
@@ -53,6 +57,7 @@ impl StagedFiles {
                 }
             }
         };
+        let temporary = folder.join(name);
         self.files.push((temporary.clone(), destination.to_path_buf()));
         Ok(temporary)
     }
@@ -138,20 +143,30 @@ impl StagedFiles {
             let folder = if folder.as_os_str().is_empty() { Path::new(".") } else { folder };
             let _ = std::fs::File::open(folder).and_then(|f| f.sync_all());
         }
-        self.files.clear();
+        for (temporary, _) in std::mem::take(&mut self.files) {
+            remove_staged(&temporary);
+        }
         Ok(())
+    }
+}
+
+/// Remove a temporary file, if it is still there, and the private folder that held it.
+fn remove_staged(temporary: &Path) {
+    let _ = std::fs::remove_file(temporary);
+    if let Some(folder) = temporary.parent() {
+        let _ = std::fs::remove_dir(folder);
     }
 }
 
 impl Drop for StagedFiles {
     fn drop(&mut self) {
         for (temporary, _) in &self.files {
-            let _ = std::fs::remove_file(temporary);
+            remove_staged(temporary);
         }
     }
 }
 
-/// The number in the next temporary or kept file's name (`.tmp-PID-N-NAME`, `.old-PID-N-NAME`).
+/// The number in the next temporary folder's or kept file's name (`.tmp-PID-N`, `.old-PID-N-NAME`).
 static NEXT_NAME: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A second name for `destination`'s file (a hard link, else a copy), made exclusively under a
@@ -226,27 +241,34 @@ mod tests {
     }
 
     /// A link planted where a temporary file would go (another user's, in a shared folder) is
-    /// not written through: the temporary file is made anew under a name nobody holds.
+    /// not written through: the temporary file goes in a folder made anew, for this user alone.
     #[test]
     fn a_planted_link_is_not_written_through() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let victim = dir.path().join("victim");
-        std::fs::write(&victim, "theirs").unwrap();
+        std::fs::create_dir(&victim).unwrap();
         let out = dir.path().join("summary.json");
         std::fs::write(&out, "before").unwrap();
-        // Links at the next names, for the temporary file and for the previous file kept aside
-        // (other tests of this binary may take a few of them meanwhile).
+        // Links at the next names, for the temporary folder and for the previous file kept
+        // aside (other tests of this binary may take a few of them meanwhile).
         let next = NEXT_NAME.load(std::sync::atomic::Ordering::Relaxed);
         for n in next..next + 40 {
-            for kind in ["tmp", "old"] {
-                let planted = dir.path().join(format!(".{kind}-{}-{n}-summary.json", std::process::id()));
-                std::os::unix::fs::symlink(&victim, planted).unwrap();
-            }
+            let pid = std::process::id();
+            std::os::unix::fs::symlink(&victim, dir.path().join(format!(".tmp-{pid}-{n}"))).unwrap();
+            let old = dir.path().join(format!(".old-{pid}-{n}-summary.json"));
+            std::os::unix::fs::symlink(victim.join("kept"), old).unwrap();
         }
         let mut staged = StagedFiles::new();
-        staged.write(&out, |p| std::fs::write(p, "ours")).unwrap();
+        staged
+            .write(&out, |p| {
+                let mode = std::fs::metadata(p.parent().unwrap()).unwrap().permissions().mode();
+                assert_eq!(mode & 0o777, 0o700, "a folder for this user alone");
+                std::fs::write(p, "ours")
+            })
+            .unwrap();
         staged.commit().unwrap();
-        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "theirs");
+        assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0, "nothing written through a link");
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "ours");
         assert!(!std::fs::symlink_metadata(&out).unwrap().file_type().is_symlink());
     }

@@ -1,6 +1,9 @@
 //! The actuator's accepted connections, bounded: at most [`MAX_CONNECTIONS`] at once, each of
-//! which must send its opening, [`OPENING_BYTES`] (an HTTP/2 client preface's length; a TLS
-//! ClientHello is longer), within [`OPENING_WITHIN`]. Without them, connections held open
+//! which must send its opening within [`OPENING_WITHIN`]: in plain text, [`OPENING_BYTES`] (an
+//! HTTP/2 client preface's length); over TLS, its whole ClientHello record and
+//! [`TLS_FLIGHT_BYTES`] more (the client's second flight: its Finished message and the
+//! encrypted preface), so that a hello cut short, or a handshake left unfinished, does not hold
+//! a slot. Without them, connections held open
 //! without a byte (no token needed for that) used up the process's file descriptors, after
 //! which the server spun on the failed accept and a controller whose stream dropped could not
 //! reconnect. A client that completes its opening and then holds the connection idle is not cut
@@ -22,8 +25,20 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 pub const MAX_CONNECTIONS: usize = 256;
 /// How long a new connection may take to send its opening.
 pub const OPENING_WITHIN: Duration = Duration::from_secs(10);
-/// The opening: the HTTP/2 client preface is 24 bytes, a TLS ClientHello more.
+/// The opening in plain text: the HTTP/2 client preface is 24 bytes.
 pub const OPENING_BYTES: usize = 24;
+/// What a TLS client sends after its ClientHello to finish the handshake and open HTTP/2, at
+/// the least (a TLS 1.3 Finished record alone is over 50 bytes, the encrypted preface over 40).
+pub const TLS_FLIGHT_BYTES: usize = 64;
+
+/// The bytes a connection whose first bytes are `head` must send to have opened.
+fn opening_bytes(head: &[u8]) -> usize {
+    // A TLS handshake record: type 22, a version, then its length.
+    match head {
+        [22, _, _, hi, lo, ..] => 5 + usize::from(u16::from_be_bytes([*hi, *lo])) + TLS_FLIGHT_BYTES,
+        _ => OPENING_BYTES,
+    }
+}
 
 /// Accept connections from `listener` as a stream for tonic's `serve_with_incoming`.
 pub fn bounded(listener: TcpListener) -> impl Stream<Item = io::Result<Guarded>> {
@@ -45,7 +60,7 @@ fn bounded_with(
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
                     let opening = Box::pin(tokio::time::sleep(opening_within));
-                    let guarded = Guarded { stream, _slot: slot, opening: Some((opening, 0)) };
+                    let guarded = Guarded { stream, _slot: slot, opening: Some((opening, Vec::new())), read_so_far: 0 };
                     if tx.send(Ok(guarded)).await.is_err() {
                         return;
                     }
@@ -65,8 +80,11 @@ fn bounded_with(
 pub struct Guarded {
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,
-    /// Until its opening has arrived: the deadline, and the bytes read so far.
-    opening: Option<(Pin<Box<tokio::time::Sleep>>, usize)>,
+    /// Until its opening has arrived: the deadline, and the first bytes read (up to five, a
+    /// TLS record's header).
+    opening: Option<(Pin<Box<tokio::time::Sleep>>, Vec<u8>)>,
+    /// Bytes read while opening.
+    read_so_far: usize,
 }
 
 impl Connected for Guarded {
@@ -78,14 +96,18 @@ impl Connected for Guarded {
 }
 
 impl AsyncRead for Guarded {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
         let before = buf.filled().len();
-        let read = Pin::new(&mut self.stream).poll_read(cx, buf);
-        let got = buf.filled().len() - before;
-        let Some((deadline, bytes)) = self.opening.as_mut() else { return read };
-        *bytes += got;
-        if *bytes >= OPENING_BYTES {
-            self.opening = None;
+        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
+        let Some((deadline, seen)) = this.opening.as_mut() else { return read };
+        let fresh = &buf.filled()[before..];
+        // The first five bytes are kept; past them only their count matters.
+        let keep = fresh.len().min(5usize.saturating_sub(seen.len()));
+        seen.extend_from_slice(&fresh[..keep]);
+        this.read_so_far += fresh.len();
+        if this.read_so_far >= opening_bytes(seen) {
+            this.opening = None;
         } else if read.is_pending() && deadline.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the client did not open in time")));
         }
@@ -124,6 +146,13 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_stream::StreamExt;
+
+    #[test]
+    fn a_tls_client_opens_with_its_whole_hello_and_more() {
+        assert_eq!(opening_bytes(b"PRI * HTTP/2.0"), OPENING_BYTES);
+        assert_eq!(opening_bytes(&[22, 3, 1]), OPENING_BYTES, "not yet a whole record header");
+        assert_eq!(opening_bytes(&[22, 3, 1, 0x02, 0x00]), 5 + 512 + TLS_FLIGHT_BYTES);
+    }
 
     /// A connection that has not sent its opening is cut at its deadline, which frees its slot
     /// for the next one; a connection that opened in time is not cut, however idle after.

@@ -1,5 +1,7 @@
 //! The `/metrics` endpoint: one `GET` per connection, answered and closed, with a bounded number
-//! of connections each given a bounded time. A scraper opens one connection per scrape; what it
+//! of connections each given a bounded time (2 s to send its request's head, 10 s in all). Bind
+//! it where only scrapers reach it: 32 connections held open by anyone else, opened again as
+//! they are cut, still keep scrapes out. A scraper opens one connection per scrape; what it
 //! must not do is take the controller down: connections held open without a request used to
 //! pile up until the process had no file descriptor left, not even to reconnect to its
 //! actuator.
@@ -15,10 +17,16 @@ use tokio::sync::Semaphore;
 const MAX_CONNECTIONS: usize = 32;
 /// The whole life of a connection: reading a request and writing the answer.
 const CONNECTION_TIME: Duration = Duration::from_secs(10);
+/// How long a connection may take to send its request's head: a scraper sends it at once, and
+/// a connection that sends nothing holds one of the few slots meanwhile.
+const HEAD_WITHIN: Duration = Duration::from_secs(2);
 /// The most a request's head may take (a scraper's is a few hundred bytes).
 const MAX_HEAD_BYTES: usize = 8192;
 /// How long an answered connection is read on, for what its client still sends, before it closes.
 const LINGER: Duration = Duration::from_secs(1);
+
+/// The headers of a plain-text answer.
+const TEXT: &[(&str, &str)] = &[("content-type", "text/plain")];
 
 /// The media type of the exposition: prometheus-client writes OpenMetrics text; said so, or a
 /// scraper parses it as the older text format.
@@ -59,7 +67,8 @@ async fn serve_with(
             let render = render.clone();
             tokio::spawn(async move {
                 let _slot = slot;
-                let _ = tokio::time::timeout(connection_time, answer(stream, &*render)).await;
+                let head_within = connection_time.min(HEAD_WITHIN);
+                let _ = tokio::time::timeout(connection_time, answer(stream, &*render, head_within)).await;
             });
         }
     });
@@ -67,17 +76,23 @@ async fn serve_with(
 }
 
 /// Read one request's head and answer it.
-async fn answer(mut stream: TcpStream, render: &(dyn Fn() -> String + Send + Sync)) -> std::io::Result<()> {
+async fn answer(
+    mut stream: TcpStream,
+    render: &(dyn Fn() -> String + Send + Sync),
+    head_within: Duration,
+) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     // The blank line that ends the head, looked for in what came since the last look.
     let mut looked: usize = 0;
+    let give_up = tokio::time::Instant::now() + head_within;
     while !ends_head(&head[looked.saturating_sub(3)..]) {
         looked = head.len();
         if head.len() > MAX_HEAD_BYTES {
-            return respond(&mut stream, "431 Request Header Fields Too Large", "text/plain", "", true).await;
+            return respond(&mut stream, "431 Request Header Fields Too Large", TEXT, "", true).await;
         }
-        let n = stream.read(&mut buf).await?;
+        let Ok(n) = tokio::time::timeout_at(give_up, stream.read(&mut buf)).await else { return Ok(()) };
+        let n = n?;
         if n == 0 {
             return Ok(());
         }
@@ -91,10 +106,14 @@ async fn answer(mut stream: TcpStream, render: &(dyn Fn() -> String + Send + Syn
     let metrics = request_path(target) == b"/metrics";
     match method {
         b"GET" | b"HEAD" if metrics => {
-            respond(&mut stream, "200 OK", OPENMETRICS_TEXT, &render(), method == b"GET").await
+            respond(&mut stream, "200 OK", &[("content-type", OPENMETRICS_TEXT)], &render(), method == b"GET").await
         }
-        b"GET" | b"HEAD" => respond(&mut stream, "404 Not Found", "text/plain", "try /metrics\n", true).await,
-        _ => respond(&mut stream, "405 Method Not Allowed", "text/plain", "GET /metrics only\n", true).await,
+        b"GET" | b"HEAD" => respond(&mut stream, "404 Not Found", TEXT, "try /metrics\n", true).await,
+        // RFC 9110 §15.5.6: a 405 lists the methods that are allowed.
+        _ => {
+            let headers = [TEXT[0], ("allow", "GET, HEAD")];
+            respond(&mut stream, "405 Method Not Allowed", &headers, "GET /metrics only\n", true).await
+        }
     }
 }
 
@@ -122,14 +141,15 @@ fn request_path(target: &[u8]) -> &[u8] {
 async fn respond(
     stream: &mut TcpStream,
     status: &str,
-    content_type: &str,
+    headers: &[(&str, &str)],
     body: &str,
     with_body: bool,
 ) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
+    let mut head = format!("HTTP/1.1 {status}\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!("content-length: {}\r\nconnection: close\r\n\r\n", body.len()));
     stream.write_all(head.as_bytes()).await?;
     if with_body {
         stream.write_all(body.as_bytes()).await?;
