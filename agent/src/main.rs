@@ -19,6 +19,7 @@ mod policy;
 mod recommend;
 mod report;
 mod rollout;
+mod slots;
 mod stop_signals;
 mod telemetry_input;
 

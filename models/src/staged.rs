@@ -43,20 +43,12 @@ impl StagedFiles {
         use std::os::unix::fs::DirBuilderExt;
         let name = destination.file_name().map(|n| n.to_os_string()).unwrap_or_default();
         self.held.get_or_insert_with(HeldSignals::new);
-        let mut tries = 0;
-        let folder = loop {
-            let n = NEXT_NAME.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let folder = destination.with_file_name(format!(".tmp-{}-{n}", std::process::id()));
-            match std::fs::DirBuilder::new().mode(0o700).create(&folder) {
-                Ok(()) => break folder,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
-                Err(e) => {
-                    // A commit of the set then fails: it is not written whole.
-                    self.failed = Some(destination.to_path_buf());
-                    return Err(e);
-                }
-            }
-        };
+        let folder = at_a_free_name(
+            |n| destination.with_file_name(format!(".tmp-{}-{n}", std::process::id())),
+            |folder| std::fs::DirBuilder::new().mode(0o700).create(folder),
+        )
+        // A commit of the set then fails: it is not written whole.
+        .inspect_err(|_| self.failed = Some(destination.to_path_buf()))?;
         let temporary = folder.join(name);
         self.files.push((temporary.clone(), destination.to_path_buf()));
         Ok(temporary)
@@ -169,34 +161,48 @@ impl Drop for StagedFiles {
 /// The number in the next temporary folder's or kept file's name (`.tmp-PID-N`, `.old-PID-N-NAME`).
 static NEXT_NAME: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Make something under a name nobody holds: `make` is tried at `path(n)`, for a fresh `n`
+/// each time, while it finds the name taken (up to 100 times more); its error otherwise.
+fn at_a_free_name(
+    path: impl Fn(u64) -> PathBuf,
+    mut make: impl FnMut(&Path) -> std::io::Result<()>,
+) -> std::io::Result<PathBuf> {
+    let mut tries = 0;
+    loop {
+        let candidate = path(NEXT_NAME.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        match make(&candidate) {
+            Ok(()) => return Ok(candidate),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// A second name for `destination`'s file (a hard link, else a copy), made exclusively under a
 /// name nobody holds, never through a link planted there: `.old-PID-N-NAME`.
 fn keep_aside(destination: &Path) -> std::io::Result<PathBuf> {
     let name = destination.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    for _ in 0..100 {
-        let n = NEXT_NAME.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let old = destination.with_file_name(format!(".old-{}-{n}-{name}", std::process::id()));
-        match std::fs::hard_link(destination, &old) {
-            Ok(()) => return Ok(old),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            // No hard links here (or not to that file): a copy, into a file made anew.
-            Err(_) => {}
+    let link_or_copy = |old: &Path| {
+        match std::fs::hard_link(destination, old) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {}
+            // Made, or the name taken.
+            linked => return linked,
         }
-        let mut to = match std::fs::OpenOptions::new().write(true).create_new(true).open(&old) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        };
+        // No hard links here (or not to that file): a copy, into a file made anew.
+        let mut to = std::fs::OpenOptions::new().write(true).create_new(true).open(old)?;
         let copied = std::fs::File::open(destination).and_then(|mut from| std::io::copy(&mut from, &mut to));
-        return match copied {
-            Ok(_) => Ok(old),
-            Err(e) => {
-                let _ = std::fs::remove_file(&old);
-                Err(e)
-            }
-        };
-    }
-    Err(std::io::Error::other(format!("{}: no free name to keep the previous file under", destination.display())))
+        copied.map(|_| ()).inspect_err(|_| {
+            let _ = std::fs::remove_file(old);
+        })
+    };
+    at_a_free_name(|n| destination.with_file_name(format!(".old-{}-{n}-{name}", std::process::id())), link_or_copy)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => std::io::Error::other(format!(
+                "{}: no free name to keep the previous file under",
+                destination.display()
+            )),
+            _ => e,
+        })
 }
 
 #[cfg(test)]

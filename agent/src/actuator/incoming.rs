@@ -3,21 +3,21 @@
 //! HTTP/2 client preface's length); over TLS, its whole ClientHello record and
 //! [`TLS_FLIGHT_BYTES`] more (the client's second flight: its Finished message and the
 //! encrypted preface), so that a hello cut short, or a handshake left unfinished, does not hold
-//! a slot. Without them, connections held open
-//! without a byte (no token needed for that) used up the process's file descriptors, after
-//! which the server spun on the failed accept and a controller whose stream dropped could not
-//! reconnect. A client that completes its opening and then holds the connection idle is not cut
-//! (a controller does just that between calls): the cap bounds what such clients can hold.
+//! a slot ([`crate::slots`] bounds the count). Without them, connections held open without a
+//! byte (no token needed for that) used up the process's file descriptors, after which the
+//! server spun on the failed accept and a controller whose stream dropped could not reconnect.
+//! A client that completes its opening and then holds the connection idle is not cut (a
+//! controller does just that between calls): the cap bounds what such clients can hold.
 
+use crate::slots::Slots;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_stream::Stream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
@@ -51,25 +51,16 @@ fn bounded_with(
     connections: usize,
     opening_within: Duration,
 ) -> impl Stream<Item = io::Result<Guarded>> {
-    let slots = Arc::new(Semaphore::new(connections));
+    let slots = Slots::new(listener, connections, "actuator");
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     tokio::spawn(async move {
         loop {
-            let Ok(slot) = slots.clone().acquire_owned().await else { return };
-            match listener.accept().await {
-                Ok((stream, _)) => {
-                    let _ = stream.set_nodelay(true);
-                    let opening = Box::pin(tokio::time::sleep(opening_within));
-                    let guarded = Guarded { stream, _slot: slot, opening: Some((opening, Vec::new())), read_so_far: 0 };
-                    if tx.send(Ok(guarded)).await.is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    // Out of file descriptors, say: wait, rather than spin on the accept.
-                    tracing::warn!(error = %e, "actuator cannot accept a connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+            let (stream, slot) = slots.accept().await;
+            let _ = stream.set_nodelay(true);
+            let opening =
+                Some(Opening { deadline: Box::pin(tokio::time::sleep(opening_within)), first: Vec::new(), read: 0 });
+            if tx.send(Ok(Guarded { stream, _slot: slot, opening })).await.is_err() {
+                return;
             }
         }
     });
@@ -80,11 +71,17 @@ fn bounded_with(
 pub struct Guarded {
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,
-    /// Until its opening has arrived: the deadline, and the first bytes read (up to five, a
-    /// TLS record's header).
-    opening: Option<(Pin<Box<tokio::time::Sleep>>, Vec<u8>)>,
-    /// Bytes read while opening.
-    read_so_far: usize,
+    /// Until its opening has arrived.
+    opening: Option<Opening>,
+}
+
+/// A connection's opening, under way.
+struct Opening {
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    /// The first bytes read, up to five (a TLS record's header).
+    first: Vec<u8>,
+    /// Every byte read so far.
+    read: usize,
 }
 
 impl Connected for Guarded {
@@ -100,15 +97,15 @@ impl AsyncRead for Guarded {
         let this = self.get_mut();
         let before = buf.filled().len();
         let read = Pin::new(&mut this.stream).poll_read(cx, buf);
-        let Some((deadline, seen)) = this.opening.as_mut() else { return read };
+        let Some(opening) = this.opening.as_mut() else { return read };
         let fresh = &buf.filled()[before..];
         // The first five bytes are kept; past them only their count matters.
-        let keep = fresh.len().min(5usize.saturating_sub(seen.len()));
-        seen.extend_from_slice(&fresh[..keep]);
-        this.read_so_far += fresh.len();
-        if this.read_so_far >= opening_bytes(seen) {
+        let keep = fresh.len().min(5usize.saturating_sub(opening.first.len()));
+        opening.first.extend_from_slice(&fresh[..keep]);
+        opening.read += fresh.len();
+        if opening.read >= opening_bytes(&opening.first) {
             this.opening = None;
-        } else if read.is_pending() && deadline.as_mut().poll(cx).is_ready() {
+        } else if read.is_pending() && opening.deadline.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the client did not open in time")));
         }
         read

@@ -6,12 +6,12 @@
 //! pile up until the process had no file descriptor left, not even to reconnect to its
 //! actuator.
 
+use crate::slots::Slots;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 
 /// Connections served at once; more wait in the listener's backlog.
 const MAX_CONNECTIONS: usize = 32;
@@ -51,19 +51,10 @@ async fn serve_with(
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let render = Arc::new(render);
-    let slots = Arc::new(Semaphore::new(connections));
+    let slots = Slots::new(listener, connections, "metrics endpoint");
     tokio::spawn(async move {
         loop {
-            let Ok(slot) = slots.clone().acquire_owned().await else { return };
-            let stream = match listener.accept().await {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    // Out of file descriptors, say: try again later, not in a busy loop.
-                    tracing::warn!(error = %e, "metrics endpoint cannot accept a connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
+            let (stream, slot) = slots.accept().await;
             let render = render.clone();
             tokio::spawn(async move {
                 let _slot = slot;

@@ -176,6 +176,15 @@ impl RunReport {
             (a, b) => a.or(b),
         }
     }
+
+    /// Error `e`, with what the run left behind said after it ([`RunReport::failure_said`]):
+    /// a run that ends on an error has no report of its own to say it.
+    pub fn said_with(&self, e: CliError) -> CliError {
+        match self.failure_said() {
+            Some(left) => e.and(&left),
+            None => e,
+        }
+    }
 }
 
 fn to_setting(s: Option<&pb::EcnSetting>) -> Option<EcnSetting> {
@@ -326,12 +335,11 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
             }
         }
     }
-    match (first_error, total.failure_said()) {
+    match first_error {
         // The other targets' reports are lost with the error, but not what they left behind
         // nor where they changed nothing.
-        (Some(e), Some(left)) => Err(e.and(&left)),
-        (Some(e), None) => Err(e),
-        (None, _) => Ok(total),
+        Some(e) => Err(total.said_with(e)),
+        None => Ok(total),
     }
 }
 
@@ -514,10 +522,7 @@ pub async fn run(
         Err(e) => {
             warn!(target = %lp.cfg.target, "stopping on an error: {e}");
             match lp.shutdown().await {
-                Ok(report) => Err(match report.failure_said() {
-                    Some(left) => e.and(&left),
-                    None => e,
-                }),
+                Ok(report) => Err(report.said_with(e)),
                 // The same failure again (the decision log, still full) is said once.
                 Err(also) if also.to_string().starts_with(&e.to_string()) => Err(also),
                 Err(also) => Err(e.and(&also.to_string())),
@@ -1389,11 +1394,7 @@ impl ControlLoop {
             }
         }
         match log_failure {
-            // What the stop left behind is said with the error, as the report would have.
-            Some(e) => Err(match self.report.failure_said() {
-                Some(left) => e.and(&left),
-                None => e,
-            }),
+            Some(e) => Err(self.report.said_with(e)),
             None => Ok(self.report),
         }
     }

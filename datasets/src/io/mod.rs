@@ -403,11 +403,11 @@ mod parquet;
 
 pub use csv::{write_flows_csv, write_telemetry_csv, TelemetryCsvWriter};
 pub use hpcc::{hpcc_ip_node, hpcc_node_ip, read_flows_hpcc_fct, write_flows_hpcc_fct};
+pub(crate) use parquet::{newer_minor, schema_major, schema_version_said};
 pub use parquet::{
     read_flows_parquet, read_telemetry_parquet, telemetry_frame, telemetry_schema_version, write_flows_parquet,
     write_telemetry_parquet, write_telemetry_parquet_with, TelemetryParquetWriter,
 };
-pub(crate) use parquet::{schema_major, schema_version_said};
 
 #[cfg(test)]
 mod tests {
@@ -647,6 +647,19 @@ mod tests {
         assert!(matches!(err, IoError::SchemaVersion { .. }), "{err}");
         // The message names the key, with its value as written.
         assert!(err.to_string().contains("metadata key ecn_tuner.telemetry_schema is `999.0`"), "{err}");
+
+        // A higher minor version is newer; another major one, or none, is not.
+        for (found, newer) in [
+            ("1.2", true),
+            ("1.10", true),
+            ("1.1", false),
+            ("1.0", false),
+            ("1", false),
+            ("1.x", false),
+            ("2.5", false),
+        ] {
+            assert_eq!(newer_minor(found, "1.1"), newer, "{found}");
+        }
 
         // No recorded version: accepted.
         let bare = dir.join("bare.parquet");

@@ -269,6 +269,13 @@ pub(crate) fn schema_major(version: &str) -> &str {
     version.split('.').next().unwrap_or(version)
 }
 
+/// Whether schema version `found` has the same major version as `ours` and a higher minor one:
+/// compatible, but written with columns this build does not know.
+pub(crate) fn newer_minor(found: &str, ours: &str) -> bool {
+    let minor = |v: &str| v.split('.').nth(1).and_then(|m| m.trim().parse::<u64>().ok());
+    schema_major(found) == schema_major(ours) && matches!((minor(found), minor(ours)), (Some(f), Some(o)) if f > o)
+}
+
 /// Why a file whose schema key holds `found` is refused, and what to do: the key is named,
 /// and the value shown as written (a blank or a stray space shows).
 pub(crate) fn schema_version_said(found: &str) -> String {

@@ -104,12 +104,6 @@ fn expected_name(e: Expect) -> &'static str {
     }
 }
 
-/// Whether schema version `found` has the same major version as `ours` and a higher minor one.
-fn newer_minor(found: &str, ours: &str) -> bool {
-    let minor = |v: &str| v.split('.').nth(1).and_then(|m| m.trim().parse::<u64>().ok());
-    matches!((minor(found), minor(ours)), (Some(f), Some(o)) if f > o)
-}
-
 impl ParquetSource {
     /// Opens the file and checks its footer: readable, schema version, every column present
     /// with an allowed type. All column problems are reported together.
@@ -148,7 +142,7 @@ impl ParquetSource {
                 problems.push(None, None, ProblemKind::SchemaVersion { found }, false);
                 return None;
             }
-            if newer_minor(&found, crate::TELEMETRY_SCHEMA_VERSION) {
+            if crate::io::newer_minor(&found, crate::TELEMETRY_SCHEMA_VERSION) {
                 // Compatible by the versioning rule, but what the newer minor version added is
                 // not read, and a file rewritten from it (`validate --repair --out`) loses it.
                 tracing::warn!(
@@ -406,18 +400,4 @@ fn fill(columns: &[Series], batch: &mut Batch, interner: &mut Interner, problems
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::newer_minor;
-
-    #[test]
-    fn only_a_higher_minor_version_is_newer() {
-        for (found, newer) in
-            [("1.2", true), ("1.10", true), ("1.1", false), ("1.0", false), ("1", false), ("1.x", false)]
-        {
-            assert_eq!(newer_minor(found, "1.1"), newer, "{found}");
-        }
-    }
 }
