@@ -239,9 +239,23 @@ impl ModelCard {
     /// about (`tuning.features`, `training`), and where the JSON is well formed but not this
     /// build's card (a variant, a field, a type it does not know) says what to do.
     pub fn parse(text: &str, path: &str) -> Result<ModelCard, CardError> {
+        let (card, unread) = Self::parse_noting_unread(text, path)?;
+        // A field this build does not know is most likely a newer version's: the card still
+        // loads (what it describes is checked field by field), but not without a word.
+        for field in unread {
+            tracing::warn!("{path}: {field}: not a field this build reads; ignored (a card from a newer version?)");
+        }
+        Ok(card)
+    }
+
+    /// [`Self::parse`], and the paths of the fields it did not read.
+    fn parse_noting_unread(text: &str, path: &str) -> Result<(ModelCard, Vec<String>), CardError> {
         let fail = |field: String, message: String| CardError { path: path.into(), field, message };
         let mut json = serde_json::Deserializer::from_str(text);
-        let card = serde_path_to_error::deserialize(&mut json).map_err(|e| {
+        let mut unread = Vec::new();
+        let mut note_unread = |field: serde_ignored::Path| unread.push(field.to_string());
+        let fields = serde_ignored::Deserializer::new(&mut json, &mut note_unread);
+        let card = serde_path_to_error::deserialize(fields).map_err(|e| {
             let field = e.path().to_string();
             let inner = e.into_inner();
             // A card of another version is an object; anything else is no card at all.
@@ -256,7 +270,7 @@ impl ModelCard {
         })?;
         // Whatever follows the card (a second one pasted after it) is an error, as it was.
         json.end().map_err(|e| fail("card".into(), format!("not valid JSON: {e}")))?;
-        Ok(card)
+        Ok((card, unread))
     }
 
     /// Check that this build computes the features and reads the actions this card
@@ -365,5 +379,34 @@ impl ModelCard {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A field the card's writer added and this build does not know is named (it is warned
+    /// of), and the card still reads as it did without it.
+    #[test]
+    fn fields_this_build_does_not_read_are_named() {
+        let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/checkpoints");
+        for entry in std::fs::read_dir(shipped).unwrap() {
+            let path = entry.unwrap().path();
+            if path.to_string_lossy().ends_with(".card.json") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let (_, unread) = ModelCard::parse_noting_unread(&text, "shipped").unwrap();
+                assert!(unread.is_empty(), "{path:?} is read whole: {unread:?}");
+            }
+        }
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/checkpoints/default.card.json");
+        let text = std::fs::read_to_string(path).unwrap();
+        let card = ModelCard::parse(&text, path).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["trained_from_commit"] = "f4c204c".into();
+        v["network"]["activation"] = "gelu".into();
+        let (with_extra, unread) = ModelCard::parse_noting_unread(&v.to_string(), path).unwrap();
+        assert_eq!(unread, ["network.activation", "trained_from_commit"]);
+        assert_eq!(serde_json::to_value(&with_extra).unwrap(), serde_json::to_value(&card).unwrap());
     }
 }

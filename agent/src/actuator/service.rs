@@ -211,10 +211,14 @@ impl<B: Backend> ActuatorService<B> {
         note: &str,
     ) -> bool {
         // A refused request's size is its sender's choice: the line keeps the first queues (a
-        // 60 000-entry request without a lease wrote megabytes, synced, per call).
+        // 60 000-entry request without a lease wrote megabytes, synced, per call), and says so.
+        let cut = match queues.len() {
+            n if n > MAX_REFUSED_QUEUES => format!(" (the first {MAX_REFUSED_QUEUES} of its {n} queues)"),
+            _ => String::new(),
+        };
         queues.truncate(MAX_REFUSED_QUEUES);
         let e = Event::now(EventKind::Reject, st.ledger.current(), st.ledger.confirmed(), queues)
-            .detail(format!("{:?}: {}{note}", status.code(), status.message()))
+            .detail(format!("{:?}: {}{note}{cut}", status.code(), status.message()))
             .controller(controller);
         warn!(code = ?status.code(), "refused: {}", status.message());
         match st.journal.write(&e) {
@@ -1229,6 +1233,8 @@ mod tests {
         assert_eq!(s.do_apply(foreign).unwrap_err().code(), tonic::Code::PermissionDenied);
         let lines = journal_lines(&path);
         assert_eq!(lines[0]["queues"].as_array().unwrap().len(), MAX_REFUSED_QUEUES);
+        let detail = lines[0]["detail"].as_str().unwrap();
+        assert!(detail.ends_with("(the first 64 of its 60000 queues)"), "{detail}");
         assert!(Journal::peek(&path).unwrap().switches().is_empty(), "a refusal names no device");
         // A controller id is a short name without control characters.
         for id in ["x".repeat(crate::actuator::lease::MAX_CONTROLLER_ID_BYTES + 1), "a\nINFO forged".to_string()] {
