@@ -37,6 +37,8 @@ impl TlsFiles {
         if !String::from_utf8_lossy(&key).contains("PRIVATE KEY-----") {
             return Err(ActuatorError::BadInput(format!("--tls-key {}: no PEM private key found", self.key.display())));
         }
+        // Whoever reads the key can pose as this actuator to its controllers.
+        warn_if_others_may_use("--tls-key", &self.key);
         Ok(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))
     }
 }
@@ -77,20 +79,29 @@ pub fn read_token_file(path: &Path) -> Result<String, ActuatorError> {
             path.display()
         )));
     }
-    // Anyone who can read the file can write the switch's settings: said, as ssh says of a
-    // private key (not refused: a container's secret mount may show other modes).
-    use std::os::unix::fs::PermissionsExt;
-    if let Ok(meta) = std::fs::metadata(path) {
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            tracing::warn!(
-                file = %path.display(),
-                mode = %format!("{mode:04o}"),
-                "--token-file is readable or writable by other users; chmod 600 it"
-            );
-        }
-    }
+    // Anyone who can read the file can write the switch's settings.
+    warn_if_others_may_use("--token-file", path);
     Ok(token.to_string())
+}
+
+/// The access bits of `path` other users have, when they have any: a secret they may read is
+/// said, as ssh says of a private key (not refused: a container's secret mount may show other
+/// modes).
+fn others_access(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then_some(mode)
+}
+
+/// Warn that the secret `flag` names, at `path`, is open to other users.
+fn warn_if_others_may_use(flag: &str, path: &Path) {
+    if let Some(mode) = others_access(path) {
+        tracing::warn!(
+            file = %path.display(),
+            mode = %format!("{mode:04o}"),
+            "{flag} is readable or writable by other users; chmod 600 it"
+        );
+    }
 }
 
 /// Refuse to serve on a non-loopback address unless both TLS and a token protect it.
@@ -177,6 +188,20 @@ mod tests {
         assert!(!holds_pem_certificate(broken.as_bytes()));
         assert!(!holds_pem_certificate(format!("{cert}\n{broken}").as_bytes()), "one bad block spoils the file");
         assert!(!holds_pem_certificate(b"no PEM at all"));
+    }
+
+    /// The secrets (token file, TLS key) are said to be open to others by their access bits.
+    #[test]
+    fn secrets_open_to_other_users_are_found() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("key.pem");
+        std::fs::write(&p, "secret").unwrap();
+        for (mode, others) in [(0o600, None), (0o400, None), (0o644, Some(0o644)), (0o620, Some(0o620))] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(others_access(&p), others, "{mode:o}");
+        }
+        assert_eq!(others_access(&dir.path().join("absent")), None);
     }
 
     #[test]
