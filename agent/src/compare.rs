@@ -18,7 +18,8 @@ pub struct Change {
     pub low: Option<f64>,
     /// Upper end of the 95% interval; `None` with a single seed.
     pub high: Option<f64>,
-    /// Seeds that entered (those with a value for the policy and the reference in every scenario).
+    /// Seeds that entered: those with a value for both the policy and the reference; for a
+    /// mean over scenarios, the fewest of any scenario.
     pub seeds: usize,
 }
 
@@ -28,64 +29,77 @@ pub type Paired<'a> = (&'a [Option<f64>], &'a [Option<f64>]);
 
 /// The mean over scenarios of the relative change of `policy` against `reference`, with
 /// `scenarios[s] = (policy, reference)` and `policy[k]` the metric on seed k; one scenario gives
-/// that scenario's change. Seeds where either side lacks a value in some scenario (no flow of
-/// that size finished) are left out. `None` when no seed is left or a reference mean is not
-/// positive.
+/// that scenario's change. In each scenario, the seeds where either side lacks a value (no flow
+/// of that size finished) are left out of that scenario. `None` when a scenario has no seed
+/// left or a reference mean that is not positive.
 ///
 /// The estimate is the mean over scenarios of R_s − 1, where R_s = x̄_s / r̄_s is the ratio of
-/// the policy's mean to the reference's over the seeds used: the change of the means that the
-/// tables report. Its interval is the delta method's for a ratio of means: seed k contributes
-/// e_k = mean over s of (x_sk − R_s · r_sk) / r̄_s, the first-order effect of that seed on the
-/// estimate, and the interval is estimate ± t(0.975, n−1) · sd(e) / √n. A policy that is the
-/// same fraction better on every seed thus has an interval of zero width, whatever the seeds'
-/// scale; differences x_sk − r_sk, scaled by r̄_s alone, would count the reference's own seed
-/// spread, times the change, as uncertainty.
+/// the policy's mean to the reference's over the scenario's seeds: the change of the means that
+/// the tables report, so that the mean row is the mean of the scenario rows. Its interval is the
+/// delta method's for a ratio of means: in scenario s, seed k contributes
+/// e_sk = (x_sk − R_s · r_sk) / r̄_s, the first-order effect of that seed on R_s, and the
+/// estimate's variance is (1/S²) Σ_s Σ_t C_st, with C_ss = Σ_k e_sk² / (n_s (n_s − 1)) over the
+/// n_s seeds of s, and C_st, for s ≠ t, the covariance of the two over the m seeds they share,
+/// Σ_k e_sk e_tk · m / ((m − 1) n_s n_t) (0 under two shared seeds): a seed offers every
+/// scenario the same random draws, so their errors need not be independent. Where every
+/// scenario has the same n seeds this is the variance of e_k = mean over s of e_sk, divided by
+/// n. The interval is estimate ± t(0.975, n − 1) · √variance, n the fewest seeds of any
+/// scenario. A policy that is the same fraction better on every seed thus has an interval of
+/// zero width, whatever the seeds' scale; differences x_sk − r_sk, scaled by r̄_s alone, would
+/// count the reference's own seed spread, times the change, as uncertainty.
 pub fn mean_paired_change(scenarios: &[Paired<'_>]) -> Option<Change> {
-    let seeds = scenarios.iter().map(|(p, r)| p.len().min(r.len())).min()?;
-    let usable: Vec<usize> = (0..seeds)
-        .filter(|&k| {
-            scenarios.iter().all(|(p, r)| p[k].is_some_and(f64::is_finite) && r[k].is_some_and(f64::is_finite))
-        })
-        .collect();
-    if usable.is_empty() {
-        return None;
-    }
-    let n = usable.len() as f64;
-    let mean_of = |v: &[Option<f64>]| usable.iter().map(|&k| v[k].unwrap_or_default()).sum::<f64>() / n;
-    // (r̄_s, R_s) per scenario.
-    let mut means = Vec::with_capacity(scenarios.len());
+    let usable = |v: Option<f64>| v.filter(|x| x.is_finite());
+    // Per scenario: each usable seed with its e_sk, and R_s.
+    let mut effects: Vec<Vec<(usize, f64)>> = Vec::with_capacity(scenarios.len());
+    let mut changes = Vec::with_capacity(scenarios.len());
     for (p, r) in scenarios {
-        let reference_mean = mean_of(r);
+        let pairs: Vec<(usize, f64, f64)> =
+            p.iter().zip(r.iter()).enumerate().filter_map(|(k, (&x, &y))| Some((k, usable(x)?, usable(y)?))).collect();
+        if pairs.is_empty() {
+            return None;
+        }
+        let n = pairs.len() as f64;
+        let reference_mean = pairs.iter().map(|&(_, _, y)| y).sum::<f64>() / n;
         if reference_mean <= 0.0 {
             return None;
         }
-        means.push((reference_mean, mean_of(p) / reference_mean));
+        let ratio = pairs.iter().map(|&(_, x, _)| x).sum::<f64>() / n / reference_mean;
+        changes.push(ratio - 1.0);
+        effects.push(pairs.iter().map(|&(k, x, y)| (k, (x - ratio * y) / reference_mean)).collect());
     }
     let scenario_count = scenarios.len() as f64;
-    let mean = means.iter().map(|(_, ratio)| ratio - 1.0).sum::<f64>() / scenario_count;
-    let (low, high) = if usable.len() > 1 {
-        // The e_k sum to zero (Σ_k x_sk = R_s · Σ_k r_sk), so their sum of squares is their spread.
-        let sum_of_squares: f64 = usable
-            .iter()
-            .map(|&k| {
-                scenarios
-                    .iter()
-                    .zip(&means)
-                    .map(|((p, r), (reference_mean, ratio))| {
-                        (p[k].unwrap_or_default() - ratio * r[k].unwrap_or_default()) / reference_mean
-                    })
-                    .sum::<f64>()
-                    / scenario_count
-            })
-            .map(|e| e * e)
-            .sum();
-        let variance = sum_of_squares / (n - 1.0);
-        let half = student_t_975(usable.len() - 1) * (variance / n).sqrt();
+    let mean = changes.iter().sum::<f64>() / scenario_count;
+    let fewest = effects.iter().map(Vec::len).min()?;
+    let (low, high) = if fewest > 1 {
+        let mut variance = 0.0;
+        for a in &effects {
+            for b in &effects {
+                // Seeds in ascending order on both sides: a merge finds the shared ones.
+                let (mut i, mut j, mut shared, mut sum) = (0, 0, 0usize, 0.0);
+                while i < a.len() && j < b.len() {
+                    match a[i].0.cmp(&b[j].0) {
+                        std::cmp::Ordering::Less => i += 1,
+                        std::cmp::Ordering::Greater => j += 1,
+                        std::cmp::Ordering::Equal => {
+                            sum += a[i].1 * b[j].1;
+                            shared += 1;
+                            (i, j) = (i + 1, j + 1);
+                        }
+                    }
+                }
+                if shared > 1 {
+                    let m = shared as f64;
+                    variance += sum * m / ((m - 1.0) * a.len() as f64 * b.len() as f64);
+                }
+            }
+        }
+        // Scenarios with different seeds can make the estimate a little negative.
+        let half = student_t_975(fewest - 1) * (variance.max(0.0) / (scenario_count * scenario_count)).sqrt();
         (Some(mean - half), Some(mean + half))
     } else {
         (None, None)
     };
-    Some(Change { mean, low, high, seeds: usable.len() })
+    Some(Change { mean, low, high, seeds: fewest })
 }
 
 /// The 97.5th percentile of Student's t with `df` degrees of freedom (`df` ≥ 1): the table up to
@@ -168,16 +182,46 @@ mod tests {
         assert!((c.low.unwrap() - c.mean).abs() < 1e-12 && (c.high.unwrap() - c.mean).abs() < 1e-12, "{c:?}");
     }
 
+    /// A seed without a value in one scenario is left out of that scenario only: the mean row
+    /// is the mean of the scenarios' changes as their rows give them, even where the scenarios
+    /// share no seed.
     #[test]
-    fn seeds_missing_a_value_are_left_out_everywhere() {
+    fn seeds_missing_a_value_are_left_out_of_their_scenario() {
         let (a, ra) = (vec![Some(1.0), None, Some(3.0)], some(&[2.0, 2.0, 4.0]));
         let (b, rb) = (some(&[1.0, 1.0, 1.0]), vec![Some(1.0), Some(1.0), None]);
+        let row_a = paired_change(&a, &ra).unwrap();
+        let row_b = paired_change(&b, &rb).unwrap();
+        assert_eq!((row_a.seeds, row_b.seeds), (2, 2));
+        assert!((row_a.mean - (4.0 / 6.0 - 1.0)).abs() < 1e-12 && row_b.mean.abs() < 1e-12);
         let c = mean_paired_change(&[(&a, &ra), (&b, &rb)]).unwrap();
-        assert_eq!(c.seeds, 1);
-        assert_eq!((c.low, c.high), (None, None));
-        assert!((c.mean - (-0.5 / 2.0)).abs() < 1e-12);
+        assert_eq!(c.seeds, 2);
+        assert!((c.mean - (row_a.mean + row_b.mean) / 2.0).abs() < 1e-12, "{c:?}");
+        // No seed in common: still the mean of the two, with no interval from one seed each.
+        let (d, rd) = (vec![Some(2.0), None], vec![Some(1.0), Some(1.0)]);
+        let (e, re) = (vec![None, Some(1.0)], vec![Some(1.0), Some(2.0)]);
+        let c = mean_paired_change(&[(&d, &rd), (&e, &re)]).unwrap();
+        assert!((c.mean - (1.0 - 0.5) / 2.0).abs() < 1e-12, "{c:?}");
+        assert_eq!((c.seeds, c.low, c.high), (1, None, None));
         assert_eq!(paired_change(&[None], &[Some(1.0)]), None);
         assert_eq!(paired_change(&some(&[1.0]), &some(&[0.0])), None);
+    }
+
+    /// With the same seeds in every scenario, the variance is that of the seeds' effects
+    /// averaged over the scenarios, as it was computed before scenarios could differ in seeds.
+    #[test]
+    fn with_the_same_seeds_everywhere_the_effects_are_averaged_seed_by_seed() {
+        let (a, ra) = (some(&[4.0, 3.2, 4.8, 5.1]), some(&[4.5, 5.0, 5.5, 5.2]));
+        let (b, rb) = (some(&[9.0, 12.0, 8.0, 10.5]), some(&[10.0, 10.0, 9.0, 11.0]));
+        let c = mean_paired_change(&[(&a, &ra), (&b, &rb)]).unwrap();
+        let effects = |x: &[Option<f64>], r: &[Option<f64>]| {
+            let (xm, rm) = (x.iter().flatten().sum::<f64>() / 4.0, r.iter().flatten().sum::<f64>() / 4.0);
+            x.iter().zip(r).map(|(x, r)| (x.unwrap() - xm / rm * r.unwrap()) / rm).collect::<Vec<_>>()
+        };
+        let (ea, eb) = (effects(&a, &ra), effects(&b, &rb));
+        let e: Vec<f64> = ea.iter().zip(&eb).map(|(x, y)| (x + y) / 2.0).collect();
+        let sd = (e.iter().map(|v| v * v).sum::<f64>() / 3.0).sqrt();
+        let half = 3.182 * sd / 2.0;
+        assert!((c.high.unwrap() - c.mean - half).abs() < 1e-12, "{c:?} against ±{half}");
     }
 
     #[test]

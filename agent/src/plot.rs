@@ -113,17 +113,21 @@ pub fn slowdown_by_bucket(path: &Path, title: &str, series: &[BucketSeries]) -> 
             .map_err(&fail)?;
         for (k, s) in series.iter().enumerate() {
             let colour = COLOURS[k % COLOURS.len()];
-            let points: Vec<(SegmentValue<i32>, f64)> = pick(s)
-                .iter()
-                .enumerate()
-                .filter_map(|(i, v)| v.filter(|v| v.is_finite()).map(|v| (SegmentValue::CenterOf(i as i32), v)))
-                .collect();
-            chart
-                .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
-                .map_err(&fail)?
-                .label(s.name)
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], colour.stroke_width(2)));
-            chart.draw_series(points.into_iter().map(|p| Circle::new(p, 4, colour.filled()))).map_err(&fail)?;
+            let at = |(i, v): (usize, f64)| (SegmentValue::CenterOf(i as i32), v);
+            let stretches = present_stretches(&pick(s));
+            // The first stretch (perhaps empty) carries the legend entry; a line never bridges
+            // an empty bucket, which would read as a value there.
+            for (n, stretch) in stretches.iter().enumerate() {
+                let line = chart
+                    .draw_series(LineSeries::new(stretch.iter().copied().map(at), colour.stroke_width(2)))
+                    .map_err(&fail)?;
+                if n == 0 {
+                    line.label(s.name)
+                        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], colour.stroke_width(2)));
+                }
+            }
+            let points = stretches.into_iter().flatten().map(at);
+            chart.draw_series(points.map(|p| Circle::new(p, 4, colour.filled()))).map_err(&fail)?;
         }
         if !series.is_empty() {
             draw_legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(&fail)?;
@@ -216,6 +220,23 @@ pub fn training_curve(
     Ok(())
 }
 
+/// The finite values of `values` by index, in stretches of neighbouring buckets: one line each.
+/// Always at least one stretch, empty when no value is.
+fn present_stretches(values: &[Option<f64>]) -> Vec<Vec<(usize, f64)>> {
+    let mut stretches = vec![Vec::new()];
+    for (i, v) in values.iter().enumerate() {
+        match v.filter(|v| v.is_finite()) {
+            Some(v) => stretches.last_mut().expect("never empty").push((i, v)),
+            None if !stretches.last().expect("never empty").is_empty() => stretches.push(Vec::new()),
+            None => {}
+        }
+    }
+    if stretches.len() > 1 && stretches.last().is_some_and(Vec::is_empty) {
+        stretches.pop();
+    }
+    stretches
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,6 +262,16 @@ mod tests {
         slowdown_by_bucket(&path, "test", &series).unwrap();
         assert_eq!(std::fs::read(&path).unwrap()[..8], PNG_SIGNATURE);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Lines join neighbouring buckets only: one with no flows breaks the line.
+    #[test]
+    fn a_line_breaks_at_an_empty_bucket() {
+        let (a, b) = (Some(2.0), Some(5.0));
+        assert_eq!(present_stretches(&[a, None, None, b]), [vec![(0, 2.0)], vec![(3, 5.0)]]);
+        assert_eq!(present_stretches(&[a, b, None, Some(f64::NAN)]), [vec![(0, 2.0), (1, 5.0)]]);
+        assert_eq!(present_stretches(&[None, a, b]), [vec![(1, 2.0), (2, 5.0)]]);
+        assert_eq!(present_stretches(&[None, None]), [Vec::<(usize, f64)>::new()]);
     }
 
     #[test]

@@ -283,6 +283,39 @@ fn queue_depth_is_summarised_over_the_arrival_window() {
     );
 }
 
+/// The other side of the same window: traffic that ends early in it is measured over the whole
+/// window, idle rest included, as a closed-loop policy's run is (its episode runs to the
+/// window's end). Stopping at the last flow made the same bytes read as twice the utilization
+/// in a window twice as long, and an open-loop policy look busier than a learned one on the
+/// same traffic. One 500 KB flow, done within 50 µs, in windows of 1 and 2 ms.
+#[test]
+fn traffic_that_ends_early_is_measured_over_the_whole_window() {
+    let run = |window_ms: u64| {
+        let mut cfg = FabricConfig::new(star(2));
+        cfg.ecn = EcnPlan::Fixed(ecn_off());
+        cfg.window_start = Nanos(0);
+        cfg.window_end = Nanos(window_ms * MS);
+        cfg.stop_at = Nanos(100 * MS);
+        let interval = cfg.sample_interval.0;
+        let mut sim = Simulator::new(cfg, vec![flow(1, 0, 500_000, 0)]).unwrap();
+        assert!(sim.run(|_| {}));
+        let last_fct = sim.flow_records()[0].fct_ns.unwrap();
+        assert!(last_fct < 100_000, "the flow ends early in the window: {last_fct} ns");
+        assert_eq!(sim.now().0, window_ms * MS, "the run reaches the window's end");
+        let (c, queues) = (sim.counters(), sim.queues().len());
+        let samples =
+            sim.take_telemetry().iter().filter(|s| s.sample.ts_ns.saturating_sub(interval) < window_ms * MS).count();
+        (c.utilization, c.queue_bytes_avg, samples / queues)
+    };
+    let ((u1, q1, n1), (u2, q2, n2)) = (run(1), run(2));
+    // 500 KB (plus headers) over one of the two 100G host downlinks for 1 ms: about 4% of
+    // its capacity, 2% of both.
+    assert!(u1 > 0.02 && u1 < 0.0225, "utilization over 1 ms: {u1}");
+    assert!((u2 - u1 / 2.0).abs() <= 1e-9, "twice the window, half the utilization: {u1} then {u2}");
+    assert!(q2 <= q1 / 2.0 + 1e-9, "idle intervals count in the depth average: {q1} then {q2}");
+    assert_eq!((n1, n2), (10, 20), "every 100 µs interval of the window is sampled");
+}
+
 // ---- 5. the marking law --------------------------------------------------------------------
 
 /// REFERENCE.md §1, computed here independently of `mark_probability`.

@@ -201,6 +201,11 @@ async fn eval_bad_input_exits_2_before_running() {
     let (code, _, stderr) = run_cli(&["eval", "--scenario", tiny, "--policy", "model:default", model]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains(&format!("--policy {model}: given twice (as model:default and {model})")), "{stderr}");
+    // A reference given twice printed the same table twice.
+    let (code, _, stderr) =
+        run_cli(&["eval", "--scenario", tiny, "--policy", POLICIES[0], "--reference", "model:default", model]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("--reference {model}: given twice (as model:default and {model})")), "{stderr}");
 
     // A scenario named `mean` would read as the tables' mean over scenarios.
     let mean = dir.path().join("mean.toml");

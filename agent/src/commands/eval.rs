@@ -91,6 +91,8 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
             }
         });
     }
+    // Two alike would print the same table twice.
+    super::refuse_repeats("--reference", &args.reference, &references)?;
     let labels: Vec<String> = policies.iter().map(Policy::to_string).collect();
     // Every scenario is built for every seed before the runs start.
     if args.seeds > MAX_SEEDS {
@@ -203,6 +205,19 @@ fn mean(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
     (n > 0).then(|| sum / n as f64)
 }
 
+/// Mean of one policy's values, each paired with whether any policy has a value there (on that
+/// seed, or in that scenario): `None` where this policy lacks one that another has. A mean
+/// over the rest would compare it on other seeds or scenarios than the others (a policy that
+/// finished no large flow in the hardest scenario read best on large flows); where no policy
+/// has a value, the seed or scenario is left out for all alike.
+fn mean_where_all_have(values: impl IntoIterator<Item = (Option<f64>, bool)>) -> Option<f64> {
+    let values: Vec<_> = values.into_iter().collect();
+    if values.iter().any(|&(v, others)| v.is_none() && others) {
+        return None;
+    }
+    mean(values.into_iter().map(|(v, _)| v))
+}
+
 /// Per-seed means of one (scenario, policy): the numbers of one table row.
 #[derive(Clone)]
 struct Row {
@@ -234,15 +249,20 @@ const SMALL: usize = 4;
 const ALL: usize = 5;
 
 impl Row {
-    fn of(runs: &[&Summary]) -> Row {
-        let pick = |f: fn(&Summary) -> &Percentiles| {
-            [
-                mean(runs.iter().map(|s| f(s).p50)),
-                mean(runs.iter().map(|s| f(s).p95)),
-                mean(runs.iter().map(|s| f(s).p99)),
-            ]
+    /// The row of `runs` (one per seed); `siblings` are every policy's runs of the same
+    /// scenario, seed by seed, this one's included ([`mean_where_all_have`]).
+    fn of(runs: &[Summary], siblings: &[&[Summary]]) -> Row {
+        let cell = |f: &dyn Fn(&Summary) -> Option<f64>| {
+            mean_where_all_have(
+                runs.iter()
+                    .enumerate()
+                    .map(|(k, run)| (f(run), siblings.iter().any(|p| p.get(k).is_some_and(|r| f(r).is_some())))),
+            )
         };
-        let count = |f: fn(&Summary) -> &Percentiles| mean(runs.iter().map(|s| Some(f(s).n as f64)));
+        let pick = |bucket: fn(&Summary) -> &Percentiles| {
+            [cell(&|s| bucket(s).p50), cell(&|s| bucket(s).p95), cell(&|s| bucket(s).p99)]
+        };
+        let count = |bucket: fn(&Summary) -> &Percentiles| mean(runs.iter().map(|s| Some(bucket(s).n as f64)));
         Row {
             buckets: BUCKETS.map(pick),
             flows_per_run: BUCKETS.map(count),
@@ -256,21 +276,19 @@ impl Row {
         }
     }
 
-    /// The mean of rows (over scenarios); flow counts add up.
-    fn mean_of(rows: &[&Row]) -> Row {
-        let mut buckets = [[None; 3]; 6];
-        for (b, bucket) in buckets.iter_mut().enumerate() {
-            for (p, cell) in bucket.iter_mut().enumerate() {
-                *cell = mean(rows.iter().map(|r| r.buckets[b][p]));
-            }
-        }
+    /// The mean of one policy's rows over scenarios, `rows[s]` that of scenario s, whose rows
+    /// for every policy are `siblings[s]` ([`mean_where_all_have`]); flow counts add up.
+    fn mean_of(rows: &[&Row], siblings: &[&[Row]]) -> Row {
+        let cell = |f: &dyn Fn(&Row) -> Option<f64>| {
+            mean_where_all_have(rows.iter().zip(siblings).map(|(r, sib)| (f(r), sib.iter().any(|x| f(x).is_some()))))
+        };
         Row {
-            buckets,
-            flows_per_run: std::array::from_fn(|b| mean(rows.iter().map(|r| r.flows_per_run[b]))),
-            utilization: mean(rows.iter().map(|r| r.utilization)),
-            queue_avg_bytes: mean(rows.iter().map(|r| r.queue_avg_bytes)),
-            pause_frames: mean(rows.iter().map(|r| r.pause_frames)),
-            drops: mean(rows.iter().map(|r| r.drops)),
+            buckets: std::array::from_fn(|b| std::array::from_fn(|p| cell(&|r| r.buckets[b][p]))),
+            flows_per_run: std::array::from_fn(|b| cell(&|r| r.flows_per_run[b])),
+            utilization: cell(&|r| r.utilization),
+            queue_avg_bytes: cell(&|r| r.queue_avg_bytes),
+            pause_frames: cell(&|r| r.pause_frames),
+            drops: cell(&|r| r.drops),
             completed: rows.iter().map(|r| r.completed).sum(),
             total: rows.iter().map(|r| r.total).sum(),
             tail: pool_tails(rows.iter().filter_map(|r| r.tail.as_ref())),
@@ -318,7 +336,7 @@ impl<'a> Table<'a> {
     fn new(scenarios: &'a [String], policies: &'a [String], seeds: usize, runs: &[Summary]) -> Self {
         let rows = grid(scenarios.len(), policies.len(), seeds, runs)
             .into_iter()
-            .map(|per_policy| per_policy.into_iter().map(|r| Row::of(&r.iter().collect::<Vec<_>>())).collect())
+            .map(|per_policy| per_policy.iter().map(|runs| Row::of(runs, &per_policy)).collect())
             .collect();
         Table { scenarios, policies, seeds, rows }
     }
@@ -333,7 +351,9 @@ impl<'a> Table<'a> {
         let _ = writeln!(
             out,
             "{} scenario(s) × {} policy(ies), {seed_text}. Each cell is the mean over seeds of that run's \
-             figure. Slowdown = FCT / ideal FCT; pN = N-th percentile over a run's completed flows.\n",
+             figure. Slowdown = FCT / ideal FCT; pN = N-th percentile over a run's completed flows. A cell \
+             is - where no flow of its size finished; also where another policy has a value on a seed (in \
+             the mean row, a scenario) where this one has none.\n",
             self.scenarios.len(),
             self.policies.len()
         );
@@ -367,7 +387,8 @@ impl<'a> Table<'a> {
         if self.scenarios.len() > 1 {
             for (p, policy) in self.policies.iter().enumerate() {
                 let rows: Vec<&Row> = self.rows.iter().map(|r| &r[p]).collect();
-                headline(&mut out, "**mean over scenarios**", policy, &Row::mean_of(&rows));
+                let siblings: Vec<&[Row]> = self.rows.iter().map(Vec::as_slice).collect();
+                headline(&mut out, "**mean over scenarios**", policy, &Row::mean_of(&rows, &siblings));
             }
         }
         let _ = writeln!(out, "\n## Slowdown by flow size (p50 / p95 / p99, and completed flows per run)\n");
@@ -594,6 +615,16 @@ mod tests {
         assert_eq!(mean([Some(1.0), None, Some(3.0)]), Some(2.0));
         assert_eq!(mean([None, None]), None);
         assert_eq!(mean(std::iter::empty()), None);
+    }
+
+    /// A policy without a value where another has one gets none: its mean over the rest would
+    /// be over other seeds or scenarios than the others'. Where none has one, all skip it.
+    #[test]
+    fn a_mean_is_over_the_same_seeds_or_scenarios_for_every_policy() {
+        assert_eq!(mean_where_all_have([(Some(1.0), true), (Some(3.0), true)]), Some(2.0));
+        assert_eq!(mean_where_all_have([(Some(1.0), true), (None, true)]), None);
+        assert_eq!(mean_where_all_have([(Some(1.0), true), (None, false), (Some(3.0), true)]), Some(2.0));
+        assert_eq!(mean_where_all_have([(None, false)]), None);
     }
 
     #[test]

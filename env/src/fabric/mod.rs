@@ -468,8 +468,14 @@ impl Simulator {
         self.now = self.now.max(t);
     }
 
-    /// Run until every flow has completed or the hard stop, calling `progress` now and then
-    /// with the current time. Returns true if every flow completed.
+    /// Run until every flow has completed and the arrival window has closed, or the hard stop,
+    /// calling `progress` now and then with the current time. Returns true if every flow
+    /// completed.
+    ///
+    /// A fabric whose last flow ends early in the window still runs, idle, to its end: the
+    /// run's utilization and depth figures cover the arrival window (README "Comparing
+    /// policies"), as they do for a closed-loop policy, whose episode ends there too. Stopping
+    /// at the last flow measured the same traffic over a shorter time.
     pub fn run(&mut self, mut progress: impl FnMut(&Simulator)) -> bool {
         let stop = self.cfg.stop_at.0;
         let mut next_report = 0u64;
@@ -482,6 +488,9 @@ impl Simulator {
                 next_report = self.events_processed + (1 << 20);
                 progress(self);
             }
+        }
+        if self.all_flows_done() && self.now < self.cfg.window_end.0 {
+            self.run_until(self.cfg.window_end);
         }
         self.close_partial_interval();
         progress(self);

@@ -677,6 +677,11 @@ fn resolve(
     let name = file.name.or(base.name).unwrap_or_else(|| {
         Path::new(source).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into())
     });
+    // The name heads table rows and names chart files: a `|` or a line break split Markdown
+    // rows, an empty name made `slowdown_.png`.
+    if name.trim().is_empty() || name.chars().any(|c| c.is_control() || c == '|') {
+        return Err(err(source, "name", format!("{name:?}: give a name without control characters or `|`")));
+    }
     let seed = seed_override.or(file.seed).or(base.seed).unwrap_or(1);
     let duration = file.duration.or(base.duration).unwrap_or(Nanos::from_millis(20));
     let drain = file.drain.or(base.drain).unwrap_or(Nanos::from_millis(30));
@@ -1107,6 +1112,16 @@ mod tests {
         assert_eq!(parse("base = \"websearch-50\"\n").unwrap().fabric.dcqcn.byte_counter, None);
         let e = parse("base = \"websearch-50\"\n[dcqcn]\nbyte_countr = \"10MB\"\n").unwrap_err();
         assert!(e.field == "dcqcn.byte_countr" && e.message.contains("byte_counter"), "{e}");
+    }
+
+    /// A name heads Markdown table rows and names chart files.
+    #[test]
+    fn a_name_must_fit_a_table_row() {
+        for bad in ["web | search", "two\\nlines", "", "  "] {
+            let e = parse(&format!("base = \"websearch-50\"\nname = \"{bad}\"\n")).unwrap_err();
+            assert_eq!(e.field, "name", "{bad:?}: {e}");
+        }
+        assert_eq!(parse("base = \"websearch-50\"\nname = \"web search 2\"\n").unwrap().name, "web search 2");
     }
 
     #[test]
