@@ -81,7 +81,7 @@ impl LearnedModel {
             // and how to point it at the models, instead of naming a missing card.
             if let Some(dir) = path.parent().filter(|d| !d.is_dir()) {
                 let env = ecn_models::MODELS_DIR_ENV;
-                let whose = match std::env::var_os(env) {
+                let whose = match ecn_models::models_dir_from_env() {
                     Some(_) => format!("the folder that ${env} names"),
                     None => "the shipped models' folder, in the checkout this binary was built in,".to_string(),
                 };

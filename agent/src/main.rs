@@ -42,37 +42,48 @@ struct Cli {
     command: Command,
 }
 
+// Every subcommand takes `-1` or `-0.1` as a flag's value, so that the flag's own check names
+// it (`--gamma -0.1: must be in [0, 1)`); read as a flag, it was "unexpected argument '-0'".
 #[derive(Subcommand)]
 enum Command {
     /// Run one scenario on the packet-level simulator and report FCT slowdown, pauses and queues.
+    #[command(allow_negative_numbers = true)]
     Sim(commands::sim::SimArgs),
     /// Compare policies: every policy on every scenario over several seeds, in parallel.
+    #[command(allow_negative_numbers = true)]
     Eval(commands::eval::EvalArgs),
     /// Learn a policy with Double DQN in the simulator and write a checkpoint, its model card
     /// and its training curve.
+    #[command(allow_negative_numbers = true)]
     Train(Box<commands::train::TrainArgs>),
     /// Write telemetry as Parquet for offline learning: from a scenario under a behaviour policy
     /// (default: explore), or from a live actuator for a duration.
+    #[command(allow_negative_numbers = true)]
     Record(commands::record::RecordArgs),
     /// Recommend a setting for every queue from recorded or live telemetry, with the expected
     /// effect and a confidence; keeps the current setting when unsure. Writes nothing.
+    #[command(allow_negative_numbers = true)]
     Recommend(commands::recommend::RecommendArgs),
     /// List the built-in scenarios, or print one as TOML to start your own from.
+    #[command(allow_negative_numbers = true)]
     Scenarios(commands::scenarios::ScenariosArgs),
     /// Serve a fabric's ECN settings over gRPC (sim, dry-run or sonic backend), with switch-side
     /// safety: validation, a single writer, commit-confirm with automatic revert, a journal.
+    #[command(allow_negative_numbers = true)]
     Actuator(Box<commands::actuator::ActuatorArgs>),
     /// The online controller: watch an actuator's telemetry and decide ECN settings, in shadow
     /// mode (log only) or enforce mode (apply, health-check, confirm or roll back).
     // A later occurrence of a flag overrides an earlier one, so wrappers such as
     // scripts/quickstart can set defaults that the user's own flags replace.
-    #[command(args_override_self = true)]
+    #[command(args_override_self = true, allow_negative_numbers = true)]
     Run(Box<commands::run::RunArgs>),
     /// Check telemetry files (Parquet or CSV) against the schema and the validation rules;
     /// with --repair, fix what can safely be fixed and optionally write the result.
+    #[command(allow_negative_numbers = true)]
     Validate(commands::validate::ValidateArgs),
     /// SONiC tools: `sonic restore` puts back the WRED profiles recorded before ecn-tuner first
     /// changed the switch.
+    #[command(allow_negative_numbers = true)]
     Sonic(commands::sonic::SonicArgs),
 }
 

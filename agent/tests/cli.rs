@@ -510,6 +510,43 @@ fn a_missing_models_folder_is_named_with_the_way_out() {
     assert!(out.stdout.is_empty());
 }
 
+/// A negative number given to a flag is that flag's value, refused by its own check naming it;
+/// read as a flag of its own it was "unexpected argument '-0' found".
+#[test]
+fn a_negative_value_is_refused_naming_its_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.safetensors");
+    for (args, said) in [
+        (vec!["train", "--out", out.to_str().unwrap(), "--gamma", "-0.1"], "--gamma -0.1: must be in [0, 1)"),
+        (vec!["sim", "--scenario", "websearch-50", "--seed", "-1"], "'-1' for '--seed <SEED>'"),
+        (vec!["recommend", "--telemetry", "t.parquet", "--min-confidence", "-0.5"], "--min-confidence -0.5"),
+    ] {
+        let run = Command::new(env!("CARGO_BIN_EXE_ecn-tuner")).args(&args).output().expect("run ecn-tuner");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+    assert!(!out.exists());
+}
+
+/// `ECN_TUNER_MODELS=` (set, but empty) reads as unset: the shipped models are found, where it
+/// was taken for a folder named "".
+#[test]
+fn an_empty_models_variable_reads_as_unset() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("short.toml");
+    std::fs::write(&scenario, "base = \"websearch-50\"\nduration = \"300us\"\ndrain = \"2ms\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
+        .args(["sim", "--scenario", scenario.to_str().unwrap(), "--policy", "model:default", "--json"])
+        .env("ECN_TUNER_LOG", "warn")
+        .env("ECN_TUNER_MODELS", "")
+        .output()
+        .expect("run ecn-tuner");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"policy\":\"model:default\""), "{stderr}");
+}
+
 /// A Parquet page whose corrupt run length makes the decoder ask for 2^61 bytes: a failed
 /// allocation aborts a Rust process (exit 134) unless the binary's allocator turns it into the
 /// file's error line and exit 2. `data/corrupt-page.parquet` is a 75-row telemetry file written

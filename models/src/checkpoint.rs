@@ -35,10 +35,14 @@ pub const MODELS_DIR_ENV: &str = "ECN_TUNER_MODELS";
 /// The shipped model for `model:NAME` shorthands (`default`, `acc-baseline`): the
 /// checkpoints directory of this crate, or `$ECN_TUNER_MODELS` ([`MODELS_DIR_ENV`]) when set.
 pub fn default_model_path(name: &str) -> PathBuf {
-    let dir = std::env::var_os(MODELS_DIR_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("checkpoints"));
+    let dir = models_dir_from_env().unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("checkpoints"));
     dir.join(format!("{name}.safetensors"))
+}
+
+/// The folder `$ECN_TUNER_MODELS` names; `None` when it is unset or empty (`ECN_TUNER_MODELS=`
+/// reads as unset, as shells and container files leave it, not as a folder named "").
+pub fn models_dir_from_env() -> Option<PathBuf> {
+    std::env::var_os(MODELS_DIR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
 impl Checkpoint {

@@ -21,7 +21,7 @@ pub mod qnet;
 pub mod staged;
 
 pub use card::{Calibration, CardError, ModelCard, NetworkSpec, TrainingRecord};
-pub use checkpoint::{default_model_path, Checkpoint, MODELS_DIR_ENV};
+pub use checkpoint::{default_model_path, models_dir_from_env, Checkpoint, MODELS_DIR_ENV};
 pub use qnet::{greedy, QNetwork};
 
 /// CUDA if libtorch sees a GPU ([`cuda::available`]), else the CPU.

@@ -107,6 +107,7 @@ enum SonicCommand {
     /// Put back the WRED_PROFILE and QUEUE entries recorded before ecn-tuner first changed the
     /// switch, byte for byte, and delete the ECN_TUNER_* profiles it created. Stop the actuator
     /// first.
+    #[command(allow_negative_numbers = true)]
     Restore(RestoreArgs),
 }
 
