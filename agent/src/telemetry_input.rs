@@ -23,9 +23,11 @@ pub struct ReadArgs {
     /// `ecn_tuner.counters` metadata key, else delta.
     #[arg(long, value_name = "delta|cumulative", value_parser = parse_counters)]
     pub counters: Option<CounterMode>,
-    /// A step longer than this many sample intervals between two samples of a queue is a gap.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_GAP)]
-    pub max_gap: f64,
+    /// A step longer than this many sample intervals between two samples of a queue is a gap
+    /// [default: 1.5].
+    // No clap default, so that the flag given where no file is read is seen and refused.
+    #[arg(long, value_name = "N")]
+    pub max_gap: Option<f64>,
     /// Repair what can safely be repaired: sort, drop exact duplicates, drop samples across
     /// counter resets or with implausible deltas, mark gaps. Everything else stays an error.
     #[arg(long)]
@@ -43,11 +45,8 @@ impl ReadArgs {
     /// Refuse these flags where no telemetry file is read (`mode` says what is read instead),
     /// rather than ignore them.
     pub fn refuse_unless_reading(&self, mode: &str) -> Result<(), CliError> {
-        let given = [
-            ("--counters", self.counters.is_some()),
-            ("--max-gap", self.max_gap != DEFAULT_MAX_GAP),
-            ("--repair", self.repair),
-        ];
+        let given =
+            [("--counters", self.counters.is_some()), ("--max-gap", self.max_gap.is_some()), ("--repair", self.repair)];
         match given.iter().find(|(_, set)| *set) {
             Some((flag, _)) => Err(CliError::BadInput(format!("{flag} checks telemetry files; {mode} reads none"))),
             None => Ok(()),
@@ -56,12 +55,13 @@ impl ReadArgs {
 
     /// Reader options from the flags, checking the settings in effect against `bounds`.
     pub fn options(&self, bounds: Option<&Bounds>) -> Result<ReadOptions, CliError> {
-        if !(self.max_gap.is_finite() && self.max_gap >= 1.0) {
-            return Err(CliError::BadInput(format!("--max-gap {}: must be a number of intervals >= 1", self.max_gap)));
+        let max_gap = self.max_gap.unwrap_or(DEFAULT_MAX_GAP);
+        if !(max_gap.is_finite() && max_gap >= 1.0) {
+            return Err(CliError::BadInput(format!("--max-gap {max_gap}: must be a number of intervals >= 1")));
         }
         Ok(ReadOptions {
             counters: self.counters,
-            max_gap_intervals: self.max_gap,
+            max_gap_intervals: max_gap,
             repair: self.repair,
             bounds: bounds.map(|b| SettingBounds {
                 kmin_min_bytes: b.kmin_min_bytes,

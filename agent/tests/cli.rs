@@ -264,8 +264,27 @@ fn endless_files_named_by_flags_are_refused() {
         &["--token-file /dev/zero", "larger than 64 KiB"],
     );
     assert_bad_input(
-        &["run", "--target", "sim", "--mode", "shadow", "--duration", "1s", "--tls-ca", "/dev/zero"],
+        &["run", "--target", "https://127.0.0.1:1", "--mode", "shadow", "--duration", "1s", "--tls-ca", "/dev/zero"],
         &["--tls-ca /dev/zero", "larger than 16 MiB"],
+    );
+}
+
+/// A flag the actuator's backend would not use is refused before anything is reached: the
+/// SONiC journal before Redis (a missing flag read as an unreachable switch, exit 1), a time
+/// scale where nothing is paced (ignored), and one so small that every derived wait overflows.
+#[test]
+fn actuator_flags_are_checked_before_anything_is_reached() {
+    assert_bad_input(
+        &["actuator", "--backend", "sonic", "--listen", "127.0.0.1:0", "--redis", "redis://127.0.0.1:1"],
+        &["--journal: required with the sonic backend"],
+    );
+    assert_bad_input(
+        &["actuator", "--backend", "dry-run", "--listen", "127.0.0.1:0", "--time-scale", "0.5"],
+        &["--time-scale: paces the sim backend", "drop the flag"],
+    );
+    assert_bad_input(
+        &["actuator", "--backend", "sim", "--listen", "127.0.0.1:0", "--time-scale", "1e-30"],
+        &["--time-scale 0.000000000000000000000000000001", "from 1e-6 to 1e6"],
     );
 }
 

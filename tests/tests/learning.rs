@@ -184,6 +184,8 @@ async fn bad_training_input_exits_2_naming_the_problem() {
         (vec!["train", "--out", &out, "--eval-seed", "9001", "9001"], "--eval-seed 9001: given twice"),
         (vec!["train", "--out", &out, "--scenario", &long, "mixed", &long], "given twice"),
         (vec!["train", "--out", &out, "--eval-scenario", "mixed", "mixed"], "--eval-scenario mixed: given twice"),
+        // Its default value given is the flag given: it was accepted, where any other was refused.
+        (vec!["train", "--out", &out, "--max-gap", "1.5"], "--max-gap checks telemetry files"),
         (vec!["sim", "--scenario", "websearch-50", "--policy", "model:/no/such.safetensors"], "card.json"),
     ] {
         let (code, _, stderr) = run_cli(&args).await;

@@ -365,7 +365,18 @@ async fn a_restore_that_finds_no_recording_but_our_profiles_fails() {
     let (code, stdout, stderr) = run_cli(&["sonic", "restore", "--redis", &url]).await;
     assert_eq!(code, Some(1), "{stdout}{stderr}");
     assert!(stderr.contains("WRED_PROFILE|ECN_TUNER_Ethernet0_3") && stderr.contains("--from"), "{stderr}");
-    let (code, _, stderr) = run_cli(&["sonic", "restore", "--redis", &url, "--from", file.to_str().unwrap()]).await;
+    // The database flags: one Redis lacks is the flag's error (exit 2, where it read as an
+    // unreachable Redis, exit 1); those restore never reads are refused, not checked against
+    // the ones it reads (`--config-db 2` was refused as the default COUNTERS_DB's index).
+    let from = file.to_str().unwrap();
+    let (code, _, stderr) =
+        run_cli(&["sonic", "restore", "--redis", &url, "--from", from, "--config-db", "2", "--state-db", "99"]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--state-db 99: Redis at") && stderr.contains("has no such database"), "{stderr}");
+    let (code, _, stderr) = run_cli(&["sonic", "restore", "--redis", &url, "--counters-db", "3"]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--counters-db: not used here"), "{stderr}");
+    let (code, _, stderr) = run_cli(&["sonic", "restore", "--redis", &url, "--from", from]).await;
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(tables(&mut redis.con(CONFIG_DB)), before);
 }

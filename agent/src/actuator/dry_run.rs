@@ -77,12 +77,7 @@ impl DryRunBackend {
         let (mut telemetry, mut replayed_to_ns) = (None, None);
         if let Some(rec) = recording {
             check_recording_queues(&caps, &rec, opts.telemetry.as_deref().expect("path"))?;
-            if !(opts.time_scale.is_finite() && opts.time_scale > 0.0) {
-                return Err(ActuatorError::BadInput(format!(
-                    "--time-scale {}: must be a positive number",
-                    opts.time_scale
-                )));
-            }
+            super::pacer::check_time_scale(opts.time_scale)?;
             caps.min_telemetry_interval_ns = rec.interval_ns;
             caps.telemetry_time_scale = opts.time_scale;
             let (tx, _) = broadcast::channel(1024);

@@ -153,6 +153,15 @@ impl Drop for ActuatorHandle {
     }
 }
 
+/// Without a journal, an actuator restarted after a crash takes the change it finds on a
+/// device that keeps changes for confirmed settings, whether or not anyone ever checked them.
+fn journal_required(backend: &str) -> ActuatorError {
+    ActuatorError::BadInput(format!(
+        "--journal: required with the {backend} backend; the device keeps a change across an actuator restart, \
+         and only the journal tells the next actuator that one was left unconfirmed"
+    ))
+}
+
 /// Serve `backend` until the handle is shut down or dropped.
 ///
 /// Refuses (as bad input) a non-loopback address without both TLS and a token, unreadable TLS
@@ -164,14 +173,8 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
     let tls = opts.tls.as_ref().map(TlsFiles::load).transpose()?;
     let journal = match &opts.journal {
         Some(p) => Journal::open(p).map_err(|e| ActuatorError::BadInput(format!("--journal {}: {e}", p.display())))?,
-        // Without one, an actuator restarted after a crash takes the change it finds on the
-        // device for confirmed settings, whether or not anyone ever checked them.
         None if backend.keeps_changes_across_restarts() => {
-            return Err(ActuatorError::BadInput(format!(
-                "--journal: required with the {} backend; the device keeps a change across an actuator restart, \
-                 and only the journal tells the next actuator that one was left unconfirmed",
-                backend.capabilities().backend
-            )))
+            return Err(journal_required(&backend.capabilities().backend))
         }
         None => Journal::none(),
     };
@@ -303,6 +306,10 @@ pub async fn serve_dry_run(dry: DryRunOptions, opts: ServeOptions) -> Result<Act
 
 /// Start an actuator in front of a SONiC switch's Redis.
 pub async fn serve_sonic(sonic: SonicOptions, opts: ServeOptions) -> Result<ActuatorHandle, ActuatorError> {
+    // Said before the switch is reached: a missing flag is not a Redis that does not answer.
+    if opts.journal.is_none() {
+        return Err(journal_required("sonic"));
+    }
     let backend = tokio::task::spawn_blocking(move || SonicBackend::start(sonic))
         .await
         .map_err(|e| ActuatorError::Failed(format!("SONiC backend start: {e}")))??;

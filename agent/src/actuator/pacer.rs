@@ -10,6 +10,23 @@ use std::time::{Duration, Instant};
 /// Longest single sleep, so that a stop request is seen promptly.
 const SLEEP_SLICE: Duration = Duration::from_millis(20);
 
+/// The slowest and fastest `--time-scale`: at 10⁻⁶ a 100 µs interval takes 100 s of wall
+/// time; far below it, every wall-clock figure derived from the interval (the controller's
+/// staleness limit) overflows, and the run would show nothing for years.
+pub const TIME_SCALES: std::ops::RangeInclusive<f64> = 1e-6..=1e6;
+
+/// Check a `--time-scale` value: finite and within [`TIME_SCALES`].
+pub fn check_time_scale(time_scale: f64) -> Result<f64, super::ActuatorError> {
+    if TIME_SCALES.contains(&time_scale) {
+        return Ok(time_scale);
+    }
+    Err(super::ActuatorError::BadInput(format!(
+        "--time-scale {time_scale}: simulated ns per wall-clock ns, from {:e} to {:e}",
+        TIME_SCALES.start(),
+        TIME_SCALES.end()
+    )))
+}
+
 /// Maps a simulated clock onto the wall clock.
 #[derive(Debug)]
 pub struct Pacer {

@@ -159,12 +159,7 @@ pub struct SimBackend {
 impl SimBackend {
     /// Load the scenario, build the simulator and start its thread.
     pub fn start(opts: SimOptions) -> Result<SimBackend, ActuatorError> {
-        if !(opts.time_scale.is_finite() && opts.time_scale > 0.0) {
-            return Err(ActuatorError::BadInput(format!(
-                "--time-scale {}: must be a positive number (simulated ns per wall-clock ns)",
-                opts.time_scale
-            )));
-        }
+        super::pacer::check_time_scale(opts.time_scale)?;
         let scenario = Scenario::load(&opts.scenario, opts.seed)
             .map_err(|e| ActuatorError::BadInput(format!("--scenario {e}")))?;
         let sim = build(&scenario).map_err(ActuatorError::BadInput)?;

@@ -55,9 +55,12 @@ pub struct ActuatorArgs {
     /// validate_only checks, are logged, not journaled.
     #[arg(long, value_name = "FILE")]
     journal: Option<PathBuf>,
-    /// Simulated nanoseconds per wall-clock nanosecond (1 = real time, 0.01 = 100 times slower).
-    #[arg(long, value_name = "X", default_value_t = actuator::sim::DEFAULT_TIME_SCALE)]
-    time_scale: f64,
+    /// Simulated nanoseconds per wall-clock nanosecond (1 = real time, 0.01 = 100 times slower),
+    /// from 1e-6 to 1e6: the pace of the sim backend, or of a dry-run's --telemetry replay
+    /// [default: 0.01].
+    // No clap default, so that one given where nothing is paced is seen and refused.
+    #[arg(long, value_name = "X")]
+    time_scale: Option<f64>,
     /// Test and demo knob (sim only): a PFC pause storm on queue QUEUE (index in
     /// GetCapabilities order) from simulated time SIMTIME for DURATION, e.g. 3@5ms:20ms.
     /// Repeatable.
@@ -159,6 +162,14 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
     if args.backend != BackendKind::DryRun && args.telemetry.is_some() {
         return Err(CliError::BadInput("--telemetry: only the dry-run backend replays a recording".into()));
     }
+    let paced = args.backend == BackendKind::Sim || args.telemetry.is_some();
+    if !paced && args.time_scale.is_some() {
+        return Err(CliError::BadInput(
+            "--time-scale: paces the sim backend, or a dry-run's --telemetry replay; here nothing is paced: drop the flag"
+                .into(),
+        ));
+    }
+    let time_scale = args.time_scale.unwrap_or(actuator::sim::DEFAULT_TIME_SCALE);
     let sonic = match args.backend {
         BackendKind::Sonic => {
             if args.scenario.is_some() {
@@ -215,7 +226,7 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
                 let sim = SimOptions {
                     scenario: args.scenario.unwrap_or_else(|| actuator::dry_run::DEFAULT_SCENARIO.into()),
                     seed: args.seed,
-                    time_scale: args.time_scale,
+                    time_scale,
                     storms,
                     bad_write: args.inject_bad_write.map(|write| BadWrite {
                         write,
@@ -228,12 +239,8 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
                 actuator::serve_sim(sim, opts).await?
             }
             BackendKind::DryRun => {
-                let dry = DryRunOptions {
-                    scenario: args.scenario,
-                    seed: args.seed,
-                    telemetry: args.telemetry,
-                    time_scale: args.time_scale,
-                };
+                let dry =
+                    DryRunOptions { scenario: args.scenario, seed: args.seed, telemetry: args.telemetry, time_scale };
                 actuator::serve_dry_run(dry, opts).await?
             }
             BackendKind::Sonic => actuator::serve_sonic(sonic.expect("sonic options"), opts).await?,

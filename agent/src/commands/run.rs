@@ -155,11 +155,23 @@ fn expand_scenario_target(a: &mut RunArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Refuse the flags only `--target sim` reads when the targets are real actuators, rather
-/// than ignore them.
-fn refuse_sim_flags_unless_sim(a: &RunArgs) -> Result<(), CliError> {
+/// Refuse the flags only `--target sim` reads when the targets are real actuators, and those
+/// only real actuators read with `--target sim`, rather than ignore them (or apply them to the
+/// embedded actuator's own loopback URL, which the user never typed); and `sim` beside other
+/// targets.
+fn refuse_flags_of_other_targets(a: &RunArgs) -> Result<(), CliError> {
     if a.target.iter().any(|t| t == "sim") {
-        return Ok(());
+        if a.target.len() != 1 {
+            return Err(CliError::BadInput("--target sim cannot be combined with other targets".into()));
+        }
+        let given = [("--token-file", a.token_file.is_some()), ("--tls-ca", a.tls_ca.is_some())];
+        return match given.iter().find(|(_, set)| *set) {
+            Some((flag, _)) => Err(CliError::BadInput(format!(
+                "{flag} is for an actuator's URL; the embedded simulator of --target sim serves on loopback without \
+                 TLS or a token: drop the flag"
+            ))),
+            None => Ok(()),
+        };
     }
     let given = [
         ("--scenario", a.scenario.is_some()),
@@ -208,7 +220,7 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
             .map_err(|e| CliError::Failed(format!("cannot install a signal handler (SIGHUP): {e}")))?;
     }
     expand_scenario_target(&mut a)?;
-    refuse_sim_flags_unless_sim(&a)?;
+    refuse_flags_of_other_targets(&a)?;
     // One actuator given twice would be two control loops under one controller id, and so one
     // lease: each would roll back the other's changes as outcomes it cannot account for. The
     // same URL however spelled, or two names for one address and port (`localhost` and
@@ -312,9 +324,6 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
         return Err(CliError::BadInput(format!("--interval '{}': must be at most 6 minutes", a.interval)));
     }
     if a.target.iter().any(|t| t == "sim") {
-        if a.target.len() != 1 {
-            return Err(CliError::BadInput("--target sim cannot be combined with other targets".into()));
-        }
         let sim = SimOptions {
             scenario: a.scenario.unwrap_or_else(|| DEFAULT_SIM_SCENARIO.into()),
             seed: a.seed,
@@ -507,6 +516,24 @@ mod tests {
         assert!(socket_addrs("not a url").is_empty());
     }
 
+    /// `sim` beside another embedded fabric, or an actuator's client flags with `sim`, are
+    /// refused as such: the first read "given twice (as sim and sim)", the second were applied
+    /// to the embedded actuator's own URL, or ignored.
+    #[test]
+    fn flags_of_other_targets_are_refused() {
+        for (extra, said) in [
+            (vec!["--target", "mixed"], "--target sim cannot be combined with other targets"),
+            (vec!["--token-file", "tok"], "--token-file is for an actuator's URL"),
+            (vec!["--tls-ca", "ca.pem"], "--tls-ca is for an actuator's URL"),
+        ] {
+            let mut argv = vec!["run", "--target", "sim", "--mode", "shadow"];
+            argv.extend(extra);
+            let e = run(Cli::try_parse_from(argv).unwrap().run).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{e}");
+            assert!(e.to_string().contains(said), "{e}");
+        }
+    }
+
     /// `scripts/quickstart` passes `--model default` and then the user's arguments, so a
     /// `--policy` given after it must replace it (and the other way round).
     #[test]
@@ -533,7 +560,7 @@ mod tests {
             let mut argv = vec!["run", "--target", target, "--mode", "shadow"];
             argv.extend(extra);
             let cli = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
-            refuse_sim_flags_unless_sim(&cli.run)
+            refuse_flags_of_other_targets(&cli.run)
         };
         let actuator = "http://127.0.0.1:50051";
         for flags in [

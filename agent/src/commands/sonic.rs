@@ -39,8 +39,14 @@ pub struct RedisArgs {
 }
 
 impl RedisArgs {
-    /// The database indices.
+    /// The database indices, for a command that uses every database.
     pub fn dbs(&self) -> Result<DbIndices, CliError> {
+        self.dbs_of(&DbIndices::default().by_flag().map(|(flag, _)| flag))
+    }
+
+    /// The database indices, for a command that uses only those of the flags in `used`: one of
+    /// the others given is refused (it would be ignored), and only the used ones must differ.
+    pub fn dbs_of(&self, used: &[&str]) -> Result<DbIndices, CliError> {
         let d = DbIndices::default();
         let dbs = DbIndices {
             appl: self.appl_db.unwrap_or(d.appl),
@@ -51,7 +57,13 @@ impl RedisArgs {
         };
         // Each SONiC database has an index of its own: two flags naming one would, for one,
         // put the recording of the original profiles into CONFIG_DB, which `config save` keeps.
-        let named = dbs.by_flag();
+        if let Some((flag, _)) = self.indices_given().iter().find(|(flag, v)| v.is_some() && !used.contains(flag)) {
+            return Err(CliError::BadInput(format!(
+                "{flag}: not used here (only {}); drop the flag",
+                used.join(" and ")
+            )));
+        }
+        let named: Vec<(&str, i64)> = dbs.by_flag().into_iter().filter(|(flag, _)| used.contains(flag)).collect();
         for (i, (flag, db)) in named.iter().enumerate() {
             if *db < 0 {
                 return Err(CliError::BadInput(format!("{flag} {db}: a Redis database index is 0 or more")));
@@ -79,18 +91,22 @@ impl RedisArgs {
         }
     }
 
-    /// The first flag given, `--redis` included, if any.
-    pub fn flag_given(&self) -> Option<&'static str> {
-        let indices = [
+    /// Each database flag, with its value where given.
+    fn indices_given(&self) -> [(&'static str, Option<i64>); 5] {
+        [
             ("--config-db", self.config_db),
             ("--counters-db", self.counters_db),
             ("--state-db", self.state_db),
             ("--appl-db", self.appl_db),
             ("--asic-db", self.asic_db),
-        ];
+        ]
+    }
+
+    /// The first flag given, `--redis` included, if any.
+    pub fn flag_given(&self) -> Option<&'static str> {
         let redis = self.redis.is_some().then_some("--redis");
         redis
-            .or_else(|| indices.into_iter().find_map(|(flag, v)| v.map(|_| flag)))
+            .or_else(|| self.indices_given().into_iter().find_map(|(flag, v)| v.map(|_| flag)))
             .or_else(|| self.redis_timeout.is_some().then_some("--redis-timeout"))
     }
 }
@@ -134,7 +150,7 @@ pub fn run(a: SonicArgs) -> Result<(), CliError> {
 
 fn restore(a: RestoreArgs) -> Result<(), CliError> {
     let url = a.redis.url()?;
-    let dbs = a.redis.dbs()?;
+    let dbs = a.redis.dbs_of(&crate::actuator::sonic::schema::RESTORE_DB_FLAGS)?;
     let report = sonic::restore(url, dbs, a.from.as_deref(), a.switch_name.as_deref(), a.redis.timeout()?)?;
     if report.nothing_recorded && !report.tuner_profiles_unrecorded.is_empty() {
         // A script must not read "nothing to restore" as a switch back on its originals.

@@ -73,7 +73,9 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Environment steps (decisions for every queue of one fabric) in total; the last round
-    /// steps only as many simulators as steps remain.
+    /// steps only as many simulators as steps remain. Learning starts once 5 000 transitions
+    /// (one per queue per step) are in the replay buffer, about 210 steps on the default
+    /// scenarios: a run that ends sooner writes nothing (exit 2).
     #[arg(long, default_value_t = 40_000)]
     steps: u64,
     /// Features, action template and reward.

@@ -161,8 +161,8 @@ pub struct SonicBackend {
 /// Select every database once at start-up: an index Redis does not have, or credentials it
 /// refuses, are the operator's to fix (exit 2, naming the flag); the poller would otherwise
 /// retry a database that does not exist for ever.
-fn check_databases(target: &RedisTarget, dbs: &DbIndices) -> Result<(), ActuatorError> {
-    for (flag, db) in dbs.by_flag() {
+fn check_databases(target: &RedisTarget, dbs: &[(&str, i64)]) -> Result<(), ActuatorError> {
+    for &(flag, db) in dbs {
         // Every batch of commands asks PING first (`conn::query_pipeline`): a user that may not
         // would start, and then no poll or write could run.
         let checked = target.connect(db, "ecn-tuner-discover").and_then(|mut con| {
@@ -296,7 +296,7 @@ impl SonicBackend {
             )));
         }
         let target = RedisTarget::parse(&opts.redis, opts.timeout).map_err(ActuatorError::BadInput)?;
-        check_databases(&target, &opts.dbs)?;
+        check_databases(&target, &opts.dbs.by_flag())?;
         // The recording, if any, tells which profile each queue came from.
         let mut state = target.connect(opts.dbs.state, "ecn-tuner-discover").map_err(ActuatorError::Failed)?;
         // Two actuators on one switch would each undo the other's writes as edits from outside,
@@ -948,5 +948,9 @@ pub fn restore(
         .map(|p| originals::Recording::read_file(p).map(|rec| (p, rec)))
         .transpose()
         .map_err(|e| ActuatorError::BadInput(format!("--from {e}")))?;
+    // The two databases a restore reads and writes: an index Redis lacks is the flag's error.
+    let used: Vec<(&str, i64)> =
+        dbs.by_flag().into_iter().filter(|(flag, _)| schema::RESTORE_DB_FLAGS.contains(flag)).collect();
+    check_databases(&target, &used)?;
     originals::restore(&target, &dbs, from, switch_name)
 }

@@ -38,6 +38,10 @@ impl DbIndices {
     }
 }
 
+/// The databases `sonic restore` uses, by flag: the recording lives in STATE_DB, the profiles
+/// and queue bindings it puts back in CONFIG_DB.
+pub const RESTORE_DB_FLAGS: [&str; 2] = ["--config-db", "--state-db"];
+
 impl Default for DbIndices {
     fn default() -> Self {
         DbIndices { appl: 0, asic: 1, counters: 2, config: 4, state: 6 }
