@@ -16,9 +16,9 @@ const SLEEP_SLICE: Duration = Duration::from_millis(20);
 pub const TIME_SCALES: std::ops::RangeInclusive<f64> = 1e-6..=1e6;
 
 /// Check a `--time-scale` value: finite and within [`TIME_SCALES`].
-pub fn check_time_scale(time_scale: f64) -> Result<f64, super::ActuatorError> {
+pub fn check_time_scale(time_scale: f64) -> Result<(), super::ActuatorError> {
     if TIME_SCALES.contains(&time_scale) {
-        return Ok(time_scale);
+        return Ok(());
     }
     Err(super::ActuatorError::BadInput(format!(
         "--time-scale {time_scale}: simulated ns per wall-clock ns, from {:e} to {:e}",
