@@ -100,7 +100,7 @@ fn main() -> ExitCode {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| output::Stderr)
         .with_target(false)
         .with_ansi(ansi)
         .init();
@@ -138,7 +138,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            output::errln!("error: {e}");
             ExitCode::from(e.exit_code() as u8)
         }
     }

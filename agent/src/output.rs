@@ -1,13 +1,18 @@
-//! Results on stdout.
+//! Results on stdout, logs and errors on stderr, neither of which may end the process.
 //!
-//! `println!` panics when stdout is a pipe whose reader has gone (`ecn-tuner scenarios | head
-//! -1`). A reader that stops early has read all it wanted, so [`outln!`] and [`out!`] end the
-//! process quietly with exit 0 instead; any other write error (a full disk behind a redirect)
-//! ends it with exit 1 and says so. Results are printed last, after every file is written, so
-//! ending here loses nothing.
+//! `println!` and `eprintln!` panic when their stream is a pipe whose reader has gone
+//! (`ecn-tuner scenarios | head -1`, `2>&1 | head`, a log collector that died), and so does
+//! tracing's own report of a failed write: a recording in progress was lost, exit 101. A reader
+//! that stops early has read all it wanted, so [`outln!`] and [`out!`] then write nothing more
+//! and the command runs to its end, with its own exit code (0 when it succeeds: quietly, as
+//! README promises; 1 for a recording cut short, which it still is); any other stdout error (a
+//! full disk behind a redirect) ends it with exit 1 and says so. Logs and the final error line
+//! go through [`Stderr`] and [`errln!`], which drop what stderr cannot take: there is nowhere
+//! else to say it.
 
 use std::fmt;
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `println!` for results: see the module docs.
 macro_rules! outln {
@@ -21,14 +26,51 @@ macro_rules! out {
 
 pub(crate) use {out, outln};
 
-/// Write `args` to stdout, ending the process if stdout cannot take it.
+/// `eprintln!` that drops what stderr cannot take: see the module docs.
+macro_rules! errln {
+    ($($arg:tt)*) => { $crate::output::write_err(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+pub(crate) use errln;
+
+/// Set once stdout's reader has gone: nothing more is written there.
+static STDOUT_GONE: AtomicBool = AtomicBool::new(false);
+
+/// Write `args` to stdout, unless its reader has gone; end the process if stdout fails
+/// otherwise.
 pub fn write(args: fmt::Arguments) {
+    if STDOUT_GONE.load(Ordering::Relaxed) {
+        return;
+    }
     let mut stdout = io::stdout().lock();
     if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
         if e.kind() == io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
+            STDOUT_GONE.store(true, Ordering::Relaxed);
+            return;
         }
-        eprintln!("error: writing results to stdout: {e}");
+        errln!("error: writing results to stdout: {e}");
         std::process::exit(1);
+    }
+}
+
+/// Write `args` to stderr, dropping them if it cannot take them.
+pub fn write_err(args: fmt::Arguments) {
+    let _ = io::stderr().lock().write_fmt(args);
+}
+
+/// Stderr for the log: a write it cannot take is dropped and reported as done, where
+/// tracing would report the failure on stderr itself, with `eprintln!`, and panic.
+#[derive(Clone, Copy, Default)]
+pub struct Stderr;
+
+impl Write for Stderr {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let _ = io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let _ = io::stderr().flush();
+        Ok(())
     }
 }

@@ -11,7 +11,9 @@
 //!   confidence `1 − exp(−gap / noise)` reaches the threshold, where the gap is the
 //!   Q-value of the recommendation minus that of keeping the current setting, and the noise is
 //!   the card's temporal-difference error scale (`calibration.td_error_scale`: how far apart
-//!   two Q-values must be before their order means something);
+//!   two Q-values must be before their order means something). Where the model's choice is
+//!   the current setting, the confidence is that of keeping it: the gap is then its margin
+//!   over the best other action;
 //! - the guardrails of the online controller (step limit, bounds) leave a change.
 //!
 //! The proposal passes the same [`Guardrails`] as in enforce mode, so a recommendation is
@@ -27,6 +29,15 @@ use std::time::Instant;
 
 /// Confidence needed before a change is recommended (the gap is then 1.6 TD errors).
 pub const DEFAULT_MIN_CONFIDENCE: f64 = 0.8;
+
+/// The reason for a keep below `min_confidence`, the confidence rounded down so that 0.7978
+/// does not read as "0.80 < 0.80".
+fn unsure(confidence: f64, min_confidence: f64) -> String {
+    format!(
+        "unsure: the expected gain is within the model's noise (confidence {:.2} < {min_confidence:.2})",
+        (confidence * 100.0).floor() / 100.0
+    )
+}
 
 pub use crate::learned::OOD_MARGIN_STD;
 
@@ -349,10 +360,7 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                 }
                 rec.confidence = confidence((qv[choice] - qv[keep]) as f64, calibration.q_noise());
                 if rec.confidence < cfg.min_confidence {
-                    rec.reason = format!(
-                        "unsure: the expected gain is within the model's noise (confidence {:.2} < {:.2})",
-                        rec.confidence, cfg.min_confidence
-                    );
+                    rec.reason = unsure(rec.confidence, cfg.min_confidence);
                     break 'decided;
                 }
                 let ctx = QueueContext {
@@ -676,6 +684,12 @@ mod tests {
         m.card.training.link_speeds_bps = vec![100_000_000_000];
         let r = &recommend(&m, &[state_over(cur, 25, 1_000.0, 3, 1_000_000_000)], &cfg)[0];
         assert!(r.reason.contains("never trained on 25G ports") && r.reason.contains("cover 1s"), "{}", r.reason);
+    }
+
+    #[test]
+    fn an_unsure_reason_never_reads_as_equal_to_the_threshold() {
+        assert!(unsure(0.7977, 0.8).ends_with("(confidence 0.79 < 0.80)"), "{}", unsure(0.7977, 0.8));
+        assert!(unsure(0.5, 0.8).ends_with("(confidence 0.50 < 0.80)"));
     }
 
     #[test]

@@ -548,6 +548,42 @@ fn a_negative_value_is_refused_naming_its_flag() {
     assert!(!out.exists());
 }
 
+/// A stream whose reader has gone ends nothing: with stderr closed, the log and the error line
+/// are dropped (tracing's report of the failed write panicked, exit 101, and took a recording
+/// with it); with stdout closed, the command still ends with its own exit code (it exited 0
+/// at its first result line, even when it then failed).
+#[test]
+fn a_closed_stream_changes_no_exit_code() {
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("short.toml");
+    std::fs::write(&scenario, "base = \"websearch-50\"\nduration = \"300us\"\ndrain = \"2ms\"\n").unwrap();
+    let spawn = |args: &[&str], stdout: Stdio, stderr: Stdio| {
+        Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
+            .args(args)
+            .env("ECN_TUNER_LOG", "debug")
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .expect("run ecn-tuner")
+    };
+    // stderr: a pipe with no reader.
+    let mut child = spawn(&["sim", "--scenario", scenario.to_str().unwrap(), "--json"], Stdio::piped(), Stdio::piped());
+    drop(child.stderr.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the whole summary");
+    assert_eq!(summary["seed"], 1);
+    let mut child = spawn(&["sim", "--scenario", "no-such-scenario"], Stdio::null(), Stdio::piped());
+    drop(child.stderr.take());
+    assert_eq!(child.wait().unwrap().code(), Some(2));
+    // stdout: a pipe with no reader, and a command that fails after its first result line.
+    let corrupt = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/corrupt-page.parquet");
+    let mut child = spawn(&["validate", "--telemetry", corrupt.to_str().unwrap()], Stdio::piped(), Stdio::null());
+    drop(child.stdout.take());
+    assert_eq!(child.wait().unwrap().code(), Some(2));
+}
+
 /// `ECN_TUNER_MODELS=` (set, but empty) reads as unset: the shipped models are found, where it
 /// was taken for a folder named "".
 #[test]

@@ -411,7 +411,7 @@ async fn run_embedded(cfg: ControllerConfig, sim: SimOptions, journal: Option<Pa
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len());
     let bases = rollout::simulate_all(&jobs, threads)?;
     let rows: Vec<(Summary, Summary)> = runs.into_iter().zip(bases).collect();
-    eprint!("{}", comparison_table(&ran, baseline, &rows, completed));
+    crate::output::write_err(format_args!("{}", comparison_table(&ran, baseline, &rows, completed)));
     let comparison = serde_json::json!(rows
         .iter()
         .map(|(ours, base)| serde_json::json!({"seed": ours.seed, key: ours, "baseline": base}))
