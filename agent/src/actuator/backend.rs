@@ -35,7 +35,11 @@ pub struct QueueCap {
     pub key: QueueKey,
     /// Line rate of the port, bits per second.
     pub link_bps: u64,
-    /// PFC XOFF level of the ingress feeding this queue, bytes; 0 when unknown.
+    /// PFC XOFF level, bytes, of the ingress on this queue's own port (its link's other
+    /// direction) at an empty shared buffer; 0 when unknown. Not the level of the ingresses
+    /// that feed the queue: a queue builds only when its feeders send faster than its port, so
+    /// each holds a share of it, and in a leaf–spine fabric this level is the lower figure
+    /// (`Simulator::pfc_xoff_bytes`).
     pub pfc_xoff_bytes: u64,
 }
 

@@ -9,7 +9,9 @@
 //! - `ts`: RFC 3339 UTC time with milliseconds, e.g. `2025-01-31T12:00:00.123Z`;
 //! - `ts_unix_ms`: the same instant as Unix milliseconds (easier to compare in scripts);
 //! - `event`: `apply`, `confirm`, `revert` (a confirm deadline passed, or the actuator stopped
-//!   with a change unconfirmed), `rollback` (one was requested) or `reject`;
+//!   with a change unconfirmed), `rollback` (one was requested), `reject`, or `start` (an
+//!   actuator whose device starts afresh, the sim or dry-run backend, started on a journal
+//!   with a past: the settings it starts with);
 //! - `generation`: the generation the event produced (for `confirm` and `reject`, the current
 //!   one, which may stay unconfirmed above a confirmed one);
 //! - `confirmed_generation`: the last confirmed generation after the event;

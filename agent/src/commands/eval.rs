@@ -532,8 +532,8 @@ impl Comparison {
     }
 }
 
-/// A scenario label as part of a file name: letters, digits, `.`, `_` and `-` kept, anything
-/// else (path separators included) replaced by `_`.
+/// A scenario label as part of a file name: a path (a label with a `/`) by its file stem, then
+/// letters, digits, `.`, `_` and `-` kept, anything else replaced by `_`.
 fn file_safe(name: &str) -> String {
     let base = Path::new(name).file_stem().and_then(|s| s.to_str()).filter(|_| name.contains('/')).unwrap_or(name);
     // File names end at 255 bytes; a long scenario name would fail its chart after every run.

@@ -240,7 +240,7 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
             "--health-window 0: a change needs at least one interval of health checks".into(),
         ));
     }
-    // Every queue keeps its last window of intervals (72 bytes each) to compare a change with.
+    // Every queue keeps its last window of intervals (88 bytes each) to compare a change with.
     if a.health_window > MAX_HEALTH_WINDOW {
         return Err(CliError::BadInput(format!(
             "--health-window {}: at most {MAX_HEALTH_WINDOW} intervals (each queue keeps a window's worth in memory)",

@@ -3,7 +3,7 @@
 //! Every proposal passes through [`Guardrails::check`], whatever produced it. In order:
 //! 1. a non-finite or invalid proposal, telemetry that is stale, missing or invalid, or a
 //!    setting in effect that is not valid (a NaN Pmax read back from the actuator), falls back
-//!    to the queue's baseline setting (known good, applied as is);
+//!    to the queue's baseline setting (known good), itself clamped as in step 4;
 //! 2. a queue changed less than `min_dwell` ago keeps its setting;
 //! 3. each threshold moves at most `max_step_ratio` times up or down per step, Pmax at most
 //!    `max_pmax_step`;

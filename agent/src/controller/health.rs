@@ -3,7 +3,8 @@
 //!
 //! A change is judged queue by queue on the queues it touched, over `window` telemetry
 //! intervals before and after. A queue is degraded when, after the change, any of these holds:
-//! - new drops appear;
+//! - there are more drops than in the window before (in a lossless fabric, which drops
+//!   nothing, any drop);
 //! - PFC pause frames rise above `max(pause_floor, pause_ratio × before)`;
 //! - the queue spends more than `max(paused_floor, pause_ratio × before)` of its time paused;
 //! - average depth exceeds `depth_ratio × before + depth_slack_bytes`;

@@ -97,7 +97,8 @@ pub struct Trained {
     pub checkpoint: Checkpoint,
     /// The training curve.
     pub curve: Vec<CurvePoint>,
-    /// The reference baseline's cost on the evaluation scenarios (always 1 × its p99).
+    /// The reference baseline's figures on the evaluation runs (p99, p50 and pauses per run),
+    /// the yardstick each evaluation's cost was measured against.
     pub reference: Vec<FctMetrics>,
 }
 

@@ -101,7 +101,8 @@ pub struct FabricConfig {
     pub dcqcn: DcqcnParams,
     /// Data payload per packet.
     pub mtu_payload: u32,
-    /// Go-back-N retransmission timeout; `None` disables it (lossless fabrics need none).
+    /// Go-back-N retransmission timeout; `None` disables it. A lossless fabric drops nothing,
+    /// but scenario files still set one (10 ms with PFC, 1 ms without), as NICs keep theirs.
     pub rto: Option<Nanos>,
     /// How a NIC whose flows are all pacing-limited wakes up (see [`NicWakeup`]).
     pub nic_wakeup: NicWakeup,

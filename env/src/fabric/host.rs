@@ -256,7 +256,8 @@ impl Simulator {
     }
 
     /// Retransmission timeout: with no ACK progress for a whole period and bytes outstanding,
-    /// go back to the last acknowledged byte (lossy fabrics only; PFC fabrics disable it).
+    /// go back to the last acknowledged byte. Scenario files set it with PFC too (10 ms, against
+    /// 1 ms without): a long PFC storm can stall a flow that long.
     pub(super) fn rto(&mut self, fi: u32) {
         let Some(rto) = self.cfg.rto else { return };
         let now = self.now;

@@ -165,7 +165,8 @@ pub struct Simulator {
     /// Per node: index into `nics` (hosts).
     node_nic: Vec<u32>,
     nics: Vec<Nic>,
-    /// Routes: for switch node `s` and destination host `h`, `routes[route_index[s][h]]` ..
+    /// Routes: for switch node `s` and destination host `h`, at `i = s * n_nodes + h`, the
+    /// next-hop ports `routes[route_start[i] .. route_start[i] + route_len[i]]`.
     route_start: Vec<u32>,
     route_len: Vec<u16>,
     routes: Vec<u32>,
@@ -672,9 +673,12 @@ impl Simulator {
         Ok(())
     }
 
-    /// The PFC XOFF level of the ingress port feeding queue `q`'s switch from the same link,
-    /// at an empty shared buffer: reserve plus the dynamic threshold. An ECN Kmax above it lets
-    /// PFC fire before ECN can act (REFERENCE.md §1).
+    /// The PFC XOFF level of the ingress on queue `q`'s own port (the same link, the other
+    /// direction), at an empty shared buffer: reserve plus the dynamic threshold. An ECN Kmax
+    /// above the XOFF level lets PFC fire before ECN can act (REFERENCE.md §1). The ingresses
+    /// that fill the queue are others, and each holds only its share of the queue: a queue
+    /// builds only when they send faster than its port (five 100G hosts into a 400G uplink),
+    /// so in a leaf–spine fabric this level, at the port's own speed, is below theirs summed.
     pub fn pfc_xoff_bytes(&self, q: usize) -> Result<u64, SimError> {
         let info = self.data_queues.get(q).ok_or(SimError::UnknownQueue(q))?;
         let port = info.port_id as usize;

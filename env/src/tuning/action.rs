@@ -79,8 +79,9 @@ impl Bounds {
 #[serde(rename_all = "kebab-case")]
 pub enum TemplateKind {
     /// ecn-tuner's template: Kmin {2, 8, 32} KB × Kmax {40 … 1280} KB (doubling) × Pmax {0.1,
-    /// 0.3, 1.0}, at 100 Gb/s. Its range covers every REFERENCE.md §5 row that suits a 100G
-    /// port and extends toward the low thresholds that keep small flows fast.
+    /// 0.3, 1.0}, at 100 Gb/s. Its range covers the Huawei 100GE rows of REFERENCE.md §5 (the
+    /// best static rows at 100G) and extends toward the low thresholds that keep small flows
+    /// fast; hpcc-alibaba at 100G (400 KB / 1.6 MB), nvidia-default and dctcp-style lie above it.
     Tuner,
     /// ACC's template (REFERENCE.md §6): thresholds on the grid E(n) = 20 KB·2ⁿ, n = 0..9,
     /// with Kmax one to three grid steps above Kmin, and Pmax in {1%, 10%, 20%}.

@@ -180,7 +180,7 @@ pub enum EnvError {
 pub struct StepInfo {
     /// Simulated time.
     pub now: Nanos,
-    /// Flows completed and in total.
+    /// Flows completed.
     pub flows_done: usize,
     /// Flows in total.
     pub flows_total: usize,
