@@ -296,7 +296,9 @@ fn bad_hpcc_config_numbers_exit_2_naming_the_key() {
     let dir = tmp.path().to_path_buf();
     write(&dir, "topo.txt", "3 1 2\n2\n0 2 100Gbps 0.001ms 0\n1 2 100Gbps 0.001ms 0\n");
     write(&dir, "flow.txt", "2\n0 1 3 100 100000 2.0\n1 0 3 100 200000 2.000001\n");
-    let head = "TOPOLOGY_FILE topo.txt\nFLOW_FILE flow.txt\nCC_MODE 1\n";
+    // With the keys HPCC has no usable default for.
+    let head = "TOPOLOGY_FILE topo.txt\nFLOW_FILE flow.txt\nCC_MODE 1\nRP_TIMER 300\nEWMA_GAIN 0.00390625\n\
+                RATE_AI 20Mb/s\nRATE_HAI 200Mb/s\nL2_ACK_INTERVAL 1\nHAS_WIN 0\nACK_HIGH_PRIO 1\n";
     let good = write(&dir, "good.txt", head);
     assert!(ecn_tuner(&["sim", "--scenario", &good, "--json"]).status.success());
     let cases = [

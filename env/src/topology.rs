@@ -176,7 +176,9 @@ impl Topology {
         }
         for (ln, l) in lines {
             let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() < 4 {
+            // Exactly HPCC's five: it reads five tokens a link, so a fourth-field line would
+            // take the next line's src for its error rate, and a sixth field the next src.
+            if f.len() != 5 {
                 return Err(perr(ln, format!("expected 'src dst rate delay error_rate', got '{l}'")));
             }
             let node = |s: &str| -> Result<NodeId, TopologyError> {
@@ -188,11 +190,10 @@ impl Topology {
             };
             let rate: BitsPerSec = f[2].parse().map_err(|e| perr(ln, format!("{e}")))?;
             let delay: Nanos = f[3].parse().map_err(|e| perr(ln, format!("{e}")))?;
-            if let Some(e) = f.get(4) {
-                let er: f64 = e.parse().map_err(|_| perr(ln, format!("error_rate '{e}' is not a number")))?;
-                if er != 0.0 {
-                    return Err(perr(ln, "links with a non-zero error rate are not supported".into()));
-                }
+            let e = f[4];
+            let er: f64 = e.parse().map_err(|_| perr(ln, format!("error_rate '{e}' is not a number")))?;
+            if er != 0.0 {
+                return Err(perr(ln, "links with a non-zero error rate are not supported".into()));
             }
             t.links.push(Link { a: node(f[0])?, b: node(f[1])?, rate, delay });
         }
@@ -354,6 +355,11 @@ mod tests {
         assert_eq!(e, TopologyError::Parse { line: 4, why: "node id 9 is not below node_count 3".into() });
         let e = Topology::parse_hpcc("3 1 2\n2\n0 2 100Gbps 1000ns 0\n1 2 fast 1000ns 0\n").unwrap_err();
         assert!(matches!(e, TopologyError::Parse { line: 4, .. }), "{e}");
+        // HPCC reads five tokens a link: four or six would shift every later link.
+        for link in ["1 2 100Gbps 1000ns", "1 2 100Gbps 1000ns 0 7"] {
+            let e = Topology::parse_hpcc(&format!("3 1 2\n2\n0 2 100Gbps 1000ns 0\n{link}\n")).unwrap_err();
+            assert!(matches!(e, TopologyError::Parse { line: 4, .. }), "{link}: {e}");
+        }
     }
 
     #[test]

@@ -136,7 +136,9 @@ fn hpcc_import_runs_the_reference_flows() {
     assert_eq!(theirs.len(), 1137);
     ours.sort_unstable();
     theirs.sort_unstable();
-    assert_eq!(ours, theirs, "imported flows differ from flows.txt");
+    // flows.txt's decimal start, and the nanosecond its double truncates to (fct.txt, below).
+    let same = ours.iter().zip(&theirs).all(|(a, b)| a.0 == b.0 && a.1 == b.1 && a.2 == b.2 && b.3 - a.3 <= 1);
+    assert!(same, "imported flows differ from flows.txt");
     assert!(sc.flows.iter().all(|f| f.priority == 3 && f.dport == 100));
 
     let refs = reference_fcts();
@@ -151,8 +153,9 @@ fn hpcc_import_runs_the_reference_flows() {
             .get(&(r.src, r.dst, r.sport))
             .unwrap_or_else(|| panic!("no reference flow {} -> {} sport {}", r.src, r.dst, r.sport));
         assert_eq!(r.size_bytes, x.size, "size of {r:?}");
-        // Starts pass through a double in the reference and can land 1 ns early.
-        assert!(r.start_ns.abs_diff(x.start_ns) <= 1, "start of {r:?} vs {}", x.start_ns);
+        // Starts pass through a double in the reference and can land 1 ns early: the import
+        // reads them so too (half of ls16's started 1 ns late when read exactly).
+        assert_eq!(r.start_ns, x.start_ns, "start of {r:?}");
         if r.ideal_ns != x.standalone_ns {
             ideal_mismatch.push((r.src, r.dst, r.sport, r.size_bytes, r.ideal_ns, x.standalone_ns));
         }

@@ -1261,7 +1261,9 @@ async fn bad_urls_unreachable_redis_and_empty_config_db_exit_with_clear_errors()
             2,
             "the same index as --config-db",
         ),
-        (vec!["sonic", "restore", "--redis", &empty_url, "--counters-db=-1"], 2, "--counters-db -1"),
+        (vec!["sonic", "restore", "--redis", &empty_url, "--state-db=-1"], 2, "--state-db -1"),
+        // A database restore does not use is refused, not checked.
+        (vec!["sonic", "restore", "--redis", &empty_url, "--counters-db=-1"], 2, "--counters-db: not used here"),
         (
             vec!["actuator", "--backend", "sonic", "--redis", &empty_url, "--counters-db", "99"],
             2,
@@ -1271,9 +1273,12 @@ async fn bad_urls_unreachable_redis_and_empty_config_db_exit_with_clear_errors()
         (vec!["sonic", "restore", "--redis", "nope"], 2, "--redis"),
         (vec!["sonic", "restore", "--redis", &nobody], 1, "cannot reach Redis"),
     ];
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal.jsonl");
+    let journal = journal.to_str().unwrap();
     for (mut args, want, text) in cases {
         if args[0] == "actuator" {
-            args.extend(["--listen", "127.0.0.1:0"]);
+            args.extend(["--listen", "127.0.0.1:0", "--journal", journal]);
         }
         let (code, _, stderr) = run_cli(&args).await;
         assert_eq!(code, Some(want), "{args:?}: {stderr}");
@@ -1286,6 +1291,12 @@ async fn bad_urls_unreachable_redis_and_empty_config_db_exit_with_clear_errors()
 
 /// Start a SONiC actuator on `url` (with `journal`, if given) that is expected to refuse to
 /// start: its exit code and stderr.
+/// [`refused_start`] with a journal of its own, as every start that gets as far as Redis needs.
+async fn refused_start_journaled(url: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    refused_start(url, Some(&dir.path().join("journal.jsonl"))).await
+}
+
 async fn refused_start(url: &str, journal: Option<&std::path::Path>) -> (Option<i32>, String) {
     let journal = journal.map(|p| p.display().to_string());
     let mut args = vec!["actuator", "--backend", "sonic", "--redis", url, "--listen", "127.0.0.1:0"];
@@ -1387,7 +1398,7 @@ async fn recordings_that_cannot_be_this_switchs_and_unbounded_switches_are_refus
     let mut state = redis.con(STATE_DB);
     let _: () =
         redis::cmd("HSET").arg("ECN_TUNER|ORIGINALS").arg("json").arg(partial.to_string()).query(&mut state).unwrap();
-    let (code, stderr) = refused_start(&url, None).await;
+    let (code, stderr) = refused_start_journaled(&url).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("QUEUE|Ethernet0|3") && stderr.contains("sonic restore"), "{stderr}");
     assert_eq!(tables(&mut redis.con(CONFIG_DB)), before, "nothing written");
@@ -1414,7 +1425,7 @@ async fn recordings_that_cannot_be_this_switchs_and_unbounded_switches_are_refus
         .arg("BUFFER_POOL|ingress_lossless_pool")
         .query(&mut con)
         .unwrap();
-    let (code, stderr) = refused_start(&url, None).await;
+    let (code, stderr) = refused_start_journaled(&url).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("BUFFER_POOL"), "{stderr}");
 }
@@ -1758,7 +1769,7 @@ async fn a_redis_user_that_cannot_fence_is_refused_at_start() {
             .query(&mut redis.con(0))
             .unwrap();
         let url = format!("redis://{user}:hunter2@127.0.0.1:{}", redis.port);
-        async move { refused_start(&url, None).await }
+        async move { refused_start_journaled(&url).await }
     };
     let (code, stderr) = start_as("tuner", "-client|kill").await;
     assert_eq!(code, Some(2), "{stderr}");

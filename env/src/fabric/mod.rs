@@ -127,7 +127,9 @@ pub(crate) struct Flow {
     pub finished_at: Option<u64>,
     /// When the last byte first finished leaving the NIC.
     pub sent_at: Option<u64>,
-    pub una_at_last_rto: u64,
+    /// When the acknowledged point last moved (or the retransmission timer last restarted):
+    /// the timeout counts from here.
+    pub progress_at: u64,
     // Receiver.
     pub rcv_expected: u64,
     pub last_nack_at: u64,
@@ -350,7 +352,7 @@ impl Simulator {
                 cc: DcqcnSender::new(line),
                 finished_at: None,
                 sent_at: None,
-                una_at_last_rto: 0,
+                progress_at: 0,
                 rcv_expected: 0,
                 last_nack_at: 0,
                 last_nack_seq: u64::MAX,

@@ -12,6 +12,75 @@ use crate::units::{BitsPerSec, Bytes, Nanos, MAX_DURATION};
 use crate::workload::FlowSpec;
 use std::path::Path;
 
+/// The keys of HPCC's `config.txt` (those its `third.cc` reads) that this import reads, some
+/// only at the value the simulator models (`CC_MODE 1`, `HAS_WIN 0`, ...).
+const READ_KEYS: [&str; 27] = [
+    "TOPOLOGY_FILE",
+    "FLOW_FILE",
+    "SIMULATOR_STOP_TIME",
+    "CC_MODE",
+    "ALPHA_RESUME_INTERVAL",
+    "RATE_DECREASE_INTERVAL",
+    "RP_TIMER",
+    "EWMA_GAIN",
+    "FAST_RECOVERY_TIMES",
+    "CLAMP_TARGET_RATE",
+    "RATE_AI",
+    "RATE_HAI",
+    "MIN_RATE",
+    "BUFFER_SIZE",
+    "PACKET_PAYLOAD_SIZE",
+    "ENABLE_QCN",
+    "USE_DYNAMIC_PFC_THRESHOLD",
+    "HAS_WIN",
+    "L2_ACK_INTERVAL",
+    "L2_BACK_TO_ZERO",
+    "ERROR_RATE_PER_LINK",
+    "LINK_DOWN",
+    "RATE_BOUND",
+    "ACK_HIGH_PRIO",
+    "KMIN_MAP",
+    "KMAX_MAP",
+    "PMAX_MAP",
+];
+
+/// Keys of HPCC's `config.txt` that change nothing the simulator models, accepted and left
+/// unread: output files; `DATA_RATE` and `LINK_DELAY`, which `third.cc` reads and never uses
+/// (links take theirs from the topology file); `L2_CHUNK_SIZE`, which only adds ACKs when every
+/// packet is ACKed already; the window's `GLOBAL_T` and `VAR_WIN` (the window is off); and the
+/// knobs of the other congestion controls (HPCC, TIMELY, DCTCP, PINT).
+const NO_EFFECT_KEYS: [&str; 22] = [
+    "TRACE_FILE",
+    "TRACE_OUTPUT_FILE",
+    "FCT_OUTPUT_FILE",
+    "PFC_OUTPUT_FILE",
+    "ENABLE_TRACE",
+    "QLEN_MON_FILE",
+    "QLEN_MON_START",
+    "QLEN_MON_END",
+    "DATA_RATE",
+    "LINK_DELAY",
+    "L2_CHUNK_SIZE",
+    "GLOBAL_T",
+    "VAR_WIN",
+    "MI_THRESH",
+    "FAST_REACT",
+    "U_TARGET",
+    "INT_MULTI",
+    "MULTI_RATE",
+    "SAMPLE_FEEDBACK",
+    "PINT_LOG_BASE",
+    "PINT_PROB",
+    "DCTCP_RATE_AI",
+];
+
+/// Keys HPCC gives no usable default: absent, `third.cc` runs with a zero timer or gain, an
+/// empty rate (`RP_TIMER`, `EWMA_GAIN`, `RATE_AI`, `RATE_HAI`), ACKs nothing (`L2_ACK_INTERVAL`
+/// 0), or a mode the simulator does not model (`HAS_WIN` 1, the window; `ACK_HIGH_PRIO` 0,
+/// hosts' ACKs behind their data).
+const REQUIRED_KEYS: [&str; 7] =
+    ["RP_TIMER", "EWMA_GAIN", "RATE_AI", "RATE_HAI", "L2_ACK_INTERVAL", "HAS_WIN", "ACK_HIGH_PRIO"];
+
 impl Scenario {
     /// Import an HPCC simulator `config.txt` with its topology and flow files.
     pub fn from_hpcc_config(
@@ -42,7 +111,23 @@ impl Scenario {
                 if kv.insert(k.to_string(), values).is_some() {
                     return Err(err(source, k, format!("line {}: given a second time", i + 1)));
                 }
+                // A key read and dropped would run the config without what it asks: a typo, or
+                // a setting of the reference the simulator does not have.
+                if k == "PAUSE_TIME" {
+                    return Err(err(source, k, "the PFC pause time is not simulated (a pause holds until XON)"));
+                }
+                if !READ_KEYS.contains(&k) && !NO_EFFECT_KEYS.contains(&k) {
+                    return Err(err(source, k, format!("line {}: not a key of HPCC's config.txt (a typo?)", i + 1)));
+                }
             }
+        }
+        if let Some(k) = REQUIRED_KEYS.iter().find(|k| !kv.contains_key(**k)) {
+            return Err(err(
+                source,
+                *k,
+                "missing; HPCC has no usable default for it (its `third.cc` would run with 0, nothing, or a mode \
+                 the simulator does not model)",
+            ));
         }
         let get1 = |k: &str| kv.get(k).and_then(|v| v.first().copied());
         let need = |k: &str| get1(k).ok_or_else(|| err(source, k, "missing (is this an HPCC config.txt?)"));
@@ -94,6 +179,8 @@ impl Scenario {
         expect("L2_ACK_INTERVAL", "1", "every packet is ACKed")?;
         expect("L2_BACK_TO_ZERO", "0", "go-back-0 is not simulated")?;
         expect("USE_DYNAMIC_PFC_THRESHOLD", "1", "only dynamic PFC thresholds are simulated")?;
+        expect("RATE_BOUND", "1", "senders always pace at their DCQCN rate")?;
+        expect("ACK_HIGH_PRIO", "1", "hosts send their ACKs before their data")?;
         // Faults the simulator does not inject: refused rather than silently run without them.
         if num("ERROR_RATE_PER_LINK")?.is_some_and(|r| r != 0.0) {
             return Err(err(
@@ -106,8 +193,17 @@ impl Scenario {
         if kv.get("LINK_DOWN").and_then(|v| v.first()).is_some_and(|t| t.parse::<f64>() != Ok(0.0)) {
             return Err(err(source, "LINK_DOWN", "taking a link down is not supported (LINK_DOWN 0 0 0 turns it off)"));
         }
-        let topo_path = files.path(need("TOPOLOGY_FILE")?);
-        let flow_path = files.path(need("FLOW_FILE")?);
+        // HPCC opens the files from its working directory (its run.py writes `mix/topo.txt`
+        // into `mix/config.txt` and runs from above `mix/`); a config kept beside its files
+        // names them from its own folder. That folder first, then the working directory.
+        let beside_or_here = |k: &str| -> Result<std::path::PathBuf, ScenarioError> {
+            let name = need(k)?;
+            let beside = files.path(name);
+            let here = Path::new(name);
+            Ok(if !beside.exists() && here.is_relative() && here.is_file() { here.to_path_buf() } else { beside })
+        };
+        let topo_path = beside_or_here("TOPOLOGY_FILE")?;
+        let flow_path = beside_or_here("FLOW_FILE")?;
         // Named as the TOML form names them: the config and its key, then the file.
         let topo_file = NamedFile { source, field: "TOPOLOGY_FILE".into(), path: &topo_path };
         let flow_file = NamedFile { source, field: "FLOW_FILE".into(), path: &flow_path };
@@ -120,7 +216,18 @@ impl Scenario {
 
         let mut fabric = FabricConfig::new(topology);
         let line = fabric.topology.nic_rate();
-        let mut dc = DcqcnParams::hpcc(line);
+        // An absent key takes HPCC's default (the globals of its `third.cc`), not the
+        // scenario files' (REFERENCE.md §2's column): the same config runs the same there.
+        let mut dc = DcqcnParams {
+            alpha_resume_interval: Nanos::from_micros(55),
+            rate_decrease_interval: Nanos::from_micros(4),
+            fast_recovery_times: 5,
+            min_rate: BitsPerSec(100_000_000),
+            clamp_target_rate: false,
+            ..DcqcnParams::hpcc(line)
+        };
+        fabric.buffer = Bytes(16 << 20);
+        fabric.mtu_payload = 1000;
         // Timers in µs, at most 2^62 ns as every duration (a larger one would wrap the clock).
         let timer_us = |k: &str| -> Result<Option<Nanos>, ScenarioError> {
             let Some(v) = num(k)? else { return Ok(None) };
@@ -159,9 +266,9 @@ impl Scenario {
         }
         dc.validate(line).map_err(|m| err(source, "dcqcn", m))?;
         fabric.dcqcn = dc;
-        if let Some(v) = num("BUFFER_SIZE")? {
-            // HPCC's BUFFER_SIZE is in MiB.
-            fabric.buffer = Bytes(bytes("BUFFER_SIZE", v, 1024.0 * 1024.0)?);
+        if let Some(v) = whole("BUFFER_SIZE")? {
+            // HPCC's BUFFER_SIZE is a whole number of MiB.
+            fabric.buffer = Bytes(u64::from(v) << 20);
         }
         if let Some(v) = whole("PACKET_PAYLOAD_SIZE")? {
             if !MTU_PAYLOAD_BYTES.contains(&v) {
@@ -191,7 +298,18 @@ impl Scenario {
                     format!("{count} rate/value pairs announced, {} values follow", pairs.len()),
                 ));
             }
-            pairs.chunks_exact(2).map(|pair| Ok((whole_u64(k, pair[0], 1.0, "b/s")?, pair[1]))).collect()
+            let entries: Vec<(u64, f64)> = pairs
+                .chunks_exact(2)
+                .map(|pair| Ok((whole_u64(k, pair[0], 1.0, "b/s")?, pair[1])))
+                .collect::<Result<_, ScenarioError>>()?;
+            // HPCC keeps the last entry for a rate given twice; a map that says two things
+            // about one rate is more likely a mistake than a wish for the second.
+            for (i, (rate, _)) in entries.iter().enumerate() {
+                if entries[..i].iter().any(|(r, _)| r == rate) {
+                    return Err(err(source, k, format!("rate {rate} is given twice")));
+                }
+            }
+            Ok(entries)
         };
         let (kmin, kmax, pmax) = (map("KMIN_MAP")?, map("KMAX_MAP")?, map("PMAX_MAP")?);
         // KMIN_MAP's rates say which entries apply: without it the other maps would be ignored.
@@ -226,6 +344,21 @@ impl Scenario {
                 })?;
                 per_rate.push((BitsPerSec(*r), s));
             }
+            // HPCC asserts that every switch port's speed has its K values; the nearest speed's
+            // would silently run a 400G port at a 100G port's thresholds.
+            let topology = &fabric.topology;
+            let is_switch = |n: u32| topology.nodes[n as usize].kind == crate::topology::NodeKind::Switch;
+            if let Some(link) = topology
+                .links
+                .iter()
+                .find(|l| (is_switch(l.a) || is_switch(l.b)) && !per_rate.iter().any(|(r, _)| *r == l.rate))
+            {
+                return Err(err(
+                    source,
+                    "KMIN_MAP",
+                    format!("no entry for {} b/s, the speed of the link {} - {}", link.rate.0, link.a, link.b),
+                ));
+            }
             fabric.ecn = EcnPlan::PerRate(per_rate);
         }
         let (first, first_line) = first_flow.unwrap_or_default();
@@ -239,17 +372,19 @@ impl Scenario {
                 return Err(err(source, "SIMULATOR_STOP_TIME", "must be at least 1 ns (it is in seconds)"))
             }
             Some(s) => Nanos((s * 1e9) as u64),
-            None => Nanos(last.0.saturating_add(1_000_000_000)),
+            // HPCC's default.
+            None => Nanos(3_010_000_000),
         };
         // HPCC flow files often start their flows at 2 s; a stop time copied from another
         // config would end the run before any flow, and `sim` would report nothing done.
-        if stop_time.is_some() && fabric.stop_at <= first {
+        if fabric.stop_at <= first {
             return Err(err(
                 source,
                 "SIMULATOR_STOP_TIME",
                 format!(
-                    "{} s: the run would end before its first flow starts ({} s, {} line {first_line}); no flow would run",
+                    "{} s{}: the run would end before its first flow starts ({} s, {} line {first_line}); no flow would run",
                     fabric.stop_at.0 as f64 / 1e9,
+                    if stop_time.is_none() { " (absent: HPCC's default)" } else { "" },
                     first.0 as f64 / 1e9,
                     flow_path.display()
                 ),
@@ -276,12 +411,19 @@ impl Scenario {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// `config.txt` naming the files of [`one_flow_hpcc_dir`], with `extra` lines, loaded.
+    /// The keys a config must give (HPCC has no usable default), at ls16's values.
+    pub(in crate::scenario) const REQUIRED: &str = "RP_TIMER 300\nEWMA_GAIN 0.00390625\nRATE_AI 20Mb/s\n\
+        RATE_HAI 200Mb/s\nL2_ACK_INTERVAL 1\nHAS_WIN 0\nACK_HIGH_PRIO 1\n";
+
+    /// `extra` from line 3, then the [`REQUIRED`] keys it does not give.
     fn one_flow_config(dir: &Path, extra: &str) -> Result<Scenario, ScenarioError> {
-        let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{extra}");
+        let given = |line: &str| extra.lines().any(|e| e.split_whitespace().next() == line.split_whitespace().next());
+        let required: String = REQUIRED.lines().filter(|l| !given(l)).map(|l| format!("{l}\n")).collect();
+        let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{extra}{required}");
         Scenario::from_hpcc_config(&text, "config.txt", dir, None)
     }
 
@@ -365,7 +507,9 @@ mod tests {
             ("SIMULATOR_STOP_TIME\n", "SIMULATOR_STOP_TIME", "line 3: no value"),
             ("CLAMP_TARGET_RATE 5\n", "CLAMP_TARGET_RATE", "must be 0 or 1"),
             ("USE_DYNAMIC_PFC_THRESHOLD 0\n", "USE_DYNAMIC_PFC_THRESHOLD", "only dynamic PFC thresholds"),
-            ("BUFFER_SIZE 1e300\n", "BUFFER_SIZE", "too large"),
+            ("BUFFER_SIZE 1e300\n", "BUFFER_SIZE", "below 2^32"),
+            // HPCC reads a whole number of MiB (and `.5` as the next key).
+            ("BUFFER_SIZE 32.5\n", "BUFFER_SIZE", "whole number"),
             (&maps("1e30"), "KMAX_MAP", "too large"),
             ("KMIN_MAP 1 1e30 400\nKMAX_MAP 1 1e30 1600\nPMAX_MAP 1 1e30 0.2\n", "KMIN_MAP", "2^64 − 1 b/s"),
         ];
@@ -374,9 +518,60 @@ mod tests {
             assert!(e.field == field && e.message.contains(why), "{extra}: {e}");
         }
         // A file it names that cannot be read is named by its key, as `topology.path` is.
-        let e = Scenario::from_hpcc_config("TOPOLOGY_FILE t.txt\nFLOW_FILE nope.txt\n", "config.txt", &dir, None);
+        let e = Scenario::from_hpcc_config(
+            &format!("TOPOLOGY_FILE t.txt\nFLOW_FILE nope.txt\n{REQUIRED}"),
+            "config.txt",
+            &dir,
+            None,
+        );
         let e = e.unwrap_err();
         assert!(e.source_name == "config.txt" && e.field == "FLOW_FILE" && e.message.contains("nope.txt"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Every key is one HPCC reads: a typo, or a setting the simulator does not model, is
+    /// refused (both used to run without a word); keys that change nothing modelled are
+    /// accepted; those HPCC gives no usable default are required; the others default as in
+    /// HPCC's `third.cc`, not as scenario files do.
+    #[test]
+    fn hpcc_keys_are_read_as_hpcc_reads_them() {
+        let dir = one_flow_hpcc_dir("hpcc-keys");
+        let config = |extra: &str| one_flow_config(&dir, extra);
+        let refused = [
+            ("RP_TIMR 5\n", "RP_TIMR", "not a key of HPCC's config.txt"),
+            ("PAUSE_TIME 5\n", "PAUSE_TIME", "not simulated"),
+            ("RATE_BOUND 0\n", "RATE_BOUND", "not supported"),
+            ("ACK_HIGH_PRIO 0\n", "ACK_HIGH_PRIO", "not supported"),
+            (
+                "KMIN_MAP 2 100000000000 400 100000000000 500\nKMAX_MAP 1 100000000000 1600\nPMAX_MAP 1 100000000000 0.2\n",
+                "KMIN_MAP",
+                "rate 100000000000 is given twice",
+            ),
+            (
+                "KMIN_MAP 1 25000000000 100\nKMAX_MAP 1 25000000000 400\nPMAX_MAP 1 25000000000 0.2\n",
+                "KMIN_MAP",
+                "no entry for 100000000000 b/s",
+            ),
+        ];
+        for (extra, field, why) in refused {
+            let e = config(extra).unwrap_err();
+            assert!(e.field == field && e.message.contains(why), "{extra}: {e}");
+        }
+        for key in REQUIRED_KEYS {
+            let text: String = REQUIRED.lines().filter(|l| !l.starts_with(key)).map(|l| format!("{l}\n")).collect();
+            let e =
+                Scenario::from_hpcc_config(&format!("TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{text}"), "c", &dir, None)
+                    .unwrap_err();
+            assert!(e.field == key && e.message.contains("missing"), "{key}: {e}");
+        }
+        let no_effect: String = NO_EFFECT_KEYS.iter().map(|k| format!("{k} 1\n")).collect();
+        let s = config(&no_effect).unwrap();
+        // HPCC's defaults for what is absent.
+        assert_eq!(s.fabric.dcqcn.alpha_resume_interval, Nanos::from_micros(55));
+        assert_eq!(s.fabric.dcqcn.fast_recovery_times, 5);
+        assert_eq!(s.fabric.dcqcn.min_rate, BitsPerSec(100_000_000));
+        assert_eq!(s.fabric.buffer, Bytes(16 << 20));
+        assert_eq!(s.fabric.stop_at, Nanos(3_010_000_000));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

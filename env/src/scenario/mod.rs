@@ -1289,7 +1289,7 @@ mod tests {
         dir
     }
 
-    /// A flow starting at the last nanosecond a u64 holds is refused, naming the flow file's
+    /// A flow starting past the last nanosecond a u64 holds is refused, naming the flow file's
     /// line, rather than overflowing the end of the run's window.
     #[test]
     fn flows_at_the_end_of_time_are_refused_naming_the_line() {
@@ -1297,9 +1297,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let topo = "4 1 3\n3\n0 3 100Gbps 1us 0\n1 3 100Gbps 1us 0\n2 3 100Gbps 1us 0\n";
         std::fs::write(dir.join("t.txt"), topo).unwrap();
-        let last_ns = "18446744073.709551615";
-        std::fs::write(dir.join("f.txt"), format!("2\n0 1 3 100 10000 0\n1 2 3 100 10000 {last_ns}\n")).unwrap();
-        std::fs::write(dir.join("late.txt"), format!("1\n\n0 1 3 100 10000 {last_ns}\n")).unwrap();
+        // Past the end of time as a double (…709552765 ns), and just short of it (…709499359 ns).
+        let past = "18446744073.709551615";
+        std::fs::write(dir.join("f.txt"), format!("2\n0 1 3 100 10000 0\n1 2 3 100 10000 {past}\n")).unwrap();
+        std::fs::write(dir.join("late.txt"), "1\n\n0 1 3 100 10000 18446744073.7095\n").unwrap();
         let flows = |file: &str, start: &str| {
             let text = format!(
                 "[topology]\nkind = \"hpcc\"\npath = \"t.txt\"\n[[workload]]\nkind = \"flows\"\npath = \"{file}\"\n{start}"
@@ -1315,7 +1316,7 @@ mod tests {
         let e = flows("f.txt", "start = \"1ns\"\n").unwrap_err();
         assert!(e.message.contains("f.txt: line 3: "), "{e}");
         let config = |flow_file: &str| {
-            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE {flow_file}\n");
+            let text = format!("TOPOLOGY_FILE t.txt\nFLOW_FILE {flow_file}\n{}", super::hpcc::tests::REQUIRED);
             Scenario::from_hpcc_config(&text, "config.txt", &dir, None)
         };
         // Flows spaced past 2^62 ns make a run the clock cannot hold (a panic in a debug build).
@@ -1329,20 +1330,24 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("past the most a run may, 2^62 ns"), "{e}");
-        let e = config("late.txt").unwrap_err();
+        let e = config("f.txt").unwrap_err();
         assert_eq!((e.source_name.as_str(), e.field.as_str()), ("config.txt", "FLOW_FILE"), "{e}");
-        assert!(e.message.starts_with(&format!("{}: line 3: ", dir.join("late.txt").display())), "{e}");
+        assert!(e.message.starts_with(&format!("{}: line 3: ", dir.join("f.txt").display())), "{e}");
+        // An HPCC config without a stop time stops at HPCC's default, 3.01 s: before this flow.
+        let e = config("late.txt").unwrap_err();
+        assert_eq!(e.field, "SIMULATOR_STOP_TIME", "{e}");
+        assert!(e.message.contains("(absent: HPCC's default)"), "{e}");
         // A bad line of a flow file or a topology file, named the same way.
         std::fs::write(
             dir.join("bad.txt"),
             "1
-0 1 3 100 10000 2e0
+0 1 3 100 10000 2s
 ",
         )
         .unwrap();
         let e = config("bad.txt").unwrap_err();
         assert_eq!((e.source_name.as_str(), e.field.as_str()), ("config.txt", "FLOW_FILE"), "{e}");
-        assert!(e.message.contains("bad.txt: line 2: start '2e0' is not a time in seconds: exponent"), "{e}");
+        assert!(e.message.contains("bad.txt: line 2: start '2s' is not a time in seconds: expected a number"), "{e}");
         let e = flows("bad.txt", "").unwrap_err();
         assert_eq!((e.source_name.as_str(), e.field.as_str()), ("test.toml", "workload[0].path"), "{e}");
         std::fs::write(
