@@ -13,27 +13,32 @@ fn main() {
 }
 
 // The commit this build comes from, for the model cards it writes (`source_commit`): which
-// code trained a model is otherwise a search through history. Rebuilt when HEAD moves; outside
-// a git checkout, or without git, nothing is recorded.
+// code trained a model is otherwise a search through history. Rebuilt when HEAD moves. Nothing
+// is recorded without git, or where the repository around the sources is not ecn-tuner's own
+// (a source tarball unpacked inside another repository would record that one's HEAD).
 fn record_source_commit() {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .ok()
-            .filter(|o| o.status.success())?;
-        Some(String::from_utf8(out.stdout).ok()?.trim().to_string())
+        let out = std::process::Command::new("git").args(args).current_dir(manifest).output().ok()?;
+        out.status.success().then(|| String::from_utf8(out.stdout).ok()).flatten().map(|s| s.trim().to_string())
     };
+    // The workspace's root holds Cargo.lock beside this crate's folder.
+    let ours = manifest.parent().and_then(|root| root.canonicalize().ok());
+    let top = git(&["rev-parse", "--show-toplevel"]).and_then(|t| std::path::Path::new(&t).canonicalize().ok());
+    if ours.is_none() || top != ours {
+        return;
+    }
     let Some(commit) = git(&["rev-parse", "HEAD"]) else { return };
     println!("cargo:rustc-env=ECN_TUNER_SOURCE_COMMIT={commit}");
-    // HEAD names the branch; the branch's ref (loose, or packed) moves with each commit.
+    // What moves with HEAD: HEAD itself (a checkout), its reflog (every commit, reset or
+    // checkout, even once the branch's ref is packed), the branch's loose ref, packed-refs, and
+    // a reftable repository's tables.
     let branch = git(&["symbolic-ref", "-q", "HEAD"]);
-    let mut args = vec!["rev-parse", "--path-format=absolute", "--git-path", "HEAD", "--git-path", "packed-refs"];
-    if let Some(branch) = &branch {
-        args.extend(["--git-path", branch]);
-    }
-    for path in git(&args).unwrap_or_default().lines().filter(|p| std::path::Path::new(p).exists()) {
-        println!("cargo:rerun-if-changed={path}");
+    // One at a time: a branch path fails in a reftable repository, and must not take the rest.
+    for name in ["HEAD", "logs/HEAD", "packed-refs", "reftable"].into_iter().chain(branch.as_deref()) {
+        let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", name]) else { continue };
+        if std::path::Path::new(&path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
     }
 }

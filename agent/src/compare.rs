@@ -37,14 +37,13 @@ pub type Paired<'a> = (&'a [Option<f64>], &'a [Option<f64>]);
 /// the policy's mean to the reference's over the scenario's seeds: the change of the means that
 /// the tables report, so that the mean row is the mean of the scenario rows. Its interval is the
 /// delta method's for a ratio of means: in scenario s, seed k contributes
-/// e_sk = (x_sk − R_s · r_sk) / r̄_s, the first-order effect of that seed on R_s, and the
-/// estimate's variance is (1/S²) Σ_s Σ_t C_st, with C_ss = Σ_k e_sk² / (n_s (n_s − 1)) over the
-/// n_s seeds of s, and C_st, for s ≠ t, the covariance of the two over the m seeds they share,
-/// Σ_k e_sk e_tk · m / ((m − 1) n_s n_t) (0 under two shared seeds): a seed offers every
-/// scenario the same random draws, so their errors need not be independent. Where every
-/// scenario has the same n seeds this is the variance of e_k = mean over s of e_sk, divided by
-/// n. The interval is estimate ± t(0.975, n − 1) · √variance, n the fewest seeds of any
-/// scenario. A policy that is the same fraction better on every seed thus has an interval of
+/// e_sk = (x_sk − R_s · r_sk) / r̄_s, the first-order effect of that seed on R_s. Scenarios
+/// with the same usable seeds are paired seed by seed (a seed offers every scenario the same
+/// random draws, so their errors need not be independent): a group G of them on n seeds adds
+/// Σ_k (Σ_{s∈G} e_sk)² / (n (n − 1)) to S² times the variance, and groups on other seeds add
+/// independently. Where every scenario has the same n seeds this is the variance of e_k =
+/// mean over s of e_sk, divided by n. The interval is estimate ± t(0.975, n − 1) · √variance,
+/// n the fewest seeds of any scenario. A policy that is the same fraction better on every seed thus has an interval of
 /// zero width, whatever the seeds' scale; differences x_sk − r_sk, scaled by r̄_s alone, would
 /// count the reference's own seed spread, times the change, as uncertainty.
 pub fn mean_paired_change(scenarios: &[Paired<'_>]) -> Option<Change> {
@@ -71,30 +70,33 @@ pub fn mean_paired_change(scenarios: &[Paired<'_>]) -> Option<Change> {
     let mean = changes.iter().sum::<f64>() / scenario_count;
     let fewest = effects.iter().map(Vec::len).min()?;
     let (low, high) = if fewest > 1 {
-        let mut variance = 0.0;
-        for a in &effects {
-            for b in &effects {
-                // Seeds in ascending order on both sides: a merge finds the shared ones.
-                let (mut i, mut j, mut shared, mut sum) = (0, 0, 0usize, 0.0);
-                while i < a.len() && j < b.len() {
-                    match a[i].0.cmp(&b[j].0) {
-                        std::cmp::Ordering::Less => i += 1,
-                        std::cmp::Ordering::Greater => j += 1,
-                        std::cmp::Ordering::Equal => {
-                            sum += a[i].1 * b[j].1;
-                            shared += 1;
-                            (i, j) = (i + 1, j + 1);
-                        }
-                    }
+        // Scenarios with the same seeds are paired seed by seed (a seed offers each the same
+        // random draws, so their errors need not be independent); groups of scenarios with
+        // other seeds are taken as independent. Each group's sum of squares is not negative,
+        // where covariances estimated over partly shared seeds could make the total so.
+        let mut groups: Vec<(Vec<usize>, Vec<f64>)> = Vec::new();
+        for e in &effects {
+            let seeds: Vec<usize> = e.iter().map(|&(k, _)| k).collect();
+            let at = match groups.iter().position(|(g, _)| *g == seeds) {
+                Some(i) => i,
+                None => {
+                    groups.push((seeds, vec![0.0; e.len()]));
+                    groups.len() - 1
                 }
-                if shared > 1 {
-                    let m = shared as f64;
-                    variance += sum * m / ((m - 1.0) * a.len() as f64 * b.len() as f64);
-                }
+            };
+            for (sum, &(_, effect)) in groups[at].1.iter_mut().zip(e) {
+                *sum += effect;
             }
         }
-        // Scenarios with different seeds can make the estimate a little negative.
-        let half = student_t_975(fewest - 1) * (variance.max(0.0) / (scenario_count * scenario_count)).sqrt();
+        let variance: f64 = groups
+            .iter()
+            .map(|(seeds, sums)| {
+                let n = seeds.len() as f64;
+                sums.iter().map(|x| x * x).sum::<f64>() / (n * (n - 1.0))
+            })
+            .sum::<f64>()
+            / (scenario_count * scenario_count);
+        let half = student_t_975(fewest - 1) * variance.sqrt();
         (Some(mean - half), Some(mean + half))
     } else {
         (None, None)
@@ -204,6 +206,29 @@ mod tests {
         assert_eq!((c.seeds, c.low, c.high), (1, None, None));
         assert_eq!(paired_change(&[None], &[Some(1.0)]), None);
         assert_eq!(paired_change(&some(&[1.0]), &some(&[0.0])), None);
+    }
+
+    /// Scenarios on different seeds count as independent: the mean row's variance is the sum of
+    /// the rows' (a covariance estimated over partly shared seeds could come out negative and
+    /// hide the spread behind a zero-width interval).
+    #[test]
+    fn scenarios_on_different_seeds_add_their_variances() {
+        let (a, ra) = (some(&[2.0, 1.0]), some(&[1.0, 1.0]));
+        let (b, rb) = (vec![Some(1.0), Some(3.0), Some(2.0)], some(&[1.0, 1.0, 1.0]));
+        let b_short = vec![Some(1.0), Some(3.0), None];
+        for (b, seeds_b) in [(&b, 3.0), (&b_short, 2.0)] {
+            let (row_a, row_b) = (paired_change(&a, &ra).unwrap(), paired_change(b, &rb).unwrap());
+            let var = |c: Change, n: f64| ((c.high.unwrap() - c.mean) / student_t_975(n as usize - 1)).powi(2);
+            let c = mean_paired_change(&[(&a, &ra), (b, &rb)]).unwrap();
+            let want = student_t_975(1) * (var(row_a, 2.0) + var(row_b, seeds_b)).sqrt() / 2.0;
+            if seeds_b == 3.0 {
+                assert!((c.high.unwrap() - c.mean - want).abs() < 1e-12, "{c:?}, want ±{want}");
+            } else {
+                // The same two seeds as `a`: paired seed by seed, as with every seed usable.
+                let full = mean_paired_change(&[(&a, &ra), (&b[..2], &rb[..2])]).unwrap();
+                assert_eq!(c, full);
+            }
+        }
     }
 
     /// With the same seeds in every scenario, the variance is that of the seeds' effects

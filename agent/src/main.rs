@@ -87,8 +87,31 @@ enum Command {
     Sonic(commands::sonic::SonicArgs),
 }
 
+/// `--flag -1e-3` as `--flag=-1e-3`: clap takes `-1` and `-0.5` for values of the flag before
+/// them (`allow_negative_numbers`) but not `-1e-3` or `-.5`, which it read as unknown flags, so
+/// the flag's own check, which names it, never saw them. Only a whole argument that reads as a
+/// number is joined; nothing here takes a negative number as a positional argument.
+fn negative_values_joined(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out: Vec<std::ffi::OsString> = Vec::new();
+    for arg in args {
+        let negative_number = arg.to_str().is_some_and(|a| {
+            a.starts_with('-')
+                && a[1..].starts_with(|c: char| c.is_ascii_digit() || c == '.')
+                && a.parse::<f64>().is_ok()
+        });
+        match out.last_mut() {
+            Some(flag) if negative_number && flag.to_str().is_some_and(|f| f.starts_with("--") && !f.contains('=')) => {
+                flag.push("=");
+                flag.push(&arg);
+            }
+            _ => out.push(arg),
+        }
+    }
+    out
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(negative_values_joined(std::env::args_os()));
     let default = match cli.verbose {
         0 => "info",
         1 => "debug",
@@ -141,5 +164,22 @@ fn main() -> ExitCode {
             output::errln!("error: {e}");
             ExitCode::from(e.exit_code() as u8)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negative_numbers_join_the_flag_before_them() {
+        let args = |v: &[&str]| v.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        let joined = negative_values_joined(
+            args(&["t", "--gamma", "-1e-1", "--x", "-.5", "-v", "--y=-2", "--z", "-"]).into_iter(),
+        );
+        assert_eq!(joined, args(&["t", "--gamma=-1e-1", "--x=-.5", "-v", "--y=-2", "--z", "-"]));
+        // Not a number, or not after a long flag: left alone.
+        let kept = args(&["t", "-v", "-1", "--f", "-inf", "--g", "-x1"]);
+        assert_eq!(negative_values_joined(kept.clone().into_iter()), kept);
     }
 }

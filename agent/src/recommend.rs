@@ -30,12 +30,13 @@ use std::time::Instant;
 /// Confidence needed before a change is recommended (the gap is then 1.6 TD errors).
 pub const DEFAULT_MIN_CONFIDENCE: f64 = 0.8;
 
-/// The reason for a keep below `min_confidence`, the confidence rounded down so that 0.7978
-/// does not read as "0.80 < 0.80".
+/// The reason for a keep below `min_confidence`, both to two decimals, as the table shows the
+/// confidence, or to as many more as tell them apart: 0.7978 against 0.8 reads "0.798 <
+/// 0.800", where two decimals read "0.80 < 0.80".
 fn unsure(confidence: f64, min_confidence: f64) -> String {
+    let digits = (2..=6).find(|&d| format!("{confidence:.d$}") != format!("{min_confidence:.d$}")).unwrap_or(6);
     format!(
-        "unsure: the expected gain is within the model's noise (confidence {:.2} < {min_confidence:.2})",
-        (confidence * 100.0).floor() / 100.0
+        "unsure: the expected gain is within the model's noise (confidence {confidence:.digits$} < {min_confidence:.digits$})"
     )
 }
 
@@ -688,8 +689,10 @@ mod tests {
 
     #[test]
     fn an_unsure_reason_never_reads_as_equal_to_the_threshold() {
-        assert!(unsure(0.7977, 0.8).ends_with("(confidence 0.79 < 0.80)"), "{}", unsure(0.7977, 0.8));
+        assert!(unsure(0.7977, 0.8).ends_with("(confidence 0.798 < 0.800)"), "{}", unsure(0.7977, 0.8));
+        assert!(unsure(0.10293, 0.104).ends_with("(confidence 0.103 < 0.104)"));
         assert!(unsure(0.5, 0.8).ends_with("(confidence 0.50 < 0.80)"));
+        assert!(unsure(0.29, 0.8).ends_with("(confidence 0.29 < 0.80)"));
     }
 
     #[test]

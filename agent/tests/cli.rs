@@ -539,6 +539,8 @@ fn a_negative_value_is_refused_naming_its_flag() {
     let out = dir.path().join("x.safetensors");
     for (args, said) in [
         (vec!["train", "--out", out.to_str().unwrap(), "--gamma", "-0.1"], "--gamma -0.1: must be in [0, 1)"),
+        (vec!["train", "--out", out.to_str().unwrap(), "--gamma", "-1e-1"], "--gamma -0.1: must be in [0, 1)"),
+        (vec!["train", "--out", out.to_str().unwrap(), "--gamma", "-.5"], "--gamma -0.5: must be in [0, 1)"),
         (vec!["sim", "--scenario", "websearch-50", "--seed", "-1"], "'-1' for '--seed <SEED>'"),
         (vec!["recommend", "--telemetry", "t.parquet", "--min-confidence", "-0.5"], "--min-confidence -0.5"),
     ] {
@@ -579,9 +581,14 @@ fn a_closed_stream_changes_no_exit_code() {
     let mut child = spawn(&["sim", "--scenario", "no-such-scenario"], Stdio::null(), Stdio::piped());
     drop(child.stderr.take());
     assert_eq!(child.wait().unwrap().code(), Some(2));
-    // stdout: a pipe with no reader, and a command that fails after its first result line.
-    let corrupt = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/corrupt-page.parquet");
-    let mut child = spawn(&["validate", "--telemetry", corrupt.to_str().unwrap()], Stdio::piped(), Stdio::null());
+    // stdout: a pipe with no reader, and a command that fails after writing its result there
+    // (validate's JSON report of a file with problems: it exited 0 at the first write).
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "ts_ns,switch,port,queue\n1,a,b,3\n").unwrap();
+    let args = ["validate", "--telemetry", bad.to_str().unwrap(), "--json"];
+    let out = Command::new(env!("CARGO_BIN_EXE_ecn-tuner")).args(args).output().unwrap();
+    assert!(out.stdout.starts_with(b"{") && out.status.code() == Some(2), "the report goes to stdout, then exit 2");
+    let mut child = spawn(&args, Stdio::piped(), Stdio::null());
     drop(child.stdout.take());
     assert_eq!(child.wait().unwrap().code(), Some(2));
 }

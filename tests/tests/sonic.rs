@@ -1289,13 +1289,14 @@ async fn bad_urls_unreachable_redis_and_empty_config_db_exit_with_clear_errors()
     assert!(stdout.contains("nothing to restore"), "{stdout}");
 }
 
-/// Start a SONiC actuator on `url` (with `journal`, if given) that is expected to refuse to
-/// start: its exit code and stderr.
 /// [`refused_start`] with a journal of its own, as every start that gets as far as Redis needs.
 async fn refused_start_journaled(url: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     refused_start(url, Some(&dir.path().join("journal.jsonl"))).await
 }
+
+/// Start a SONiC actuator on `url` (with `journal`, if given) that is expected to refuse to
+/// start: its exit code and stderr.
 
 async fn refused_start(url: &str, journal: Option<&std::path::Path>) -> (Option<i32>, String) {
     let journal = journal.map(|p| p.display().to_string());

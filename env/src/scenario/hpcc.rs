@@ -14,7 +14,8 @@ use std::path::Path;
 
 /// The keys of HPCC's `config.txt` (those its `third.cc` reads) that this import reads, some
 /// only at the value the simulator models (`CC_MODE 1`, `HAS_WIN 0`, ...).
-const READ_KEYS: [&str; 27] = [
+const READ_KEYS: [&str; 28] = [
+    "PAUSE_TIME",
     "TOPOLOGY_FILE",
     "FLOW_FILE",
     "SIMULATOR_STOP_TIME",
@@ -113,9 +114,6 @@ impl Scenario {
                 }
                 // A key read and dropped would run the config without what it asks: a typo, or
                 // a setting of the reference the simulator does not have.
-                if k == "PAUSE_TIME" {
-                    return Err(err(source, k, "the PFC pause time is not simulated (a pause holds until XON)"));
-                }
                 if !READ_KEYS.contains(&k) && !NO_EFFECT_KEYS.contains(&k) {
                     return Err(err(source, k, format!("line {}: not a key of HPCC's config.txt (a typo?)", i + 1)));
                 }
@@ -180,6 +178,11 @@ impl Scenario {
         expect("L2_BACK_TO_ZERO", "0", "go-back-0 is not simulated")?;
         expect("USE_DYNAMIC_PFC_THRESHOLD", "1", "only dynamic PFC thresholds are simulated")?;
         expect("RATE_BOUND", "1", "senders always pace at their DCQCN rate")?;
+        // HPCC holds a pause until XON whatever its time, as the simulator does; only 0 differs:
+        // every pause is then sent as a resume.
+        if num("PAUSE_TIME")? == Some(0.0) {
+            return Err(err(source, "PAUSE_TIME", "0 is not supported (every PFC pause would be sent as a resume)"));
+        }
         expect("ACK_HIGH_PRIO", "1", "hosts send their ACKs before their data")?;
         // Faults the simulator does not inject: refused rather than silently run without them.
         if num("ERROR_RATE_PER_LINK")?.is_some_and(|r| r != 0.0) {
@@ -200,7 +203,9 @@ impl Scenario {
             let name = need(k)?;
             let beside = files.path(name);
             let here = Path::new(name);
-            Ok(if !beside.exists() && here.is_relative() && here.is_file() { here.to_path_buf() } else { beside })
+            // Looked at through `files`, so that every load of the config picks the same file.
+            let here_instead = !files.is_file(&beside) && here.is_relative() && files.is_file(here);
+            Ok(if here_instead { here.to_path_buf() } else { beside })
         };
         let topo_path = beside_or_here("TOPOLOGY_FILE")?;
         let flow_path = beside_or_here("FLOW_FILE")?;
@@ -397,14 +402,18 @@ impl Scenario {
                 format!("{} flows, more than the {MAX_FLOWS} a run may hold", flows.len()),
             ));
         }
-        let length_field = if stop_time.is_some() { "SIMULATOR_STOP_TIME" } else { "FLOW_FILE" };
-        check_run_length(source, length_field, &fabric, &flows)?;
+        // The stop time, given or HPCC's default, sets how long the run may last.
+        check_run_length(source, "SIMULATOR_STOP_TIME", &fabric, &flows)?;
         let seed = seed.unwrap_or(1);
         fabric.seed = seed;
+        // Named after its folder, which heads table rows: a `|` or a control character in it
+        // would split them (a TOML scenario's name is refused for those; a folder is not the
+        // user's to rename for a label).
         let name = Path::new(source)
             .parent()
             .and_then(|p| p.file_name())
-            .map(|n| n.to_string_lossy().into_owned())
+            .map(|n| n.to_string_lossy().chars().map(|c| if c.is_control() || c == '|' { '_' } else { c }).collect())
+            .filter(|n: &String| !n.trim().is_empty())
             .unwrap_or_else(|| "hpcc".into());
         Ok(Scenario { name, seed, source: source.into(), fabric, flows })
     }
@@ -539,7 +548,7 @@ pub(super) mod tests {
         let config = |extra: &str| one_flow_config(&dir, extra);
         let refused = [
             ("RP_TIMR 5\n", "RP_TIMR", "not a key of HPCC's config.txt"),
-            ("PAUSE_TIME 5\n", "PAUSE_TIME", "not simulated"),
+            ("PAUSE_TIME 0\n", "PAUSE_TIME", "not supported"),
             ("RATE_BOUND 0\n", "RATE_BOUND", "not supported"),
             ("ACK_HIGH_PRIO 0\n", "ACK_HIGH_PRIO", "not supported"),
             (
@@ -564,7 +573,7 @@ pub(super) mod tests {
                     .unwrap_err();
             assert!(e.field == key && e.message.contains("missing"), "{key}: {e}");
         }
-        let no_effect: String = NO_EFFECT_KEYS.iter().map(|k| format!("{k} 1\n")).collect();
+        let no_effect: String = NO_EFFECT_KEYS.iter().chain(&["PAUSE_TIME"]).map(|k| format!("{k} 5\n")).collect();
         let s = config(&no_effect).unwrap();
         // HPCC's defaults for what is absent.
         assert_eq!(s.fabric.dcqcn.alpha_resume_interval, Nanos::from_micros(55));

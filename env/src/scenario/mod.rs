@@ -547,7 +547,8 @@ impl ScenarioText {
     }
 
     /// The files its loads have read so far (topology, CDF and flow files), by path (the
-    /// scenario's directory joined with the name inside it), with their text as read.
+    /// scenario's directory joined with the name inside it; for an HPCC config's file found only
+    /// in the working directory, the name as given), with their text as read.
     pub fn referenced_files(&self) -> Vec<(PathBuf, Arc<str>)> {
         self.files.read_files()
     }
@@ -1297,7 +1298,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let topo = "4 1 3\n3\n0 3 100Gbps 1us 0\n1 3 100Gbps 1us 0\n2 3 100Gbps 1us 0\n";
         std::fs::write(dir.join("t.txt"), topo).unwrap();
-        // Past the end of time as a double (…709552765 ns), and just short of it (…709499359 ns).
+        // Past the end of time as a double (…709552764 ns), and just short of it (…709499359 ns).
         let past = "18446744073.709551615";
         std::fs::write(dir.join("f.txt"), format!("2\n0 1 3 100 10000 0\n1 2 3 100 10000 {past}\n")).unwrap();
         std::fs::write(dir.join("late.txt"), "1\n\n0 1 3 100 10000 18446744073.7095\n").unwrap();
