@@ -1297,7 +1297,6 @@ async fn refused_start_journaled(url: &str) -> (Option<i32>, String) {
 
 /// Start a SONiC actuator on `url` (with `journal`, if given) that is expected to refuse to
 /// start: its exit code and stderr.
-
 async fn refused_start(url: &str, journal: Option<&std::path::Path>) -> (Option<i32>, String) {
     let journal = journal.map(|p| p.display().to_string());
     let mut args = vec!["actuator", "--backend", "sonic", "--redis", url, "--listen", "127.0.0.1:0"];
