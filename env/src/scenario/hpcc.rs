@@ -212,9 +212,15 @@ impl Scenario {
         // Named as the TOML form names them: the config and its key, then the file.
         let topo_file = NamedFile { source, field: "TOPOLOGY_FILE".into(), path: &topo_path };
         let flow_file = NamedFile { source, field: "FLOW_FILE".into(), path: &flow_path };
-        let topo_text = files.read(&topo_path).map_err(|e| topo_file.error(e))?;
+        // A relative name found nowhere was looked for in the working directory too: say so.
+        let unread = |file: &NamedFile, e: std::io::Error| {
+            let relative = get1(&file.field).is_some_and(|name| Path::new(name).is_relative());
+            let nowhere = relative && e.kind() == std::io::ErrorKind::NotFound;
+            file.error(format_args!("{e}{}", if nowhere { " (nor in the working directory)" } else { "" }))
+        };
+        let topo_text = files.read(&topo_path).map_err(|e| unread(&topo_file, e))?;
         let topology = parse_topology_file(&topo_text, &topo_file)?;
-        let flow_text = files.read(&flow_path).map_err(|e| flow_file.error(e))?;
+        let flow_text = files.read(&flow_path).map_err(|e| unread(&flow_file, e))?;
         let lined = parse_flow_file(&flow_text, &flow_file, &topology)?;
         let first_flow = lined.iter().map(|(line, f)| (f.start, *line)).min();
         let flows: Vec<FlowSpec> = lined.into_iter().map(|(_, f)| f).collect();
@@ -330,16 +336,25 @@ impl Scenario {
             }
         }
         if !kmin.is_empty() {
+            // As HPCC: every switch port's speed must have its entry in each map (it asserts so;
+            // the nearest speed's would silently run a 400G port at a 100G port's thresholds),
+            // and entries for speeds no port has are not read.
+            let topology = &fabric.topology;
+            let is_switch = |n: u32| topology.nodes[n as usize].kind == crate::topology::NodeKind::Switch;
+            let mut speeds: Vec<&crate::topology::Link> =
+                topology.links.iter().filter(|l| is_switch(l.a) || is_switch(l.b)).collect();
+            speeds.sort_by_key(|l| l.rate);
+            speeds.dedup_by_key(|l| l.rate);
             let mut per_rate = Vec::new();
-            for (r, kmin_k) in &kmin {
+            for link in speeds {
+                let r = link.rate.0;
                 let find = |m: &Vec<(u64, f64)>, k: &str| {
-                    m.iter()
-                        .find(|(rr, _)| rr == r)
-                        .map(|(_, v)| *v)
-                        .ok_or_else(|| err(source, k, format!("no entry for rate {r}")))
+                    m.iter().find(|(rr, _)| *rr == r).map(|(_, v)| *v).ok_or_else(|| {
+                        err(source, k, format!("no entry for {r} b/s, the speed of the link {} - {}", link.a, link.b))
+                    })
                 };
                 let s = EcnSetting {
-                    kmin_bytes: bytes("KMIN_MAP", *kmin_k, 1000.0)?,
+                    kmin_bytes: bytes("KMIN_MAP", find(&kmin, "KMIN_MAP")?, 1000.0)?,
                     kmax_bytes: bytes("KMAX_MAP", find(&kmax, "KMAX_MAP")?, 1000.0)?,
                     pmax: find(&pmax, "PMAX_MAP")?,
                 };
@@ -347,22 +362,7 @@ impl Scenario {
                     let key = if matches!(e, EcnError::PmaxOutOfRange(_)) { "PMAX_MAP" } else { "KMIN_MAP" };
                     err(source, key, e.to_string())
                 })?;
-                per_rate.push((BitsPerSec(*r), s));
-            }
-            // HPCC asserts that every switch port's speed has its K values; the nearest speed's
-            // would silently run a 400G port at a 100G port's thresholds.
-            let topology = &fabric.topology;
-            let is_switch = |n: u32| topology.nodes[n as usize].kind == crate::topology::NodeKind::Switch;
-            if let Some(link) = topology
-                .links
-                .iter()
-                .find(|l| (is_switch(l.a) || is_switch(l.b)) && !per_rate.iter().any(|(r, _)| *r == l.rate))
-            {
-                return Err(err(
-                    source,
-                    "KMIN_MAP",
-                    format!("no entry for {} b/s, the speed of the link {} - {}", link.rate.0, link.a, link.b),
-                ));
+                per_rate.push((link.rate, s));
             }
             fabric.ecn = EcnPlan::PerRate(per_rate);
         }
@@ -535,6 +535,7 @@ pub(super) mod tests {
         );
         let e = e.unwrap_err();
         assert!(e.source_name == "config.txt" && e.field == "FLOW_FILE" && e.message.contains("nope.txt"), "{e}");
+        assert!(e.message.ends_with("(nor in the working directory)"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -573,6 +574,11 @@ pub(super) mod tests {
                     .unwrap_err();
             assert!(e.field == key && e.message.contains("missing"), "{key}: {e}");
         }
+        // An entry for a speed no port has is not read, as in HPCC.
+        let unused = "KMIN_MAP 2 100000000000 400 25000000000 100\nKMAX_MAP 1 100000000000 1600\n\
+                      PMAX_MAP 1 100000000000 0.2\n";
+        let s = config(unused).unwrap();
+        assert!(matches!(&s.fabric.ecn, EcnPlan::PerRate(m) if m.len() == 1 && m[0].0 == BitsPerSec::from_gbps(100)));
         let no_effect: String = NO_EFFECT_KEYS.iter().chain(&["PAUSE_TIME"]).map(|k| format!("{k} 5\n")).collect();
         let s = config(&no_effect).unwrap();
         // HPCC's defaults for what is absent.
