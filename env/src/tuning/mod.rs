@@ -318,6 +318,11 @@ impl TuningEnv {
 
     /// Start an episode on a scenario that is already loaded.
     pub fn start(&mut self, mut scenario: Scenario) -> Result<(Vec<f32>, StepInfo), EnvError> {
+        // The episode before ends here, whether or not this one starts: a failed start used to
+        // leave it running, and the next `step` went on with it.
+        self.sim = None;
+        self.scenario = None;
+        self.ended = true;
         // Observations are built from samples, so the policy's clock sets the sampling.
         scenario.check_sampled_every(self.cfg.control_interval)?;
         // Said once per process: an `eval` runs the same scenario for every seed.
@@ -401,17 +406,25 @@ impl TuningEnv {
         let interval = self.cfg.control_interval.0;
         self.next_decision += interval;
         sim.run_until(Nanos(self.next_decision));
+        // A hard stop inside the interval ends the run there: its shorter last interval is
+        // closed and scored over its own span. Left open, the step returned rewards of 0 and
+        // the previous observation, though its traffic ran.
+        let cut_short = sim.now().0 < self.next_decision;
+        if cut_short {
+            sim.close_partial_interval();
+        }
         let rows = sim.take_telemetry();
         let agents = self.histories.len();
         let mut rewards = vec![0f32; agents];
-        // One row per queue per interval, in queue order; at the hard stop the last interval
-        // may be missing, and then the previous observation stands.
+        // One row per queue per interval, in queue order.
         for chunk in rows.chunks(agents) {
             if chunk.len() != agents {
                 break;
             }
             for (q, row) in chunk.iter().enumerate() {
-                let iv = QueueInterval::from_sample(row, interval);
+                let span = row.sample.span_ns;
+                let covers = if cut_short && span > 0 && span < interval { span } else { interval };
+                let iv = QueueInterval::from_sample(row, covers);
                 rewards[q] = self.cfg.reward.of(&iv, self.histories[q].latest()) as f32;
                 self.histories[q].push(iv, self.cfg.history);
             }
@@ -519,6 +532,41 @@ mod tests {
         };
         assert_eq!(end(TuningConfig::default()), (true, false, true));
         assert_eq!(end(TuningConfig::acc()), (false, true, true));
+    }
+
+    /// A failed start ends the episode before it: `step` is refused until a start succeeds,
+    /// where it went on with the old episode.
+    #[test]
+    fn a_failed_start_leaves_no_episode_running() {
+        let mut env = small_env(TuningConfig::default());
+        env.reset(1).unwrap();
+        env.step(&vec![0; env.agents()]).unwrap();
+        let mut bad = ScenarioText::read("websearch-50").unwrap().load(Some(3)).unwrap();
+        bad.flows[0].dst = bad.flows[0].src;
+        assert!(env.start(bad).is_err());
+        assert!(matches!(env.step(&vec![0; env.agents()]), Err(EnvError::NotRunning)));
+        assert!(env.simulator().is_none());
+    }
+
+    /// A hard stop inside a control interval: the last step is scored on the traffic of its
+    /// shorter interval, where it returned rewards of 0 and the observation before.
+    #[test]
+    fn the_last_interval_cut_by_the_hard_stop_is_scored() {
+        let text = "base = \"hadoop-50\"\nduration = \"1ms\"\ndrain = \"500us\"\n";
+        let sc = crate::scenario::Scenario::from_toml(text, "cut.toml", std::path::Path::new("."), None).unwrap();
+        let cfg = TuningConfig { control_interval: Nanos::from_micros(400), ..TuningConfig::default() };
+        let mut env = TuningEnv::unsourced(cfg);
+        let (mut before, _) = env.start(sc).unwrap();
+        let last = loop {
+            let s = env.step(&vec![7; env.agents()]).unwrap();
+            if s.terminated || s.truncated {
+                break s;
+            }
+            before = s.observations.clone();
+        };
+        assert!(last.truncated && last.info.now == Nanos::from_micros(1500), "{:?}", last.info.now);
+        assert_ne!(last.observations, before, "the cut interval is observed");
+        assert!(last.rewards.iter().any(|&r| r != 0.0), "and scored");
     }
 
     #[test]
