@@ -1646,6 +1646,26 @@ async fn a_lost_apply_reply_is_rolled_back_and_the_controller_carries_on() {
     }
 }
 
+/// The lost-reply Apply that landed is an apply in the counts, so that every apply ends as a
+/// confirm or a rollback: its `unknown_outcome` rollback had no apply behind it, and
+/// `applies − confirms − rollbacks` went negative in the report and the metrics.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_apply_reply_that_landed_counts_as_an_apply() {
+    let act = sim_actuator(&[]).await;
+    let link = FaultyLink::start(&act.url(), Faults { lost_apply_replies: 1.into(), ..Default::default() }).await;
+    let url = link.url();
+    let flags = enforce_flags(
+        "static:100KB,400KB,0.5",
+        &["--min-dwell", "0s", "--confirm-within", "60s", "--health-window", "5", "--duration", "6s"],
+    );
+    let args = [&["run", "--target", url.as_str()][..], &flags[..]].concat();
+    let (_, stdout, stderr) = ecn_tests::run_cli_within(&args, FABRIC_PATIENCE).await;
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).expect(&stderr);
+    let count = |k: &str| report[k].as_u64().unwrap_or_else(|| panic!("{k}: {report}"));
+    assert!(count("failed_applies") >= 1 && count("rollbacks") >= 1, "{report}");
+    assert_eq!(count("applies"), count("confirms") + count("rollbacks"), "{report}");
+}
+
 /// Run controller `name` against `act` through `link`, in enforce mode with `policy` and
 /// `extra` flags plus a kill file, engage the kill switch once `engage` holds, and return
 /// whether every queue is back on the settings the actuator started with within 30 s of that.

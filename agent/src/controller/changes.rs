@@ -234,8 +234,19 @@ impl ControlLoop {
     /// writes, under its lease). Without this, a stale `generation` would have every later
     /// Apply refused, and `current` would be wrong for the step limits and the kill switch.
     async fn settle_unknown_outcome(&mut self, call: &str) -> Result<(), CliError> {
+        let before = self.generation;
         match self.resync().await {
-            Ok(config) => self.roll_back_unwatched(&config, &format!("after a failed {call}")).await,
+            Ok(config) => {
+                // An Apply whose reply was lost but whose change the read-back finds in effect
+                // did apply: counted so, its rollback below has an apply behind it, and
+                // `applies = confirms + rollbacks + pending` holds (it went negative).
+                let landed = config.generation > before && config.generation != config.confirmed_generation;
+                if call == "Apply" && landed {
+                    self.report.applies += 1;
+                    self.series.applies.inc();
+                }
+                self.roll_back_unwatched(&config, &format!("after a failed {call}")).await
+            }
             Err(s) => {
                 warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a failed {call}");
                 Ok(())
