@@ -99,7 +99,8 @@ async fn answer(
         b"GET" | b"HEAD" if metrics => {
             respond(&mut stream, "200 OK", &[("content-type", OPENMETRICS_TEXT)], &render(), method == b"GET").await
         }
-        b"GET" | b"HEAD" => respond(&mut stream, "404 Not Found", TEXT, "try /metrics\n", true).await,
+        // A reply to HEAD has no content (RFC 9110 §9.3.2), whatever its status.
+        b"GET" | b"HEAD" => respond(&mut stream, "404 Not Found", TEXT, "try /metrics\n", method == b"GET").await,
         // RFC 9110 §15.5.6: a 405 lists the methods that are allowed.
         _ => {
             let headers = [TEXT[0], ("allow", "GET, HEAD")];
@@ -110,7 +111,8 @@ async fn answer(
 
 /// Whether `bytes` hold the blank line that ends a request's head (bare LFs accepted).
 fn ends_head(bytes: &[u8]) -> bool {
-    bytes.windows(4).any(|w| w == b"\r\n\r\n") || bytes.windows(2).any(|w| w == b"\n\n")
+    // A blank line, whatever mix of CRLF and bare LF ends the lines around it.
+    bytes.windows(2).any(|w| w == b"\n\n") || bytes.windows(3).any(|w| w == b"\n\r\n")
 }
 
 /// A request target's path, without its query, in origin form (`/metrics?x`) or absolute form
@@ -188,6 +190,9 @@ mod tests {
         s.read_to_string(&mut out).await.unwrap();
         assert!(out.ends_with("up 1\n# EOF\n") && out.matches("HTTP/1.1").count() == 1, "{out}");
         assert!(exchange(addr, b"GET / HTTP/1.1\r\n\r\n").await.starts_with("HTTP/1.1 404"));
+        // A HEAD gets no content, a 404 included; a blank line after bare-LF lines ends a head.
+        assert!(exchange(addr, b"HEAD / HTTP/1.1\r\n\r\n").await.ends_with("\r\n\r\n"));
+        assert!(exchange(addr, b"GET /metrics HTTP/1.1\nHost: x\n\r\n").await.starts_with("HTTP/1.1 200"));
         assert!(exchange(addr, b"POST /metrics HTTP/1.1\r\n\r\n").await.starts_with("HTTP/1.1 405"));
         let long = [b"GET /metrics HTTP/1.1\r\nX: ".as_slice(), &[b'a'; 9000]].concat();
         assert!(exchange(addr, &long).await.starts_with("HTTP/1.1 431"));
