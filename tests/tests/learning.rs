@@ -301,6 +301,8 @@ async fn the_card_calibrates_the_network_it_ships() {
     let selected = card["evaluation"]["selected"]["env_steps"].as_u64().unwrap();
     assert_eq!(card["training"]["env_steps"], 360);
     assert_eq!(selected, 240, "the premise: an evaluation before the last one wins");
+    // The cadence that offered step 240 to be selected is recorded with the rest.
+    assert_eq!(card["training"]["hyperparameters"]["eval_every"], 120, "{}", card["training"]);
     let calibration = &card["calibration"];
     assert_eq!(calibration["samples"], 240 * 24, "{calibration}");
     assert!(calibration["td_error_scale"].as_f64().unwrap() > 0.0, "{calibration}");

@@ -468,7 +468,9 @@ fn model_name(out: &Path) -> String {
 fn progress_bar(len: u64, unit: &str) -> ProgressBar {
     let bar = ProgressBar::new(len).with_style(
         ProgressStyle::with_template(&format!(
-            "{{spinner}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{elapsed}}, eta {{eta}}) {{msg}}"
+            // `wide_msg` cuts the message to the terminal's width: a bar that wraps onto a
+            // second line is redrawn over the line above it.
+            "{{spinner}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{elapsed}}, eta {{eta}}) {{wide_msg}}"
         ))
         .expect("static template")
         .progress_chars("=> "),

@@ -293,7 +293,9 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
 
     let reference = reference_metrics(&eval_runs(cfg))?;
     let eval_names: Vec<&str> = cfg.eval_scenarios.iter().map(ScenarioText::name).collect();
-    info!(scenarios = ?eval_names, seeds = ?cfg.eval_seeds, "reference baseline {} measured", REFERENCE_BASELINE.name());
+    bar.suspend(|| {
+        info!(scenarios = ?eval_names, seeds = ?cfg.eval_seeds, "reference baseline {} measured", REFERENCE_BASELINE.name())
+    });
 
     // Episode seeds live far from the seeds that evaluation and reports use.
     let mut episode = 0u64;
@@ -397,17 +399,21 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
                 best.var_store_mut().copy(agent.online().var_store()).map_err(torch_err)?;
                 calibration = Some(calibrate(&agent, &replay, obs_dim, cfg.seed));
             }
-            info!(
-                steps = env_steps,
-                episodes = episodes_done,
-                epsilon = format!("{epsilon:.3}"),
-                loss = format!("{:.4}", point.loss),
-                reward = format!("{:.4}", point.train_reward),
-                small_p99 = format!("{small:.2}"),
-                large_p50 = format!("{large:.2}"),
-                cost = format!("{cost:.2}"),
-                "evaluation"
-            );
+            // With the bar cleared first: drawn over, a line longer than the terminal lost its
+            // end to the bar's next redraw.
+            bar.suspend(|| {
+                info!(
+                    steps = env_steps,
+                    episodes = episodes_done,
+                    epsilon = format!("{epsilon:.3}"),
+                    loss = format!("{:.4}", point.loss),
+                    reward = format!("{:.4}", point.train_reward),
+                    small_p99 = format!("{small:.2}"),
+                    large_p50 = format!("{large:.2}"),
+                    cost = format!("{cost:.2}"),
+                    "evaluation"
+                )
+            });
             let best_cost = best_point.map_or(f64::INFINITY, |p| p.eval_cost);
             bar.set_message(format!("eval cost {cost:.2} (best {best_cost:.2}), ε {epsilon:.2}"));
             curve.push(point);
@@ -442,6 +448,8 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
             "eval_scenarios": eval_names,
             "eval_seeds": cfg.eval_seeds,
             "selection": "the evaluation with the lowest FCT cost",
+            // Which evaluations there were to select from (absent in cards before it).
+            "eval_every": cfg.eval_every,
             // CPU and CUDA kernels differ in the last bits, and so do CPUs of different kinds
             // unless the arithmetic is pinned: a rerun reproduces the weights exactly only where
             // both records match.
