@@ -26,6 +26,9 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
 
 const SMALL: &str = "base = \"websearch-50\"\nduration = \"3ms\"\ndrain = \"20ms\"\n";
 
+/// A run of a few milliseconds, for tests about the command rather than the fabric.
+const SHORT: &str = "base = \"websearch-50\"\nduration = \"300us\"\ndrain = \"2ms\"\n";
+
 #[test]
 fn sim_json_follows_the_contract() {
     let tmp = temp_dir("json");
@@ -535,7 +538,7 @@ fn a_missing_models_folder_is_named_with_the_way_out() {
 /// read as a flag of its own it was "unexpected argument '-0' found".
 #[test]
 fn a_negative_value_is_refused_naming_its_flag() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = temp_dir("negative");
     let out = dir.path().join("x.safetensors");
     for (args, said) in [
         (vec!["train", "--out", out.to_str().unwrap(), "--gamma", "-0.1"], "--gamma -0.1: must be in [0, 1)"),
@@ -544,10 +547,7 @@ fn a_negative_value_is_refused_naming_its_flag() {
         (vec!["sim", "--scenario", "websearch-50", "--seed", "-1"], "'-1' for '--seed <SEED>'"),
         (vec!["recommend", "--telemetry", "t.parquet", "--min-confidence", "-0.5"], "--min-confidence -0.5"),
     ] {
-        let run = Command::new(env!("CARGO_BIN_EXE_ecn-tuner")).args(&args).output().expect("run ecn-tuner");
-        let stderr = String::from_utf8_lossy(&run.stderr);
-        assert_eq!(run.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(said), "{args:?}: {stderr}");
+        assert_bad_input(&args, &[said]);
     }
     assert!(!out.exists());
 }
@@ -559,9 +559,8 @@ fn a_negative_value_is_refused_naming_its_flag() {
 #[test]
 fn a_closed_stream_changes_no_exit_code() {
     use std::process::Stdio;
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("short.toml");
-    std::fs::write(&scenario, "base = \"websearch-50\"\nduration = \"300us\"\ndrain = \"2ms\"\n").unwrap();
+    let dir = temp_dir("closed-stream");
+    let scenario = write(dir.path(), "short.toml", SHORT);
     let spawn = |args: &[&str], stdout: Stdio, stderr: Stdio| {
         Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
             .args(args)
@@ -572,7 +571,7 @@ fn a_closed_stream_changes_no_exit_code() {
             .expect("run ecn-tuner")
     };
     // stderr: a pipe with no reader.
-    let mut child = spawn(&["sim", "--scenario", scenario.to_str().unwrap(), "--json"], Stdio::piped(), Stdio::piped());
+    let mut child = spawn(&["sim", "--scenario", &scenario, "--json"], Stdio::piped(), Stdio::piped());
     drop(child.stderr.take());
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0));
@@ -583,10 +582,9 @@ fn a_closed_stream_changes_no_exit_code() {
     assert_eq!(child.wait().unwrap().code(), Some(2));
     // stdout: a pipe with no reader, and a command that fails after writing its result there
     // (validate's JSON report of a file with problems: it exited 0 at the first write).
-    let bad = dir.path().join("bad.csv");
-    std::fs::write(&bad, "ts_ns,switch,port,queue\n1,a,b,3\n").unwrap();
-    let args = ["validate", "--telemetry", bad.to_str().unwrap(), "--json"];
-    let out = Command::new(env!("CARGO_BIN_EXE_ecn-tuner")).args(args).output().unwrap();
+    let bad = write(dir.path(), "bad.csv", "ts_ns,switch,port,queue\n1,a,b,3\n");
+    let args = ["validate", "--telemetry", &bad, "--json"];
+    let out = ecn_tuner(&args);
     assert!(out.stdout.starts_with(b"{") && out.status.code() == Some(2), "the report goes to stdout, then exit 2");
     let mut child = spawn(&args, Stdio::piped(), Stdio::null());
     drop(child.stdout.take());
@@ -597,11 +595,10 @@ fn a_closed_stream_changes_no_exit_code() {
 /// was taken for a folder named "".
 #[test]
 fn an_empty_models_variable_reads_as_unset() {
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("short.toml");
-    std::fs::write(&scenario, "base = \"websearch-50\"\nduration = \"300us\"\ndrain = \"2ms\"\n").unwrap();
+    let dir = temp_dir("empty-models");
+    let scenario = write(dir.path(), "short.toml", SHORT);
     let out = Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
-        .args(["sim", "--scenario", scenario.to_str().unwrap(), "--policy", "model:default", "--json"])
+        .args(["sim", "--scenario", &scenario, "--policy", "model:default", "--json"])
         .env("ECN_TUNER_LOG", "warn")
         .env("ECN_TUNER_MODELS", "")
         .output()
