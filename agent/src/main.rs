@@ -44,6 +44,8 @@ struct Cli {
 
 // Every subcommand takes `-1` or `-0.1` as a flag's value, so that the flag's own check names
 // it (`--gamma -0.1: must be in [0, 1)`); read as a flag, it was "unexpected argument '-0'".
+// `negative_values_joined` covers a negative right after its flag, in every form; this, one
+// among a flag's later values (`--eval-seed 9001 -5`).
 #[derive(Subcommand)]
 enum Command {
     /// Run one scenario on the packet-level simulator and report FCT slowdown, pauses and queues.

@@ -45,10 +45,13 @@ impl ReadArgs {
     /// Refuse these flags where no telemetry file is read (`mode` says what is read instead),
     /// rather than ignore them.
     pub fn refuse_unless_reading(&self, mode: &str) -> Result<(), CliError> {
-        let given =
-            [("--counters", self.counters.is_some()), ("--max-gap", self.max_gap.is_some()), ("--repair", self.repair)];
-        match given.iter().find(|(_, set)| *set) {
-            Some((flag, _)) => Err(CliError::BadInput(format!("{flag} checks telemetry files; {mode} reads none"))),
+        let given = crate::commands::first_given(&[
+            ("--counters", self.counters.is_some()),
+            ("--max-gap", self.max_gap.is_some()),
+            ("--repair", self.repair),
+        ]);
+        match given {
+            Some(flag) => Err(CliError::BadInput(format!("{flag} checks telemetry files; {mode} reads none"))),
             None => Ok(()),
         }
     }

@@ -122,15 +122,13 @@ impl ActuatorArgs {
     /// The first SONiC-only flag given, if any.
     fn sonic_flag_given(&self) -> Option<&'static str> {
         self.redis.flag_given().or_else(|| {
-            [
+            super::first_given(&[
                 ("--switch-name", self.switch_name.is_some()),
                 ("--poll-interval", self.poll_interval.is_some()),
                 ("--counter-bits", self.counter_bits.is_some()),
                 ("--frozen-after", self.frozen_after.is_some()),
                 ("--program-timeout", self.program_timeout.is_some()),
-            ]
-            .into_iter()
-            .find_map(|(flag, given)| given.then_some(flag))
+            ])
         })
     }
 }

@@ -37,6 +37,12 @@ fn file_identity(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
+/// The first flag of `flags`, `(flag, given)` pairs, that was given: one the command as invoked
+/// would ignore, to refuse by name.
+pub(crate) fn first_given(flags: &[(&'static str, bool)]) -> Option<&'static str> {
+    flags.iter().find_map(|&(flag, given)| given.then_some(flag))
+}
+
 /// Refuse an argument of `flag` given twice, as `args` spell them, where `same[i]` is what
 /// `args[i]` names (a file however spelled, a policy): it would run, or weigh, twice.
 fn refuse_repeats<T: PartialEq>(flag: &str, args: &[String], same: &[T]) -> Result<(), CliError> {

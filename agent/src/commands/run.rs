@@ -164,23 +164,24 @@ fn refuse_flags_of_other_targets(a: &RunArgs) -> Result<(), CliError> {
         if a.target.len() != 1 {
             return Err(CliError::BadInput("--target sim cannot be combined with other targets".into()));
         }
-        let given = [("--token-file", a.token_file.is_some()), ("--tls-ca", a.tls_ca.is_some())];
-        return match given.iter().find(|(_, set)| *set) {
-            Some((flag, _)) => Err(CliError::BadInput(format!(
+        let client_flag =
+            super::first_given(&[("--token-file", a.token_file.is_some()), ("--tls-ca", a.tls_ca.is_some())]);
+        return match client_flag {
+            Some(flag) => Err(CliError::BadInput(format!(
                 "{flag} is for an actuator's URL; the embedded simulator of --target sim serves on loopback without \
                  TLS or a token: drop the flag"
             ))),
             None => Ok(()),
         };
     }
-    let given = [
+    let sim_flag = super::first_given(&[
         ("--scenario", a.scenario.is_some()),
         ("--seed", a.seed.is_some()),
         ("--time-scale", a.time_scale.is_some()),
         ("--journal", a.journal.is_some()),
-    ];
-    match given.iter().find(|(_, set)| *set) {
-        Some((flag, _)) => Err(CliError::BadInput(format!(
+    ]);
+    match sim_flag {
+        Some(flag) => Err(CliError::BadInput(format!(
             "{flag} configures the embedded simulator of --target sim; the targets here are actuators ({})",
             a.target.join(", ")
         ))),
