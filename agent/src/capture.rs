@@ -188,7 +188,7 @@ async fn open(target: &Target) -> Result<Opened, CliError> {
         .iter()
         .filter_map(|q| {
             let id = q.id.as_ref()?;
-            Some((format!("{}/{}/{}", id.switch, id.port, id.queue), q.setting?))
+            Some((id.to_string(), q.setting?))
         })
         .collect();
     let stream = client
@@ -254,7 +254,7 @@ async fn read_stream(
         }
         let mut written = Vec::with_capacity(batch.samples.len());
         for s in &batch.samples {
-            let key = s.id.as_ref().map(|id| format!("{}/{}/{}", id.switch, id.port, id.queue)).unwrap_or_default();
+            let key = s.id.as_ref().map(|id| id.to_string()).unwrap_or_default();
             written.extend(sample_from_wire(s, settings.get(&key)));
         }
         out.write(&written).map_err(|e| CliError::Failed(e.to_string()))?;

@@ -328,11 +328,11 @@ pub fn recommend(model: &LearnedModel, queues: &[QueueState], cfg: &RecommendCon
                 return finish(rec);
             }
             let qv = model.q_values(&obs);
-            if qv.iter().any(|v| !v.is_finite()) {
+            // The same argmax as `run` (first of equal values), so both commands choose alike.
+            let Some(choice) = ecn_models::greedy(&qv) else {
                 rec.reason = "the model's output is not finite".into();
                 return finish(rec);
-            }
-            let choice = (0..qv.len()).max_by(|&a, &b| qv[a].total_cmp(&qv[b])).expect("non-empty template");
+            };
             let keep = template.nearest(&current, q.link);
             let base = template.nearest(&baseline_setting, q.link);
             let gain = |a: usize, b: usize| (qv[a] - qv[b]) as f64 * (1.0 - gamma);

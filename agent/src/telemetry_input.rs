@@ -12,7 +12,6 @@ use ecn_datasets::telemetry::{
     load_telemetry, stream_telemetry, CounterMode, QueueKey, QueueSample, ReadOptions, SettingBounds, TelemetryData,
 };
 use ecn_env::tuning::{Bounds, QueueInterval};
-use ecn_env::EcnSetting;
 use std::collections::VecDeque;
 use std::path::Path;
 
@@ -114,11 +113,6 @@ where
         previous_ts = Some(s.ts_ns);
         QueueInterval::from_queue_sample(s, covered)
     })
-}
-
-/// The ECN setting in effect during a sample.
-pub fn setting(s: &QueueSample) -> EcnSetting {
-    EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }
 }
 
 /// The newest samples of one queue since its last continuity break.

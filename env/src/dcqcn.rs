@@ -23,7 +23,7 @@ pub enum DcqcnVariant {
     Paper,
 }
 
-/// Every DCQCN knob of REFERENCE.md §2. Durations are in nanoseconds, rates in bits/s.
+/// Every DCQCN knob of REFERENCE.md §2.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DcqcnParams {

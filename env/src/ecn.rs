@@ -14,6 +14,13 @@ pub struct EcnSetting {
     pub pmax: f64,
 }
 
+impl From<&ecn_datasets::QueueSample> for EcnSetting {
+    /// The setting in effect during a telemetry sample.
+    fn from(s: &ecn_datasets::QueueSample) -> Self {
+        EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }
+    }
+}
+
 /// Why an ECN setting is not acceptable.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EcnError {

@@ -31,8 +31,6 @@ pub struct UnitError {
 }
 
 impl Nanos {
-    /// One microsecond.
-    pub const MICRO: Nanos = Nanos(1_000);
     /// From microseconds.
     pub const fn from_micros(us: u64) -> Self {
         Nanos(us * 1_000)

@@ -7,6 +7,7 @@
 //! - [`card`]: the JSON model card that sits beside the weights (PRODUCT.md "Data
 //!   contracts") and the checks that a card matches this build.
 //! - [`checkpoint`]: save and load, safetensors weights plus card.
+//! - [`cuda`]: libtorch's CUDA library, loaded at run time and only where a GPU may be.
 //! - [`staged`]: files that belong together, replaced all at once or not at all.
 //! - [`arithmetic`]: libtorch's CPU arithmetic, and pinning it so that training reproduces on
 //!   other CPUs.

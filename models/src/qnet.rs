@@ -107,6 +107,13 @@ mod tests {
     }
 
     #[test]
+    fn greedy_takes_the_first_of_equal_values() {
+        // `run` and `recommend` both decide through this; a tie must not split them.
+        assert_eq!(greedy(&[0.5, 0.5, 0.1]), Some(0));
+        assert_eq!(greedy(&[0.1, 0.7, 0.7]), Some(1));
+    }
+
+    #[test]
     fn shapes() {
         tch::manual_seed(0);
         let net = QNetwork::new(Device::Cpu, 5, &[8, 8], 3);

@@ -9,4 +9,11 @@
 pub mod v1 {
     #![allow(missing_docs, clippy::all)]
     tonic::include_proto!("ecn_tuner.v1");
+
+    /// `switch/port/queue`, as logs, journals and error messages name a queue.
+    impl std::fmt::Display for QueueId {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}/{}/{}", self.switch, self.port, self.queue)
+        }
+    }
 }

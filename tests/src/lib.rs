@@ -555,5 +555,5 @@ pub async fn assert_apply_refused(
 
 /// `switch/port/queue`, as error messages and logs name a queue.
 pub fn queue_name(id: &pb::QueueId) -> String {
-    format!("{}/{}/{}", id.switch, id.port, id.queue)
+    id.to_string()
 }

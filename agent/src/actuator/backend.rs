@@ -6,13 +6,13 @@
 //! what it controls, read and write a complete set of settings, and publish telemetry.
 
 use ecn_env::EcnSetting;
-use ecn_proto::v1::TelemetryBatch;
+use ecn_proto::v1::{self as pb, TelemetryBatch};
 use std::fmt;
 use std::sync::Arc;
 use tokio::sync::broadcast;
 
 /// One egress queue: switch, port, priority. The identity the wire contract uses.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct QueueKey {
     /// Switch name, e.g. `leaf0`.
     pub switch: String,
@@ -20,6 +20,12 @@ pub struct QueueKey {
     pub port: String,
     /// Priority (egress queue index).
     pub queue: u32,
+}
+
+impl From<&pb::QueueId> for QueueKey {
+    fn from(id: &pb::QueueId) -> Self {
+        QueueKey { switch: id.switch.clone(), port: id.port.clone(), queue: id.queue }
+    }
 }
 
 impl fmt::Display for QueueKey {

@@ -332,8 +332,8 @@ impl Journal {
         self.owed.iter().map(|(g, _)| *g).collect()
     }
 
-    /// Append one event as one line and sync it to disk. Logs it too, so a journal-less actuator still leaves a
-    /// trace. Lines owed from before ([`Journal::write_done`]) go first; if they cannot, neither
+    /// Append one event as one line and sync it to disk. Logs it too, so a journal-less
+    /// actuator still leaves a trace. Lines owed from before ([`Journal::write_done`]) go first; if they cannot, neither
     /// does this one.
     pub fn write(&mut self, e: &Event) -> std::io::Result<()> {
         let line = self.line(e)?;

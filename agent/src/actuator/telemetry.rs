@@ -1,7 +1,8 @@
 //! Telemetry on the wire: conversion from simulator rows, and coarsening to the interval a
 //! subscriber asks for.
 
-use ecn_datasets::telemetry::QueueKey;
+use super::backend::QueueKey;
+use ecn_datasets::telemetry::QueueKey as SampleKey;
 use ecn_datasets::{QueueSample, TelemetrySample};
 use ecn_proto::v1 as pb;
 use std::collections::HashMap;
@@ -60,7 +61,7 @@ pub fn queue_sample_from_wire(s: &pb::TelemetrySample, ecn: &pb::EcnSetting) -> 
 pub fn sample_from_wire(s: &pb::TelemetrySample, setting: Option<&pb::EcnSetting>) -> Option<TelemetrySample> {
     let id = s.id.as_ref()?;
     let ecn = s.ecn.as_ref().or(setting)?;
-    let key = QueueKey::new(&id.switch, &id.port, u8::try_from(id.queue).ok()?);
+    let key = SampleKey::new(&id.switch, &id.port, u8::try_from(id.queue).ok()?);
     Some(queue_sample_from_wire(s, ecn).to_row(&key))
 }
 
@@ -95,14 +96,12 @@ pub struct Coarsener {
     native_ns: u64,
     seen: u32,
     acc: Vec<Merging>,
-    pos: HashMap<QueueWire, usize>,
+    pos: HashMap<QueueKey, usize>,
     /// Each queue's latest `ts_ns`, across windows, until a skip.
-    last_ts: HashMap<QueueWire, u64>,
+    last_ts: HashMap<QueueKey, u64>,
     /// Batches were lost since the last one passed on.
     after_skip: bool,
 }
-
-type QueueWire = (String, String, u32);
 
 /// One queue's sample being merged, with the sum of its averages weighted by their spans.
 #[derive(Debug)]
@@ -154,7 +153,7 @@ impl Coarsener {
 
     /// The time `s` covers: its own `span_ns` (at most the step from its queue's previous
     /// sample), else that step, else one native interval.
-    fn span_of(&mut self, key: &QueueWire, s: &pb::TelemetrySample) -> u64 {
+    fn span_of(&mut self, key: &QueueKey, s: &pb::TelemetrySample) -> u64 {
         let last = self.last_ts.get(key).copied();
         let step = last.filter(|&t| s.ts_ns > t).map(|t| s.ts_ns - t);
         if s.ts_ns >= last.unwrap_or(0) {
@@ -174,7 +173,7 @@ impl Coarsener {
             return Some(self.pass_on(b));
         }
         for s in &b.samples {
-            let key = s.id.as_ref().map(|i| (i.switch.clone(), i.port.clone(), i.queue)).unwrap_or_default();
+            let key = s.id.as_ref().map(QueueKey::from).unwrap_or_default();
             let span = self.span_of(&key, s);
             match self.pos.get(&key) {
                 None => {

@@ -114,7 +114,7 @@ pub fn check_changes(
         let Some(id) = &c.id else {
             return Err(format!("changes[{i}].id: missing queue identity"));
         };
-        let key = QueueKey { switch: id.switch.clone(), port: id.port.clone(), queue: id.queue };
+        let key = QueueKey::from(id);
         let Some(q) = index.get(&key) else {
             let key = quoted(&key.to_string());
             return Err(format!("changes[{i}]: unknown queue {key} (switch/port/queue not on this actuator)"));

@@ -189,7 +189,7 @@ fn queue_state(t: &QueueTail, history: usize, newest_ns: u64) -> Option<QueueSta
         port: t.key.port.to_string(),
         queue: u32::from(t.key.queue),
         link: BitsPerSec(last.link_bps),
-        current: telemetry_input::setting(&last),
+        current: EcnSetting::from(&last),
         history: h,
         intervals,
         behind_ns: newest_ns.saturating_sub(last.ts_ns),

@@ -7,8 +7,8 @@ use super::health::{self, Check, Finding, IntervalStats, WindowStats};
 use super::log::Decision;
 use super::metrics::TargetSeries;
 use super::{
-    current_generation, decision, queue_key, record, set_queue_metrics, to_pb, to_setting, ControlLoop, Mode, Planned,
-    QueueState, RunReport,
+    current_generation, decision, record, set_queue_metrics, to_pb, to_setting, ControlLoop, Mode, Planned, QueueState,
+    RunReport,
 };
 use crate::error::CliError;
 use ecn_env::EcnSetting;
@@ -203,7 +203,7 @@ impl ControlLoop {
     pub(super) fn take_settings(&mut self, config: &pb::Config) {
         for qs in &config.queues {
             let (Some(id), Some(setting)) = (qs.id.as_ref(), to_setting(qs.setting.as_ref())) else { continue };
-            let Some(&i) = self.index.get(&queue_key(id)) else { continue };
+            let Some(&i) = self.index.get(&id.to_string()) else { continue };
             let q = &mut self.queues[i];
             if q.set_current(setting, None) {
                 set_queue_metrics(&self.metrics, &self.cfg.target, q);
@@ -425,7 +425,7 @@ impl ControlLoop {
         info!(
             generation = resp.generation,
             queues = round.len(),
-            first = %format!("{} {}/{}/{} -> {}/{}/{}", queue_key(&first.id), first.current.kmin_bytes, first.current.kmax_bytes,
+            first = %format!("{} {}/{}/{} -> {}/{}/{}", first.id.to_string(), first.current.kmin_bytes, first.current.kmax_bytes,
                 first.current.pmax, s.kmin_bytes, s.kmax_bytes, s.pmax),
             "{}",
             // A fallback to the baseline goes without a deadline: confirmed as it lands.
@@ -474,7 +474,7 @@ impl ControlLoop {
                     health::judge_strong(&cfg.health, &before[k], &after[k])
                 };
                 if let Err(w) = judged {
-                    let queue = queue_key(&self.queues[i].id);
+                    let queue = self.queues[i].id.to_string();
                     why.extend(w.into_iter().map(|f| Finding { detail: format!("{queue}: {}", f.detail), ..f }));
                 }
             }
@@ -647,7 +647,7 @@ impl ControlLoop {
         self.resync().await.map_err(|s| CliError::Failed(format!("kill switch: GetConfig: {}", s.message())))?;
         let guardrails = &self.guardrails;
         let queues = &mut self.queues;
-        let target = |q: &QueueState| guardrails.safe_baseline(q.baseline, q.xoff);
+        let target = |q: &QueueState| guardrails.safe_baseline(q.baseline, q.xoff_bytes);
         let off_baseline: Vec<usize> = (0..queues.len()).filter(|&i| queues[i].current != target(&queues[i])).collect();
         if off_baseline.is_empty() {
             // Nothing to write, but the operator must see that it took: no change follows.

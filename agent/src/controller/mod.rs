@@ -195,10 +195,6 @@ fn to_pb(s: EcnSetting) -> pb::EcnSetting {
     pb::EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }
 }
 
-fn queue_key(id: &pb::QueueId) -> String {
-    format!("{}/{}/{}", id.switch, id.port, id.queue)
-}
-
 fn setting_json(s: EcnSetting) -> serde_json::Value {
     serde_json::json!({"kmin_bytes": s.kmin_bytes, "kmax_bytes": s.kmax_bytes, "pmax": s.pmax})
 }
@@ -206,8 +202,8 @@ fn setting_json(s: EcnSetting) -> serde_json::Value {
 /// Per-queue controller state.
 struct QueueState {
     id: pb::QueueId,
-    link_bps: u64,
-    xoff: Option<u64>,
+    link: ecn_env::BitsPerSec,
+    xoff_bytes: Option<u64>,
     current: EcnSetting,
     baseline: EcnSetting,
     last_change: Option<Instant>,
@@ -249,7 +245,7 @@ fn feed_samples(
 ) {
     let mut completed = Vec::new();
     for s in samples {
-        let Some(&i) = s.id.as_ref().and_then(|id| index.get(&queue_key(id))) else { continue };
+        let Some(&i) = s.id.as_ref().and_then(|id| index.get(&id.to_string())) else { continue };
         if let Some(stats) = queues[i].watch.push(s) {
             completed.push((i, stats));
         }
@@ -646,7 +642,7 @@ fn decision<'a>(
         ts: unix_ms(),
         target: &cfg.target,
         mode: cfg.mode.name(),
-        queue: queue_key(&q.id),
+        queue: q.id.to_string(),
         observation: q.watch.observation(),
         proposed: None,
         after_guardrails: setting_json(after),
@@ -758,17 +754,17 @@ impl ControlLoop {
         let current: HashMap<String, EcnSetting> = config
             .queues
             .iter()
-            .filter_map(|q| Some((queue_key(q.id.as_ref()?), to_setting(q.setting.as_ref())?)))
+            .filter_map(|q| Some((q.id.as_ref()?.to_string(), to_setting(q.setting.as_ref())?)))
             .collect();
         let mut queues: Vec<QueueState> = Vec::new();
         for c in &caps.queues {
             let Some(id) = c.id.clone() else { continue };
             let link = ecn_env::BitsPerSec(c.link_bps);
             let baseline = cfg.baseline.setting(link);
-            let current = current.get(&queue_key(&id)).copied().unwrap_or(baseline);
+            let current = current.get(&id.to_string()).copied().unwrap_or(baseline);
             queues.push(QueueState {
-                xoff: (c.pfc_xoff_bytes > 0).then_some(c.pfc_xoff_bytes),
-                link_bps: c.link_bps,
+                xoff_bytes: (c.pfc_xoff_bytes > 0).then_some(c.pfc_xoff_bytes),
+                link,
                 current,
                 baseline,
                 last_change: None,
@@ -780,7 +776,7 @@ impl ControlLoop {
                 id,
             });
         }
-        let index: HashMap<String, usize> = queues.iter().enumerate().map(|(i, q)| (queue_key(&q.id), i)).collect();
+        let index: HashMap<String, usize> = queues.iter().enumerate().map(|(i, q)| (q.id.to_string(), i)).collect();
         if queues.is_empty() {
             return Err(CliError::Failed(format!("the actuator at {} reports no queues", cfg.target)));
         }
@@ -1113,8 +1109,7 @@ impl ControlLoop {
         let untrained: Vec<Option<Untrained>> = match &cfg.policy {
             Policy::Model(m) => {
                 let (rates, intervals) = (cfg.allow_untrained_rates, cfg.allow_untrained_intervals);
-                let link = |q: &QueueState| ecn_env::BitsPerSec(q.link_bps);
-                self.queues.iter().map(|q| m.untrained(link(q), q.watch.features(), rates, intervals)).collect()
+                self.queues.iter().map(|q| m.untrained(q.link, q.watch.features(), rates, intervals)).collect()
             }
             _ => vec![None; self.queues.len()],
         };
@@ -1150,10 +1145,8 @@ impl ControlLoop {
         // a queue with no history yet gets no proposal (guardrails fall back).
         let learned: Option<Vec<Proposal>> = cfg.policy.model().map(|m| {
             let decided: Vec<usize> = (0..self.queues.len()).filter(|&i| untrained[i].is_none()).collect();
-            let queues: Vec<_> = decided
-                .iter()
-                .map(|&i| (ecn_env::BitsPerSec(self.queues[i].link_bps), self.queues[i].watch.features()))
-                .collect();
+            let queues: Vec<_> =
+                decided.iter().map(|&i| (self.queues[i].link, self.queues[i].watch.features())).collect();
             let mut out = vec![Proposal::default(); self.queues.len()];
             for (&i, p) in decided.iter().zip(m.propose(&queues)) {
                 out[i] = p;
@@ -1184,7 +1177,7 @@ impl ControlLoop {
             } else if quarantined {
                 Some(q.current)
             } else if let Policy::Explore(e) = &cfg.policy {
-                e.setting(i, self.report.rounds, ecn_env::BitsPerSec(q.link_bps), model_choice)
+                e.setting(i, self.report.rounds, q.link, model_choice)
             } else if let (Some(m), Some(choice)) = (cfg.policy.model(), model_choice) {
                 if outside_training.is_some() {
                     series.outside_training_decisions.inc();
@@ -1192,15 +1185,11 @@ impl ControlLoop {
                 // A queue on the setting it had when this run began (a switch's own profile):
                 // a model trained offline knows it as its nearest template entry.
                 let untouched = q.last_change.is_none() && q.would_be.is_none();
-                Some(if untouched && m.keeps(&q.current, ecn_env::BitsPerSec(q.link_bps), &choice) {
-                    q.current
-                } else {
-                    choice
-                })
+                Some(if untouched && m.keeps(&q.current, q.link, &choice) { q.current } else { choice })
             } else if learned.is_some() {
                 model_choice
             } else {
-                cfg.policy.propose(ecn_env::BitsPerSec(q.link_bps))
+                cfg.policy.propose(q.link)
             };
             let (current, last_change) = match q.would_be {
                 Some((setting, at)) => (setting, Some(at)),
@@ -1211,7 +1200,7 @@ impl ControlLoop {
             let ctx = QueueContext {
                 current,
                 baseline: q.baseline,
-                xoff_bytes: q.xoff,
+                xoff_bytes: q.xoff_bytes,
                 last_change,
                 telemetry,
                 fallback_refused,
@@ -1414,8 +1403,8 @@ mod tests {
         let setting = EcnSetting { kmin_bytes: 100_000, kmax_bytes: 400_000, pmax: 0.2 };
         let mut queues = vec![QueueState {
             id: id.clone(),
-            link_bps: 100_000_000_000,
-            xoff: None,
+            link: ecn_env::BitsPerSec(100_000_000_000),
+            xoff_bytes: None,
             current: setting,
             baseline: setting,
             last_change: None,
@@ -1424,7 +1413,7 @@ mod tests {
             would_be: None,
             fallback_refused_at: None,
         }];
-        let index = HashMap::from([(queue_key(&id), 0)]);
+        let index = HashMap::from([(id.to_string(), 0)]);
         let sample = |ts_ns: u64, drops: u64| pb::TelemetrySample {
             ts_ns,
             id: Some(id.clone()),

@@ -401,12 +401,6 @@ impl TelemetryError {
     pub fn misread(&self) -> Option<&'static str> {
         MISREAD.iter().find(|k| self.counts.contains_key(*k)).copied()
     }
-
-    /// Whether [`ReadOptions::repair`](super::ReadOptions::repair) would repair every problem
-    /// found (as far as this read could judge: see [`TelemetryError::unsorted`]).
-    pub fn repairs_all(&self) -> bool {
-        self.misread().is_none() && self.repairable == self.total
-    }
 }
 
 impl fmt::Display for TelemetryError {

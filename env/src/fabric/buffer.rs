@@ -6,6 +6,8 @@
 //! headroom. XOFF is due when headroom is in use or shared use reaches the threshold; XON
 //! when headroom is empty and shared use has fallen `resume_offset` below the threshold.
 
+use super::PRIORITIES;
+
 /// Per-switch shared-buffer state.
 #[derive(Debug, Clone)]
 pub struct SharedBuffer {
@@ -26,14 +28,14 @@ pub struct SharedBuffer {
 /// Per-ingress-port buffer state (only meaningful on switch ports).
 #[derive(Debug, Clone, Default)]
 pub struct IngressState {
-    /// Headroom of this port: 3 × rate × delay.
+    /// PFC headroom of this port, bytes ([`headroom_bytes`](super::headroom_bytes)).
     pub headroom: u64,
     /// Dynamic-threshold shift α = 1/2^shift.
     pub shift: u32,
     /// Bytes in the buffer that arrived on this port, per priority, excluding headroom.
-    pub ingress_bytes: [u64; 8],
+    pub ingress_bytes: [u64; PRIORITIES],
     /// Headroom bytes in use, per priority.
-    pub headroom_bytes: [u64; 8],
+    pub headroom_bytes: [u64; PRIORITIES],
     /// Priorities for which this port has sent XOFF upstream and not yet XON.
     pub paused_upstream: u8,
 }

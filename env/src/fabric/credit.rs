@@ -6,7 +6,7 @@
 //! aggressive (docs/learning-experiments.md, "Where the tail waits, measured"). The simulator
 //! can: this is a training signal that only a simulator has.
 
-use super::Simulator;
+use super::{queue_slot, Simulator, PRIORITIES};
 use crate::topology::NodeKind;
 use crate::units::Nanos;
 use std::ops::Range;
@@ -23,9 +23,9 @@ pub(super) struct FlowPaths {
 impl Simulator {
     /// Every flow's data path: the same ECMP choices the packets make (REFERENCE.md §3).
     fn data_paths(&self) -> FlowPaths {
-        let mut queue_of = vec![u32::MAX; self.ports.len() * 8];
+        let mut queue_of = vec![u32::MAX; self.ports.len() * PRIORITIES];
         for (q, info) in self.data_queues.iter().enumerate() {
-            queue_of[info.port_id as usize * 8 + info.queue as usize] = q as u32;
+            queue_of[queue_slot(info.port_id as usize, info.queue as usize)] = q as u32;
         }
         let (mut start, mut hops) = (Vec::with_capacity(self.flows.len() + 1), Vec::new());
         for f in &self.flows {
@@ -39,7 +39,7 @@ impl Simulator {
                     break;
                 }
                 let Some(egress) = self.ecmp_egress(node, dst, f.key_fwd) else { break };
-                if let Some(&q) = queue_of.get(egress as usize * 8 + prio).filter(|&&q| q != u32::MAX) {
+                if let Some(&q) = queue_of.get(queue_slot(egress as usize, prio)).filter(|&&q| q != u32::MAX) {
                     hops.push(q);
                 }
                 node = self.ports[(egress ^ 1) as usize].node as usize;

@@ -21,7 +21,7 @@ use std::collections::BinaryHeap;
 /// What happens. Payloads are indices into the simulator's tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
-    /// Flow `0` (index into the flow table) starts.
+    /// Flow `.0` (index into the flow table) starts.
     FlowStart(u32),
     /// Packet `pkt` finishes arriving at port `port` (serialization and propagation done).
     Arrive {

@@ -11,6 +11,8 @@
 //! - `switch`: forwarding, ECMP, admission, egress scheduling, ECN marking at dequeue, PFC frames.
 //! - `host`: NICs, per-flow DCQCN senders and receivers, ACK/CNP generation (REFERENCE.md §2).
 //! - [`stats`]: per-queue counters that become telemetry samples.
+//! - [`event`]: the compact event and its time-ordered queue.
+//! - [`packet`]: packets, pooled by index.
 //! - `credit`: the data queues each flow crosses, and the slowdown that accrues behind each queue.
 
 pub mod buffer;
@@ -29,6 +31,15 @@ pub use config::{
     MTU_PAYLOAD_BYTES,
 };
 pub(crate) use port::Port;
+
+/// Priorities (and so egress queues) per port, as in 802.1Qbb PFC.
+pub const PRIORITIES: usize = 8;
+
+/// Index of (port, priority)'s queue in the per-queue tables (`queue_stats` and the like).
+#[inline]
+pub(crate) fn queue_slot(port: usize, prio: usize) -> usize {
+    port * PRIORITIES + prio
+}
 
 use crate::dcqcn::DcqcnSender;
 use crate::ecn::{EcnError, EcnSetting};
@@ -241,7 +252,7 @@ impl Simulator {
                 node_ports[node as usize].push(ports.len() as u32);
                 let ecn = cfg.ecn.setting_for(l.rate);
                 ecn.validate()?;
-                ports.push(Port::new(node, l.rate, l.delay.0, ecn));
+                ports.push(Port::new(node, l.rate, l.delay, ecn));
             }
         }
 
@@ -258,7 +269,7 @@ impl Simulator {
             let mut total_headroom = 0;
             for &p in &node_ports[n] {
                 let port = &ports[p as usize];
-                let headroom = headroom_bytes(port.rate, Nanos(port.delay), cfg.mtu_payload);
+                let headroom = headroom_bytes(port.rate, port.delay, cfg.mtu_payload);
                 let mut shift = cfg.pfc_shift;
                 let mut r = port.rate.0;
                 while r > nic_rate.0 && shift > 0 {
@@ -390,7 +401,7 @@ impl Simulator {
             events: EventQueue::default(),
             events_processed: 0,
             pool: PacketPool::default(),
-            queue_stats: vec![QueueStats::default(); ports.len() * 8],
+            queue_stats: vec![QueueStats::default(); ports.len() * PRIORITIES],
             ports,
             ingress,
             node_kind,
@@ -580,7 +591,7 @@ impl Simulator {
         if now < self.cfg.window_end.0 && now >= self.cfg.window_start.0 {
             p.window_tx_bytes += size;
         }
-        let arrive = now + tx + p.delay;
+        let arrive = now + tx + p.delay.0;
         self.events.push(arrive, Event::Arrive { port: port ^ 1, pkt });
     }
 
@@ -601,7 +612,7 @@ impl Simulator {
             let p = &self.ports[port];
             let depth = p.queued_bytes[prio];
             let ecn = p.ecn[prio];
-            let st = &mut self.queue_stats[port * 8 + prio];
+            let st = &mut self.queue_stats[queue_slot(port, prio)];
             let (tx_bytes, tx_pkts, marked, pause_rx, pause_tx, drops, depth_max) =
                 (st.tx_bytes, st.tx_pkts, st.marked, st.pause_rx, st.pause_tx, st.drops, st.depth_max);
             let (avg, paused_ns) = st.close_interval(start, now, depth);

@@ -2,9 +2,10 @@
 //! the choice of the next queue to serve (strict priority for queue 0, round-robin among data
 //! priorities).
 
+use super::PRIORITIES;
 use crate::ecn::EcnSetting;
 use crate::topology::NodeId;
-use crate::units::BitsPerSec;
+use crate::units::{BitsPerSec, Nanos};
 use std::collections::VecDeque;
 
 /// One end of a link: a transmitter with its queues.
@@ -12,24 +13,25 @@ use std::collections::VecDeque;
 pub(crate) struct Port {
     pub node: NodeId,
     pub rate: BitsPerSec,
-    pub delay: u64,
+    /// Propagation delay of the link this port sends onto.
+    pub delay: Nanos,
     /// The transmitter is busy until this time.
     pub busy_until: u64,
     /// Earliest pending `PortReady` event, `u64::MAX` if none.
     pub ready_at: u64,
     /// Egress queues by priority (switch ports; hosts use queue 0 for ACKs). Change them
     /// through [`Port::enqueue`] and [`Port::dequeue`], which keep `backlog` in step.
-    pub queues: [VecDeque<u32>; 8],
+    pub queues: [VecDeque<u32>; PRIORITIES],
     /// Bit p set: `queues[p]` is non-empty.
     pub backlog: u8,
     /// Bytes waiting per priority (the depth ECN marking looks at).
-    pub queued_bytes: [u64; 8],
+    pub queued_bytes: [u64; PRIORITIES],
     /// Priorities paused by the peer's PFC.
     pub paused: u8,
     /// Round-robin position among data priorities.
     pub rr_last: u8,
     /// ECN profile per priority.
-    pub ecn: [EcnSetting; 8],
+    pub ecn: [EcnSetting; PRIORITIES],
     /// Bit p set: priority p CE-marks every data packet whatever its profile says (an
     /// injected fault, [`Simulator::set_marking_fault`](super::Simulator::set_marking_fault)).
     pub mark_all: u8,
@@ -39,13 +41,13 @@ pub(crate) struct Port {
     pub window_tx_bytes: u64,
     /// When each priority's current pause began (`u64::MAX`: not paused), for the
     /// fabric-wide paused time.
-    pub pause_began: [u64; 8],
+    pub pause_began: [u64; PRIORITIES],
 }
 
 impl Port {
-    /// An idle transmitter of `node` onto a link of `rate` and `delay` ns, every priority
+    /// An idle transmitter of `node` onto a link of `rate` and `delay`, every priority
     /// marking by `ecn`.
-    pub fn new(node: NodeId, rate: BitsPerSec, delay: u64, ecn: EcnSetting) -> Port {
+    pub fn new(node: NodeId, rate: BitsPerSec, delay: Nanos, ecn: EcnSetting) -> Port {
         Port {
             node,
             rate,
@@ -54,14 +56,14 @@ impl Port {
             ready_at: u64::MAX,
             queues: Default::default(),
             backlog: 0,
-            queued_bytes: [0; 8],
+            queued_bytes: [0; PRIORITIES],
             paused: 0,
             rr_last: 0,
-            ecn: [ecn; 8],
+            ecn: [ecn; PRIORITIES],
             mark_all: 0,
             mark_none: 0,
             window_tx_bytes: 0,
-            pause_began: [u64::MAX; 8],
+            pause_began: [u64::MAX; PRIORITIES],
         }
     }
 
@@ -112,7 +114,7 @@ mod tests {
         Port::new(
             0,
             BitsPerSec(100_000_000_000),
-            1000,
+            Nanos(1000),
             EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.01 },
         )
     }

@@ -1,4 +1,4 @@
-//! Per-queue counters and their conversion into telemetry samples.
+//! Per-queue counters, reset every telemetry interval (the simulator turns them into samples).
 
 /// Counters of one (port, priority) egress queue, reset at every telemetry interval.
 #[derive(Debug, Clone)]

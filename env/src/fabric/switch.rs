@@ -3,7 +3,7 @@
 //! (REFERENCE.md §1, §3).
 
 use super::packet::{Packet, PacketKind};
-use super::Simulator;
+use super::{queue_slot, Simulator};
 use crate::rng::mix_hash;
 
 impl Simulator {
@@ -46,7 +46,7 @@ impl Simulator {
             let ing = &mut self.ingress[port as usize];
             if !self.buffers[b].admits(ing, prio, size) {
                 self.drops += 1;
-                self.queue_stats[egress as usize * 8 + prio].drops += 1;
+                self.queue_stats[queue_slot(egress as usize, prio)].drops += 1;
                 self.pool.free(pkt_id);
                 return;
             }
@@ -60,7 +60,7 @@ impl Simulator {
         let now = self.now;
         let p = &mut self.ports[egress as usize];
         if prio != 0 {
-            let st = &mut self.queue_stats[egress as usize * 8 + prio];
+            let st = &mut self.queue_stats[queue_slot(egress as usize, prio)];
             st.before_depth_change(now, p.queued_bytes[prio]);
             p.queued_bytes[prio] += size;
             st.after_depth_change(p.queued_bytes[prio]);
@@ -100,7 +100,7 @@ impl Simulator {
         let pkt = *self.pool.get(pkt_id);
         let size = pkt.size as u64;
         let p = &mut self.ports[port as usize];
-        let st = &mut self.queue_stats[port as usize * 8 + prio];
+        let st = &mut self.queue_stats[queue_slot(port as usize, prio)];
         st.before_depth_change(now, p.queued_bytes[prio]);
         p.queued_bytes[prio] -= size;
         st.after_depth_change(p.queued_bytes[prio]);
@@ -131,7 +131,7 @@ impl Simulator {
     fn send_pfc(&mut self, port: u32, prio: u8, pause: bool) {
         if pause {
             self.pause_frames += 1;
-            self.queue_stats[port as usize * 8 + prio as usize].pause_tx += 1;
+            self.queue_stats[queue_slot(port as usize, prio as usize)].pause_tx += 1;
         }
         self.send_control(port, Packet::pfc(port, prio, pause));
     }
@@ -141,7 +141,7 @@ impl Simulator {
         let prio = frame.prio as usize;
         let now = self.now;
         let p = &mut self.ports[port as usize];
-        let st = &mut self.queue_stats[port as usize * 8 + prio];
+        let st = &mut self.queue_stats[queue_slot(port as usize, prio)];
         if frame.kind == PacketKind::Pause {
             st.pause_rx += 1;
             if p.paused & (1 << prio) == 0 {

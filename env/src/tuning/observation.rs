@@ -43,8 +43,7 @@ impl QueueInterval {
 
     /// The ECN setting in effect.
     pub fn setting(&self) -> EcnSetting {
-        let s = &self.sample;
-        EcnSetting { kmin_bytes: s.kmin_bytes, kmax_bytes: s.kmax_bytes, pmax: s.pmax }
+        EcnSetting::from(&self.sample)
     }
 
     /// The reference BDP of this port, bytes.
