@@ -1,11 +1,14 @@
 """Writes the telemetry files of `tests/tests/telemetry.rs::string_columns_stored_as_dictionaries_read_as_strings`:
 one recording written three ways by the tools operators use, the names as plain strings, as a
-pandas `category` and as a pyarrow `dictionary(int32, large_string)`.
+pandas `category` and as a pyarrow `dictionary(int32, large_string)`; and for
+`an_extra_column_of_a_type_polars_cannot_convert_is_ignored`, the plain one with an extra
+pyarrow `list_view` column.
 
     python3 -m venv venv && venv/bin/pip install pandas pyarrow
     venv/bin/python tests/data/dictionary_names.py tests/data
 
-Made with pandas 3.0.1 and pyarrow 26.0.1.
+Made with pandas 3.0.1 and pyarrow 26.0.1 (`names-list-view.parquet`: pandas 3.1.1, pyarrow
+26.0.1).
 """
 
 import sys
@@ -39,3 +42,6 @@ for name in ["switch", "port"]:
     column = column.cast(pa.dictionary(pa.int32(), pa.large_string()))
     table = table.set_column(i, name, column)
 pq.write_table(table, f"{out}/names-dictionary.parquet")
+extra = pa.Table.from_pandas(frame, preserve_index=False)
+extra = extra.append_column("notes", pa.array([[1, 2]] * len(frame), pa.list_view(pa.int32())))
+pq.write_table(extra, f"{out}/names-list-view.parquet")

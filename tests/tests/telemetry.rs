@@ -423,6 +423,20 @@ fn string_columns_stored_as_dictionaries_read_as_strings() {
     }
 }
 
+/// An extra column is ignored whatever its type, even one whose embedded Arrow type polars
+/// cannot convert (pyarrow's `list_view`, which made the whole file "not a readable Parquet
+/// file: decoder panicked: not yet implemented"). Written by `tests/data/dictionary_names.py`.
+#[test]
+fn an_extra_column_of_a_type_polars_cannot_convert_is_ignored() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
+    let opts = ReadOptions::default();
+    let plain = load_telemetry(&data.join("names-plain.parquet"), &opts).unwrap();
+    let path = data.join("names-list-view.parquet");
+    let loaded = load_telemetry(&path, &opts).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.queues, plain.queues);
+    assert_eq!(stream_series(&path, &opts).unwrap(), plain.queues, "streaming");
+}
+
 /// A repair that would drop most of a queue's samples (here a cumulative file whose counters
 /// leap beyond line rate at every reading: each sample a reset) fails instead of writing what
 /// is left as "repaired": a file that bad is misread, not damaged. One that would leave

@@ -27,7 +27,7 @@ use crate::learned::same_interval;
 use crate::telemetry_input::intervals;
 use ecn_datasets::telemetry::QueueSeries;
 use ecn_env::tuning::{ActionTemplate, QueueHistory, TuningConfig};
-use ecn_env::BitsPerSec;
+use ecn_env::{BitsPerSec, EcnSetting};
 use ecn_models::{Calibration, Checkpoint, ModelCard, QNetwork, TrainingRecord};
 use indicatif::ProgressBar;
 use rand::SeedableRng;
@@ -105,7 +105,7 @@ pub fn add_transitions(series: &[QueueSeries], tuning: &TuningConfig, data: &mut
                     let link = BitsPerSec(row.link_bps);
                     let logged = iv.setting();
                     let action = template.nearest(&logged, link);
-                    if template.setting(action, link, &tuning.bounds) != Some(logged) {
+                    if !template.setting(action, link, &tuning.bounds).is_some_and(|t| same_setting(t, logged)) {
                         data.off_template += 1;
                     }
                     let reward = tuning.reward.of(&iv, history.latest()) as f32;
@@ -281,6 +281,14 @@ fn rms(errors: &[f32]) -> f64 {
     (errors.iter().map(|&e| (e as f64).powi(2)).sum::<f64>() / errors.len().max(1) as f64).sqrt()
 }
 
+/// Whether a logged setting is this template setting. A Pmax within 10⁻⁶ is the same: a file
+/// that stores Pmax as float32 logs 0.1 as 0.10000000149.
+fn same_setting(template: EcnSetting, logged: EcnSetting) -> bool {
+    template.kmin_bytes == logged.kmin_bytes
+        && template.kmax_bytes == logged.kmax_bytes
+        && (template.pmax - logged.pmax).abs() <= 1e-6
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,6 +339,19 @@ mod tests {
         let mut data = LoggedData::new(&tuning, 100);
         assert_eq!(add_transitions(&[series(rows, vec![0])], &tuning, &mut data), Ok(2));
         assert_eq!(data.off_template, 2);
+    }
+
+    /// A template setting whose Pmax went through float32 (pyarrow, pandas) is on the template.
+    #[test]
+    fn a_float32_pmax_is_still_on_the_template() {
+        let tuning = TuningConfig::default();
+        let on = ActionTemplate::new(tuning.template).settings()[0];
+        let widened = EcnSetting { pmax: on.pmax as f32 as f64, ..on };
+        assert_ne!(widened.pmax, on.pmax);
+        let rows = (0..3u64).map(|i| sample(i * 100_000, widened, 0.0)).collect();
+        let mut data = LoggedData::new(&tuning, 100);
+        assert_eq!(add_transitions(&[series(rows, vec![0])], &tuning, &mut data), Ok(2));
+        assert_eq!(data.off_template, 0);
     }
 
     /// Transitions at the start of a segment observe fewer intervals than the model's history

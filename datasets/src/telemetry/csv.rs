@@ -135,7 +135,16 @@ impl CsvSource {
             ends: Vec::new(),
             done: false,
         };
-        match src.read_record() {
+        // Blank lines before the header (a writer of an empty frame may leave one, or only a
+        // byte-order mark) are skipped: a file of nothing else is empty, not one missing every
+        // column.
+        let header = loop {
+            match src.read_record() {
+                Ok(true) if src.line.iter().all(u8::is_ascii_whitespace) => continue,
+                other => break other,
+            }
+        };
+        match header {
             Ok(true) => {}
             Ok(false) => {
                 problems.push(None, None, ProblemKind::Empty, false);
@@ -448,6 +457,27 @@ mod tests {
                 crate::telemetry::load_telemetry(&p, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(data.samples(), 2, "{name}");
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file of nothing but a byte-order mark, blank lines or spaces is empty; it used to read
+    /// as a header missing all 18 columns. Blank lines before a header are skipped.
+    #[test]
+    fn a_file_of_blank_lines_is_empty() {
+        let dir = std::env::temp_dir().join(format!("ecn-csv-blank-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in [("bom.csv", &b"\xef\xbb\xbf"[..]), ("nl.csv", b"\n"), ("spaces.csv", b"   \r\n\n")] {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            let e = crate::telemetry::load_telemetry(&p, &Default::default()).unwrap_err();
+            let tags: Vec<_> = e.problems.iter().map(|p| p.kind.tag()).collect();
+            assert_eq!(tags, ["empty"], "{name}: {e}");
+        }
+        let row = "100000,leaf0,eth1,3,100000000000,0,0.0,0,1000,1,0,0,0,0,0,1000,2000,0.1,0";
+        let p = dir.join("late-header.csv");
+        std::fs::write(&p, format!("\n  \n{}\n{row}\n", TELEMETRY_COLUMNS.join(","))).unwrap();
+        let data = crate::telemetry::load_telemetry(&p, &Default::default()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(data.samples(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

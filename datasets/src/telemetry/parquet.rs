@@ -36,6 +36,26 @@ fn unreadable(message: String) -> ProblemKind {
     ProblemKind::Unreadable(format!("not a readable Parquet file: {message}"))
 }
 
+/// The key under which Arrow writers embed their schema in a Parquet footer.
+const ARROW_SCHEMA_KEY: &str = "ARROW:schema";
+
+/// The file's columns as Arrow fields. The embedded Arrow schema comes first (it keeps
+/// dictionary and large string types), but converting it converts every column, and polars
+/// panics on some Arrow types an extra column may have (pyarrow's `list_view`): the Parquet
+/// types alone then serve, as for a file written without an Arrow schema.
+fn schema_of(path: &Path, metadata: &FileMetadata) -> PolarsResult<ArrowSchema> {
+    match guarded_message(|| while_decoding(path, || infer_schema(metadata))) {
+        Ok(schema) => Ok(schema),
+        Err(arrow) => {
+            let mut plain = metadata.clone();
+            if let Some(kv) = plain.key_value_metadata.as_mut() {
+                kv.retain(|kv| kv.key != ARROW_SCHEMA_KEY);
+            }
+            infer_schema(&plain).map_err(|_| polars_err!(ComputeError: "{arrow}"))
+        }
+    }
+}
+
 /// What a column may hold.
 #[derive(Clone, Copy)]
 enum Expect {
@@ -123,7 +143,7 @@ impl ParquetSource {
         let read = guarded_message(|| {
             while_decoding(path, || {
                 let metadata = polars::io::parquet::read::ParquetReader::new(&mut file).get_metadata()?.clone();
-                let schema = infer_schema(&metadata)?;
+                let schema = schema_of(path, &metadata)?;
                 Ok((metadata, schema))
             })
         });
@@ -180,8 +200,11 @@ impl ParquetSource {
             if !allowed(e, &dt) {
                 let mut found = dt.to_string();
                 if dt.is_float() {
-                    // pandas turns an integer column with missing values into float64.
-                    found.push_str(" (an integer column with missing values becomes float)");
+                    // Two writers' habits, whichever applies: the footer cannot tell.
+                    found.push_str(
+                        " (pandas writes an integer column with missing values as float, DuckDB a SUM of integers \
+                         as double)",
+                    );
                 }
                 problems.push(None, Some(column), ProblemKind::WrongType { found, expected: expected_name(e) }, false);
                 continue;
