@@ -114,21 +114,36 @@ fn negative_values_joined(args: impl Iterator<Item = std::ffi::OsString>) -> Vec
 
 fn main() -> ExitCode {
     let cli = Cli::parse_from(negative_values_joined(std::env::args_os()));
+    // -v is for ecn-tuner's own detail: the gRPC and HTTP/2 libraries' debug lines (a frame
+    // each) would bury it, so they stay at info unless -vv.
+    let ours = ["ecn_tuner", "ecn_env", "ecn_models", "ecn_datasets", "journal"];
     let default = match cli.verbose {
-        0 => "info",
-        1 => "debug",
-        _ => "trace",
+        0 => "info".to_string(),
+        1 => {
+            std::iter::once("info".to_string()).chain(ours.map(|t| format!("{t}=debug"))).collect::<Vec<_>>().join(",")
+        }
+        _ => {
+            std::iter::once("debug".to_string()).chain(ours.map(|t| format!("{t}=trace"))).collect::<Vec<_>>().join(",")
+        }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ECN_TUNER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let from_env = std::env::var("ECN_TUNER_LOG").ok().filter(|v| !v.is_empty());
+    let (filter, bad_env) = match from_env.as_deref().map(tracing_subscriber::EnvFilter::try_new) {
+        Some(Ok(f)) => (f, None),
+        Some(Err(e)) => (tracing_subscriber::EnvFilter::new(&default), Some(e.to_string())),
+        None => (tracing_subscriber::EnvFilter::new(&default), None),
+    };
     // Colours only on a terminal: logs piped to a file or a collector stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| output::Stderr)
-        .with_target(false)
+        // Where a line comes from only matters to someone filtering: at -v or a chosen filter.
+        .with_target(cli.verbose > 0 || from_env.is_some())
         .with_ansi(ansi)
         .init();
+    if let Some(why) = bad_env {
+        tracing::warn!("ECN_TUNER_LOG is not a valid filter ({why}); logging at the default level instead");
+    }
 
     // A decoder that panics on a corrupt file becomes that file's error line; the panic's own
     // message and backtrace would only bury it.

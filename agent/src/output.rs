@@ -9,10 +9,16 @@
 //! full disk behind a redirect) ends it with exit 1 and says so. Logs and the final error line
 //! go through [`Stderr`] and [`errln!`], which drop what stderr cannot take: there is nowhere
 //! else to say it.
+//!
+//! A progress bar on stderr is registered with [`showing`] while it is drawn: every log line
+//! clears it first, whichever thread logs, or a line written over the bar is garbled.
 
 use std::fmt;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use indicatif::ProgressBar;
 
 /// `println!` for results: see the module docs.
 macro_rules! outln {
@@ -65,12 +71,45 @@ pub struct Stderr;
 
 impl Write for Stderr {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let _ = io::stderr().write_all(buf);
+        // Cloned out, so that the lock is not held while the bar is cleared and redrawn.
+        let bar = SHOWN.lock().ok().and_then(|b| b.clone());
+        match bar {
+            Some(bar) => bar.suspend(|| {
+                let _ = io::stderr().write_all(buf);
+            }),
+            None => {
+                let _ = io::stderr().write_all(buf);
+            }
+        }
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
         let _ = io::stderr().flush();
         Ok(())
+    }
+}
+
+/// The progress bar log lines make way for, if one is shown.
+static SHOWN: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+/// Log lines clear `bar` while they are written, until the returned guard is dropped. Do not
+/// log from inside `bar.suspend`: the line would wait for the bar it is suspended in.
+#[must_use = "the bar is shown only while the guard lives"]
+pub fn showing(bar: &ProgressBar) -> Showing {
+    if let Ok(mut shown) = SHOWN.lock() {
+        *shown = Some(bar.clone());
+    }
+    Showing
+}
+
+/// See [`showing`].
+pub struct Showing;
+
+impl Drop for Showing {
+    fn drop(&mut self) {
+        if let Ok(mut shown) = SHOWN.lock() {
+            *shown = None;
+        }
     }
 }

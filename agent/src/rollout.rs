@@ -157,6 +157,7 @@ pub fn simulate_all(jobs: &[Job], threads: usize) -> Result<Vec<Summary>, CliErr
             .expect("static template")
             .progress_chars("=> "),
     );
+    let _shown = crate::output::showing(&bar);
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let results: Mutex<Vec<Option<Result<Summary, CliError>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
@@ -168,17 +169,15 @@ pub fn simulate_all(jobs: &[Job], threads: usize) -> Result<Vec<Summary>, CliErr
                     let Some(job) = jobs.get(i) else { break };
                     let result = simulate(job.scenario, job.policy, job.label, None).map(|o| o.summary);
                     match &result {
-                        Ok(s) => bar.suspend(|| {
-                            info!(
-                                scenario = %s.scenario,
-                                policy = %s.policy,
-                                seed = s.seed,
-                                lt_100kb_p99 = %two_places(s.slowdown.lt_100kb.p99),
-                                ge_1mb_p50 = %two_places(s.slowdown.ge_1mb.p50),
-                                wall_seconds = %format!("{:.2}", s.wall_seconds),
-                                "run finished"
-                            )
-                        }),
+                        Ok(s) => info!(
+                            scenario = %s.scenario,
+                            policy = %s.policy,
+                            seed = s.seed,
+                            lt_100kb_p99 = %two_places(s.slowdown.lt_100kb.p99),
+                            ge_1mb_p50 = %two_places(s.slowdown.ge_1mb.p50),
+                            wall_seconds = %format!("{:.2}", s.wall_seconds),
+                            "run finished"
+                        ),
                         Err(_) => stop.store(true, Ordering::Relaxed),
                     }
                     results.lock().expect("no worker panics while holding the lock")[i] = Some(result);

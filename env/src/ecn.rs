@@ -14,6 +14,24 @@ pub struct EcnSetting {
     pub pmax: f64,
 }
 
+impl std::fmt::Display for EcnSetting {
+    /// As a `static:` policy writes it (`100KB,800KB,0.3`): thresholds in whole KB where exact,
+    /// else in bytes; Pmax to three decimals, or to as many as it takes to tell it from its
+    /// three-decimal rounding (a clamp from 0.0009).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kb = |bytes: u64| {
+            if bytes.is_multiple_of(1000) {
+                format!("{}KB", bytes / 1000)
+            } else {
+                format!("{bytes}B")
+            }
+        };
+        let short = (self.pmax * 1000.0).round() / 1000.0;
+        let pmax = if short == self.pmax { short.to_string() } else { format!("{:.6}", self.pmax) };
+        write!(f, "{},{},{pmax}", kb(self.kmin_bytes), kb(self.kmax_bytes))
+    }
+}
+
 impl From<&ecn_datasets::QueueSample> for EcnSetting {
     /// The setting in effect during a telemetry sample.
     fn from(s: &ecn_datasets::QueueSample) -> Self {

@@ -12,6 +12,12 @@ use std::collections::VecDeque;
 /// far below this they round to 0 bytes, and DCQCN's rate floors (§2) exceed the link.
 pub const MIN_LINK_RATE: BitsPerSec = BitsPerSec::from_gbps(1);
 
+/// The fastest link a fabric may have. A packet's serialization takes whole nanoseconds, as
+/// in the reference (REFERENCE.md §4's 83 ns for 1036 B at 100G): at 800G a 1036 B packet takes
+/// 10 ns for 10.36, so links run up to a few percent off their rate, and far above this
+/// packets would take 0 ns and links be infinitely fast.
+pub const MAX_LINK_RATE: BitsPerSec = BitsPerSec::from_gbps(1600);
+
 /// The most nodes (hosts and switches) a topology may have. The simulator's routing tables
 /// hold an entry per pair of nodes: 4096 nodes take about 100 MB, and a larger fabric would
 /// exhaust a laptop's memory long before its first packet.
@@ -208,7 +214,7 @@ impl Topology {
     }
 
     /// Check the fabric is usable: at most [`MAX_NODES`] nodes and [`MAX_LINKS`] links, every
-    /// host has exactly one link, links run at [`MIN_LINK_RATE`] or faster, no self-loops, and
+    /// host has exactly one link, links run between [`MIN_LINK_RATE`] and [`MAX_LINK_RATE`], no self-loops, and
     /// every host reaches every other host.
     pub fn validate(&self) -> Result<(), TopologyError> {
         check_size(self.nodes.len() as u64, self.links.len() as u64).map_err(TopologyError::Invalid)?;
@@ -226,6 +232,12 @@ impl Topology {
             if l.rate < MIN_LINK_RATE {
                 return Err(TopologyError::Invalid(format!(
                     "link {i} runs at {}, below the minimum, {MIN_LINK_RATE}",
+                    l.rate
+                )));
+            }
+            if l.rate > MAX_LINK_RATE {
+                return Err(TopologyError::Invalid(format!(
+                    "link {i} runs at {}, above the maximum, {MAX_LINK_RATE}",
                     l.rate
                 )));
             }
@@ -293,7 +305,12 @@ impl Topology {
 
     /// Hop counts from `src` to every node, not passing through hosts.
     pub fn distances_from(&self, src: NodeId) -> Vec<u32> {
-        let adj = self.adjacency();
+        self.distances_over(&self.adjacency(), src)
+    }
+
+    /// [`Topology::distances_from`] over an [`Topology::adjacency`] built once: building it
+    /// for every host made a large fabric's setup quadratic.
+    pub fn distances_over(&self, adj: &[Vec<(usize, NodeId)>], src: NodeId) -> Vec<u32> {
         let mut dist = vec![u32::MAX; self.nodes.len()];
         dist[src as usize] = 0;
         let mut q = VecDeque::from([src]);
@@ -311,10 +328,10 @@ impl Topology {
         dist
     }
 
-    /// One shortest path from `src` to `dst`, as link indices (the first equal-cost choice at
-    /// each hop; in the symmetric fabrics we build every choice has the same rates and delays).
-    pub fn path(&self, src: NodeId, dst: NodeId, dist_to_dst: &[u32]) -> Vec<usize> {
-        let adj = self.adjacency();
+    /// One shortest path from `src` to `dst` over `adj` ([`Topology::adjacency`]), as link
+    /// indices (the first equal-cost choice at each hop; in the symmetric fabrics we build
+    /// every choice has the same rates and delays).
+    pub fn path(&self, adj: &[Vec<(usize, NodeId)>], src: NodeId, dst: NodeId, dist_to_dst: &[u32]) -> Vec<usize> {
         let mut path = Vec::new();
         let mut n = src;
         while n != dst {
@@ -377,5 +394,16 @@ mod tests {
             ],
         };
         assert!(t.validate().is_err());
+    }
+
+    /// Links between 1 Gb/s and 1.6 Tb/s: beyond, packets serialize in 0 whole ns and a
+    /// link is infinitely fast (a 10 MB flow at 100 Tb/s took 4 µs, its propagation alone).
+    #[test]
+    fn link_rates_are_bounded_both_ways() {
+        let t = |rate| Topology::parse_hpcc(&format!("3 1 2\n2\n0 2 {rate} 1000ns 0\n1 2 100Gbps 1000ns 0\n"));
+        assert!(t("1600Gbps").is_ok_and(|t| t.validate().is_ok()));
+        let e = t("1601Gbps").unwrap_err().to_string();
+        assert!(e.contains("link 0 runs at 1601Gbps, above the maximum, 1600Gbps"), "{e}");
+        assert!(t("999Mbps").unwrap_err().to_string().contains("below the minimum"));
     }
 }

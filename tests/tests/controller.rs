@@ -298,6 +298,30 @@ async fn the_kill_switch_works_right_after_an_actuator_restart() {
     act.stop_controller("restart-kill", child).await;
 }
 
+/// A shadow controller says when its kill switch is thrown and when it is released (an
+/// operator's drill): with no lease to give up it used to say nothing, and no mode said the
+/// release.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shadow_controller_says_when_its_kill_switch_is_thrown_and_released() {
+    let act = sim_actuator(&[]).await;
+    let kill = act.dir.path().join("KILL");
+    let kill_arg = kill.display().to_string();
+    let flags = [&SHADOW_STATIC[..], &["--kill-file", &kill_arg]].concat();
+    let (child, _) = act.controller("shadow-kill", &flags);
+    let act = &act;
+    let said = |what: &'static str| {
+        eventually(what, Duration::from_secs(60), move || {
+            std::future::ready(act.controller_log("shadow-kill").contains(what).then_some(()))
+        })
+    };
+    said("shadow mode: nothing will be written").await;
+    std::fs::write(&kill, "stop").unwrap();
+    said("kill switch thrown: this controller holds no writer lease").await;
+    std::fs::remove_file(&kill).unwrap();
+    said("kill switch released (the kill file is gone): deciding again").await;
+    act.stop_controller("shadow-kill", child).await;
+}
+
 /// `run --target sim` in shadow mode writes nothing, so its closing comparison is of the
 /// fabric on its own settings, and says so: "as run", not the policy's "controlled" result.
 #[tokio::test(flavor = "multi_thread")]
@@ -850,7 +874,14 @@ async fn telemetry_that_arrives_regularly_but_late_counts_as_stale() {
         stale.first()
     );
     assert!(d[..let_go_at].iter().any(|x| reason(x).contains(behind)));
-    assert!(act.controller_log("late").contains("the telemetry has caught up with the fabric"));
+    let stderr = act.controller_log("late");
+    assert!(stderr.contains("the telemetry has caught up with the fabric"), "{stderr}");
+    // Said on stderr as well as in the decision log, where shadow mode used to say nothing.
+    assert!(
+        stderr.contains("telemetry cannot be trusted on")
+            && stderr.contains("they would fall back to the baseline (shadow mode: nothing written)"),
+        "{stderr}"
+    );
 
     let metrics = metrics_addr();
     let flags = shadow_flags_stale_after_500ms(&metrics);
@@ -1303,7 +1334,11 @@ async fn stale_telemetry_falls_back_once_and_holds() {
         ),
     );
     let out = child.wait_with_output().await.unwrap();
-    assert!(out.status.success(), "{}", act.controller_log("blind"));
+    let stderr = act.controller_log("blind");
+    assert!(out.status.success(), "{stderr}");
+    // The fallback is said once, not only as a routine apply.
+    let said = stderr.matches("telemetry cannot be trusted on").count();
+    assert!(said >= 1 && stderr.contains("they fall back to the baseline"), "{stderr}");
     // Every apply ends as a confirm or a rollback: the fallback, confirmed at once, counts as
     // both an apply and a confirm (it used to count as an apply only).
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -59,7 +59,10 @@ impl Pacer {
                     if !self.behind_warned {
                         tracing::warn!(
                             time_scale = self.scale,
-                            "the simulator is slower than --time-scale asks; it runs as fast as it can"
+                            behind_s = format!("{:.1}", (now - due).as_secs_f64()),
+                            "the simulated fabric fell behind the pace --time-scale asks (a simulator too slow \
+                             for it, or the process held up); it goes on from here, as fast as it can where \
+                             it is behind (warned once)"
                         );
                         self.behind_warned = true;
                     }

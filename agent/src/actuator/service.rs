@@ -587,7 +587,13 @@ impl<B: Backend> ActuatorService<B> {
         debug_assert_eq!(g, generation);
         self.settle_doubt(st);
         self.inner.deadline_changed.notify_one();
-        info!(generation, target, event = ?kind, queues = changed.len(), "{detail}");
+        if kind == EventKind::Revert {
+            // The actuator undid a change on its own: its controller stalled, died or lost the
+            // actuator. The controller warns of it too, when it is there to.
+            warn!(generation, target, event = ?kind, queues = changed.len(), "{detail}");
+        } else {
+            info!(generation, target, event = ?kind, queues = changed.len(), "{detail}");
+        }
         Ok(generation)
     }
 

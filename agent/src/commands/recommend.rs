@@ -199,20 +199,9 @@ fn queue_state(t: &QueueTail, history: usize, newest_ns: u64) -> Option<QueueSta
 }
 
 /// Whole kilobytes where exact, else bytes: a clamp by a few bytes (999 B to 1 KB) must show.
-fn kb(bytes: u64) -> String {
-    if bytes.is_multiple_of(1000) {
-        format!("{}KB", bytes / 1000)
-    } else {
-        format!("{bytes}B")
-    }
-}
-
-/// As a `static:` policy writes it; Pmax to three decimals, so that 0.001 does not read as 0,
-/// or to as many as it takes to tell it from its three-decimal rounding (a clamp from 0.0009).
+/// As a `static:` policy writes it ([`EcnSetting`]'s `Display`).
 fn setting(s: &EcnSetting) -> String {
-    let short = (s.pmax * 1000.0).round() / 1000.0;
-    let pmax = if short == s.pmax { short.to_string() } else { format!("{:.6}", s.pmax) };
-    format!("{},{},{pmax}", kb(s.kmin_bytes), kb(s.kmax_bytes))
+    s.to_string()
 }
 
 fn print_table(source: &str, model: &LearnedModel, recs: &[Recommendation]) {

@@ -70,10 +70,12 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
             .expect("static template")
             .progress_chars("=> "),
     );
+    let shown = crate::output::showing(&bar);
     let outcome = match &policy {
         Some(p) => rollout::simulate(&scenario, p, &policy_name, Some(&bar))?,
         None => rollout::simulate_as_configured(&scenario, &policy_name, Some(&bar))?,
     };
+    drop(shown);
     bar.finish_and_clear();
     let Outcome { summary, mut sim } = outcome;
     info!(events = summary.events, wall_seconds = summary.wall_seconds, "done");

@@ -243,7 +243,9 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     };
     info!(preset = ?args.preset, steps = args.steps, envs = args.envs, device = ?device, out = %args.out.display(), "training");
     let bar = progress_bar(args.steps, "steps");
+    let shown = crate::output::showing(&bar);
     let trained = trainer::train(&cfg, &bar)?;
+    drop(shown);
     bar.finish_and_clear();
 
     // Weights, card, curve and plot replace the previous model's together or not at all.
@@ -408,7 +410,9 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
     let cfg = OfflineConfig { name: model_name(&args.out), tuning, ddqn, seed: args.seed, updates: args.steps, device };
     info!(transitions = data.replay.len(), updates = cfg.updates, device = ?device, "offline training (CQL)");
     let bar = progress_bar(cfg.updates, "updates");
+    let shown = crate::output::showing(&bar);
     let trained = offline::train(&cfg, &data, &bar)?;
+    drop(shown);
     bar.finish_and_clear();
     let mut staged = StagedFiles::new();
     trained.checkpoint.save_staged(&args.out, &mut staged).map_err(|e| CliError::Failed(e.to_string()))?;

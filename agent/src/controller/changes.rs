@@ -7,8 +7,8 @@ use super::health::{self, Check, Finding, IntervalStats, WindowStats};
 use super::log::Decision;
 use super::metrics::TargetSeries;
 use super::{
-    current_generation, decision, record, set_queue_metrics, to_pb, to_setting, ControlLoop, Mode, Planned, QueueState,
-    RunReport,
+    current_generation, decision, record, said, set_queue_metrics, to_pb, to_setting, ControlLoop, Mode, Planned,
+    QueueState, RunReport,
 };
 use crate::error::CliError;
 use ecn_env::EcnSetting;
@@ -167,7 +167,7 @@ impl ControlLoop {
             Err(e) => {
                 warn!(error = %e, "apply failed; reading the actuator back");
                 self.apply_failed(generation_before, e.clone());
-                let logged = self.record_planned(&round, false, &format!("; the actuator refused the apply: {e}"));
+                let logged = self.record_planned(&round, false, &format!("; {e}"));
                 if fallback {
                     let now = Instant::now();
                     for (i, _) in &changes {
@@ -223,7 +223,7 @@ impl ControlLoop {
                 Ok(!self.needs_resync)
             }
             Err(s) => {
-                warn!(code = ?s.code(), message = s.message(), "still cannot read the actuator back; no change until then");
+                warn!(error = %said(&s), "still cannot read the actuator back; no change until then");
                 Ok(false)
             }
         }
@@ -248,7 +248,7 @@ impl ControlLoop {
                 self.roll_back_unwatched(&config, &format!("after a failed {call}")).await
             }
             Err(s) => {
-                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a failed {call}");
+                warn!(error = %said(&s), "cannot read the actuator back after a failed {call}");
                 Ok(())
             }
         }
@@ -290,7 +290,7 @@ impl ControlLoop {
         match self.resync().await {
             Ok(after) => self.needs_resync = after.generation != after.confirmed_generation,
             Err(s) => {
-                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after the rollback")
+                warn!(error = %said(&s), "cannot read the actuator back after the rollback")
             }
         }
         if rolled_back {
@@ -321,7 +321,7 @@ impl ControlLoop {
         match self.resync().await {
             Ok(c) => c.generation != p.generation && c.confirmed_generation != p.generation,
             Err(s) => {
-                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back to see whether a change is gone");
+                warn!(error = %said(&s), "cannot read the actuator back to see whether a change is gone");
                 false
             }
         }
@@ -349,7 +349,7 @@ impl ControlLoop {
             Err(s) => {
                 // `needs_resync` holds every change back until a read succeeds; the pending
                 // change stays, judged (and rolled back) as its telemetry allows.
-                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a new lease");
+                warn!(error = %said(&s), "cannot read the actuator back after a new lease");
                 return Ok(());
             }
         };
@@ -417,7 +417,19 @@ impl ControlLoop {
             Err(s) => {
                 // No lease held (the actuator restarted): take it again before the next round.
                 self.renew_now |= s.code() == tonic::Code::PermissionDenied;
-                return Err(format!("{:?}: {}", s.code(), s.message()));
+                // Only an answer is a refusal: without one the write may have landed.
+                let refusal = !matches!(
+                    s.code(),
+                    tonic::Code::Cancelled
+                        | tonic::Code::DeadlineExceeded
+                        | tonic::Code::Unavailable
+                        | tonic::Code::Unknown
+                );
+                return Err(if refusal {
+                    format!("the actuator refused the apply: {}", said(&s))
+                } else {
+                    format!("the apply got no answer ({}); whether it landed is read back", said(&s))
+                });
             }
         };
         let (i, s) = round[0];
@@ -425,8 +437,7 @@ impl ControlLoop {
         info!(
             generation = resp.generation,
             queues = round.len(),
-            first = %format!("{} {}/{}/{} -> {}/{}/{}", first.id.to_string(), first.current.kmin_bytes, first.current.kmax_bytes,
-                first.current.pmax, s.kmin_bytes, s.kmax_bytes, s.pmax),
+            first = %format!("{} {} -> {}", first.id, first.current, s),
             "{}",
             // A fallback to the baseline goes without a deadline: confirmed as it lands.
             if resp.confirmed { "applied, confirmed without a health check" } else { "applied; watching health before confirming" }
@@ -506,7 +517,7 @@ impl ControlLoop {
                         info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed");
                     }
                     Err(s) => {
-                        warn!(code = ?s.code(), message = s.message(), "confirm failed; reading the actuator back");
+                        warn!(error = %said(&s), "confirm failed; reading the actuator back");
                         self.after_failed_confirm(&p, &s).await?;
                     }
                 }
@@ -572,7 +583,7 @@ impl ControlLoop {
         let config = match self.resync().await {
             Ok(c) => c,
             Err(s) => {
-                warn!(code = ?s.code(), message = s.message(), "cannot read the actuator back after a failed Confirm");
+                warn!(error = %said(&s), "cannot read the actuator back after a failed Confirm");
                 return Ok(());
             }
         };
@@ -590,7 +601,7 @@ impl ControlLoop {
             return self.ended_with_lease(p);
         }
         if config.generation != p.generation {
-            let how = format!(", before its confirm landed ({:?}: {})", failure.code(), failure.message());
+            let how = format!(", before its confirm landed ({})", said(failure));
             return self.reverted_by_actuator(p, &how);
         }
         // Still waiting for a confirm that will not come: take it back now (that logs each
@@ -622,7 +633,12 @@ impl ControlLoop {
     /// Kill switch: any pending change rolled back, then every queue back to its baseline
     /// (inside the actuator's bounds), confirmed at once; no further changes.
     pub(super) async fn kill_switch(&mut self) -> Result<(), CliError> {
-        let Some((lease_id, _)) = self.lease.clone() else { return Ok(()) };
+        let Some((lease_id, _)) = self.lease.clone() else {
+            // Shadow mode (or no lease yet): nothing to undo, but a drill must show it took.
+            warn!(target = %self.cfg.target, "kill switch thrown: this controller holds no writer lease and writes \
+                 nothing; no decisions until it is released");
+            return Ok(());
+        };
         if let Some(p) = self.pending.take() {
             if self.reverted_at_deadline(&p).await {
                 self.reverted_by_actuator(&p, " (kill switch)")?;

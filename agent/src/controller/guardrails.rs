@@ -328,10 +328,18 @@ impl Guardrails {
             let (lo, hi) = if grid_lo <= grid_hi { (grid_lo, grid_hi) } else { (lo, hi) };
             want.clamp(lo.max(1), hi.max(1))
         };
+        let (pmax_lo, pmax_hi) = (cur.pmax - self.cfg.max_pmax_step, cur.pmax + self.cfg.max_pmax_step);
+        let pmax = if (pmax_lo..=pmax_hi).contains(&p.pmax) {
+            p.pmax
+        } else {
+            // A limit is a sum in binary floating point (0.05 + 0.25 = 0.30000000000000004),
+            // which would reach logs, the journal and the switch as such: to 10⁻⁹.
+            (p.pmax.clamp(pmax_lo, pmax_hi) * 1e9).round() / 1e9
+        };
         let out = EcnSetting {
             kmin_bytes: step(p.kmin_bytes, cur.kmin_bytes),
             kmax_bytes: step(p.kmax_bytes, cur.kmax_bytes),
-            pmax: p.pmax.clamp(cur.pmax - self.cfg.max_pmax_step, cur.pmax + self.cfg.max_pmax_step),
+            pmax,
         };
         if out != p {
             clamps.push(Clamp::Step);
@@ -529,6 +537,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A Pmax held at the step limit is the decimal it means, not the sum's binary residue.
+    #[test]
+    fn a_pmax_at_the_step_limit_is_a_round_number() {
+        let mut g = Guardrails::new(GuardrailConfig::default());
+        let q = ctx(s(400_000, 1_600_000, 0.05));
+        let v = g.check(Some(s(400_000, 1_600_000, 1.0)), &q, Instant::now());
+        assert_eq!(v.setting.pmax, 0.3, "{v:?}");
+        assert_eq!(v.clamps, vec![Clamp::Step]);
     }
 
     #[test]

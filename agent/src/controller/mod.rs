@@ -415,11 +415,8 @@ pub async fn run(
                 Wake::Telemetry(Err(s)) => {
                     stream = None;
                     lp.stream_lost();
-                    reconnect_at = stream_lost(
-                        &lp.cfg.target,
-                        &format!("telemetry stream failed: {:?}: {}", s.code(), s.message()),
-                        &mut backoff,
-                    );
+                    reconnect_at =
+                        stream_lost(&lp.cfg.target, &format!("telemetry stream failed: {}", said(&s)), &mut backoff);
                     None
                 }
                 Wake::Reconnect => {
@@ -489,6 +486,9 @@ pub async fn run(
                     }
                 }
                 continue;
+            }
+            if lp.kill_done {
+                info!(target = %lp.cfg.target, "kill switch released (the kill file is gone): deciding again");
             }
             (lp.kill_done, lp.kill_retry_at) = (false, None);
             lp.probe_lag(now);
@@ -623,7 +623,17 @@ async fn next_batch(
 }
 
 fn status(what: &str, s: tonic::Status) -> CliError {
-    CliError::Failed(format!("{what}: {}: {}", s.code(), s.message()))
+    CliError::Failed(format!("{what}: {}", said(&s)))
+}
+
+/// A failed call's status for a log line or an error. A call the channel's timeout cut short
+/// reads "Cancelled: Timeout expired", as if someone had cancelled it: it says so instead.
+pub(super) fn said(s: &tonic::Status) -> String {
+    if s.code() == tonic::Code::Cancelled && s.message() == "Timeout expired" {
+        "no answer within --call-timeout (the actuator took the connection but did not reply)".to_string()
+    } else {
+        format!("{:?}: {}", s.code(), s.message())
+    }
 }
 
 async fn current_generation(client: &mut Client) -> Option<u64> {
@@ -707,6 +717,9 @@ struct ControlLoop {
     /// warning about it has been given.
     all_untrained_rounds: u32,
     warned_all_untrained: bool,
+    /// Queues whose telemetry the last round could not trust (stale or invalid): their start
+    /// and end are logged, the rounds between only counted (`guardrail_clamps_total`).
+    untrusted_queues: usize,
     next_due: Option<Instant>,
     /// A write's outcome is unknown and reading the actuator back failed: no new change until
     /// a read succeeds, since `generation` and the queues' `current` may be wrong.
@@ -791,13 +804,6 @@ impl ControlLoop {
 
         let mut lease = None;
         if cfg.mode == Mode::Enforce {
-            warn!(
-                target = %cfg.target,
-                backend = %caps.backend,
-                queues = queues.len(),
-                "ENFORCE mode: ecn-tuner will write ECN settings on this actuator"
-            );
-            info!(health = ?cfg.health, "health checks");
             let ttl = (cfg.interval * 10).max(Duration::from_secs(10));
             let l = client
                 .acquire_writer(pb::AcquireWriterRequest {
@@ -808,6 +814,14 @@ impl ControlLoop {
                 .map_err(|s| status("AcquireWriter", s))?
                 .into_inner();
             lease = Some((l.lease_id, ttl));
+            // Once the lease is held: a controller the actuator refuses never said it would write.
+            warn!(
+                target = %cfg.target,
+                backend = %caps.backend,
+                queues = queues.len(),
+                "ENFORCE mode: ecn-tuner will write ECN settings on this actuator"
+            );
+            info!(health = ?cfg.health, "health checks");
         } else {
             info!(target = %cfg.target, backend = %caps.backend, queues = queues.len(), "shadow mode: nothing will be written");
         }
@@ -839,6 +853,7 @@ impl ControlLoop {
             kill_done: false,
             all_untrained_rounds: 0,
             warned_all_untrained: false,
+            untrusted_queues: 0,
             next_due: None,
             needs_resync: false,
             renew_now: false,
@@ -1032,14 +1047,13 @@ impl ControlLoop {
                     // lost while idle (nothing pending, nothing to change) went unnoticed.
                     Err(s) if now.duration_since(self.last_renew) >= *ttl => {
                         return Err(CliError::Failed(format!(
-                            "lost the writer lease on {}: not renewed for {} s ({:?}: {})",
+                            "lost the writer lease on {}: not renewed for {} s ({})",
                             self.cfg.target,
                             ttl.as_secs(),
-                            s.code(),
-                            s.message()
+                            said(&s)
                         )))
                     }
-                    Err(s) => warn!(code = ?s.code(), message = s.message(), "could not renew the writer lease"),
+                    Err(s) => warn!(error = %said(&s), "could not renew the writer lease"),
                 }
             }
         }
@@ -1103,6 +1117,7 @@ impl ControlLoop {
         let mut changes = Vec::new();
         let lagging = self.lagging();
         let stream_stale = lagging || now.duration_since(self.last_batch_at) > stale_after;
+        let (mut stale, mut invalid, mut example) = (0usize, 0usize, None::<String>);
         // A learned model decides only for queues at the line rates and telemetry intervals it
         // trained on, unless the operator allowed the rest; an exploring policy uses it as an
         // anchor only.
@@ -1218,6 +1233,12 @@ impl ControlLoop {
             }
             let telemetry_fallback =
                 verdict.clamps.iter().any(|c| matches!(c, Clamp::StaleTelemetry | Clamp::InvalidTelemetry));
+            if verdict.clamps.contains(&Clamp::InvalidTelemetry) {
+                invalid += 1;
+                example.get_or_insert_with(|| format!("{}: {}", q.id, q.watch.problem().unwrap_or("invalid")));
+            } else if verdict.clamps.contains(&Clamp::StaleTelemetry) {
+                stale += 1;
+            }
             // A change is judged against the queue's window before it (health.rs), so the queue
             // waits until that window is complete and all at its current setting: against a
             // partial one, or none at all (the first rounds after a start), the utilization guard
@@ -1294,7 +1315,36 @@ impl ControlLoop {
                 });
             }
         }
+        self.log_untrusted(stale, invalid, example, stream_stale);
         Ok(changes)
+    }
+
+    /// Says when queues start falling back to the baseline for want of telemetry to trust,
+    /// and when every queue's telemetry is good again; the rounds between are only counted.
+    fn log_untrusted(&mut self, stale: usize, invalid: usize, example: Option<String>, stream_stale: bool) {
+        let (cfg, untrusted) = (&self.cfg, stale + invalid);
+        if untrusted > 0 && self.untrusted_queues == 0 {
+            let why = match (stale, example) {
+                (0, Some(e)) => format!("invalid samples (e.g. {e})"),
+                (_, Some(e)) => format!("{stale} stale, the rest invalid (e.g. {e})"),
+                _ if stream_stale => format!("no fresh batch for --stale-after ({:?}) or lagging", self.stale_after),
+                _ => "their samples stopped or froze".to_string(),
+            };
+            let what = match cfg.mode {
+                Mode::Enforce => "they fall back to the baseline",
+                Mode::Shadow => "they would fall back to the baseline (shadow mode: nothing written)",
+            };
+            warn!(
+                target = %cfg.target,
+                queues = untrusted,
+                baseline = %cfg.baseline.name(),
+                "telemetry cannot be trusted on {untrusted} of {} queues: {why}; {what} until it can",
+                self.queues.len()
+            );
+        } else if untrusted == 0 && self.untrusted_queues > 0 {
+            info!(target = %cfg.target, "telemetry trusted again on every queue");
+        }
+        self.untrusted_queues = untrusted;
     }
 
     /// Write the decision-log lines of a round's changes, now that it is known whether they

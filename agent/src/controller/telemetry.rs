@@ -99,6 +99,11 @@ impl QueueWatch {
         QueueWatch { feature_history: n.max(1), ..self }
     }
 
+    /// Why the latest sample cannot be trusted, if it cannot.
+    pub fn problem(&self) -> Option<&str> {
+        self.last_problem.as_deref()
+    }
+
     /// Take in one sample; returns the interval it completed, if it was valid and moved the
     /// queue's clock forward (a repeated or reset timestamp completes none).
     pub fn push(&mut self, s: &pb::TelemetrySample) -> Option<IntervalStats> {

@@ -228,14 +228,12 @@ pub fn train(cfg: &OfflineConfig, data: &LoggedData, bar: &ProgressBar) -> Resul
         bar.set_position(u);
     }
     let last = curve.last().copied().expect("at least one point");
-    bar.suspend(|| {
-        info!(
-            loss = last.loss,
-            td_error_rms = last.td_error_rms,
-            agrees = last.agrees_with_logged,
-            "offline training done"
-        )
-    });
+    info!(
+        loss = last.loss,
+        td_error_rms = last.td_error_rms,
+        agrees = last.agrees_with_logged,
+        "offline training done"
+    );
     let mut net = QNetwork::new(cfg.device, dim, &cfg.ddqn.hidden, actions);
     net.var_store_mut().copy(agent.online().var_store()).map_err(torch)?;
     let training = TrainingRecord {

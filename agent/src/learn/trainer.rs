@@ -293,9 +293,7 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
 
     let reference = reference_metrics(&eval_runs(cfg))?;
     let eval_names: Vec<&str> = cfg.eval_scenarios.iter().map(ScenarioText::name).collect();
-    bar.suspend(|| {
-        info!(scenarios = ?eval_names, seeds = ?cfg.eval_seeds, "reference baseline {} measured", REFERENCE_BASELINE.name())
-    });
+    info!(scenarios = ?eval_names, seeds = ?cfg.eval_seeds, "reference baseline {} measured", REFERENCE_BASELINE.name());
 
     // Episode seeds live far from the seeds that evaluation and reports use.
     let mut episode = 0u64;
@@ -399,21 +397,18 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
                 best.var_store_mut().copy(agent.online().var_store()).map_err(torch_err)?;
                 calibration = Some(calibrate(&agent, &replay, obs_dim, cfg.seed));
             }
-            // With the bar cleared first: drawn over, a line longer than the terminal lost its
-            // end to the bar's next redraw.
-            bar.suspend(|| {
-                info!(
-                    steps = env_steps,
-                    episodes = episodes_done,
-                    epsilon = format!("{epsilon:.3}"),
-                    loss = format!("{:.4}", point.loss),
-                    reward = format!("{:.4}", point.train_reward),
-                    small_p99 = format!("{small:.2}"),
-                    large_p50 = format!("{large:.2}"),
-                    cost = format!("{cost:.2}"),
-                    "evaluation"
-                )
-            });
+            info!(
+                steps = env_steps,
+                episodes = episodes_done,
+                epsilon = format!("{epsilon:.3}"),
+                // NaN until the warm-up ends and learning starts: not a divergence.
+                loss = if point.loss.is_nan() { "none yet".to_string() } else { format!("{:.4}", point.loss) },
+                reward = format!("{:.4}", point.train_reward),
+                small_p99 = format!("{small:.2}"),
+                large_p50 = format!("{large:.2}"),
+                cost = format!("{cost:.2}"),
+                "evaluation"
+            );
             let best_cost = best_point.map_or(f64::INFINITY, |p| p.eval_cost);
             bar.set_message(format!("eval cost {cost:.2} (best {best_cost:.2}), ε {epsilon:.2}"));
             curve.push(point);

@@ -224,6 +224,9 @@ impl Simulator {
 
         // Stable sort: flows starting together keep their file order, as HPCC schedules them.
         flows.sort_by_key(|f| f.start);
+        // Priority 3, the scenarios' default lossless class, is reported even with no flow on
+        // it, so a fabric's queue list (the agents, the actuator's queues) does not change with
+        // which flows a run draws.
         let mut data_prios = 1u8 << 3;
         for (index, f) in flows.iter().enumerate() {
             let bad = |why: String| SimError::BadFlow { index, why };
@@ -307,8 +310,9 @@ impl Simulator {
         let mut route_len = vec![0u16; n_nodes * n_nodes];
         let mut routes = Vec::new();
         let mut dist_to: Vec<Vec<u32>> = vec![Vec::new(); n_nodes];
+        let adjacency = topo.adjacency();
         for &h in &hosts {
-            let dist = topo.distances_from(h);
+            let dist = topo.distances_over(&adjacency, h);
             for s in 0..n_nodes {
                 if node_kind[s] != NodeKind::Switch || dist[s] == u32::MAX {
                     continue;
@@ -321,8 +325,17 @@ impl Simulator {
                         routes.push(p);
                     }
                 }
+                let Ok(len) = u16::try_from(routes.len() - start) else {
+                    return Err(SimError::Config(format!(
+                        "{} has {} equal-cost links toward {}; at most {} are supported",
+                        topo.nodes[s].name,
+                        routes.len() - start,
+                        topo.nodes[h as usize].name,
+                        u16::MAX
+                    )));
+                };
                 route_start[s * n_nodes + h as usize] = start as u32;
-                route_len[s * n_nodes + h as usize] = (routes.len() - start) as u16;
+                route_len[s * n_nodes + h as usize] = len;
             }
             dist_to[h as usize] = dist;
         }
@@ -334,7 +347,7 @@ impl Simulator {
             let sport = next_sport.entry((spec.src, spec.dst)).or_insert(10000u16);
             let this_sport = *sport;
             *sport = sport.wrapping_add(1);
-            let path = topo.path(spec.src, spec.dst, &dist_to[spec.dst as usize]);
+            let path = topo.path(&adjacency, spec.src, spec.dst, &dist_to[spec.dst as usize]);
             let mut base_rtt = 0u64;
             let mut bottleneck = u64::MAX;
             for &li in &path {
@@ -840,4 +853,31 @@ pub struct FabricCounters {
     pub queue_bytes_p99: f64,
     /// High-water mark of packets alive at once.
     pub peak_packets_in_flight: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{Link, Node, Topology};
+
+    /// Two switches joined by more parallel links than a route's length can count: refused,
+    /// naming them. The count wrapped to 0 and every flow across was silently lost (65 536
+    /// links), or took one link of many (65 537).
+    #[test]
+    fn more_equal_cost_links_than_a_route_holds_are_refused() {
+        let mut t = Topology::default();
+        for (name, kind) in
+            [("h0", NodeKind::Host), ("h1", NodeKind::Host), ("a", NodeKind::Switch), ("b", NodeKind::Switch)]
+        {
+            t.nodes.push(Node { name: name.into(), kind });
+        }
+        let link = |a, b| Link { a, b, rate: BitsPerSec::from_gbps(100), delay: Nanos(1000) };
+        t.links.extend([link(0, 2), link(1, 3)]);
+        t.links.extend(std::iter::repeat_n(link(2, 3), 1 << 16));
+        let mut cfg = FabricConfig::new(t);
+        cfg.buffer = crate::units::Bytes(1 << 50);
+        let flow = FlowSpec { src: 0, dst: 1, size_bytes: 1000, start: Nanos(0), priority: 3, dport: 100 };
+        let err = Simulator::new(cfg, vec![flow]).err().expect("refused");
+        assert_eq!(err.to_string(), "b has 65536 equal-cost links toward h0; at most 65535 are supported", "{err}");
+    }
 }

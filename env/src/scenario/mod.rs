@@ -9,7 +9,7 @@ use crate::dcqcn::{DcqcnParams, DcqcnVariant};
 use crate::ecn::{Baseline, EcnSetting};
 use crate::fabric::{self, AckQueue, EcnPlan, FabricConfig, NicWakeup, MIN_INTERVAL, MTU_PAYLOAD_BYTES};
 use crate::rng::Rng;
-use crate::topology::{NodeKind, Topology, MIN_LINK_RATE};
+use crate::topology::{NodeKind, Topology, MAX_LINK_RATE, MIN_LINK_RATE};
 use crate::units::{BitsPerSec, Bytes, Nanos, MAX_DURATION};
 use crate::workload::{self, Cdf, FlowSpec, Incast, IncastSchedule};
 use serde::Deserialize;
@@ -707,6 +707,9 @@ fn resolve(
             for (f, v) in [("topology.host_link", host_link), ("topology.fabric_link", fabric_link)] {
                 if v < MIN_LINK_RATE {
                     return Err(err(source, f, format!("{v} is below the minimum, {MIN_LINK_RATE}")));
+                }
+                if v > MAX_LINK_RATE {
+                    return Err(err(source, f, format!("{v} is above the maximum, {MAX_LINK_RATE}")));
                 }
             }
             Topology::leaf_spine(
