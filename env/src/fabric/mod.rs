@@ -304,11 +304,14 @@ impl Simulator {
             }
         }
 
-        // Routes: BFS from every host; at each switch keep every port one hop closer.
+        // Routes: BFS from every host; at each switch keep every port one hop closer. A switch's
+        // list toward the next host is mostly the one toward the last (a leaf's uplinks toward
+        // every remote host): stored once, or an 800x800 leaf-spine's lists took 4 GB.
         let hosts = topo.hosts();
         let mut route_start = vec![0u32; n_nodes * n_nodes];
         let mut route_len = vec![0u16; n_nodes * n_nodes];
         let mut routes = Vec::new();
+        let mut last_list: Vec<(u32, u16)> = vec![(0, 0); n_nodes];
         let mut dist_to: Vec<Vec<u32>> = vec![Vec::new(); n_nodes];
         let adjacency = topo.adjacency();
         for &h in &hosts {
@@ -334,7 +337,18 @@ impl Simulator {
                         u16::MAX
                     )));
                 };
-                route_start[s * n_nodes + h as usize] = start as u32;
+                let (last_start, last_len) = last_list[s];
+                let start = if len > 0
+                    && len == last_len
+                    && routes[start..] == routes[last_start as usize..last_start as usize + len as usize]
+                {
+                    routes.truncate(start);
+                    last_start
+                } else {
+                    last_list[s] = (start as u32, len);
+                    start as u32
+                };
+                route_start[s * n_nodes + h as usize] = start;
                 route_len[s * n_nodes + h as usize] = len;
             }
             dist_to[h as usize] = dist;
