@@ -129,6 +129,26 @@ impl Simulator {
 
     /// Send a PFC XOFF (`pause`) or XON for `prio` out of `port`, to the upstream device.
     fn send_pfc(&mut self, port: u32, prio: u8, pause: bool) {
+        // A frame for this priority still waiting in the control queue has told the peer
+        // nothing yet, and says the opposite (XOFF and XON alternate): the two cancel out. Queued
+        // one behind the other, a flapping ingress (a shared pool near 0, where each packet in
+        // starts headroom use and each packet out ends it) queued hundreds of frames, its last
+        // XOFF reached the sender microseconds late, and a lossless fabric dropped.
+        let waiting = self.ports[port as usize].queues[0].iter().position(|&id| {
+            let p = self.pool.get(id);
+            matches!(p.kind, PacketKind::Pause | PacketKind::Resume) && p.prio == prio
+        });
+        if let Some(at) = waiting {
+            let id = self.ports[port as usize].dequeue_at(0, at).expect("found in the queue");
+            if self.pool.get(id).kind == PacketKind::Pause {
+                // Counted when it was queued; it is never sent.
+                self.pause_frames -= 1;
+                let st = &mut self.queue_stats[queue_slot(port as usize, prio as usize)];
+                st.pause_tx = st.pause_tx.saturating_sub(1);
+            }
+            self.pool.free(id);
+            return;
+        }
         if pause {
             self.pause_frames += 1;
             self.queue_stats[queue_slot(port as usize, prio as usize)].pause_tx += 1;
