@@ -347,6 +347,13 @@ async fn bearer_token_is_required_when_configured() {
     let mut none = pb::actuator_client::ActuatorClient::new(channel.clone());
     let e = none.get_config(pb::GetConfigRequest {}).await.expect_err("no token");
     assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    // Warned of at once, with where it came from: a call without a token went unlogged.
+    let log = eventually("the refusal warned of", Duration::from_secs(10), || {
+        let log = a.log_text();
+        std::future::ready(log.contains("refused calls without the right bearer token").then_some(log))
+    })
+    .await;
+    assert!(log.contains("wrong_token=0 no_token=1 last_from=127.0.0.1:"), "{log}");
 
     for (token, ok) in [("Bearer wrong", false), ("Bearer s3cret-token", true)] {
         let value: tonic::metadata::MetadataValue<_> = token.parse().unwrap();

@@ -235,8 +235,8 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
     let caps = backend.capabilities().clone();
     let service = ActuatorService::new(backend, journal, stop_rx.clone());
     tokio::spawn(service.clone().watch_deadlines());
-    let router =
-        builder.add_service(ActuatorServer::with_interceptor(service.clone(), BearerAuth::new(opts.token.clone())));
+    let auth = BearerAuth::new(opts.token.clone());
+    let router = builder.add_service(ActuatorServer::with_interceptor(service.clone(), auth.clone()));
     info!(
         %addr,
         backend = %caps.backend,
@@ -275,6 +275,7 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
         let stopped = tokio::task::spawn_blocking(move || svc.stop())
             .await
             .map_err(|e| ActuatorError::Failed(format!("actuator stop: {e}")))?;
+        auth.flush();
         info!("actuator stopped");
         result.and(stopped.map_err(ActuatorError::Failed))
     });

@@ -124,25 +124,61 @@ pub fn check_exposure(addr: SocketAddr, tls: bool, token: bool) -> Result<(), Ac
 #[derive(Clone, Default)]
 pub struct BearerAuth {
     token: Option<Arc<str>>,
-    /// Calls refused for a wrong token since the last warning, and when that was: anyone who
-    /// can reach the port can send them, and a warning each filled the log (570 KB/s).
-    wrong: Arc<std::sync::Mutex<(u64, Option<std::time::Instant>)>>,
+    /// Calls refused since the last warning: anyone who can reach the port can send them, and
+    /// a warning each filled the log (570 KB/s).
+    refused: Arc<std::sync::Mutex<Refused>>,
+}
+
+/// Refused calls not yet warned of, and when the last warning was.
+#[derive(Default)]
+struct Refused {
+    wrong_token: u64,
+    no_token: u64,
+    last_peer: Option<std::net::SocketAddr>,
+    warned_at: Option<std::time::Instant>,
+}
+
+impl Refused {
+    fn warn(&mut self, now: std::time::Instant) {
+        let peer = self.last_peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+        tracing::warn!(
+            wrong_token = self.wrong_token,
+            no_token = self.no_token,
+            last_from = %peer,
+            "refused calls without the right bearer token (counted since the last warning): a client with \
+             another token file, or none"
+        );
+        *self = Refused { warned_at: Some(now), ..Refused::default() };
+    }
 }
 
 impl BearerAuth {
     /// Check for `token`, or let everything through when `None` (loopback without a token).
     pub fn new(token: Option<String>) -> BearerAuth {
-        BearerAuth { token: token.map(Arc::from), wrong: Arc::default() }
+        BearerAuth { token: token.map(Arc::from), refused: Arc::default() }
     }
 
-    /// Warn of a call with a wrong token: at most once a second, with the count since the last.
-    fn warn_wrong_token(&self) {
-        let mut wrong = self.wrong.lock().unwrap_or_else(|e| e.into_inner());
-        wrong.0 += 1;
+    /// Count a refused call; warn at most once a second, with the counts since the last.
+    fn refuse(&self, wrong_token: bool, peer: Option<std::net::SocketAddr>) {
+        let mut r = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        if wrong_token {
+            r.wrong_token += 1;
+        } else {
+            r.no_token += 1;
+        }
+        r.last_peer = peer.or(r.last_peer);
         let now = std::time::Instant::now();
-        if wrong.1.is_none_or(|at| now.duration_since(at) >= std::time::Duration::from_secs(1)) {
-            tracing::warn!(calls = wrong.0, "refused calls with a wrong bearer token (counted since the last warning)");
-            *wrong = (0, Some(now));
+        if r.warned_at.is_none_or(|at| now.duration_since(at) >= std::time::Duration::from_secs(1)) {
+            r.warn(now);
+        }
+    }
+
+    /// Warn of refused calls counted since the last warning, if any (at shutdown: they would
+    /// otherwise wait for a next refusal that may never come).
+    pub fn flush(&self) {
+        let mut r = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        if r.wrong_token + r.no_token > 0 {
+            r.warn(std::time::Instant::now());
         }
     }
 }
@@ -155,10 +191,13 @@ impl tonic::service::Interceptor for BearerAuth {
         match presented {
             Some(t) if constant_time_eq(t.trim().as_bytes(), expected.as_bytes()) => Ok(req),
             Some(_) => {
-                self.warn_wrong_token();
+                self.refuse(true, req.remote_addr());
                 Err(Status::unauthenticated("invalid bearer token"))
             }
-            None => Err(Status::unauthenticated("missing 'authorization: Bearer <token>' metadata")),
+            None => {
+                self.refuse(false, req.remote_addr());
+                Err(Status::unauthenticated("missing 'authorization: Bearer <token>' metadata"))
+            }
         }
     }
 }
@@ -253,5 +292,24 @@ mod tests {
         assert_eq!(auth.call(with(Some("Bearer nope"))).unwrap_err().code(), tonic::Code::Unauthenticated);
         assert_eq!(auth.call(with(Some("s3cret"))).unwrap_err().code(), tonic::Code::Unauthenticated);
         assert!(BearerAuth::new(None).call(with(None)).is_ok());
+    }
+
+    /// Refusals are counted by kind; the first is warned of at once, those within the next
+    /// second wait for a later one or for `flush` (at shutdown), which leaves none pending.
+    #[test]
+    fn refusals_are_counted_and_flushed() {
+        let auth = BearerAuth::new(Some("s3cret".into()));
+        let pending = || {
+            let r = auth.refused.lock().unwrap();
+            (r.wrong_token, r.no_token)
+        };
+        auth.refuse(false, None);
+        assert_eq!(pending(), (0, 0), "the first is warned of at once");
+        auth.refuse(true, None);
+        auth.refuse(true, None);
+        auth.refuse(false, None);
+        assert_eq!(pending(), (2, 1));
+        auth.flush();
+        assert_eq!(pending(), (0, 0));
     }
 }
