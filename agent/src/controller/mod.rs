@@ -640,6 +640,65 @@ async fn current_generation(client: &mut Client) -> Option<u64> {
     client.get_config(pb::GetConfigRequest {}).await.ok().map(|c| c.into_inner().generation)
 }
 
+/// Why a queue's decision is what it is, beyond its policy: the decision log's `reason`.
+struct Why<'a> {
+    quarantined: bool,
+    /// The telemetry lags the fabric past `--stale-after`: by this much, or not yet measured.
+    lagging: Option<Option<Duration>>,
+    clamps: &'a [Clamp],
+    arrived: bool,
+    /// Intervals at the current setting, of the health window's, while fewer.
+    warming_up: Option<(usize, usize)>,
+    /// The history the model observes, while the queue's is still filling.
+    filling: Option<usize>,
+    untrained: Option<String>,
+    /// The model's input outside its training range, where it decided all the same.
+    extrapolation: Option<&'a str>,
+}
+
+impl Why<'_> {
+    fn said(&self, policy: &Policy) -> String {
+        let mut reason = format!("policy {policy}");
+        if self.quarantined {
+            reason.push_str("; quarantined after a rollback, keeping the known-good setting");
+        }
+        match self.lagging {
+            Some(None) => {
+                reason.push_str("; telemetry back after a silence, its lag behind the fabric not yet measured")
+            }
+            Some(Some(lag)) => {
+                reason.push_str(&format!("; the telemetry is {lag:.1?} behind the fabric, past --stale-after"))
+            }
+            None => {}
+        }
+        if !self.clamps.is_empty() {
+            let names: Vec<&str> = self.clamps.iter().map(|c| c.name()).collect();
+            reason.push_str(&format!("; guardrails: {}", names.join(", ")));
+        }
+        if !self.arrived {
+            reason.push_str("; no telemetry yet, keeping the current setting");
+        } else if let Some((have, want)) = self.warming_up {
+            reason.push_str(&format!(
+                "; {have} of the {want} intervals at this setting a health check compares before a change, keeping it"
+            ));
+        }
+        if let Some(want) = self.filling {
+            reason.push_str(&format!(
+                "; the model observes {want} intervals, fewer of which have arrived since the queue's \
+                 telemetry began or broke, keeping the current setting"
+            ));
+        }
+        if let Some(why) = &self.untrained {
+            reason.push_str(&format!("; {why}, keeping the current setting"));
+        }
+        if let Some(outside) = self.extrapolation {
+            reason
+                .push_str(&format!("; the model's input is outside its training range ({outside}): an extrapolation"));
+        }
+        reason
+    }
+}
+
 /// A decision about queue `q` that left it on `after`; callers adjust the rest.
 fn decision<'a>(
     cfg: &'a ControllerConfig,
@@ -1257,44 +1316,24 @@ impl ControlLoop {
             // The log line costs a JSON observation and a reason string: build them only if kept.
             let mut reason = String::new();
             if log.enabled() {
-                reason = format!("policy {}", cfg.policy);
-                if quarantined {
-                    reason.push_str("; quarantined after a rollback, keeping the known-good setting");
-                }
-                if lagging && self.unmeasured_since.is_some() {
-                    reason.push_str("; telemetry back after a silence, its lag behind the fabric not yet measured");
-                } else if let (true, Some(lag)) = (lagging, self.lag) {
-                    reason.push_str(&format!("; the telemetry is {lag:.1?} behind the fabric, past --stale-after"));
-                }
-                if !verdict.clamps.is_empty() {
-                    let names: Vec<&str> = verdict.clamps.iter().map(|c: &Clamp| c.name()).collect();
-                    reason.push_str(&format!("; guardrails: {}", names.join(", ")));
-                }
-                if !q.watch.has_arrived() {
-                    reason.push_str("; no telemetry yet, keeping the current setting");
-                } else if warming_up {
-                    let (have, want) = (q.watch.intervals_at_setting(), cfg.health.window);
-                    reason.push_str(&format!(
-                        "; {have} of the {want} intervals at this setting a health check compares before a change, keeping it"
-                    ));
-                }
-                if filling && !quarantined {
-                    let want = cfg.policy.model().map_or(0, |m| m.tuning().history);
-                    reason.push_str(&format!(
-                        "; the model observes {want} intervals, fewer of which have arrived since the queue's \
-                         telemetry began or broke, keeping the current setting"
-                    ));
-                }
-                if let Some(why) = untrained[i] {
-                    let m = cfg.policy.model().expect("only a model leaves queues untrained");
-                    reason.push_str(&format!("; {}, keeping the current setting", m.untrained_reason(why)));
-                }
                 let models_choice = !quarantined && !matches!(cfg.policy, Policy::Explore(_));
-                if let (Some(outside), Some(_), true) = (outside_training, model_choice, models_choice) {
-                    reason.push_str(&format!(
-                        "; the model's input is outside its training range ({outside}): an extrapolation"
-                    ));
+                reason = Why {
+                    quarantined,
+                    lagging: match (lagging, self.unmeasured_since) {
+                        (false, _) => None,
+                        (true, Some(_)) => Some(None),
+                        (true, None) => self.lag.map(Some),
+                    },
+                    clamps: &verdict.clamps,
+                    arrived: q.watch.has_arrived(),
+                    warming_up: warming_up.then(|| (q.watch.intervals_at_setting(), cfg.health.window)),
+                    filling: (filling && !quarantined).then(|| cfg.policy.model().map_or(0, |m| m.tuning().history)),
+                    untrained: untrained[i].map(|why| {
+                        cfg.policy.model().expect("only a model leaves queues untrained").untrained_reason(why)
+                    }),
+                    extrapolation: outside_training.filter(|_| model_choice.is_some() && models_choice),
                 }
+                .said(&cfg.policy);
                 if !change {
                     reason.push_str("; no change");
                     let d = decision(cfg, q, verdict.setting, false, reason);
