@@ -222,12 +222,24 @@ async fn bad_telemetry_falls_back_to_baseline_in_shadow_without_writing() {
 async fn bad_telemetry_in_enforce_applies_only_bounded_settings() {
     let (out, d, applies) = run_controller("enforce").await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(applies >= 1, "the controller applied its policy, then the fallback");
-    // The scripted actuator refuses wild settings, so any refusal would show as fewer applies;
-    // every applied decision is a valid setting below XOFF.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(applies >= 2, "the controller applied its policy, then the fallback: {applies}\n{stderr}");
+    // The scripted actuator refuses wild settings; no write was refused.
+    assert!(!stderr.contains("refused the apply"), "{stderr}");
+    // Every applied decision is a valid setting below XOFF.
     for x in d.iter().filter(|x| x["applied"] == true) {
         let (kmin, kmax, pmax) = setting_of(&x["after_guardrails"]);
         assert!(kmin < kmax && kmax < 4_000_000 && (0.0..=1.0).contains(&pmax), "{x}");
     }
-    assert!(d.iter().any(|x| x["reason"].as_str().unwrap().contains("invalid_telemetry")));
+    // Each queue's invalid telemetry (NaN on eth1, negative on eth2) was written as the
+    // baseline, not only logged.
+    for port in ["eth1", "eth2"] {
+        let fell_back = d.iter().any(|x| {
+            x["queue"] == format!("leaf0/{port}/3")
+                && x["applied"] == true
+                && x["reason"].as_str().unwrap().contains("invalid_telemetry")
+                && setting_of(&x["after_guardrails"]) == BASELINE
+        });
+        assert!(fell_back, "{port}: no applied fallback to the baseline: {d:?}");
+    }
 }

@@ -160,7 +160,6 @@ fn queue_settles_between_kmin_and_kmax() {
     );
     let (lo, hi) = ((setting.kmin_bytes - MTU_WIRE) as f64, (setting.kmax_bytes + MTU_WIRE) as f64);
     assert!(avg >= lo && avg <= hi, "average depth {avg:.0} B outside [{lo}, {hi}]");
-    assert!(avg > setting.kmin_bytes as f64 / 2.0, "queue trivially empty: {avg:.0} B");
     assert!(marked > 0, "a queue in the ramp must mark packets");
 }
 
@@ -528,6 +527,9 @@ fn check_builtin(name: &str, text: Option<&str>) {
         recs.len()
     );
     assert!(done && incomplete == 0, "{name}: {incomplete} of {} flows did not complete", recs.len());
+    // A ceiling as well as the floor: the worst today is 114.5 (incast-15), so a fabric
+    // several times slower than it should be fails here.
+    assert!(worst < 500.0, "{name}: worst slowdown {worst:.1}");
 }
 
 #[test]

@@ -118,8 +118,36 @@ async fn train_writes_a_reproducible_checkpoint_that_runs_in_closed_loop() {
     assert_eq!(summary["policy"], policy);
     assert_eq!(summary["flows"]["total"], summary["flows"]["completed"]);
     assert_eq!(summary["drops"], 0);
-    assert!(sim_out.join("telemetry.parquet").is_file());
     assert!(!stderr.contains("never trained on"), "the fabric it trained on:\n{stderr}");
+    // Every queue has a sample every control interval (100 µs) of the run, each on a setting
+    // of the card's template (stated at 100G, scaled to the port) once the model has decided,
+    // and the settings move during the run.
+    let rows = ecn_datasets::io::read_telemetry_parquet(&sim_out.join("telemetry.parquet")).unwrap();
+    let mut queues: std::collections::BTreeMap<(String, String, u8), Vec<&ecn_datasets::QueueSample>> =
+        Default::default();
+    for r in &rows {
+        queues.entry((r.switch.clone(), r.port.clone(), r.queue)).or_default().push(&r.sample);
+    }
+    let template: Vec<(u64, u64, f64)> = card["action_template"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["kmin_bytes"].as_u64().unwrap(), t["kmax_bytes"].as_u64().unwrap(), t["pmax"].as_f64().unwrap()))
+        .collect();
+    let sim_ns = summary["sim_ns"].as_u64().unwrap();
+    let mut settings = std::collections::BTreeSet::new();
+    for (q, samples) in &queues {
+        assert_eq!(samples.len() as u64, sim_ns / 100_000, "{q:?}: one sample every 100 µs");
+        assert!(samples.windows(2).all(|w| w[1].ts_ns - w[0].ts_ns == 100_000), "{q:?}");
+        for s in &samples[1..] {
+            let scale = s.link_bps / 100_000_000_000;
+            let on_template =
+                template.iter().any(|t| (t.0 * scale, t.1 * scale, t.2) == (s.kmin_bytes, s.kmax_bytes, s.pmax));
+            assert!(on_template, "{q:?} at {} ns: {s:?} is no template setting", s.ts_ns);
+            settings.insert((s.kmin_bytes, s.kmax_bytes, s.pmax.to_bits()));
+        }
+    }
+    assert!(settings.len() > 1, "the model's decisions moved the settings: {settings:?}");
 
     // On 25G hosts, a rate it never trained on, it still runs, and says so once.
     let slow = dir.path().join("tiny-25g.toml");
