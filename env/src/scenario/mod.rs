@@ -666,38 +666,10 @@ fn flow_start_too_late(file: &NamedFile, line: usize, start_ns: u64) -> Scenario
 /// `[dcqcn]` keys that a variant may leave unset (the hpcc variant has no byte counter).
 const DCQCN_OPTIONAL_KEYS: &[&str] = &["byte_counter"];
 
-/// Merge a file over its base (field by field) and build the scenario.
-fn resolve(
-    file: ScenarioFile,
-    base: Option<ScenarioFile>,
-    source: &str,
-    files: &SourceFiles,
-    seed_override: Option<u64>,
-) -> Result<Scenario, ScenarioError> {
-    let base = base.unwrap_or_default();
-    let name = file.name.or(base.name).unwrap_or_else(|| {
-        Path::new(source).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into())
-    });
-    // The name heads table rows and names chart files: a `|` or a line break split Markdown
-    // rows, an empty name made `slowdown_.png`.
-    if name.trim().is_empty() || name.chars().any(|c| c.is_control() || c == '|') {
-        return Err(err(source, "name", format!("{name:?}: give a name without control characters or `|`")));
-    }
-    let seed = seed_override.or(file.seed).or(base.seed).unwrap_or(1);
-    let duration = file.duration.or(base.duration).unwrap_or(Nanos::from_millis(20));
-    let drain = file.drain.or(base.drain).unwrap_or(Nanos::from_millis(30));
-    let sample_interval = file.sample_interval.or(base.sample_interval).unwrap_or(Nanos::from_micros(100));
-    if duration.0 == 0 {
-        return Err(err(source, "duration", "must be greater than 0"));
-    }
-    if sample_interval < MIN_INTERVAL {
-        return Err(err(source, "sample_interval", format!("{sample_interval} is below the minimum, {MIN_INTERVAL}")));
-    }
-
-    // Topology.
-    let t = TopologyFile::merge(file.topology, base.topology);
+/// The fabric's shape from `[topology]`: a leaf-spine from its keys, or an HPCC topology file.
+fn resolve_topology(t: TopologyFile, source: &str, files: &SourceFiles) -> Result<Topology, ScenarioError> {
     let kind = t.kind.as_deref().unwrap_or("leaf-spine");
-    let topology = match kind {
+    Ok(match kind {
         "leaf-spine" => {
             if t.path.is_some() {
                 return Err(err(source, "topology.path", "only used with kind = \"hpcc\""));
@@ -739,13 +711,11 @@ fn resolve(
             parse_topology_file(&text, &file)?
         }
         other => return Err(err(source, "topology.kind", format!("'{other}' is not one of leaf-spine, hpcc"))),
-    };
-    let line = topology.nic_rate();
-    let mut fabric = FabricConfig::new(topology);
+    })
+}
 
-    // Switch.
-    let sw = file.switch.unwrap_or_default();
-    let bsw = base.switch.unwrap_or_default();
+/// `[switch]` over its base's: buffer, PFC and ECN.
+fn apply_switch(fabric: &mut FabricConfig, sw: SwitchFile, bsw: SwitchFile, source: &str) -> Result<(), ScenarioError> {
     if let Some(b) = sw.buffer.or(bsw.buffer) {
         fabric.buffer = b;
     }
@@ -779,10 +749,12 @@ fn resolve(
             }
         };
     }
+    Ok(())
+}
 
-    // DCQCN: start from the variant's defaults, then apply every key given.
-    let mut dc_table = base.dcqcn.unwrap_or_default();
-    dc_table.extend(file.dcqcn.unwrap_or_default());
+/// `[dcqcn]` (the file's keys over its base's): the variant's defaults, then every key given,
+/// each checked alone so that a bad value is reported under its key.
+fn resolve_dcqcn(dc_table: toml::Table, line: BitsPerSec, source: &str) -> Result<DcqcnParams, ScenarioError> {
     let variant = match dc_table.get("variant") {
         None => DcqcnVariant::Hpcc,
         Some(v) => match v.as_str() {
@@ -810,19 +782,20 @@ fn resolve(
         DcqcnParams::deserialize(alone).map_err(|e| err(source, format!("dcqcn.{k}"), e.message()))?;
         merged.insert(k, v);
     }
-    fabric.dcqcn = DcqcnParams::deserialize(merged).map_err(|e| err(source, "dcqcn", e.message()))?;
-    fabric.dcqcn.validate(line).map_err(|m| err(source, "dcqcn", m))?;
+    let params = DcqcnParams::deserialize(merged).map_err(|e| err(source, "dcqcn", e.message()))?;
+    params.validate(line).map_err(|m| err(source, "dcqcn", m))?;
+    Ok(params)
+}
 
-    // NIC.
-    let nic = file.nic.unwrap_or_default();
-    let bnic = base.nic.unwrap_or_default();
+/// `[nic]` over its base's (MTU, wake-up, RTO), and the checks that need the MTU.
+fn apply_nic(fabric: &mut FabricConfig, nic: NicFile, bnic: NicFile, source: &str) -> Result<(), ScenarioError> {
     fabric.mtu_payload = nic.mtu.or(bnic.mtu).unwrap_or(1000);
     if !MTU_PAYLOAD_BYTES.contains(&fabric.mtu_payload) {
         return Err(err(source, "nic.mtu", format!("must be within {MTU_PAYLOAD_BYTES:?} bytes")));
     }
     // The headroom the buffer must hold grows with the MTU: checked once the MTU is known (it
     // was checked at the default MTU, and a jumbo-frame scenario failed only when it ran).
-    fabric::check_buffer(&fabric).map_err(|m| err(source, "switch.buffer", m))?;
+    fabric::check_buffer(fabric).map_err(|m| err(source, "switch.buffer", m))?;
     // PFC resumes once shared use is `resume_offset` below the pause threshold (REFERENCE.md
     // §3); an offset past the buffer would keep a paused port paused for good.
     if fabric.resume_offset > fabric.buffer {
@@ -840,6 +813,46 @@ fn resolve(
     if let Some(rto) = fabric.rto.filter(|&r| r < MIN_INTERVAL) {
         return Err(err(source, "nic.rto", format!("{rto} is below the minimum, {MIN_INTERVAL}")));
     }
+    Ok(())
+}
+
+/// Merge a file over its base (field by field) and build the scenario.
+fn resolve(
+    file: ScenarioFile,
+    base: Option<ScenarioFile>,
+    source: &str,
+    files: &SourceFiles,
+    seed_override: Option<u64>,
+) -> Result<Scenario, ScenarioError> {
+    let base = base.unwrap_or_default();
+    let name = file.name.or(base.name).unwrap_or_else(|| {
+        Path::new(source).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into())
+    });
+    // The name heads table rows and names chart files: a `|` or a line break split Markdown
+    // rows, an empty name made `slowdown_.png`.
+    if name.trim().is_empty() || name.chars().any(|c| c.is_control() || c == '|') {
+        return Err(err(source, "name", format!("{name:?}: give a name without control characters or `|`")));
+    }
+    let seed = seed_override.or(file.seed).or(base.seed).unwrap_or(1);
+    let duration = file.duration.or(base.duration).unwrap_or(Nanos::from_millis(20));
+    let drain = file.drain.or(base.drain).unwrap_or(Nanos::from_millis(30));
+    let sample_interval = file.sample_interval.or(base.sample_interval).unwrap_or(Nanos::from_micros(100));
+    if duration.0 == 0 {
+        return Err(err(source, "duration", "must be greater than 0"));
+    }
+    if sample_interval < MIN_INTERVAL {
+        return Err(err(source, "sample_interval", format!("{sample_interval} is below the minimum, {MIN_INTERVAL}")));
+    }
+
+    let topology = resolve_topology(TopologyFile::merge(file.topology, base.topology), source, files)?;
+    let line = topology.nic_rate();
+    let mut fabric = FabricConfig::new(topology);
+
+    apply_switch(&mut fabric, file.switch.unwrap_or_default(), base.switch.unwrap_or_default(), source)?;
+    let mut dc_table = base.dcqcn.unwrap_or_default();
+    dc_table.extend(file.dcqcn.unwrap_or_default());
+    fabric.dcqcn = resolve_dcqcn(dc_table, line, source)?;
+    apply_nic(&mut fabric, file.nic.unwrap_or_default(), base.nic.unwrap_or_default(), source)?;
 
     // Workloads.
     let workloads = file.workload.or(base.workload).unwrap_or_default();
