@@ -224,28 +224,7 @@ impl Simulator {
 
         // Stable sort: flows starting together keep their file order, as HPCC schedules them.
         flows.sort_by_key(|f| f.start);
-        // Priority 3, the scenarios' default lossless class, is reported even with no flow on
-        // it, so a fabric's queue list (the agents, the actuator's queues) does not change with
-        // which flows a run draws.
-        let mut data_prios = 1u8 << 3;
-        for (index, f) in flows.iter().enumerate() {
-            let bad = |why: String| SimError::BadFlow { index, why };
-            for n in [f.src, f.dst] {
-                if n as usize >= n_nodes || node_kind[n as usize] != NodeKind::Host {
-                    return Err(bad(format!("node {n} is not a host")));
-                }
-            }
-            if f.src == f.dst {
-                return Err(bad("src equals dst".into()));
-            }
-            if f.priority == 0 || f.priority > 7 {
-                return Err(bad(format!("priority {} must be 1-7", f.priority)));
-            }
-            if f.size_bytes == 0 || f.size_bytes > u32::MAX as u64 {
-                return Err(bad(format!("size {} must be within 1..=4294967295", f.size_bytes)));
-            }
-            data_prios |= 1 << f.priority;
-        }
+        let data_prios = data_priorities(&flows, &node_kind)?;
 
         // Ports: two per link, in link order.
         let mut ports = Vec::with_capacity(topo.links.len() * 2);
@@ -259,40 +238,7 @@ impl Simulator {
             }
         }
 
-        // Switch buffers and per-ingress headroom/shift.
-        check_buffer(&cfg).map_err(SimError::Config)?;
-        let nic_rate = topo.nic_rate();
-        let mut ingress = vec![IngressState::default(); ports.len()];
-        let mut buffers = Vec::new();
-        let mut node_buffer = vec![u32::MAX; n_nodes];
-        for n in 0..n_nodes {
-            if node_kind[n] != NodeKind::Switch {
-                continue;
-            }
-            let mut total_headroom = 0;
-            for &p in &node_ports[n] {
-                let port = &ports[p as usize];
-                let headroom = headroom_bytes(port.rate, port.delay, cfg.mtu_payload);
-                let mut shift = cfg.pfc_shift;
-                let mut r = port.rate.0;
-                while r > nic_rate.0 && shift > 0 {
-                    shift -= 1;
-                    r /= 2;
-                }
-                ingress[p as usize] = IngressState { headroom, shift, ..Default::default() };
-                total_headroom += headroom;
-            }
-            let total_reserve = cfg.reserve.0 * node_ports[n].len() as u64;
-            node_buffer[n] = buffers.len() as u32;
-            buffers.push(SharedBuffer {
-                size: cfg.buffer.0,
-                reserve: cfg.reserve.0,
-                resume_offset: cfg.resume_offset.0,
-                total_headroom,
-                total_reserve,
-                shared_used: 0,
-            });
-        }
+        let SwitchBuffers { ingress, buffers, node_buffer } = switch_buffers(&cfg, &node_kind, &node_ports, &ports)?;
 
         // NICs.
         let mut nics = Vec::new();
@@ -304,55 +250,9 @@ impl Simulator {
             }
         }
 
-        // Routes: BFS from every host; at each switch keep every port one hop closer. A switch's
-        // list toward the next host is mostly the one toward the last (a leaf's uplinks toward
-        // every remote host): stored once, or an 800x800 leaf-spine's lists took 4 GB.
-        let hosts = topo.hosts();
-        let mut route_start = vec![0u32; n_nodes * n_nodes];
-        let mut route_len = vec![0u16; n_nodes * n_nodes];
-        let mut routes = Vec::new();
-        let mut last_list: Vec<(u32, u16)> = vec![(0, 0); n_nodes];
-        let mut dist_to: Vec<Vec<u32>> = vec![Vec::new(); n_nodes];
+        let Routes { start: route_start, len: route_len, ports: routes, dist_to } =
+            build_routes(topo, &node_kind, &node_ports, &ports)?;
         let adjacency = topo.adjacency();
-        for &h in &hosts {
-            let dist = topo.distances_over(&adjacency, h);
-            for s in 0..n_nodes {
-                if node_kind[s] != NodeKind::Switch || dist[s] == u32::MAX {
-                    continue;
-                }
-                let start = routes.len();
-                for &p in &node_ports[s] {
-                    let peer = ports[(p ^ 1) as usize].node as usize;
-                    let closer = dist[peer] + 1 == dist[s];
-                    if closer && (node_kind[peer] == NodeKind::Switch || peer == h as usize) {
-                        routes.push(p);
-                    }
-                }
-                let Ok(len) = u16::try_from(routes.len() - start) else {
-                    return Err(SimError::Config(format!(
-                        "{} has {} equal-cost links toward {}; at most {} are supported",
-                        topo.nodes[s].name,
-                        routes.len() - start,
-                        topo.nodes[h as usize].name,
-                        u16::MAX
-                    )));
-                };
-                let (last_start, last_len) = last_list[s];
-                let start = if len > 0
-                    && len == last_len
-                    && routes[start..] == routes[last_start as usize..last_start as usize + len as usize]
-                {
-                    routes.truncate(start);
-                    last_start
-                } else {
-                    last_list[s] = (start as u32, len);
-                    start as u32
-                };
-                route_start[s * n_nodes + h as usize] = start;
-                route_len[s * n_nodes + h as usize] = len;
-            }
-            dist_to[h as usize] = dist;
-        }
 
         // Flows: source ports per (src, dst) pair in flow order; ideal FCT per REFERENCE.md §4.
         let mut next_sport = std::collections::HashMap::new();
@@ -399,29 +299,7 @@ impl Simulator {
             });
         }
 
-        // The data queues telemetry reports on: every switch port × data priority in use.
-        let mut data_queues = Vec::new();
-        for n in 0..n_nodes {
-            if node_kind[n] != NodeKind::Switch {
-                continue;
-            }
-            for (k, &p) in node_ports[n].iter().enumerate() {
-                let peer = ports[(p ^ 1) as usize].node as usize;
-                for prio in 1..8u8 {
-                    if data_prios & (1 << prio) != 0 {
-                        data_queues.push(QueueInfo {
-                            switch: topo.nodes[n].name.clone(),
-                            port: format!("eth{}", k + 1),
-                            queue: prio,
-                            link: ports[p as usize].rate,
-                            peer: topo.nodes[peer].name.clone(),
-                            to_host: node_kind[peer] == NodeKind::Host,
-                            port_id: p,
-                        });
-                    }
-                }
-            }
-        }
+        let data_queues = data_queues(topo, &node_kind, &node_ports, &ports, data_prios);
 
         let mut sim = Simulator {
             now: 0,
@@ -867,6 +745,190 @@ pub struct FabricCounters {
     pub queue_bytes_p99: f64,
     /// High-water mark of packets alive at once.
     pub peak_packets_in_flight: usize,
+}
+
+// ---- building a simulator --------------------------------------------------------------
+
+/// Checks every flow (hosts at both ends, a data priority, a size that fits a packet count)
+/// and returns the data priorities in use, one bit each.
+fn data_priorities(flows: &[FlowSpec], node_kind: &[NodeKind]) -> Result<u8, SimError> {
+    let n_nodes = node_kind.len();
+    // Priority 3, the scenarios' default lossless class, is reported even with no flow on
+    // it, so a fabric's queue list (the agents, the actuator's queues) does not change with
+    // which flows a run draws.
+    let mut data_prios = 1u8 << 3;
+    for (index, f) in flows.iter().enumerate() {
+        let bad = |why: String| SimError::BadFlow { index, why };
+        for n in [f.src, f.dst] {
+            if n as usize >= n_nodes || node_kind[n as usize] != NodeKind::Host {
+                return Err(bad(format!("node {n} is not a host")));
+            }
+        }
+        if f.src == f.dst {
+            return Err(bad("src equals dst".into()));
+        }
+        if f.priority == 0 || f.priority > 7 {
+            return Err(bad(format!("priority {} must be 1-7", f.priority)));
+        }
+        if f.size_bytes == 0 || f.size_bytes > u32::MAX as u64 {
+            return Err(bad(format!("size {} must be within 1..=4294967295", f.size_bytes)));
+        }
+        data_prios |= 1 << f.priority;
+    }
+    Ok(data_prios)
+}
+
+/// Each switch's shared buffer, and each switch port's ingress state: its PFC headroom and
+/// threshold shift (the [`Simulator`] fields of the same names).
+struct SwitchBuffers {
+    ingress: Vec<IngressState>,
+    buffers: Vec<SharedBuffer>,
+    node_buffer: Vec<u32>,
+}
+
+fn switch_buffers(
+    cfg: &FabricConfig,
+    node_kind: &[NodeKind],
+    node_ports: &[Vec<u32>],
+    ports: &[Port],
+) -> Result<SwitchBuffers, SimError> {
+    check_buffer(cfg).map_err(SimError::Config)?;
+    let n_nodes = node_kind.len();
+    let nic_rate = cfg.topology.nic_rate();
+    let mut ingress = vec![IngressState::default(); ports.len()];
+    let mut buffers = Vec::new();
+    let mut node_buffer = vec![u32::MAX; n_nodes];
+    for n in 0..n_nodes {
+        if node_kind[n] != NodeKind::Switch {
+            continue;
+        }
+        let mut total_headroom = 0;
+        for &p in &node_ports[n] {
+            let port = &ports[p as usize];
+            let headroom = headroom_bytes(port.rate, port.delay, cfg.mtu_payload);
+            let mut shift = cfg.pfc_shift;
+            let mut r = port.rate.0;
+            while r > nic_rate.0 && shift > 0 {
+                shift -= 1;
+                r /= 2;
+            }
+            ingress[p as usize] = IngressState { headroom, shift, ..Default::default() };
+            total_headroom += headroom;
+        }
+        let total_reserve = cfg.reserve.0 * node_ports[n].len() as u64;
+        node_buffer[n] = buffers.len() as u32;
+        buffers.push(SharedBuffer {
+            size: cfg.buffer.0,
+            reserve: cfg.reserve.0,
+            resume_offset: cfg.resume_offset.0,
+            total_headroom,
+            total_reserve,
+            shared_used: 0,
+        });
+    }
+    Ok(SwitchBuffers { ingress, buffers, node_buffer })
+}
+
+/// The routing tables of [`Simulator`] (`route_start`, `route_len`, `routes`), and each host's
+/// hop counts from every node, which the flows' paths follow.
+struct Routes {
+    start: Vec<u32>,
+    len: Vec<u16>,
+    ports: Vec<u32>,
+    dist_to: Vec<Vec<u32>>,
+}
+
+fn build_routes(
+    topo: &crate::topology::Topology,
+    node_kind: &[NodeKind],
+    node_ports: &[Vec<u32>],
+    ports: &[Port],
+) -> Result<Routes, SimError> {
+    // Routes: BFS from every host; at each switch keep every port one hop closer. A switch's
+    // list toward the next host is mostly the one toward the last (a leaf's uplinks toward
+    // every remote host): stored once, or an 800x800 leaf-spine's lists took 4 GB.
+    let n_nodes = node_kind.len();
+    let hosts = topo.hosts();
+    let mut route_start = vec![0u32; n_nodes * n_nodes];
+    let mut route_len = vec![0u16; n_nodes * n_nodes];
+    let mut routes = Vec::new();
+    let mut last_list: Vec<(u32, u16)> = vec![(0, 0); n_nodes];
+    let mut dist_to: Vec<Vec<u32>> = vec![Vec::new(); n_nodes];
+    let adjacency = topo.adjacency();
+    for &h in &hosts {
+        let dist = topo.distances_over(&adjacency, h);
+        for s in 0..n_nodes {
+            if node_kind[s] != NodeKind::Switch || dist[s] == u32::MAX {
+                continue;
+            }
+            let start = routes.len();
+            for &p in &node_ports[s] {
+                let peer = ports[(p ^ 1) as usize].node as usize;
+                let closer = dist[peer] + 1 == dist[s];
+                if closer && (node_kind[peer] == NodeKind::Switch || peer == h as usize) {
+                    routes.push(p);
+                }
+            }
+            let Ok(len) = u16::try_from(routes.len() - start) else {
+                return Err(SimError::Config(format!(
+                    "{} has {} equal-cost links toward {}; at most {} are supported",
+                    topo.nodes[s].name,
+                    routes.len() - start,
+                    topo.nodes[h as usize].name,
+                    u16::MAX
+                )));
+            };
+            let (last_start, last_len) = last_list[s];
+            let start = if len > 0
+                && len == last_len
+                && routes[start..] == routes[last_start as usize..last_start as usize + len as usize]
+            {
+                routes.truncate(start);
+                last_start
+            } else {
+                last_list[s] = (start as u32, len);
+                start as u32
+            };
+            route_start[s * n_nodes + h as usize] = start;
+            route_len[s * n_nodes + h as usize] = len;
+        }
+        dist_to[h as usize] = dist;
+    }
+    Ok(Routes { start: route_start, len: route_len, ports: routes, dist_to })
+}
+
+/// The data queues telemetry reports on, in switch and port order.
+fn data_queues(
+    topo: &crate::topology::Topology,
+    node_kind: &[NodeKind],
+    node_ports: &[Vec<u32>],
+    ports: &[Port],
+    data_prios: u8,
+) -> Vec<QueueInfo> {
+    // The data queues telemetry reports on: every switch port × data priority in use.
+    let mut data_queues = Vec::new();
+    for n in 0..node_kind.len() {
+        if node_kind[n] != NodeKind::Switch {
+            continue;
+        }
+        for (k, &p) in node_ports[n].iter().enumerate() {
+            let peer = ports[(p ^ 1) as usize].node as usize;
+            for prio in 1..8u8 {
+                if data_prios & (1 << prio) != 0 {
+                    data_queues.push(QueueInfo {
+                        switch: topo.nodes[n].name.clone(),
+                        port: format!("eth{}", k + 1),
+                        queue: prio,
+                        link: ports[p as usize].rate,
+                        peer: topo.nodes[peer].name.clone(),
+                        to_host: node_kind[peer] == NodeKind::Host,
+                        port_id: p,
+                    });
+                }
+            }
+        }
+    }
+    data_queues
 }
 
 #[cfg(test)]
