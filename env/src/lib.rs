@@ -13,6 +13,7 @@ pub mod fabric;
 pub mod rng;
 pub mod scenario;
 pub mod summary;
+mod text;
 pub mod topology;
 pub mod tuning;
 pub mod units;

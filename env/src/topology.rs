@@ -5,6 +5,7 @@
 //! the same port numbering. Routing is shortest path with every equal-cost next hop kept for
 //! ECMP.
 
+use crate::text::{shown, without_bom};
 use crate::units::{BitsPerSec, Nanos};
 use std::collections::VecDeque;
 
@@ -142,14 +143,14 @@ impl Topology {
     /// Parse the HPCC simulator's topology format (REFERENCE.md §4): `nodes switches links`,
     /// the switch ids, then `src dst rate delay error_rate` per link.
     pub fn parse_hpcc(text: &str) -> Result<Self, TopologyError> {
-        let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty());
+        let mut lines =
+            without_bom(text).lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty());
         let perr = |line: usize, why: String| TopologyError::Parse { line, why };
         let (ln, header) = lines.next().ok_or_else(|| perr(1, "empty file".into()))?;
-        let nums: Vec<u64> = header
-            .split_whitespace()
-            .map(|x| x.parse::<u64>())
-            .collect::<Result<_, _>>()
-            .map_err(|_| perr(ln, format!("expected 'node_count switch_count link_count', got '{header}'")))?;
+        let nums: Vec<u64> =
+            header.split_whitespace().map(|x| x.parse::<u64>()).collect::<Result<_, _>>().map_err(|_| {
+                perr(ln, format!("expected 'node_count switch_count link_count', got {}", shown(header)))
+            })?;
         let [n_nodes, n_switches, n_links] = nums[..] else {
             return Err(perr(ln, format!("expected 3 numbers, got {}", nums.len())));
         };
@@ -161,7 +162,7 @@ impl Topology {
                 .split_whitespace()
                 .map(|x| x.parse::<u64>())
                 .collect::<Result<_, _>>()
-                .map_err(|_| perr(ln, format!("switch ids must be integers: '{sw}'")))?;
+                .map_err(|_| perr(ln, format!("switch ids must be integers: {}", shown(sw))))?;
             if ids.len() as u64 != n_switches {
                 return Err(perr(ln, format!("expected {n_switches} switch ids, got {}", ids.len())));
             }
@@ -185,7 +186,7 @@ impl Topology {
             // Exactly HPCC's five: it reads five tokens a link, so a fourth-field line would
             // take the next line's src for its error rate, and a sixth field the next src.
             if f.len() != 5 {
-                return Err(perr(ln, format!("expected 'src dst rate delay error_rate', got '{l}'")));
+                return Err(perr(ln, format!("expected 'src dst rate delay error_rate', got {}", shown(l))));
             }
             let node = |s: &str| -> Result<NodeId, TopologyError> {
                 let v: u32 = s.parse().map_err(|_| perr(ln, format!("node id '{s}' is not an integer")))?;

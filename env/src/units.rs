@@ -3,7 +3,7 @@
 //! Human-readable forms follow PRODUCT.md: SI prefixes are powers of ten (`KB` = 1000 bytes,
 //! `MB` = 10^6, as in the HPCC simulator's K maps) and `KiB`/`MiB`/`GiB` are powers of two.
 //! Rates take `bps`, `Kbps`, `Mbps`, `Gbps`, `Tbps` (also `Mb/s` style); durations take `ns`, `us`
-//! (or `µs`), `ms`, `s`.
+//! (or `µs`, with the micro sign or the Greek mu), `ms`, `s`.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -166,7 +166,9 @@ impl FromStr for Nanos {
         let q = split_number(s).ok_or_else(|| err("expected a number and a unit, e.g. 20ms"))?;
         let mult: u64 = match q.unit {
             "ns" => 1,
-            "us" | "µs" => 1_000,
+            // The micro sign (U+00B5) and the Greek mu (U+03BC), which keyboards and autocorrect
+            // give for the same thing.
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
             "ms" => 1_000_000,
             "s" => 1_000_000_000,
             // Not `m`, which reads as milli as readily as minutes.
@@ -325,6 +327,9 @@ mod tests {
     fn parses_durations_and_rates() {
         assert_eq!("20ms".parse::<Nanos>().unwrap(), Nanos(20_000_000));
         assert_eq!("100us".parse::<Nanos>().unwrap(), Nanos(100_000));
+        for micro in ["100\u{b5}s", "100\u{3bc}s"] {
+            assert_eq!(micro.parse::<Nanos>().unwrap(), Nanos(100_000), "{micro}");
+        }
         assert_eq!("1000ns".parse::<Nanos>().unwrap(), Nanos(1000));
         assert!("20".parse::<Nanos>().is_err());
         assert_eq!("10min".parse::<Nanos>().unwrap(), Nanos(600_000_000_000));

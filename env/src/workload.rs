@@ -2,6 +2,7 @@
 //! (REFERENCE.md §4).
 
 use crate::rng::Rng;
+use crate::text::{shown, without_bom};
 use crate::topology::NodeId;
 use crate::units::{BitsPerSec, Nanos};
 
@@ -48,7 +49,7 @@ impl Cdf {
     pub fn parse(text: &str) -> Result<Self, LineError> {
         let mut points: Vec<(f64, f64)> = Vec::new();
         let mut last_line = 0;
-        for (i, raw) in text.lines().enumerate() {
+        for (i, raw) in without_bom(text).lines().enumerate() {
             let line = i + 1;
             let l = raw.trim();
             if l.is_empty() || l.starts_with('#') {
@@ -58,7 +59,7 @@ impl Cdf {
             let err = |why: String| LineError { line, why };
             let f: Vec<&str> = l.split_whitespace().collect();
             if f.len() != 2 {
-                return Err(err(format!("expected 'size_bytes cdf_percent', got '{l}'")));
+                return Err(err(format!("expected 'size_bytes cdf_percent', got {}", shown(l))));
             }
             let size: f64 = f[0].parse().map_err(|_| err(format!("size '{}' is not a number", f[0])))?;
             let pct: f64 = f[1].parse().map_err(|_| err(format!("percent '{}' is not a number", f[1])))?;
@@ -312,16 +313,18 @@ pub fn parse_hpcc_flow_lines(
     n_nodes: usize,
     is_host: impl Fn(NodeId) -> bool,
 ) -> Result<Vec<(usize, FlowSpec)>, LineError> {
-    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty());
+    let mut lines =
+        without_bom(text).lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty());
     let (ln, first) = lines.next().ok_or(LineError { line: 1, why: "empty file".into() })?;
-    let count: usize =
-        first.parse().map_err(|_| LineError { line: ln, why: format!("expected the flow count, got '{first}'") })?;
+    let count: usize = first
+        .parse()
+        .map_err(|_| LineError { line: ln, why: format!("expected the flow count, got {}", shown(first)) })?;
     let mut flows = Vec::with_capacity(count.min(1 << 20));
     for (line, l) in lines {
         let err = |why: String| LineError { line, why };
         let f: Vec<&str> = l.split_whitespace().collect();
         if f.len() != 6 {
-            return Err(err(format!("expected 'src dst priority dport size start_s', got '{l}'")));
+            return Err(err(format!("expected 'src dst priority dport size start_s', got {}", shown(l))));
         }
         let host = |s: &str, what: &str| -> Result<NodeId, LineError> {
             let v: u32 = s.parse().map_err(|_| err(format!("{what} '{s}' is not a node id")))?;

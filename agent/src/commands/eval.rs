@@ -552,10 +552,13 @@ fn plot_files(scenarios: &[String]) -> Vec<String> {
     let mut used = HashSet::new();
     let mut files = Vec::with_capacity(scenarios.len());
     for (s, scenario) in scenarios.iter().enumerate() {
+        // Names that read alike once made file-safe (`é`, `ü`) take their position, and more
+        // where that too is taken (`__3` beside a third `é`): one chart never overwrites another.
         let mut file = format!("slowdown_{}.png", file_safe(scenario));
-        if !used.insert(file.clone()) {
-            file = format!("slowdown_{}_{}.png", file_safe(scenario), s + 1);
-            used.insert(file.clone());
+        let mut n = s + 1;
+        while !used.insert(file.clone()) {
+            file = format!("slowdown_{}_{n}.png", file_safe(scenario));
+            n += 1;
         }
         files.push(file);
     }
@@ -636,5 +639,8 @@ mod tests {
         assert_eq!(file_safe(&long).len(), MAX_LABEL_IN_FILE_NAME);
         let files = plot_files(&[format!("{long}1"), format!("{long}2")]);
         assert!(files[0] != files[1] && files.iter().all(|f| f.len() < 120), "{files:?}");
+        // `é` reads as `_`, and its fallback name was the one `__3` had already taken.
+        let names = ["ü", "__3", "é"].map(String::from);
+        assert_eq!(plot_files(&names), ["slowdown__.png", "slowdown___3.png", "slowdown___4.png"]);
     }
 }

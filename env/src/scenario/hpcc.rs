@@ -8,6 +8,7 @@ use super::{
 use crate::dcqcn::DcqcnParams;
 use crate::ecn::{EcnError, EcnSetting};
 use crate::fabric::{self, EcnPlan, FabricConfig, MTU_PAYLOAD_BYTES};
+use crate::text::{shown, without_bom};
 use crate::units::{BitsPerSec, Bytes, Nanos, MAX_DURATION};
 use crate::workload::FlowSpec;
 use std::path::Path;
@@ -44,6 +45,10 @@ const READ_KEYS: [&str; 28] = [
     "KMAX_MAP",
     "PMAX_MAP",
 ];
+
+/// Keys that take several values on their line (a map's count and entries, `LINK_DOWN`'s time and
+/// link); every other key takes one.
+const MULTI_VALUE_KEYS: [&str; 4] = ["KMIN_MAP", "KMAX_MAP", "PMAX_MAP", "LINK_DOWN"];
 
 /// Keys of HPCC's `config.txt` that change nothing the simulator models, accepted and left
 /// unread: output files; `DATA_RATE` and `LINK_DELAY`, which `third.cc` reads and never uses
@@ -102,12 +107,24 @@ impl Scenario {
         // HPCC's own reader takes each key once, with its values: a repeat or a key alone would
         // otherwise be read as the last one, or as absent.
         let mut kv = std::collections::BTreeMap::new();
-        for (i, line) in text.lines().enumerate() {
+        for (i, line) in without_bom(text).lines().enumerate() {
             let mut it = line.split_whitespace();
             if let Some(k) = it.next() {
                 let values: Vec<&str> = it.collect();
                 if values.is_empty() {
                     return Err(err(source, k, format!("line {}: no value", i + 1)));
+                }
+                // HPCC reads one value for every other key and leaves the rest of the line to be
+                // misread as the next key: a unit after a number (`RP_TIMER 300 ms`, which would
+                // run as 300 µs) or a path with a space.
+                if values.len() > 1 && !MULTI_VALUE_KEYS.contains(&k) {
+                    let got = shown(&values.join(" "));
+                    let why = format!(
+                        "line {}: one value expected, got {} ({got}); numbers take no unit here",
+                        i + 1,
+                        values.len()
+                    );
+                    return Err(err(source, k, why));
                 }
                 if kv.insert(k.to_string(), values).is_some() {
                     return Err(err(source, k, format!("line {}: given a second time", i + 1)));
@@ -166,24 +183,25 @@ impl Scenario {
         let rate = |k: &str| -> Result<Option<BitsPerSec>, ScenarioError> {
             get1(k).map(|v| v.parse::<BitsPerSec>().map_err(|e| err(source, k, e.to_string()))).transpose()
         };
-        let expect = |k: &str, want: &str, why: &str| -> Result<(), ScenarioError> {
-            match get1(k) {
+        // Compared as numbers, as HPCC reads them: `1.0` is 1.
+        let expect = |k: &str, want: f64, why: &str| -> Result<(), ScenarioError> {
+            match num(k)? {
                 Some(v) if v != want => Err(err(source, k, format!("{v} is not supported ({why})"))),
                 _ => Ok(()),
             }
         };
-        expect("CC_MODE", "1", "only DCQCN, CC_MODE 1, is simulated")?;
-        expect("HAS_WIN", "0", "the window is not simulated")?;
-        expect("L2_ACK_INTERVAL", "1", "every packet is ACKed")?;
-        expect("L2_BACK_TO_ZERO", "0", "go-back-0 is not simulated")?;
-        expect("USE_DYNAMIC_PFC_THRESHOLD", "1", "only dynamic PFC thresholds are simulated")?;
-        expect("RATE_BOUND", "1", "senders always pace at their DCQCN rate")?;
+        expect("CC_MODE", 1.0, "only DCQCN, CC_MODE 1, is simulated")?;
+        expect("HAS_WIN", 0.0, "the window is not simulated")?;
+        expect("L2_ACK_INTERVAL", 1.0, "every packet is ACKed")?;
+        expect("L2_BACK_TO_ZERO", 0.0, "go-back-0 is not simulated")?;
+        expect("USE_DYNAMIC_PFC_THRESHOLD", 1.0, "only dynamic PFC thresholds are simulated")?;
+        expect("RATE_BOUND", 1.0, "senders always pace at their DCQCN rate")?;
         // HPCC holds a pause until XON whatever its time, as the simulator does; only 0 differs:
         // every pause is then sent as a resume.
         if num("PAUSE_TIME")? == Some(0.0) {
             return Err(err(source, "PAUSE_TIME", "0 is not supported (every PFC pause would be sent as a resume)"));
         }
-        expect("ACK_HIGH_PRIO", "1", "hosts send their ACKs before their data")?;
+        expect("ACK_HIGH_PRIO", 1.0, "hosts send their ACKs before their data")?;
         // Faults the simulator does not inject: refused rather than silently run without them.
         if num("ERROR_RATE_PER_LINK")?.is_some_and(|r| r != 0.0) {
             return Err(err(
@@ -204,7 +222,7 @@ impl Scenario {
             let beside = files.path(name);
             let here = Path::new(name);
             // Looked at through `files`, so that every load of the config picks the same file.
-            let here_instead = !files.is_file(&beside) && here.is_relative() && files.is_file(here);
+            let here_instead = !files.is_there(&beside) && here.is_relative() && files.is_there(here);
             Ok(if here_instead { here.to_path_buf() } else { beside })
         };
         let topo_path = beside_or_here("TOPOLOGY_FILE")?;
@@ -447,6 +465,21 @@ pub(super) mod tests {
         dir
     }
 
+    /// Topology and flow files saved with a byte-order mark (a Windows editor's) read as
+    /// without: the first number was "not a number", with the mark invisible in the message.
+    #[test]
+    fn hpcc_files_with_a_byte_order_mark_read_alike() {
+        let dir = one_flow_hpcc_dir("bom");
+        let plain = one_flow_config(&dir, "").unwrap();
+        for f in ["t.txt", "f.txt"] {
+            let text = std::fs::read_to_string(dir.join(f)).unwrap();
+            std::fs::write(dir.join(f), format!("\u{feff}{text}")).unwrap();
+        }
+        let bom = one_flow_config(&dir, "").unwrap();
+        assert_eq!((bom.flows, bom.fabric.topology.links), (plain.flows, plain.fabric.topology.links));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// K maps apply only together: KMAX_MAP or PMAX_MAP without KMIN_MAP is refused, not
     /// ignored.
     #[test]
@@ -521,11 +554,19 @@ pub(super) mod tests {
             ("BUFFER_SIZE 32.5\n", "BUFFER_SIZE", "whole number"),
             (&maps("1e30"), "KMAX_MAP", "too large"),
             ("KMIN_MAP 1 1e30 400\nKMAX_MAP 1 1e30 1600\nPMAX_MAP 1 1e30 0.2\n", "KMIN_MAP", "2^64 − 1 b/s"),
+            // A unit after a number ran as the number alone (300 µs); so did a second value.
+            ("RP_TIMER 300 ms\n", "RP_TIMER", "line 3: one value expected, got 2 (\"300 ms\")"),
+            ("BUFFER_SIZE 32 # MiB\n", "BUFFER_SIZE", "one value expected, got 3"),
         ];
         for (extra, field, why) in refused {
             let e = config(extra).unwrap_err();
             assert!(e.field == field && e.message.contains(why), "{extra}: {e}");
         }
+        // Switches compare as numbers, as HPCC reads them; a byte-order mark is no part of the
+        // first key.
+        config("CC_MODE 1.0\nHAS_WIN 0.0\nRATE_BOUND 1.0\nACK_HIGH_PRIO 01\n").unwrap();
+        let bom = format!("\u{feff}TOPOLOGY_FILE t.txt\nFLOW_FILE f.txt\n{REQUIRED}");
+        Scenario::from_hpcc_config(&bom, "config.txt", &dir, None).unwrap();
         // A file it names that cannot be read is named by its key, as `topology.path` is.
         let e = Scenario::from_hpcc_config(
             &format!("TOPOLOGY_FILE t.txt\nFLOW_FILE nope.txt\n{REQUIRED}"),

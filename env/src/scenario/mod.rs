@@ -236,12 +236,14 @@ impl SourceFiles {
         }
     }
 
-    /// Whether `path` was a file at the first look: a file that appears later is not read,
-    /// and one removed since is still read as it was.
-    fn is_file(&self, path: &Path) -> bool {
+    /// Whether anything was at `path` at the first look: a file, or whatever else a user put
+    /// under that name (a directory, a dangling link), which reading then refuses by name where
+    /// a built-in used to stand in for it silently. A file that appears later is not read, and
+    /// one removed since is still read as it was.
+    fn is_there(&self, path: &Path) -> bool {
         match self.first_look(path) {
             Some(text) => text.is_some(),
-            None if path.is_file() => true,
+            None if path.symlink_metadata().is_ok() => true,
             None => self.keep(path, None).is_some(),
         }
     }
@@ -527,8 +529,21 @@ impl ScenarioText {
                 ));
             }
             let text = read_text(path).map_err(|e| err(name_or_path, "file", e.to_string()))?;
-            let kind =
-                if path.extension().is_some_and(|e| e == "toml") { TextKind::Toml } else { TextKind::HpccConfig };
+            let kind = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml")) {
+                TextKind::Toml
+            } else {
+                // No config.txt line has `=` or a `[table]`: such a file is TOML under another
+                // name (`s.toml.txt` from an editor, `/dev/stdin`), not a config with typos.
+                if text.lines().map(str::trim).any(|l| !l.starts_with('#') && (l.contains('=') || l.starts_with('['))) {
+                    return Err(err(
+                        name_or_path,
+                        "file",
+                        "looks like a TOML scenario, but only a name ending in .toml is read as one (any other \
+                         is read as an HPCC config.txt): rename it",
+                    ));
+                }
+                TextKind::HpccConfig
+            };
             (text.into(), kind)
         };
         let dir = Path::new(name_or_path).parent().unwrap_or(Path::new("."));
@@ -1019,7 +1034,7 @@ fn resolve(
 fn load_cdf(name: &str, files: &SourceFiles) -> Result<Cdf, String> {
     let p: PathBuf = files.path(name);
     let a_file_name = name.contains(['.', '/', '\\']);
-    if let Some(b) = ecn_datasets::workloads::builtin_cdf(name).filter(|_| !(a_file_name && files.is_file(&p))) {
+    if let Some(b) = ecn_datasets::workloads::builtin_cdf(name).filter(|_| !(a_file_name && files.is_there(&p))) {
         return Cdf::parse(b.text).map_err(|e| format!("built-in {name}: {e}"));
     }
     let text = files.read(&p).map_err(|e| {
@@ -1295,6 +1310,36 @@ mod tests {
         std::fs::write(dir.join("hadoop"), "0 0\n2000 100\n").unwrap();
         let short = Scenario::from_toml(&text.replace("FbHdp_distribution.txt", "hadoop"), "test.toml", &dir, None);
         assert!(mean_size(&short.unwrap()) > 10_000.0);
+        // With a byte-order mark (a Windows editor's) the same file reads the same.
+        std::fs::write(dir.join("FbHdp_distribution.txt"), "\u{feff}0 0\n2000 100\n").unwrap();
+        let bom = Scenario::from_toml(text, "test.toml", &dir, None).unwrap();
+        assert_eq!(bom.flows, edited.flows);
+        // A directory or a dangling link under the name is refused by name: the built-in used
+        // to stand in for it, silently.
+        std::fs::remove_file(dir.join("FbHdp_distribution.txt")).unwrap();
+        std::os::unix::fs::symlink(dir.join("gone.txt"), dir.join("FbHdp_distribution.txt")).unwrap();
+        let e = Scenario::from_toml(text, "test.toml", &dir, None).unwrap_err();
+        assert!(e.field == "workload[0].cdf" && e.message.contains("FbHdp_distribution.txt"), "{e}");
+        std::fs::remove_file(dir.join("FbHdp_distribution.txt")).unwrap();
+        std::fs::create_dir(dir.join("FbHdp_distribution.txt")).unwrap();
+        assert!(Scenario::from_toml(text, "test.toml", &dir, None).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A TOML scenario under a name not ending in .toml (`s.toml.txt`, `/dev/stdin`) is said to
+    /// be one; it was read as an HPCC config.txt with typos. `.TOML` is TOML.
+    #[test]
+    fn a_toml_scenario_by_another_name_is_named_as_one() {
+        let dir = tempfile_dir("toml-names");
+        let text = "base = \"websearch-50\"\nduration = \"1ms\"\n";
+        for name in ["s.toml.txt", "S.TOML"] {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        let upper = dir.join("S.TOML").display().to_string();
+        assert!(ScenarioText::read(&upper).unwrap().load(None).is_ok());
+        let txt = dir.join("s.toml.txt").display().to_string();
+        let e = ScenarioText::read(&txt).map(|_| ()).unwrap_err();
+        assert!(e.message.contains("looks like a TOML scenario"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

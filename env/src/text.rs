@@ -1,0 +1,42 @@
+//! The text files users hand the simulator (CDF, flow, topology and HPCC `config.txt` files) as
+//! other tools write them: a byte-order mark to skip, and lines to quote in errors.
+
+/// `text` without a leading UTF-8 byte-order mark, which Windows editors write and none of the
+/// formats has (it made the first line's first number "not a number", invisibly).
+pub(crate) fn without_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
+}
+
+/// Characters of a line an error message quotes.
+const SHOWN_CHARS: usize = 80;
+
+/// A line of a file for an error message: quoted with escapes and cut to a readable length. A
+/// file on one line (flows joined, a CDF pasted) made one error line of hundreds of kilobytes,
+/// and carriage returns printed raw overwrote the message on a terminal.
+pub(crate) fn shown(line: &str) -> String {
+    let n = line.chars().count();
+    let mut s = if n > SHOWN_CHARS {
+        let cut: String = line.chars().take(SHOWN_CHARS).collect();
+        format!("{cut:?}… ({} more characters)", n - SHOWN_CHARS)
+    } else {
+        format!("{line:?}")
+    };
+    if line.contains('\r') {
+        s.push_str("; its lines end in a carriage return alone: save it with LF or CRLF line ends");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_quoted_short_and_say_how_they_end() {
+        assert_eq!(without_bom("\u{feff}0 0\n"), "0 0\n");
+        assert_eq!(shown("1 2 x"), "\"1 2 x\"");
+        let long = "7 ".repeat(100);
+        assert_eq!(shown(&long), format!("{:?}… (120 more characters)", &long[..80]));
+        assert!(shown("1137\r1 8 3").starts_with("\"1137\\r1 8 3\"; its lines end in a carriage return alone"));
+    }
+}
