@@ -257,6 +257,8 @@ impl ModelCard {
     /// [`Self::parse`], and the paths of the fields it did not read.
     fn parse_noting_unread(text: &str, path: &str) -> Result<(ModelCard, Vec<String>), CardError> {
         let fail = |field: String, message: String| CardError { path: path.into(), field, message };
+        // A card edited in a Windows editor may start with a byte-order mark, which JSON has not.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let mut json = serde_json::Deserializer::from_str(text);
         let mut unread = Vec::new();
         let mut note_unread = |field: serde_ignored::Path| unread.push(field.to_string());

@@ -188,6 +188,9 @@ fn a_card_that_does_not_match_this_build_fails_to_load() {
     std::fs::write(&card, format!("{text}{text}")).unwrap();
     let e = Checkpoint::load(&path, Device::Cpu).err().expect("two cards in one file");
     assert!(e.field == "card" && e.message.starts_with("not valid JSON"), "{e}");
+    // A card saved by a Windows editor, with a byte-order mark, loads.
+    std::fs::write(&card, format!("\u{feff}{text}")).unwrap();
+    Checkpoint::load(&path, Device::Cpu).unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
