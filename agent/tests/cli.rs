@@ -475,6 +475,8 @@ fn scenarios_lists_and_shows_builtins() {
     for name in ["websearch-50", "hadoop-50", "incast-15", "mixed"] {
         assert!(text.contains(name), "{text}");
     }
+    // A description is the scenario's whole opening comment (mixed's was cut mid-sentence).
+    assert!(text.contains("Hadoop runs at 10% throughout, and 15-to-1 incast bursts"), "{text}");
     let out = ecn_tuner(&["scenarios", "--show", "mixed"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("kind = \"incast\""));
 }

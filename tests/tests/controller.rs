@@ -334,6 +334,8 @@ async fn a_shadow_run_on_the_embedded_fabric_does_not_claim_the_policys_result()
     let (code, stdout, stderr) = ecn_tests::run_cli_within(&shadow, FABRIC_PATIENCE).await;
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("as run (shadow mode: nothing written; static:"), "{stderr}");
+    // Nothing changes a shadow run's settings: no "until the controller's first change".
+    assert!(!stderr.contains("the first run starts on the scenario's own settings"), "{stderr}");
     assert!(!stderr.contains("controlled ("), "{stderr}");
     let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     let rows = report["comparison"].as_array().unwrap();

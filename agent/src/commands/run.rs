@@ -412,7 +412,8 @@ async fn run_embedded(cfg: ControllerConfig, sim: SimOptions, journal: Option<Pa
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len());
     let bases = rollout::simulate_all(&jobs, threads)?;
     let rows: Vec<(Summary, Summary)> = runs.into_iter().zip(bases).collect();
-    crate::output::write_err(format_args!("{}", comparison_table(&ran, baseline, &rows, completed)));
+    let enforced = key == "controlled";
+    crate::output::write_err(format_args!("{}", comparison_table(&ran, baseline, &rows, completed, enforced)));
     let comparison = serde_json::json!(rows
         .iter()
         .map(|(ours, base)| serde_json::json!({"seed": ours.seed, key: ours, "baseline": base}))
@@ -428,7 +429,13 @@ const COMPARED_RUNS: usize = 10;
 
 /// `ran`: what the first column is ("controlled (POLICY)", or the shadow mode's "as run");
 /// `rows`: the last of the `completed` runs.
-fn comparison_table(ran: &str, baseline: Baseline, rows: &[(Summary, Summary)], completed: u64) -> String {
+fn comparison_table(
+    ran: &str,
+    baseline: Baseline,
+    rows: &[(Summary, Summary)],
+    completed: u64,
+    enforced: bool,
+) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     if rows.is_empty() {
@@ -438,8 +445,9 @@ fn comparison_table(ran: &str, baseline: Baseline, rows: &[(Summary, Summary)], 
     let _ = writeln!(out, "\nFCT slowdown per completed scenario run: {ran} vs baseline:{}", baseline.name());
     if completed > rows.len() as u64 {
         let _ = writeln!(out, "(the last {} of {completed} completed runs)", rows.len());
-    } else {
-        // The embedded fabric starts on its scenario's own settings, not on --baseline.
+    } else if enforced {
+        // The embedded fabric starts on its scenario's own settings, not on --baseline (in
+        // shadow mode every run stays on them, as its heading says).
         let _ =
             writeln!(out, "(the first run starts on the scenario's own settings until the controller's first change)");
     }

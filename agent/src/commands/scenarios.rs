@@ -24,7 +24,10 @@ pub fn run(args: ScenariosArgs) -> Result<(), CliError> {
     outln!("{:<14} {:>6} {:>6}  description", "name", "hosts", "flows");
     for (name, text) in BUILTIN_SCENARIOS {
         let s = Scenario::load(name, None)?;
-        let about = text.lines().next().unwrap_or("").trim_start_matches("# ");
+        // The file's opening comment, all its lines (one alone cut `mixed`'s mid-sentence).
+        let about: Vec<&str> =
+            text.lines().map_while(|l| l.strip_prefix('#')).map(str::trim).filter(|l| !l.is_empty()).collect();
+        let about = about.join(" ");
         outln!("{:<14} {:>6} {:>6}  {}", name, s.fabric.topology.hosts().len(), s.flows.len(), about);
     }
     Ok(())
