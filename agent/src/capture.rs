@@ -7,7 +7,7 @@ use crate::actuator::security::PEM_MAX_BYTES;
 use crate::actuator::sim::{SimOptions, DEFAULT_SIM_SCENARIO, DEFAULT_TIME_SCALE};
 use crate::actuator::telemetry::sample_from_wire;
 use crate::actuator::{self, ServeOptions};
-use crate::controller;
+use crate::controller::{self, said};
 use crate::error::CliError;
 use crate::stop_signals::StopSignals;
 use ecn_datasets::bounded::read_at_most;
@@ -175,7 +175,7 @@ struct Opened {
 
 /// Connect to the actuator, ask what it controls and their settings, and open its stream.
 async fn open(target: &Target) -> Result<Opened, CliError> {
-    let status = |what: &str, s: tonic::Status| CliError::Failed(format!("{}: {what}: {}", target.url, s.message()));
+    let status = |what: &str, s: tonic::Status| CliError::Failed(format!("{}: {what}: {}", target.url, said(&s)));
     let mut client =
         controller::connect(&target.url, target.token.as_deref(), target.tls_ca.as_deref(), SILENCE).await?;
     let caps =
@@ -240,7 +240,7 @@ async fn read_stream(
                 break;
             }
             Ok(Err(s)) => {
-                cut_short = Some(after(format!("StreamTelemetry: {}", s.message())));
+                cut_short = Some(after(format!("StreamTelemetry: {}", said(&s))));
                 break;
             }
             Err(_) if matches!(until, Until::Elapsed(d) if started.elapsed() >= d) => break,

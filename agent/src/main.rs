@@ -112,6 +112,21 @@ fn negative_values_joined(args: impl Iterator<Item = std::ffi::OsString>) -> Vec
     out
 }
 
+/// Why a valid `ECN_TUNER_LOG` filter may show no line at all, if it may: one without a
+/// directive, or naming a target with `-` (the binary's name, `ecn-tuner`, where targets are
+/// Rust paths: `ecn_tuner`), which leaves every other target, warnings included, off.
+fn filter_that_may_show_nothing(filter: &str) -> Option<String> {
+    let directives: Vec<&str> = filter.split(',').map(str::trim).filter(|d| !d.is_empty()).collect();
+    if directives.is_empty() {
+        return Some(format!("{filter:?} enables nothing: no log line, warnings included, will show (try `info`)"));
+    }
+    let dashed = directives.iter().find(|d| d.split(['=', '[']).next().is_some_and(|t| t.contains('-')))?;
+    Some(format!(
+        "`{dashed}` names a target with `-`, which none has (targets are Rust paths: `ecn_tuner`, `ecn_env`, ...); \
+         lines of other targets show only as its other directives allow"
+    ))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse_from(negative_values_joined(std::env::args_os()));
     // -v is for ecn-tuner's own detail: the gRPC and HTTP/2 libraries' debug lines (a frame
@@ -143,6 +158,9 @@ fn main() -> ExitCode {
         .init();
     if let Some(why) = bad_env {
         tracing::warn!("ECN_TUNER_LOG is not a valid filter ({why}); logging at the default level instead");
+    } else if let Some(why) = from_env.as_deref().and_then(filter_that_may_show_nothing) {
+        // Said past the filter, which may let nothing through, warnings included.
+        output::errln!("warning: ECN_TUNER_LOG: {why}");
     }
 
     // A decoder that panics on a corrupt file becomes that file's error line; the panic's own
@@ -187,6 +205,16 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A filter that lets nothing through, or names the binary instead of a target, is said to.
+    #[test]
+    fn log_filters_that_may_show_nothing_are_named() {
+        assert!(filter_that_may_show_nothing(",").is_some_and(|w| w.contains("enables nothing")));
+        assert!(filter_that_may_show_nothing("ecn-tuner=debug").is_some_and(|w| w.contains("`ecn_tuner`")));
+        for fine in ["info", "warn,ecn_tuner::controller=debug", "info,journal=off", "debug"] {
+            assert_eq!(filter_that_may_show_nothing(fine), None, "{fine}");
+        }
+    }
 
     #[test]
     fn negative_numbers_join_the_flag_before_them() {

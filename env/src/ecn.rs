@@ -26,8 +26,9 @@ impl std::fmt::Display for EcnSetting {
                 format!("{bytes}B")
             }
         };
+        // Within 10⁻⁷ is the same: a Pmax that went through float32 (0.10000000149) is 0.1.
         let short = (self.pmax * 1000.0).round() / 1000.0;
-        let pmax = if short == self.pmax { short.to_string() } else { format!("{:.6}", self.pmax) };
+        let pmax = if (short - self.pmax).abs() < 1e-7 { short.to_string() } else { format!("{:.6}", self.pmax) };
         write!(f, "{},{},{pmax}", kb(self.kmin_bytes), kb(self.kmax_bytes))
     }
 }

@@ -980,5 +980,9 @@ load = 0.9
         eprintln!("flapping ingress, seed {seed}: {} pause frames, {} drops", c.pause_frames, c.drops);
         assert!(c.pause_frames > 10_000, "seed {seed}: the ingress must flap");
         assert_eq!(c.drops, 0, "seed {seed}: a PFC fabric must not drop");
+        // A frame cancelled while queued is never counted: the telemetry's per-interval counts
+        // add up to the run's (a cancellation once took its count back from a later interval).
+        let sent: u64 = sim.take_telemetry().iter().map(|t| t.sample.pfc_pause_tx).sum();
+        assert_eq!(sent, c.pause_frames, "seed {seed}");
     }
 }

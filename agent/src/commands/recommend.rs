@@ -307,5 +307,7 @@ mod tests {
         assert_eq!(setting(&EcnSetting { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: 0.2 }), "5KB,200KB,0.2");
         assert_eq!(setting(&EcnSetting { kmin_bytes: 999, kmax_bytes: 80_000, pmax: 0.001 }), "999B,80KB,0.001");
         assert_eq!(setting(&EcnSetting { kmin_bytes: 2_000, kmax_bytes: 80_000, pmax: 0.0009 }), "2KB,80KB,0.000900");
+        // A Pmax read from a float32 column is the decimal it was.
+        assert_eq!(setting(&EcnSetting { kmin_bytes: 2_000, kmax_bytes: 80_000, pmax: 0.1f32 as f64 }), "2KB,80KB,0.1");
     }
 }

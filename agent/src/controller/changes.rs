@@ -282,8 +282,7 @@ impl ControlLoop {
                 rolled_back = true;
             }
             Err(s) => warn!(
-                code = ?s.code(),
-                message = s.message(),
+                error = %said(&s),
                 "rollback failed; no change until it succeeds or the confirm deadline reverts it"
             ),
         }
@@ -550,10 +549,9 @@ impl ControlLoop {
                         if p.retry_rollback_at.is_none() {
                             warn!(
                                 generation = p.generation,
-                                code = ?s.code(),
                                 "Rollback failed ({}); the change stays pending: rolled back once the actuator can, \
                                  tried every --interval, or reverted by the actuator at its confirm deadline",
-                                s.message()
+                                said(&s)
                             );
                         }
                         let mut p = p;
@@ -652,7 +650,7 @@ impl ControlLoop {
                     .client
                     .rollback(req)
                     .await
-                    .map_err(|s| CliError::Failed(format!("kill switch rollback: {}", s.message())))?
+                    .map_err(|s| CliError::Failed(format!("kill switch rollback: {}", said(&s))))?
                     .into_inner();
                 count_rollback(&mut self.report, &self.series, "kill_switch");
                 self.taken_back(&p, resp.in_effect_from_ts_ns, "kill switch")?;
@@ -660,7 +658,7 @@ impl ControlLoop {
         }
         // What the actuator holds, not what this controller believes: a lost reply can leave a
         // queue off its baseline while `current` says otherwise.
-        self.resync().await.map_err(|s| CliError::Failed(format!("kill switch: GetConfig: {}", s.message())))?;
+        self.resync().await.map_err(|s| CliError::Failed(format!("kill switch: GetConfig: {}", said(&s))))?;
         let guardrails = &self.guardrails;
         let queues = &mut self.queues;
         let target = |q: &QueueState| guardrails.safe_baseline(q.baseline, q.xoff_bytes);
@@ -686,8 +684,8 @@ impl ControlLoop {
         let resp = match self.client.apply(req).await {
             Ok(resp) => resp,
             Err(s) => {
-                self.apply_failed(self.generation, format!("kill switch: {:?}: {}", s.code(), s.message()));
-                return Err(CliError::Failed(format!("kill switch apply: {}", s.message())));
+                self.apply_failed(self.generation, format!("kill switch: {}", said(&s)));
+                return Err(CliError::Failed(format!("kill switch apply: {}", said(&s))));
             }
         };
         let resp = resp.into_inner();

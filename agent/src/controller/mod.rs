@@ -628,7 +628,7 @@ fn status(what: &str, s: tonic::Status) -> CliError {
 
 /// A failed call's status for a log line or an error. A call the channel's timeout cut short
 /// reads "Cancelled: Timeout expired", as if someone had cancelled it: it says so instead.
-pub(super) fn said(s: &tonic::Status) -> String {
+pub(crate) fn said(s: &tonic::Status) -> String {
     if s.code() == tonic::Code::Cancelled && s.message() == "Timeout expired" {
         "no answer within --call-timeout (the actuator took the connection but did not reply)".to_string()
     } else {
@@ -1441,11 +1441,10 @@ impl ControlLoop {
                         // status) and each queue's decision log.
                         self.report.left_unconfirmed.push((self.cfg.target.clone(), p.generation));
                         let why = format!(
-                            "controller stopping: rolling back generation {} failed ({:?}: {}); the actuator reverts it \
-                             at its confirm deadline",
+                            "controller stopping: rolling back generation {} failed ({}); the actuator reverts it at \
+                             its confirm deadline",
                             p.generation,
-                            s.code(),
-                            s.message()
+                            said(&s)
                         );
                         p.previous.iter().try_for_each(|(i, _)| {
                             let q = &self.queues[*i];

@@ -51,7 +51,16 @@ fn schema_of(path: &Path, metadata: &FileMetadata) -> PolarsResult<ArrowSchema> 
             if let Some(kv) = plain.key_value_metadata.as_mut() {
                 kv.retain(|kv| kv.key != ARROW_SCHEMA_KEY);
             }
-            infer_schema(&plain).map_err(|_| polars_err!(ComputeError: "{arrow}"))
+            let schema = infer_schema(&plain).map_err(|_| polars_err!(ComputeError: "{arrow}"))?;
+            // What only the Arrow schema said is lost with it: a column pyarrow wrote as a
+            // duration or a timestamp reads as the plain integers stored.
+            tracing::warn!(
+                file = %path.display(),
+                "its Arrow schema cannot be read ({arrow}; a column of a type this build does not know): the \
+                 columns are read by their Parquet types alone, so a telemetry column stored as an Arrow \
+                 duration or timestamp would read as its raw integers"
+            );
+            Ok(schema)
         }
     }
 }

@@ -85,6 +85,15 @@ impl Simulator {
         let pkt_id = p.dequeue(prio).expect("non-empty queue");
         if prio != 0 {
             self.dequeue_data(port, prio, pkt_id);
+        } else {
+            // XOFF frames count as they leave (one cancelled while queued never does), in the
+            // telemetry interval they leave in.
+            let frame = self.pool.get(pkt_id);
+            if frame.kind == PacketKind::Pause {
+                let paused = frame.prio as usize;
+                self.pause_frames += 1;
+                self.queue_stats[queue_slot(port as usize, paused)].pause_tx += 1;
+            }
         }
         self.transmit(port, pkt_id);
         let p = &self.ports[port as usize];
@@ -140,18 +149,8 @@ impl Simulator {
         });
         if let Some(at) = waiting {
             let id = self.ports[port as usize].dequeue_at(0, at).expect("found in the queue");
-            if self.pool.get(id).kind == PacketKind::Pause {
-                // Counted when it was queued; it is never sent.
-                self.pause_frames -= 1;
-                let st = &mut self.queue_stats[queue_slot(port as usize, prio as usize)];
-                st.pause_tx = st.pause_tx.saturating_sub(1);
-            }
             self.pool.free(id);
             return;
-        }
-        if pause {
-            self.pause_frames += 1;
-            self.queue_stats[queue_slot(port as usize, prio as usize)].pause_tx += 1;
         }
         self.send_control(port, Packet::pfc(port, prio, pause));
     }

@@ -110,6 +110,19 @@ impl Scenario {
         for (i, line) in without_bom(text).lines().enumerate() {
             let mut it = line.split_whitespace();
             if let Some(k) = it.next() {
+                // A key read and dropped would run the config without what it asks: a typo, or
+                // a setting of the reference the simulator does not have. Named as a field only
+                // when it reads as one (a JSON file or escape codes would land in the message).
+                if !READ_KEYS.contains(&k) && !NO_EFFECT_KEYS.contains(&k) {
+                    let plain = k.len() <= 40 && k.bytes().all(|b| b.is_ascii_graphic());
+                    let (field, line) = if plain {
+                        (k.to_string(), String::new())
+                    } else {
+                        ("key".into(), format!(" {}", shown(line)))
+                    };
+                    let why = format!("line {}{line}: not a key of HPCC's config.txt (a typo?)", i + 1);
+                    return Err(err(source, field, why));
+                }
                 let values: Vec<&str> = it.collect();
                 if values.is_empty() {
                     return Err(err(source, k, format!("line {}: no value", i + 1)));
@@ -118,21 +131,19 @@ impl Scenario {
                 // misread as the next key: a unit after a number (`RP_TIMER 300 ms`, which would
                 // run as 300 µs) or a path with a space.
                 if values.len() > 1 && !MULTI_VALUE_KEYS.contains(&k) {
-                    let got = shown(&values.join(" "));
-                    let why = format!(
-                        "line {}: one value expected, got {} ({got}); numbers take no unit here",
-                        i + 1,
-                        values.len()
-                    );
+                    // The line's rest as written, carriage returns included, for `shown` to name.
+                    let rest = line.trim_start().strip_prefix(k).unwrap_or(line).trim_start_matches([' ', '\t']);
+                    let hint = if values[0].parse::<f64>().is_ok() {
+                        "numbers take no unit here"
+                    } else {
+                        "HPCC would read the first word alone"
+                    };
+                    let why =
+                        format!("line {}: one value expected, got {} ({}); {hint}", i + 1, values.len(), shown(rest));
                     return Err(err(source, k, why));
                 }
                 if kv.insert(k.to_string(), values).is_some() {
                     return Err(err(source, k, format!("line {}: given a second time", i + 1)));
-                }
-                // A key read and dropped would run the config without what it asks: a typo, or
-                // a setting of the reference the simulator does not have.
-                if !READ_KEYS.contains(&k) && !NO_EFFECT_KEYS.contains(&k) {
-                    return Err(err(source, k, format!("line {}: not a key of HPCC's config.txt (a typo?)", i + 1)));
                 }
             }
         }
@@ -557,6 +568,10 @@ pub(super) mod tests {
             // A unit after a number ran as the number alone (300 µs); so did a second value.
             ("RP_TIMER 300 ms\n", "RP_TIMER", "line 3: one value expected, got 2 (\"300 ms\")"),
             ("BUFFER_SIZE 32 # MiB\n", "BUFFER_SIZE", "one value expected, got 3"),
+            ("TOPOLOGY_FILE my topo.txt\n", "TOPOLOGY_FILE", "HPCC would read the first word alone"),
+            // An unknown key is named as one, whatever values it has.
+            ("KMAX_MAPS 2 100000000000 1600\n", "KMAX_MAPS", "not a key of HPCC's config.txt"),
+            ("RP_TIMER 300\r1\n", "RP_TIMER", "carriage return alone"),
         ];
         for (extra, field, why) in refused {
             let e = config(extra).unwrap_err();

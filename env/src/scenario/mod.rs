@@ -532,9 +532,17 @@ impl ScenarioText {
             let kind = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml")) {
                 TextKind::Toml
             } else {
-                // No config.txt line has `=` or a `[table]`: such a file is TOML under another
-                // name (`s.toml.txt` from an editor, `/dev/stdin`), not a config with typos.
-                if text.lines().map(str::trim).any(|l| !l.starts_with('#') && (l.contains('=') || l.starts_with('['))) {
+                // No config.txt line is `key = value` (one word before `=`; a path may hold
+                // one after a key) or a `[table]`: such a file is TOML under another name
+                // (`s.toml.txt` from an editor, `/dev/stdin`), not a config with typos.
+                let toml_line = |l: &str| {
+                    l.starts_with('[')
+                        || l.split_once('=').is_some_and(|(k, _)| {
+                            let k = k.trim();
+                            !k.is_empty() && !k.contains(char::is_whitespace)
+                        })
+                };
+                if text.lines().map(str::trim).any(|l| !l.starts_with('#') && toml_line(l)) {
                     return Err(err(
                         name_or_path,
                         "file",
@@ -1038,6 +1046,10 @@ fn load_cdf(name: &str, files: &SourceFiles) -> Result<Cdf, String> {
         return Cdf::parse(b.text).map_err(|e| format!("built-in {name}: {e}"));
     }
     let text = files.read(&p).map_err(|e| {
+        if ecn_datasets::workloads::builtin_cdf(name).is_some() {
+            // A standard file's name: the built-in stands in only where nothing is there.
+            return format!("{}: {e} (the built-in CDF of that name is used only where nothing is there)", p.display());
+        }
         let names: Vec<&str> = ecn_datasets::workloads::BUILTIN_CDFS.iter().map(|c| c.name).collect();
         format!("'{name}' is not a built-in CDF ({}) and {}: {e}", names.join(", "), p.display())
     })?;
@@ -1320,6 +1332,7 @@ mod tests {
         std::os::unix::fs::symlink(dir.join("gone.txt"), dir.join("FbHdp_distribution.txt")).unwrap();
         let e = Scenario::from_toml(text, "test.toml", &dir, None).unwrap_err();
         assert!(e.field == "workload[0].cdf" && e.message.contains("FbHdp_distribution.txt"), "{e}");
+        assert!(e.message.contains("used only where nothing is there") && !e.message.contains("not a built-in"), "{e}");
         std::fs::remove_file(dir.join("FbHdp_distribution.txt")).unwrap();
         std::fs::create_dir(dir.join("FbHdp_distribution.txt")).unwrap();
         assert!(Scenario::from_toml(text, "test.toml", &dir, None).is_err());
@@ -1340,6 +1353,10 @@ mod tests {
         let txt = dir.join("s.toml.txt").display().to_string();
         let e = ScenarioText::read(&txt).map(|_| ()).unwrap_err();
         assert!(e.message.contains("looks like a TOML scenario"), "{e}");
+        // A config.txt whose path holds `=` is no TOML.
+        std::fs::write(dir.join("config.txt"), "FLOW_FILE flows=v2.txt\n").unwrap();
+        let e = ScenarioText::read(&dir.join("config.txt").display().to_string()).unwrap().load(None).unwrap_err();
+        assert!(!e.message.contains("TOML"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
