@@ -365,7 +365,7 @@ pub async fn run(
     lp.metrics.telemetry_arrived(&lp.cfg.target, now);
     // A lost stream is reopened with a growing pause between tries; its queues go stale
     // meanwhile, and are held at the baseline like any queue without fresh telemetry.
-    let mut backoff = RECONNECT_BACKOFF_MIN;
+    let mut reopening = Reopening::new();
     let mut reconnect_at = tokio::time::Instant::now();
     // When the stream in use was opened: a stall counts from the later of this and the last batch.
     let mut stream_opened_at = now;
@@ -402,21 +402,19 @@ pub async fn run(
             };
             let arrived = match woke {
                 Wake::Telemetry(Ok(Some(batch))) => {
-                    backoff = RECONNECT_BACKOFF_MIN;
+                    reopening = Reopening::new();
                     Some(lp.take_batch(&batch))
                 }
                 Wake::Telemetry(Ok(None)) => {
                     stream = None;
                     lp.stream_lost();
-                    reconnect_at =
-                        stream_lost(&lp.cfg.target, "the actuator closed the telemetry stream", &mut backoff);
+                    reconnect_at = reopening.lost(&lp.cfg.target, "the actuator closed the telemetry stream");
                     None
                 }
                 Wake::Telemetry(Err(s)) => {
                     stream = None;
                     lp.stream_lost();
-                    reconnect_at =
-                        stream_lost(&lp.cfg.target, &format!("telemetry stream failed: {}", said(&s)), &mut backoff);
+                    reconnect_at = reopening.lost(&lp.cfg.target, &format!("telemetry stream failed: {}", said(&s)));
                     None
                 }
                 Wake::Reconnect => {
@@ -433,11 +431,8 @@ pub async fn run(
                         }
                         Err(s) => {
                             let e = status("StreamTelemetry", s);
-                            reconnect_at = stream_lost(
-                                &lp.cfg.target,
-                                &format!("cannot reopen the telemetry stream: {e}"),
-                                &mut backoff,
-                            );
+                            reconnect_at =
+                                reopening.lost(&lp.cfg.target, &format!("cannot reopen the telemetry stream: {e}"));
                         }
                     }
                     None
@@ -460,7 +455,7 @@ pub async fn run(
                 stream = None;
                 lp.stream_lost();
                 let why = format!("telemetry stream stalled: no batch for {:.1} s", silent_for.as_secs_f64());
-                reconnect_at = stream_lost(&lp.cfg.target, &why, &mut backoff);
+                reconnect_at = reopening.lost(&lp.cfg.target, &why);
             }
             lp.renew_lease(now).await?;
             // The kill switch does not wait for a pending change's health check.
@@ -602,14 +597,39 @@ enum Wake {
     Other,
 }
 
-/// Log a lost telemetry stream; returns when to try reopening it.
-/// The pause doubles with every loss until a batch arrives again, so that a stream that
-/// fails as soon as it opens is not reopened in a tight loop.
-fn stream_lost(target: &str, why: &str, backoff: &mut Duration) -> tokio::time::Instant {
-    warn!(%target, retry_in = ?*backoff, "{why}; reopening it");
-    let at = tokio::time::Instant::now() + *backoff;
-    *backoff = (*backoff * 2).min(RECONNECT_BACKOFF_MAX);
-    at
+/// Reopening a lost telemetry stream. The pause doubles with every loss until a batch arrives
+/// again, so that a stream that fails as soon as it opens is not reopened in a tight loop.
+struct Reopening {
+    backoff: Duration,
+    /// Losses since the last batch.
+    losses: u32,
+}
+
+impl Reopening {
+    fn new() -> Reopening {
+        Reopening { backoff: RECONNECT_BACKOFF_MIN, losses: 0 }
+    }
+
+    /// Log a lost stream; returns when to try reopening it. At the longest pause an actuator
+    /// that stays gone fails every few seconds for as long as it is gone: said once a minute
+    /// then (with the count), each try in between at debug.
+    fn lost(&mut self, target: &str, why: &str) -> tokio::time::Instant {
+        self.losses += 1;
+        if self.loud() {
+            warn!(%target, retry_in = ?self.backoff, losses = self.losses, "{why}; reopening it");
+        } else {
+            debug!(%target, retry_in = ?self.backoff, losses = self.losses, "{why}; reopening it");
+        }
+        let at = tokio::time::Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(RECONNECT_BACKOFF_MAX);
+        at
+    }
+
+    /// Whether the latest loss is warned of: while the pause still grows, then once a minute.
+    fn loud(&self) -> bool {
+        let every = (60 / RECONNECT_BACKOFF_MAX.as_secs().max(1)).max(1) as u32;
+        self.backoff < RECONNECT_BACKOFF_MAX || self.losses.is_multiple_of(every)
+    }
 }
 
 /// The next message of the telemetry stream; never, while there is none.
@@ -1480,6 +1500,22 @@ impl ControlLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lost actuator's reconnect warnings: each while the pause grows (0.1 s to 3.2 s), then
+    /// once a minute (every 12th try at 5 s), where one came every 5 s for as long as it was gone.
+    #[test]
+    fn reconnect_warnings_thin_out_once_the_pause_is_longest() {
+        let mut r = Reopening::new();
+        let mut loud = Vec::new();
+        for _ in 0..30 {
+            r.losses += 1;
+            if r.loud() {
+                loud.push(r.losses);
+            }
+            r.backoff = (r.backoff * 2).min(RECONNECT_BACKOFF_MAX);
+        }
+        assert_eq!(loud, [1, 2, 3, 4, 5, 6, 12, 24]);
+    }
     use health::IntervalStats;
 
     /// Batches after a change that bring no new interval for a watched queue add nothing to
