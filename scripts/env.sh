@@ -1,9 +1,7 @@
 # Sourced by the other scripts: where builds go, and a check that the toolchain is here.
 # The cargo target directory lives outside the checkout so that reruns and CI reuse builds.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/ecn-tuner/target}"
-# Property tests draw their cases from a fixed seed, so that every test run is the same run;
-# set PROPTEST_RNG_SEED to explore other cases.
-export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-1}"
+# Property tests take their fixed seed from .cargo/config.toml ([env] PROPTEST_RNG_SEED).
 
 mkdir -p "$CARGO_TARGET_DIR"
 

@@ -705,15 +705,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(proptest::test_runner::Config {
-            // Seeded: the same cases every run (PROPTEST_RNG_SEED picks others).
-            rng_seed: match proptest::test_runner::Config::default().rng_seed {
-                proptest::test_runner::RngSeed::Random => proptest::test_runner::RngSeed::Fixed(1),
-                chosen => chosen,
-            },
-            cases: 64,
-            ..proptest::test_runner::Config::default()
-        })]
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
         /// Whatever the network, the telemetry and the current setting, a recommendation stays
         /// inside the bounds: a change goes through the guardrails, and a current setting
         /// outside the bounds is clamped rather than kept.

@@ -285,14 +285,6 @@ fn damaged_calibration_or_non_finite_weights_fail_to_load() {
 }
 
 proptest! {
-    #![proptest_config(proptest::test_runner::Config {
-        // Seeded: the same cases every run (PROPTEST_RNG_SEED picks others).
-        rng_seed: match proptest::test_runner::Config::default().rng_seed {
-            proptest::test_runner::RngSeed::Random => proptest::test_runner::RngSeed::Fixed(1),
-            chosen => chosen,
-        },
-        ..proptest::test_runner::Config::default()
-    })]
     /// Whatever the network outputs (NaN, infinities, huge values), the chosen setting is
     /// inside the bounds, or there is no choice and the caller falls back to its baseline.
     #[test]

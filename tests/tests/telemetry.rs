@@ -902,15 +902,7 @@ fn a_short_bad_queue_alone_is_repaired() {
 }
 
 proptest! {
-    #![proptest_config(proptest::test_runner::Config {
-        // Seeded: the same cases every run (PROPTEST_RNG_SEED picks others).
-        rng_seed: match proptest::test_runner::Config::default().rng_seed {
-            proptest::test_runner::RngSeed::Random => proptest::test_runner::RngSeed::Fixed(1),
-            chosen => chosen,
-        },
-        cases: 64,
-        ..proptest::test_runner::Config::default()
-    })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     /// Random byte corruption of a real Parquet file: an error or a result, never a panic.
     #[test]

@@ -507,14 +507,6 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::test_runner::Config {
-            // Seeded: the same cases every run (PROPTEST_RNG_SEED picks others).
-            rng_seed: match proptest::test_runner::Config::default().rng_seed {
-                proptest::test_runner::RngSeed::Random => proptest::test_runner::RngSeed::Fixed(1),
-                chosen => chosen,
-            },
-            ..proptest::test_runner::Config::default()
-        })]
         /// Whatever a policy outputs (NaN, zero, huge, inverted) and whatever the state, the
         /// verdict is a valid setting inside the bounds and below the XOFF level.
         #[test]

@@ -197,14 +197,6 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(proptest::test_runner::Config {
-            // Seeded: the same cases every run (PROPTEST_RNG_SEED picks others).
-            rng_seed: match proptest::test_runner::Config::default().rng_seed {
-                proptest::test_runner::RngSeed::Random => proptest::test_runner::RngSeed::Fixed(1),
-                chosen => chosen,
-            },
-            ..proptest::test_runner::Config::default()
-        })]
         #[test]
         fn every_action_stays_in_bounds(
             action in 0usize..80,
