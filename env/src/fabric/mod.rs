@@ -250,9 +250,8 @@ impl Simulator {
             }
         }
 
-        let Routes { start: route_start, len: route_len, ports: routes, dist_to } =
+        let Routes { start: route_start, len: route_len, ports: routes, dist_to, adjacency } =
             build_routes(topo, &node_kind, &node_ports, &ports)?;
-        let adjacency = topo.adjacency();
 
         // Flows: source ports per (src, dst) pair in flow order; ideal FCT per REFERENCE.md §4.
         let mut next_sport = std::collections::HashMap::new();
@@ -836,6 +835,8 @@ struct Routes {
     len: Vec<u16>,
     ports: Vec<u32>,
     dist_to: Vec<Vec<u32>>,
+    /// The adjacency they were found over, which the flows' paths follow too.
+    adjacency: Vec<Vec<(usize, crate::topology::NodeId)>>,
 }
 
 fn build_routes(
@@ -894,7 +895,7 @@ fn build_routes(
         }
         dist_to[h as usize] = dist;
     }
-    Ok(Routes { start: route_start, len: route_len, ports: routes, dist_to })
+    Ok(Routes { start: route_start, len: route_len, ports: routes, dist_to, adjacency })
 }
 
 /// The data queues telemetry reports on, in switch and port order.
