@@ -73,13 +73,12 @@ impl Write for Stderr {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         // Cloned out, so that the lock is not held while the bar is cleared and redrawn.
         let bar = SHOWN.lock().ok().and_then(|b| b.clone());
+        let write = || {
+            let _ = io::stderr().write_all(buf);
+        };
         match bar {
-            Some(bar) => bar.suspend(|| {
-                let _ = io::stderr().write_all(buf);
-            }),
-            None => {
-                let _ = io::stderr().write_all(buf);
-            }
+            Some(bar) => bar.suspend(write),
+            None => write(),
         }
         Ok(buf.len())
     }

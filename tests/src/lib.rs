@@ -552,8 +552,3 @@ pub async fn assert_apply_refused(
     assert!(e.message().contains(queue), "message names the queue {queue}: {}", e.message());
     assert!(e.message().contains(field), "message names the field {field}: {}", e.message());
 }
-
-/// `switch/port/queue`, as error messages and logs name a queue.
-pub fn queue_name(id: &pb::QueueId) -> String {
-    id.to_string()
-}

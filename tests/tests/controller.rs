@@ -3,7 +3,7 @@
 
 use ecn_tests::faulty_link::{Faults, FaultyLink};
 use ecn_tests::{
-    assert_applied_within_bounds, decision_reasons, enforce_flags, events, eventually, pb, queue_name, read_json_lines,
+    assert_applied_within_bounds, decision_reasons, enforce_flags, events, eventually, pb, read_json_lines,
     send_signal, Actuator, FABRIC_PATIENCE,
 };
 use std::sync::atomic::Ordering;
@@ -41,7 +41,7 @@ async fn settings(act: &Actuator) -> Vec<(String, (u64, u64, f64))> {
         .iter()
         .map(|q| {
             let s = q.setting.as_ref().unwrap();
-            (queue_name(q.id.as_ref().unwrap()), (s.kmin_bytes, s.kmax_bytes, s.pmax))
+            (q.id.as_ref().unwrap().to_string(), (s.kmin_bytes, s.kmax_bytes, s.pmax))
         })
         .collect()
 }
@@ -1096,7 +1096,7 @@ async fn kill_switch_returns_every_queue_to_the_baseline(how: Throw) {
 }
 
 /// The shipped learned policy drives enforce mode: it proposes settings from each queue's
-/// telemetry, the guardrails bound them, and the applied ones come from its action template.
+/// telemetry, from its action template, and the guardrails bound them.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_shipped_model_decides_from_telemetry_in_enforce_mode() {
     let act = sim_actuator(&[]).await;
@@ -1133,6 +1133,18 @@ async fn the_shipped_model_decides_from_telemetry_in_enforce_mode() {
     assert!(distinct.len() > 1, "decisions depend on each queue's state: {distinct:?}");
     assert!(!events(&act.journal(), "apply").is_empty(), "{:?}", act.journal());
     assert_applied_within_bounds(&log, 32 << 20);
+    // What the model proposes, before the guardrails, is one of its template's entries (README
+    // "Action": Kmin 2, 8 or 32 KB, Kmax 40 KB doubling to 1280 KB, Pmax 0.1, 0.3 or 1 at
+    // 100G) scaled to the port: this fabric's hosts are 100G, its fabric links 400G.
+    for p in &proposed {
+        let entry = |scale: u64| {
+            let (kmin, kmax) = (p["kmin_bytes"].as_u64().unwrap(), p["kmax_bytes"].as_u64().unwrap());
+            [2_000, 8_000, 32_000].map(|k| k * scale).contains(&kmin)
+                && (0..6).any(|i| kmax == (40_000 << i) * scale)
+                && [0.1, 0.3, 1.0].contains(&p["pmax"].as_f64().unwrap())
+        };
+        assert!(entry(1) || entry(4), "{p} is no template entry at 100G or 400G");
+    }
     // The fabric starts on hpcc-alibaba (Kmin 400 KB), a setting the model never trained from:
     // its first choices are extrapolations, and the log says so (it used to be silent).
     let reasons: Vec<&str> =
@@ -1196,7 +1208,7 @@ async fn a_model_leaves_queues_at_untrained_rates_as_they_are() {
     let act = sim_actuator_running(SCENARIO_25G, &[]).await;
     let caps = act.client().await.get_capabilities(pb::GetCapabilitiesRequest {}).await.unwrap().into_inner();
     let rate: std::collections::HashMap<String, u64> =
-        caps.queues.iter().map(|q| (queue_name(q.id.as_ref().unwrap()), q.link_bps)).collect();
+        caps.queues.iter().map(|q| (q.id.as_ref().unwrap().to_string(), q.link_bps)).collect();
     assert!(rate.values().any(|&r| r == 25_000_000_000) && rate.values().any(|&r| r == 100_000_000_000));
     let before = settings(&act).await;
     let decisions = act.decision_log("model-25g");

@@ -140,7 +140,7 @@ impl CsvSource {
         // column.
         let header = loop {
             match src.read_record() {
-                Ok(true) if src.line.iter().all(u8::is_ascii_whitespace) => continue,
+                Ok(true) if src.line_is_blank() => continue,
                 other => break other,
             }
         };
@@ -233,6 +233,12 @@ impl CsvSource {
         Ok(true)
     }
 
+    /// Whether the record just read is blank: often the last line, sometimes of spaces, and a
+    /// writer of an empty frame may leave one before the header. A blank line is not a row.
+    fn line_is_blank(&self) -> bool {
+        self.line.iter().all(u8::is_ascii_whitespace)
+    }
+
     /// Reads up to [`CHUNK_ROWS`] rows into `batch`; `false` when there was nothing left.
     pub(crate) fn next_batch(&mut self, batch: &mut Batch, interner: &mut Interner, problems: &mut Collector) -> bool {
         if self.done {
@@ -258,8 +264,7 @@ impl CsvSource {
                     return false;
                 }
             }
-            // A blank line (often the last one, sometimes of spaces) is not a row.
-            if self.line.iter().all(u8::is_ascii_whitespace) {
+            if self.line_is_blank() {
                 continue;
             }
             // Data row N is line N + 1, as documented, even after blank lines or records that
