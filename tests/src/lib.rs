@@ -552,3 +552,28 @@ pub async fn assert_apply_refused(
     assert!(e.message().contains(queue), "message names the queue {queue}: {}", e.message());
     assert!(e.message().contains(field), "message names the field {field}: {}", e.message());
 }
+
+/// The colours `eval` and `train` draw series in, in order (matplotlib's "tab10"), as
+/// `agent/src/plot.rs` lists them.
+pub const SERIES_COLOURS: [[u8; 3]; 3] = [[31, 119, 180], [255, 127, 14], [44, 160, 44]];
+
+/// A chart's size in pixels and how many of its pixels are each of [`SERIES_COLOURS`]: a
+/// chart whose series were not drawn has none of their colours, whatever its axes show.
+pub fn chart_pixels(path: &Path) -> ((u32, u32), [usize; 3]) {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut reader = png::Decoder::new(std::io::BufReader::new(file))
+        .read_info()
+        .unwrap_or_else(|e| panic!("{}: not a PNG: {e}", path.display()));
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let frame = reader.next_frame(&mut buf).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(frame.bit_depth, png::BitDepth::Eight, "{}", path.display());
+    let channels = frame.color_type.samples();
+    assert!(channels >= 3, "{}: {:?}", path.display(), frame.color_type);
+    let mut counts = [0; 3];
+    for px in buf[..frame.buffer_size()].chunks_exact(channels) {
+        if let Some(i) = SERIES_COLOURS.iter().position(|c| px[..3] == c[..]) {
+            counts[i] += 1;
+        }
+    }
+    ((frame.width, frame.height), counts)
+}

@@ -13,7 +13,6 @@ const TINY_HADOOP: &str = "base = \"hadoop-50\"\nname = \"tiny-hadoop\"\nduratio
 
 const POLICIES: [&str; 2] = ["baseline:huawei-latency", "static:400KB,1600KB,0.2"];
 const BUCKETS: [&str; 6] = ["all", "lt_10KB", "10KB_100KB", "100KB_1MB", "ge_1MB", "lt_100KB"];
-const PNG_SIGNATURE: [u8; 8] = [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n'];
 
 /// `eval` over both scenarios in `dir` with `extra` flags; the parsed stdout document.
 async fn eval(dir: &Path, extra: &[&str]) -> Value {
@@ -110,9 +109,11 @@ async fn eval_runs_every_combination_deterministically_and_writes_its_files() {
     for needle in ["<100KB p99", "≥1MB p50", "mean over scenarios", "| tiny-hadoop | static:400KB,1600KB,0.2 |"] {
         assert!(md.contains(needle), "eval.md lacks {needle:?}:\n{md}");
     }
+    // Each chart draws both policies: a line and markers in each one's colour.
     for scenario in ["tiny", "tiny-hadoop"] {
-        let png = std::fs::read(out.join(format!("slowdown_{scenario}.png"))).unwrap();
-        assert!(png.len() > 1000 && png[..8] == PNG_SIGNATURE, "slowdown_{scenario}.png is not a PNG");
+        let (size, counts) = ecn_tests::chart_pixels(&out.join(format!("slowdown_{scenario}.png")));
+        assert_eq!(size, (1400, 560), "slowdown_{scenario}.png");
+        assert!(counts[0] > 500 && counts[1] > 500 && counts[2] == 0, "slowdown_{scenario}.png: {counts:?}");
     }
 
     // The same evaluation on one thread gives the same numbers in the same order.

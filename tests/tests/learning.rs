@@ -92,8 +92,9 @@ async fn train_writes_a_reproducible_checkpoint_that_runs_in_closed_loop() {
     let lines: Vec<&str> = csv.lines().collect();
     assert!(lines[0].starts_with("env_steps,episodes,epsilon,loss,train_reward,eval_small_p99"), "{}", lines[0]);
     assert_eq!(lines.len(), 3, "two evaluations:\n{csv}");
-    let png = std::fs::read(dir.path().join("a.training.png")).unwrap();
-    assert_eq!(&png[..4], b"\x89PNG");
+    let (size, counts) = ecn_tests::chart_pixels(&dir.path().join("a.training.png"));
+    assert_eq!(size, (1000, 600));
+    assert!(counts.iter().all(|&n| n > 0), "every series drawn: {counts:?}");
 
     // The model runs in closed loop: its decisions change the settings during the run, and
     // the whole recording keeps every interval.
