@@ -9,6 +9,13 @@ fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     let Ok(dir) = std::env::var("DEP_TCH_LIBTORCH_LIB") else { return };
     println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
+    // On Linux the rpath goes in as DT_RPATH, which is searched before LD_LIBRARY_PATH, not
+    // as the newer DT_RUNPATH, searched after it: a user's LD_LIBRARY_PATH naming another
+    // libtorch (tch's usual setup) then loaded that one's libc10 beside ours, and the binary
+    // died at its first symbol lookup.
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-link-arg=-Wl,--disable-new-dtags");
+    }
     println!("cargo:rustc-env=ECN_TUNER_LIBTORCH_LIB={dir}");
 }
 
@@ -36,9 +43,12 @@ fn record_source_commit() {
     let branch = git(&["symbolic-ref", "-q", "HEAD"]);
     // One at a time: a branch path fails in a reftable repository, and must not take the rest.
     for name in ["HEAD", "logs/HEAD", "packed-refs", "reftable"].into_iter().chain(branch.as_deref()) {
-        let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", name]) else { continue };
-        if std::path::Path::new(&path).exists() {
-            println!("cargo:rerun-if-changed={path}");
+        // Relative to the directory git ran in; not `--path-format=absolute`, which git before
+        // 2.31 printed back as a path of its own.
+        let Some(path) = git(&["rev-parse", "--git-path", name]) else { continue };
+        let path = manifest.join(path);
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
         }
     }
 }

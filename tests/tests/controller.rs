@@ -630,6 +630,8 @@ async fn a_stop_on_a_hung_actuator_waits_one_call_timeout() {
 /// controller may take over at once. It used to keep the role to the lease's TTL. (Where the
 /// write that fails comes after an Apply, the change is under watch by then, and the stop rolls
 /// it back; which write fails first here depends on timing.)
+// A full disk is /dev/full, which only Linux has.
+#[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_decision_log_that_cannot_be_written_stops_the_controller_cleanly() {
     let act = sim_actuator(&[]).await;

@@ -354,7 +354,7 @@ impl Journal {
 
     /// Send every later write to `/dev/full` (no space left), as a full disk would; `false`
     /// opens the file again for appending.
-    #[cfg(test)]
+    #[cfg(all(test, target_os = "linux"))]
     pub(crate) fn simulate_full_disk(&mut self, full: bool) {
         let Some((f, path)) = &mut self.file else { return };
         let target = if full { Path::new("/dev/full") } else { path.as_path() };
@@ -661,6 +661,8 @@ mod tests {
 
     /// A revert whose line cannot be written (a full disk) is owed: written before the next
     /// line, and until it is, no other line goes in (an apply after it would hide it).
+    // A full disk is /dev/full, which only Linux has.
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_line_of_what_happened_is_owed_until_it_can_be_written() {
         let dir = tempfile::tempdir().unwrap();

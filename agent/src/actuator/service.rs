@@ -1104,6 +1104,8 @@ mod tests {
     /// A stop whose revert the journal cannot record (a full disk) reverts the device but
     /// exits 1: a restart would read the journal's last line, the apply, as still pending. It
     /// exited 0 with the revert line lost for good.
+    // A full disk is /dev/full, which only Linux has.
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_stop_whose_revert_the_journal_cannot_record_is_an_error() {
         let (_dir, path) = scratch_journal();
@@ -1121,6 +1123,8 @@ mod tests {
     /// While a revert's line is owed (a full disk), a Rollback leaves the device alone: it is
     /// journaled after its device write and undone when that line cannot go in, and it could
     /// not (it went in and out, and stayed on the device if the undo failed too).
+    // A full disk is /dev/full, which only Linux has.
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_rollback_waits_for_an_owed_revert_line() {
         let (_dir, path) = scratch_journal();
