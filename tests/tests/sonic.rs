@@ -439,6 +439,41 @@ async fn an_edit_from_outside_is_noticed_and_left_alone() {
     assert_eq!(rig.act.log_text().matches("changed outside ecn-tuner").count(), 1, "one warning per edit");
 }
 
+/// Each new edit from outside is warned of, not only the first while one stands; and one that
+/// a write overwrites before any comparison caught it (made within 5 poll intervals of the
+/// write) is warned of by the write, with what it was. Both went unsaid: an operator's edit
+/// vanished without a line.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_edit_from_outside_is_warned_of_even_one_a_write_overwrites_at_once() {
+    let rig = rig(Spec::default(), &[]).await;
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let apply = |c: &mut ecn_tests::Client, port: &str, kmin: u64| {
+        let changes = vec![change(&qid(port, 3), kmin, 900_000, 0.25)];
+        let req = pb::ApplyRequest { lease_id: l.clone(), changes, ..Default::default() };
+        let mut c = c.clone();
+        async move { c.apply(req).await.expect("applied") }
+    };
+    // Ethernet0|3 on a profile of its own; the other 63 queues on AZURE_LOSSLESS.
+    apply(&mut c, "Ethernet0", 300_000).await;
+    let warned = |needle: String| {
+        let log = rig.act.log_text();
+        async move { log.lines().any(|l| l.contains(&needle) && l.contains("changed outside ecn-tuner")).then_some(()) }
+    };
+    set_config_field(&rig.redis, "WRED_PROFILE|AZURE_LOSSLESS", "green_min_threshold", "500000");
+    eventually("the first edit", WAIT, || warned("queue Ethernet0|4 at (500000, 2097152, 5)".into())).await;
+    // A second edit while the first stands.
+    set_config_field(&rig.redis, OWN_PROFILE, "green_min_threshold", "100000");
+    eventually("the second edit", WAIT, || warned("queue Ethernet0|3 at (100000, 900000, 25)".into())).await;
+    // A third, written over at once by an apply to another queue.
+    set_config_field(&rig.redis, OWN_PROFILE, "green_max_threshold", "950000");
+    apply(&mut c, "Ethernet8", 300_000).await;
+    eventually("the overwritten edit", WAIT, || warned("queue Ethernet0|3 at (100000, 950000, 25)".into())).await;
+    let mut con = rig.redis.con(CONFIG_DB);
+    assert_eq!(queue_setting(&mut con, "Ethernet0", 3), (300_000, 900_000, 25), "the write set it again");
+    assert_eq!(queue_setting(&mut con, "Ethernet0", 4), ORIGINAL, "and the shared profile");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn shadow_makes_no_writes() {
     let rig = rig(Spec::default(), &[]).await;
@@ -786,7 +821,20 @@ async fn queues_that_differ_get_profiles_of_their_own_and_restore_is_byte_identi
 /// through. A restore does not recreate the recorded entries either.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_port_removed_while_running_is_not_written_back() {
-    let rig = rig(Spec::default(), &[]).await;
+    port_removed_while_running(rig(Spec::default(), &[]).await).await;
+}
+
+/// The same with ASIC_DB read-back on: a write waits for orchagent to program the queues it
+/// wrote, not the gone ones. It waited for those too, so every write failed after a port was
+/// removed, the deadline revert among them, which was retried every few seconds for ever,
+/// flipping the other queues between the expired change and their settings.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_port_removed_under_read_back_is_not_waited_for() {
+    let (rig, _orchagent) = rig_with_orchagent(Duration::ZERO, &["--program-timeout", "2s"]).await;
+    port_removed_while_running(rig).await;
+}
+
+async fn port_removed_while_running(rig: Rig) {
     let url = rig.redis.url();
     let mut c = rig.act.client().await;
     let l = lease(&mut c, "ctl-a").await;

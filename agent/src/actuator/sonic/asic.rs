@@ -115,10 +115,17 @@ impl AsicQueues {
             .collect())
     }
 
-    /// The first queue (index) whose ASIC_DB curve is not `want`'s, with what it shows.
-    pub fn differs(&self, asic: &mut Connection, want: &[EcnSetting]) -> redis::RedisResult<Option<(usize, Shown)>> {
+    /// The first queue (index) whose ASIC_DB curve is not `want`'s, with what it shows; the
+    /// queues `gone` (indices) are not looked at.
+    pub fn differs(
+        &self,
+        asic: &mut Connection,
+        want: &[EcnSetting],
+        gone: &[usize],
+    ) -> redis::RedisResult<Option<(usize, Shown)>> {
         let shown = self.read(asic)?;
-        Ok(shown.into_iter().zip(want).enumerate().find(|(_, (c, s))| *c != Some(effective(s))).map(|(i, (c, _))| {
+        let mut queues = shown.into_iter().zip(want).enumerate().filter(|(i, _)| !gone.contains(i));
+        Ok(queues.find(|(_, (c, s))| *c != Some(effective(s))).map(|(i, (c, _))| {
             let shown = match (c, &self.oids[i]) {
                 (_, None) => Shown::NoId,
                 (None, Some(_)) => Shown::NoCurve,
@@ -178,7 +185,7 @@ impl Readback {
         if let Some(q) = mapped.oids.iter().position(Option::is_none) {
             return Err(format!("COUNTERS_QUEUE_NAME_MAP has no object id for queue {}", queues[q].name()));
         }
-        let differs = with_connection(asic, target, dbs.asic, ASIC_CONNECTION, |a| mapped.differs(a, now))?;
+        let differs = with_connection(asic, target, dbs.asic, ASIC_CONNECTION, |a| mapped.differs(a, now, &[]))?;
         if let Some((q, shown)) = differs {
             return Err(describe(&queues[q], shown, &now[q]));
         }
@@ -207,10 +214,14 @@ impl Readback {
     /// While ASIC_DB does not show `want`, the queues' object ids are read again every
     /// [`REMAP_PERIOD`]: after a syncd cold restart every write would otherwise look
     /// unprogrammed, and be undone, until the actuator restarted.
-    pub fn differs(&mut self, want: &[EcnSetting]) -> Result<Option<String>, String> {
+    ///
+    /// Queues whose `QUEUE` entry is gone from CONFIG_DB (`gone`, indices) are not looked at:
+    /// orchagent has nothing to program for them, and waiting for them failed every write
+    /// after a port was removed, a deadline revert included, which was then retried for ever.
+    pub fn differs(&mut self, want: &[EcnSetting], gone: &[usize]) -> Result<Option<String>, String> {
         let Readback { target, dbs, queues, counters, asic, found, checked_at, .. } = self;
         let Some(found) = found.as_mut() else { return Ok(None) };
-        let mut differs = with_connection(asic, target, dbs.asic, ASIC_CONNECTION, |a| found.differs(a, want))?;
+        let mut differs = with_connection(asic, target, dbs.asic, ASIC_CONNECTION, |a| found.differs(a, want, gone))?;
         if differs.is_some() && checked_at.elapsed() >= REMAP_PERIOD {
             *checked_at = Instant::now();
             match with_connection(counters, target, dbs.counters, COUNTERS_CONNECTION, |c| found.remap(c)) {
@@ -222,7 +233,8 @@ impl Readback {
                         "COUNTERS_QUEUE_NAME_MAP gives controlled queues other SAI object ids (syncd restarted?); \
                          ASIC_DB is read at the new ones"
                     );
-                    differs = with_connection(asic, target, dbs.asic, ASIC_CONNECTION, |a| found.differs(a, want))?;
+                    differs =
+                        with_connection(asic, target, dbs.asic, ASIC_CONNECTION, |a| found.differs(a, want, gone))?;
                 }
                 // What ASIC_DB showed stands; the ids are read again next time.
                 Err(e) => warn!("cannot read the queues' SAI object ids again: {e}"),

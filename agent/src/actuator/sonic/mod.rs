@@ -40,7 +40,7 @@ pub mod schema;
 use super::backend::{Backend, BackendCaps, BackendError, NoTelemetry, TelemetryReceiver, WriteTimes};
 use super::ActuatorError;
 use asic::Readback;
-use config::{Layout, Snapshot};
+use config::{effective, Curve, Layout, Snapshot};
 use conn::RedisTarget;
 use ecn_datasets::counters::CounterWidth;
 use ecn_env::EcnSetting;
@@ -408,6 +408,7 @@ impl SonicBackend {
             drift_every: opts.poll_interval.saturating_mul(DRIFT_CHECK_POLLS),
             drift: None,
             gone: Vec::new(),
+            tried: None,
         };
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
         let writer_thread = std::thread::Builder::new()
@@ -627,11 +628,15 @@ struct Writer {
     reading: Arc<AtomicBool>,
     /// How often, while idle, CONFIG_DB is compared with the settings last applied.
     drift_every: Duration,
-    /// How CONFIG_DB differed from them at the last comparison, if it did.
+    /// The edit from outside last warned of, while it stands: each new one is warned of, and
+    /// a write that sets it again ends it.
     drift: Option<String>,
     /// Controlled queues (indices into the layout) whose `QUEUE` entry was gone from CONFIG_DB
     /// at the last apply: their port removed, most likely.
     gone: Vec<usize>,
+    /// The settings of the last transaction sent: where CONFIG_DB shows them instead of the
+    /// settings last applied, that is a write of ours in doubt or being undone, not an edit.
+    tried: Option<Vec<EcnSetting>>,
 }
 
 /// How many of the other queues an edit from outside reached the drift warning names.
@@ -687,9 +692,10 @@ impl Writer {
     }
 
     /// Compare CONFIG_DB with the settings last applied, and log when an edit from outside
-    /// (an operator, `config reload`, which loads the saved configuration) appears and when it
-    /// is gone. Nothing is written here: the next write sets every controlled queue again, and
-    /// until then the actuator reports the settings last applied.
+    /// (an operator, `config reload`, which loads the saved configuration) appears, when another
+    /// follows, and when it is gone. Nothing is written here: the next write sets every
+    /// controlled queue again (and says so), and until then the actuator reports the settings
+    /// last applied.
     fn check_drift(&mut self) {
         let now = match self.read(config::read_snapshot) {
             Ok(now) => now,
@@ -699,27 +705,9 @@ impl Writer {
                 return;
             }
         };
-        let differing = config::differs(&self.layout, &now, &self.applied);
-        let drift = differing.first().map(|&(q, shown)| {
-            let shown = shown.map_or("no WRED curve".to_string(), |c| format!("{c:?}"));
-            // An edit of a shared profile reaches every queue bound to it: name them.
-            let others = match &differing[1..] {
-                [] => String::new(),
-                rest => {
-                    let names: Vec<String> =
-                        rest.iter().take(DRIFT_NAMED).map(|&(i, _)| self.layout.queues[i].name()).collect();
-                    let more = if rest.len() > DRIFT_NAMED { ", ..." } else { "" };
-                    format!(" (and {} other queues: {}{more})", rest.len(), names.join(", "))
-                }
-            };
-            format!(
-                "CONFIG_DB shows queue {} at {shown}, not the settings last applied, {:?} (Kmin, Kmax, percent){others}",
-                self.layout.queues[q].name(),
-                config::effective(&self.applied[q])
-            )
-        });
+        let drift = self.outside_edit(&now);
         match (&self.drift, &drift) {
-            (None, Some(why)) => warn!(
+            (_, Some(why)) if self.drift.as_ref() != Some(why) => warn!(
                 "{why}: changed outside ecn-tuner (an operator, `config reload`?); the actuator reports the settings \
                  last applied until its next write, which sets every controlled queue again"
             ),
@@ -727,6 +715,35 @@ impl Writer {
             _ => {}
         }
         self.drift = drift;
+    }
+
+    /// How CONFIG_DB (`now`) differs from the settings last applied where it does not show the
+    /// last transaction sent either (ours, in doubt or being undone), gone queues aside: an
+    /// edit from outside, described with every queue it reached (an edit of a shared profile
+    /// reaches every queue bound to it).
+    fn outside_edit(&self, now: &Snapshot) -> Option<String> {
+        let ours =
+            |q: usize, shown: Option<Curve>| self.tried.as_ref().is_some_and(|t| shown == Some(effective(&t[q])));
+        let differing: Vec<(usize, Option<Curve>)> = config::differs(&self.layout, now, &self.applied)
+            .into_iter()
+            .filter(|&(q, shown)| !self.gone.contains(&q) && !ours(q, shown))
+            .collect();
+        let (&(q, shown), rest) = differing.split_first()?;
+        let shown = shown.map_or("no WRED curve".to_string(), |c| format!("{c:?}"));
+        let others = match rest {
+            [] => String::new(),
+            rest => {
+                let names: Vec<String> =
+                    rest.iter().take(DRIFT_NAMED).map(|&(i, _)| self.layout.queues[i].name()).collect();
+                let more = if rest.len() > DRIFT_NAMED { ", ..." } else { "" };
+                format!(" (and {} other queues: {}{more})", rest.len(), names.join(", "))
+            }
+        };
+        Some(format!(
+            "CONFIG_DB shows queue {} at {shown}, not the settings last applied, {:?} (Kmin, Kmax, percent){others}",
+            self.layout.queues[q].name(),
+            effective(&self.applied[q])
+        ))
     }
 
     /// With ASIC_DB read-back, wait until orchagent has programmed `settings` (just written to
@@ -742,7 +759,7 @@ impl Writer {
         *rb.shown_at.lock().expect("sonic readback lock") = None;
         let deadline = Instant::now() + rb.timeout;
         let why = loop {
-            match rb.differs(settings) {
+            match rb.differs(settings, &self.gone) {
                 Ok(None) => {
                     *rb.shown_at.lock().expect("sonic readback lock") = Some(Instant::now());
                     return Ok(());
@@ -873,6 +890,15 @@ impl Writer {
             }
             self.gone = gone;
         }
+        // An edit from outside that no comparison has caught yet (one made within a poll of
+        // this write) is overwritten here: say so, with what it was, before it goes.
+        if let Some(why) = self.outside_edit(&model).filter(|why| self.drift.as_ref() != Some(why)) {
+            warn!(
+                "{why}: changed outside ecn-tuner (an operator, `config reload`?); this write sets every controlled \
+                 queue again"
+            );
+            self.drift = Some(why);
+        }
         let settings = self.keeping_gone(settings);
         let t = config::target(&self.layout, &model, &settings);
         let ops = config::plan(&self.layout, &model, &t);
@@ -894,10 +920,13 @@ impl Writer {
         }
         let url = self.target.url().to_string();
         let db = self.dbs.config;
+        self.tried = Some(settings);
         let con = self.connection()?;
         let e = match config::exec(con, &ops) {
             Ok(config::Ran::Done) => {
                 debug!(writes = ops.len(), "CONFIG_DB transaction done");
+                // Whatever stood from outside is written over now.
+                self.drift = None;
                 return Ok(());
             }
             Ok(config::Ran::Aborted) => {
