@@ -936,6 +936,41 @@ async fn a_restore_keeps_our_profile_while_a_queue_it_does_not_restore_is_bound_
     assert_restored_but_for_ethernet0_7(&redis, &before, profile, &stdout);
 }
 
+/// What ecn-tuner never writes is no restore's to put back: an operator's scheduler on a
+/// controlled queue and the binding of a queue it did not control, changed after the
+/// recording, stay as the operator left them and are listed; the controlled queue's binding
+/// and profiles go back. A restore used to put every recorded entry back whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_leaves_what_ecn_tuner_never_writes_as_the_operator_left_it() {
+    let (redis, _ticker, before, _) = one_queue_on_its_own_profile().await;
+    set_config_field(&redis, "QUEUE|Ethernet0|3", "scheduler", "scheduler.7");
+    set_config_field(&redis, "QUEUE|Ethernet4|0", "wred_profile", "AZURE_LOSSLESS");
+    let (code, stdout, stderr) = run_cli(&["sonic", "restore", "--redis", &redis.url()]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    for key in ["QUEUE|Ethernet0|3", "QUEUE|Ethernet4|0"] {
+        assert!(
+            stdout.contains(&format!(
+                "left as it is (changed since the recording, where ecn-tuner does not write): {key}"
+            )),
+            "{stdout}"
+        );
+    }
+    let mut after = tables(&mut redis.con(CONFIG_DB));
+    let field = |t: &Tables, key: &str, f: &str| t[key].iter().find(|(k, _)| k == f).map(|(_, v)| v.clone());
+    assert_eq!(field(&after, "QUEUE|Ethernet0|3", "scheduler").as_deref(), Some("scheduler.7"));
+    assert_eq!(field(&after, "QUEUE|Ethernet0|3", "wred_profile"), field(&before, "QUEUE|Ethernet0|3", "wred_profile"));
+    assert_eq!(field(&after, "QUEUE|Ethernet4|0", "wred_profile").as_deref(), Some("AZURE_LOSSLESS"));
+    assert!(!after.contains_key(OWN_PROFILE));
+    for key in ["QUEUE|Ethernet0|3", "QUEUE|Ethernet4|0"] {
+        after.remove(key);
+    }
+    let mut before = before;
+    for key in ["QUEUE|Ethernet0|3", "QUEUE|Ethernet4|0"] {
+        before.remove(key);
+    }
+    assert_eq!(after, before, "everything else as recorded");
+}
+
 /// The same binding, made while the restore's transaction is on its way, after the restore
 /// read the tables: `WATCH` does not cover a key created then, so the transaction deletes the
 /// profile. The restore finds the queue bound to nothing, puts the profile back as it was, and

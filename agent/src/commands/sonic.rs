@@ -181,14 +181,26 @@ fn restore(a: RestoreArgs) -> Result<(), CliError> {
     for k in &report.left_alone {
         outln!("left alone (not in the recording, not created by ecn-tuner): {k}");
     }
+    for k in &report.changed_elsewhere {
+        outln!("left as it is (changed since the recording, where ecn-tuner does not write): {k}");
+    }
     for k in &report.gone {
         outln!("not written back: {k} is recorded but no longer in CONFIG_DB (its port removed?)");
     }
     for (profile, queue) in &report.kept_bound {
         outln!(
-            "kept {profile}, an ecn-tuner profile: {queue}, which the recording does not hold, is bound to it; bind that \
+            "kept {profile}, an ecn-tuner profile: {queue}, whose binding the restore leaves alone, is bound to it; bind that \
              queue to another profile, then delete this one"
         );
+    }
+    if let Some((file, e)) = report.not_retired.first() {
+        // STATE_DB's recording is gone: an actuator started beside this file would put it back,
+        // and a later restore would undo everything changed since, an operator's edits too.
+        return Err(CliError::Failed(format!(
+            "restored, but the file copy of the recording could not be retired (renamed *.restored-<ms>): {}: {e}; \
+             move it away before an actuator starts with the journal beside it",
+            file.display()
+        )));
     }
     Ok(())
 }

@@ -48,6 +48,12 @@ pub struct Recording {
     pub wred_profile: BTreeMap<String, Fields>,
     /// `QUEUE|<name>` → fields.
     pub queue: BTreeMap<String, Fields>,
+    /// The queues (`<port>|<queue>`) the actuator controlled when it recorded: a restore puts
+    /// back their bindings and the profiles only they were bound to, what ecn-tuner writes, and
+    /// leaves the rest as it finds it. Absent in recordings made before it was kept: every
+    /// recorded queue counts as controlled then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controlled: Option<BTreeSet<String>>,
 }
 
 impl Recording {
@@ -61,7 +67,14 @@ impl Recording {
             file,
             wred_profile: snapshot.profiles.clone(),
             queue: snapshot.queues.clone(),
+            controlled: None,
         }
+    }
+
+    /// This recording, noting the queues the actuator controls.
+    pub fn controlling(mut self, queues: &[QueueRef]) -> Recording {
+        self.controlled = Some(queues.iter().map(QueueRef::name).collect());
+        self
     }
 
     fn parse(text: &str, from: &str) -> Result<Recording, String> {
@@ -240,7 +253,7 @@ impl Recorder {
                 warn!(file = %file, "STATE_DB has no recording of the original profiles; putting back the one from the file");
                 r
             }
-            (None, None, None) => Recording::of(&now()?, switch, dbs.config, self.file.clone()),
+            (None, None, None) => Recording::of(&now()?, switch, dbs.config, self.file.clone()).controlling(controlled),
         };
         let json = serde_json::to_string(&rec).map_err(|e| format!("recording: {e}"))?;
         let created: bool = redis::cmd("HSETNX")
@@ -348,6 +361,63 @@ pub struct RestoreReport {
     pub kept_bound: Vec<(String, String)>,
     /// Recorded `QUEUE|<name>` entries that are gone from CONFIG_DB: not written back.
     pub gone: Vec<String>,
+    /// Recorded entries that ecn-tuner never writes (profiles of queues it did not control,
+    /// queues' fields other than the binding) and that differ from the recording now: someone
+    /// else's changes, left as they are.
+    pub changed_elsewhere: Vec<String>,
+    /// File copies of the recording that could not be retired, with why: a later actuator
+    /// would put such a copy back, and a later restore undo what has changed since.
+    pub not_retired: Vec<(PathBuf, String)>,
+}
+
+/// What a restore puts back: the entries ecn-tuner may have written.
+struct Scope<'a> {
+    /// Queues whose binding ecn-tuner may have changed: those it controlled, and any bound to
+    /// one of its profiles now.
+    queues: BTreeSet<&'a str>,
+    /// Profiles it may have edited in place: those bound, in the recording, to such queues
+    /// only.
+    profiles: BTreeSet<&'a str>,
+}
+
+impl<'a> Scope<'a> {
+    fn of(rec: &'a Recording, now: &Snapshot) -> Scope<'a> {
+        let bound_to_ours = |q: &str| {
+            now.queues
+                .get(q)
+                .and_then(|f| schema::field(f, schema::WRED_PROFILE_FIELD))
+                .is_some_and(schema::is_tuner_profile)
+        };
+        let queues: BTreeSet<&str> = rec
+            .queue
+            .keys()
+            .map(String::as_str)
+            .filter(|q| rec.controlled.as_ref().is_none_or(|c| c.contains(*q)) || bound_to_ours(q))
+            .collect();
+        let mut profiles: BTreeSet<&str> = BTreeSet::new();
+        let mut shared: BTreeSet<&str> = BTreeSet::new();
+        for (q, fields) in &rec.queue {
+            if let Some(p) = schema::field(fields, schema::WRED_PROFILE_FIELD) {
+                if queues.contains(q.as_str()) {
+                    profiles.insert(p);
+                } else {
+                    shared.insert(p);
+                }
+            }
+        }
+        profiles.retain(|p| !shared.contains(p));
+        Scope { queues, profiles }
+    }
+}
+
+/// `cur` with the binding of `rec`: the one field of a queue's entry ecn-tuner writes.
+fn with_recorded_binding(cur: &Fields, rec: &Fields) -> Fields {
+    let mut want = cur.clone();
+    match schema::field(rec, schema::WRED_PROFILE_FIELD) {
+        Some(p) => schema::set_field(&mut want, schema::WRED_PROFILE_FIELD, p.to_string()),
+        None => want.retain(|(f, _)| f != schema::WRED_PROFILE_FIELD),
+    }
+    want
 }
 
 /// The writes that take one recorded hash from `cur` back to `rec`, byte for byte: fields edited
@@ -374,26 +444,42 @@ fn restore_ops(key: String, cur: Option<&Fields>, rec: &Fields) -> Vec<Op> {
 }
 
 /// The whole restore plan: recorded profiles first (so that every binding points at a profile
-/// that exists), then queue entries, then our own profiles go, except one that a queue the
-/// recording does not hold is bound to: that queue stays as it is, and deleting its profile
-/// would leave it bound to nothing.
+/// that exists), then queue bindings, then our own profiles go, except one that a queue whose
+/// binding is not restored is bound to: that queue stays as it is, and deleting its profile
+/// would leave it bound to nothing. Only what ecn-tuner may have written is put back
+/// ([`Scope`]); other recorded entries that differ now are someone else's changes, listed and
+/// left alone (a restore used to put back every recorded entry whole: an operator's scheduler
+/// on a queue, or a profile no controlled queue used, went back with the rest).
 pub fn restore_plan(rec: &Recording, now: &Snapshot) -> (Vec<Op>, RestoreReport) {
     let mut ops = Vec::new();
     let mut report = RestoreReport::default();
-    let used_outside = bound_outside(now, |q| rec.queue.contains_key(q));
+    let scope = Scope::of(rec, now);
+    let used_outside = bound_outside(now, |q| scope.queues.contains(q));
     for (name, fields) in &rec.wred_profile {
-        let o = restore_ops(schema::config_key(schema::WRED_PROFILE, name), now.profiles.get(name), fields);
+        let key = schema::config_key(schema::WRED_PROFILE, name);
+        if !scope.profiles.contains(name.as_str()) {
+            if now.profiles.get(name) != Some(fields) {
+                report.changed_elsewhere.push(key);
+            }
+            continue;
+        }
+        let o = restore_ops(key, now.profiles.get(name), fields);
         report.profiles_restored += usize::from(!o.is_empty());
         ops.extend(o);
     }
     for (name, fields) in &rec.queue {
+        let key = schema::config_key(schema::QUEUE, name);
         // An actuator never deletes a queue entry: one gone was deleted by someone else, most
         // likely with its port, and writing it back would bind a queue the switch no longer has.
         let Some(cur) = now.queues.get(name) else {
-            report.gone.push(schema::config_key(schema::QUEUE, name));
+            report.gone.push(key);
             continue;
         };
-        let o = restore_ops(schema::config_key(schema::QUEUE, name), Some(cur), fields);
+        let want = if scope.queues.contains(name.as_str()) { with_recorded_binding(cur, fields) } else { cur.clone() };
+        if want != *fields {
+            report.changed_elsewhere.push(key.clone());
+        }
+        let o = restore_ops(key, Some(cur), &want);
         report.queues_restored += usize::from(!o.is_empty());
         ops.extend(o);
     }
@@ -537,18 +623,19 @@ pub fn restore(
         }
         back = read_snapshot(&mut config).map_err(err)?;
     }
-    for (name, fields) in &rec.wred_profile {
+    let scope = Scope::of(&rec, &now);
+    for (name, fields) in rec.wred_profile.iter().filter(|(n, _)| scope.profiles.contains(n.as_str())) {
         if back.profiles.get(name) != Some(fields) {
             return Err(ActuatorError::Failed(format!(
                 "WRED_PROFILE|{name} differs from the recording after the restore (changed meanwhile?)"
             )));
         }
     }
-    for (name, fields) in rec.queue.iter().filter(|(n, _)| !report.gone.contains(&schema::config_key(schema::QUEUE, n)))
-    {
-        if back.queues.get(name) != Some(fields) {
+    for (name, fields) in rec.queue.iter().filter(|(n, _)| scope.queues.contains(n.as_str())) {
+        let binding = |f: &Fields| schema::field(f, schema::WRED_PROFILE_FIELD).map(str::to_string);
+        if back.queues.get(name).is_some_and(|b| binding(b) != binding(fields)) {
             return Err(ActuatorError::Failed(format!(
-                "QUEUE|{name} differs from the recording after the restore (changed meanwhile?)"
+                "QUEUE|{name}'s binding differs from the recording after the restore (changed meanwhile?)"
             )));
         }
     }
@@ -561,7 +648,7 @@ pub fn restore(
     for file in [copy, from].into_iter().flatten() {
         if file.exists() {
             if let Err(e) = std::fs::rename(file, beside(file, "restored")) {
-                warn!(file = %file.display(), "restored, but could not retire the file copy of the recording: {e}");
+                report.not_retired.push((file.to_path_buf(), e.to_string()));
             }
         }
     }
@@ -623,6 +710,45 @@ mod tests {
         let back = super::super::config::after(&now, &ops);
         assert!(back.profiles.contains_key("ECN_TUNER_Ethernet0_3"), "{ops:?}");
         assert_eq!(back.queues["Ethernet0|3"], orig.queues["Ethernet0|3"]);
+    }
+
+    /// With the controlled queues recorded, a restore puts back their bindings and the
+    /// profile only they used, and nothing else: an operator's scheduler on a controlled
+    /// queue, a queue ecn-tuner did not control bound elsewhere, and a profile no controlled
+    /// queue used, edited since, are listed and left as they are.
+    #[test]
+    fn a_restore_puts_back_only_what_ecn_tuner_writes() {
+        let mut orig = Snapshot::default();
+        orig.profiles.insert("AZURE_LOSSLESS".into(), f(&[("green_min_threshold", "1048576")]));
+        orig.profiles.insert("AZURE_LOSSY".into(), f(&[("green_min_threshold", "10")]));
+        orig.queues.insert("Ethernet0|0".into(), f(&[("scheduler", "s0")]));
+        orig.queues.insert("Ethernet0|3".into(), f(&[("scheduler", "s1"), ("wred_profile", "AZURE_LOSSLESS")]));
+        let queue = |name: &str| {
+            let (port, q) = name.split_once('|').unwrap();
+            QueueRef { port: port.into(), queue: q.parse().unwrap() }
+        };
+        let rec = Recording::of(&orig, "sw", 4, None).controlling(&[queue("Ethernet0|3")]);
+        let mut now = orig.clone();
+        now.profiles.insert("AZURE_LOSSLESS".into(), f(&[("green_min_threshold", "100000")]));
+        now.profiles.insert("AZURE_LOSSY".into(), f(&[("green_min_threshold", "20")]));
+        now.profiles.insert("ECN_TUNER_Ethernet0_3".into(), f(&[("green_min_threshold", "300000")]));
+        now.queues.insert("Ethernet0|0".into(), f(&[("scheduler", "s9"), ("wred_profile", "AZURE_LOSSLESS")]));
+        now.queues.insert("Ethernet0|3".into(), f(&[("scheduler", "s7"), ("wred_profile", "ECN_TUNER_Ethernet0_3")]));
+        let (ops, report) = restore_plan(&rec, &now);
+        let back = super::super::config::after(&now, &ops);
+        assert_eq!(back.profiles["AZURE_LOSSLESS"], orig.profiles["AZURE_LOSSLESS"]);
+        assert!(!back.profiles.contains_key("ECN_TUNER_Ethernet0_3"));
+        assert_eq!(back.queues["Ethernet0|3"], f(&[("scheduler", "s7"), ("wred_profile", "AZURE_LOSSLESS")]));
+        assert_eq!(back.queues["Ethernet0|0"], now.queues["Ethernet0|0"]);
+        assert_eq!(back.profiles["AZURE_LOSSY"], now.profiles["AZURE_LOSSY"]);
+        assert_eq!(report.changed_elsewhere, ["WRED_PROFILE|AZURE_LOSSY", "QUEUE|Ethernet0|0", "QUEUE|Ethernet0|3"]);
+        // A recording from before the controlled queues were kept puts back every recorded
+        // queue's binding (Ethernet0|0 had none), still nothing else.
+        let (ops, _) = restore_plan(&Recording::of(&orig, "sw", 4, None), &now);
+        let back = super::super::config::after(&now, &ops);
+        assert_eq!(back.queues["Ethernet0|0"], f(&[("scheduler", "s9")]));
+        assert_eq!(back.queues["Ethernet0|3"], f(&[("scheduler", "s7"), ("wred_profile", "AZURE_LOSSLESS")]));
+        assert_eq!(back.profiles["AZURE_LOSSY"], now.profiles["AZURE_LOSSY"]);
     }
 
     #[test]
