@@ -12,6 +12,7 @@ use crate::error::CliError;
 use crate::stop_signals::StopSignals;
 use ecn_datasets::bounded::read_at_most;
 use ecn_datasets::io::TelemetryWriter;
+use ecn_datasets::telemetry::counted;
 use ecn_proto::v1 as pb;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -257,7 +258,16 @@ async fn read_stream(
             let key = s.id.as_ref().map(|id| id.to_string()).unwrap_or_default();
             written.extend(sample_from_wire(s, settings.get(&key)));
         }
-        out.write(&written).map_err(|e| CliError::Failed(e.to_string()))?;
+        // A file that cannot take more (a full disk) cannot be finished either: what was read
+        // is lost, and the message says how much, where it said only the disk's error.
+        out.write(&written).map_err(|e| {
+            CliError::Failed(format!(
+                "{e}; the {} read over {:.1} s are lost with it (the file appears only when finished): record to a \
+                 disk with room",
+                counted(rows, "row", "rows"),
+                started.elapsed().as_secs_f64()
+            ))
+        })?;
         rows += written.len() as u64;
         batches += 1;
     }

@@ -13,6 +13,7 @@ mod error;
 mod explore;
 mod learn;
 mod learned;
+mod line_files;
 mod output;
 mod plot;
 mod policy;
@@ -63,7 +64,8 @@ enum Command {
     #[command(allow_negative_numbers = true)]
     Record(commands::record::RecordArgs),
     /// Recommend a setting for every queue from recorded or live telemetry, with the expected
-    /// effect and a confidence; keeps the current setting when unsure. Writes nothing.
+    /// effect and a confidence; keeps the current setting when unsure. Changes nothing (live
+    /// telemetry passes through a scratch file in TMPDIR).
     #[command(allow_negative_numbers = true)]
     Recommend(commands::recommend::RecommendArgs),
     /// List the built-in scenarios, or print one as TOML to start your own from.

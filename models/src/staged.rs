@@ -69,6 +69,21 @@ impl StagedFiles {
         Ok(())
     }
 
+    /// Give the set up, keeping the files written so far under their temporary names, as
+    /// (destination, where it is): for outputs that took long to make, such as a trained model
+    /// whose chart a full disk could not take. The rest are removed.
+    pub fn keep_written(mut self) -> Vec<(PathBuf, PathBuf)> {
+        let mut kept = Vec::new();
+        for (temporary, destination) in std::mem::take(&mut self.files) {
+            if self.written.contains(&temporary) && temporary.is_file() {
+                kept.push((destination, temporary));
+            } else {
+                remove_staged(&temporary);
+            }
+        }
+        kept
+    }
+
     /// Rename every staged file into place, in the order staged. Before renaming any, it checks
     /// that every temporary file was written and that no destination is a directory, the
     /// failures a rename within one folder can meet. A rename that fails all the same (a
@@ -248,6 +263,28 @@ mod tests {
 
     /// A link planted where a temporary file would go (another user's, in a shared folder) is
     /// not written through: the temporary file goes in a folder made anew, for this user alone.
+    /// Given up after a failed write, the files written so far are kept where they were
+    /// written, the failed one is gone, and the destinations are untouched.
+    #[test]
+    fn given_up_it_keeps_what_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("m.safetensors"), dir.path().join("m.training.png"));
+        let mut staged = StagedFiles::new();
+        staged.write(&a, |p| std::fs::write(p, "new weights")).unwrap();
+        let mut failed = None;
+        let e = staged.write(&b, |p| {
+            failed = Some(p.to_path_buf());
+            std::fs::write(p, "half a chart")?;
+            Err(std::io::Error::other("disk full"))
+        });
+        assert!(e.is_err());
+        let kept = staged.keep_written();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].0, a);
+        assert_eq!(std::fs::read_to_string(&kept[0].1).unwrap(), "new weights");
+        assert!(!failed.unwrap().exists() && !a.exists() && !b.exists());
+    }
+
     #[test]
     fn a_planted_link_is_not_written_through() {
         use std::os::unix::fs::PermissionsExt;

@@ -311,9 +311,7 @@ impl Journal {
         }
         // A crash mid-write can leave a partial last line; end it, so that the first event
         // of this run is a line of its own rather than glued to the fragment.
-        if ends_mid_line(&mut f)? {
-            f.write_all(b"\n")?;
-        }
+        crate::line_files::end_partial_line(&mut f)?;
         if found.torn_lines > 0 {
             tracing::warn!(
                 journal = %path.display(),
@@ -503,19 +501,6 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
         return Err(not_a_journal(others, &first_other));
     }
     Ok(found)
-}
-
-/// Whether `f` is non-empty and its last byte is not a newline.
-fn ends_mid_line(f: &mut File) -> std::io::Result<bool> {
-    use std::io::{Read, Seek, SeekFrom};
-    let len = f.metadata()?.len();
-    if len == 0 {
-        return Ok(false);
-    }
-    let mut last = [0u8; 1];
-    f.seek(SeekFrom::Start(len - 1))?;
-    f.read_exact(&mut last)?;
-    Ok(last[0] != b'\n')
 }
 
 #[cfg(test)]

@@ -172,7 +172,14 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
     security::check_exposure(opts.listen, opts.tls.is_some(), opts.token.is_some())?;
     let tls = opts.tls.as_ref().map(TlsFiles::load).transpose()?;
     let journal = match &opts.journal {
-        Some(p) => Journal::open(p).map_err(|e| ActuatorError::BadInput(format!("--journal {}: {e}", p.display())))?,
+        Some(p) => Journal::open(p).map_err(|e| {
+            let said = format!("--journal {}: {e}", p.display());
+            if crate::line_files::out_of_space(&e) {
+                ActuatorError::Failed(said)
+            } else {
+                ActuatorError::BadInput(said)
+            }
+        })?,
         None if backend.keeps_changes_across_restarts() => {
             return Err(journal_required(&backend.capabilities().backend))
         }

@@ -177,15 +177,15 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
     }
     let json = serde_json::to_string(&Runs { runs: &runs, comparisons: &comparisons, plots: plots.as_deref() })
         .map_err(|e| CliError::Failed(e.to_string()))?;
-    if let Some(dir) = &args.out {
-        write_outputs(dir, &table, &markdown, &json)?;
-    }
+    // Results are printed even where the files cannot be written (a full disk): hours of runs
+    // are not lost for a chart.
+    let written = args.out.as_ref().map_or(Ok(()), |dir| write_outputs(dir, &table, &markdown, &json));
     if args.json {
         outln!("{json}");
     } else {
         out!("{markdown}");
     }
-    Ok(())
+    written
 }
 
 /// A row label per scenario argument: the scenario's name, or the argument itself where two

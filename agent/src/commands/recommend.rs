@@ -82,7 +82,9 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
             let target = Target::from_flags(url, args.token_file.as_deref(), args.tls_ca.as_deref())?;
             let runtime = tokio::runtime::Runtime::new().map_err(|e| CliError::Failed(format!("tokio: {e}")))?;
             // Live telemetry passes the same validation as a file.
-            let dir = tempfile::tempdir().map_err(|e| CliError::Failed(format!("scratch directory: {e}")))?;
+            let dir = tempfile::tempdir().map_err(|e| {
+                CliError::Failed(format!("a scratch directory for the live telemetry (in TMPDIR): {e}"))
+            })?;
             let file = dir.path().join("live.parquet");
             let failed = |e: ecn_datasets::io::IoError| CliError::Failed(e.to_string());
             let mut out = TelemetryWriter::create(&file).map_err(failed)?;

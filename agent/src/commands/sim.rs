@@ -80,14 +80,16 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
     let Outcome { summary, mut sim } = outcome;
     info!(events = summary.events, wall_seconds = summary.wall_seconds, "done");
 
-    if let Some(dir) = &args.out {
+    // The report is printed even where the files cannot be written (a full disk).
+    let written = args.out.as_ref().map_or(Ok(()), |dir| {
         report::write_outputs(dir, &mut sim, &summary)?;
         info!(dir = %dir.display(), files = ?report::OUTPUT_FILES, "wrote");
-    }
+        Ok(())
+    });
     if args.json {
         outln!("{}", serde_json::to_string(&summary).map_err(|e| CliError::Failed(e.to_string()))?);
     } else {
         out!("{}", report::summary_table(&summary));
     }
-    Ok(())
+    written
 }

@@ -249,33 +249,33 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     bar.finish_and_clear();
 
     // Weights, card, curve and plot replace the previous model's together or not at all.
-    let mut staged = StagedFiles::new();
-    trained.checkpoint.save_staged(&args.out, &mut staged).map_err(|e| CliError::Failed(e.to_string()))?;
     let csv = ecn_models::checkpoint::sibling(&args.out, CURVE_CSV);
-    staged.write(&csv, |p| write_curve_csv(p, &trained.curve)).map_err(CliError::Failed)?;
     let png = ecn_models::checkpoint::sibling(&args.out, CURVE_PNG);
     let pts = |f: fn(&trainer::CurvePoint) -> f64| trained.curve.iter().map(|p| (p.env_steps as f64, f(p))).collect();
     // The reference's cost is its own small-flow p99 (nothing to penalise against itself).
     let reference_cost =
         trained.reference.iter().map(|m| m.small_p99).sum::<f64>() / trained.reference.len().max(1) as f64;
     let reference_line = trained.curve.iter().map(|p| (p.env_steps as f64, reference_cost)).collect();
-    staged
-        .write(&png, |p| {
-            plot::training_curve(
-                p,
-                &format!("{name}: greedy evaluation every {} steps", cfg.eval_every),
-                "environment steps",
-                &[
-                    ("eval small-flow p99 slowdown", pts(|p| p.eval_small_p99)),
-                    ("eval ≥1MB p50 slowdown", pts(|p| p.eval_large_p50)),
-                    ("eval FCT cost", pts(|p| p.eval_cost)),
-                    ("train reward ×10", pts(|p| p.train_reward * 10.0)),
-                    (&format!("{} cost (reference)", trainer::REFERENCE_BASELINE.name()), reference_line),
-                ],
-            )
-        })
-        .map_err(CliError::Failed)?;
-    staged.commit().map_err(|e| CliError::Failed(e.to_string()))?;
+    save_together(|staged| {
+        trained.checkpoint.save_staged(&args.out, staged).map_err(|e| CliError::Failed(e.to_string()))?;
+        staged.write(&csv, |p| write_curve_csv(p, &trained.curve)).map_err(CliError::Failed)?;
+        staged
+            .write(&png, |p| {
+                plot::training_curve(
+                    p,
+                    &format!("{name}: greedy evaluation every {} steps", cfg.eval_every),
+                    "environment steps",
+                    &[
+                        ("eval small-flow p99 slowdown", pts(|p| p.eval_small_p99)),
+                        ("eval ≥1MB p50 slowdown", pts(|p| p.eval_large_p50)),
+                        ("eval FCT cost", pts(|p| p.eval_cost)),
+                        ("train reward ×10", pts(|p| p.train_reward * 10.0)),
+                        (&format!("{} cost (reference)", trainer::REFERENCE_BASELINE.name()), reference_line),
+                    ],
+                )
+            })
+            .map_err(CliError::Failed)
+    })?;
     let sel = &trained.checkpoint.card.evaluation["selected"];
     print_written(&args.out, &csv, &png);
     outln!(
@@ -414,9 +414,8 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
     let trained = offline::train(&cfg, &data, &bar)?;
     drop(shown);
     bar.finish_and_clear();
-    let mut staged = StagedFiles::new();
-    trained.checkpoint.save_staged(&args.out, &mut staged).map_err(|e| CliError::Failed(e.to_string()))?;
     let csv = ecn_models::checkpoint::sibling(&args.out, CURVE_CSV);
+    let png = ecn_models::checkpoint::sibling(&args.out, CURVE_PNG);
     let mut s = String::from("updates,loss,td_error_rms,agrees_with_logged,wall_seconds\n");
     for p in &trained.curve {
         s.push_str(&format!(
@@ -424,24 +423,27 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
             p.updates, p.loss, p.td_error_rms, p.agrees_with_logged, p.wall_seconds
         ));
     }
-    staged.write(&csv, |p| std::fs::write(p, s)).map_err(|e| CliError::Failed(format!("{}: {e}", csv.display())))?;
-    let png = ecn_models::checkpoint::sibling(&args.out, CURVE_PNG);
     let pts = |f: fn(&offline::OfflinePoint) -> f64| trained.curve.iter().map(|p| (p.updates as f64, f(p))).collect();
-    staged
-        .write(&png, |p| {
-            plot::training_curve(
-                p,
-                &format!("{}: offline CQL on {} transitions", cfg.name, data.replay.len()),
-                "gradient updates",
-                &[
-                    ("loss", pts(|p| p.loss)),
-                    ("RMS TD error", pts(|p| p.td_error_rms)),
-                    ("greedy = logged action", pts(|p| p.agrees_with_logged)),
-                ],
-            )
-        })
-        .map_err(CliError::Failed)?;
-    staged.commit().map_err(|e| CliError::Failed(e.to_string()))?;
+    save_together(|staged| {
+        trained.checkpoint.save_staged(&args.out, staged).map_err(|e| CliError::Failed(e.to_string()))?;
+        staged
+            .write(&csv, |p| std::fs::write(p, s))
+            .map_err(|e| CliError::Failed(format!("{}: {e}", csv.display())))?;
+        staged
+            .write(&png, |p| {
+                plot::training_curve(
+                    p,
+                    &format!("{}: offline CQL on {} transitions", cfg.name, data.replay.len()),
+                    "gradient updates",
+                    &[
+                        ("loss", pts(|p| p.loss)),
+                        ("RMS TD error", pts(|p| p.td_error_rms)),
+                        ("greedy = logged action", pts(|p| p.agrees_with_logged)),
+                    ],
+                )
+            })
+            .map_err(CliError::Failed)
+    })?;
     print_written(&args.out, &csv, &png);
     let last = trained.curve.last().expect("at least one point");
     outln!(
@@ -565,6 +567,29 @@ fn write_curve_csv(path: &Path, curve: &[trainer::CurvePoint]) -> Result<(), Cli
         ));
     }
     std::fs::write(path, s).map_err(|e| CliError::Failed(format!("{}: {e}", path.display())))
+}
+
+/// Write a trained model's files with `write` as one set ([`StagedFiles`]), then put them in
+/// place together. Where one cannot be written (a full disk, a chart), the files written so
+/// far stay under their temporary names and the error says where: a model that took an hour
+/// to train is not lost to its chart.
+fn save_together(write: impl FnOnce(&mut StagedFiles) -> Result<(), CliError>) -> Result<(), CliError> {
+    let mut staged = StagedFiles::new();
+    if let Err(e) = write(&mut staged) {
+        let kept: Vec<String> = staged
+            .keep_written()
+            .iter()
+            .map(|(destination, at)| format!("{} (for {})", at.display(), destination.display()))
+            .collect();
+        return Err(match kept.is_empty() {
+            true => e,
+            false => CliError::Failed(format!(
+                "{e}; nothing was put in place, and what was written is kept: {}",
+                kept.join(", ")
+            )),
+        });
+    }
+    staged.commit().map_err(|e| CliError::Failed(e.to_string()))
 }
 
 #[cfg(test)]

@@ -46,8 +46,10 @@ struct Sink {
     writer: BufWriter<File>,
 }
 
+/// A log cut short by a full disk or a crash gets its partial last line ended: the next run's
+/// first decision was glued to it, and neither line could be read.
 fn open_append(path: &Path) -> std::io::Result<BufWriter<File>> {
-    Ok(BufWriter::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?))
+    Ok(BufWriter::new(crate::line_files::open_append(path)?))
 }
 
 impl DecisionLog {
