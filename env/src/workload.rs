@@ -85,9 +85,13 @@ impl Cdf {
         }
     }
 
-    /// Mean flow size in bytes, exact for the distribution [`Cdf::sample`] draws from: the
-    /// first point's share is a point mass at its size (as in the reference simulator), and
-    /// each later segment is uniform between its two sizes.
+    /// Mean flow size in bytes of the distribution [`Cdf::sample`] draws from, before its
+    /// rounding to whole bytes of at least 1: the first point's share is a point mass at its
+    /// size (as in the reference simulator), and each later segment is uniform between its two
+    /// sizes. Sizes drawn below 1 byte count here at their size, as in the reference's
+    /// generator: negligible for the standard CDFs (a segment from 0 carries a 1/size share
+    /// of it, 2e-12 of websearch's mean), but a custom CDF with much of its mass below a byte
+    /// offers more than its load (README "Scenario format").
     pub fn mean(&self) -> f64 {
         let (s0, p0) = self.points[0];
         let mut m = s0 * p0 / 100.0;

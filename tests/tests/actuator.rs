@@ -411,6 +411,30 @@ async fn tls_with_a_self_signed_certificate() {
     let caps = c.get_capabilities(pb::GetCapabilitiesRequest {}).await.expect("GetCapabilities over TLS");
     assert_eq!(caps.into_inner().backend, "dry-run");
 
+    // A client trusting another CA is refused, and says why: it read "transport error" alone,
+    // whether the certificate was another's, expired, or not yet valid by this host's clock.
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("another cert");
+    let other_ca = a.dir.path().join("other-ca.pem");
+    std::fs::write(&other_ca, other.cert.pem()).unwrap();
+    let out = a.dir.path().join("never.csv");
+    let target = format!("https://localhost:{}", a.addr.port());
+    let (code, _, stderr) = run_cli(&[
+        "record",
+        "--target",
+        &target,
+        "--tls-ca",
+        other_ca.to_str().unwrap(),
+        "--token-file",
+        token_path.to_str().unwrap(),
+        "--duration",
+        "1s",
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("cannot reach the actuator") && stderr.contains("certificate"), "{stderr}");
+
     // Plain text to a TLS port fails.
     let plain = tonic::transport::Channel::from_shared(a.url()).unwrap().connect().await;
     if let Ok(ch) = plain {
@@ -671,6 +695,57 @@ async fn replays_the_gap_as_a_gap(a: &Actuator) {
     }
     let absent: Vec<u64> = seen.iter().filter(|(_, has)| !**has).map(|(t, _)| *t).collect();
     assert_eq!(absent, (70..75).collect::<Vec<u64>>(), "intervals without {gap_queue}");
+}
+
+/// A fabric past gRPC's default 4 MiB a message: 48 000 queues make 4.8 MB telemetry batches.
+/// A client took none (`OutOfRange: decoded message length too large`): a controller held
+/// every queue for want of a first sample and exited 0, `record` and `recommend` failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_of_a_fabric_past_four_megabytes_a_batch_arrives() {
+    let dir = tempfile::Builder::new().prefix("ecn-actuator-big-").tempdir().unwrap();
+    let file = dir.path().join("big.parquet");
+    let mut rows = Vec::new();
+    for t in 1..=3u64 {
+        for sw in 0..100 {
+            for port in 0..60 {
+                for queue in 0..8u8 {
+                    rows.push(ecn_datasets::TelemetrySample {
+                        switch: format!("dc1-leaf-{sw:03}"),
+                        port: format!("Ethernet{}", port * 4),
+                        queue,
+                        sample: ecn_datasets::QueueSample {
+                            ts_ns: t * 100_000_000,
+                            link_bps: 100_000_000_000,
+                            // Every field set, as a switch's would be: a field at 0 takes no
+                            // bytes on the wire.
+                            queue_bytes: 123_456,
+                            queue_bytes_avg: 100_000.5,
+                            queue_bytes_max: 234_567,
+                            tx_bytes: 1_000_000,
+                            tx_pkts: 1_000,
+                            ecn_marked_pkts: 100,
+                            pfc_pause_rx: 3,
+                            pfc_pause_tx: 2,
+                            paused_ns: 12_345,
+                            span_ns: 100_000_000,
+                            kmin_bytes: 400_000,
+                            kmax_bytes: 1_600_000,
+                            pmax: 0.2,
+                            ..Default::default()
+                        },
+                    });
+                }
+            }
+        }
+    }
+    ecn_datasets::io::write_telemetry_parquet(&file, &rows).unwrap();
+    let a =
+        Actuator::start(&["--backend", "dry-run", "--telemetry", file.to_str().unwrap(), "--time-scale", "1"]).await;
+    let out = dir.path().join("again.parquet");
+    let (code, stdout, stderr) =
+        run_cli(&["record", "--target", &a.url(), "--duration", "3s", "--out", out.to_str().unwrap()]).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("(48000 queues"), "{stdout}");
 }
 
 /// A replayed recording that states its rows' spans (a poller's jittered steps) loops back to

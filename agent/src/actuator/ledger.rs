@@ -27,10 +27,18 @@ pub const HISTORY_LIMIT: usize = 4096;
 /// When an unconfirmed generation reverts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadline {
-    /// Monotonic instant, for the timer.
+    /// Monotonic instant: the timer, unmoved by steps of the wall clock.
     pub at: Instant,
-    /// The same moment as Unix milliseconds, for the wire and the journal.
-    pub unix_ms: u64,
+}
+
+impl Deadline {
+    /// The same moment as Unix milliseconds, for the wire and the journal: worked out from the
+    /// wall clock now and the time left, so that it stays right across a step of the wall
+    /// clock (worked out once, at the apply, it was off by the whole step after one).
+    pub fn unix_ms(&self) -> u64 {
+        let left = self.at.saturating_duration_since(Instant::now());
+        super::journal::unix_ms(std::time::SystemTime::now()) + left.as_millis() as u64
+    }
 }
 
 /// Why a confirm or rollback cannot be done.
@@ -282,7 +290,7 @@ mod tests {
     }
 
     fn dl() -> Option<Deadline> {
-        Some(Deadline { at: Instant::now(), unix_ms: 1 })
+        Some(Deadline { at: Instant::now() })
     }
 
     #[test]
@@ -343,7 +351,7 @@ mod tests {
     #[test]
     fn the_stack_reverts_at_its_earliest_deadline() {
         let now = Instant::now();
-        let at = |ms: u64| Deadline { at: now + std::time::Duration::from_millis(ms), unix_ms: ms };
+        let at = |ms: u64| Deadline { at: now + std::time::Duration::from_millis(ms) };
         let mut l = Ledger::starting_at(1, vec![s(100)]);
         let g2 = l.commit(l.staged(&[(0, s(200))]), Some(at(500)));
         l.commit(l.staged(&[(0, s(300))]), Some(at(3_600_000)));

@@ -243,7 +243,11 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
     let service = ActuatorService::new(backend, journal, stop_rx.clone());
     tokio::spawn(service.clone().watch_deadlines());
     let auth = BearerAuth::new(opts.token.clone());
-    let router = builder.add_service(ActuatorServer::with_interceptor(service.clone(), auth.clone()));
+    // A request may name every queue (an Apply of the whole fabric, ~60 bytes a queue): gRPC's
+    // default 4 MiB would refuse one past about 70 000 queues. Bounded by the fabric, not open.
+    let max_request = (4 << 20) + 256 * caps.queues.len();
+    let server = ActuatorServer::new(service.clone()).max_decoding_message_size(max_request);
+    let router = builder.add_service(tonic::service::interceptor::InterceptedService::new(server, auth.clone()));
     info!(
         %addr,
         backend = %caps.backend,

@@ -389,15 +389,12 @@ impl<B: Backend> ActuatorService<B> {
             return Ok(pb::ApplyResponse {
                 generation: current,
                 confirmed: current == confirmed,
-                confirm_deadline_unix_ms: st.ledger.deadline().map_or(0, |d| d.unix_ms),
+                confirm_deadline_unix_ms: st.ledger.deadline().map_or(0, |d| d.unix_ms()),
                 ..Default::default()
             });
         }
         let staged = st.ledger.staged(&changes);
-        let deadline = (!within.is_zero()).then(|| {
-            let now = SystemTime::now();
-            Deadline { at: Instant::now() + within, unix_ms: unix_ms(now) + within.as_millis() as u64 }
-        });
+        let deadline = (!within.is_zero()).then(|| Deadline { at: Instant::now() + within });
         let generation = st.ledger.next();
         // An apply without a deadline is confirmed at once, and with it any unconfirmed stack
         // it lands on, but only once it is on the device. Until then its line says the stack is
@@ -412,7 +409,7 @@ impl<B: Backend> ActuatorService<B> {
                 quoted_at_most(&req.reason, MAX_REASON_CHARS)
             })
             .controller(ctl);
-        e.confirm_deadline_unix_ms = deadline.map(|d| d.unix_ms);
+        e.confirm_deadline_unix_ms = deadline.map(|d| d.unix_ms());
         // The line goes to disk before the device changes: an actuator killed in between must
         // leave a journal that ends on this unconfirmed change, not on the confirmed state
         // before it (a restart would take the device's tables for confirmed settings).
@@ -463,7 +460,7 @@ impl<B: Backend> ActuatorService<B> {
             confirmed: deadline.is_none(),
             // When this change reverts unless confirmed: the stack's earliest deadline, which
             // may be an earlier apply's.
-            confirm_deadline_unix_ms: deadline.and(st.ledger.deadline()).map_or(0, |d| d.unix_ms),
+            confirm_deadline_unix_ms: deadline.and(st.ledger.deadline()).map_or(0, |d| d.unix_ms()),
             landed_ts_ns: times.map_or(0, |t| t.landed_ns),
             in_effect_from_ts_ns: times.map_or(0, |t| t.in_effect_from_ns),
         })
@@ -807,7 +804,7 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
                 generation: st.ledger.current(),
                 confirmed_generation: st.ledger.confirmed(),
                 queues: settings_to_wire(&self.inner.caps, &st.ledger.current_settings()),
-                confirm_deadline_unix_ms: st.ledger.deadline().map_or(0, |d| d.unix_ms),
+                confirm_deadline_unix_ms: st.ledger.deadline().map_or(0, |d| d.unix_ms()),
                 telemetry_now_ts_ns: self.inner.backend.telemetry_now_ns().unwrap_or(0),
             }))
         })

@@ -25,6 +25,9 @@ impl tonic::service::Interceptor for Auth {
 /// A connected actuator client.
 pub type Client = ActuatorClient<InterceptedService<Channel, Auth>>;
 
+/// The largest reply or telemetry batch a client takes: 1 GiB, about ten million queues.
+pub const MAX_REPLY_BYTES: usize = 1 << 30;
+
 /// A port in the URL that is no port number (`:99999`) parses as a URL without one, and then
 /// fails only at connection time, as an unreachable actuator: refused as the bad input it is.
 fn check_port(url: &str) -> Result<(), String> {
@@ -76,12 +79,32 @@ pub async fn connect(
     let channel = endpoint
         .connect()
         .await
-        .map_err(|e| CliError::Failed(format!("cannot reach the actuator at {target}: {e}")))?;
+        .map_err(|e| CliError::Failed(format!("cannot reach the actuator at {target}: {}", with_causes(&e))))?;
     let header = match token {
         Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| bad(&"the token is not valid header text"))?),
         None => None,
     };
-    Ok(ActuatorClient::with_interceptor(channel, Auth(header)))
+    // gRPC's default 4 MiB would cut telemetry at about 42 000 queues (a sample is ~100 bytes
+    // on the wire), and GetConfig at 80 000: a controller then never saw a first sample and
+    // held every queue. The actuator is trusted to send what its fabric has.
+    Ok(ActuatorClient::with_interceptor(channel, Auth(header)).max_decoding_message_size(MAX_REPLY_BYTES))
+}
+
+/// An error with its causes: tonic's connect error reads "transport error" alone, where the
+/// cause says what failed (a refused connection, a certificate expired or not yet valid by
+/// this host's clock, one for another name).
+fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut said = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !said.contains(&text) {
+            said.push_str(": ");
+            said.push_str(&text);
+        }
+        cause = c.source();
+    }
+    said
 }
 
 /// Whether the URL's host is a loopback address (`127.x.y.z`, `[::1]`, or `localhost` where

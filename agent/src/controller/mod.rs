@@ -252,7 +252,7 @@ fn feed_samples(
     }
     if let Some(p) = pending {
         for (i, stats) in completed {
-            if let Some(k) = p.queues.iter().position(|&q| q == i) {
+            if let Some(&k) = p.slots.get(&i) {
                 p.take(k, stats);
             }
         }
@@ -382,10 +382,13 @@ pub async fn run(
     // A fatal error (a lost lease, a decision log that cannot be written) still stops
     // cleanly: the pending change rolled back and the lease given back, not both left to
     // the actuator's deadline and TTL.
+    let mut busy = Busy::new();
     let ended: Result<(), CliError> = async {
         loop {
             lp.export_state();
+            busy.check(&lp.cfg.target, lp.queues.len());
             let connected = stream.is_some();
+            let waiting_from = Instant::now();
             // Wait for something to do; decisions follow the first telemetry batch of each interval,
             // and the ticker keeps deciding (and falling back) when telemetry stops.
             let woke = tokio::select! {
@@ -405,6 +408,7 @@ pub async fn run(
                 _ = tokio::time::sleep_until(reconnect_at), if !connected => Wake::Reconnect,
                 _ = ticker.tick() => Wake::Other,
             };
+            busy.waited += waiting_from.elapsed();
             let arrived = match woke {
                 Wake::Telemetry(Ok(Some(batch))) => {
                     reopening = Reopening::new();
@@ -634,6 +638,52 @@ impl Reopening {
     fn loud(&self) -> bool {
         let every = (60 / RECONNECT_BACKOFF_MAX.as_secs().max(1)).max(1) as u32;
         self.backoff < RECONNECT_BACKOFF_MAX || self.losses.is_multiple_of(every)
+    }
+}
+
+/// How much of its time a target's loop spends working rather than waiting, over windows of
+/// [`BUSY_WINDOW`]: a loop busy nearly all the time cannot keep up (too many queues for the
+/// interval, a slow machine), its rounds come late and the telemetry falls behind, and without
+/// this the only sign was telemetry warned of as lagging, and queues falling back for it.
+struct Busy {
+    since: Instant,
+    waited: Duration,
+    warned: bool,
+}
+
+/// The window [`Busy`] measures over.
+const BUSY_WINDOW: Duration = Duration::from_secs(10);
+
+/// The share of its time above which a loop is said not to keep up.
+const BUSY_SHARE: f64 = 0.9;
+
+impl Busy {
+    fn new() -> Busy {
+        Busy { since: Instant::now(), waited: Duration::ZERO, warned: false }
+    }
+
+    /// At each window's end, say when the loop was busy past [`BUSY_SHARE`], and when it keeps
+    /// up again.
+    fn check(&mut self, target: &str, queues: usize) {
+        let elapsed = self.since.elapsed();
+        if elapsed < BUSY_WINDOW {
+            return;
+        }
+        let busy = 1.0 - self.waited.as_secs_f64() / elapsed.as_secs_f64();
+        if busy > BUSY_SHARE && !self.warned {
+            warn!(
+                %target,
+                busy = format!("{:.0}%", busy * 100.0),
+                queues,
+                "the controller is busy nearly all the time for this target and cannot keep up: rounds come late and \
+                 telemetry falls behind (a longer --interval, fewer queues per controller, or a faster machine)"
+            );
+            self.warned = true;
+        } else if busy <= BUSY_SHARE && self.warned {
+            info!(%target, busy = format!("{:.0}%", busy * 100.0), "the controller keeps up again");
+            self.warned = false;
+        }
+        (self.since, self.waited) = (Instant::now(), Duration::ZERO);
     }
 }
 
@@ -1560,6 +1610,7 @@ mod tests {
             in_effect_from_ns: 0,
             window: 5,
             queues: vec![0],
+            slots: Pending::slots_of(&[0]),
             before: vec![Vec::new()],
             after: vec![Vec::new()],
             deadline: Instant::now(),
