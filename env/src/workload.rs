@@ -90,7 +90,7 @@ impl Cdf {
     /// size (as in the reference simulator), and each later segment is uniform between its two
     /// sizes. Sizes drawn below 1 byte count here at their size, as in the reference's
     /// generator: negligible for the standard CDFs (a segment from 0 carries a 1/size share
-    /// of it, 2e-12 of websearch's mean), but a custom CDF with much of its mass below a byte
+    /// of it, 4e-12 of websearch's mean), but a custom CDF with much of its mass below a byte
     /// offers more than its load (README "Scenario format").
     pub fn mean(&self) -> f64 {
         let (s0, p0) = self.points[0];
