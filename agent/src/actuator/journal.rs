@@ -96,6 +96,9 @@ impl QueueEntry {
     }
 }
 
+/// The longest journal line the log repeats whole (about 100 queues).
+const LOGGED_LINE_MAX: usize = 16 * 1024;
+
 /// One journal line.
 #[derive(Debug, Clone, Serialize)]
 pub struct Event {
@@ -381,7 +384,22 @@ impl Journal {
         }
         let stamped = Line { event: e, in_doubt_generation: self.in_doubt };
         let line = serde_json::to_string(&stamped).map_err(std::io::Error::other)?;
-        tracing::info!(target: "journal", event = ?e.event, generation = e.generation, detail = %e.detail, "{line}");
+        // The log repeats the line, but not a line of thousands of queues (4 MB at 39 000): a
+        // log pipeline splits or drops lines past some tens of KB. The journal keeps it whole.
+        if line.len() <= LOGGED_LINE_MAX {
+            tracing::info!(target: "journal", event = ?e.event, generation = e.generation, detail = %e.detail, "{line}");
+        } else {
+            tracing::info!(
+                target: "journal",
+                event = ?e.event,
+                generation = e.generation,
+                detail = %e.detail,
+                queues = e.queues.len(),
+                bytes = line.len(),
+                "journal line of {} queues (whole in the journal only)",
+                e.queues.len()
+            );
+        }
         Ok(line)
     }
 
