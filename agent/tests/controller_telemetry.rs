@@ -75,6 +75,8 @@ impl Actuator for Scripted {
             }),
             min_telemetry_interval_ns: 100_000,
             telemetry_time_scale: 1.0,
+            // As an actuator from before the id: nothing to compare.
+            instance_id: String::new(),
         }))
     }
     async fn get_config(&self, _: Request<pb::GetConfigRequest>) -> Result<Response<pb::Config>, Status> {

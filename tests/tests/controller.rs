@@ -829,6 +829,20 @@ async fn one_controller_serves_two_actuators_and_exports_metrics() {
     assert!(d.iter().any(|x| x["reason"].as_str().unwrap().contains("rate_limit")), "the limit was reached");
 }
 
+/// One actuator reached through two addresses no comparison of URLs can tell apart (here a
+/// forwarder; `0.0.0.0` and `127.0.0.1`, a VIP): its capabilities carry the same instance id,
+/// and the second target is refused (exit 2). Both loops ran, under one lease, and rolled back
+/// each other's changes.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_actuator_behind_two_addresses_is_refused() {
+    let act = sim_actuator(&[]).await;
+    let link = FaultyLink::start(&act.url(), Faults::default()).await;
+    let argv = ["run", "--target", &act.url(), "--target", &link.url(), "--mode", "shadow", "--duration", "30s"];
+    let (code, _, stderr) = ecn_tests::run_cli_within(&argv, Duration::from_secs(60)).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("(the same instance id)"), "{stderr}");
+}
+
 /// A controller measures how far its telemetry is behind the fabric in shadow mode too, where
 /// no apply tells it, and telemetry that arrives regularly but further behind than
 /// `--stale-after` counts as stale: the queues fall back to the baseline, and the decisions

@@ -94,6 +94,8 @@ struct Inner<B> {
     deadline_changed: Notify,
     /// Flips to true when the server stops; ends telemetry streams and the watcher.
     stopping: watch::Receiver<bool>,
+    /// [`pb::Capabilities::instance_id`]: random, this process's.
+    instance_id: String,
 }
 
 /// The actuator service. Cheap to clone (shared state).
@@ -163,6 +165,8 @@ impl<B: Backend> ActuatorService<B> {
                 state: Mutex::new(state),
                 deadline_changed: Notify::new(),
                 stopping,
+                // As random as a lease id, and like one no secret.
+                instance_id: new_lease_id(),
             }),
         }
     }
@@ -794,6 +798,7 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
             }),
             min_telemetry_interval_ns: c.min_telemetry_interval_ns,
             telemetry_time_scale: c.telemetry_time_scale,
+            instance_id: self.inner.instance_id.clone(),
         }))
     }
 

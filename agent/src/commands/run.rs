@@ -200,8 +200,16 @@ fn socket_addrs(url: &str) -> Vec<std::net::SocketAddr> {
     let Some(host) = uri.host() else { return Vec::new() };
     let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    // An IPv4-mapped IPv6 address is the IPv4 one.
-    let canonical = |a: std::net::SocketAddr| std::net::SocketAddr::new(a.ip().to_canonical(), a.port());
+    // An IPv4-mapped IPv6 address is the IPv4 one; the unspecified address, to connect to,
+    // is this host's loopback (Linux connects `0.0.0.0` to `127.0.0.1`).
+    let canonical = |a: std::net::SocketAddr| {
+        let ip = match a.ip().to_canonical() {
+            std::net::IpAddr::V4(v4) if v4.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+            ip => ip,
+        };
+        std::net::SocketAddr::new(ip, a.port())
+    };
     (host, port).to_socket_addrs().map(|addrs| addrs.map(canonical).collect()).unwrap_or_default()
 }
 
@@ -379,6 +387,19 @@ fn report_json(r: &controller::RunReport, comparison: Option<serde_json::Value>)
             .collect();
         v["nothing_landed"] = serde_json::json!(none);
     }
+    if !r.targets.is_empty() {
+        let each: Vec<serde_json::Value> = r
+            .targets
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "target": t.target, "rounds": t.rounds, "applies": t.applies,
+                    "failed_applies": t.failed_applies, "confirms": t.confirms, "rollbacks": t.rollbacks
+                })
+            })
+            .collect();
+        v["targets"] = serde_json::json!(each);
+    }
     if let Some(c) = comparison {
         v["comparison"] = c;
     }
@@ -509,6 +530,29 @@ mod tests {
         assert_eq!(e.exit_code(), 1, "{e}");
     }
 
+    /// With several targets the report gives each one's counts beside the totals; the totals
+    /// alone left a rollback's target to the journals.
+    #[test]
+    fn the_report_gives_each_targets_counts() {
+        let one = |target: &str, applies| controller::TargetCounts {
+            target: target.into(),
+            applies,
+            rollbacks: 1,
+            ..Default::default()
+        };
+        let r = controller::RunReport {
+            applies: 5,
+            rollbacks: 2,
+            targets: vec![one("http://a:1", 3), one("http://b:2", 2)],
+            ..Default::default()
+        };
+        let v = report_json(&r, None);
+        assert_eq!(v["applies"], 5);
+        assert_eq!(v["targets"][1]["target"], "http://b:2");
+        assert_eq!(v["targets"][1]["applies"], 2);
+        assert!(report_json(&controller::RunReport::default(), None).get("targets").is_none());
+    }
+
     #[test]
     fn a_target_given_twice_is_refused() {
         let argv = ["run", "--target", "http://127.0.0.1:1", "--target", "HTTP://127.0.0.1:1/", "--mode", "shadow"];
@@ -520,6 +564,11 @@ mod tests {
             ["run", "--target", "http://127.0.0.1:7", "--target", "http://[::ffff:127.0.0.1]:7", "--mode", "shadow"];
         let e = run(Cli::try_parse_from(argv).unwrap().run).unwrap_err();
         assert!(e.to_string().contains("given twice (as http://127.0.0.1:7 and http://[::ffff:127.0.0.1]:7)"), "{e}");
+        // The unspecified address connects to this host's loopback.
+        let argv = ["run", "--target", "http://127.0.0.1:7", "--target", "http://0.0.0.0:7", "--mode", "shadow"];
+        let e = run(Cli::try_parse_from(argv).unwrap().run).unwrap_err();
+        assert!(e.to_string().contains("given twice (as http://127.0.0.1:7 and http://0.0.0.0:7)"), "{e}");
+        assert_eq!(socket_addrs("http://[::]:7"), ["[::1]:7".parse().unwrap()]);
         assert_eq!(socket_addrs("http://127.0.0.1"), ["127.0.0.1:80".parse().unwrap()]);
         assert_eq!(socket_addrs("https://127.0.0.1/x"), ["127.0.0.1:443".parse().unwrap()]);
         assert!(socket_addrs("not a url").is_empty());

@@ -43,6 +43,7 @@ use metrics::{Metrics, QueueLabels, TargetLabels, TargetSeries};
 use requests::{Requests, StopReason};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use telemetry::QueueWatch;
 use tracing::{debug, info, warn, Instrument};
@@ -140,6 +141,26 @@ pub struct RunReport {
     /// Targets on which every Apply failed, none succeeding, as (target, failures, the last
     /// failure): an enforce run that changed nothing there while it tried to.
     pub nothing_landed: Vec<(String, u64, String)>,
+    /// With several targets, each one's counts (the totals above add them up), in the order
+    /// their loops ended.
+    pub targets: Vec<TargetCounts>,
+}
+
+/// One target's share of a [`RunReport`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TargetCounts {
+    /// The target as given.
+    pub target: String,
+    /// Decision rounds.
+    pub rounds: u64,
+    /// Apply calls that succeeded.
+    pub applies: u64,
+    /// Apply calls that failed.
+    pub failed_applies: u64,
+    /// Confirmed changes.
+    pub confirms: u64,
+    /// Rolled-back changes.
+    pub rollbacks: u64,
 }
 
 impl RunReport {
@@ -297,6 +318,7 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
     let (kill, kill_file) = (requests.kill.clone(), cfg.kill_file.clone());
     metrics.watch_kill_switch(move || kill.is_thrown() || kill_file.as_ref().is_some_and(|f| f.exists()));
     let mut tasks = tokio::task::JoinSet::new();
+    let peers = Peers::new(requester.clone());
     // `--max-changes-per-minute` counts the changes of every target together.
     let budget = ChangeBudget::default();
     // With several targets, every log line of a loop names its target (a span); one target
@@ -306,10 +328,12 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
         let cfg = ControllerConfig { target: target.clone(), ..cfg.clone() };
         let (metrics, decisions, requests) = (metrics.clone(), decisions.clone(), requests.clone());
         let budget = budget.clone();
+        let peers = peers.clone();
         let span = if several { tracing::info_span!("target", url = %target) } else { tracing::Span::none() };
         tasks.spawn(
             async move {
-                run(cfg, metrics, decisions, requests, budget).await.map_err(|e| e.about("--target", &target))
+                let r = run(cfg, metrics, decisions, requests, budget, peers).await;
+                (r.map_err(|e| e.about("--target", &target)), target)
             }
             .instrument(span),
         );
@@ -317,9 +341,22 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
     let mut total = RunReport::default();
     let mut first_error = None;
     while let Some(done) = tasks.join_next().await {
-        let r = done.map_err(|e| CliError::Failed(format!("a control loop panicked: {e}"))).and_then(|r| r);
+        let (r, target) = match done {
+            Ok((r, target)) => (r, target),
+            Err(e) => (Err(CliError::Failed(format!("a control loop panicked: {e}"))), String::new()),
+        };
         match r {
             Ok(r) => {
+                if several {
+                    total.targets.push(TargetCounts {
+                        target,
+                        rounds: r.rounds,
+                        applies: r.applies,
+                        failed_applies: r.failed_applies,
+                        confirms: r.confirms,
+                        rollbacks: r.rollbacks,
+                    });
+                }
                 total.rounds += r.rounds;
                 total.applies += r.applies;
                 total.failed_applies += r.failed_applies;
@@ -330,9 +367,14 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
             }
             Err(e) => {
                 // One target's fatal error stops the others cleanly (pending changes rolled
-                // back, leases released) instead of abandoning them mid-change at exit.
+                // back, leases released) instead of abandoning them mid-change at exit; the
+                // loop asked them as it failed ([`run`]), this covers one that failed to start.
                 requester.stop(StopReason::PeerFailed);
-                first_error.get_or_insert(e);
+                // The first error is the command's; any other is said here, or it was lost.
+                match &first_error {
+                    None => first_error = Some(e),
+                    Some(_) => warn!("another target failed as well: {e}"),
+                }
             }
         }
     }
@@ -344,15 +386,53 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
     }
 }
 
-/// Run the control loop of one actuator until `duration`, a stop request, or a fatal error.
+/// What one target's loop shares with the others': a way to stop them, and the actuators the
+/// loops have reached, by [`pb::Capabilities::instance_id`].
+#[derive(Clone)]
+pub struct Peers {
+    stop: requests::Requester,
+    reached: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl Peers {
+    /// Loops that `stop` stops, none of which has reached an actuator yet.
+    pub fn new(stop: requests::Requester) -> Peers {
+        Peers { stop, reached: Arc::default() }
+    }
+
+    /// Note that `target` reached the actuator `instance_id`; one another target reached is
+    /// refused (exit 2). `run` refuses two URLs of one address before connecting; this
+    /// catches what no address tells (`0.0.0.0` and `127.0.0.1`, a VIP, a forwarder).
+    fn reach(&self, instance_id: &str, target: &str) -> Result<(), CliError> {
+        if instance_id.is_empty() {
+            return Ok(());
+        }
+        let mut reached = self.reached.lock().unwrap_or_else(|e| e.into_inner());
+        match reached.get(instance_id) {
+            Some(other) => Err(CliError::BadInput(format!(
+                "--target {target} is the actuator --target {other} reaches (the same instance id): one actuator \
+                 given twice, whose two control loops would roll back each other's changes"
+            ))),
+            None => {
+                reached.insert(instance_id.to_string(), target.to_string());
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Run the control loop of one actuator until `duration`, a stop request, or a fatal error;
+/// on a fatal error the other targets' loops (`peers`) are asked to stop at once, before this
+/// one's own clean stop, which may take a `--call-timeout` or more.
 pub async fn run(
     cfg: ControllerConfig,
     metrics: Metrics,
     log: DecisionLog,
     mut requests: Requests,
     budget: ChangeBudget,
+    peers: Peers,
 ) -> Result<RunReport, CliError> {
-    let mut lp = ControlLoop::start(cfg, metrics, log, budget).await?;
+    let mut lp = ControlLoop::start(cfg, metrics, log, budget, &peers).await?;
     // An actuator restarting just now (its capabilities read, its stream not yet open) is a
     // lost stream like any other: reopened below, not the end of the controller.
     let mut stream = match lp.open_stream().await {
@@ -521,6 +601,7 @@ pub async fn run(
         Ok(()) => lp.shutdown().await,
         Err(e) => {
             warn!(target = %lp.cfg.target, "stopping on an error: {e}");
+            peers.stop.stop(StopReason::PeerFailed);
             match lp.shutdown().await {
                 Ok(report) => Err(report.said_with(e)),
                 // The same failure again (the decision log, still full) is said once.
@@ -880,11 +961,13 @@ impl ControlLoop {
         metrics: Metrics,
         log: DecisionLog,
         budget: ChangeBudget,
+        peers: &Peers,
     ) -> Result<Self, CliError> {
         let mut client = connect(&cfg.target, cfg.token.as_deref(), cfg.tls_ca.as_deref(), cfg.call_timeout).await?;
         let caps =
             client.get_capabilities(pb::GetCapabilitiesRequest {}).await.map_err(|s| status("GetCapabilities", s))?;
         let caps = caps.into_inner();
+        peers.reach(&caps.instance_id, &cfg.target)?;
         let config = client.get_config(pb::GetConfigRequest {}).await.map_err(|s| status("GetConfig", s))?.into_inner();
         let generation = config.generation;
 
@@ -1532,8 +1615,16 @@ impl ControlLoop {
         }
         if let Some((lease_id, _)) = self.lease.take() {
             let release = self.client.release_writer(pb::ReleaseWriterRequest { lease_id });
-            if tokio::time::timeout_at(give_up, release).await.is_err() {
-                warn!(target = %self.cfg.target, "no answer to the lease's release; it lapses at its TTL");
+            // Either timeout may end the call first: the stop's, or the channel's own
+            // `--call-timeout`, which returns an error (it went unsaid).
+            match tokio::time::timeout_at(give_up, release).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(s)) => warn!(
+                    target = %self.cfg.target,
+                    "the lease's release failed ({}); it lapses at its TTL",
+                    said(&s)
+                ),
+                Err(_) => warn!(target = %self.cfg.target, "no answer to the lease's release; it lapses at its TTL"),
             }
         }
         // A run that tried to change this target and never could (a device refusing every
