@@ -465,6 +465,15 @@ async fn every_edit_from_outside_is_warned_of_even_one_a_write_overwrites_at_onc
     // A second edit while the first stands.
     set_config_field(&rig.redis, OWN_PROFILE, "green_min_threshold", "100000");
     eventually("the second edit", WAIT, || warned("queue Ethernet0|3 at (100000, 900000, 25)".into())).await;
+    // An operator's profile for a queue the first edit reached: the same queues differ, one
+    // with another curve (it went unsaid, the warning naming only the first queue's curve).
+    for (f, v) in
+        [("green_min_threshold", "111111"), ("green_max_threshold", "222222"), ("green_drop_probability", "9")]
+    {
+        set_config_field(&rig.redis, "WRED_PROFILE|OPS", f, v);
+    }
+    set_config_field(&rig.redis, "QUEUE|Ethernet12|4", "wred_profile", "OPS");
+    eventually("the rebinding", WAIT, || warned("queue Ethernet12|4 at (111111, 222222, 9)".into())).await;
     // A third, written over at once by an apply to another queue.
     set_config_field(&rig.redis, OWN_PROFILE, "green_max_threshold", "950000");
     apply(&mut c, "Ethernet8", 300_000).await;

@@ -88,7 +88,7 @@ fn prepare_out_file(out: &Path) -> Result<(), CliError> {
         return Err(CliError::BadInput(format!("--out {}: is a directory", out.display())));
     }
     let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    create_folder(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", out.display())))?;
+    create_folder(dir, out)?;
     let mut probe = out.as_os_str().to_os_string();
     probe.push(format!(".probe-{}", std::process::id()));
     probe_writable(Path::new(&probe), out)
@@ -98,11 +98,15 @@ fn prepare_out_file(out: &Path) -> Result<(), CliError> {
 /// sure the folder takes one now, not after the work, by creating and removing `probe`.
 /// `out` is the `--out` the error names.
 fn probe_writable(probe: &Path, out: &Path) -> Result<(), CliError> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(probe)
-        .map_err(|e| CliError::BadInput(format!("--out {}: cannot write there: {e}", out.display())))?;
+    std::fs::OpenOptions::new().write(true).create_new(true).open(probe).map_err(|e| {
+        let said = format!("--out {}: cannot write there: {e}", out.display());
+        // A full disk is the machine's, not the path's (exit 1, not 2).
+        if crate::line_files::out_of_space(&e) {
+            CliError::Failed(said)
+        } else {
+            CliError::BadInput(said)
+        }
+    })?;
     let _ = std::fs::remove_file(probe);
     Ok(())
 }
@@ -120,17 +124,21 @@ fn prepare_telemetry_out(out: &Path) -> Result<(), CliError> {
 /// `files` the command will write there is a directory. Found after the work, that would fail
 /// with some files written and others not.
 fn prepare_out_dir<'a>(dir: &Path, files: impl IntoIterator<Item = &'a str>) -> Result<(), CliError> {
-    create_folder(dir).map_err(|e| CliError::BadInput(format!("--out {}: {e}", dir.display())))?;
+    create_folder(dir, dir)?;
     refuse_directories(files.into_iter().map(|name| dir.join(name)))?;
     probe_writable(&dir.join(format!(".probe-{}", std::process::id())), dir)
 }
 
 /// `create_dir_all`, saying which part of the path is a file, or a link to nothing, where it
-/// fails for that (its own error, "File exists", names neither).
-fn create_folder(dir: &Path) -> Result<(), String> {
+/// fails for that (its own error, "File exists", names neither); the error names `--out out`.
+fn create_folder(dir: &Path, out: &Path) -> Result<(), CliError> {
     std::fs::create_dir_all(dir).map_err(|e| {
+        if crate::line_files::out_of_space(&e) {
+            // The machine's, not the path's (exit 1, not 2).
+            return CliError::Failed(format!("--out {}: {e}", out.display()));
+        }
         let in_the_way = |a: &&Path| !a.as_os_str().is_empty() && a.symlink_metadata().is_ok() && !a.is_dir();
-        match dir.ancestors().find(in_the_way) {
+        let why = match dir.ancestors().find(in_the_way) {
             Some(link) if !link.exists() => {
                 let to = std::fs::read_link(link).unwrap_or_default();
                 let target = link.parent().unwrap_or(Path::new(".")).join(&to);
@@ -141,7 +149,8 @@ fn create_folder(dir: &Path) -> Result<(), String> {
             }
             Some(file) => format!("{} is a file, not a folder", file.display()),
             None => e.to_string(),
-        }
+        };
+        CliError::BadInput(format!("--out {}: {why}", out.display()))
     })
 }
 

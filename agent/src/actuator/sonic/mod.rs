@@ -628,9 +628,9 @@ struct Writer {
     reading: Arc<AtomicBool>,
     /// How often, while idle, CONFIG_DB is compared with the settings last applied.
     drift_every: Duration,
-    /// The edit from outside last warned of, while it stands: each new one is warned of, and
-    /// a write that sets it again ends it.
-    drift: Option<String>,
+    /// The edit from outside last warned of, while it stands: each new one is warned of (a
+    /// queue more, or another curve), and a write that sets it again ends it.
+    drift: Option<Drift>,
     /// Controlled queues (indices into the layout) whose `QUEUE` entry was gone from CONFIG_DB
     /// at the last apply: their port removed, most likely.
     gone: Vec<usize>,
@@ -641,6 +641,17 @@ struct Writer {
 
 /// How many of the other queues an edit from outside reached the drift warning names.
 const DRIFT_NAMED: usize = 5;
+
+/// How many of the curves an edit from outside shows the drift warning names.
+const DRIFT_CURVES: usize = 3;
+
+/// An edit from outside: every queue it reached with the curve CONFIG_DB shows for it (what
+/// tells one edit from the next), and in words.
+#[derive(Debug, Clone, PartialEq)]
+struct Drift {
+    queues: Vec<(usize, Option<Curve>)>,
+    said: String,
+}
 
 impl Writer {
     fn run(mut self, jobs: mpsc::Receiver<Job>) {
@@ -707,9 +718,10 @@ impl Writer {
         };
         let drift = self.outside_edit(&now);
         match (&self.drift, &drift) {
-            (_, Some(why)) if self.drift.as_ref() != Some(why) => warn!(
-                "{why}: changed outside ecn-tuner (an operator, `config reload`?); the actuator reports the settings \
-                 last applied until its next write, which sets every controlled queue again"
+            (_, Some(d)) if self.drift.as_ref() != Some(d) => warn!(
+                "{}: changed outside ecn-tuner (an operator, `config reload`?); the actuator reports the settings \
+                 last applied until its next write, which sets every controlled queue again",
+                d.said
             ),
             (Some(_), None) => info!("CONFIG_DB holds the settings last applied again"),
             _ => {}
@@ -719,31 +731,48 @@ impl Writer {
 
     /// How CONFIG_DB (`now`) differs from the settings last applied where it does not show the
     /// last transaction sent either (ours, in doubt or being undone), gone queues aside: an
-    /// edit from outside, described with every queue it reached (an edit of a shared profile
-    /// reaches every queue bound to it).
-    fn outside_edit(&self, now: &Snapshot) -> Option<String> {
+    /// edit from outside, every queue it reached with the curve it shows (an edit of a shared
+    /// profile reaches every queue bound to it), and in words, a group per curve.
+    fn outside_edit(&self, now: &Snapshot) -> Option<Drift> {
         let ours =
             |q: usize, shown: Option<Curve>| self.tried.as_ref().is_some_and(|t| shown == Some(effective(&t[q])));
-        let differing: Vec<(usize, Option<Curve>)> = config::differs(&self.layout, now, &self.applied)
+        let queues: Vec<(usize, Option<Curve>)> = config::differs(&self.layout, now, &self.applied)
             .into_iter()
             .filter(|&(q, shown)| !self.gone.contains(&q) && !ours(q, shown))
             .collect();
-        let (&(q, shown), rest) = differing.split_first()?;
-        let shown = shown.map_or("no WRED curve".to_string(), |c| format!("{c:?}"));
-        let others = match rest {
-            [] => String::new(),
-            rest => {
-                let names: Vec<String> =
-                    rest.iter().take(DRIFT_NAMED).map(|&(i, _)| self.layout.queues[i].name()).collect();
-                let more = if rest.len() > DRIFT_NAMED { ", ..." } else { "" };
-                format!(" (and {} other queues: {}{more})", rest.len(), names.join(", "))
+        let mut groups: Vec<(Option<Curve>, Vec<usize>)> = Vec::new();
+        for &(q, shown) in &queues {
+            match groups.iter_mut().find(|(c, _)| *c == shown) {
+                Some((_, qs)) => qs.push(q),
+                None => groups.push((shown, vec![q])),
             }
+        }
+        let said: Vec<String> = groups
+            .iter()
+            .take(DRIFT_CURVES)
+            .map(|(shown, qs)| {
+                let shown = shown.map_or("no WRED curve".to_string(), |c| format!("{c:?}"));
+                let others = match &qs[1..] {
+                    [] => String::new(),
+                    rest => {
+                        let names: Vec<String> =
+                            rest.iter().take(DRIFT_NAMED).map(|&i| self.layout.queues[i].name()).collect();
+                        let more = if rest.len() > DRIFT_NAMED { ", ..." } else { "" };
+                        format!(" (and {} other queues: {}{more})", rest.len(), names.join(", "))
+                    }
+                };
+                format!(
+                    "queue {} at {shown}, not the settings last applied, {:?} (Kmin, Kmax, percent){others}",
+                    self.layout.queues[qs[0]].name(),
+                    effective(&self.applied[qs[0]])
+                )
+            })
+            .collect();
+        let more = match groups.len().saturating_sub(DRIFT_CURVES) {
+            0 => String::new(),
+            n => format!("; and {n} more curves"),
         };
-        Some(format!(
-            "CONFIG_DB shows queue {} at {shown}, not the settings last applied, {:?} (Kmin, Kmax, percent){others}",
-            self.layout.queues[q].name(),
-            effective(&self.applied[q])
-        ))
+        (!queues.is_empty()).then(|| Drift { queues, said: format!("CONFIG_DB shows {}{more}", said.join("; ")) })
     }
 
     /// With ASIC_DB read-back, wait until orchagent has programmed `settings` (just written to
@@ -892,12 +921,13 @@ impl Writer {
         }
         // An edit from outside that no comparison has caught yet (one made within a poll of
         // this write) is overwritten here: say so, with what it was, before it goes.
-        if let Some(why) = self.outside_edit(&model).filter(|why| self.drift.as_ref() != Some(why)) {
+        if let Some(d) = self.outside_edit(&model).filter(|d| self.drift.as_ref() != Some(d)) {
             warn!(
-                "{why}: changed outside ecn-tuner (an operator, `config reload`?); this write sets every controlled \
-                 queue again"
+                "{}: changed outside ecn-tuner (an operator, `config reload`?); this write sets every controlled \
+                 queue again",
+                d.said
             );
-            self.drift = Some(why);
+            self.drift = Some(d);
         }
         let settings = self.keeping_gone(settings);
         let t = config::target(&self.layout, &model, &settings);
