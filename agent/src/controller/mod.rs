@@ -1261,8 +1261,11 @@ impl ControlLoop {
                     }
                     // The actuator has let the lease go by now: this controller is no longer its
                     // writer, whether or not it had anything to write. Without this, a target
-                    // lost while idle (nothing pending, nothing to change) went unnoticed.
-                    Err(s) if now.duration_since(self.last_renew) >= *ttl => {
+                    // lost while idle (nothing pending, nothing to change) went unnoticed. Timed
+                    // as the call ends, not as it began: a hung actuator's call waits out
+                    // `--call-timeout`, and the lease was taken for lost a call late (26 s after
+                    // a hang under a 10 s TTL, with the writes between).
+                    Err(s) if self.last_renew.elapsed() >= *ttl => {
                         return Err(CliError::Failed(format!(
                             "lost the writer lease on {}: not renewed for {} s ({})",
                             self.cfg.target,
