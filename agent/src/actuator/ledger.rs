@@ -289,6 +289,20 @@ mod tests {
         EcnSetting { kmin_bytes: k, kmax_bytes: k * 4, pmax: 0.2 }
     }
 
+    /// A deadline's Unix time is the wall clock now plus the time left, whenever asked: one
+    /// 10 s ahead reads 10 s ahead now, and one passed reads now, not the past.
+    #[test]
+    fn a_deadlines_unix_time_is_now_plus_the_time_left() {
+        let now_ms = || crate::actuator::journal::unix_ms(std::time::SystemTime::now());
+        let ahead = Deadline { at: Instant::now() + std::time::Duration::from_secs(10) };
+        let (before, said, after) = (now_ms(), ahead.unix_ms(), now_ms());
+        assert!(before + 9_900 <= said && said <= after + 10_000, "{before} {said} {after}");
+        let passed = Deadline { at: Instant::now() };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let (before, said, after) = (now_ms(), passed.unix_ms(), now_ms());
+        assert!(before <= said && said <= after, "{before} {said} {after}");
+    }
+
     fn dl() -> Option<Deadline> {
         Some(Deadline { at: Instant::now() })
     }
