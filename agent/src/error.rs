@@ -21,6 +21,16 @@ impl CliError {
         }
     }
 
+    /// An output path the user named that cannot be opened or made, said as `said`: bad input
+    /// (exit 2), unless the disk is full or out of inodes, which is the machine's (exit 1).
+    pub fn output_path(said: String, e: &std::io::Error) -> CliError {
+        if crate::line_files::out_of_space(e) {
+            CliError::Failed(said)
+        } else {
+            CliError::BadInput(said)
+        }
+    }
+
     /// The same error, its message prefixed with `FLAG VALUE: ` unless it already names
     /// `value`: where one process talks to several actuators, every error says which one it is
     /// about.

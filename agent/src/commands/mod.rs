@@ -98,15 +98,11 @@ fn prepare_out_file(out: &Path) -> Result<(), CliError> {
 /// sure the folder takes one now, not after the work, by creating and removing `probe`.
 /// `out` is the `--out` the error names.
 fn probe_writable(probe: &Path, out: &Path) -> Result<(), CliError> {
-    std::fs::OpenOptions::new().write(true).create_new(true).open(probe).map_err(|e| {
-        let said = format!("--out {}: cannot write there: {e}", out.display());
-        // A full disk is the machine's, not the path's (exit 1, not 2).
-        if crate::line_files::out_of_space(&e) {
-            CliError::Failed(said)
-        } else {
-            CliError::BadInput(said)
-        }
-    })?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(probe)
+        .map_err(|e| CliError::output_path(format!("--out {}: cannot write there: {e}", out.display()), &e))?;
     let _ = std::fs::remove_file(probe);
     Ok(())
 }
@@ -133,10 +129,6 @@ fn prepare_out_dir<'a>(dir: &Path, files: impl IntoIterator<Item = &'a str>) -> 
 /// fails for that (its own error, "File exists", names neither); the error names `--out out`.
 fn create_folder(dir: &Path, out: &Path) -> Result<(), CliError> {
     std::fs::create_dir_all(dir).map_err(|e| {
-        if crate::line_files::out_of_space(&e) {
-            // The machine's, not the path's (exit 1, not 2).
-            return CliError::Failed(format!("--out {}: {e}", out.display()));
-        }
         let in_the_way = |a: &&Path| !a.as_os_str().is_empty() && a.symlink_metadata().is_ok() && !a.is_dir();
         let why = match dir.ancestors().find(in_the_way) {
             Some(link) if !link.exists() => {
@@ -150,7 +142,7 @@ fn create_folder(dir: &Path, out: &Path) -> Result<(), CliError> {
             Some(file) => format!("{} is a file, not a folder", file.display()),
             None => e.to_string(),
         };
-        CliError::BadInput(format!("--out {}: {why}", out.display()))
+        CliError::output_path(format!("--out {}: {why}", out.display()), &e)
     })
 }
 

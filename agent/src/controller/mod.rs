@@ -302,12 +302,7 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
     }
     let decisions = DecisionLog::open(cfg.decision_log.as_deref()).map_err(|e| {
         let path = cfg.decision_log.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
-        let said = format!("--decision-log {path}: {e}");
-        if crate::line_files::out_of_space(&e) {
-            CliError::Failed(said)
-        } else {
-            CliError::BadInput(said)
-        }
+        CliError::output_path(format!("--decision-log {path}: {e}"), &e)
     })?;
     decisions
         .reopen_on_hangup()
