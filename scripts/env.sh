@@ -94,14 +94,14 @@ ecn_checkout="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 # taking its fingerprints away mid-build breaks it, so wait for it instead.
 ecn_last_checkout="$(cat "$CARGO_TARGET_DIR/.last-checkout" 2>/dev/null || true)"
 if [ "$ecn_last_checkout" != "$ecn_checkout" ]; then
-  for ecn_lock in "$CARGO_TARGET_DIR"/*/.cargo-lock; do
+  for ecn_lock in "$CARGO_TARGET_DIR"/*/.cargo-lock "$CARGO_TARGET_DIR"/*/*/.cargo-lock; do
     if [ -e "$ecn_lock" ] && command -v flock >/dev/null 2>&1 && ! flock -n "$ecn_lock" true; then
       echo "error: a build from ${ecn_last_checkout:-another checkout} is running in $CARGO_TARGET_DIR;" \
         "wait for it to finish, or set CARGO_TARGET_DIR to a directory of this checkout's own" >&2
       return 1
     fi
   done
-  rm -rf "$CARGO_TARGET_DIR"/*/.fingerprint/ecn-*
+  rm -rf "$CARGO_TARGET_DIR"/*/.fingerprint/ecn-* "$CARGO_TARGET_DIR"/*/*/.fingerprint/ecn-*
   echo "$ecn_checkout" > "$CARGO_TARGET_DIR/.last-checkout"
 fi
 
@@ -173,19 +173,17 @@ export LIBTORCH_USE_PYTORCH=1
 # torch-sys asks the venv's python where libtorch is, but reruns only when its own variables
 # change: a venv moved, or remade for another Python (lib/python3.X/...), would leave builds
 # linking, and binaries' rpath pointing, at a folder that is gone. Such builds are redone: only
-# the torch-sys runs that point elsewhere (another project sharing the target directory keeps
-# its own).
+# the torch-sys runs whose libtorch folder is gone (another project sharing the target
+# directory, with a libtorch of its own, keeps its build). With CARGO_BUILD_TARGET the profiles
+# sit one level deeper (<triple>/<profile>).
 ecn_torch_lib="$("$ECN_TUNER_TORCH_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch/lib"
-# Compared as real paths: the same folder reached through a symlink, or through a venv's lib64
-# link to lib, is no move.
-ecn_torch_real="$(readlink -f "$ecn_torch_lib" 2>/dev/null || echo "$ecn_torch_lib")"
-for ecn_output in "$CARGO_TARGET_DIR"/*/build/torch-sys-*/output; do
+for ecn_output in "$CARGO_TARGET_DIR"/*/build/torch-sys-*/output "$CARGO_TARGET_DIR"/*/*/build/torch-sys-*/output; do
   [ -f "$ecn_output" ] || continue
   ecn_linked="$(sed -n 's|^cargo:rustc-link-search=native=\(.*/torch/lib\)$|\1|p' "$ecn_output" | head -n 1)"
-  if [ -n "$ecn_linked" ] && [ "$(readlink -f "$ecn_linked" 2>/dev/null || echo "$ecn_linked")" != "$ecn_torch_real" ]; then
+  if [ -n "$ecn_linked" ] && [ ! -d "$ecn_linked" ]; then
     ecn_run="$(dirname "$ecn_output")"
     ecn_profile="$(dirname "$(dirname "$ecn_run")")"
-    echo "libtorch moved to $ecn_torch_lib (from $ecn_linked): rebuilding torch-sys in $ecn_profile" >&2
+    echo "libtorch moved to $ecn_torch_lib ($ecn_linked is gone): rebuilding torch-sys in $ecn_profile" >&2
     rm -rf "$ecn_run" "$ecn_profile/.fingerprint/$(basename "$ecn_run")"
   fi
 done

@@ -261,8 +261,6 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 
-    /// A link planted where a temporary file would go (another user's, in a shared folder) is
-    /// not written through: the temporary file goes in a folder made anew, for this user alone.
     /// Given up after a failed write, the files written so far are kept where they were
     /// written, the failed one is gone, and the destinations are untouched.
     #[test]
@@ -285,6 +283,8 @@ mod tests {
         assert!(!failed.unwrap().exists() && !a.exists() && !b.exists());
     }
 
+    /// A link planted where a temporary file would go (another user's, in a shared folder) is
+    /// not written through: the temporary file goes in a folder made anew, for this user alone.
     #[test]
     fn a_planted_link_is_not_written_through() {
         use std::os::unix::fs::PermissionsExt;
