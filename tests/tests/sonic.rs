@@ -9,7 +9,7 @@
 
 use ecn_tests::sonic::{
     client_in_multi, queue_setting, recording, seed, set_config_field, tables, Counters, Orchagent, Proxy, RedisServer,
-    Spec, Ticker, Traffic, ASIC_DB, CONFIG_DB, COUNTERS_DB, STATE_DB,
+    Spec, Ticker, Traffic, APPL_DB, ASIC_DB, CONFIG_DB, COUNTERS_DB, STATE_DB,
 };
 use ecn_tests::{
     assert_applied_within_bounds, assert_apply_refused, change, decision_reasons, enforce_flags, events, eventually,
@@ -978,6 +978,58 @@ async fn a_restore_leaves_what_ecn_tuner_never_writes_as_the_operator_left_it() 
         before.remove(key);
     }
     assert_eq!(after, before, "everything else as recorded");
+}
+
+/// An actuator restarted once a port has its speed again controls more queues than the one
+/// that made the recording. Its queues all want one setting, so it edits their shared profile
+/// in place; the restore puts that profile back. The recording named only the first actuator's
+/// queues: the profile counted as shared with queues ecn-tuner never controlled, was left as
+/// edited ("left as it is"), and the recording retired.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_that_controls_more_queues_is_restored_whole() {
+    let mut rig = rig(Spec::default(), &[]).await;
+    let before = tables(&mut rig.redis.con(CONFIG_DB));
+    let caps = |c: &mut ecn_tests::Client| {
+        let mut c = c.clone();
+        async move {
+            let caps = c.get_capabilities(pb::GetCapabilitiesRequest {}).await.expect("caps").into_inner();
+            caps.queues.into_iter().filter_map(|q| q.id).collect::<Vec<pb::QueueId>>()
+        }
+    };
+    // Ethernet0 without a speed: its queues are not controlled.
+    for (key, db) in [("PORT|Ethernet0", CONFIG_DB), ("PORT_TABLE:Ethernet0", APPL_DB)] {
+        let _: () = redis::cmd("HDEL").arg(key).arg("speed").query(&mut rig.redis.con(db)).unwrap();
+    }
+    rig.act.restart(Duration::from_millis(200)).await;
+    let mut c = rig.act.client().await;
+    assert_eq!(caps(&mut c).await.len(), 62, "Ethernet0's queues left out");
+    let l = lease(&mut c, "ctl-a").await;
+    apply_ethernet4(&mut c, &l).await.expect("the first actuator records the switch");
+    drop(c);
+    for (key, db) in [("PORT|Ethernet0", CONFIG_DB), ("PORT_TABLE:Ethernet0", APPL_DB)] {
+        let _: () = redis::cmd("HSET").arg(key).arg("speed").arg("100000").query(&mut rig.redis.con(db)).unwrap();
+    }
+    rig.act.restart(Duration::from_millis(200)).await;
+    let mut c = rig.act.client().await;
+    let queues = caps(&mut c).await;
+    assert_eq!(queues.len(), 64, "Ethernet0's queues controlled again");
+    let l = lease(&mut c, "ctl-a").await;
+    let changes = queues.iter().map(|q| change(q, 300_000, 900_000, 0.25)).collect();
+    c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.expect("every queue");
+    let mut con = rig.redis.con(CONFIG_DB);
+    let edited = tables(&mut con);
+    assert!(
+        edited["WRED_PROFILE|AZURE_LOSSLESS"].contains(&("green_min_threshold".into(), "300000".into())),
+        "edited in place"
+    );
+    drop(c);
+    let (code, _) = rig.act.stop().await;
+    assert_eq!(code, Some(0));
+    let (code, stdout, stderr) = run_cli(&["sonic", "restore", "--redis", &rig.redis.url()]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stdout.contains("WRED_PROFILE|AZURE_LOSSLESS"), "{stdout}");
+    assert_eq!(tables(&mut con), before, "{stdout}");
+    drop(rig.ticker);
 }
 
 /// The same binding, made while the restore's transaction is on its way, after the restore

@@ -77,6 +77,35 @@ impl Recording {
         self
     }
 
+    /// Add the `controlled` queues it does not name yet, as `now` shows them, with their
+    /// profiles where it holds none of that name; how many were added. A recording made by
+    /// an actuator that controlled fewer queues (before a restart that found more: a port
+    /// given a speed, a queue bound to a profile) named only those, and a restore then left
+    /// this actuator's in-place edit of a new queue's profile as someone else's, and retired
+    /// the recording. Taken before this actuator's first write, `now` is what it found.
+    pub fn cover(&mut self, controlled: &[QueueRef], now: &Snapshot) -> usize {
+        let Some(named) = &mut self.controlled else { return 0 };
+        let mut added = 0;
+        for name in controlled.iter().map(QueueRef::name) {
+            if named.contains(&name) {
+                continue;
+            }
+            if let Some(fields) = now.queues.get(&name) {
+                if let Some(p) = schema::field(fields, schema::WRED_PROFILE_FIELD) {
+                    if !schema::is_tuner_profile(p) && !self.wred_profile.contains_key(p) {
+                        if let Some(profile) = now.profiles.get(p) {
+                            self.wred_profile.insert(p.to_string(), profile.clone());
+                        }
+                    }
+                }
+                self.queue.insert(name.clone(), fields.clone());
+            }
+            named.insert(name);
+            added += 1;
+        }
+        added
+    }
+
     fn parse(text: &str, from: &str) -> Result<Recording, String> {
         let r: Recording = serde_json::from_str(text).map_err(|e| format!("{from}: not a recording ({e})"))?;
         if r.format != FORMAT {
@@ -271,8 +300,24 @@ impl Recorder {
                 "recorded the original WRED profiles and queue bindings (undo everything with `ecn-tuner sonic restore`)"
             );
         }
-        // The recording that won in STATE_DB, whichever actuator wrote it.
-        let stored = Recording::read(state, dbs.state)?.unwrap_or(rec);
+        // The recording that won in STATE_DB, whichever actuator wrote it, made to name the
+        // queues this one controls ([`Recording::cover`]).
+        let mut stored = Recording::read(state, dbs.state)?.unwrap_or(rec);
+        let added = stored.cover(controlled, &now()?);
+        if added > 0 {
+            let json = serde_json::to_string(&stored).map_err(|e| format!("recording: {e}"))?;
+            redis::cmd("HSET")
+                .arg(schema::RECORDING_KEY)
+                .arg(schema::RECORDING_FIELD)
+                .arg(&json)
+                .query::<()>(state)
+                .map_err(|e| format!("writing {} to STATE_DB (db {}): {e}", schema::RECORDING_KEY, dbs.state))?;
+            info!(
+                queues = added,
+                "the recording of the original profiles now names the queues this actuator controls and the one \
+                 that made it did not, as they are before this actuator's first write"
+            );
+        }
         if let Some(p) = &self.file {
             if p.exists() && !file_read {
                 if let Err(why) = Recording::read_file(p) {
@@ -285,14 +330,38 @@ impl Recorder {
                         .map_err(|e| format!("{}: moving it to {}: {e}", p.display(), aside.display()))?;
                 }
             }
+            let text = || serde_json::to_string_pretty(&stored).map_err(|e| format!("recording: {e}"));
             if !p.exists() {
-                let text = serde_json::to_string_pretty(&stored).map_err(|e| format!("recording: {e}"))?;
-                write_new(p, &text).map_err(|e| format!("{}: {e}", p.display()))?;
+                write_new(p, &text()?).map_err(|e| format!("{}: {e}", p.display()))?;
+            } else if added > 0 {
+                replace(p, &text()?).map_err(|e| format!("{}: {e}", p.display()))?;
             }
         }
         self.recorded = Some(stored);
         Ok(())
     }
+}
+
+/// Replace `path` with `text`, whole or not at all: written and synced under another name,
+/// then renamed over it.
+fn replace(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut temp = path.file_name().unwrap_or_default().to_os_string();
+    temp.push(format!(".{}.tmp", std::process::id()));
+    let temp = path.with_file_name(temp);
+    let _ = std::fs::remove_file(&temp);
+    let written = std::fs::OpenOptions::new().write(true).create_new(true).open(&temp).and_then(|mut f| {
+        f.write_all(text.as_bytes())?;
+        f.sync_all()
+    });
+    if let Err(e) = written.and_then(|()| std::fs::rename(&temp, path)) {
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 /// Create `path` with `text`, whole or not at all, never replacing an existing file: written
