@@ -90,12 +90,18 @@ impl Recording {
             if named.contains(&name) {
                 continue;
             }
-            if let Some(fields) = now.queues.get(&name) {
+            // One on a profile of ours, or on one that does not exist, keeps the entry recorded
+            // before (a recording holds no profile of ours, and every binding it holds must
+            // name a profile it holds).
+            let holdable = |p: &str| {
+                !schema::is_tuner_profile(p) && (self.wred_profile.contains_key(p) || now.profiles.contains_key(p))
+            };
+            let found =
+                now.queues.get(&name).filter(|f| schema::field(f, schema::WRED_PROFILE_FIELD).is_none_or(holdable));
+            if let Some(fields) = found {
                 if let Some(p) = schema::field(fields, schema::WRED_PROFILE_FIELD) {
-                    if !schema::is_tuner_profile(p) && !self.wred_profile.contains_key(p) {
-                        if let Some(profile) = now.profiles.get(p) {
-                            self.wred_profile.insert(p.to_string(), profile.clone());
-                        }
+                    if let (false, Some(profile)) = (self.wred_profile.contains_key(p), now.profiles.get(p)) {
+                        self.wred_profile.insert(p.to_string(), profile.clone());
                     }
                 }
                 self.queue.insert(name.clone(), fields.clone());
