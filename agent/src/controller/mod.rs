@@ -313,7 +313,7 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
     let (kill, kill_file) = (requests.kill.clone(), cfg.kill_file.clone());
     metrics.watch_kill_switch(move || kill.is_thrown() || kill_file.as_ref().is_some_and(|f| f.exists()));
     let mut tasks = tokio::task::JoinSet::new();
-    let peers = Peers::new(requester.clone());
+    let peers = Peers::new(requester.clone(), targets.len() > 1);
     // `--max-changes-per-minute` counts the changes of every target together.
     let budget = ChangeBudget::default();
     // With several targets, every log line of a loop names its target (a span); one target
@@ -387,12 +387,15 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
 pub struct Peers {
     stop: requests::Requester,
     reached: Arc<Mutex<HashMap<String, String>>>,
+    /// Whether there are other loops at all.
+    several: bool,
 }
 
 impl Peers {
-    /// Loops that `stop` stops, none of which has reached an actuator yet.
-    pub fn new(stop: requests::Requester) -> Peers {
-        Peers { stop, reached: Arc::default() }
+    /// Loops that `stop` stops, none of which has reached an actuator yet; `several` where
+    /// there is more than one.
+    pub fn new(stop: requests::Requester, several: bool) -> Peers {
+        Peers { stop, reached: Arc::default(), several }
     }
 
     /// Note that `target` reached the actuator `instance_id`; one another target reached is
@@ -400,6 +403,15 @@ impl Peers {
     /// catches what no address tells (`0.0.0.0` and `127.0.0.1`, a VIP, a forwarder).
     fn reach(&self, instance_id: &str, target: &str) -> Result<(), CliError> {
         if instance_id.is_empty() {
+            // An actuator from before the id: this check cannot see it twice, so say so where
+            // there is another target it could be.
+            if self.several {
+                warn!(
+                    %target,
+                    "the actuator reports no instance id (a version before it): were it also reached through another \
+                     --target (a forwarder, a VIP), the two loops would undo each other's changes unseen"
+                );
+            }
             return Ok(());
         }
         let mut reached = self.reached.lock().unwrap_or_else(|e| e.into_inner());

@@ -27,13 +27,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use tracing::{info, warn};
 
-/// Format tag of the recording.
+/// Format tag of a recording without [`Recording::controlled`] (made before it was kept).
 pub const FORMAT: &str = "ecn-tuner/sonic-originals/v1";
+
+/// Format tag of a recording that names the queues controlled: a new tag, so that a version
+/// that knows only [`FORMAT`] refuses it by name instead of reading it without that list (its
+/// `sonic restore` would put back everything, an operator's edits too, and its actuator write
+/// the list away).
+pub const FORMAT_CONTROLLED: &str = "ecn-tuner/sonic-originals/v2";
 
 /// The original `WRED_PROFILE` and `QUEUE` tables.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recording {
-    /// [`FORMAT`].
+    /// [`FORMAT`], or [`FORMAT_CONTROLLED`] with [`Recording::controlled`].
     pub format: String,
     /// When it was taken.
     pub recorded_unix_ms: u64,
@@ -74,6 +80,7 @@ impl Recording {
     /// This recording, noting the queues the actuator controls.
     pub fn controlling(mut self, queues: &[QueueRef]) -> Recording {
         self.controlled = Some(queues.iter().map(QueueRef::name).collect());
+        self.format = FORMAT_CONTROLLED.into();
         self
     }
 
@@ -112,10 +119,25 @@ impl Recording {
         added
     }
 
+    /// Whether `other` is a copy of this recording, taken at the same moment of the same
+    /// switch, whatever was added to either since ([`Recording::cover`]): a copy that differed
+    /// only in that was not retired by a restore, and a later actuator put it back.
+    pub fn is_of(&self, other: &Recording) -> bool {
+        (self.recorded_unix_ms, &self.switch, self.config_db)
+            == (other.recorded_unix_ms, &other.switch, other.config_db)
+    }
+
     fn parse(text: &str, from: &str) -> Result<Recording, String> {
         let r: Recording = serde_json::from_str(text).map_err(|e| format!("{from}: not a recording ({e})"))?;
-        if r.format != FORMAT {
-            return Err(format!("{from}: format '{}' is not {FORMAT}", r.format));
+        if r.format != FORMAT && r.format != FORMAT_CONTROLLED {
+            return Err(format!("{from}: format '{}' is neither {FORMAT} nor {FORMAT_CONTROLLED}", r.format));
+        }
+        if (r.format == FORMAT_CONTROLLED) != r.controlled.is_some() {
+            return Err(format!(
+                "{from}: format '{}' with{} a list of controlled queues",
+                r.format,
+                if r.controlled.is_some() { "" } else { "out" }
+            ));
         }
         Ok(r)
     }
@@ -719,7 +741,7 @@ pub fn restore(
     })?;
     // Retire the file the user named, and the actuator's copy only if it holds this very
     // recording: a path read from a recording is not trusted to name a file of ours.
-    let copy = rec.file.as_deref().filter(|f| Some(*f) != from && Recording::read_file(f).is_ok_and(|r| r == rec));
+    let copy = rec.file.as_deref().filter(|f| Some(*f) != from && Recording::read_file(f).is_ok_and(|r| r.is_of(&rec)));
     for file in [copy, from].into_iter().flatten() {
         if file.exists() {
             if let Err(e) = std::fs::rename(file, beside(file, "restored")) {
@@ -824,6 +846,27 @@ mod tests {
         assert_eq!(back.queues["Ethernet0|0"], f(&[("scheduler", "s9")]));
         assert_eq!(back.queues["Ethernet0|3"], f(&[("scheduler", "s7"), ("wred_profile", "AZURE_LOSSLESS")]));
         assert_eq!(back.profiles["AZURE_LOSSY"], now.profiles["AZURE_LOSSY"]);
+    }
+
+    /// A recording that names its controlled queues has a format of its own, so that a version
+    /// that knows only the first refuses it (it read it, without the list); either format is
+    /// read, and a copy is one whatever was added to it since.
+    #[test]
+    fn a_recording_with_its_controlled_queues_has_a_format_of_its_own() {
+        let mut snap = Snapshot::default();
+        snap.profiles.insert("P".into(), f(&[("green_min_threshold", "1")]));
+        snap.queues.insert("Ethernet0|3".into(), f(&[("wred_profile", "P")]));
+        let q = QueueRef { port: "Ethernet0".into(), queue: 3 };
+        let plain = Recording::of(&snap, "sw", 4, None);
+        let named = plain.clone().controlling(&[q]);
+        assert_eq!((plain.format.as_str(), named.format.as_str()), (FORMAT, FORMAT_CONTROLLED));
+        for r in [&plain, &named] {
+            assert_eq!(&Recording::parse(&serde_json::to_string(r).unwrap(), "r").unwrap(), r);
+        }
+        let mut odd = named.clone();
+        odd.format = FORMAT.into();
+        assert!(Recording::parse(&serde_json::to_string(&odd).unwrap(), "r").unwrap_err().contains("with a list"));
+        assert!(named.is_of(&plain) && !named.is_of(&Recording { recorded_unix_ms: 1, ..plain.clone() }));
     }
 
     #[test]
