@@ -619,6 +619,26 @@ pub async fn run(
     }
 }
 
+/// Rounds sit on a grid of `interval`: the next slot if a round is due at `now` (after the
+/// slot `next_due`), `None` if not. A batch may trigger its round up to half an interval early
+/// (arrival jitter), the ticker only half an interval late (no telemetry). The grid holds while
+/// a round comes at most half an interval past the slot after `next_due`: the ticker's rounds
+/// come half an interval late by design, and taking one of those for a missed slot moved the
+/// grid on by a whole interval, so that without telemetry a target decided every second
+/// interval.
+fn round_grid(next_due: Option<Instant>, now: Instant, arrived: bool, interval: Duration) -> Option<Instant> {
+    let half = interval / 2;
+    let due = match next_due {
+        None => true,
+        Some(d) if arrived => now + half >= d,
+        Some(d) => now >= d + half,
+    };
+    due.then(|| match next_due {
+        Some(d) if now < d + interval + half => d + interval,
+        _ => now + interval,
+    })
+}
+
 /// A lag probe in flight: the stream epoch and the newest `ts_ns` when it was sent, and the
 /// actuator's configuration (with its telemetry clock) when it answers.
 type LagProbe = (u64, u64, Instant, tokio::sync::oneshot::Receiver<Result<pb::Config, tonic::Status>>);
@@ -1316,21 +1336,8 @@ impl ControlLoop {
         if self.batches_since_round == 0 && self.newest_ts_ns > 0 && !stale {
             return false;
         }
-        // Rounds sit on a grid of `interval`; a batch may trigger its round up to half an
-        // interval early (arrival jitter), the ticker only half an interval late (no telemetry).
-        let half = self.cfg.interval / 2;
-        let due = match self.next_due {
-            None => true,
-            Some(d) if arrived => now + half >= d,
-            Some(d) => now >= d + half,
-        };
-        if !due {
-            return false;
-        }
-        self.next_due = Some(match self.next_due {
-            Some(d) if now < d + self.cfg.interval => d + self.cfg.interval,
-            _ => now + self.cfg.interval,
-        });
+        let Some(next) = round_grid(self.next_due, now, arrived, self.cfg.interval) else { return false };
+        self.next_due = Some(next);
         self.batches_since_round = 0;
         true
     }
@@ -1656,6 +1663,27 @@ impl ControlLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without telemetry the ticker's rounds come one an interval (9 in 10 ticks, the first
+    /// waiting half an interval), and with a batch each interval one a batch: the ticker's
+    /// half-interval lateness was taken for a missed slot, and such a target decided every
+    /// second interval (5 in 10).
+    #[test]
+    fn rounds_keep_to_one_an_interval_with_or_without_telemetry() {
+        let interval = Duration::from_millis(100);
+        let start = Instant::now();
+        for arrived in [false, true] {
+            let (mut next_due, mut rounds) = (None, 0);
+            for k in 0..10u32 {
+                // Batches arrive a little after each tick; the ticker fires on the tick.
+                let now = start + interval * k + if arrived { Duration::from_millis(3) } else { Duration::ZERO };
+                if let Some(next) = round_grid(next_due, now, arrived, interval) {
+                    (next_due, rounds) = (Some(next), rounds + 1);
+                }
+            }
+            assert!(rounds >= 9, "arrived {arrived}: {rounds} rounds in 10 intervals");
+        }
+    }
 
     /// A lost actuator's reconnect warnings: each while the pause grows (0.1 s to 3.2 s), then
     /// once a minute (every 12th try at 5 s), where one came every 5 s for as long as it was gone.
