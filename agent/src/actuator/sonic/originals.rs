@@ -297,6 +297,9 @@ impl Recorder {
             _ => None,
         };
         let file_read = from_file.is_some();
+        // The tables as this actuator found them: the recording if none exists, and what
+        // [`Recording::cover`] adds to one that does.
+        let found = now()?;
         let rec = match (stored, self.recorded.take(), from_file) {
             (Some(r), _, _) => r,
             (None, Some(r), _) => {
@@ -310,7 +313,7 @@ impl Recorder {
                 warn!(file = %file, "STATE_DB has no recording of the original profiles; putting back the one from the file");
                 r
             }
-            (None, None, None) => Recording::of(&now()?, switch, dbs.config, self.file.clone()).controlling(controlled),
+            (None, None, None) => Recording::of(&found, switch, dbs.config, self.file.clone()).controlling(controlled),
         };
         let json = serde_json::to_string(&rec).map_err(|e| format!("recording: {e}"))?;
         let created: bool = redis::cmd("HSETNX")
@@ -331,7 +334,7 @@ impl Recorder {
         // The recording that won in STATE_DB, whichever actuator wrote it, made to name the
         // queues this one controls ([`Recording::cover`]).
         let mut stored = Recording::read(state, dbs.state)?.unwrap_or(rec);
-        let added = stored.cover(controlled, &now()?);
+        let added = stored.cover(controlled, &found);
         if added > 0 {
             let json = serde_json::to_string(&stored).map_err(|e| format!("recording: {e}"))?;
             redis::cmd("HSET")
@@ -373,23 +376,12 @@ impl Recorder {
 /// Replace `path` with `text`, whole or not at all: written and synced under another name,
 /// then renamed over it.
 fn replace(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut temp = path.file_name().unwrap_or_default().to_os_string();
-    temp.push(format!(".{}.tmp", std::process::id()));
-    let temp = path.with_file_name(temp);
-    let _ = std::fs::remove_file(&temp);
-    let written = std::fs::OpenOptions::new().write(true).create_new(true).open(&temp).and_then(|mut f| {
-        f.write_all(text.as_bytes())?;
-        f.sync_all()
-    });
-    if let Err(e) = written.and_then(|()| std::fs::rename(&temp, path)) {
+    let temp = written_beside(path, text)?;
+    if let Err(e) = std::fs::rename(&temp, path) {
         let _ = std::fs::remove_file(&temp);
         return Err(e);
     }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
+    sync_folder_of(path)
 }
 
 /// Create `path` with `text`, whole or not at all, never replacing an existing file: written
@@ -397,32 +389,45 @@ fn replace(path: &Path, text: &str) -> std::io::Result<()> {
 /// mid-write left a torn copy that every later Apply failed to read). On a file system without
 /// hard links it is written in place, as before.
 fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::{ErrorKind, Write};
-    let write = |p: &Path, new: bool| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(new).create(true).truncate(!new).open(p)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()
-    };
-    let mut temp = path.file_name().unwrap_or_default().to_os_string();
-    temp.push(format!(".{}.tmp", std::process::id()));
-    let temp = path.with_file_name(temp);
-    // The temporary name is this process's own: one left by a crash of another with its PID
-    // is removed (a link itself, never what it points to), and the file made anew, so that a
-    // link planted under that name is not written through.
-    let _ = std::fs::remove_file(&temp);
-    if let Err(e) = write(&temp, true) {
-        let _ = std::fs::remove_file(&temp);
-        return Err(e);
-    }
+    let temp = written_beside(path, text)?;
     let linked = std::fs::hard_link(&temp, path);
     let _ = std::fs::remove_file(&temp);
     match linked {
-        Err(e) if e.kind() != ErrorKind::AlreadyExists => {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
             tracing::debug!("linking the file copy into place failed ({e}); writing it in place");
-            write(path, true)?;
+            write_synced(path, text)?;
         }
         r => r?,
     }
+    sync_folder_of(path)
+}
+
+/// `text` in a new file at `path`, synced; an existing file is an error.
+fn write_synced(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()
+}
+
+/// `text` written and synced under this process's temporary name beside `path`, which is
+/// returned. The name is this process's own: one left by a crash of another with its PID is
+/// removed (a link itself, never what it points to), and the file made anew, so that a link
+/// planted under that name is not written through.
+fn written_beside(path: &Path, text: &str) -> std::io::Result<PathBuf> {
+    let mut temp = path.file_name().unwrap_or_default().to_os_string();
+    temp.push(format!(".{}.tmp", std::process::id()));
+    let temp = path.with_file_name(temp);
+    let _ = std::fs::remove_file(&temp);
+    if let Err(e) = write_synced(&temp, text) {
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
+    }
+    Ok(temp)
+}
+
+/// Sync the folder holding `path`, so that a name just made or renamed there lasts.
+fn sync_folder_of(path: &Path) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::File::open(dir)?.sync_all()?;
     }
