@@ -645,13 +645,9 @@ const DRIFT_NAMED: usize = 5;
 /// How many of the curves an edit from outside shows the drift warning names.
 const DRIFT_CURVES: usize = 3;
 
-/// An edit from outside: every queue it reached with the curve CONFIG_DB shows for it (what
-/// tells one edit from the next), and in words.
-#[derive(Debug, Clone, PartialEq)]
-struct Drift {
-    queues: Vec<(usize, Option<Curve>)>,
-    said: String,
-}
+/// An edit from outside: every queue it reached (layout index) with the curve CONFIG_DB
+/// shows for it, which tells one edit from the next.
+type Drift = Vec<(usize, Option<Curve>)>;
 
 impl Writer {
     fn run(mut self, jobs: mpsc::Receiver<Job>) {
@@ -721,7 +717,7 @@ impl Writer {
             (_, Some(d)) if self.drift.as_ref() != Some(d) => warn!(
                 "{}: changed outside ecn-tuner (an operator, `config reload`?); the actuator reports the settings \
                  last applied until its next write, which sets every controlled queue again",
-                d.said
+                self.described(d)
             ),
             (Some(_), None) => info!("CONFIG_DB holds the settings last applied again"),
             _ => {}
@@ -732,16 +728,21 @@ impl Writer {
     /// How CONFIG_DB (`now`) differs from the settings last applied where it does not show the
     /// last transaction sent either (ours, in doubt or being undone), gone queues aside: an
     /// edit from outside, every queue it reached with the curve it shows (an edit of a shared
-    /// profile reaches every queue bound to it), and in words, a group per curve.
+    /// profile reaches every queue bound to it).
     fn outside_edit(&self, now: &Snapshot) -> Option<Drift> {
         let ours =
             |q: usize, shown: Option<Curve>| self.tried.as_ref().is_some_and(|t| shown == Some(effective(&t[q])));
-        let queues: Vec<(usize, Option<Curve>)> = config::differs(&self.layout, now, &self.applied)
+        let queues: Drift = config::differs(&self.layout, now, &self.applied)
             .into_iter()
             .filter(|&(q, shown)| !self.gone.contains(&q) && !ours(q, shown))
             .collect();
+        (!queues.is_empty()).then_some(queues)
+    }
+
+    /// An edit from outside in words, a group per curve it shows.
+    fn described(&self, drift: &Drift) -> String {
         let mut groups: Vec<(Option<Curve>, Vec<usize>)> = Vec::new();
-        for &(q, shown) in &queues {
+        for &(q, shown) in drift {
             match groups.iter_mut().find(|(c, _)| *c == shown) {
                 Some((_, qs)) => qs.push(q),
                 None => groups.push((shown, vec![q])),
@@ -772,7 +773,7 @@ impl Writer {
             0 => String::new(),
             n => format!("; and {n} more curves"),
         };
-        (!queues.is_empty()).then(|| Drift { queues, said: format!("CONFIG_DB shows {}{more}", said.join("; ")) })
+        format!("CONFIG_DB shows {}{more}", said.join("; "))
     }
 
     /// With ASIC_DB read-back, wait until orchagent has programmed `settings` (just written to
@@ -925,7 +926,7 @@ impl Writer {
             warn!(
                 "{}: changed outside ecn-tuner (an operator, `config reload`?); this write sets every controlled \
                  queue again",
-                d.said
+                self.described(&d)
             );
             self.drift = Some(d);
         }
