@@ -367,10 +367,7 @@ fn failure(r: &controller::RunReport) -> Result<(), CliError> {
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 fn report_json(r: &controller::RunReport, comparison: Option<serde_json::Value>) -> serde_json::Value {
-    let mut v = serde_json::json!({
-        "rounds": r.rounds, "applies": r.applies, "failed_applies": r.failed_applies,
-        "confirms": r.confirms, "rollbacks": r.rollbacks
-    });
+    let mut v = counts_json(r);
     if !r.left_unconfirmed.is_empty() {
         let left: Vec<serde_json::Value> = r
             .left_unconfirmed
@@ -391,11 +388,10 @@ fn report_json(r: &controller::RunReport, comparison: Option<serde_json::Value>)
         let each: Vec<serde_json::Value> = r
             .targets
             .iter()
-            .map(|t| {
-                serde_json::json!({
-                    "target": t.target, "rounds": t.rounds, "applies": t.applies,
-                    "failed_applies": t.failed_applies, "confirms": t.confirms, "rollbacks": t.rollbacks
-                })
+            .map(|(target, t)| {
+                let mut c = counts_json(t);
+                c["target"] = serde_json::json!(target);
+                c
             })
             .collect();
         v["targets"] = serde_json::json!(each);
@@ -404,6 +400,14 @@ fn report_json(r: &controller::RunReport, comparison: Option<serde_json::Value>)
         v["comparison"] = c;
     }
     v
+}
+
+/// A report's counters, the run's or one target's.
+fn counts_json(r: &controller::RunReport) -> serde_json::Value {
+    serde_json::json!({
+        "rounds": r.rounds, "applies": r.applies, "failed_applies": r.failed_applies,
+        "confirms": r.confirms, "rollbacks": r.rollbacks
+    })
 }
 
 /// `--target sim`: a simulated fabric behind an in-process actuator, the controller against
@@ -534,11 +538,8 @@ mod tests {
     /// alone left a rollback's target to the journals.
     #[test]
     fn the_report_gives_each_targets_counts() {
-        let one = |target: &str, applies| controller::TargetCounts {
-            target: target.into(),
-            applies,
-            rollbacks: 1,
-            ..Default::default()
+        let one = |target: &str, applies| {
+            (target.to_string(), controller::RunReport { applies, rollbacks: 1, ..Default::default() })
         };
         let r = controller::RunReport {
             applies: 5,

@@ -141,26 +141,9 @@ pub struct RunReport {
     /// Targets on which every Apply failed, none succeeding, as (target, failures, the last
     /// failure): an enforce run that changed nothing there while it tried to.
     pub nothing_landed: Vec<(String, u64, String)>,
-    /// With several targets, each one's counts (the totals above add them up), in the order
-    /// their loops ended.
-    pub targets: Vec<TargetCounts>,
-}
-
-/// One target's share of a [`RunReport`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TargetCounts {
-    /// The target as given.
-    pub target: String,
-    /// Decision rounds.
-    pub rounds: u64,
-    /// Apply calls that succeeded.
-    pub applies: u64,
-    /// Apply calls that failed.
-    pub failed_applies: u64,
-    /// Confirmed changes.
-    pub confirms: u64,
-    /// Rolled-back changes.
-    pub rollbacks: u64,
+    /// With several targets, each one's own report, in the order their loops ended (the
+    /// totals above add them up).
+    pub targets: Vec<(String, RunReport)>,
 }
 
 impl RunReport {
@@ -313,12 +296,12 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
     let (kill, kill_file) = (requests.kill.clone(), cfg.kill_file.clone());
     metrics.watch_kill_switch(move || kill.is_thrown() || kill_file.as_ref().is_some_and(|f| f.exists()));
     let mut tasks = tokio::task::JoinSet::new();
-    let peers = Peers::new(requester.clone(), targets.len() > 1);
     // `--max-changes-per-minute` counts the changes of every target together.
     let budget = ChangeBudget::default();
     // With several targets, every log line of a loop names its target (a span); one target
     // needs no such prefix.
     let several = targets.len() > 1;
+    let peers = Peers::new(requester.clone(), several);
     for target in targets {
         let cfg = ControllerConfig { target: target.clone(), ..cfg.clone() };
         let (metrics, decisions, requests) = (metrics.clone(), decisions.clone(), requests.clone());
@@ -342,23 +325,16 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
         };
         match r {
             Ok(r) => {
-                if several {
-                    total.targets.push(TargetCounts {
-                        target,
-                        rounds: r.rounds,
-                        applies: r.applies,
-                        failed_applies: r.failed_applies,
-                        confirms: r.confirms,
-                        rollbacks: r.rollbacks,
-                    });
-                }
                 total.rounds += r.rounds;
                 total.applies += r.applies;
                 total.failed_applies += r.failed_applies;
                 total.confirms += r.confirms;
                 total.rollbacks += r.rollbacks;
-                total.left_unconfirmed.extend(r.left_unconfirmed);
-                total.nothing_landed.extend(r.nothing_landed);
+                total.left_unconfirmed.extend(r.left_unconfirmed.iter().cloned());
+                total.nothing_landed.extend(r.nothing_landed.iter().cloned());
+                if several {
+                    total.targets.push((target, r));
+                }
             }
             Err(e) => {
                 // One target's fatal error stops the others cleanly (pending changes rolled
