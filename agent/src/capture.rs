@@ -258,18 +258,20 @@ async fn read_stream(
             let key = s.id.as_ref().map(|id| id.to_string()).unwrap_or_default();
             written.extend(sample_from_wire(s, settings.get(&key)));
         }
-        // A file that cannot take more (a full disk) cannot be finished either: what was read
-        // is lost, and the message says how much, where it said only the disk's error.
-        out.write(&written).map_err(|e| {
-            CliError::Failed(format!(
-                "{e}; the {} read over {:.1} s are lost with it (the file appears only when finished): record to a \
-                 disk with room",
-                counted(rows, "row", "rows"),
-                started.elapsed().as_secs_f64()
-            ))
-        })?;
+        // A file that cannot take more (a full disk) cannot be finished either.
+        out.write(&written).map_err(|e| rows_lost(e, rows, Some(started.elapsed())))?;
         rows += written.len() as u64;
         batches += 1;
     }
     Ok(Captured { rows, backend, queues, batches, cut_short })
+}
+
+/// A recording that cannot be written on (a full disk), `rows` read (`over` that long): they
+/// are lost with it, and the error says how many, where it said only the disk's error.
+pub fn rows_lost(e: impl std::fmt::Display, rows: u64, over: Option<Duration>) -> CliError {
+    let over = over.map_or(String::new(), |d| format!(" over {:.1} s", d.as_secs_f64()));
+    CliError::Failed(format!(
+        "{e}; the {} read{over} are lost with it (the file appears only when finished): record to a disk with room",
+        counted(rows, "row", "rows")
+    ))
 }

@@ -125,12 +125,7 @@ fn record_target(args: &RecordArgs) -> Result<(), CliError> {
     // actuator restart in its last minute. The exit code still says it is short.
     // A Parquet file is written at its finish: a full disk shows there, and what was read is
     // lost with it (said, as where a row cannot be written).
-    out.finish().map_err(|e| {
-        CliError::Failed(format!(
-            "{e}; the {} read are lost with it (the file appears only when finished): record to a disk with room",
-            counted(captured.rows, "row", "rows")
-        ))
-    })?;
+    out.finish().map_err(|e| capture::rows_lost(e, captured.rows, None))?;
     outln!(
         "wrote {}: {} ({} in {}) from {url} ({} backend) {}",
         args.out.display(),
