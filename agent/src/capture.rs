@@ -3,14 +3,13 @@
 //! target `sim` (or a built-in scenario's name) is a simulated fabric behind an actuator in
 //! this process (PRODUCT.md: it stands in for a real fabric behind the same interface).
 
-use crate::actuator::security::PEM_MAX_BYTES;
+use crate::actuator::security::read_pem;
 use crate::actuator::sim::{SimOptions, DEFAULT_SIM_SCENARIO, DEFAULT_TIME_SCALE};
 use crate::actuator::telemetry::sample_from_wire;
 use crate::actuator::{self, ServeOptions};
 use crate::controller::{self, said};
 use crate::error::CliError;
 use crate::stop_signals::StopSignals;
-use ecn_datasets::bounded::read_at_most;
 use ecn_datasets::io::TelemetryWriter;
 use ecn_datasets::telemetry::counted;
 use ecn_proto::v1 as pb;
@@ -62,13 +61,10 @@ impl Target {
                 )));
             }
         }
-        let read = |flag: &str, p: &std::path::Path| {
-            read_at_most(p, PEM_MAX_BYTES).map_err(|e| CliError::BadInput(format!("--{flag} {}: {e}", p.display())))
-        };
         Ok(Target {
             url: url.to_string(),
             token: token_file.map(crate::actuator::security::read_token_file).transpose()?,
-            tls_ca: tls_ca.map(|p| read("tls-ca", p)).transpose()?,
+            tls_ca: tls_ca.map(|p| read_pem("--tls-ca", p)).transpose().map_err(CliError::BadInput)?,
             simulated,
         })
     }

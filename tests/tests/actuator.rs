@@ -4,7 +4,7 @@
 //! two-core machine slows the tests down without failing them.
 
 use ecn_tests::pb;
-use ecn_tests::{assert_apply_refused, change, events, eventually, run_cli, Actuator, Client};
+use ecn_tests::{assert_apply_refused, change, events, eventually, run_cli, send_signal, Actuator, Client};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_stream::StreamExt;
@@ -377,8 +377,10 @@ async fn tls_with_a_self_signed_certificate() {
     let (cert_pem, key_pem) = (cert.cert.pem(), cert.signing_key.serialize_pem());
     let (cert_path, key_path, token_path) =
         (dir.path().join("cert.pem"), dir.path().join("key.pem"), dir.path().join("token"));
-    std::fs::write(&cert_path, &cert_pem).unwrap();
-    std::fs::write(&key_path, &key_pem).unwrap();
+    // Both saved as Windows editors save text, with a byte order mark first: the certificate
+    // read as none, the key as "unusable: transport error".
+    std::fs::write(&cert_path, format!("\u{feff}{cert_pem}")).unwrap();
+    std::fs::write(&key_path, format!("\u{feff}{key_pem}")).unwrap();
     std::fs::write(&token_path, "tls-token").unwrap();
     let a = Actuator::start_in(
         dir,
@@ -434,6 +436,25 @@ async fn tls_with_a_self_signed_certificate() {
     .await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("cannot reach the actuator") && stderr.contains("certificate"), "{stderr}");
+
+    // The right CA, with its byte order mark, is trusted: the call gets through TLS to the
+    // dry-run backend, which has no telemetry of its own.
+    let (code, _, stderr) = run_cli(&[
+        "record",
+        "--target",
+        &target,
+        "--tls-ca",
+        cert_path.to_str().unwrap(),
+        "--token-file",
+        token_path.to_str().unwrap(),
+        "--duration",
+        "1s",
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("StreamTelemetry: Unimplemented"), "{stderr}");
 
     // Plain text to a TLS port fails.
     let plain = tonic::transport::Channel::from_shared(a.url()).unwrap().connect().await;
@@ -516,6 +537,28 @@ async fn sigterm_stops_cleanly_and_reverts_a_pending_change() {
         assert_eq!(reverts.len(), 1, "SIG{signal}: {j:#?}");
         assert!(reverts[0]["detail"].as_str().unwrap().contains("stopping"), "{}", reverts[0]);
     }
+}
+
+/// A second signal ends the grace open connections get (one that never said a word here, which
+/// holds the stop 5 s), and the pending change is still reverted: the second Ctrl-C was ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_cuts_the_grace_for_open_connections_short() {
+    let a = Actuator::start(&["--backend", "dry-run"]).await;
+    let silent = tokio::net::TcpStream::connect(a.addr).await.expect("connect");
+    let mut c = a.client().await;
+    let q = ids(&caps(&mut c).await);
+    let l = lease(&mut c, "ctl-a").await;
+    apply(&mut c, &l, vec![change(&q[0], 100_000, 1_000_000, 0.5)], 600_000).await;
+    send_signal(a.pid(), "INT");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let second = std::time::Instant::now();
+    let (code, j) = a.stop_with("INT").await;
+    let took = second.elapsed();
+    assert_eq!(code, Some(0));
+    assert!(took < Duration::from_secs(3), "stopped {took:?} after the second SIGINT; the grace is 5 s");
+    let reverts = events(&j, "revert");
+    assert_eq!(reverts.len(), 1, "{j:#?}");
+    drop(silent);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,9 +42,10 @@ use journal::Journal;
 use security::BearerAuth;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
@@ -104,6 +105,8 @@ pub struct ActuatorHandle {
     addr: SocketAddr,
     tls: bool,
     stop: watch::Sender<bool>,
+    /// Ends the grace for open calls early (a second signal).
+    hurry: Arc<Notify>,
     task: Option<JoinHandle<Result<(), ActuatorError>>>,
     sim: Option<SimControl>,
 }
@@ -134,6 +137,12 @@ impl ActuatorHandle {
             }
             None => std::future::pending().await,
         }
+    }
+
+    /// What ends a stop's grace for open calls at once, when notified: the revert of an
+    /// unconfirmed change and the backend's stop still run.
+    pub fn hurry(&self) -> Arc<Notify> {
+        self.hurry.clone()
     }
 
     /// Stop serving: open calls get a grace period, an unconfirmed change reverts (and is
@@ -258,6 +267,8 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
         "actuator serving"
     );
     let mut stopped = stop_rx.clone();
+    let hurry = Arc::new(Notify::new());
+    let hurried = hurry.clone();
     let task = tokio::spawn(async move {
         let signal = async move {
             while !*stopped.borrow_and_update() {
@@ -272,13 +283,20 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
         let mut grace = stop_rx;
         let result = tokio::select! {
             r = serving => r.map_err(|e| ActuatorError::Failed(format!("gRPC server: {e}"))),
-            _ = async {
+            hurried = async {
                 while !*grace.borrow_and_update() {
                     if grace.changed().await.is_err() { break; }
                 }
-                tokio::time::sleep(GRACE).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(GRACE) => false,
+                    _ = hurried.notified() => true,
+                }
             } => {
-                warn!("open calls did not finish within {GRACE:?}; stopping anyway");
+                if hurried {
+                    warn!("open calls cut off at a second signal; stopping");
+                } else {
+                    warn!("open calls did not finish within {GRACE:?}; stopping anyway");
+                }
                 Ok(())
             }
         };
@@ -290,7 +308,7 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
         info!("actuator stopped");
         result.and(stopped.map_err(ActuatorError::Failed))
     });
-    Ok(ActuatorHandle { addr, tls: opts.tls.is_some(), stop: stop_tx, task: Some(task), sim: None })
+    Ok(ActuatorHandle { addr, tls: opts.tls.is_some(), stop: stop_tx, hurry, task: Some(task), sim: None })
 }
 
 /// Start a simulated fabric behind an actuator (what `ecn-tuner run --target sim` embeds).

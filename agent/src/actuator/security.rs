@@ -23,11 +23,8 @@ pub struct TlsFiles {
 impl TlsFiles {
     /// Read both files into a tonic server TLS configuration.
     pub fn load(&self) -> Result<ServerTlsConfig, ActuatorError> {
-        let read = |flag: &str, p: &Path| {
-            read_at_most(p, PEM_MAX_BYTES).map_err(|e| ActuatorError::BadInput(format!("{flag} {}: {e}", p.display())))
-        };
-        let cert = read("--tls-cert", &self.cert)?;
-        let key = read("--tls-key", &self.key)?;
+        let cert = read_pem("--tls-cert", &self.cert).map_err(ActuatorError::BadInput)?;
+        let key = read_pem("--tls-key", &self.key).map_err(ActuatorError::BadInput)?;
         if !holds_pem_certificate(&cert) {
             return Err(ActuatorError::BadInput(format!(
                 "--tls-cert {}: no PEM certificate found",
@@ -54,7 +51,21 @@ pub fn holds_pem_certificate(pem: &[u8]) -> bool {
 
 /// The most read of a PEM file (a certificate chain, a key, a CA bundle): system CA bundles
 /// are some hundred KiB.
-pub const PEM_MAX_BYTES: u64 = 16 << 20;
+const PEM_MAX_BYTES: u64 = 16 << 20;
+
+/// Read a PEM file given to `flag` (a certificate chain, a key, a CA bundle): the error names
+/// both. A UTF-8 byte order mark, which Windows editors put first, is dropped: PEM parsers
+/// take it for part of the first line, and a certificate read as none, a key as a TLS
+/// "transport error" naming no file.
+pub fn read_pem(flag: &str, path: &Path) -> Result<Vec<u8>, String> {
+    let mut pem = read_at_most(path, PEM_MAX_BYTES).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
+    if pem.starts_with(UTF8_BOM) {
+        pem.drain(..UTF8_BOM.len());
+    }
+    Ok(pem)
+}
+
+const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
 
 /// The most read of a token file, which holds one line.
 const TOKEN_MAX_BYTES: u64 = 64 << 10;

@@ -252,6 +252,16 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
             r = handle.finished() => return r.map_err(CliError::from),
             s = signals.next() => info!("{s}: stopping"),
         }
-        handle.shutdown().await.map_err(CliError::from)
+        // A second signal cuts the grace for open calls short; an unconfirmed change is still
+        // reverted, which a forced exit would leave on the device.
+        let hurry = handle.hurry();
+        let stopping = handle.shutdown();
+        tokio::pin!(stopping);
+        tokio::select! {
+            r = &mut stopping => return r.map_err(CliError::from),
+            s = signals.next() => info!("{s} again: not waiting for open calls"),
+        }
+        hurry.notify_one();
+        stopping.await.map_err(CliError::from)
     })
 }

@@ -1,7 +1,7 @@
 //! `ecn-tuner run`: the online controller, in shadow or enforce mode.
 
 use super::{duration, positive_duration};
-use crate::actuator::security::PEM_MAX_BYTES;
+use crate::actuator::security::read_pem;
 use crate::actuator::sim::DEFAULT_SIM_SCENARIO;
 use crate::actuator::{self, ServeOptions, SimOptions};
 use crate::controller::guardrails::GuardrailConfig;
@@ -13,7 +13,6 @@ use crate::output::outln;
 use crate::policy::Policy;
 use crate::rollout::{self, Job};
 use clap::Args;
-use ecn_datasets::bounded::read_at_most;
 use ecn_env::scenario::Scenario;
 use ecn_env::summary::Summary;
 use ecn_env::Baseline;
@@ -133,10 +132,6 @@ fn default_controller_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let host = if host.trim().is_empty() { "localhost" } else { host.trim() };
     format!("ecn-tuner@{host}/{}", std::process::id())
-}
-
-fn read(flag: &str, p: &std::path::Path) -> Result<Vec<u8>, CliError> {
-    read_at_most(p, PEM_MAX_BYTES).map_err(|e| CliError::BadInput(format!("--{flag} {}: {e}", p.display())))
 }
 
 /// `--target NAME` with a built-in scenario's name is `--target sim --scenario NAME`
@@ -281,7 +276,7 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
         kill_file: a.kill_file,
         metrics: a.metrics,
         token,
-        tls_ca: a.tls_ca.as_ref().map(|p| read("tls-ca", p)).transpose()?,
+        tls_ca: a.tls_ca.as_ref().map(|p| read_pem("--tls-ca", p)).transpose().map_err(CliError::BadInput)?,
         guardrails: GuardrailConfig {
             min_dwell: duration("--min-dwell", &a.min_dwell)?,
             max_changes_per_minute: a.max_changes_per_minute,
