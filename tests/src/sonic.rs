@@ -175,6 +175,8 @@ pub struct Spec {
     pub lossless: Vec<u32>,
     /// Bind queue 4 to a second profile, `AZURE_LOSSLESS_Q4`, instead of `AZURE_LOSSLESS`.
     pub two_profiles: bool,
+    /// Write references as SONiC did before 202106: `[WRED_PROFILE|AZURE_LOSSLESS]`.
+    pub bracketed: bool,
     /// `BUFFER_POOL|egress_lossless_pool` size, bytes.
     pub egress_pool_bytes: u64,
 }
@@ -187,6 +189,7 @@ impl Default for Spec {
             speed_mbps: 100_000,
             lossless: vec![3, 4],
             two_profiles: false,
+            bracketed: false,
             egress_pool_bytes: 32_099_072,
         }
     }
@@ -302,7 +305,10 @@ pub fn seed(server: &RedisServer, spec: &Spec) {
                 vec![("scheduler", format!("scheduler.{}", if spec.lossless.contains(&q) { 1 } else { 0 }))];
             if spec.lossless.contains(&q) {
                 let profile = if spec.two_profiles && q == 4 { "AZURE_LOSSLESS_Q4" } else { "AZURE_LOSSLESS" };
-                fields.push(("wred_profile", profile.into()));
+                fields.push((
+                    "wred_profile",
+                    if spec.bracketed { format!("[WRED_PROFILE|{profile}]") } else { profile.into() },
+                ));
             }
             hset(&mut cfg, &format!("QUEUE|{p}|{q}"), &fields);
         }
@@ -686,7 +692,10 @@ fn program(
     }
     for (i, port) in spec.ports.iter().enumerate() {
         for q in 0..8u32 {
-            let bound = config.get(&format!("QUEUE|{port}|{q}")).and_then(|f| field(f, "wred_profile"));
+            // Either form of reference: `NAME`, or `[WRED_PROFILE|NAME]` before SONiC 202106.
+            let bound = config.get(&format!("QUEUE|{port}|{q}")).and_then(|f| field(f, "wred_profile")).map(|v| {
+                v.strip_prefix("[WRED_PROFILE|").and_then(|v| v.strip_suffix(']')).map_or(v.clone(), str::to_string)
+            });
             let wred = bound.and_then(|name| oids.by_profile.get(&name).cloned()).unwrap_or_else(|| "oid:0x0".into());
             pipe.cmd("HSET")
                 .arg(format!("ASIC_STATE:SAI_OBJECT_TYPE_QUEUE:{}", queue_oid_after(restarts, i, q)))
@@ -724,6 +733,7 @@ pub fn set_config_field(server: &RedisServer, key: &str, field: &str, value: &st
 pub fn queue_setting(con: &mut redis::Connection, port: &str, queue: u32) -> (u64, u64, u64) {
     const READ: &str = "local p = redis.call('HGET', KEYS[1], 'wred_profile') \
                         if not p then return {} end \
+                        p = string.match(p, '^%[WRED_PROFILE|(.*)%]$') or p \
                         local f = redis.call('HGETALL', 'WRED_PROFILE|' .. p) \
                         table.insert(f, 1, p) return f";
     let mut reply: Vec<String> = redis::cmd("EVAL")

@@ -138,8 +138,17 @@ async fn rig_with_orchagent(lag: Duration, extra: &[&str]) -> (Rig, Orchagent) {
 
 /// [`rig_with_orchagent`], with `before` run on the seeded server before anything starts.
 async fn rig_with_orchagent_and(lag: Duration, extra: &[&str], before: impl FnOnce(&RedisServer)) -> (Rig, Orchagent) {
+    rig_with_orchagent_on(Spec::default(), lag, extra, before).await
+}
+
+/// [`rig_with_orchagent_and`] on a switch seeded as `spec` says.
+async fn rig_with_orchagent_on(
+    spec: Spec,
+    lag: Duration,
+    extra: &[&str],
+    before: impl FnOnce(&RedisServer),
+) -> (Rig, Orchagent) {
     let redis = RedisServer::start();
-    let spec = Spec::default();
     seed(&redis, &spec);
     before(&redis);
     let orchagent = Orchagent::start(&redis, &spec, lag);
@@ -192,6 +201,33 @@ async fn a_write_is_in_effect_once_asic_db_shows_it_programmed() {
     assert!(r.in_effect_from_ts_ns >= r.landed_ts_ns + 1_400_000_000, "{r:?}");
     assert_eq!(asic_curve(&rig.redis, 0, 3), Some((300_000, 900_000, 25)));
     assert_eq!(asic_curve(&rig.redis, 0, 4), Some(ORIGINAL), "the queue left alone");
+}
+
+/// SONiC before 202106 writes references bracketed (`[WRED_PROFILE|AZURE_LOSSLESS]`), and its
+/// orchagent takes no other form. The actuator refused such a switch ("the queue's WRED profile
+/// does not exist" for every queue); it reads both forms, binds in the switch's own, and a
+/// restore puts back every entry byte for byte.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_switch_with_bracketed_references_is_tuned_in_their_form_and_restored() {
+    let spec = Spec { bracketed: true, ..Spec::default() };
+    let (rig, _orchagent) = rig_with_orchagent_on(spec, Duration::ZERO, &["--program-timeout", "10s"], |_| {}).await;
+    let url = rig.redis.url();
+    let before = tables(&mut rig.redis.con(CONFIG_DB));
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let changes = vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)];
+    c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.expect("apply, read back");
+    assert_eq!(asic_curve(&rig.redis, 0, 3), Some((300_000, 900_000, 25)), "programmed");
+    assert_eq!(asic_curve(&rig.redis, 0, 4), Some(ORIGINAL), "the queue left alone");
+    let binding: String =
+        redis::cmd("HGET").arg("QUEUE|Ethernet0|3").arg("wred_profile").query(&mut rig.redis.con(CONFIG_DB)).unwrap();
+    assert_eq!(binding, "[WRED_PROFILE|ECN_TUNER_Ethernet0_3]");
+    let (code, _) = rig.act.stop().await;
+    assert_eq!(code, Some(0));
+    let (code, stdout, stderr) = run_cli(&["sonic", "restore", "--redis", &url]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("removed 1 ecn-tuner profile(s)"), "{stdout}");
+    assert_eq!(tables(&mut rig.redis.con(CONFIG_DB)), before, "WRED_PROFILE and QUEUE byte-identical");
 }
 
 /// A write orchagent does not program (stopped, busy, or refusing what the ASIC cannot do) is

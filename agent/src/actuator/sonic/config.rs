@@ -182,13 +182,22 @@ pub fn discover(
 
     let mut found: Vec<(QueueRef, String)> = Vec::new();
     for (name, fields) in &snapshot.queues {
-        let Some(profile) = schema::field(fields, schema::WRED_PROFILE_FIELD) else { continue };
+        let Some(profile) = schema::bound_profile(fields) else { continue };
         let Some((port, queue)) = schema::parse_queue_key(&format!("QUEUE|{name}")) else {
-            warn!(
-                key = %format!("QUEUE|{name}"),
-                "this QUEUE entry covers several ports or queues; ecn-tuner controls only entries of one \
-                 port and queue (QUEUE|<port>|<queue>) and leaves it alone"
-            );
+            if name.matches('|').count() > 1 {
+                // `<host>|<asic>|<port>|<queue>`: a VOQ chassis's system port (qos_config.j2).
+                warn!(
+                    key = %format!("QUEUE|{name}"),
+                    "this QUEUE entry is a VOQ chassis's system port; ecn-tuner controls only entries of one \
+                     local port and queue (QUEUE|<port>|<queue>) and leaves it alone"
+                );
+            } else {
+                warn!(
+                    key = %format!("QUEUE|{name}"),
+                    "this QUEUE entry covers several ports or queues; ecn-tuner controls only entries of one \
+                     port and queue (QUEUE|<port>|<queue>) and leaves it alone"
+                );
+            }
             continue;
         };
         found.push((QueueRef { port, queue }, profile.to_string()));
@@ -235,10 +244,7 @@ pub fn discover(
             }
         };
         // Home: the recorded binding if the queue now sits on one of our profiles.
-        let home = match recording
-            .and_then(|r| r.queue.get(&name))
-            .and_then(|f| schema::field(f, schema::WRED_PROFILE_FIELD))
-        {
+        let home = match recording.and_then(|r| r.queue.get(&name)).and_then(schema::bound_profile) {
             Some(orig) if schema::is_tuner_profile(&bound) && snapshot.profiles.contains_key(orig) => orig.to_string(),
             _ => bound.clone(),
         };
@@ -325,7 +331,7 @@ pub fn differs(layout: &Layout, now: &Snapshot, want: &[EcnSetting]) -> Vec<(usi
             let shown = now
                 .queues
                 .get(&q.name())
-                .and_then(|f| schema::field(f, schema::WRED_PROFILE_FIELD))
+                .and_then(schema::bound_profile)
                 .and_then(|p| now.profiles.get(p))
                 .and_then(schema::green_setting)
                 .map(|s| effective(&s));
@@ -416,7 +422,7 @@ fn used_by_uncontrolled<'a>(layout: &Layout, now: &'a Snapshot) -> BTreeMap<&'a 
 pub fn bound_outside(now: &Snapshot, inside: impl Fn(&str) -> bool) -> BTreeMap<&str, &str> {
     let mut used = BTreeMap::new();
     for (queue, fields) in now.queues.iter().filter(|(q, _)| !inside(q)) {
-        if let Some(profile) = schema::field(fields, schema::WRED_PROFILE_FIELD) {
+        if let Some(profile) = schema::bound_profile(fields) {
             used.entry(profile).or_insert(queue.as_str());
         }
     }
@@ -497,11 +503,11 @@ pub fn plan(layout: &Layout, now: &Snapshot, t: &Target) -> Vec<Op> {
         // A queue whose entry is gone (its port removed) is never written back: that would bind
         // a queue the switch no longer has.
         let Some(fields) = now.queues.get(&name) else { continue };
-        if schema::field(fields, schema::WRED_PROFILE_FIELD) != Some(want.as_str()) {
+        if schema::bound_profile(fields) != Some(want.as_str()) {
             ops.push(Op::Set(
                 schema::config_key(schema::QUEUE, &name),
                 schema::WRED_PROFILE_FIELD.into(),
-                want.clone(),
+                schema::binding_value(want, schema::field(fields, schema::WRED_PROFILE_FIELD)),
             ));
         }
     }
@@ -556,9 +562,11 @@ pub fn after(now: &Snapshot, ops: &[Op]) -> Snapshot {
 pub fn shows(layout: &Layout, read: &Snapshot, t: &Target) -> bool {
     let profiles_ok =
         t.profiles.iter().all(|(n, f)| read.profiles.get(n).is_some_and(|r| schema::as_map(r) == schema::as_map(f)));
-    let bindings_ok = layout.queues.iter().zip(&t.bindings).all(|(q, b)| {
-        read.queues.get(&q.name()).is_none_or(|f| schema::field(f, schema::WRED_PROFILE_FIELD) == Some(b.as_str()))
-    });
+    let bindings_ok = layout
+        .queues
+        .iter()
+        .zip(&t.bindings)
+        .all(|(q, b)| read.queues.get(&q.name()).is_none_or(|f| schema::bound_profile(f) == Some(b.as_str())));
     let deleted_ok = t.delete.iter().all(|n| !read.profiles.contains_key(n));
     profiles_ok && bindings_ok && deleted_ok
 }
@@ -763,7 +771,7 @@ mod tests {
             let back = after(&shared, &ops);
             assert!(shows(&layout, &back, &t));
             for q in ["Ethernet0|1", "Ethernet0|2"] {
-                let profile = schema::field(&shared.queues[q], schema::WRED_PROFILE_FIELD).unwrap();
+                let profile = schema::bound_profile(&shared.queues[q]).unwrap();
                 assert_eq!(back.profiles.get(profile), shared.profiles.get(profile), "{q}'s profile");
             }
         }

@@ -528,7 +528,8 @@ impl Poller {
                 queues = missing.len(),
                 first = %missing[0],
                 "queues without counters in COUNTERS_QUEUE_NAME_MAP/COUNTERS_PORT_NAME_MAP get no telemetry \
-                 (is `counterpoll queue enable` set?)"
+                 (is `counterpoll queue enable` set? On a switch with SONiC's multi-database layout, \
+                 /etc/sonic/enable_multidb, COUNTERS_DB is on another Redis instance, which this actuator does not reach)"
             );
         }
         Ok(out)

@@ -103,10 +103,9 @@ impl Recording {
             let holdable = |p: &str| {
                 !schema::is_tuner_profile(p) && (self.wred_profile.contains_key(p) || now.profiles.contains_key(p))
             };
-            let found =
-                now.queues.get(&name).filter(|f| schema::field(f, schema::WRED_PROFILE_FIELD).is_none_or(holdable));
+            let found = now.queues.get(&name).filter(|f| schema::bound_profile(f).is_none_or(holdable));
             if let Some(fields) = found {
-                if let Some(p) = schema::field(fields, schema::WRED_PROFILE_FIELD) {
+                if let Some(p) = schema::bound_profile(fields) {
                     if let (false, Some(profile)) = (self.wred_profile.contains_key(p), now.profiles.get(p)) {
                         self.wred_profile.insert(p.to_string(), profile.clone());
                     }
@@ -169,7 +168,7 @@ impl Recording {
             }
         }
         for (name, fields) in &self.queue {
-            if let Some(profile) = schema::field(fields, schema::WRED_PROFILE_FIELD) {
+            if let Some(profile) = schema::bound_profile(fields) {
                 if !self.wred_profile.contains_key(profile) {
                     return Err(format!(
                         "{}: bound to WRED_PROFILE|{profile}, which the recording does not hold",
@@ -484,12 +483,8 @@ struct Scope<'a> {
 
 impl<'a> Scope<'a> {
     fn of(rec: &'a Recording, now: &Snapshot) -> Scope<'a> {
-        let bound_to_ours = |q: &str| {
-            now.queues
-                .get(q)
-                .and_then(|f| schema::field(f, schema::WRED_PROFILE_FIELD))
-                .is_some_and(schema::is_tuner_profile)
-        };
+        let bound_to_ours =
+            |q: &str| now.queues.get(q).and_then(schema::bound_profile).is_some_and(schema::is_tuner_profile);
         let queues: BTreeSet<&str> = rec
             .queue
             .keys()
@@ -499,7 +494,7 @@ impl<'a> Scope<'a> {
         let mut profiles: BTreeSet<&str> = BTreeSet::new();
         let mut shared: BTreeSet<&str> = BTreeSet::new();
         for (q, fields) in &rec.queue {
-            if let Some(p) = schema::field(fields, schema::WRED_PROFILE_FIELD) {
+            if let Some(p) = schema::bound_profile(fields) {
                 if queues.contains(q.as_str()) {
                     profiles.insert(p);
                 } else {
@@ -701,7 +696,7 @@ pub fn restore(
         .queues
         .iter()
         .filter_map(|(queue, fields)| {
-            let profile = schema::field(fields, schema::WRED_PROFILE_FIELD)?;
+            let profile = schema::bound_profile(fields)?;
             (!back.profiles.contains_key(profile) && deleted.contains(profile)).then_some((profile, queue.as_str()))
         })
         .collect();

@@ -132,6 +132,31 @@ pub const SAI_WRED_GREEN: [&str; 3] =
 /// Field of `QUEUE|<port>|<queue>` naming its WRED profile.
 pub const WRED_PROFILE_FIELD: &str = "wred_profile";
 
+/// The WRED profile a `QUEUE` entry is bound to: its `wred_profile` field, `NAME` or, as SONiC
+/// wrote references before 202106 (sonic-utilities' `db_migrator` strips the brackets at
+/// version 3.0.2), `[WRED_PROFILE|NAME]`.
+pub fn bound_profile(queue: &Fields) -> Option<&str> {
+    let value = field(queue, WRED_PROFILE_FIELD)?;
+    Some(
+        value
+            .strip_prefix('[')
+            .and_then(|v| v.strip_suffix(']'))
+            .and_then(|v| v.strip_prefix(WRED_PROFILE))
+            .and_then(|v| v.strip_prefix('|'))
+            .unwrap_or(value),
+    )
+}
+
+/// The `wred_profile` value binding a queue to `profile`, in the form of the value it replaces:
+/// a switch whose references are bracketed takes only bracketed ones (its orchagent refuses
+/// the bare name), a newer one only bare names.
+pub fn binding_value(profile: &str, replaced: Option<&str>) -> String {
+    match replaced {
+        Some(v) if v.starts_with('[') => format!("[{WRED_PROFILE}|{profile}]"),
+        _ => profile.to_string(),
+    }
+}
+
 /// Prefix of every WRED profile ecn-tuner creates.
 pub const TUNER_PROFILE_PREFIX: &str = "ECN_TUNER_";
 
@@ -453,5 +478,23 @@ mod tests {
         let mut ports = vec!["Ethernet12", "Ethernet4", "Ethernet0", "Ethernet100"];
         ports.sort_by(|a, b| port_order(a, b));
         assert_eq!(ports, ["Ethernet0", "Ethernet4", "Ethernet12", "Ethernet100"]);
+    }
+
+    #[test]
+    fn references_are_read_in_both_forms_and_written_in_the_replaced_ones() {
+        let q = |v: &str| {
+            vec![("scheduler".to_string(), "s1".to_string()), (WRED_PROFILE_FIELD.to_string(), v.to_string())]
+        };
+        assert_eq!(bound_profile(&q("AZURE_LOSSLESS")), Some("AZURE_LOSSLESS"));
+        assert_eq!(bound_profile(&q("[WRED_PROFILE|AZURE_LOSSLESS]")), Some("AZURE_LOSSLESS"));
+        // Another table's reference is no WRED profile's name; it is left as it reads.
+        assert_eq!(bound_profile(&q("[SCHEDULER|s1]")), Some("[SCHEDULER|s1]"));
+        assert_eq!(bound_profile(&vec![]), None);
+        assert_eq!(
+            binding_value("ECN_TUNER_Ethernet0_3", Some("[WRED_PROFILE|AZURE_LOSSLESS]")),
+            "[WRED_PROFILE|ECN_TUNER_Ethernet0_3]"
+        );
+        assert_eq!(binding_value("ECN_TUNER_Ethernet0_3", Some("AZURE_LOSSLESS")), "ECN_TUNER_Ethernet0_3");
+        assert_eq!(binding_value("ECN_TUNER_Ethernet0_3", None), "ECN_TUNER_Ethernet0_3");
     }
 }
