@@ -53,6 +53,11 @@ pub struct Faults {
     /// This many Apply calls that change something (fallbacks or not) are refused without
     /// reaching the actuator: a device that refuses every write.
     pub refused_applies: AtomicU32,
+    /// After each lost Confirm reply, this many GetConfig calls fail with UNAVAILABLE without
+    /// reaching the actuator: the path stays down for the read-back that follows.
+    pub failed_reads_after_lost_confirm: AtomicU32,
+    /// GetConfig calls still to fail (armed by a lost Confirm reply).
+    pub failing_reads: AtomicU32,
 }
 
 /// Take one from a fault counter; whether there was one.
@@ -118,6 +123,9 @@ impl pb::actuator_server::Actuator for Forward {
     }
 
     async fn get_config(&self, req: Request<pb::GetConfigRequest>) -> Result<Response<pb::Config>, Status> {
+        if take(&self.faults.failing_reads) {
+            return Err(Status::unavailable("faulty link: the path is down"));
+        }
         self.client.clone().get_config(req.into_inner()).await
     }
 
@@ -160,6 +168,8 @@ impl pb::actuator_server::Actuator for Forward {
         }
         let reply = self.client.clone().confirm(req.into_inner()).await;
         if take(&self.faults.lost_confirm_replies) {
+            let reads = self.faults.failed_reads_after_lost_confirm.load(Ordering::SeqCst);
+            self.faults.failing_reads.store(reads, Ordering::SeqCst);
             return Err(lost("Confirm"));
         }
         reply

@@ -1803,6 +1803,70 @@ async fn after_a_lost_confirm_reply_the_kill_switch_still_restores_the_baseline(
     assert!(restored, "the kill switch left queues off the baseline: {:?}", act.journal());
 }
 
+/// A Confirm that lands but whose reply is lost, and the read-back after it fails too (the
+/// path still down): the change is settled at the next read-back that succeeds, and counted as
+/// confirmed. It used to be forgotten: the report said 1 apply, 0 confirms, 0 rollbacks, and a
+/// change the actuator had reverted meanwhile was neither counted nor quarantined.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_confirm_whose_reply_and_read_back_are_lost_is_settled_at_the_next_read() {
+    let act = sim_actuator(&[]).await;
+    let faults =
+        Faults { lost_confirm_replies: 1.into(), failed_reads_after_lost_confirm: 2.into(), ..Default::default() };
+    let link = FaultyLink::start(&act.url(), faults).await;
+    let flags = enforce_flags("static:200KB,800KB,0.3", &["--health-window", "3"]);
+    let (child, _) = act.controller_at("unread", &link.url(), &flags);
+    eventually("the change settled", FABRIC_PATIENCE, || {
+        let settled = act.controller_log("unread").contains("healthy: confirmed (the reply was lost)");
+        async move { settled.then_some(()) }
+    })
+    .await;
+    assert!(act.controller_log("unread").contains("the change is settled once it can be"));
+    send_signal(child.id(), "TERM");
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", act.controller_log("unread"));
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let journal = act.journal();
+    assert_eq!(report["confirms"], events(&journal, "confirm").len(), "{report} {journal:?}");
+    assert_eq!(report["applies"], 1, "{report}");
+    assert_eq!(report["rollbacks"], 0, "{report}");
+}
+
+/// The kill switch's Rollback of a pending change fails (the device away): the change is kept
+/// and rolled back at the next try, counted and logged as the kill switch's. It used to be
+/// dropped: never counted or logged, and the baseline written over it confirmed it with itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_switch_whose_rollback_fails_rolls_the_change_back_at_its_next_try() {
+    let act = sim_actuator(&[]).await;
+    let link = FaultyLink::start(&act.url(), Faults { failed_rollbacks: 1.into(), ..Default::default() }).await;
+    let kill = act.dir.path().join("kill-unsettled");
+    let kill_arg = kill.display().to_string();
+    let flags = enforce_flags(
+        "static:200KB,800KB,0.3",
+        &["--confirm-within", "300s", "--health-window", "2000", "--kill-file", kill_arg.as_str()],
+    );
+    let (child, log) = act.controller_at("killed", &link.url(), &flags);
+    eventually("a change pending", FABRIC_PATIENCE, || {
+        let applied = !events(&act.journal(), "apply").is_empty();
+        async move { applied.then_some(()) }
+    })
+    .await;
+    std::fs::write(&kill, "stop").unwrap();
+    eventually("the pending change rolled back", FABRIC_PATIENCE, || {
+        let rolled_back = !events(&act.journal(), "rollback").is_empty();
+        async move { rolled_back.then_some(()) }
+    })
+    .await;
+    let generation = events(&act.journal(), "apply")[0]["generation"].as_u64().unwrap();
+    send_signal(child.id(), "TERM");
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(report["rollbacks"], 1, "{report}");
+    let why = format!("kill switch: rolled back generation {generation}, never confirmed");
+    assert!(decision_reasons(&log).iter().any(|r| r == &why), "{:?}", decision_reasons(&log));
+}
+
 /// A Confirm that gets no reply (held back for two minutes on the way) fails after
 /// `--call-timeout`: the controller reads the actuator back, rolls the unwatched change back,
 /// and the kill switch acts at once. It used to wait for the reply, deaf to the kill switch

@@ -197,7 +197,21 @@ impl ControlLoop {
     /// `current` (and their gauges); returns what it read. A failure leaves `needs_resync` set,
     /// so that no change is made until a read succeeds.
     pub(super) async fn resync(&mut self) -> Result<pb::Config, tonic::Status> {
-        let config = match self.client.get_config(pb::GetConfigRequest {}).await {
+        let mut answer = self.client.get_config(pb::GetConfigRequest {}).await;
+        // The read-back that follows a failed call is sent as the channel reconnects, and a
+        // call queued on the connection that just broke is cancelled within a millisecond:
+        // the read-back after a lost reply almost always failed so, and the write's outcome
+        // went unread. Two more tries, 0.1 and 0.3 s later, give the channel its new connection.
+        for pause in [Duration::from_millis(100), Duration::from_millis(300)] {
+            match &answer {
+                Err(s) if s.code() == tonic::Code::Cancelled => {
+                    tokio::time::sleep(pause).await;
+                    answer = self.client.get_config(pb::GetConfigRequest {}).await;
+                }
+                _ => break,
+            }
+        }
+        let config = match answer {
             Ok(c) => c.into_inner(),
             Err(s) => {
                 self.needs_resync = true;
@@ -229,7 +243,9 @@ impl ControlLoop {
     pub(super) async fn try_resync(&mut self) -> Result<bool, CliError> {
         match self.resync().await {
             Ok(config) => {
-                if self.pending.is_none() {
+                if let Some((p, failure)) = self.unsettled.take() {
+                    self.settle_failed_confirm(p, failure, config, false).await?;
+                } else if self.pending.is_none() {
                     self.roll_back_unwatched(&config, "when read back").await?;
                 }
                 Ok(!self.needs_resync)
@@ -529,7 +545,7 @@ impl ControlLoop {
                     }
                     Err(s) => {
                         warn!(error = %said(&s), "confirm failed; reading the actuator back");
-                        self.after_failed_confirm(&p, &s).await?;
+                        self.after_failed_confirm(p, s).await?;
                     }
                 }
             }
@@ -589,14 +605,37 @@ impl ControlLoop {
 
     /// A Confirm failed: the deadline may have passed first (the actuator reverted the change
     /// by itself), or the confirm landed and only its reply was lost. The actuator says which.
-    async fn after_failed_confirm(&mut self, p: &Pending, failure: &tonic::Status) -> Result<(), CliError> {
-        let config = match self.resync().await {
-            Ok(c) => c,
+    async fn after_failed_confirm(&mut self, p: Pending, failure: tonic::Status) -> Result<(), CliError> {
+        match self.resync().await {
+            Ok(config) => self.settle_failed_confirm(p, failure, config, true).await,
             Err(s) => {
-                warn!(error = %said(&s), "cannot read the actuator back after a failed Confirm");
-                return Ok(());
+                // Its fate is read at the next read-back that succeeds (`needs_resync` holds
+                // every change back until then): counted as confirmed, reverted or rolled back,
+                // and its queues quarantined as such. Forgotten here, it went uncounted and a
+                // change the actuator had reverted was made again at once.
+                warn!(
+                    error = %said(&s),
+                    generation = p.generation,
+                    "cannot read the actuator back after a failed Confirm; the change is settled once it can be"
+                );
+                self.unsettled = Some((p, failure));
+                Ok(())
             }
-        };
+        }
+    }
+
+    /// Settle pending change `p`, whose Confirm failed with `failure`, by `config` read back
+    /// after it: confirmed after all (its reply lost), gone with the lease, reverted at its
+    /// deadline, or still waiting for a confirm. In the last case a transport failure's Confirm
+    /// is sent again if `may_confirm_again` (the change was judged healthy just now);
+    /// otherwise, or if that fails too, it is rolled back.
+    async fn settle_failed_confirm(
+        &mut self,
+        p: Pending,
+        failure: tonic::Status,
+        config: pb::Config,
+        may_confirm_again: bool,
+    ) -> Result<(), CliError> {
         if config.confirmed_generation == p.generation {
             self.report.confirms += 1;
             self.series.confirms.inc();
@@ -608,11 +647,42 @@ impl ControlLoop {
             // went with the lease. Take a lease again before the next round.
             self.renew_now = true;
             warn!(generation = p.generation, "the change could not be confirmed: the writer lease is gone");
-            return self.ended_with_lease(p);
+            return self.ended_with_lease(&p);
         }
         if config.generation != p.generation {
-            let how = format!(", before its confirm landed ({})", said(failure));
-            return self.reverted_by_actuator(p, &how);
+            let how = format!(", before its confirm landed ({})", said(&failure));
+            return self.reverted_by_actuator(&p, &how);
+        }
+        // Still waiting for its confirm. One lost to the network (not refused) is sent again
+        // while the verdict is fresh: rolling back a change judged healthy for a reset
+        // connection undid good work.
+        let transport = matches!(
+            failure.code(),
+            tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::DeadlineExceeded | tonic::Code::Unknown
+        );
+        if may_confirm_again && transport {
+            if let Some((lease_id, _)) = self.lease.clone() {
+                let req = pb::ConfirmRequest { lease_id, generation: p.generation };
+                match self.client.confirm(req).await {
+                    Ok(_) => {
+                        self.report.confirms += 1;
+                        self.series.confirms.inc();
+                        info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed (sent again)");
+                        return Ok(());
+                    }
+                    Err(s) => warn!(error = %said(&s), "the Confirm sent again failed too"),
+                }
+                // Read again: the second Confirm's outcome is as unknown as the first's.
+                let config = match self.resync().await {
+                    Ok(c) => c,
+                    Err(s) => {
+                        warn!(error = %said(&s), "cannot read the actuator back after a failed Confirm");
+                        self.unsettled = Some((p, failure));
+                        return Ok(());
+                    }
+                };
+                return Box::pin(self.settle_failed_confirm(p, failure, config, false)).await;
+            }
         }
         // Still waiting for a confirm that will not come: take it back now (that logs each
         // queue it moves). Its queues keep their known-good setting for the quarantine, as
@@ -649,6 +719,11 @@ impl ControlLoop {
                  nothing; no decisions until it is released");
             return Ok(());
         };
+        // A change whose Confirm failed unread is settled first (counted, logged); until the
+        // actuator can be read, nothing below could be done anyway.
+        if self.unsettled.is_some() && !self.try_resync().await? {
+            return Err(CliError::Failed("kill switch: the actuator cannot be read back".into()));
+        }
         if let Some(p) = self.pending.take() {
             if self.reverted_at_deadline(&p).await {
                 self.reverted_by_actuator(&p, " (kill switch)")?;
@@ -658,12 +733,16 @@ impl ControlLoop {
                     to_generation: None,
                     reason: format!("kill switch; generation {} was never confirmed", p.generation),
                 };
-                let resp = self
-                    .client
-                    .rollback(req)
-                    .await
-                    .map_err(|s| CliError::Failed(format!("kill switch rollback: {}", said(&s))))?
-                    .into_inner();
+                let resp = match self.client.rollback(req).await {
+                    Ok(r) => r.into_inner(),
+                    Err(s) => {
+                        // Kept for the kill switch's next try, which settles it (reverted at
+                        // its deadline by then, or rolled back); dropped, it went uncounted and
+                        // unlogged.
+                        self.pending = Some(p);
+                        return Err(CliError::Failed(format!("kill switch rollback: {}", said(&s))));
+                    }
+                };
                 count_rollback(&mut self.report, &self.series, "kill_switch");
                 self.taken_back(&p, resp.in_effect_from_ts_ns, "kill switch")?;
             }

@@ -429,7 +429,7 @@ pub async fn run(
         }
     };
     let now = Instant::now();
-    (lp.last_batch_at, lp.last_renew) = (now, now);
+    lp.last_batch_at = now;
     lp.metrics.telemetry_arrived(&lp.cfg.target, now);
     // A lost stream is reopened with a growing pause between tries; its queues go stale
     // meanwhile, and are held at the baseline like any queue without fresh telemetry.
@@ -760,7 +760,9 @@ impl Busy {
                 busy = format!("{:.0}%", busy * 100.0),
                 queues,
                 "the controller is busy nearly all the time for this target and cannot keep up: rounds come late and \
-                 telemetry falls behind (a longer --interval, fewer queues per controller, or a faster machine)"
+                 telemetry falls behind. Busy is deciding or waiting for the actuator's answers: where its calls are \
+                 slow (the network, a busy switch), they are the cause; otherwise a longer --interval, fewer queues \
+                 per controller, or a faster machine"
             );
             self.warned = true;
         } else if busy <= BUSY_SHARE && self.warned {
@@ -942,6 +944,9 @@ struct ControlLoop {
     /// A write's outcome is unknown and reading the actuator back failed: no new change until
     /// a read succeeds, since `generation` and the queues' `current` may be wrong.
     needs_resync: bool,
+    /// A change whose Confirm failed (with that failure) and whose fate the actuator could not
+    /// be read for yet: settled at the next read-back that succeeds.
+    unsettled: Option<(Pending, tonic::Status)>,
     /// A write was refused for want of a lease (the actuator restarted): renew at once.
     renew_now: bool,
     /// When to try a kill switch that failed again.
@@ -1023,6 +1028,10 @@ impl ControlLoop {
         }
 
         let mut lease = None;
+        // The lease's TTL runs on the actuator from its grant: counted here from the request,
+        // not from the end of start-up, some round trips later (a 4.8 s round trip let the
+        // first renewal arrive after the lease had lapsed).
+        let asked_for_lease = Instant::now();
         if cfg.mode == Mode::Enforce {
             let ttl = (cfg.interval * 10).max(Duration::from_secs(10));
             let l = client
@@ -1064,7 +1073,7 @@ impl ControlLoop {
             last_batch_at: now,
             newest_ts_ns: 0,
             telemetry_time_scale: caps.telemetry_time_scale,
-            last_renew: now,
+            last_renew: asked_for_lease,
             lag: None,
             last_lag_probe: now,
             lag_probe: None,
@@ -1076,6 +1085,7 @@ impl ControlLoop {
             untrusted_queues: 0,
             next_due: None,
             needs_resync: false,
+            unsettled: None,
             renew_now: false,
             kill_retry_at: None,
             batches_since_round: 0,
@@ -1605,6 +1615,27 @@ impl ControlLoop {
                 }
             };
             log_failure = ended.err();
+        }
+        // A change whose Confirm failed unread: settled now if the actuator answers in time.
+        if self.unsettled.is_some() {
+            if let Ok(Err(e)) = tokio::time::timeout_at(give_up, self.try_resync()).await {
+                log_failure = log_failure.or(Some(e));
+            }
+            if let Some((p, failure)) = self.unsettled.take() {
+                self.report.left_unconfirmed.push((self.cfg.target.clone(), p.generation));
+                let why = format!(
+                    "controller stopping: the Confirm of generation {} failed ({}) and the actuator could not be \
+                     read back; unless that Confirm landed, the actuator reverts it at its confirm deadline",
+                    p.generation,
+                    said(&failure)
+                );
+                warn!(generation = p.generation, "{why}");
+                let logged = p.previous.iter().try_for_each(|(i, _)| {
+                    let q = &self.queues[*i];
+                    record(&self.log, &decision(&self.cfg, q, q.current, false, why.clone()))
+                });
+                log_failure = log_failure.or(logged.err());
+            }
         }
         if let Some((lease_id, _)) = self.lease.take() {
             let release = self.client.release_writer(pb::ReleaseWriterRequest { lease_id });
