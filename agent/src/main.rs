@@ -23,6 +23,7 @@ mod rollout;
 mod slots;
 mod stop_signals;
 mod telemetry_input;
+mod threads;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

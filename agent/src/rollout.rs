@@ -161,6 +161,7 @@ pub fn simulate_all(jobs: &[Job], threads: usize) -> Result<Vec<Summary>, CliErr
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let results: Mutex<Vec<Option<Result<Summary, CliError>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
+    crate::threads::ensure_headroom(threads, "--jobs", "; give fewer --jobs")?;
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {

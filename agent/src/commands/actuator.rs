@@ -210,11 +210,7 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
     // Refuse an exposed, unprotected address before loading anything.
     actuator::security::check_exposure(listen, opts.tls.is_some(), opts.token.is_some())?;
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::Failed(format!("cannot start the async runtime: {e}")))?;
+    let runtime = crate::threads::async_runtime(Some(2))?;
     runtime.block_on(async move {
         // Watched from before it serves: a SIGTERM right after its first stdout line must stop
         // it cleanly.

@@ -80,7 +80,7 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
                 )));
             }
             let target = Target::from_flags(url, args.token_file.as_deref(), args.tls_ca.as_deref())?;
-            let runtime = tokio::runtime::Runtime::new().map_err(|e| CliError::Failed(format!("tokio: {e}")))?;
+            let runtime = crate::threads::async_runtime(None)?;
             // Live telemetry passes the same validation as a file.
             let dir = tempfile::tempdir().map_err(|e| {
                 CliError::Failed(format!("a scratch directory for the live telemetry (in TMPDIR): {e}"))

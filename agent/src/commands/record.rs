@@ -110,7 +110,7 @@ fn record_target(args: &RecordArgs) -> Result<(), CliError> {
     let text = args.duration.as_deref().expect("clap: --target requires --duration");
     let duration = super::positive_duration("--duration", text)?;
     let target = Target::from_flags(&url, args.token_file.as_deref(), args.tls_ca.as_deref())?;
-    let runtime = tokio::runtime::Runtime::new().map_err(|e| CliError::Failed(format!("tokio: {e}")))?;
+    let runtime = crate::threads::async_runtime(None)?;
     // Written as it comes (through a temporary file, renamed into place at the end): a long
     // recording is not held in memory.
     let failed = |e: io::IoError| CliError::Failed(e.to_string());

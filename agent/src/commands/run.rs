@@ -134,6 +134,24 @@ fn default_controller_id() -> String {
     format!("ecn-tuner@{host}/{}", std::process::id())
 }
 
+/// `--kill-file`, once its folder is known to exist: in a folder that does not (a typo), the
+/// file could never be made and the kill switch never thrown.
+fn checked_kill_file(path: std::path::PathBuf) -> Result<std::path::PathBuf, CliError> {
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if !folder.is_dir() {
+        return Err(CliError::BadInput(format!(
+            "--kill-file {}: its folder {} is not there, so the file could never be made and the kill switch never \
+             thrown",
+            path.display(),
+            folder.display()
+        )));
+    }
+    Ok(path)
+}
+
 /// `--target NAME` with a built-in scenario's name is `--target sim --scenario NAME`
 /// (PRODUCT.md's CLI contract). A name never looks like a URL, so nothing else is taken for one.
 fn expand_scenario_target(a: &mut RunArgs) -> Result<(), CliError> {
@@ -210,10 +228,7 @@ fn socket_addrs(url: &str) -> Vec<std::net::SocketAddr> {
 
 /// Parse the flags and run the controller.
 pub fn run(mut a: RunArgs) -> Result<(), CliError> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::Failed(format!("tokio runtime: {e}")))?;
+    let rt = crate::threads::async_runtime(None)?;
     // SIGHUP reopens the decision log (logrotate) and stops nothing; its default action would
     // end the process, as it did within the first tenth of a second (loading the model), before
     // the controller took it over. Taken from here on; one that comes before the log is open
@@ -273,7 +288,7 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
         call_timeout: positive_duration("--call-timeout", &a.call_timeout)?,
         duration: a.duration.as_deref().map(|d| duration("--duration", d)).transpose()?,
         decision_log: a.decision_log,
-        kill_file: a.kill_file,
+        kill_file: a.kill_file.map(checked_kill_file).transpose()?,
         metrics: a.metrics,
         token,
         tls_ca: a.tls_ca.as_ref().map(|p| read_pem("--tls-ca", p)).transpose().map_err(CliError::BadInput)?,
@@ -498,6 +513,17 @@ fn comparison_table(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kill_file_in_a_folder_that_is_not_there_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = dir.path().join("kill");
+        assert_eq!(checked_kill_file(ok.clone()).unwrap(), ok);
+        assert!(checked_kill_file("kill".into()).is_ok(), "the working folder");
+        let typo = dir.path().join("no-such-folder").join("kill");
+        let e = checked_kill_file(typo).unwrap_err().to_string();
+        assert!(e.contains("--kill-file") && e.contains("no-such-folder") && e.contains("never"), "{e}");
+    }
     use clap::Parser;
 
     #[derive(Parser)]

@@ -294,7 +294,7 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
     requester.listen_for_signals()?;
     // The kill switch is the process's, and shows whatever its loops are doing when scraped.
     let (kill, kill_file) = (requests.kill.clone(), cfg.kill_file.clone());
-    metrics.watch_kill_switch(move || kill.is_thrown() || kill_file.as_ref().is_some_and(|f| f.exists()));
+    metrics.watch_kill_switch(move || kill.is_thrown() || kill_file.as_deref().is_some_and(kill_file_present));
     let mut tasks = tokio::task::JoinSet::new();
     // `--max-changes-per-minute` counts the changes of every target together.
     let budget = ChangeBudget::default();
@@ -591,6 +591,24 @@ pub async fn run(
                 Err(also) if also.to_string().starts_with(&e.to_string()) => Err(also),
                 Err(also) => Err(e.and(&also.to_string())),
             }
+        }
+    }
+}
+
+/// Whether the kill file is there: any entry at its path throws the switch, a dangling
+/// symbolic link included, and so does a path that cannot be looked at (a folder the controller
+/// may not enter, said once): a kill switch that cannot be checked must not read as off.
+/// `Path::exists` said "no" to both, and the controller went on writing.
+fn kill_file_present(path: &std::path::Path) -> bool {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => {
+            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                warn!(path = %path.display(), error = %e, "cannot tell whether the kill file is there: taken as thrown");
+            }
+            true
         }
     }
 }
@@ -1308,8 +1326,7 @@ impl ControlLoop {
 
     /// SIGUSR1 was received or the kill file exists.
     fn kill_requested(&self) -> bool {
-        let kill_file = self.cfg.kill_file.as_ref().is_some_and(|f| f.exists());
-        self.killed || kill_file
+        self.killed || self.cfg.kill_file.as_deref().is_some_and(kill_file_present)
     }
 
     /// Whether a decision round is due now; if so, schedules the next one.
@@ -1670,6 +1687,20 @@ impl ControlLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Any entry at the kill file's path throws the switch, a dangling link too (`exists`
+    /// followed the link and said no).
+    #[test]
+    fn a_kill_file_is_there_in_any_form() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kill");
+        assert!(!kill_file_present(&path));
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &path).unwrap();
+        assert!(kill_file_present(&path), "a dangling symbolic link");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, "").unwrap();
+        assert!(kill_file_present(&path));
+    }
 
     /// Without telemetry the ticker's rounds come one an interval (9 in 10 ticks, the first
     /// waiting half an interval), and with a batch each interval one a batch: the ticker's

@@ -280,6 +280,9 @@ impl PendingSteps {
 /// Train. The progress bar counts environment steps.
 pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> {
     let started = Instant::now();
+    // The simulators step on a thread each, and each evaluation run has its own.
+    let threads = cfg.envs.max(eval_runs(cfg).len());
+    crate::threads::ensure_headroom(threads, "training (--envs, and one per evaluation run)", "; give fewer --envs")?;
     tch::manual_seed(cfg.seed as i64);
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let template = ActionTemplate::new(cfg.tuning.template);
