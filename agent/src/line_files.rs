@@ -2,16 +2,67 @@
 //! the actuator's journal and the controller's decision log.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 /// Open `path` for appending lines (created if missing). A last line cut short (a crash, a full
 /// disk) is ended first, so that the first line written now is a line of its own, not glued to
 /// the fragment, where a reader would lose both.
 pub fn open_append(path: &Path) -> std::io::Result<File> {
-    let mut f = OpenOptions::new().create(true).read(true).append(true).open(path)?;
+    let mut f = open_read_append(path)?;
     end_partial_line(&mut f)?;
     Ok(f)
+}
+
+/// Open `path` to read back and append to (created if missing), refusing anything but a
+/// regular file: a device or a pipe given by mistake (`/dev/zero` as a journal) was read
+/// without end, past every memory limit, deaf to SIGTERM meanwhile.
+pub fn open_read_append(path: &Path) -> std::io::Result<File> {
+    let f = OpenOptions::new().create(true).read(true).append(true).open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a device or a pipe?): it is read back and appended to",
+        ));
+    }
+    Ok(f)
+}
+
+/// The lines of `reader` without their newlines, each at most `max_bytes` long: a longer one
+/// is an error (a file that is no such file), not a line grown in memory without bound.
+pub fn lines_at_most<R: BufRead>(mut reader: R, max_bytes: u64) -> impl Iterator<Item = std::io::Result<Vec<u8>>> {
+    let mut done = false;
+    let mut number = 0u64;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        let mut line = Vec::new();
+        let read = (&mut reader).take(max_bytes + 1).read_until(b'\n', &mut line);
+        number += 1;
+        match read {
+            Ok(0) => {
+                done = true;
+                None
+            }
+            Ok(_) if line.last() == Some(&b'\n') => {
+                line.pop();
+                Some(Ok(line))
+            }
+            Ok(_) if line.len() as u64 > max_bytes => {
+                done = true;
+                Some(Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("line {number} is longer than {max_bytes} bytes"),
+                )))
+            }
+            Ok(_) => Some(Ok(line)),
+            Err(e) => {
+                done = true;
+                Some(Err(e))
+            }
+        }
+    })
 }
 
 /// Whether an error opening or writing such a file is the machine's (a full disk, a quota),
@@ -50,5 +101,23 @@ mod tests {
             open_append(&p).unwrap().write_all(b"{}\n").unwrap();
             assert_eq!(std::fs::read_to_string(&p).unwrap(), after, "{before:?}");
         }
+    }
+
+    #[test]
+    fn lines_are_read_whole_up_to_a_bound() {
+        let read = |text: &[u8], max| lines_at_most(text, max).collect::<std::io::Result<Vec<_>>>();
+        assert_eq!(read(b"ab\ncd", 4).unwrap(), [b"ab".to_vec(), b"cd".to_vec()]);
+        assert_eq!(read(b"abcd\n", 4).unwrap(), [b"abcd".to_vec()]);
+        assert_eq!(read(b"", 4).unwrap(), Vec::<Vec<u8>>::new());
+        let e = read(b"ab\nabcde\nab\n", 4).unwrap_err();
+        assert_eq!(e.to_string(), "line 2 is longer than 4 bytes");
+    }
+
+    #[test]
+    fn only_regular_files_are_opened_to_append() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(open_read_append(&dir.path().join("new.jsonl")).is_ok());
+        let e = open_read_append(Path::new("/dev/null")).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
     }
 }

@@ -480,6 +480,8 @@ async fn bad_command_lines_exit_2_naming_the_flag() {
         (&["--backend", "dry-run", "--token-file", "/nonexistent/token"], "--token-file"),
         (&["--backend", "dry-run", "--tls-cert", "/nonexistent/c", "--tls-key", "/nonexistent/k"], "--tls-cert"),
         (&["--backend", "dry-run", "--journal", "/nonexistent/dir/j.jsonl"], "--journal"),
+        // A device: /dev/null took every line and kept none, /dev/zero was read without end.
+        (&["--backend", "dry-run", "--journal", "/dev/null"], "--journal /dev/null: not a regular file"),
         // A flag of another backend is refused, not ignored.
         (&["--backend", "sim", "--poll-interval", "banana"], "--poll-interval"),
         (&["--backend", "dry-run", "--counter-bits", "0"], "--counter-bits"),

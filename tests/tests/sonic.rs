@@ -412,9 +412,18 @@ async fn a_restore_that_finds_no_recording_but_our_profiles_fails() {
     let (code, _, stderr) = run_cli(&["sonic", "restore", "--redis", &url, "--counters-db", "3"]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--counters-db: not used here"), "{stderr}");
-    let (code, _, stderr) = run_cli(&["sonic", "restore", "--redis", &url, "--from", from]).await;
+    // A device is refused; through a symbolic link, the recording itself is retired once
+    // restored, not the link (renamed, it left the recording to be restored again).
+    let (code, _, stderr) = run_cli(&["sonic", "restore", "--redis", &url, "--from", "/dev/null"]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--from /dev/null: /dev/null is not a regular file"), "{stderr}");
+    let link = kept.path().join("recording-link.json");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    let (code, _, stderr) = run_cli(&["sonic", "restore", "--redis", &url, "--from", link.to_str().unwrap()]).await;
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(tables(&mut redis.con(CONFIG_DB)), before);
+    assert!(!file.exists(), "the recording is retired");
+    assert!(std::fs::symlink_metadata(&link).is_ok(), "the link is left where it was");
 }
 
 /// An actuator started before flex counters have published COUNTERS_QUEUE_NAME_MAP (an

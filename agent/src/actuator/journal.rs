@@ -33,7 +33,7 @@
 use super::backend::{BackendCaps, QueueKey};
 use ecn_env::EcnSetting;
 use serde::Serialize;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -292,7 +292,7 @@ impl Journal {
 
     /// [`Journal::open`], holding the file's lock or not (not: a test's `peek`).
     fn open_locked(path: &Path, lock: bool) -> std::io::Result<Journal> {
-        let mut f = OpenOptions::new().create(true).read(true).append(true).open(path)?;
+        let mut f = crate::line_files::open_read_append(path)?;
         let found = scan(&mut f)?;
         // Held as long as the file is open, and let go by the kernel when the process ends,
         // however it ends.
@@ -359,7 +359,7 @@ impl Journal {
     pub(crate) fn simulate_full_disk(&mut self, full: bool) {
         let Some((f, path)) = &mut self.file else { return };
         let target = if full { Path::new("/dev/full") } else { path.as_path() };
-        *f = OpenOptions::new().append(true).open(target).expect("open for appending");
+        *f = std::fs::OpenOptions::new().append(true).open(target).expect("open for appending");
     }
 
     /// Write the lines owed, in order, keeping those that still fail.
@@ -422,12 +422,16 @@ impl Journal {
     }
 }
 
+/// The longest journal line read: an apply names every queue it changes (about 110 bytes
+/// each), so this is some two million queues.
+const MAX_LINE_BYTES: u64 = 256 << 20;
+
 /// One pass over an existing journal, line by line. Lines that do not parse (a torn write,
 /// cut inside a multi-byte character too) are skipped.
 ///
 /// A generation above [`MAX_GENERATION`] is refused.
 fn scan(f: &mut File) -> std::io::Result<Found> {
-    use std::io::{BufRead, BufReader, Seek, SeekFrom};
+    use std::io::{BufReader, Seek, SeekFrom};
     /// The fields of a line that matter here.
     #[derive(serde::Deserialize)]
     struct Line {
@@ -451,7 +455,7 @@ fn scan(f: &mut File) -> std::io::Result<Found> {
     // event, is another file. (A journal whose first writes were all torn by crashes has
     // nothing but torn lines.)
     let (mut events, mut others, mut first_other) = (0usize, 0usize, Vec::new());
-    for (n, line) in BufReader::new(&mut *f).split(b'\n').enumerate() {
+    for (n, line) in crate::line_files::lines_at_most(BufReader::new(&mut *f), MAX_LINE_BYTES).enumerate() {
         let line = line?;
         let l = match serde_json::from_slice::<Line>(&line) {
             Ok(l) => l,
@@ -750,7 +754,7 @@ mod tests {
         let mut j = Journal::none();
         j.file = Some((File::open(&path).unwrap(), path.clone()));
         assert!(j.write(&Event::now(EventKind::Apply, 2, 1, vec![])).is_err());
-        j.file = Some((OpenOptions::new().append(true).open(&path).unwrap(), path.clone()));
+        j.file = Some((std::fs::OpenOptions::new().append(true).open(&path).unwrap(), path.clone()));
         j.write(&Event::now(EventKind::Apply, 3, 1, vec![])).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::remove_file(&path).unwrap();

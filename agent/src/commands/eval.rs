@@ -598,7 +598,13 @@ fn write_outputs(dir: &Path, table: &Table, markdown: &str, json: &str) -> Resul
 /// The charts the report already in `dir` lists in its `eval.json` (`plots`): only names of
 /// the form this command writes, so that a hand-edited list removes nothing else.
 fn previous_plots(dir: &Path) -> Vec<String> {
-    let Ok(text) = std::fs::read(dir.join("eval.json")) else { return Vec::new() };
+    // Only a regular file of sane size: a pipe in its place held eval for ever once its runs
+    // were done, deaf to SIGTERM, and a link to /dev/zero ate memory without bound.
+    let path = dir.join("eval.json");
+    if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+        return Vec::new();
+    }
+    let Ok(text) = ecn_datasets::bounded::read_at_most(&path, 64 << 20) else { return Vec::new() };
     let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&text) else { return Vec::new() };
     let names = doc["plots"].as_array().into_iter().flatten().filter_map(|v| v.as_str());
     names

@@ -125,7 +125,11 @@ fn record_target(args: &RecordArgs) -> Result<(), CliError> {
     // actuator restart in its last minute. The exit code still says it is short.
     // A Parquet file is written at its finish: a full disk shows there, and what was read is
     // lost with it (said, as where a row cannot be written).
-    out.finish().map_err(|e| capture::rows_lost(e, captured.rows, None))?;
+    out.finish().map_err(|e| match e {
+        // Whole under its temporary name, which the error gives: nothing is lost.
+        io::IoError::NotPlaced { .. } => CliError::Failed(e.to_string()),
+        e => capture::rows_lost(e, captured.rows, None),
+    })?;
     outln!(
         "wrote {}: {} ({} in {}) from {url} ({} backend) {}",
         args.out.display(),

@@ -141,6 +141,22 @@ struct RestoreArgs {
     switch_name: Option<String>,
 }
 
+/// `--from`, its symbolic links resolved: a restore retires the recording by renaming it, and
+/// renamed the link (or `/dev/stdin` itself), leaving the recording to be restored again.
+/// Anything but a regular file (a pipe, a device) is refused.
+fn recording_file(path: &std::path::Path) -> Result<PathBuf, CliError> {
+    let bad = |why: String| CliError::BadInput(format!("--from {}: {why}", path.display()));
+    let file = std::fs::canonicalize(path).map_err(|e| bad(e.to_string()))?;
+    let meta = std::fs::metadata(&file).map_err(|e| bad(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(bad(format!(
+            "{} is not a regular file; give the recording's file itself, which the restore renames once done",
+            file.display()
+        )));
+    }
+    Ok(file)
+}
+
 /// Run `sonic ...`.
 pub fn run(a: SonicArgs) -> Result<(), CliError> {
     match a.command {
@@ -151,7 +167,8 @@ pub fn run(a: SonicArgs) -> Result<(), CliError> {
 fn restore(a: RestoreArgs) -> Result<(), CliError> {
     let url = a.redis.url()?;
     let dbs = a.redis.dbs_of(&crate::actuator::sonic::schema::RESTORE_DB_FLAGS)?;
-    let report = sonic::restore(url, dbs, a.from.as_deref(), a.switch_name.as_deref(), a.redis.timeout()?)?;
+    let from = a.from.as_deref().map(recording_file).transpose()?;
+    let report = sonic::restore(url, dbs, from.as_deref(), a.switch_name.as_deref(), a.redis.timeout()?)?;
     if report.nothing_recorded && !report.tuner_profiles_unrecorded.is_empty() {
         // A script must not read "nothing to restore" as a switch back on its originals.
         let n = report.tuner_profiles_unrecorded.len();

@@ -49,7 +49,34 @@ struct Sink {
 /// A log cut short by a full disk or a crash gets its partial last line ended: the next run's
 /// first decision was glued to it, and neither line could be read.
 fn open_append(path: &Path) -> std::io::Result<BufWriter<File>> {
+    refuse_other_files(path)?;
     Ok(BufWriter::new(crate::line_files::open_append(path)?))
+}
+
+/// A file that is there with lines that are no decisions (a journal, a token file, telemetry
+/// given by mistake) is refused, untouched: decisions appended to it spoiled it (a token file
+/// then stopped the actuator that read it). A first line cut short by a crash is let be.
+fn refuse_other_files(path: &Path) -> std::io::Result<()> {
+    // Not opened unless a regular file: opening a pipe to read waits for a writer
+    // (`line_files::open_read_append` refuses anything else).
+    let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
+    if !meta.is_file() || meta.len() == 0 {
+        return Ok(());
+    }
+    let file = std::io::BufReader::new(File::open(path)?);
+    let first = crate::line_files::lines_at_most(file, 1 << 20).next().transpose();
+    let is_decision = |line: &[u8]| {
+        serde_json::from_slice::<serde_json::Value>(line)
+            .is_ok_and(|v| ["queue", "reason", "applied"].iter().all(|k| v.get(k).is_some()))
+    };
+    match first {
+        Ok(Some(line)) if is_decision(&line) || line.len() as u64 == meta.len() => Ok(()),
+        Ok(None) => Ok(()),
+        Ok(Some(_)) | Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a decision log (its first line is no decision): a path given by mistake? nothing was written to it",
+        )),
+    }
 }
 
 impl DecisionLog {
@@ -121,4 +148,34 @@ impl DecisionLog {
 /// Unix time in milliseconds.
 pub fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_decision_log_is_appended_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let decision = r#"{"ts":1,"queue":"s/p/3","reason":"policy","applied":false}"#;
+        for (name, text, ok) in [
+            ("new.jsonl", None, true),
+            ("empty.jsonl", Some(String::new()), true),
+            ("log.jsonl", Some(format!("{decision}\n")), true),
+            ("torn.jsonl", Some(r#"{"ts":1,"que"#.to_string()), true),
+            ("token", Some("s3cr3t\n".to_string()), false),
+            ("journal.jsonl", Some("{\"event\":\"start\",\"generation\":0}\n".to_string()), false),
+            ("telemetry.csv", Some("ts_ns,switch,port\n1,s,p\n".to_string()), false),
+        ] {
+            let path = dir.path().join(name);
+            if let Some(text) = &text {
+                std::fs::write(&path, text).unwrap();
+            }
+            let opened = DecisionLog::open(Some(&path));
+            assert_eq!(opened.is_ok(), ok, "{name}");
+            if !ok {
+                assert_eq!(std::fs::read_to_string(&path).unwrap(), *text.as_ref().unwrap(), "{name} untouched");
+            }
+        }
+    }
 }
