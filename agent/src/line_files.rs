@@ -5,12 +5,15 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-/// Open `path` for appending lines (created if missing). A last line cut short (a crash, a full
-/// disk) is ended first, so that the first line written now is a line of its own, not glued to
-/// the fragment, where a reader would lose both.
+/// Open `path` for appending lines (created if missing). In a regular file, a last line cut
+/// short (a crash, a full disk) is ended first, so that the first line written now is a line of
+/// its own, not glued to the fragment, where a reader would lose both. Anything else (a pipe to
+/// a log shipper, `/dev/stdout`) is appended to as it is.
 pub fn open_append(path: &Path) -> std::io::Result<File> {
-    let mut f = open_read_append(path)?;
-    end_partial_line(&mut f)?;
+    let mut f = OpenOptions::new().create(true).read(true).append(true).open(path)?;
+    if f.metadata()?.is_file() {
+        end_partial_line(&mut f)?;
+    }
     Ok(f)
 }
 

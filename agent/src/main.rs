@@ -14,6 +14,7 @@ mod explore;
 mod learn;
 mod learned;
 mod line_files;
+mod open_files;
 mod output;
 mod plot;
 mod policy;

@@ -40,9 +40,10 @@ fn opening_bytes(head: &[u8]) -> usize {
     }
 }
 
-/// Accept connections from `listener` as a stream for tonic's `serve_with_incoming`.
-pub fn bounded(listener: TcpListener) -> impl Stream<Item = io::Result<Guarded>> {
-    bounded_with(listener, MAX_CONNECTIONS, OPENING_WITHIN)
+/// Accept connections from `listener` as a stream for tonic's `serve_with_incoming`, at most
+/// `connections` at once ([`MAX_CONNECTIONS`], or fewer where the open-file limit is low).
+pub fn bounded(listener: TcpListener, connections: usize) -> impl Stream<Item = io::Result<Guarded>> {
+    bounded_with(listener, connections, OPENING_WITHIN)
 }
 
 /// [`bounded`], with `connections` at once and `opening_within`.

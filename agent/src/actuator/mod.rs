@@ -266,6 +266,9 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
         journal = ?opts.journal,
         "actuator serving"
     );
+    // Room for the connections, and descriptors beyond them to revert with.
+    let connections =
+        crate::open_files::connections_within(incoming::MAX_CONNECTIONS, crate::open_files::raise_limit(), "actuator");
     let mut stopped = stop_rx.clone();
     let hurry = Arc::new(Notify::new());
     let hurried = hurry.clone();
@@ -277,7 +280,7 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
                 }
             }
         };
-        let serving = router.serve_with_incoming_shutdown(incoming::bounded(listener), signal);
+        let serving = router.serve_with_incoming_shutdown(incoming::bounded(listener, connections), signal);
         // Graceful shutdown waits for open calls; a client that never closes its connection
         // must not keep the actuator (and its pending revert) from stopping.
         let mut grace = stop_rx;

@@ -228,6 +228,8 @@ fn socket_addrs(url: &str) -> Vec<std::net::SocketAddr> {
 
 /// Parse the flags and run the controller.
 pub fn run(mut a: RunArgs) -> Result<(), CliError> {
+    // A connection per target and the metrics endpoint's, beside the decision log.
+    crate::open_files::raise_limit();
     let rt = crate::threads::async_runtime(None)?;
     // SIGHUP reopens the decision log (logrotate) and stops nothing; its default action would
     // end the process, as it did within the first tenth of a second (loading the model), before

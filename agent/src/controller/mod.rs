@@ -811,7 +811,16 @@ pub(crate) fn said(s: &tonic::Status) -> String {
     if s.code() == tonic::Code::Cancelled && s.message() == "Timeout expired" {
         "no answer within --call-timeout (the actuator took the connection but did not reply)".to_string()
     } else {
-        format!("{:?}: {}", s.code(), s.message())
+        let mut text = format!("{:?}: {}", s.code(), s.message());
+        // The transport's causes: "tcp open error" alone hid "Too many open files" (and a
+        // refused connection), and read as trouble on the network.
+        if let Some(cause) = std::error::Error::source(s) {
+            let causes = client::with_causes(cause);
+            if !text.contains(&causes) {
+                text = format!("{text}: {causes}");
+            }
+        }
+        text
     }
 }
 
@@ -1687,6 +1696,16 @@ impl ControlLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A transport failure says its cause, once.
+    #[test]
+    fn a_status_is_said_with_its_causes() {
+        let mut s = tonic::Status::unavailable("tcp open error");
+        s.set_source(std::sync::Arc::new(std::io::Error::from_raw_os_error(24)));
+        assert_eq!(said(&s), "Unavailable: tcp open error: Too many open files (os error 24)");
+        let plain = tonic::Status::failed_precondition("stale generation");
+        assert_eq!(said(&plain), "FailedPrecondition: stale generation");
+    }
 
     /// Any entry at the kill file's path throws the switch, a dangling link too (`exists`
     /// followed the link and said no).
