@@ -132,7 +132,8 @@ pub fn run(args: EvalArgs) -> Result<(), CliError> {
             Policy::Model(m) => Some(("--policy", m.path.as_path())),
             _ => None,
         });
-        let inputs: Vec<_> = args.scenario.iter().map(|s| ("--scenario", Path::new(s))).chain(models).collect();
+        let read: Vec<_> = args.scenario.iter().flat_map(|s| super::scenario_files(s)).collect();
+        let inputs: Vec<_> = read.iter().map(|f| ("--scenario", f.as_path())).chain(models).collect();
         super::refuse_overwriting_inputs(&outputs, &inputs)?;
     }
 

@@ -146,6 +146,24 @@ fn create_folder(dir: &Path, out: &Path) -> Result<(), CliError> {
     })
 }
 
+/// The files a scenario given as `name_or_path` reads: its own, and those it names (CDFs, an
+/// HPCC configuration's flow and topology files); none for a built-in. An output over one of
+/// them destroyed it (a CDF in `sim --out`'s folder named `fct.txt`, a training curve over a
+/// CDF), and a rerun failed on the output's text.
+fn scenario_files(name_or_path: &str) -> Vec<PathBuf> {
+    if ecn_env::scenario::builtin(name_or_path).is_some() {
+        return Vec::new();
+    }
+    let mut files = vec![PathBuf::from(name_or_path)];
+    // What the loading reads; a scenario that does not load is said so by the command's own load.
+    if let Ok(text) = ecn_env::scenario::ScenarioText::read(name_or_path) {
+        if text.load(None).is_ok() {
+            files.extend(text.referenced_files().into_iter().map(|(p, _)| p));
+        }
+    }
+    files
+}
+
 /// Refuse an output that is one of the inputs, the same file however named: writing it would
 /// destroy what the command read (and a model card would record a file that is gone).
 /// `outputs` are the files it will write (they may exist already); `inputs`, the files it
@@ -172,5 +190,30 @@ fn refuse_directories(paths: impl IntoIterator<Item = PathBuf>) -> Result<(), Cl
     match paths.into_iter().find(|path| path.is_dir()) {
         Some(path) => Err(CliError::BadInput(format!("--out: {} is a directory", path.display()))),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An output over a file the scenario reads (its CDF), however named, is refused; the
+    /// scenario file alone was checked, and `sim --out` overwrote a CDF named `fct.txt`.
+    #[test]
+    fn outputs_over_the_files_a_scenario_reads_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("fct.txt"), "1000 0\n2000 100\n").unwrap();
+        let scenario = dir.path().join("s.toml");
+        let toml =
+            "name = \"s\"\nbase = \"websearch-50\"\n[[workload]]\nkind = \"poisson\"\ncdf = \"fct.txt\"\nload = 0.3\n";
+        std::fs::write(&scenario, toml).unwrap();
+        let read = scenario_files(scenario.to_str().unwrap());
+        assert_eq!(read.len(), 2, "{read:?}");
+        let inputs: Vec<_> = read.iter().map(|f| ("--scenario", f.as_path())).collect();
+        let over_cdf = [dir.path().join(".").join("fct.txt")];
+        let e = refuse_overwriting_inputs(&over_cdf, &inputs).unwrap_err().to_string();
+        assert!(e.contains("fct.txt") && e.contains("which this command reads"), "{e}");
+        assert!(refuse_overwriting_inputs(&[dir.path().join("eval.json")], &inputs).is_ok());
+        assert!(scenario_files("websearch-50").is_empty(), "a built-in reads no file");
     }
 }

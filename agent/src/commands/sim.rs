@@ -50,7 +50,8 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
     if let Some(dir) = &args.out {
         super::prepare_out_dir(dir, report::OUTPUT_FILES)?;
         let outputs: Vec<_> = report::OUTPUT_FILES.iter().map(|f| dir.join(f)).collect();
-        let mut inputs = vec![("--scenario", std::path::Path::new(&args.scenario))];
+        let read = super::scenario_files(&args.scenario);
+        let mut inputs: Vec<_> = read.iter().map(|f| ("--scenario", f.as_path())).collect();
         if let Some(Policy::Model(m)) = &policy {
             inputs.push(("--policy", m.path.as_path()));
         }

@@ -155,6 +155,14 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     if args.out.extension().is_none_or(|e| e != "safetensors") {
         return Err(CliError::BadInput(format!("--out {}: a model path must end in .safetensors", args.out.display())));
     }
+    // The card and the curve are named from the weights' path as text: a name that is not
+    // UTF-8 put them under another name than the weights', and `model:PATH` reads only UTF-8.
+    if args.out.to_str().is_none() {
+        return Err(CliError::BadInput(format!(
+            "--out {}: a model path must be valid UTF-8 (its card goes beside it under the same name)",
+            args.out.display()
+        )));
+    }
     // Training takes minutes; find out now, not after, that the model or a file beside it
     // cannot be written.
     super::prepare_out_file(&args.out)?;
@@ -165,9 +173,11 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
         ecn_models::checkpoint::sibling(&args.out, CURVE_PNG),
     ];
     super::refuse_directories(outputs[1..].iter().cloned())?;
+    let scenarios: Vec<_> = args.scenario.iter().flat_map(|s| super::scenario_files(s)).collect();
+    let eval_scenarios: Vec<_> = args.eval_scenario.iter().flat_map(|s| super::scenario_files(s)).collect();
     let inputs: Vec<(&str, &Path)> = (args.telemetry.iter().map(|p| ("--telemetry", p.as_path())))
-        .chain(args.scenario.iter().map(|s| ("--scenario", Path::new(s))))
-        .chain(args.eval_scenario.iter().map(|s| ("--eval-scenario", Path::new(s))))
+        .chain(scenarios.iter().map(|s| ("--scenario", s.as_path())))
+        .chain(eval_scenarios.iter().map(|s| ("--eval-scenario", s.as_path())))
         .collect();
     super::refuse_overwriting_inputs(&outputs, &inputs)?;
     if args.steps == 0 {
