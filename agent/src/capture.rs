@@ -3,7 +3,7 @@
 //! target `sim` (or a built-in scenario's name) is a simulated fabric behind an actuator in
 //! this process (PRODUCT.md: it stands in for a real fabric behind the same interface).
 
-use crate::actuator::security::read_pem;
+use crate::actuator::security::read_pem_certificates;
 use crate::actuator::sim::{SimOptions, DEFAULT_SIM_SCENARIO, DEFAULT_TIME_SCALE};
 use crate::actuator::telemetry::sample_from_wire;
 use crate::actuator::{self, ServeOptions};
@@ -64,7 +64,7 @@ impl Target {
         Ok(Target {
             url: url.to_string(),
             token: token_file.map(crate::actuator::security::read_token_file).transpose()?,
-            tls_ca: tls_ca.map(|p| read_pem("--tls-ca", p)).transpose().map_err(CliError::BadInput)?,
+            tls_ca: tls_ca.map(|p| read_pem_certificates("--tls-ca", p)).transpose().map_err(CliError::BadInput)?,
             simulated,
         })
     }

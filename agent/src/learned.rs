@@ -65,11 +65,16 @@ impl LearnedModel {
     /// Inference runs on the CPU: one decision is a few hundred small rows, where a GPU
     /// round trip costs more than it saves.
     pub fn load(spec: &str, flag: &str) -> Result<LearnedModel, CliError> {
+        // `--model model:default` is the policy's spelling: it looked for a file
+        // `model:default.card.json`.
+        let spec = spec.strip_prefix("model:").unwrap_or(spec);
         let path = if spec.ends_with(".safetensors") {
             PathBuf::from(spec)
         } else if spec.contains('/') {
             let with_suffix = PathBuf::from(format!("{spec}.safetensors"));
-            if with_suffix.is_file() && !Path::new(spec).is_file() {
+            // Taken when it is there in any form, so that loading says what it is (a folder:
+            // "no such file" named the path without the suffix).
+            if with_suffix.symlink_metadata().is_ok() && !Path::new(spec).is_file() {
                 with_suffix
             } else {
                 PathBuf::from(spec)

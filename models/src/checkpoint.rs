@@ -94,11 +94,15 @@ impl Checkpoint {
         let card = ModelCard::parse(&text, &card_name)?;
         card.check(&card_name)?;
         let weights_name = weights.display().to_string();
-        if weights.is_dir() {
-            return Err(err(&weights_name, "file", "is a directory, not a weights file".into()));
-        }
-        if !weights.is_file() {
-            return Err(err(&weights_name, "file", "no such file".into()));
+        match std::fs::metadata(weights) {
+            Ok(m) if m.is_file() => {}
+            Ok(m) if m.is_dir() => return Err(err(&weights_name, "file", "is a directory, not a weights file".into())),
+            Ok(_) => return Err(err(&weights_name, "file", "not a regular file (a device or a pipe?)".into())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(err(&weights_name, "file", "no such file".into()))
+            }
+            // A link loop, a name too long, a folder that may not be entered: said as it is.
+            Err(e) => return Err(err(&weights_name, "file", e.to_string())),
         }
         if let Some(recorded) = &card.weights_sha256 {
             let found = sha256_file(weights).map_err(|e| err(&weights_name, "file", e.to_string()))?;

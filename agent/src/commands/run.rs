@@ -1,7 +1,7 @@
 //! `ecn-tuner run`: the online controller, in shadow or enforce mode.
 
 use super::{duration, positive_duration};
-use crate::actuator::security::read_pem;
+use crate::actuator::security::read_pem_certificates;
 use crate::actuator::sim::DEFAULT_SIM_SCENARIO;
 use crate::actuator::{self, ServeOptions, SimOptions};
 use crate::controller::guardrails::GuardrailConfig;
@@ -293,7 +293,12 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
         kill_file: a.kill_file.map(checked_kill_file).transpose()?,
         metrics: a.metrics,
         token,
-        tls_ca: a.tls_ca.as_ref().map(|p| read_pem("--tls-ca", p)).transpose().map_err(CliError::BadInput)?,
+        tls_ca: a
+            .tls_ca
+            .as_ref()
+            .map(|p| read_pem_certificates("--tls-ca", p))
+            .transpose()
+            .map_err(CliError::BadInput)?,
         guardrails: GuardrailConfig {
             min_dwell: duration("--min-dwell", &a.min_dwell)?,
             max_changes_per_minute: a.max_changes_per_minute,

@@ -520,13 +520,18 @@ impl ScenarioText {
             (text.into(), TextKind::Builtin)
         } else {
             let path = Path::new(name_or_path);
-            if !path.exists() {
-                let names: Vec<&str> = BUILTIN_SCENARIOS.iter().map(|(n, _)| *n).collect();
-                return Err(err(
-                    name_or_path,
-                    "scenario",
-                    format!("no such file, and not a built-in scenario (built-ins: {})", names.join(", ")),
-                ));
+            match std::fs::metadata(path) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let names: Vec<&str> = BUILTIN_SCENARIOS.iter().map(|(n, _)| *n).collect();
+                    return Err(err(
+                        name_or_path,
+                        "scenario",
+                        format!("no such file, and not a built-in scenario (built-ins: {})", names.join(", ")),
+                    ));
+                }
+                // A link loop, a name too long, a folder that may not be entered: not "no such file".
+                Err(e) => return Err(err(name_or_path, "file", e.to_string())),
             }
             let text = read_text(path).map_err(|e| err(name_or_path, "file", e.to_string()))?;
             let kind = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml")) {
