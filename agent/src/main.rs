@@ -200,6 +200,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // Folders made for outputs that never came are not left behind, empty.
+            commands::remove_created_folders();
             output::errln!("error: {e}");
             ExitCode::from(e.exit_code() as u8)
         }

@@ -106,6 +106,10 @@ impl StagedFiles {
             if !temporary.is_file() || !self.written.contains(temporary) {
                 return Err(error(destination, format!("{} was not written", temporary.display())));
             }
+            // A file replaced keeps its mode (a model or report kept from other users stays so).
+            if let Ok(old) = std::fs::metadata(destination) {
+                let _ = std::fs::set_permissions(temporary, old.permissions());
+            }
             // On disk before its name is: a crash after the rename must not find it empty.
             std::fs::File::open(temporary).and_then(|f| f.sync_all()).map_err(|e| error(destination, e.to_string()))?;
         }
@@ -263,6 +267,23 @@ mod tests {
 
     /// Given up after a failed write, the files written so far are kept where they were
     /// written, the failed one is gone, and the destinations are untouched.
+    #[test]
+    fn a_file_replaced_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (kept, fresh) = (dir.path().join("m.safetensors"), dir.path().join("m.card.json"));
+        std::fs::write(&kept, "old").unwrap();
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mut staged = StagedFiles::new();
+        staged.write(&kept, |p| std::fs::write(p, "new")).unwrap();
+        staged.write(&fresh, |p| std::fs::write(p, "card")).unwrap();
+        staged.commit().unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&kept), 0o600);
+        assert_eq!(std::fs::read_to_string(&kept).unwrap(), "new");
+        assert_ne!(mode(&fresh), 0, "a new file takes the umask");
+    }
+
     #[test]
     fn given_up_it_keeps_what_was_written() {
         let dir = tempfile::tempdir().unwrap();

@@ -128,7 +128,15 @@ fn prepare_out_dir<'a>(dir: &Path, files: impl IntoIterator<Item = &'a str>) -> 
 /// `create_dir_all`, saying which part of the path is a file, or a link to nothing, where it
 /// fails for that (its own error, "File exists", names neither); the error names `--out out`.
 fn create_folder(dir: &Path, out: &Path) -> Result<(), CliError> {
-    std::fs::create_dir_all(dir).map_err(|e| {
+    // The folders this makes, deepest first: removed again if the command fails.
+    let missing: Vec<PathBuf> = dir
+        .ancestors()
+        .take_while(|a| !a.as_os_str().is_empty() && a.symlink_metadata().is_err())
+        .map(Path::to_path_buf)
+        .collect();
+    let made = std::fs::create_dir_all(dir);
+    CREATED_FOLDERS.lock().unwrap_or_else(|e| e.into_inner()).extend(missing);
+    made.map_err(|e| {
         let in_the_way = |a: &&Path| !a.as_os_str().is_empty() && a.symlink_metadata().is_ok() && !a.is_dir();
         let why = match dir.ancestors().find(in_the_way) {
             Some(link) if !link.exists() => {
@@ -144,6 +152,17 @@ fn create_folder(dir: &Path, out: &Path) -> Result<(), CliError> {
         };
         CliError::output_path(format!("--out {}: {why}", out.display()), &e)
     })
+}
+
+/// Folders [`create_folder`] made for outputs, deepest first.
+static CREATED_FOLDERS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Remove the folders made for outputs that are still empty: a command that failed left
+/// `--out deep/a/b/c/x.csv`'s folders behind, empty.
+pub fn remove_created_folders() {
+    for dir in CREATED_FOLDERS.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        let _ = std::fs::remove_dir(dir);
+    }
 }
 
 /// The files a scenario given as `name_or_path` reads: its own, and those it names (CDFs, an
@@ -215,5 +234,19 @@ mod tests {
         assert!(e.contains("fct.txt") && e.contains("which this command reads"), "{e}");
         assert!(refuse_overwriting_inputs(&[dir.path().join("eval.json")], &inputs).is_ok());
         assert!(scenario_files("websearch-50").is_empty(), "a built-in reads no file");
+    }
+
+    /// The folders made for an output that never came go again; one holding a file stays.
+    #[test]
+    fn folders_made_for_outputs_are_removed_while_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("a/b/c/x.csv");
+        create_folder(out.parent().unwrap(), &out).unwrap();
+        let kept = dir.path().join("k/y.csv");
+        create_folder(kept.parent().unwrap(), &kept).unwrap();
+        std::fs::write(&kept, "").unwrap();
+        remove_created_folders();
+        assert!(!dir.path().join("a").exists());
+        assert!(kept.exists());
     }
 }

@@ -246,6 +246,10 @@ impl Temporary {
     /// its temporary name and the error says where.
     fn place(mut self, file: &File, keep: bool) -> Result<(), IoError> {
         let _held = HeldSignals::new();
+        // A file replaced keeps its mode: a recording kept 0600 became world-readable.
+        if let Ok(old) = fs::metadata(&self.destination) {
+            let _ = file.set_permissions(old.permissions());
+        }
         file.sync_all().map_err(|e| IoError::io(&self.destination, "sync", e))?;
         match fs::rename(&self.path, &self.destination) {
             Ok(()) => {
