@@ -43,6 +43,7 @@ impl StagedFiles {
         use std::os::unix::fs::DirBuilderExt;
         let name = destination.file_name().map(|n| n.to_os_string()).unwrap_or_default();
         self.held.get_or_insert_with(HeldSignals::new);
+        remove_leftovers_beside(destination);
         let folder = at_a_free_name(
             |n| destination.with_file_name(format!(".tmp-{}-{n}", std::process::id())),
             |folder| std::fs::DirBuilder::new().mode(0o700).create(folder),
@@ -162,6 +163,50 @@ impl StagedFiles {
 }
 
 /// Remove a temporary file, if it is still there, and the private folder that held it.
+/// How old a dead process's leftovers must be before they are removed: a folder shared with
+/// another host may hold a live process's, whose PID means nothing here, and those live for
+/// seconds (files are staged at the end of the work).
+const LEFTOVER_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Remove what a process that died mid-write (killed, out of memory) left beside
+/// `destination`: its `.tmp-PID-N` folders and `.old-PID-N-NAME` files, where no process PID
+/// runs here and the entry is over [`LEFTOVER_AGE`] old. Nothing else ever removed them.
+fn remove_leftovers_beside(destination: &Path) {
+    let folder = destination.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let Ok(entries) = std::fs::read_dir(folder) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some((staged, rest)) =
+            name.strip_prefix(".tmp-").map(|r| (true, r)).or_else(|| name.strip_prefix(".old-").map(|r| (false, r)))
+        else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let age = entry.metadata().ok().and_then(|m| m.modified().ok()).and_then(|t| t.elapsed().ok());
+        if pid == std::process::id() || runs(pid) || age.is_none_or(|a| a < LEFTOVER_AGE) {
+            continue;
+        }
+        let path = entry.path();
+        if staged {
+            for file in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+                let _ = std::fs::remove_file(file.path());
+            }
+            let _ = std::fs::remove_dir(&path);
+        } else {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// Whether a process `pid` runs on this host (another user's included).
+fn runs(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 is not sent; kill only checks that the process exists.
+    let found = unsafe { libc::kill(pid, 0) } == 0;
+    found || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 fn remove_staged(temporary: &Path) {
     let _ = std::fs::remove_file(temporary);
     if let Some(folder) = temporary.parent() {
@@ -267,6 +312,39 @@ mod tests {
 
     /// Given up after a failed write, the files written so far are kept where they were
     /// written, the failed one is gone, and the destinations are untouched.
+    /// What a process killed mid-write left is removed by the next write beside it, once old;
+    /// a fresh one, or a live process's, stays.
+    #[test]
+    fn a_dead_processs_old_leftovers_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = dead.id();
+        let _ = { dead }.wait();
+        let an_hour_ago = std::time::SystemTime::now() - LEFTOVER_AGE - std::time::Duration::from_secs(60);
+        let left = |name: &str, folder: bool, old: bool| {
+            let path = dir.path().join(name);
+            if folder {
+                std::fs::create_dir(&path).unwrap();
+                std::fs::write(path.join("flows.parquet"), "half").unwrap();
+            } else {
+                std::fs::write(&path, "old model").unwrap();
+            }
+            if old {
+                std::fs::File::open(&path).unwrap().set_modified(an_hour_ago).unwrap();
+            }
+            path
+        };
+        let stale = left(&format!(".tmp-{dead_pid}-0"), true, true);
+        let stale_old = left(&format!(".old-{dead_pid}-0-m.safetensors"), false, true);
+        let fresh = left(&format!(".tmp-{dead_pid}-1"), true, false);
+        let live = left(&format!(".tmp-{}-7", std::process::id()), true, true);
+        let mut staged = StagedFiles::new();
+        staged.write(&dir.path().join("fct.txt"), |p| std::fs::write(p, "new")).unwrap();
+        staged.commit().unwrap();
+        assert!(!stale.exists() && !stale_old.exists());
+        assert!(fresh.exists() && live.exists());
+    }
+
     #[test]
     fn a_file_replaced_keeps_its_mode() {
         use std::os::unix::fs::PermissionsExt;
