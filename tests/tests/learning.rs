@@ -289,14 +289,16 @@ async fn record_writes_exploratory_telemetry_as_parquet_or_csv() {
 }
 
 /// A run too short to reach its first gradient update would save its random initialization as
-/// a model: refused, exit 2, and nothing written.
+/// a model: refused, exit 2, and nothing written; before the reference runs and the steps, which
+/// it used to wait for.
 #[tokio::test(flavor = "multi_thread")]
 async fn training_that_never_learned_writes_nothing() {
     let dir = tiny_dir("ecn-train-");
     let out = dir.path().join("m.safetensors").display().to_string();
     let (code, _, stderr) = train_for(dir.path(), &out, "1", "10", &[]).await;
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("--steps 10: training ended before its first gradient update"), "{stderr}");
+    assert!(stderr.contains("--steps 10: too few to start learning"), "{stderr}");
+    assert!(!stderr.contains("reference baseline"), "refused before the reference runs: {stderr}");
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, ["tiny.toml"], "nothing written");
 }

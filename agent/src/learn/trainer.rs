@@ -294,10 +294,6 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
     let mut calibration: Option<Calibration> = None;
     let mut replay = ReplayBuffer::new(obs_dim, cfg.ddqn.replay_capacity);
 
-    let reference = reference_metrics(&eval_runs(cfg))?;
-    let eval_names: Vec<&str> = cfg.eval_scenarios.iter().map(ScenarioText::name).collect();
-    info!(scenarios = ?eval_names, seeds = ?cfg.eval_seeds, "reference baseline {} measured", REFERENCE_BASELINE.name());
-
     // Episode seeds live far from the seeds that evaluation and reports use.
     let mut episode = 0u64;
     let mut link_speeds_bps = BTreeSet::new();
@@ -325,6 +321,25 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
     for env in envs.iter_mut() {
         obs.push(next_episode(env, &mut rng).map_err(env_err)?.0);
     }
+    // A step adds a transition per queue: too few steps to fill the warm-up are refused now,
+    // not after the reference runs and every step (`train --steps 200` took 18 s to be told).
+    // Known only where every source has been loaded into a simulator.
+    if cfg.sources.len() <= envs.len() {
+        let most = envs.iter().map(TuningEnv::agents).max().unwrap_or(0) as u64;
+        if cfg.steps.saturating_mul(most) < cfg.ddqn.warmup as u64 {
+            return Err(CliError::BadInput(format!(
+                "--steps {}: too few to start learning: {} steps of at most {most} queues give at most {} \
+                 transitions, and learning starts at {}; nothing was written: train for more steps",
+                cfg.steps,
+                cfg.steps,
+                cfg.steps.saturating_mul(most),
+                cfg.ddqn.warmup
+            )));
+        }
+    }
+    let reference = reference_metrics(&eval_runs(cfg))?;
+    let eval_names: Vec<&str> = cfg.eval_scenarios.iter().map(ScenarioText::name).collect();
+    info!(scenarios = ?eval_names, seeds = ?cfg.eval_seeds, "reference baseline {} measured", REFERENCE_BASELINE.name());
 
     let mut pending: Vec<PendingSteps> =
         (0..envs.len()).map(|_| PendingSteps::new(cfg.ddqn.n_step, cfg.ddqn.gamma)).collect();
