@@ -225,10 +225,18 @@ impl Temporary {
     fn create(destination: &Path) -> Result<(Temporary, File), IoError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let mut tries = 0;
+        // A name near the 255-byte limit of most file systems leaves no room for the suffix: its
+        // temporary file is `.<pid>-<n>.tmp` alone (a legal name was refused as "too long").
+        let long = destination.file_name().is_some_and(|n| n.len() > 200);
         loop {
-            let mut name = destination.as_os_str().to_owned();
-            name.push(format!(".{}-{}.tmp", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
-            let path = PathBuf::from(name);
+            let suffix = format!(".{}-{}.tmp", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+            let path = if long {
+                destination.with_file_name(suffix)
+            } else {
+                let mut name = destination.as_os_str().to_owned();
+                name.push(suffix);
+                PathBuf::from(name)
+            };
             match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
                 Ok(file) => return Ok((Temporary { path, destination: destination.to_path_buf(), done: false }, file)),
                 // Someone else's file of that name: another number.
