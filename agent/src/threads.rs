@@ -6,9 +6,10 @@
 use crate::error::CliError;
 use std::sync::{Arc, RwLock};
 
-/// Threads a runtime may start beyond its workers before its first request: blocking tasks
-/// (a backend's start, a SONiC write), a simulator's thread, libtorch's.
-const RUNTIME_MARGIN: usize = 4;
+/// Threads a runtime may start beyond its workers before its first request (blocking tasks: a
+/// backend's start, a SONiC write): a few, not all a command may start (a margin of 4 refused
+/// an actuator that ran under `pids.max` 6).
+const RUNTIME_MARGIN: usize = 2;
 
 /// Stack of the threads [`ensure_headroom`] starts: they only wait.
 const PROBE_STACK_BYTES: usize = 64 << 10;

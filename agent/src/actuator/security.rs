@@ -48,15 +48,22 @@ pub fn holds_pem_certificate(pem: &[u8]) -> bool {
 const PEM_MAX_BYTES: u64 = 16 << 20;
 
 /// Read a PEM file given to `flag` (a certificate chain, a key, a CA bundle): the error names
-/// both. A UTF-8 byte order mark, which Windows editors put first, is dropped: PEM parsers
-/// take it for part of the first line, and a certificate read as none, a key as a TLS
-/// "transport error" naming no file.
+/// both. UTF-8 byte order marks, which Windows editors put first (and `cat` of such files puts
+/// inside a bundle), are dropped: PEM parsers take one for part of its line, and a certificate
+/// read as none, a key as a TLS "transport error" naming no file. No PEM holds those bytes.
 pub fn read_pem(flag: &str, path: &Path) -> Result<Vec<u8>, String> {
-    let mut pem = read_at_most(path, PEM_MAX_BYTES).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
-    if pem.starts_with(UTF8_BOM) {
-        pem.drain(..UTF8_BOM.len());
+    let pem = read_at_most(path, PEM_MAX_BYTES).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
+    let mut kept = Vec::with_capacity(pem.len());
+    let mut rest = pem.as_slice();
+    while !rest.is_empty() {
+        if rest.starts_with(UTF8_BOM) {
+            rest = &rest[UTF8_BOM.len()..];
+        } else {
+            kept.push(rest[0]);
+            rest = &rest[1..];
+        }
     }
-    Ok(pem)
+    Ok(kept)
 }
 
 const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
@@ -229,6 +236,19 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
     use tonic::service::Interceptor;
+
+    /// Every byte order mark goes, the one inside a bundle too (`cat` of two files saved so):
+    /// the second CA was lost.
+    #[test]
+    fn byte_order_marks_are_dropped_wherever_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let block = "-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n";
+        let path = dir.path().join("bundle.pem");
+        std::fs::write(&path, format!("\u{feff}{block}\u{feff}{block}")).unwrap();
+        let pem = read_pem("--tls-ca", &path).unwrap();
+        assert_eq!(pem, format!("{block}{block}").into_bytes());
+        assert!(holds_pem_certificate(&pem));
+    }
 
     #[test]
     fn only_decodable_certificates_pass() {

@@ -141,15 +141,17 @@ fn checked_kill_file(path: std::path::PathBuf) -> Result<std::path::PathBuf, Cli
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => std::path::Path::new("."),
     };
-    if !folder.is_dir() {
-        return Err(CliError::BadInput(format!(
-            "--kill-file {}: its folder {} is not there, so the file could never be made and the kill switch never \
-             thrown",
-            path.display(),
-            folder.display()
-        )));
-    }
-    Ok(path)
+    let why = match std::fs::metadata(folder) {
+        Ok(m) if m.is_dir() => return Ok(path),
+        Ok(_) => "is not a folder".to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "is not there".to_string(),
+        Err(e) => format!("cannot be looked at ({e})"),
+    };
+    Err(CliError::BadInput(format!(
+        "--kill-file {}: its folder {} {why}, so the file could never be made and the kill switch never thrown",
+        path.display(),
+        folder.display()
+    )))
 }
 
 /// `--target NAME` with a built-in scenario's name is `--target sim --scenario NAME`
@@ -529,7 +531,7 @@ mod tests {
         assert!(checked_kill_file("kill".into()).is_ok(), "the working folder");
         let typo = dir.path().join("no-such-folder").join("kill");
         let e = checked_kill_file(typo).unwrap_err().to_string();
-        assert!(e.contains("--kill-file") && e.contains("no-such-folder") && e.contains("never"), "{e}");
+        assert!(e.contains("--kill-file") && e.contains("no-such-folder") && e.contains("is not there"), "{e}");
     }
     use clap::Parser;
 

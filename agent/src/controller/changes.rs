@@ -204,7 +204,9 @@ impl ControlLoop {
         // went unread. Two more tries, 0.1 and 0.3 s later, give the channel its new connection.
         for pause in [Duration::from_millis(100), Duration::from_millis(300)] {
             match &answer {
-                Err(s) if s.code() == tonic::Code::Cancelled => {
+                // Not a call that ran out of --call-timeout (also `Cancelled`): retried, a hung
+                // actuator held the loop, and the kill switch, three timeouts.
+                Err(s) if s.code() == tonic::Code::Cancelled && s.message() != "Timeout expired" => {
                     tokio::time::sleep(pause).await;
                     answer = self.client.get_config(pb::GetConfigRequest {}).await;
                 }
@@ -220,7 +222,9 @@ impl ControlLoop {
         };
         self.generation = config.generation;
         self.take_settings(&config);
-        self.needs_resync = false;
+        // A change whose Confirm failed unread is settled by `try_resync`, which this keeps
+        // being called: read back elsewhere (a new lease), it went unsettled for good.
+        self.needs_resync = self.unsettled.is_some();
         self.note_lag(config.telemetry_now_ts_ns);
         Ok(config)
     }
@@ -380,7 +384,10 @@ impl ControlLoop {
                 return Ok(());
             }
         };
-        if let Some(p) = self.pending.take() {
+        // A change whose Confirm failed unread went the same way.
+        let unsettled = self.unsettled.take().map(|(p, _)| p);
+        self.needs_resync = false;
+        for p in self.pending.take().into_iter().chain(unsettled) {
             warn!(
                 generation = p.generation,
                 queues = p.queues.len(),
@@ -534,6 +541,7 @@ impl ControlLoop {
                 Err(why)
             }
         };
+        let judged_at = Instant::now();
         match verdict {
             Ok(()) => {
                 let req = pb::ConfirmRequest { lease_id: lease_id.clone(), generation: p.generation };
@@ -545,7 +553,7 @@ impl ControlLoop {
                     }
                     Err(s) => {
                         warn!(error = %said(&s), "confirm failed; reading the actuator back");
-                        self.after_failed_confirm(p, s).await?;
+                        self.after_failed_confirm(p, s, judged_at).await?;
                     }
                 }
             }
@@ -605,9 +613,18 @@ impl ControlLoop {
 
     /// A Confirm failed: the deadline may have passed first (the actuator reverted the change
     /// by itself), or the confirm landed and only its reply was lost. The actuator says which.
-    async fn after_failed_confirm(&mut self, p: Pending, failure: tonic::Status) -> Result<(), CliError> {
+    async fn after_failed_confirm(
+        &mut self,
+        p: Pending,
+        failure: tonic::Status,
+        judged_at: Instant,
+    ) -> Result<(), CliError> {
         match self.resync().await {
-            Ok(config) => self.settle_failed_confirm(p, failure, config, true).await,
+            Ok(config) => {
+                // Sent again only on a verdict no newer telemetry interval could have changed.
+                let fresh = judged_at.elapsed() <= self.cfg.interval;
+                self.settle_failed_confirm(p, failure, config, fresh).await
+            }
             Err(s) => {
                 // Its fate is read at the next read-back that succeeds (`needs_resync` holds
                 // every change back until then): counted as confirmed, reverted or rolled back,
@@ -627,9 +644,9 @@ impl ControlLoop {
     /// Settle pending change `p`, whose Confirm failed with `failure`, by `config` read back
     /// after it: confirmed after all (its reply lost), gone with the lease, reverted at its
     /// deadline, or still waiting for a confirm. In the last case a transport failure's Confirm
-    /// is sent again if `may_confirm_again` (the change was judged healthy just now);
+    /// is sent again if `may_confirm_again` (the change was judged healthy within an interval);
     /// otherwise, or if that fails too, it is rolled back.
-    async fn settle_failed_confirm(
+    pub(super) async fn settle_failed_confirm(
         &mut self,
         p: Pending,
         failure: tonic::Status,

@@ -93,7 +93,7 @@ pub async fn connect(
 /// An error with its causes: tonic's connect error reads "transport error" alone, where the
 /// cause says what failed (a refused connection, a certificate expired or not yet valid by
 /// this host's clock, one for another name).
-pub(super) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
     let mut said = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {

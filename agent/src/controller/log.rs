@@ -53,26 +53,30 @@ fn open_append(path: &Path) -> std::io::Result<BufWriter<File>> {
     Ok(BufWriter::new(crate::line_files::open_append(path)?))
 }
 
-/// A file that is there with lines that are no decisions (a journal, a token file, telemetry
+/// A file that is there whose first line is no decision (a journal, a token file, telemetry
 /// given by mistake) is refused, untouched: decisions appended to it spoiled it (a token file
-/// then stopped the actuator that read it). A first line cut short by a crash is let be.
+/// then stopped the actuator that read it). Blank lines are passed over, and a decision cut
+/// short by a crash or a full disk (`{"ts":` and a number, where a journal's `ts` is text)
+/// counts as one.
 fn refuse_other_files(path: &Path) -> std::io::Result<()> {
-    // Not opened unless a regular file: opening a pipe to read waits for a writer
-    // (`line_files::open_read_append` refuses anything else).
+    // Not opened unless a regular file: opening a pipe to read waits for a writer.
     let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
     if !meta.is_file() || meta.len() == 0 {
         return Ok(());
     }
     let file = std::io::BufReader::new(File::open(path)?);
-    let first = crate::line_files::lines_at_most(file, 1 << 20).next().transpose();
-    let is_decision = |line: &[u8]| {
-        serde_json::from_slice::<serde_json::Value>(line)
+    let first = crate::line_files::lines_at_most(file, 1 << 20)
+        .find(|l| l.as_ref().map_or(true, |l| !l.trim_ascii().is_empty()));
+    let decision = |line: &[u8]| {
+        let line = line.trim_ascii();
+        let cut = line.strip_prefix(br#"{"ts":"#).is_some_and(|rest| rest.first().is_some_and(u8::is_ascii_digit));
+        cut || serde_json::from_slice::<serde_json::Value>(line)
             .is_ok_and(|v| ["queue", "reason", "applied"].iter().all(|k| v.get(k).is_some()))
     };
     match first {
-        Ok(Some(line)) if is_decision(&line) || line.len() as u64 == meta.len() => Ok(()),
-        Ok(None) => Ok(()),
-        Ok(Some(_)) | Err(_) => Err(std::io::Error::new(
+        None => Ok(()),
+        Some(Ok(line)) if decision(&line) => Ok(()),
+        Some(_) => Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             "not a decision log (its first line is no decision): a path given by mistake? nothing was written to it",
         )),
@@ -163,6 +167,8 @@ mod tests {
             ("empty.jsonl", Some(String::new()), true),
             ("log.jsonl", Some(format!("{decision}\n")), true),
             ("torn.jsonl", Some(r#"{"ts":1,"que"#.to_string()), true),
+            ("torn-then-more.jsonl", Some(format!("{{\"ts\":1,\"que\n{decision}\n")), true),
+            ("blank-first.jsonl", Some(format!("\n{decision}\n")), true),
             ("token", Some("s3cr3t\n".to_string()), false),
             ("journal.jsonl", Some("{\"event\":\"start\",\"generation\":0}\n".to_string()), false),
             ("telemetry.csv", Some("ts_ns,switch,port\n1,s,p\n".to_string()), false),

@@ -813,12 +813,15 @@ pub(crate) fn said(s: &tonic::Status) -> String {
     } else {
         let mut text = format!("{:?}: {}", s.code(), s.message());
         // The transport's causes: "tcp open error" alone hid "Too many open files" (and a
-        // refused connection), and read as trouble on the network.
-        if let Some(cause) = std::error::Error::source(s) {
-            let causes = client::with_causes(cause);
-            if !text.contains(&causes) {
-                text = format!("{text}: {causes}");
+        // refused connection), and read as trouble on the network. Each once: the chain
+        // repeats its links' words ("transport error: transport error: ...").
+        let mut cause = std::error::Error::source(s);
+        while let Some(c) = cause {
+            let said = c.to_string();
+            if !text.contains(&said) {
+                text = format!("{text}: {said}");
             }
+            cause = c.source();
         }
         text
     }
@@ -1643,9 +1646,16 @@ impl ControlLoop {
             log_failure = ended.err();
         }
         // A change whose Confirm failed unread: settled now if the actuator answers in time.
-        if self.unsettled.is_some() {
-            if let Ok(Err(e)) = tokio::time::timeout_at(give_up, self.try_resync()).await {
-                log_failure = log_failure.or(Some(e));
+        // Only the read is under the stop's deadline: a settlement cut short there (its
+        // rollback) lost the change from the report.
+        if let Some((p, failure)) = self.unsettled.take() {
+            match tokio::time::timeout_at(give_up, self.resync()).await {
+                Ok(Ok(config)) => {
+                    if let Err(e) = self.settle_failed_confirm(p, failure, config, false).await {
+                        log_failure = log_failure.or(Some(e));
+                    }
+                }
+                _ => self.unsettled = Some((p, failure)),
             }
             if let Some((p, failure)) = self.unsettled.take() {
                 self.report.left_unconfirmed.push((self.cfg.target.clone(), p.generation));
