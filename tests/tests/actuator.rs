@@ -420,39 +420,22 @@ async fn tls_with_a_self_signed_certificate() {
     std::fs::write(&other_ca, other.cert.pem()).unwrap();
     let out = a.dir.path().join("never.csv");
     let target = format!("https://localhost:{}", a.addr.port());
-    let (code, _, stderr) = run_cli(&[
-        "record",
-        "--target",
-        &target,
-        "--tls-ca",
-        other_ca.to_str().unwrap(),
-        "--token-file",
-        token_path.to_str().unwrap(),
-        "--duration",
-        "1s",
-        "--out",
-        out.to_str().unwrap(),
-    ])
-    .await;
+    let (token, out) = (token_path.to_str().unwrap(), out.to_str().unwrap());
+    let record_trusting = |ca: &std::path::Path| {
+        let ca = ca.to_str().unwrap().to_string();
+        let target = target.clone();
+        async move {
+            let args = ["record", "--target", &target, "--tls-ca", &ca, "--token-file", token, "--duration", "1s"];
+            run_cli(&[&args[..], &["--out", out]].concat()).await
+        }
+    };
+    let (code, _, stderr) = record_trusting(&other_ca).await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("cannot reach the actuator") && stderr.contains("certificate"), "{stderr}");
 
     // The right CA, with its byte order mark, is trusted: the call gets through TLS to the
     // dry-run backend, which has no telemetry of its own.
-    let (code, _, stderr) = run_cli(&[
-        "record",
-        "--target",
-        &target,
-        "--tls-ca",
-        cert_path.to_str().unwrap(),
-        "--token-file",
-        token_path.to_str().unwrap(),
-        "--duration",
-        "1s",
-        "--out",
-        out.to_str().unwrap(),
-    ])
-    .await;
+    let (code, _, stderr) = record_trusting(&cert_path).await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("StreamTelemetry: Unimplemented"), "{stderr}");
 
