@@ -248,6 +248,8 @@ impl ControlLoop {
         match self.resync().await {
             Ok(config) => {
                 if let Some((p, failure)) = self.unsettled.take() {
+                    // In sync once it is settled (its own read-backs say otherwise if not).
+                    self.needs_resync = false;
                     self.settle_failed_confirm(p, failure, config, false).await?;
                 } else if self.pending.is_none() {
                     self.roll_back_unwatched(&config, "when read back").await?;
