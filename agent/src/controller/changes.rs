@@ -548,11 +548,7 @@ impl ControlLoop {
             Ok(()) => {
                 let req = pb::ConfirmRequest { lease_id: lease_id.clone(), generation: p.generation };
                 match self.client.confirm(req).await {
-                    Ok(_) => {
-                        self.report.confirms += 1;
-                        self.series.confirms.inc();
-                        info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed");
-                    }
+                    Ok(_) => self.confirmed(&p, ""),
                     Err(s) => {
                         warn!(error = %said(&s), "confirm failed; reading the actuator back");
                         self.after_failed_confirm(p, s, judged_at).await?;
@@ -643,6 +639,13 @@ impl ControlLoop {
         }
     }
 
+    /// Pending change `p` was confirmed (`how`: what else the log should say): counted and said.
+    fn confirmed(&mut self, p: &Pending, how: &str) {
+        self.report.confirms += 1;
+        self.series.confirms.inc();
+        info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed{how}");
+    }
+
     /// Settle pending change `p`, whose Confirm failed with `failure`, by `config` read back
     /// after it: confirmed after all (its reply lost), gone with the lease, reverted at its
     /// deadline, or still waiting for a confirm. In the last case a transport failure's Confirm
@@ -656,9 +659,7 @@ impl ControlLoop {
         may_confirm_again: bool,
     ) -> Result<(), CliError> {
         if config.confirmed_generation == p.generation {
-            self.report.confirms += 1;
-            self.series.confirms.inc();
-            info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed (the reply was lost)");
+            self.confirmed(&p, " (the reply was lost)");
             return Ok(());
         }
         if failure.code() == tonic::Code::PermissionDenied {
@@ -684,9 +685,7 @@ impl ControlLoop {
                 let req = pb::ConfirmRequest { lease_id, generation: p.generation };
                 match self.client.confirm(req).await {
                     Ok(_) => {
-                        self.report.confirms += 1;
-                        self.series.confirms.inc();
-                        info!(generation = p.generation, queues = p.queues.len(), "healthy: confirmed (sent again)");
+                        self.confirmed(&p, " (sent again)");
                         return Ok(());
                     }
                     Err(s) => warn!(error = %said(&s), "the Confirm sent again failed too"),
