@@ -89,15 +89,7 @@ fn prepare_out_file(out: &Path) -> Result<(), CliError> {
     }
     let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     create_folder(dir, out)?;
-    // Beside a name near the 255-byte limit, the probe's name alone: the suffix made a legal
-    // name "too long".
-    let probe = if out.file_name().is_some_and(|n| n.len() > 200) {
-        out.with_file_name(format!(".probe-{}", std::process::id()))
-    } else {
-        let mut probe = out.as_os_str().to_os_string();
-        probe.push(format!(".probe-{}", std::process::id()));
-        PathBuf::from(probe)
-    };
+    let probe = ecn_datasets::io::name_beside(out, &format!(".probe-{}", std::process::id()));
     probe_writable(&probe, out)
 }
 

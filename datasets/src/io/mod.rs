@@ -210,8 +210,20 @@ pub(crate) fn guarded_message<T>(f: impl FnOnce() -> PolarsResult<T>) -> Result<
 // ---------------------------------------------------------------------------------------------
 // Atomic writes
 
+/// A name for a file beside `destination` while it is made: its name and `suffix`, or, beside
+/// a name near the 255-byte limit of most file systems, `suffix` alone (a legal name was
+/// refused as "too long" for want of room for the suffix).
+pub fn name_beside(destination: &Path, suffix: &str) -> PathBuf {
+    if destination.file_name().is_some_and(|n| n.len() > 200) {
+        return destination.with_file_name(suffix);
+    }
+    let mut name = destination.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 /// A file being written under a temporary name beside its destination (one filesystem, so
-/// that the final rename is atomic): `<path>.<pid>-<n>.tmp`, created exclusively, so that two
+/// that the final rename is atomic): `<path>.<pid>-<n>.tmp` ([`name_beside`]), created exclusively, so that two
 /// writers of one destination never share it and a file or link already there is never
 /// written through. Dropped before [`Temporary::place`], it removes the file.
 struct Temporary {
@@ -225,18 +237,9 @@ impl Temporary {
     fn create(destination: &Path) -> Result<(Temporary, File), IoError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let mut tries = 0;
-        // A name near the 255-byte limit of most file systems leaves no room for the suffix: its
-        // temporary file is `.<pid>-<n>.tmp` alone (a legal name was refused as "too long").
-        let long = destination.file_name().is_some_and(|n| n.len() > 200);
         loop {
             let suffix = format!(".{}-{}.tmp", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-            let path = if long {
-                destination.with_file_name(suffix)
-            } else {
-                let mut name = destination.as_os_str().to_owned();
-                name.push(suffix);
-                PathBuf::from(name)
-            };
+            let path = name_beside(destination, &suffix);
             match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
                 Ok(file) => return Ok((Temporary { path, destination: destination.to_path_buf(), done: false }, file)),
                 // Someone else's file of that name: another number.
