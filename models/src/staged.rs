@@ -43,7 +43,10 @@ impl StagedFiles {
         use std::os::unix::fs::DirBuilderExt;
         let name = destination.file_name().map(|n| n.to_os_string()).unwrap_or_default();
         self.held.get_or_insert_with(HeldSignals::new);
-        remove_leftovers_beside(destination);
+        // Once a folder: sim stages four files in one, and each scanned it.
+        if !self.files.iter().any(|(_, d)| d.parent() == destination.parent()) {
+            remove_leftovers_beside(destination);
+        }
         let folder = at_a_free_name(
             |n| destination.with_file_name(format!(".tmp-{}-{n}", std::process::id())),
             |folder| std::fs::DirBuilder::new().mode(0o700).create(folder),
