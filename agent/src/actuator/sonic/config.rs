@@ -184,20 +184,17 @@ pub fn discover(
     for (name, fields) in &snapshot.queues {
         let Some(profile) = schema::bound_profile(fields) else { continue };
         let Some((port, queue)) = schema::parse_queue_key(&format!("QUEUE|{name}")) else {
-            if name.matches('|').count() > 1 {
-                // `<host>|<asic>|<port>|<queue>`: a VOQ chassis's system port (qos_config.j2).
-                warn!(
-                    key = %format!("QUEUE|{name}"),
-                    "this QUEUE entry is a VOQ chassis's system port; ecn-tuner controls only entries of one \
-                     local port and queue (QUEUE|<port>|<queue>) and leaves it alone"
-                );
+            // `<host>|<asic>|<port>|<queue>` is a VOQ chassis's system port (qos_config.j2).
+            let (what, port) = if name.matches('|').count() > 1 {
+                ("is a VOQ chassis's system port", "local port")
             } else {
-                warn!(
-                    key = %format!("QUEUE|{name}"),
-                    "this QUEUE entry covers several ports or queues; ecn-tuner controls only entries of one \
-                     port and queue (QUEUE|<port>|<queue>) and leaves it alone"
-                );
-            }
+                ("covers several ports or queues", "port")
+            };
+            warn!(
+                key = %format!("QUEUE|{name}"),
+                "this QUEUE entry {what}; ecn-tuner controls only entries of one {port} and queue \
+                 (QUEUE|<port>|<queue>) and leaves it alone"
+            );
             continue;
         };
         found.push((QueueRef { port, queue }, profile.to_string()));
