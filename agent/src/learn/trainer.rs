@@ -326,13 +326,11 @@ pub fn train(cfg: &TrainConfig, bar: &ProgressBar) -> Result<Trained, CliError> 
     // Known only where every source has been loaded into a simulator.
     if cfg.sources.len() <= envs.len() {
         let most = envs.iter().map(TuningEnv::agents).max().unwrap_or(0) as u64;
-        if cfg.steps.saturating_mul(most) < cfg.ddqn.warmup as u64 {
+        let (steps, transitions) = (cfg.steps, cfg.steps.saturating_mul(most));
+        if transitions < cfg.ddqn.warmup as u64 {
             return Err(CliError::BadInput(format!(
-                "--steps {}: too few to start learning: {} steps of at most {most} queues give at most {} \
-                 transitions, and learning starts at {}; nothing was written: train for more steps",
-                cfg.steps,
-                cfg.steps,
-                cfg.steps.saturating_mul(most),
+                "--steps {steps}: too few to start learning: {steps} steps of at most {most} queues give at most \
+                 {transitions} transitions, and learning starts at {}; nothing was written: train for more steps",
                 cfg.ddqn.warmup
             )));
         }
