@@ -136,7 +136,7 @@ impl ControlLoop {
         let generation_before = self.generation;
         match self.apply(&lease_id, &changes, within, reason).await {
             Ok(Applied { generation: g, deadline, landed_ns, in_effect_from_ns }) => {
-                self.note_lag(landed_ns);
+                self.freshness.measure(landed_ns);
                 self.report.applies += 1;
                 self.series.applies.inc();
                 self.generation = g;
@@ -225,7 +225,7 @@ impl ControlLoop {
         // A change whose Confirm failed unread is settled by `try_resync`, which this keeps
         // being called: read back elsewhere (a new lease), it went unsettled for good.
         self.needs_resync = self.unsettled.is_some();
-        self.note_lag(config.telemetry_now_ts_ns);
+        self.freshness.measure(config.telemetry_now_ts_ns);
         Ok(config)
     }
 

@@ -11,7 +11,8 @@
 //!
 //! This module holds the loop and its decisions; module `changes` holds enforce mode's writes
 //! (apply, health check, confirm or roll back, read-back after an unknown outcome, kill switch),
-//! and `client` the connection to the actuator.
+//! `freshness` how far behind the fabric the telemetry is, and `client` the connection to the
+//! actuator.
 //!
 //! The actuator enforces its own limits and reverts unconfirmed changes by itself, so a
 //! controller that dies or hangs leaves the last confirmed settings in place.
@@ -26,6 +27,7 @@ pub mod telemetry;
 
 mod changes;
 mod client;
+mod freshness;
 
 pub use client::{connect, Client};
 
@@ -36,10 +38,11 @@ use crate::policy::Policy;
 use changes::{count_rollback, Pending};
 use ecn_env::EcnSetting;
 use ecn_proto::v1 as pb;
+use freshness::Freshness;
 use guardrails::{ChangeBudget, Clamp, GuardrailConfig, Guardrails, QueueContext};
 use health::HealthConfig;
 use log::{unix_ms, Decision, DecisionLog};
-use metrics::{Metrics, QueueLabels, TargetLabels, TargetSeries};
+use metrics::{Metrics, QueueLabels, TargetSeries};
 use requests::{Requests, StopReason};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -429,8 +432,7 @@ pub async fn run(
         }
     };
     let now = Instant::now();
-    lp.last_batch_at = now;
-    lp.metrics.telemetry_arrived(&lp.cfg.target, now);
+    lp.freshness.watching_from(now);
     // A lost stream is reopened with a growing pause between tries; its queues go stale
     // meanwhile, and are held at the baseline like any queue without fresh telemetry.
     let mut reopening = Reopening::new();
@@ -479,13 +481,13 @@ pub async fn run(
                 }
                 Wake::Telemetry(Ok(None)) => {
                     stream = None;
-                    lp.stream_lost();
+                    lp.freshness.stream_lost();
                     reconnect_at = reopening.lost(&lp.cfg.target, "the actuator closed the telemetry stream");
                     None
                 }
                 Wake::Telemetry(Err(s)) => {
                     stream = None;
-                    lp.stream_lost();
+                    lp.freshness.stream_lost();
                     reconnect_at = reopening.lost(&lp.cfg.target, &format!("telemetry stream failed: {}", said(&s)));
                     None
                 }
@@ -522,10 +524,10 @@ pub async fn run(
             // sooner than STREAM_STALL_MIN: a reopened stream misses the batches sent meanwhile, and
             // an actuator that samples more slowly than the staleness limit must not be cut off
             // before its first batch.
-            let silent_for = now.duration_since(lp.last_batch_at.max(stream_opened_at));
+            let silent_for = now.duration_since(lp.freshness.last_batch_at().max(stream_opened_at));
             if stream.is_some() && silent_for > lp.stale_after.max(STREAM_STALL_MIN) {
                 stream = None;
-                lp.stream_lost();
+                lp.freshness.stream_lost();
                 let why = format!("telemetry stream stalled: no batch for {:.1} s", silent_for.as_secs_f64());
                 reconnect_at = reopening.lost(&lp.cfg.target, &why);
             }
@@ -558,7 +560,15 @@ pub async fn run(
                 info!(target = %lp.cfg.target, "kill switch released (the kill file is gone): deciding again");
             }
             (lp.kill_done, lp.kill_retry_at) = (false, None);
-            lp.probe_lag(now);
+            if let Some(config) = lp.freshness.probe(&lp.client, now) {
+                // In shadow mode the answer's settings are taken as each queue's current one:
+                // nothing else reads them back there, and a change made by another writer,
+                // outside ecn-tuner or by an actuator restart left the gauges and the decision
+                // log on settings no longer in effect.
+                if lp.cfg.mode == Mode::Shadow {
+                    lp.take_settings(&config);
+                }
+            }
             if lp.check_pending().await? {
                 continue;
             }
@@ -633,10 +643,6 @@ fn round_grid(next_due: Option<Instant>, now: Instant, arrived: bool, interval: 
     })
 }
 
-/// A lag probe in flight: the stream epoch and the newest `ts_ns` when it was sent, and the
-/// actuator's configuration (with its telemetry clock) when it answers.
-type LagProbe = (u64, u64, Instant, tokio::sync::oneshot::Receiver<Result<pb::Config, tonic::Status>>);
-
 /// A change is judged at the latest two intervals before its confirm deadline. A health window
 /// that takes longer than that even at the actuator's fastest telemetry could never be
 /// complete: every change would be rolled back for its deadline. The window's first interval
@@ -693,8 +699,6 @@ const ALL_UNTRAINED_ROUNDS: u32 = 10;
 const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// The shortest silence after which a telemetry stream counts as stalled and is reopened.
 const STREAM_STALL_MIN: Duration = Duration::from_secs(10);
-/// The shortest time between two reads of the actuator's telemetry clock.
-const LAG_PROBE_MIN: Duration = Duration::from_millis(100);
 /// The longest pause between two tries to reopen the telemetry stream.
 const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
@@ -945,21 +949,10 @@ struct ControlLoop {
     generation: u64,
     pending: Option<Pending>,
     report: RunReport,
-    last_batch_at: Instant,
-    /// The newest `ts_ns` received on the stream in use (0: none yet), and the actuator's
-    /// telemetry-clock ns per wall-clock ns.
-    newest_ts_ns: u64,
-    telemetry_time_scale: f64,
+    /// When telemetry last came, and how far behind the fabric it was when last measured
+    /// (at a probe, an apply or a read-back).
+    freshness: Freshness,
     last_renew: Instant,
-    /// How far behind the fabric the telemetry read so far was when last measured (at a
-    /// probe, an apply or a read-back), if the actuator tells its telemetry clock.
-    lag: Option<Duration>,
-    last_lag_probe: Instant,
-    /// The lag probe in flight ([`ControlLoop::probe_lag`]): the stream epoch and the newest
-    /// `ts_ns` when it was sent, and its answer.
-    lag_probe: Option<LagProbe>,
-    /// Telemetry streams lost so far: a lag probe sent on one stream is not measured on the next.
-    stream_epoch: u64,
     killed: bool,
     /// The kill switch has run: every queue is on its baseline.
     kill_done: bool,
@@ -983,9 +976,6 @@ struct ControlLoop {
     kill_retry_at: Option<Instant>,
     /// Telemetry batches taken since the last decision round.
     batches_since_round: u64,
-    /// When telemetry came back after a silence past `--stale-after`, until a lag probe sent
-    /// since answers: it counts as stale meanwhile ([`ControlLoop::lagging`]).
-    unmeasured_since: Option<Instant>,
     /// The actuator's generation before the first failed Apply, and the last failure's error:
     /// for the end of a run where none succeeded.
     apply_failure: Option<(u64, String)>,
@@ -1086,6 +1076,7 @@ impl ControlLoop {
         }
 
         let now = Instant::now();
+        let freshness = Freshness::new(&cfg.target, metrics.clone(), stale_after, caps.telemetry_time_scale, now);
         let mut lp = ControlLoop {
             cfg,
             client,
@@ -1100,14 +1091,8 @@ impl ControlLoop {
             generation,
             pending: None,
             report: RunReport::default(),
-            last_batch_at: now,
-            newest_ts_ns: 0,
-            telemetry_time_scale: caps.telemetry_time_scale,
+            freshness,
             last_renew: asked_for_lease,
-            lag: None,
-            last_lag_probe: now,
-            lag_probe: None,
-            stream_epoch: 0,
             killed: false,
             kill_done: false,
             all_untrained_rounds: 0,
@@ -1119,7 +1104,6 @@ impl ControlLoop {
             renew_now: false,
             kill_retry_at: None,
             batches_since_round: 0,
-            unmeasured_since: None,
             apply_failure: None,
         };
         // An unconfirmed change left by a writer before this one (this controller's previous
@@ -1159,120 +1143,10 @@ impl ControlLoop {
     /// returns its arrival time.
     fn take_batch(&mut self, batch: &pb::TelemetryBatch) -> Instant {
         let now = Instant::now();
-        // Telemetry back after a silence past --stale-after (a paused actuator, a lost stream):
-        // the first batches may be a backlog far behind the fabric, and the last lag measured
-        // says nothing of them. Stale until a probe sent from now on says otherwise.
-        if now.duration_since(self.last_batch_at) > self.stale_after {
-            self.unmeasured_since = Some(now);
-        }
-        self.last_batch_at = now;
-        self.metrics.telemetry_arrived(&self.cfg.target, now);
+        self.freshness.batch_arrived(batch.ts_ns, now);
         self.batches_since_round = self.batches_since_round.saturating_add(1);
-        self.newest_ts_ns = self.newest_ts_ns.max(batch.ts_ns);
         feed_samples(&mut self.queues, &self.index, self.pending.as_mut(), &batch.samples);
-        self.last_batch_at
-    }
-
-    /// The telemetry stream is gone. The newest timestamp it brought says nothing about the
-    /// next one's: an actuator that restarted starts its telemetry clock again, and measured
-    /// against the old stream's newest sample its lag would read 0 until the new clock passed it.
-    fn stream_lost(&mut self) {
-        self.newest_ts_ns = 0;
-        self.stream_epoch += 1;
-    }
-
-    /// Measure how far the telemetry this controller decides from is behind the fabric, from
-    /// the actuator's present on the telemetry's clock (`actuator_now_ns`, 0: unknown), export
-    /// it, and keep it for [`ControlLoop::lagging`]. Staleness by arrival misses this: a stream
-    /// that arrives regularly but late counts as fresh, yet the policy then decides from
-    /// telemetry older than a stalled stream's would be. In step, the lag is up to about one
-    /// interval (the one in progress).
-    fn note_lag(&mut self, actuator_now_ns: u64) {
-        self.note_lag_against(actuator_now_ns, self.newest_ts_ns);
-    }
-
-    /// [`ControlLoop::note_lag`] against `newest_ts_ns`, the newest sample when the
-    /// actuator's clock was asked for.
-    fn note_lag_against(&mut self, actuator_now_ns: u64, newest_ts_ns: u64) {
-        if actuator_now_ns == 0 || newest_ts_ns == 0 {
-            return;
-        }
-        let lag = wall_interval(actuator_now_ns.saturating_sub(newest_ts_ns), self.telemetry_time_scale);
-        let labels = TargetLabels { target: self.cfg.target.clone() };
-        self.metrics.telemetry_lag_seconds.get_or_create(&labels).set(lag.as_secs_f64());
-        let (was, is) = (self.lagging(), lag > self.stale_after);
-        self.lag = Some(lag);
-        if is && !was {
-            warn!(
-                target = %self.cfg.target,
-                lag = ?lag,
-                "the telemetry this controller decides from is behind the fabric by more than --stale-after \
-                 (a backlog here, a slow path from the actuator, or an actuator withholding telemetry it cannot \
-                 trust: see its log); its queues count as stale until it catches up"
-            );
-        } else if was && !is {
-            info!(target = %self.cfg.target, lag = ?lag, "the telemetry has caught up with the fabric");
-        }
-    }
-
-    /// Whether the telemetry was last measured more than `--stale-after` behind the fabric:
-    /// every queue then counts as stale, as if its samples had stopped arriving.
-    fn lagging(&self) -> bool {
-        self.unmeasured_since.is_some() || self.lag.is_some_and(|l| l > self.stale_after)
-    }
-
-    /// Every third of `--stale-after` (at most once per [`LAG_PROBE_MIN`]), ask the actuator
-    /// for its telemetry clock and measure the lag, in every mode. While lagging, every
-    /// [`LAG_PROBE_MIN`]: the queues count as stale until a probe shows the telemetry caught
-    /// up, and it may well have by the next batch. A failed read changes nothing: the
-    /// stream's own staleness covers an actuator that stopped answering. In shadow mode the
-    /// answer's settings are taken as each queue's current one: nothing else reads them back
-    /// there, and a change made by another writer, outside ecn-tuner or by an actuator
-    /// restart left the gauges and the decision log on settings no longer in effect.
-    ///
-    /// The read runs beside the loop and is taken up at a later call, so that a slow answer
-    /// never holds a decision back (awaited here, it put a busy actuator's round trip into
-    /// one round in ten). The lag is measured against the newest sample when the read was
-    /// sent, as it was when the loop waited for the answer: batches taken in meanwhile would
-    /// make it read short by the round trip.
-    fn probe_lag(&mut self, now: Instant) {
-        if let Some((epoch, newest_at_send, sent_at, answer)) = self.lag_probe.as_mut() {
-            let (epoch, newest_at_send, sent_at) = (*epoch, *newest_at_send, *sent_at);
-            match answer.try_recv() {
-                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => return,
-                // A stream lost meanwhile (an actuator restart) starts its clock again: an
-                // answer from before says nothing about the new one.
-                Ok(Ok(config)) => {
-                    if epoch == self.stream_epoch {
-                        if self.unmeasured_since.is_some_and(|t| sent_at >= t) {
-                            self.unmeasured_since = None;
-                        }
-                        self.note_lag_against(config.telemetry_now_ts_ns, newest_at_send);
-                    }
-                    if self.cfg.mode == Mode::Shadow {
-                        self.take_settings(&config);
-                    }
-                }
-                Ok(Err(s)) => {
-                    debug!(code = ?s.code(), message = s.message(), "cannot read the actuator's telemetry clock")
-                }
-                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {}
-            }
-            self.lag_probe = None;
-        }
-        let every = if self.lagging() { LAG_PROBE_MIN } else { (self.stale_after / 3).max(LAG_PROBE_MIN) };
-        let unmeasured = self.unmeasured_since.is_some_and(|t| self.last_lag_probe < t);
-        if now.duration_since(self.last_lag_probe) < every && !unmeasured {
-            return;
-        }
-        self.last_lag_probe = now;
-        let mut client = self.client.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let answer = client.get_config(pb::GetConfigRequest {}).await.map(tonic::Response::into_inner);
-            let _ = tx.send(answer);
-        });
-        self.lag_probe = Some((self.stream_epoch, self.newest_ts_ns, now, rx));
+        now
     }
 
     /// Renew the writer lease every third of its TTL (at once after a write refused for want of
@@ -1347,8 +1221,7 @@ impl ControlLoop {
         // than the actuator's telemetry interval, the ticker would otherwise decide (and log)
         // again and again on one sample. Until the first batch, and once telemetry is stale,
         // rounds go on without one (to say so, and to fall back).
-        let stale = now.duration_since(self.last_batch_at) > self.stale_after;
-        if self.batches_since_round == 0 && self.newest_ts_ns > 0 && !stale {
+        if self.batches_since_round == 0 && self.freshness.has_sample() && !self.freshness.silent(now) {
             return false;
         }
         let Some(next) = round_grid(self.next_due, now, arrived, self.cfg.interval) else { return false };
@@ -1364,8 +1237,7 @@ impl ControlLoop {
     fn decide(&mut self, now: Instant) -> Result<Vec<Planned>, CliError> {
         let (cfg, series, log, stale_after) = (&self.cfg, &self.series, &self.log, self.stale_after);
         let mut changes = Vec::new();
-        let lagging = self.lagging();
-        let stream_stale = lagging || now.duration_since(self.last_batch_at) > stale_after;
+        let stream_stale = self.freshness.stale(now);
         let (mut stale, mut invalid, mut example) = (0usize, 0usize, None::<String>);
         // A learned model decides only for queues at the line rates and telemetry intervals it
         // trained on, unless the operator allowed the rest; an exploring policy uses it as an
@@ -1509,11 +1381,7 @@ impl ControlLoop {
                 let models_choice = !quarantined && !matches!(cfg.policy, Policy::Explore(_));
                 reason = Why {
                     quarantined,
-                    lagging: match (lagging, self.unmeasured_since) {
-                        (false, _) => None,
-                        (true, Some(_)) => Some(None),
-                        (true, None) => self.lag.map(Some),
-                    },
+                    lagging: self.freshness.lag_said(),
                     clamps: &verdict.clamps,
                     arrived: q.watch.has_arrived(),
                     warming_up: warming_up.then(|| (q.watch.intervals_at_setting(), cfg.health.window)),
