@@ -1235,60 +1235,12 @@ impl ControlLoop {
     /// against the per-minute budget as it is decided, so one round cannot exceed it (a
     /// fallback to the baseline is not held back by it: see the guardrails).
     fn decide(&mut self, now: Instant) -> Result<Vec<Planned>, CliError> {
+        let untrained = self.untrained_queues();
+        let learned = self.learned_proposals(&untrained);
         let (cfg, series, log, stale_after) = (&self.cfg, &self.series, &self.log, self.stale_after);
         let mut changes = Vec::new();
         let stream_stale = self.freshness.stale(now);
         let (mut stale, mut invalid, mut example) = (0usize, 0usize, None::<String>);
-        // A learned model decides only for queues at the line rates and telemetry intervals it
-        // trained on, unless the operator allowed the rest; an exploring policy uses it as an
-        // anchor only.
-        let untrained: Vec<Option<Untrained>> = match &cfg.policy {
-            Policy::Model(m) => {
-                let (rates, intervals) = (cfg.allow_untrained_rates, cfg.allow_untrained_intervals);
-                self.queues.iter().map(|q| m.untrained(q.link, q.watch.features(), rates, intervals)).collect()
-            }
-            _ => vec![None; self.queues.len()],
-        };
-        // Per queue, each decision says why; a model that can decide for no queue at all (on a
-        // switch polled every second, one trained on 100 µs telemetry) is said once, loudly,
-        // once it has lasted longer than one late poll (which holds every queue for `history`
-        // rounds) can explain.
-        let all_untrained = !untrained.is_empty() && untrained.iter().all(Option::is_some);
-        self.all_untrained_rounds = if all_untrained { self.all_untrained_rounds.saturating_add(1) } else { 0 };
-        if let (Policy::Model(m), Some(Some(why))) = (&cfg.policy, untrained.first()) {
-            let lasting = self.all_untrained_rounds > ALL_UNTRAINED_ROUNDS.max(m.tuning().history as u32 + 1);
-            if lasting && !self.warned_all_untrained {
-                self.warned_all_untrained = true;
-                warn!(
-                    target = %cfg.target,
-                    rounds = self.all_untrained_rounds,
-                    "model:{} has held every queue for {} rounds: {} (and so on for the rest); while that lasts this \
-                     run changes nothing. A model for this target: `record --target` it, then `train --telemetry` \
-                     (README \"Offline learning and recommendations\")",
-                    m.spec,
-                    self.all_untrained_rounds,
-                    m.untrained_reason(*why)
-                );
-            }
-        }
-        for why in untrained.iter().flatten() {
-            match why {
-                Untrained::Rate(_) => series.untrained_rate_holds.inc(),
-                Untrained::Interval(_) => series.untrained_interval_holds.inc(),
-            };
-        }
-        // It decides for those queues in one batch, from the same features it was trained on;
-        // a queue with no history yet gets no proposal (guardrails fall back).
-        let learned: Option<Vec<Proposal>> = cfg.policy.model().map(|m| {
-            let decided: Vec<usize> = (0..self.queues.len()).filter(|&i| untrained[i].is_none()).collect();
-            let queues: Vec<_> =
-                decided.iter().map(|&i| (self.queues[i].link, self.queues[i].watch.features())).collect();
-            let mut out = vec![Proposal::default(); self.queues.len()];
-            for (&i, p) in decided.iter().zip(m.propose(&queues)) {
-                out[i] = p;
-            }
-            out
-        });
         for (i, q) in self.queues.iter_mut().enumerate() {
             series.decisions.inc();
             let telemetry =
@@ -1414,6 +1366,64 @@ impl ControlLoop {
         }
         self.log_untrusted(stale, invalid, example, stream_stale);
         Ok(changes)
+    }
+
+    /// Per queue, why a learned model may not decide for it. A learned model decides only for
+    /// queues at the line rates and telemetry intervals it trained on, unless the operator
+    /// allowed the rest; an exploring policy uses it as an anchor only. Each decision says
+    /// why; a model that can decide for no queue at all (on a switch polled every second, one
+    /// trained on 100 µs telemetry) is said once, loudly, once it has lasted longer than one
+    /// late poll (which holds every queue for `history` rounds) can explain.
+    fn untrained_queues(&mut self) -> Vec<Option<Untrained>> {
+        let cfg = &self.cfg;
+        let untrained: Vec<Option<Untrained>> = match &cfg.policy {
+            Policy::Model(m) => {
+                let (rates, intervals) = (cfg.allow_untrained_rates, cfg.allow_untrained_intervals);
+                self.queues.iter().map(|q| m.untrained(q.link, q.watch.features(), rates, intervals)).collect()
+            }
+            _ => vec![None; self.queues.len()],
+        };
+        let all_untrained = !untrained.is_empty() && untrained.iter().all(Option::is_some);
+        self.all_untrained_rounds = if all_untrained { self.all_untrained_rounds.saturating_add(1) } else { 0 };
+        if let (Policy::Model(m), Some(Some(why))) = (&cfg.policy, untrained.first()) {
+            let lasting = self.all_untrained_rounds > ALL_UNTRAINED_ROUNDS.max(m.tuning().history as u32 + 1);
+            if lasting && !self.warned_all_untrained {
+                self.warned_all_untrained = true;
+                warn!(
+                    target = %cfg.target,
+                    rounds = self.all_untrained_rounds,
+                    "model:{} has held every queue for {} rounds: {} (and so on for the rest); while that lasts this \
+                     run changes nothing. A model for this target: `record --target` it, then `train --telemetry` \
+                     (README \"Offline learning and recommendations\")",
+                    m.spec,
+                    self.all_untrained_rounds,
+                    m.untrained_reason(*why)
+                );
+            }
+        }
+        for why in untrained.iter().flatten() {
+            match why {
+                Untrained::Rate(_) => self.series.untrained_rate_holds.inc(),
+                Untrained::Interval(_) => self.series.untrained_interval_holds.inc(),
+            };
+        }
+        untrained
+    }
+
+    /// A learned model's proposals, one per queue. It decides for the queues it may decide for
+    /// in one batch, from the same features it was trained on; a queue with no history yet gets
+    /// no proposal (guardrails fall back).
+    fn learned_proposals(&self, untrained: &[Option<Untrained>]) -> Option<Vec<Proposal>> {
+        self.cfg.policy.model().map(|m| {
+            let decided: Vec<usize> = (0..self.queues.len()).filter(|&i| untrained[i].is_none()).collect();
+            let queues: Vec<_> =
+                decided.iter().map(|&i| (self.queues[i].link, self.queues[i].watch.features())).collect();
+            let mut out = vec![Proposal::default(); self.queues.len()];
+            for (&i, p) in decided.iter().zip(m.propose(&queues)) {
+                out[i] = p;
+            }
+            out
+        })
     }
 
     /// Says when queues start falling back to the baseline for want of telemetry to trust,
