@@ -158,7 +158,9 @@ impl LearnedModel {
     /// is `history`, unless the operator allowed untrained rates or intervals. The rate is
     /// checked first. Of the intervals, the card's `history` newest count, those the model would
     /// observe: after a gap in the telemetry (a reconnect, a stalled poller) the interval that
-    /// spans the gap holds the queue until it ages out.
+    /// spans the gap holds the queue until it ages out. (A gap the telemetry states, an
+    /// interval dropped before a sample that says what it covers, starts the history again
+    /// instead: `controller::telemetry::QueueWatch`.)
     pub fn untrained(
         &self,
         link: BitsPerSec,

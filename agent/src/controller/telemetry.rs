@@ -118,6 +118,15 @@ impl QueueWatch {
         // the stream (an interval the poller dropped) that is less than the step.
         let span = step.map(|step| if s.span_ns > 0 { s.span_ns.min(step) } else { step });
         let issue = problem(s, span);
+        // A hole before this sample (an interval the poller dropped: a span shorter than the
+        // step by more than half), or a sample that cannot be trusted, breaks the series. A
+        // learned model's history starts again after it, as offline training's does (the same
+        // half-interval rule as its gaps, `Continuity::AfterGap` and `AfterDrop`): built across
+        // it, the model would read intervals as back to back that were not.
+        let hole = matches!((step, span), (Some(step), Some(span)) if step - span > span / 2);
+        if hole || issue.is_some() {
+            self.features = QueueHistory::default();
+        }
         self.last_valid = issue.is_none();
         self.last_problem = issue;
         self.arrived_at = Some(now);
@@ -329,6 +338,31 @@ mod tests {
         assert_eq!(plain.span_ns, 200_000);
         let long = w.push(&pb::TelemetrySample { span_ns: 500_000, ..sample(700_000, 5.0, 625_000) }).unwrap();
         assert_eq!(long.span_ns, 100_000);
+    }
+
+    /// Offline training starts a queue's history again after a dropped or invalid sample;
+    /// so does the controller, or a model would decide from intervals it reads as back to back.
+    #[test]
+    fn the_feature_history_starts_again_after_a_hole_or_an_invalid_sample() {
+        let mut w = QueueWatch::keeping(8).with_feature_history(3);
+        let observed = |w: &QueueWatch| w.features().intervals().count();
+        for ts in [100_000, 200_000, 300_000, 400_000] {
+            w.push(&sample(ts, 5.0, 100));
+        }
+        assert_eq!(observed(&w), 3);
+        // The interval ending at 500 µs was dropped: the next one covers only its own 100 µs.
+        w.push(&pb::TelemetrySample { span_ns: 100_000, ..sample(600_000, 5.0, 100) });
+        assert_eq!(observed(&w), 1);
+        w.push(&sample(700_000, 5.0, 100));
+        assert_eq!(observed(&w), 2);
+        // A poller's two clocks disagreeing by a little is no hole.
+        w.push(&pb::TelemetrySample { span_ns: 99_000, ..sample(800_000, 5.0, 100) });
+        assert_eq!(observed(&w), 3);
+        // An invalid sample: the next valid one starts the history again.
+        w.push(&sample(900_000, f64::NAN, 100));
+        assert_eq!(observed(&w), 0);
+        w.push(&sample(1_000_000, 5.0, 100));
+        assert_eq!(observed(&w), 1);
     }
 
     #[test]
