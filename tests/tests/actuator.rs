@@ -926,3 +926,134 @@ async fn a_run_that_ends_between_samples_loses_no_interval() {
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(a.log_text().matches("restarting with the next seed").count() >= 2, "{}", a.log_text());
 }
+
+/// A raw HTTP/2 connection to an actuator: for requests its gRPC client never makes, half-sent
+/// or not protobuf at all.
+struct RawConnection {
+    send: h2::client::SendRequest<bytes::Bytes>,
+    connection: h2::client::Connection<tokio::net::TcpStream, bytes::Bytes>,
+}
+
+/// Wait for `f`, driving `connection` meanwhile.
+async fn driving<F: std::future::Future>(
+    connection: &mut h2::client::Connection<tokio::net::TcpStream, bytes::Bytes>,
+    f: F,
+) -> F::Output {
+    tokio::select! {
+        out = f => out,
+        ended = connection => panic!("the actuator ended the connection: {ended:?}"),
+    }
+}
+
+impl RawConnection {
+    async fn open(a: &Actuator) -> RawConnection {
+        let tcp = tokio::net::TcpStream::connect(a.addr).await.expect("connect");
+        let (send, connection) = h2::client::handshake(tcp).await.expect("HTTP/2 handshake");
+        RawConnection { send, connection }
+    }
+
+    /// Start a call of `method` whose request frame says `declared` bytes, and send `body`
+    /// (and the end of the request if `end`).
+    async fn start(
+        &mut self,
+        method: &str,
+        declared: u32,
+        body: &[u8],
+        end: bool,
+    ) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+        let request = http::Request::post(format!("http://127.0.0.1/ecn_tuner.v1.Actuator/{method}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .expect("a request");
+        let send = &mut self.send;
+        driving(&mut self.connection, std::future::poll_fn(|cx| send.poll_ready(cx))).await.expect("a stream");
+        let (response, mut stream) = self.send.send_request(request, false).expect("send request");
+        let mut frame = vec![0u8];
+        frame.extend_from_slice(&declared.to_be_bytes());
+        frame.extend_from_slice(body);
+        stream.send_data(frame.into(), end).expect("send data");
+        (response, stream)
+    }
+}
+
+/// What a client can make the actuator hold is bounded: a connection may have 32 streams open,
+/// and 16 calls are read at once, all connections together. Without either, one connection
+/// that began hundreds of 4 MiB Applies and never finished them held 1.8 GB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_left_unfinished_hold_sixteen_places_and_no_more() {
+    let a = Actuator::start(&["--backend", "dry-run"]).await;
+    let mut raw = RawConnection::open(&a).await;
+    // A request that is not protobuf is the client's mistake, INVALID_ARGUMENT (controller_id
+    // holds bytes that are not UTF-8), not INTERNAL, the code for the device's failures.
+    let (answer, _stream) = raw.start("AcquireWriter", 4, &[0x0a, 0x02, 0xc3, 0x28], true).await;
+    let answer = driving(&mut raw.connection, answer).await.expect("an answer");
+    assert_eq!(answer.headers()["grpc-status"], "3", "{:?}", answer.headers());
+    assert_eq!(raw.connection.max_concurrent_send_streams(), 32);
+
+    // Sixteen Applies that say 4 MiB and send 1 KiB: the places are all taken.
+    let mut hoard = Vec::new();
+    for _ in 0..16 {
+        hoard.push(raw.start("Apply", 4 << 20, &[0x12; 1024], false).await);
+    }
+    // A connection's frames go out in order: once a call sent after them (a telemetry stream,
+    // which takes no place) is answered, the actuator has the sixteen.
+    let (answer, _stream) = raw.start("StreamTelemetry", 0, &[], true).await;
+    driving(&mut raw.connection, answer).await.expect("an answer");
+    let RawConnection { send, connection } = raw;
+    let driver = tokio::spawn(async move {
+        let _hoard = hoard;
+        let _ = connection.await;
+    });
+    let mut c = a.client().await;
+    let waited = tokio::time::timeout(Duration::from_secs(3), c.get_config(pb::GetConfigRequest {})).await;
+    assert!(waited.is_err(), "a 17th call was read while 16 waited for their requests: {waited:?}");
+    // Once they are gone, calls go through again.
+    driver.abort();
+    let _ = driver.await;
+    drop(send);
+    tokio::time::timeout(WAIT, c.get_config(pb::GetConfigRequest {})).await.expect("in time").expect("GetConfig");
+}
+
+/// Telemetry streams are bounded too: each may hold batches its client has not read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_streams_beyond_sixteen_are_refused_until_one_ends() {
+    let a = Actuator::start(&["--backend", "sim", "--scenario", "websearch-50", "--time-scale", "0.02"]).await;
+    let mut c = a.client().await;
+    let mut streams = Vec::new();
+    for _ in 0..16 {
+        streams.push(c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect("stream"));
+    }
+    let refused = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect_err("a 17th");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("at most 16 telemetry streams"), "{refused:?}");
+    streams.pop();
+    let mut again = eventually("a stream once one ended", WAIT, || {
+        let mut c = c.clone();
+        async move { c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.ok() }
+    })
+    .await
+    .into_inner();
+    tokio::time::timeout(WAIT, again.next()).await.expect("a batch in time").expect("open").expect("ok");
+}
+
+/// Refusals of the writer role are logged in a burst, then one a second, as refusals of
+/// requests without a lease are journaled: a flood of them wrote a line each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refused_writer_requests_logs_a_burst() {
+    let a = Actuator::start(&["--backend", "dry-run"]).await;
+    let mut c = a.client().await;
+    lease(&mut c, "holder").await;
+    let started = std::time::Instant::now();
+    for _ in 0..300 {
+        let r = c.acquire_writer(pb::AcquireWriterRequest { controller_id: "other".into(), ttl_ms: 0 }).await;
+        assert_eq!(r.expect_err("held by another").code(), Code::FailedPrecondition);
+    }
+    let most = 60 + started.elapsed().as_secs() as usize + 1;
+    let logged = eventually("the burst logged", WAIT, || {
+        let n = a.log_text().matches("writer role refused").count();
+        async move { (n >= 60).then_some(n) }
+    })
+    .await;
+    assert!(logged <= most, "{logged} lines for 300 refusals, at most {most}");
+}

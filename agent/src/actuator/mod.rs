@@ -14,6 +14,7 @@
 //! Start one with [`serve`] (any backend), [`serve_sim`], [`serve_dry_run`] or [`serve_sonic`];
 //! each returns an [`ActuatorHandle`] once the socket is bound.
 
+pub mod admission;
 pub mod backend;
 pub mod dry_run;
 pub mod incoming;
@@ -238,10 +239,13 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
     // get a line (`start`) for a device it then serves.
     // Pings find a peer that vanished without a reset; a connection that never opened is cut
     // by `incoming`.
+    // What a client may hold of the actuator's memory is bounded (`admission`).
     let mut builder = tonic::transport::Server::builder()
         .tcp_keepalive(Some(Duration::from_secs(60)))
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)));
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .max_concurrent_streams(admission::STREAMS_PER_CONNECTION)
+        .timeout(admission::CALL_LIMIT);
     if let Some(t) = tls {
         builder = builder
             .tls_config(t)
@@ -256,7 +260,9 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
     // default 4 MiB would refuse one past about 70 000 queues. Bounded by the fabric, not open.
     let max_request = (4 << 20) + 256 * caps.queues.len();
     let server = ActuatorServer::new(service.clone()).max_decoding_message_size(max_request);
-    let router = builder.add_service(tonic::service::interceptor::InterceptedService::new(server, auth.clone()));
+    let router = builder
+        .layer(admission::AdmissionLayer::new(admission::CALLS_IN_FLIGHT))
+        .add_service(tonic::service::interceptor::InterceptedService::new(server, auth.clone()));
     info!(
         %addr,
         backend = %caps.backend,

@@ -50,6 +50,9 @@ struct State {
     failed_revert: Option<u64>,
     /// How many refusals of requests without a lease may still be journaled.
     unleased_refusals: RefusalBudget,
+    /// How many refusals of the writer role (another writer holds it) may still be logged: a
+    /// flood of those wrote a line each, 400 KB in a second.
+    acquire_refusals: RefusalBudget,
 }
 
 /// Refusals of requests that hold no lease journaled in a burst, then one a second (as many a
@@ -96,7 +99,14 @@ struct Inner<B> {
     stopping: watch::Receiver<bool>,
     /// [`pb::Capabilities::instance_id`]: random, this process's.
     instance_id: String,
+    /// Places for telemetry streams ([`TELEMETRY_STREAMS`]); each stream holds one until it ends.
+    streams: Arc<tokio::sync::Semaphore>,
 }
+
+/// Telemetry streams served at once. Each may hold 16 batches its client has not read yet:
+/// without a bound, one connection that opened thousands and read none held 700 MB. A
+/// controller and a recorder need one each.
+pub const TELEMETRY_STREAMS: usize = 16;
 
 /// The actuator service. Cheap to clone (shared state).
 pub struct ActuatorService<B> {
@@ -156,6 +166,7 @@ impl<B: Backend> ActuatorService<B> {
             journal,
             failed_revert: None,
             unleased_refusals: RefusalBudget::new(Instant::now()),
+            acquire_refusals: RefusalBudget::new(Instant::now()),
         };
         ActuatorService {
             inner: Arc::new(Inner {
@@ -167,6 +178,7 @@ impl<B: Backend> ActuatorService<B> {
                 stopping,
                 // As random as a lease id, and like one no secret.
                 instance_id: new_lease_id(),
+                streams: Arc::new(tokio::sync::Semaphore::new(TELEMETRY_STREAMS)),
             }),
         }
     }
@@ -330,7 +342,14 @@ impl<B: Backend> ActuatorService<B> {
                 Ok(pb::WriterLease { lease_id: l.id, expires_unix_ms: l.expires_unix_ms })
             }
             Err(e @ LeaseError::HeldByOther { .. }) => {
-                warn!(controller = %req.controller_id, "writer role refused: {e}");
+                // Logged within a budget, as refusals without a lease are journaled.
+                if let Some(left_out) = st.acquire_refusals.take(Instant::now()) {
+                    let note = match left_out {
+                        0 => String::new(),
+                        n => format!(" ({n} more refused since the last line: a burst is logged, then one a second)"),
+                    };
+                    warn!(controller = %req.controller_id, "writer role refused: {e}{note}");
+                }
                 Err(Status::failed_precondition(e.to_string()))
             }
             Err(e) => Err(Status::internal(e.to_string())),
@@ -848,6 +867,12 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
         req: Request<pb::StreamTelemetryRequest>,
     ) -> Result<Response<Self::StreamTelemetryStream>, Status> {
         let caps = &self.inner.caps;
+        let Ok(place) = self.inner.streams.clone().try_acquire_owned() else {
+            return Err(Status::resource_exhausted(format!(
+                "this actuator serves at most {TELEMETRY_STREAMS} telemetry streams at once, and has as many open: \
+                 end one (a controller or recorder still running, or stuck) and try again"
+            )));
+        };
         let mut source = match self.inner.backend.subscribe_telemetry() {
             Ok(s) => s,
             Err(NoTelemetry::NoSource(why)) => return Err(Status::unimplemented(why)),
@@ -861,6 +886,7 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
         let (tx, rx) = mpsc::channel(16);
         let mut stopping = self.inner.stopping.clone();
         tokio::spawn(async move {
+            let _place = place;
             let mut coarse = Coarsener::new(factor, native);
             loop {
                 let batch = tokio::select! {
