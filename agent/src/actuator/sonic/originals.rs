@@ -142,12 +142,32 @@ impl Recording {
     }
 
     /// A restore writes these tables into CONFIG_DB as they are, so a file, which anyone can
-    /// edit, must hold what a switch could: whole-byte thresholds with min ≤ max per colour,
-    /// drop probabilities of 0–100 percent, and every queue bound to a recorded profile.
-    /// STATE_DB's copy is the actuator's own, written once; it is put back byte for byte.
+    /// edit, must hold what a switch could: entries with fields (Redis holds no empty hash:
+    /// writing one deleted the entry), each field once, no profile of ecn-tuner's (a restore
+    /// removes those), whole-byte thresholds with min ≤ max per colour, drop probabilities of
+    /// 0–100 percent, and every queue bound to a recorded profile. Each of these, given, wrote
+    /// CONFIG_DB and then failed its check, or left a queue on ecn-tuner's profile and retired
+    /// the recording. STATE_DB's copy is the actuator's own, written once; it is put back byte
+    /// for byte.
     fn check_contents(&self) -> Result<(), String> {
+        let entries = self.wred_profile.iter().map(|(n, f)| (schema::WRED_PROFILE, n, f));
+        for (table, name, fields) in entries.chain(self.queue.iter().map(|(n, f)| (schema::QUEUE, n, f))) {
+            let key = schema::config_key(table, name);
+            if fields.is_empty() {
+                return Err(format!("{key}: no fields (a switch's entry has at least one)"));
+            }
+            let mut seen = BTreeSet::new();
+            if let Some((field, _)) = fields.iter().find(|(field, _)| !seen.insert(field)) {
+                return Err(format!("{key}: field {field} given twice"));
+            }
+        }
         for (name, fields) in &self.wred_profile {
             let key = schema::config_key(schema::WRED_PROFILE, name);
+            if schema::is_tuner_profile(name) {
+                return Err(format!(
+                    "{key}: a profile of ecn-tuner's, which a recording of the switch before it never holds"
+                ));
+            }
             let number = |field: &str| -> Result<Option<u64>, String> {
                 schema::field(fields, field)
                     .map(|v| v.trim().parse::<u64>().map_err(|_| format!("{key}: {field} '{v}' is not a byte count")))
@@ -507,6 +527,16 @@ impl<'a> Scope<'a> {
     }
 }
 
+/// Whether two entries hold the same fields, in any order.
+fn same_fields(a: &Fields, b: &Fields) -> bool {
+    let sorted = |f: &Fields| {
+        let mut f = f.clone();
+        f.sort();
+        f
+    };
+    a.len() == b.len() && sorted(a) == sorted(b)
+}
+
 /// `cur` with the binding of `rec`: the one field of a queue's entry ecn-tuner writes.
 fn with_recorded_binding(cur: &Fields, rec: &Fields) -> Fields {
     let mut want = cur.clone();
@@ -552,10 +582,20 @@ pub fn restore_plan(rec: &Recording, now: &Snapshot) -> (Vec<Op>, RestoreReport)
     let mut report = RestoreReport::default();
     let scope = Scope::of(rec, now);
     let used_outside = bound_outside(now, |q| scope.queues.contains(q));
+    // Profiles the restored bindings name. One shared with a queue outside the restore is not
+    // put back, but one gone since (its other queues moved, then it was deleted) must be: the
+    // restored queue would be bound to nothing.
+    let bound_back: BTreeSet<&str> = rec
+        .queue
+        .iter()
+        .filter(|(q, _)| scope.queues.contains(q.as_str()) && now.queues.contains_key(*q))
+        .filter_map(|(_, fields)| schema::bound_profile(fields))
+        .collect();
     for (name, fields) in &rec.wred_profile {
         let key = schema::config_key(schema::WRED_PROFILE, name);
-        if !scope.profiles.contains(name.as_str()) {
-            if now.profiles.get(name) != Some(fields) {
+        let gone_but_bound = !now.profiles.contains_key(name) && bound_back.contains(name.as_str());
+        if !scope.profiles.contains(name.as_str()) && !gone_but_bound {
+            if !now.profiles.get(name).is_some_and(|p| same_fields(p, fields)) {
                 report.changed_elsewhere.push(key);
             }
             continue;
@@ -573,7 +613,7 @@ pub fn restore_plan(rec: &Recording, now: &Snapshot) -> (Vec<Op>, RestoreReport)
             continue;
         };
         let want = if scope.queues.contains(name.as_str()) { with_recorded_binding(cur, fields) } else { cur.clone() };
-        if want != *fields {
+        if !same_fields(&want, fields) {
             report.changed_elsewhere.push(key.clone());
         }
         let o = restore_ops(key, Some(cur), &want);
@@ -722,7 +762,9 @@ pub fn restore(
     }
     let scope = Scope::of(&rec, &now);
     for (name, fields) in rec.wred_profile.iter().filter(|(n, _)| scope.profiles.contains(n.as_str())) {
-        if back.profiles.get(name) != Some(fields) {
+        // As a set of fields: Redis keeps a hash's order only while it is small (no value
+        // over 64 bytes), and one written in the recorded order may read back in another.
+        if !back.profiles.get(name).is_some_and(|b| same_fields(b, fields)) {
             return Err(ActuatorError::Failed(format!(
                 "WRED_PROFILE|{name} differs from the recording after the restore (changed meanwhile?)"
             )));
@@ -867,6 +909,72 @@ mod tests {
         odd.format = FORMAT.into();
         assert!(Recording::parse(&serde_json::to_string(&odd).unwrap(), "r").unwrap_err().contains("with a list"));
         assert!(named.is_of(&plain) && !named.is_of(&Recording { recorded_unix_ms: 1, ..plain.clone() }));
+    }
+
+    /// A file must hold what a switch could: each of these wrote CONFIG_DB and then failed the
+    /// restore's check, or left a queue on a profile of ours and retired the recording.
+    #[test]
+    fn a_recording_a_switch_could_not_hold_is_refused() {
+        let mut snap = Snapshot::default();
+        snap.profiles.insert("P".into(), f(&[("green_min_threshold", "1"), ("ecn", "ecn_all")]));
+        snap.queues.insert("Ethernet0|3".into(), f(&[("wred_profile", "P")]));
+        let good = Recording::of(&snap, "sw", 4, None);
+        assert_eq!(good.check_contents(), Ok(()));
+        let refused = |edit: &dyn Fn(&mut Recording)| {
+            let mut r = good.clone();
+            edit(&mut r);
+            r.check_contents().unwrap_err()
+        };
+        let empty_profile = refused(&|r| r.wred_profile.get_mut("P").unwrap().clear());
+        assert!(empty_profile.contains("WRED_PROFILE|P: no fields"), "{empty_profile}");
+        let empty_queue = refused(&|r| r.queue.get_mut("Ethernet0|3").unwrap().clear());
+        assert!(empty_queue.contains("QUEUE|Ethernet0|3: no fields"), "{empty_queue}");
+        let twice = refused(&|r| r.wred_profile.get_mut("P").unwrap().push(("ecn".into(), "ecn_all".into())));
+        assert!(twice.contains("field ecn given twice"), "{twice}");
+        let ours = refused(&|r| {
+            let p = r.wred_profile.remove("P").unwrap();
+            r.wred_profile.insert("ECN_TUNER_Ethernet0_3".into(), p);
+            r.queue.insert("Ethernet0|3".into(), f(&[("wred_profile", "ECN_TUNER_Ethernet0_3")]));
+        });
+        assert!(ours.contains("a profile of ecn-tuner's"), "{ours}");
+    }
+
+    /// A profile a restored queue was bound to, shared with a queue outside the restore, is
+    /// left as it is; but where it is gone (its other queue moved, then it was deleted), it
+    /// comes back with the binding, which would otherwise name nothing.
+    #[test]
+    fn a_restored_binding_never_names_a_profile_that_is_gone() {
+        let lossless = f(&[("green_min_threshold", "100")]);
+        let mut orig = Snapshot::default();
+        orig.profiles.insert("AZURE_LOSSLESS".into(), lossless.clone());
+        orig.queues.insert("Ethernet0|3".into(), f(&[("wred_profile", "AZURE_LOSSLESS")]));
+        orig.queues.insert("Ethernet4|3".into(), f(&[("wred_profile", "AZURE_LOSSLESS")]));
+        let controlled = QueueRef { port: "Ethernet0".into(), queue: 3 };
+        let rec = Recording::of(&orig, "sw", 4, None).controlling(&[controlled]);
+        let mut now = Snapshot::default();
+        now.profiles.insert("OTHER".into(), lossless.clone());
+        now.profiles.insert("ECN_TUNER_Ethernet0_3".into(), f(&[("green_min_threshold", "7")]));
+        now.queues.insert("Ethernet0|3".into(), f(&[("wred_profile", "ECN_TUNER_Ethernet0_3")]));
+        now.queues.insert("Ethernet4|3".into(), f(&[("wred_profile", "OTHER")]));
+        let (ops, report) = restore_plan(&rec, &now);
+        let back = super::super::config::after(&now, &ops);
+        assert_eq!(back.queues["Ethernet0|3"], f(&[("wred_profile", "AZURE_LOSSLESS")]));
+        assert_eq!(back.profiles.get("AZURE_LOSSLESS"), Some(&lossless));
+        assert_eq!(back.queues["Ethernet4|3"], now.queues["Ethernet4|3"]);
+        assert!(!back.profiles.contains_key("ECN_TUNER_Ethernet0_3"));
+        assert_eq!(report.profiles_restored, 1);
+        // Still there, it is left as it is.
+        now.profiles.insert("AZURE_LOSSLESS".into(), f(&[("green_min_threshold", "200")]));
+        let (ops, _) = restore_plan(&rec, &now);
+        let back = super::super::config::after(&now, &ops);
+        assert_eq!(back.profiles["AZURE_LOSSLESS"], now.profiles["AZURE_LOSSLESS"]);
+    }
+
+    #[test]
+    fn fields_compare_in_any_order() {
+        assert!(same_fields(&f(&[("a", "1"), ("b", "2")]), &f(&[("b", "2"), ("a", "1")])));
+        assert!(!same_fields(&f(&[("a", "1"), ("b", "2")]), &f(&[("a", "1"), ("b", "3")])));
+        assert!(!same_fields(&f(&[("a", "1")]), &f(&[("a", "1"), ("a", "1")])));
     }
 
     #[test]
