@@ -1553,6 +1553,27 @@ async fn recordings_that_cannot_be_this_switchs_and_unbounded_switches_are_refus
             Box::new(|r| r["queue"]["Ethernet0|3"] = serde_json::json!([["wred_profile", "DOES_NOT_EXIST"]])),
             "WRED_PROFILE|DOES_NOT_EXIST",
         ),
+        // Each of these wrote CONFIG_DB, then failed the restore's check, or left a queue on a
+        // profile of ours and retired the file.
+        ("empty-profile", Box::new(|r| r["wred_profile"]["AZURE_LOSSLESS"] = serde_json::json!([])), "no fields"),
+        ("empty-queue", Box::new(|r| r["queue"]["Ethernet0|3"] = serde_json::json!([])), "no fields"),
+        (
+            "field-twice",
+            Box::new(|r| {
+                let fields = r["wred_profile"]["AZURE_LOSSLESS"].as_array_mut().unwrap();
+                let first = fields[0].clone();
+                fields.push(first);
+            }),
+            "given twice",
+        ),
+        (
+            "our-profile",
+            Box::new(|r| {
+                let p = r["wred_profile"]["AZURE_LOSSLESS"].clone();
+                r["wred_profile"]["ECN_TUNER_Ethernet0_3"] = p;
+            }),
+            "a profile of ecn-tuner's",
+        ),
     ];
     for (name, edit, says) in &cases {
         let file = dir.path().join(format!("{name}.json"));
