@@ -1,6 +1,27 @@
 //! CLI errors and their exit codes (PRODUCT.md "The CLI contract": 2 for bad input, 1 for
 //! any other failure).
 
+/// An error with its causes, each once: tonic's errors read "transport error" alone, where a
+/// cause says what failed (a refused connection, "Too many open files", a certificate expired
+/// or not yet valid by this host's clock, a key that does not match its certificate).
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    causes_after(e.to_string(), e.source())
+}
+
+/// `said`, then each error of the chain from `cause` on that it does not say yet (the chain
+/// repeats its links' words: "transport error: transport error: ...").
+pub fn causes_after(mut said: String, mut cause: Option<&(dyn std::error::Error + 'static)>) -> String {
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !said.contains(&text) {
+            said.push_str(": ");
+            said.push_str(&text);
+        }
+        cause = c.source();
+    }
+    said
+}
+
 /// A failure of a subcommand.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {

@@ -445,6 +445,16 @@ async fn tls_with_a_self_signed_certificate() {
         let mut p = pb::actuator_client::ActuatorClient::new(ch);
         assert!(p.get_config(pb::GetConfigRequest {}).await.is_err(), "plain text must not work on a TLS port");
     }
+
+    // A key that is not the certificate's is refused naming both files and why (it read
+    // "unusable: transport error" alone).
+    let other_key = a.dir.path().join("other-key.pem");
+    std::fs::write(&other_key, other.signing_key.serialize_pem()).unwrap();
+    let (cert, key) = (cert_path.to_str().unwrap(), other_key.to_str().unwrap());
+    let args = ["actuator", "--backend", "dry-run", "--listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key];
+    let (code, _, stderr) = run_cli(&[&args[..], &["--token-file", token]].concat()).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("other-key.pem") && stderr.contains("KeyMismatch"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -249,7 +249,16 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
     if let Some(t) = tls {
         builder = builder
             .tls_config(t)
-            .map_err(|e| ActuatorError::BadInput(format!("--tls-cert/--tls-key: unusable: {e}")))?;
+            // The cause says what is wrong ("transport error" alone did not: a key that is not
+            // the certificate's, a damaged certificate).
+            .map_err(|e| {
+                let files = opts.tls.as_ref().map(|f| format!(" {} / {}", f.cert.display(), f.key.display()));
+                ActuatorError::BadInput(format!(
+                    "--tls-cert/--tls-key{}: unusable: {}",
+                    files.unwrap_or_default(),
+                    crate::error::with_causes(&e)
+                ))
+            })?;
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     let caps = backend.capabilities().clone();

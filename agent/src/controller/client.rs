@@ -76,10 +76,9 @@ pub async fn connect(
         let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(ca));
         endpoint = endpoint.tls_config(tls).map_err(|e| bad(&e))?;
     }
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| CliError::Failed(format!("cannot reach the actuator at {target}: {}", with_causes(&e))))?;
+    let channel = endpoint.connect().await.map_err(|e| {
+        CliError::Failed(format!("cannot reach the actuator at {target}: {}", crate::error::with_causes(&e)))
+    })?;
     let header = match token {
         Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| bad(&"the token is not valid header text"))?),
         None => None,
@@ -88,23 +87,6 @@ pub async fn connect(
     // on the wire), and GetConfig at 80 000: a controller then never saw a first sample and
     // held every queue. The actuator is trusted to send what its fabric has.
     Ok(ActuatorClient::with_interceptor(channel, Auth(header)).max_decoding_message_size(MAX_REPLY_BYTES))
-}
-
-/// An error with its causes: tonic's connect error reads "transport error" alone, where the
-/// cause says what failed (a refused connection, a certificate expired or not yet valid by
-/// this host's clock, one for another name).
-fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut said = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !said.contains(&text) {
-            said.push_str(": ");
-            said.push_str(&text);
-        }
-        cause = c.source();
-    }
-    said
 }
 
 /// Whether the URL's host is a loopback address (`127.x.y.z`, `[::1]`, or `localhost` where

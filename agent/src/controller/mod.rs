@@ -815,19 +815,9 @@ pub(crate) fn said(s: &tonic::Status) -> String {
     if s.code() == tonic::Code::Cancelled && s.message() == "Timeout expired" {
         "no answer within --call-timeout (the actuator took the connection but did not reply)".to_string()
     } else {
-        let mut text = format!("{:?}: {}", s.code(), s.message());
         // The transport's causes: "tcp open error" alone hid "Too many open files" (and a
-        // refused connection), and read as trouble on the network. Each once: the chain
-        // repeats its links' words ("transport error: transport error: ...").
-        let mut cause = std::error::Error::source(s);
-        while let Some(c) = cause {
-            let said = c.to_string();
-            if !text.contains(&said) {
-                text = format!("{text}: {said}");
-            }
-            cause = c.source();
-        }
-        text
+        // refused connection), and read as trouble on the network.
+        crate::error::causes_after(format!("{:?}: {}", s.code(), s.message()), std::error::Error::source(s))
     }
 }
 
