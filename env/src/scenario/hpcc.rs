@@ -167,6 +167,16 @@ impl Scenario {
                 Err(_) => Err(err(source, k, format!("'{v}' is not a number"))),
             }
         };
+        // The keys left unread are numbers too, but for the file names; a unit may follow
+        // (`DATA_RATE 100Gb/s`, `LINK_DELAY 1us`). Refused as the read ones are: README's
+        // limits hold for every number of the file.
+        for k in NO_EFFECT_KEYS.iter().filter(|k| !k.ends_with("_FILE")) {
+            let Some(v) = get1(k) else { continue };
+            let number = v.trim_end_matches(|c: char| c.is_ascii_alphabetic() || c == '/');
+            if !number.parse::<f64>().is_ok_and(|x| x.is_finite() && x >= 0.0) {
+                return Err(err(source, *k, format!("'{v}' must be a finite number, 0 or more (a unit may follow)")));
+            }
+        }
         let whole = |k: &str| -> Result<Option<u32>, ScenarioError> {
             match num(k)? {
                 Some(x) if x.fract() != 0.0 || x > f64::from(u32::MAX) => {
@@ -637,6 +647,11 @@ pub(super) mod tests {
         assert!(matches!(&s.fabric.ecn, EcnPlan::PerRate(m) if m.len() == 1 && m[0].0 == BitsPerSec::from_gbps(100)));
         let no_effect: String = NO_EFFECT_KEYS.iter().chain(&["PAUSE_TIME"]).map(|k| format!("{k} 5\n")).collect();
         let s = config(&no_effect).unwrap();
+        for bad in ["nan", "-1", "inf", "nanMb/s"] {
+            let e = config(&format!("U_TARGET {bad}\n")).unwrap_err();
+            assert!(e.field == "U_TARGET" && e.message.contains("finite number"), "{bad}: {e}");
+        }
+        config("DATA_RATE 100Gb/s\nLINK_DELAY 1us\nTRACE_FILE mix/trace.txt\n").unwrap();
         // HPCC's defaults for what is absent.
         assert_eq!(s.fabric.dcqcn.alpha_resume_interval, Nanos::from_micros(55));
         assert_eq!(s.fabric.dcqcn.fast_recovery_times, 5);
