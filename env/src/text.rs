@@ -27,6 +27,18 @@ pub(crate) fn shown(line: &str) -> String {
     s
 }
 
+/// A word of a file or setting for an error message, in single quotes: escaped, and cut to a
+/// readable length like [`shown`]'s lines (a 5 000-digit flow size was quoted whole).
+pub(crate) fn word(w: &str) -> String {
+    let n = w.chars().count();
+    let escaped: String = w.chars().take(SHOWN_CHARS).flat_map(char::escape_debug).collect();
+    if n > SHOWN_CHARS {
+        format!("'{escaped}…' ({} more characters)", n - SHOWN_CHARS)
+    } else {
+        format!("'{escaped}'")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,6 +49,9 @@ mod tests {
         assert_eq!(shown("1 2 x"), "\"1 2 x\"");
         let long = "7 ".repeat(100);
         assert_eq!(shown(&long), format!("{:?}… (120 more characters)", &long[..80]));
+        assert_eq!(word("x1"), "'x1'");
+        assert_eq!(word(&"9".repeat(5000)), format!("'{}…' (4920 more characters)", "9".repeat(80)));
+        assert_eq!(word("a\u{1b}b"), "'a\\u{1b}b'");
         assert!(shown("1137\r1 8 3").starts_with("\"1137\\r1 8 3\"; its lines end in a carriage return alone"));
     }
 }

@@ -5,7 +5,7 @@
 //! the same port numbering. Routing is shortest path with every equal-cost next hop kept for
 //! ECMP.
 
-use crate::text::{shown, without_bom};
+use crate::text::{shown, without_bom, word};
 use crate::units::{BitsPerSec, Nanos};
 use std::collections::VecDeque;
 
@@ -189,7 +189,7 @@ impl Topology {
                 return Err(perr(ln, format!("expected 'src dst rate delay error_rate', got {}", shown(l))));
             }
             let node = |s: &str| -> Result<NodeId, TopologyError> {
-                let v: u32 = s.parse().map_err(|_| perr(ln, format!("node id '{s}' is not an integer")))?;
+                let v: u32 = s.parse().map_err(|_| perr(ln, format!("node id {} is not an integer", word(s))))?;
                 if v as u64 >= n_nodes {
                     return Err(perr(ln, format!("node id {v} is not below node_count {n_nodes}")));
                 }
@@ -198,7 +198,7 @@ impl Topology {
             let rate: BitsPerSec = f[2].parse().map_err(|e| perr(ln, format!("{e}")))?;
             let delay: Nanos = f[3].parse().map_err(|e| perr(ln, format!("{e}")))?;
             let e = f[4];
-            let er: f64 = e.parse().map_err(|_| perr(ln, format!("error_rate '{e}' is not a number")))?;
+            let er: f64 = e.parse().map_err(|_| perr(ln, format!("error_rate {} is not a number", word(e))))?;
             if er != 0.0 {
                 return Err(perr(ln, "links with a non-zero error rate are not supported".into()));
             }

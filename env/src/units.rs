@@ -23,7 +23,7 @@ pub struct BitsPerSec(pub u64);
 
 /// Why a human-readable quantity did not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {kind} '{text}': {why}")]
+#[error("invalid {kind} {}: {why}", crate::text::word(.text))]
 pub struct UnitError {
     kind: &'static str,
     text: String,

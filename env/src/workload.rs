@@ -2,7 +2,7 @@
 //! (REFERENCE.md §4).
 
 use crate::rng::Rng;
-use crate::text::{shown, without_bom};
+use crate::text::{shown, without_bom, word};
 use crate::topology::NodeId;
 use crate::units::{BitsPerSec, Nanos};
 
@@ -61,8 +61,8 @@ impl Cdf {
             if f.len() != 2 {
                 return Err(err(format!("expected 'size_bytes cdf_percent', got {}", shown(l))));
             }
-            let size: f64 = f[0].parse().map_err(|_| err(format!("size '{}' is not a number", f[0])))?;
-            let pct: f64 = f[1].parse().map_err(|_| err(format!("percent '{}' is not a number", f[1])))?;
+            let size: f64 = f[0].parse().map_err(|_| err(format!("size {} is not a number", word(f[0]))))?;
+            let pct: f64 = f[1].parse().map_err(|_| err(format!("percent {} is not a number", word(f[1]))))?;
             if !size.is_finite() || size < 0.0 || size > MAX_FLOW_BYTES as f64 {
                 return Err(err(format!("size {size} must be within 0..={MAX_FLOW_BYTES} bytes")));
             }
@@ -331,7 +331,7 @@ pub fn parse_hpcc_flow_lines(
             return Err(err(format!("expected 'src dst priority dport size start_s', got {}", shown(l))));
         }
         let host = |s: &str, what: &str| -> Result<NodeId, LineError> {
-            let v: u32 = s.parse().map_err(|_| err(format!("{what} '{s}' is not a node id")))?;
+            let v: u32 = s.parse().map_err(|_| err(format!("{what} {} is not a node id", word(s))))?;
             if v as usize >= n_nodes || !is_host(v) {
                 return Err(err(format!("{what} {v} is not a host of the topology")));
             }
@@ -342,17 +342,17 @@ pub fn parse_hpcc_flow_lines(
         if src == dst {
             return Err(err(format!("src and dst are both {src}")));
         }
-        let priority: u8 = f[2].parse().map_err(|_| err(format!("priority '{}' is not 0-7", f[2])))?;
+        let priority: u8 = f[2].parse().map_err(|_| err(format!("priority {} is not 0-7", word(f[2]))))?;
         if !(1..=7).contains(&priority) {
             return Err(err(format!("priority {priority} must be 1-7 (0 is the control queue)")));
         }
-        let dport: u16 = f[3].parse().map_err(|_| err(format!("dport '{}' is not a port number", f[3])))?;
-        let size_bytes: u64 = f[4].parse().map_err(|_| err(format!("size '{}' is not a byte count", f[4])))?;
+        let dport: u16 = f[3].parse().map_err(|_| err(format!("dport {} is not a port number", word(f[3]))))?;
+        let size_bytes: u64 = f[4].parse().map_err(|_| err(format!("size {} is not a byte count", word(f[4]))))?;
         if size_bytes == 0 || size_bytes > MAX_FLOW_BYTES {
             return Err(err(format!("size {size_bytes} must be within 1..={MAX_FLOW_BYTES}")));
         }
         let start = parse_seconds_as_hpcc(f[5])
-            .map_err(|why| err(format!("start '{}' is not a time in seconds: {why}", f[5])))?;
+            .map_err(|why| err(format!("start {} is not a time in seconds: {why}", word(f[5]))))?;
         flows.push((line, FlowSpec { src, dst, size_bytes, start: Nanos(start), priority, dport }));
     }
     if flows.len() != count {

@@ -8,7 +8,7 @@ use super::{
 use crate::dcqcn::DcqcnParams;
 use crate::ecn::{EcnError, EcnSetting};
 use crate::fabric::{self, EcnPlan, FabricConfig, MTU_PAYLOAD_BYTES};
-use crate::text::{shown, without_bom};
+use crate::text::{shown, without_bom, word};
 use crate::units::{BitsPerSec, Bytes, Nanos, MAX_DURATION};
 use crate::workload::FlowSpec;
 use std::path::Path;
@@ -163,8 +163,8 @@ impl Scenario {
             let Some(v) = get1(k) else { return Ok(None) };
             match v.parse::<f64>() {
                 Ok(x) if x.is_finite() && x >= 0.0 => Ok(Some(x)),
-                Ok(_) => Err(err(source, k, format!("'{v}' must be a finite number, 0 or more"))),
-                Err(_) => Err(err(source, k, format!("'{v}' is not a number"))),
+                Ok(_) => Err(err(source, k, format!("{} must be a finite number, 0 or more", word(v)))),
+                Err(_) => Err(err(source, k, format!("{} is not a number", word(v)))),
             }
         };
         // The keys left unread are numbers too, but for the file names; a unit may follow
@@ -174,7 +174,11 @@ impl Scenario {
             let Some(v) = get1(k) else { continue };
             let number = v.trim_end_matches(|c: char| c.is_ascii_alphabetic() || c == '/');
             if !number.parse::<f64>().is_ok_and(|x| x.is_finite() && x >= 0.0) {
-                return Err(err(source, *k, format!("'{v}' must be a finite number, 0 or more (a unit may follow)")));
+                return Err(err(
+                    source,
+                    *k,
+                    format!("{} must be a finite number, 0 or more (a unit may follow)", word(v)),
+                ));
             }
         }
         let whole = |k: &str| -> Result<Option<u32>, ScenarioError> {

@@ -9,6 +9,7 @@ use crate::dcqcn::{DcqcnParams, DcqcnVariant};
 use crate::ecn::{Baseline, EcnSetting};
 use crate::fabric::{self, AckQueue, EcnPlan, FabricConfig, NicWakeup, MIN_INTERVAL, MTU_PAYLOAD_BYTES};
 use crate::rng::Rng;
+use crate::text::word;
 use crate::topology::{NodeKind, Topology, MAX_LINK_RATE, MIN_LINK_RATE};
 use crate::units::{BitsPerSec, Bytes, Nanos, MAX_DURATION};
 use crate::workload::{self, Cdf, FlowSpec, Incast, IncastSchedule};
@@ -460,7 +461,11 @@ impl WorkloadFile {
                 WorkloadFile::Flows { path: keys.need("path")?, start: keys.take("start")?, stop: keys.take("stop")? }
             }
             other => {
-                return Err(err(source, keys.field("kind"), format!("'{other}' is not one of poisson, incast, flows")))
+                return Err(err(
+                    source,
+                    keys.field("kind"),
+                    format!("{} is not one of poisson, incast, flows", word(other)),
+                ))
             }
         };
         let known = match w {
@@ -633,7 +638,8 @@ impl Scenario {
         })?;
         let base = match &file.base {
             Some(b) => {
-                let t = builtin(b).ok_or_else(|| err(source, "base", format!("'{b}' is not a built-in scenario")))?;
+                let t =
+                    builtin(b).ok_or_else(|| err(source, "base", format!("{} is not a built-in scenario", word(b))))?;
                 let f: ScenarioFile = toml::from_str(t).expect("built-in scenarios parse");
                 Some(f)
             }
@@ -738,7 +744,7 @@ fn resolve_topology(t: TopologyFile, source: &str, files: &SourceFiles) -> Resul
             let text = files.read(&path).map_err(|e| file.error(e))?;
             parse_topology_file(&text, &file)?
         }
-        other => return Err(err(source, "topology.kind", format!("'{other}' is not one of leaf-spine, hpcc"))),
+        other => return Err(err(source, "topology.kind", format!("{} is not one of leaf-spine, hpcc", word(other)))),
     })
 }
 
@@ -768,7 +774,7 @@ fn apply_switch(fabric: &mut FabricConfig, sw: SwitchFile, bsw: SwitchFile, sour
                 let b = n.strip_prefix("baseline:").unwrap_or(&n);
                 EcnPlan::Baseline(Baseline::from_name(b).ok_or_else(|| {
                     let names: Vec<&str> = Baseline::ALL.iter().map(|b| b.name()).collect();
-                    err(source, "switch.ecn", format!("'{n}' is not a baseline ({})", names.join(", ")))
+                    err(source, "switch.ecn", format!("{} is not a baseline ({})", word(&n), names.join(", ")))
                 })?)
             }
             other => {
@@ -1056,7 +1062,7 @@ fn load_cdf(name: &str, files: &SourceFiles) -> Result<Cdf, String> {
             return format!("{}: {e} (the built-in CDF of that name is used only where nothing is there)", p.display());
         }
         let names: Vec<&str> = ecn_datasets::workloads::BUILTIN_CDFS.iter().map(|c| c.name).collect();
-        format!("'{name}' is not a built-in CDF ({}) and {}: {e}", names.join(", "), p.display())
+        format!("{} is not a built-in CDF ({}) and {}: {e}", word(name), names.join(", "), p.display())
     })?;
     Cdf::parse(&text).map_err(|e| format!("{}: {e}", p.display()))
 }
