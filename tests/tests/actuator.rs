@@ -988,8 +988,11 @@ impl RawConnection {
 }
 
 /// What a client can make the actuator hold is bounded: a connection may have 32 streams open,
-/// and 16 calls are read at once, all connections together. Without either, one connection
-/// that began hundreds of 4 MiB Applies and never finished them held 1.8 GB.
+/// and 16 requests are read past 16 KiB at once, all connections together. Without either, one
+/// connection that began hundreds of 4 MiB Applies and never finished them held 1.8 GB. Calls
+/// that stay under 16 KiB (every call but a large Apply) never wait for those places: taken at
+/// a call's start, one client that opened 16 calls held back the lease holder's renewals,
+/// Confirms and kill switch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_left_unfinished_hold_sixteen_places_and_no_more() {
     let a = Actuator::start(&["--backend", "dry-run"]).await;
@@ -1001,13 +1004,17 @@ async fn requests_left_unfinished_hold_sixteen_places_and_no_more() {
     assert_eq!(answer.headers()["grpc-status"], "3", "{:?}", answer.headers());
     assert_eq!(raw.connection.max_concurrent_send_streams(), 32);
 
-    // Sixteen Applies that say 4 MiB and send 1 KiB: the places are all taken.
+    // Eight calls begun and never sent take nothing; sixteen Applies that say 4 MiB and send
+    // 17 KiB take every place.
     let mut hoard = Vec::new();
-    for _ in 0..16 {
-        hoard.push(raw.start("Apply", 4 << 20, &[0x12; 1024], false).await);
+    for _ in 0..8 {
+        hoard.push(raw.start("Apply", 4 << 20, &[], false).await);
     }
-    // A connection's frames go out in order: once a call sent after them (a telemetry stream,
-    // which takes no place) is answered, the actuator has the sixteen.
+    for _ in 0..16 {
+        hoard.push(raw.start("Apply", 4 << 20, &[0x12; 17 << 10], false).await);
+    }
+    // A connection's frames go out in order: once a call sent after them is answered, the
+    // actuator has them all.
     let (answer, _stream) = raw.start("StreamTelemetry", 0, &[], true).await;
     driving(&mut raw.connection, answer).await.expect("an answer");
     let RawConnection { send, connection } = raw;
@@ -1015,28 +1022,45 @@ async fn requests_left_unfinished_hold_sixteen_places_and_no_more() {
         let _hoard = hoard;
         let _ = connection.await;
     });
+    // Small calls go through.
     let mut c = a.client().await;
-    let waited = tokio::time::timeout(Duration::from_secs(3), c.get_config(pb::GetConfigRequest {})).await;
-    assert!(waited.is_err(), "a 17th call was read while 16 waited for their requests: {waited:?}");
-    // Once they are gone, calls go through again.
+    let small = tokio::time::timeout(WAIT, c.get_config(pb::GetConfigRequest {})).await;
+    assert!(small.is_ok_and(|r| r.is_ok()), "a small call waited behind calls that hold no place");
+    // A 17th large request (an Apply whose `reason` is 32 KiB) waits for a place.
+    let mut large = RawConnection::open(&a).await;
+    let mut body = vec![0x32, 0x80, 0x80, 0x02];
+    body.extend_from_slice(&[b'r'; 32 << 10]);
+    let (answer, _stream) = large.start("Apply", body.len() as u32, &body, true).await;
+    tokio::pin!(answer);
+    let waited = tokio::time::timeout(Duration::from_secs(3), driving(&mut large.connection, &mut answer)).await;
+    assert!(waited.is_err(), "a 17th large request was read while 16 held every place: {waited:?}");
+    // Once they are gone, it is read and answered.
     driver.abort();
     let _ = driver.await;
     drop(send);
-    tokio::time::timeout(WAIT, c.get_config(pb::GetConfigRequest {})).await.expect("in time").expect("GetConfig");
+    let answered = tokio::time::timeout(WAIT, driving(&mut large.connection, &mut answer)).await;
+    let answered = answered.expect("answered in time").expect("an answer");
+    assert!(answered.headers().contains_key("grpc-status"), "{:?}", answered.headers());
 }
 
-/// Telemetry streams are bounded too: each may hold batches its client has not read.
+/// Telemetry streams are bounded too, each may hold batches its client has not read: four a
+/// connection, and in all as many as 256 MiB of unread batches hold (256 on this small fabric).
+/// A bound for all alone let one connection that opened 16 lock every controller out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn telemetry_streams_beyond_sixteen_are_refused_until_one_ends() {
+async fn telemetry_streams_beyond_four_a_connection_are_refused_until_one_ends() {
     let a = Actuator::start(&["--backend", "sim", "--scenario", "websearch-50", "--time-scale", "0.02"]).await;
     let mut c = a.client().await;
     let mut streams = Vec::new();
-    for _ in 0..16 {
+    for _ in 0..4 {
         streams.push(c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect("stream"));
     }
-    let refused = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect_err("a 17th");
+    let refused = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect_err("a 5th");
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
-    assert!(refused.message().contains("at most 16 telemetry streams"), "{refused:?}");
+    assert!(refused.message().contains("at most 4 telemetry streams"), "{refused:?}");
+    // Another connection has its own.
+    let mut other = a.client().await;
+    let mut theirs = other.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect("stream");
+    tokio::time::timeout(WAIT, theirs.get_mut().next()).await.expect("a batch in time").expect("open").expect("ok");
     streams.pop();
     let mut again = eventually("a stream once one ended", WAIT, || {
         let mut c = c.clone();

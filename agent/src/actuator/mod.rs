@@ -270,7 +270,7 @@ pub async fn serve<B: Backend>(backend: B, opts: ServeOptions) -> Result<Actuato
     let max_request = (4 << 20) + 256 * caps.queues.len();
     let server = ActuatorServer::new(service.clone()).max_decoding_message_size(max_request);
     let router = builder
-        .layer(admission::AdmissionLayer::new(admission::CALLS_IN_FLIGHT))
+        .layer(admission::AdmissionLayer::new(admission::LARGE_REQUESTS))
         .add_service(tonic::service::interceptor::InterceptedService::new(server, auth.clone()));
     info!(
         %addr,

@@ -11,6 +11,7 @@
 //! are quick by contract, and the journal write is one append), so changes, reverts and their
 //! journal lines are totally ordered.
 
+use super::admission::StreamPlaces;
 use super::backend::{Backend, BackendCaps, NoTelemetry};
 use super::journal::{unix_ms, Event, EventKind, Journal, QueueEntry};
 use super::lease::{LeaseError, LeaseTable, DEFAULT_TTL, MAX_TTL};
@@ -99,14 +100,9 @@ struct Inner<B> {
     stopping: watch::Receiver<bool>,
     /// [`pb::Capabilities::instance_id`]: random, this process's.
     instance_id: String,
-    /// Places for telemetry streams ([`TELEMETRY_STREAMS`]); each stream holds one until it ends.
-    streams: Arc<tokio::sync::Semaphore>,
+    /// Places for telemetry streams; each stream holds one until it ends.
+    streams: Arc<StreamPlaces>,
 }
-
-/// Telemetry streams served at once. Each may hold 16 batches its client has not read yet:
-/// without a bound, one connection that opened thousands and read none held 700 MB. A
-/// controller and a recorder need one each.
-pub const TELEMETRY_STREAMS: usize = 16;
 
 /// The actuator service. Cheap to clone (shared state).
 pub struct ActuatorService<B> {
@@ -168,6 +164,7 @@ impl<B: Backend> ActuatorService<B> {
             unleased_refusals: RefusalBudget::new(Instant::now()),
             acquire_refusals: RefusalBudget::new(Instant::now()),
         };
+        let streams = StreamPlaces::new(super::admission::telemetry_streams(caps.queues.len()));
         ActuatorService {
             inner: Arc::new(Inner {
                 backend,
@@ -178,7 +175,7 @@ impl<B: Backend> ActuatorService<B> {
                 stopping,
                 // As random as a lease id, and like one no secret.
                 instance_id: new_lease_id(),
-                streams: Arc::new(tokio::sync::Semaphore::new(TELEMETRY_STREAMS)),
+                streams,
             }),
         }
     }
@@ -867,12 +864,7 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
         req: Request<pb::StreamTelemetryRequest>,
     ) -> Result<Response<Self::StreamTelemetryStream>, Status> {
         let caps = &self.inner.caps;
-        let Ok(place) = self.inner.streams.clone().try_acquire_owned() else {
-            return Err(Status::resource_exhausted(format!(
-                "this actuator serves at most {TELEMETRY_STREAMS} telemetry streams at once, and has as many open: \
-                 end one (a controller or recorder still running, or stuck) and try again"
-            )));
-        };
+        let place = self.inner.streams.take(req.remote_addr()).map_err(Status::resource_exhausted)?;
         let mut source = match self.inner.backend.subscribe_telemetry() {
             Ok(s) => s,
             Err(NoTelemetry::NoSource(why)) => return Err(Status::unimplemented(why)),
@@ -883,7 +875,7 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
         // Whole multiples of the native interval, never below it (the contract's promise).
         let factor = if asked <= native { 1 } else { asked.div_ceil(native).min(u64::from(u32::MAX)) as u32 };
         debug!(interval_ns = native.saturating_mul(u64::from(factor)), "telemetry subscriber");
-        let (tx, rx) = mpsc::channel(16);
+        let (tx, rx) = mpsc::channel(super::admission::UNREAD_BATCHES);
         let mut stopping = self.inner.stopping.clone();
         tokio::spawn(async move {
             let _place = place;
