@@ -888,6 +888,33 @@ async fn a_port_removed_under_read_back_is_not_waited_for() {
     port_removed_while_running(rig).await;
 }
 
+/// A key under a table's name that is not a hash (a list someone pushed): its `WRONGTYPE`
+/// failed every read of the tables, so the deadline revert failed and the switch kept an
+/// unconfirmed change. It reads as absent now, said once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stray_key_of_another_type_does_not_block_the_revert() {
+    let rig = rig(Spec::default(), &[]).await;
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    c.apply(pb::ApplyRequest {
+        lease_id: l.clone(),
+        changes: vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)],
+        confirm_within_ms: 1_000,
+        ..Default::default()
+    })
+    .await
+    .expect("a pending change");
+    let mut con = rig.redis.con(CONFIG_DB);
+    let _: () = redis::cmd("RPUSH").arg("QUEUE|Ethernet0|7").arg("x").query(&mut con).unwrap();
+    eventually("the deadline revert", WAIT, || {
+        let reverted = events(&rig.act.journal(), "revert").len() == 1;
+        async move { reverted.then_some(()) }
+    })
+    .await;
+    assert_eq!(queue_setting(&mut con, "Ethernet0", 3), ORIGINAL);
+    assert!(rig.act.log_text().contains("key=QUEUE|Ethernet0|7 kind=list"), "{}", rig.act.log_text());
+}
+
 async fn port_removed_while_running(rig: Rig) {
     let url = rig.redis.url();
     let mut c = rig.act.client().await;

@@ -56,7 +56,8 @@ fn read_tables(con: &mut Connection, watch: bool) -> redis::RedisResult<Snapshot
             redis::cmd("WATCH").arg(&keys).query::<()>(con)?;
         }
         let values = hgetall_many(con, &keys)?;
-        for (k, v) in keys.into_iter().zip(values) {
+        // Empty: gone since the scan (Redis holds no empty hash), or not a hash at all.
+        for (k, v) in keys.into_iter().zip(values).filter(|(_, v)| !v.is_empty()) {
             let name = k[table.len() + 1..].to_string();
             into.insert(name, v);
         }
@@ -125,6 +126,17 @@ pub fn discover(
     }
     let hostname: Option<String> =
         redis::cmd("HGET").arg(schema::DEVICE_METADATA_LOCALHOST).arg("hostname").query(&mut con).map_err(failed)?;
+    // The name goes into every queue id, so into every request, answer and log line: one of 2 MB
+    // made every Apply too long to be read, and one with a line break forged log lines.
+    let odd = |h: &&str| h.len() > 255 || h.chars().any(char::is_control);
+    if let (None, Some(h)) = (switch_name, hostname.as_deref().filter(odd)) {
+        return Err(ActuatorError::BadInput(format!(
+            "--redis {}: DEVICE_METADATA|localhost hostname {} is not a host name (at most 255 bytes, no control \
+             characters); name the switch with --switch-name",
+            target.url(),
+            crate::actuator::validate::quoted_at_most(h, 40)
+        )));
+    }
     let switch = match (switch_name, hostname.filter(|h| !h.trim().is_empty())) {
         (Some(s), _) => s.to_string(),
         (None, Some(h)) => h,
@@ -212,7 +224,12 @@ pub fn discover(
             continue;
         };
         let Some(setting) = schema::green_setting(fields) else {
-            warn!(queue = %name, profile = %bound, "the profile has no numeric green thresholds; queue left alone");
+            warn!(
+                queue = %name,
+                profile = %bound,
+                "the profile has no numeric green thresholds, or a green_drop_probability that is not a percentage \
+                 (0-100); queue left alone"
+            );
             continue;
         };
         // Step marking (min = max) is a real WRED setting but not an ECN setting ecn-tuner can

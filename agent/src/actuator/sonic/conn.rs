@@ -179,16 +179,34 @@ pub fn scan_keys(con: &mut Connection, pattern: &str) -> redis::RedisResult<Vec<
     Ok(keys)
 }
 
-/// `HGETALL` of many keys in one round trip; fields in Redis's order.
+/// `HGETALL` of many keys in two round trips; fields in Redis's order. A key that is not a hash
+/// (a string or a list someone wrote under a table's name) reads as absent, said once a key: its
+/// `WRONGTYPE` failed the whole read, and with it every write and the revert of an
+/// unconfirmed change, for a key ecn-tuner never controls.
 pub fn hgetall_many(con: &mut Connection, keys: &[String]) -> redis::RedisResult<Vec<Vec<(String, String)>>> {
     if keys.is_empty() {
         return Ok(Vec::new());
     }
-    let mut pipe = redis::pipe();
+    let mut types = redis::pipe();
     for k in keys {
+        types.cmd("TYPE").arg(k);
+    }
+    let types: Vec<String> = query_pipeline(&types, con)?;
+    // `none`: gone since the scan; HGETALL reads it as empty.
+    let hash = |t: &String| t == "hash" || t == "none";
+    static WARNED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    for (k, t) in keys.iter().zip(&types).filter(|(_, t)| !hash(t)) {
+        if WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(k.clone()) {
+            tracing::warn!(key = %k, kind = %t, "not a hash, as every entry of its table is: read as absent");
+        }
+    }
+    let mut pipe = redis::pipe();
+    for (k, _) in keys.iter().zip(&types).filter(|(_, t)| hash(t)) {
         pipe.cmd("HGETALL").arg(k);
     }
-    query_pipeline(&pipe, con)
+    let mut read: std::vec::IntoIter<Vec<(String, String)>> = query_pipeline::<Vec<_>>(&pipe, con)?.into_iter();
+    Ok(types.iter().map(|t| if hash(t) { read.next().unwrap_or_default() } else { Vec::new() }).collect())
 }
 
 /// Run `pipe` on `con`, asking Redis first whether it answers at all (`PING`), and giving up

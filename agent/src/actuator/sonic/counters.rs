@@ -360,6 +360,8 @@ pub struct Poller {
     pub frozen_after: Duration,
     /// When samples dropped at counter resets were last logged (at most once a minute).
     pub resets_logged: std::cell::Cell<Option<Instant>>,
+    /// When samples dropped for a counter that is not a number were last logged (likewise).
+    pub garbled_logged: std::cell::Cell<Option<Instant>>,
 }
 
 /// When to poll after a poll due at `due` that starts at `now`: on the timetable, unless this
@@ -597,6 +599,7 @@ impl Poller {
         let mut reload = false;
         let mut absent = Absent::default();
         let mut resets = Vec::new();
+        let mut garbled = None;
         for (&i, vals) in polled.iter().zip(queue_replies) {
             let PolledQueue { queue: q, link_bps, id, pfc_priorities } = &self.queues[i];
             let (_, port_oid) = ids[i].as_ref().expect("polled");
@@ -608,6 +611,23 @@ impl Poller {
                     Some(sum.wrapping_add(pfc.get(&(port_oid.as_str(), f)).copied().flatten()?))
                 })
             };
+            // A counter that is there but not a count (a float, a word, 2^64) is not one that
+            // is absent: read as absent, it made an idle queue (0 bytes beside 625 000
+            // packets) without a word. The interval is dropped, and the next counts afresh.
+            let not_a_count = vals.iter().position(|v| v.as_deref().is_some_and(|s| s.trim().parse::<u64>().is_err()));
+            if let Some(k) = not_a_count {
+                tracker.forget(i);
+                let value = vals[k].as_deref().unwrap_or_default();
+                garbled.get_or_insert_with(|| {
+                    format!(
+                        "{}: {} {}",
+                        q.name(),
+                        schema::QUEUE_STAT_FIELDS[k],
+                        crate::actuator::validate::quoted_at_most(value, 40)
+                    )
+                });
+                continue;
+            }
             let r = Reading {
                 bytes: num(&vals[0]),
                 packets: num(&vals[1]),
@@ -640,6 +660,16 @@ impl Poller {
                 first = %resets[0],
                 "samples dropped: counters went back or jumped beyond line rate (a reset, or SONiC refreshing \
                  counters less often than --poll-interval); logged at most once a minute"
+            );
+        }
+        if let Some(example) =
+            garbled.filter(|_| self.garbled_logged.get().is_none_or(|t| t.elapsed() >= RESETS_LOG_EVERY))
+        {
+            self.garbled_logged.set(Some(at));
+            warn!(
+                example = %example,
+                "samples dropped: COUNTERS_DB holds a queue counter that is not a whole count; logged at most once a \
+                 minute"
             );
         }
         if reload {

@@ -444,6 +444,7 @@ impl SonicBackend {
             epoch,
             frozen_after: opts.frozen_after,
             resets_logged: Default::default(),
+            garbled_logged: Default::default(),
         };
         let poller_thread = std::thread::Builder::new()
             .name("ecn-sonic-poller".into())

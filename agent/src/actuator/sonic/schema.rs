@@ -229,7 +229,10 @@ pub fn parse_queue_key(key: &str) -> Option<(String, u32)> {
     if port.is_empty() || port.contains(',') {
         return None;
     }
-    let q: u32 = q.parse().ok()?;
+    // Written as SONiC writes it: `05` or `+5` parse as 5, and the queue was then written as
+    // `QUEUE|<port>|5`, an entry that may exist without a profile, while the one found stayed.
+    let canonical = !q.is_empty() && q.bytes().all(|b| b.is_ascii_digit()) && (q == "0" || !q.starts_with('0'));
+    let q: u32 = q.parse().ok().filter(|_| canonical)?;
     Some((port.to_string(), q))
 }
 
@@ -260,8 +263,13 @@ pub fn set_field(fields: &mut Fields, name: &str, value: String) {
 /// Port speed: CONFIG_DB `PORT|<port>` `speed` is in Mb/s (`100000` = 100G). Returns bits/s.
 pub fn parse_speed_mbps(s: &str) -> Option<u64> {
     let mbps: u64 = s.trim().parse().ok()?;
-    (mbps > 0).then(|| mbps.saturating_mul(1_000_000))
+    // No port runs faster than 1.6 Tb/s: beyond, a speed is a typo, and saturated it read as
+    // u64::MAX b/s, under which a petabyte jump in a counter passed for traffic.
+    (1..=MAX_PORT_MBPS).contains(&mbps).then(|| mbps * 1_000_000)
 }
+
+/// The fastest port speed read, in Mb/s: 1.6 Tb/s.
+pub const MAX_PORT_MBPS: u64 = 1_600_000;
 
 /// The three WRED colours. Green carries the ECN setting; see [`follows_green`] for the others.
 pub const COLOURS: [&str; 3] = ["green", "yellow", "red"];
@@ -277,10 +285,12 @@ pub fn green_setting(fields: &Fields) -> Option<EcnSetting> {
     let num = |f: &str| field(fields, f).and_then(|v| v.trim().parse::<u64>().ok());
     let kmin_bytes = num("green_min_threshold")?;
     let kmax_bytes = num("green_max_threshold")?;
-    let pmax = field(fields, "green_drop_probability")
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|p| p.is_finite())
-        .map_or(1.0, |p| (p / 100.0).clamp(0.0, 1.0));
+    // Absent, SAI's default (100%). Present, a percentage, or the curve is not known: read as
+    // 100% (or 0%), a rollback wrote that over the profile's own value.
+    let pmax = match field(fields, "green_drop_probability") {
+        None => 1.0,
+        Some(v) => v.trim().parse::<f64>().ok().filter(|p| (0.0..=100.0).contains(p))? / 100.0,
+    };
     Some(EcnSetting { kmin_bytes, kmax_bytes, pmax })
 }
 
@@ -472,9 +482,29 @@ mod tests {
         assert_eq!(parse_queue_key("QUEUE|Ethernet0|3"), Some(("Ethernet0".into(), 3)));
         assert_eq!(parse_queue_key("QUEUE|Ethernet0,Ethernet4|3"), None);
         assert_eq!(parse_queue_key("QUEUE|Ethernet0|3-4"), None);
+        // Other spellings of a number name no queue SONiC writes: left alone, not taken for 5.
+        for odd in ["QUEUE|Ethernet0|05", "QUEUE|Ethernet0|+5", "QUEUE|Ethernet0|", "QUEUE|Ethernet0| 5"] {
+            assert_eq!(parse_queue_key(odd), None, "{odd}");
+        }
+        assert_eq!(parse_queue_key("QUEUE|Ethernet0|0"), Some(("Ethernet0".into(), 0)));
+        // A drop probability that is not a percentage leaves the curve unknown, not 100%.
+        let curve = |p: Option<&str>| {
+            let mut f: Fields =
+                vec![("green_min_threshold".into(), "1000".into()), ("green_max_threshold".into(), "2000".into())];
+            f.extend(p.map(|p| ("green_drop_probability".to_string(), p.to_string())));
+            green_setting(&f).map(|s| s.pmax)
+        };
+        assert_eq!((curve(None), curve(Some("5")), curve(Some(" 100 "))), (Some(1.0), Some(0.05), Some(1.0)));
+        for odd in ["abc", "NaN", "", "1e9", "101", "-5", "inf"] {
+            assert_eq!(curve(Some(odd)), None, "{odd}");
+        }
         assert_eq!(tuner_profile_name("Ethernet8", 4), "ECN_TUNER_Ethernet8_4");
         assert!(is_tuner_profile("ECN_TUNER_Ethernet8_4") && !is_tuner_profile("AZURE_LOSSLESS"));
         assert_eq!(parse_speed_mbps("100000"), Some(100_000_000_000));
+        assert_eq!(parse_speed_mbps("1600000"), Some(1_600_000_000_000));
+        for odd in ["1600001", "18446744073709551615", "0", "-1", "1e5"] {
+            assert_eq!(parse_speed_mbps(odd), None, "{odd}");
+        }
         let mut ports = vec!["Ethernet12", "Ethernet4", "Ethernet0", "Ethernet100"];
         ports.sort_by(|a, b| port_order(a, b));
         assert_eq!(ports, ["Ethernet0", "Ethernet4", "Ethernet12", "Ethernet100"]);
