@@ -1389,6 +1389,45 @@ async fn take(stream: &mut tonic::Streaming<pb::TelemetryBatch>, n: usize, into:
     }
 }
 
+/// A queue counter that is there but not a count drops that queue's interval, said: read as
+/// absent, it made 0 bytes beside the packets that moved.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queue_counter_that_is_not_a_count_drops_the_interval() {
+    let spec = Spec::default();
+    let redis = RedisServer::start();
+    seed(&redis, &spec);
+    let mut counters = Counters::new(&spec, 64);
+    counters.flush(&mut redis.con(COUNTERS_DB)).unwrap();
+    let url = redis.url();
+    let act = Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms"]).await;
+    let mut c = act.client().await;
+    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut got = Vec::new();
+    take(&mut stream, 2, &mut got).await;
+    let (q0, q1) = (ecn_tests::sonic::queue_oid(0, 3), ecn_tests::sonic::queue_oid(1, 3));
+    let (id0, id1) = (qid("Ethernet0", 3), qid("Ethernet4", 3));
+    let has = |b: &pb::TelemetryBatch, id: &pb::QueueId| b.samples.iter().any(|s| s.id.as_ref() == Some(id));
+    let mut garbled = Vec::new();
+    for _ in 0..4 {
+        for q in [&q0, &q1] {
+            counters.add(&format!("COUNTERS:{q}"), "SAI_QUEUE_STAT_BYTES", 1_000_000);
+            counters.add(&format!("COUNTERS:{q}"), "SAI_QUEUE_STAT_PACKETS", 1_000);
+        }
+        counters.flush(&mut redis.con(COUNTERS_DB)).unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(format!("COUNTERS:{q1}"))
+            .arg("SAI_QUEUE_STAT_BYTES")
+            .arg("1.5e9")
+            .query(&mut redis.con(COUNTERS_DB))
+            .unwrap();
+        take(&mut stream, 2, &mut garbled).await;
+    }
+    // The first batch may predate the edit; after it, Ethernet4|3 has no sample, Ethernet0|3 has.
+    assert!(garbled[2..].iter().all(|b| !has(b, &id1) && has(b, &id0)), "{garbled:?}");
+    let log = act.log_text();
+    assert!(log.contains("not a whole count") && log.contains("Ethernet4|3: SAI_QUEUE_STAT_BYTES"), "{log}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn counter_wraps_and_resets_give_true_deltas() {
     let spec = Spec::default();
