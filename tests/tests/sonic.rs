@@ -896,23 +896,53 @@ async fn a_stray_key_of_another_type_does_not_block_the_revert() {
     let rig = rig(Spec::default(), &[]).await;
     let mut c = rig.act.client().await;
     let l = lease(&mut c, "ctl-a").await;
+    apply_pending(&mut c, &l).await;
+    let mut con = rig.redis.con(CONFIG_DB);
+    let _: () = redis::cmd("RPUSH").arg("QUEUE|Ethernet0|7").arg("x").query(&mut con).unwrap();
+    reverted_once(&rig).await;
+    assert_eq!(queue_setting(&mut con, "Ethernet0", 3), ORIGINAL);
+    assert!(rig.act.log_text().contains("key=QUEUE|Ethernet0|7 kind=list"), "{}", rig.act.log_text());
+}
+
+/// Keys of another type under the tables read at start are read as absent: each made the
+/// start fail with a bare `WRONGTYPE` (exit 1, no key named).
+#[tokio::test(flavor = "multi_thread")]
+async fn stray_keys_of_another_type_do_not_stop_the_start() {
+    let spec = Spec::default();
+    let redis = RedisServer::start();
+    seed(&redis, &spec);
+    let mut con = redis.con(CONFIG_DB);
+    let _: () = redis::cmd("SET").arg("PORT|junk").arg("x").query(&mut con).unwrap();
+    let _: () = redis::cmd("RPUSH").arg("BUFFER_POOL|junk").arg("x").query(&mut con).unwrap();
+    let _: () = redis::cmd("SET").arg("WRED_PROFILE|JUNK").arg("x").query(&mut con).unwrap();
+    let url = redis.url();
+    let act = Actuator::start(&["--backend", "sonic", "--redis", &url]).await;
+    let mut c = act.client().await;
+    let caps = c.get_capabilities(pb::GetCapabilitiesRequest {}).await.expect("capabilities").into_inner();
+    assert!(!caps.queues.is_empty());
+    let log = act.log_text();
+    assert!(log.contains("key=PORT|junk kind=string") && log.contains("key=BUFFER_POOL|junk kind=list"), "{log}");
+}
+
+/// Apply a change to Ethernet0 queue 3 under a 1 s confirm deadline.
+async fn apply_pending(c: &mut ecn_tests::Client, lease_id: &str) {
     c.apply(pb::ApplyRequest {
-        lease_id: l.clone(),
+        lease_id: lease_id.to_string(),
         changes: vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)],
         confirm_within_ms: 1_000,
         ..Default::default()
     })
     .await
     .expect("a pending change");
-    let mut con = rig.redis.con(CONFIG_DB);
-    let _: () = redis::cmd("RPUSH").arg("QUEUE|Ethernet0|7").arg("x").query(&mut con).unwrap();
+}
+
+/// Wait for the actuator's journal to show one deadline revert.
+async fn reverted_once(rig: &Rig) {
     eventually("the deadline revert", WAIT, || {
         let reverted = events(&rig.act.journal(), "revert").len() == 1;
         async move { reverted.then_some(()) }
     })
     .await;
-    assert_eq!(queue_setting(&mut con, "Ethernet0", 3), ORIGINAL);
-    assert!(rig.act.log_text().contains("key=QUEUE|Ethernet0|7 kind=list"), "{}", rig.act.log_text());
 }
 
 async fn port_removed_while_running(rig: Rig) {
@@ -921,14 +951,7 @@ async fn port_removed_while_running(rig: Rig) {
     let l = lease(&mut c, "ctl-a").await;
     apply_ethernet4(&mut c, &l).await.expect("an apply while the port is there");
     // A change under a 1 s confirm deadline, then the port goes.
-    c.apply(pb::ApplyRequest {
-        lease_id: l.clone(),
-        changes: vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)],
-        confirm_within_ms: 1_000,
-        ..Default::default()
-    })
-    .await
-    .expect("a pending change");
+    apply_pending(&mut c, &l).await;
     let mut con = rig.redis.con(CONFIG_DB);
     for q in 0..8 {
         let _: () = redis::cmd("DEL").arg(format!("QUEUE|Ethernet4|{q}")).query(&mut con).unwrap();
@@ -937,11 +960,7 @@ async fn port_removed_while_running(rig: Rig) {
     let gone = |con: &mut redis::Connection| -> Vec<String> {
         tables(con).keys().filter(|k| k.starts_with("QUEUE|Ethernet4|")).cloned().collect()
     };
-    eventually("the deadline revert", WAIT, || {
-        let reverted = events(&rig.act.journal(), "revert").len() == 1;
-        async move { reverted.then_some(()) }
-    })
-    .await;
+    reverted_once(&rig).await;
     assert_eq!(queue_setting(&mut con, "Ethernet0", 3), ORIGINAL, "reverted despite the gone port");
     assert!(gone(&mut con).is_empty(), "{:?}", gone(&mut con));
     c.apply(pb::ApplyRequest {

@@ -17,7 +17,7 @@
 //! alone, so putting the original settings back (a revert, a rollback) also puts the original
 //! bindings back and removes every profile ecn-tuner created.
 
-use super::conn::{hgetall_many, scan_keys, RedisTarget};
+use super::conn::{hashes_among, hgetall_many, scan_keys, RedisTarget};
 use super::originals::Recording;
 use super::schema::{self, Fields};
 use crate::actuator::backend::{BackendCaps, Bounds, QueueCap, QueueKey};
@@ -55,9 +55,8 @@ fn read_tables(con: &mut Connection, watch: bool) -> redis::RedisResult<Snapshot
         if watch && !keys.is_empty() {
             redis::cmd("WATCH").arg(&keys).query::<()>(con)?;
         }
-        let values = hgetall_many(con, &keys)?;
-        // Empty: gone since the scan (Redis holds no empty hash), or not a hash at all.
-        for (k, v) in keys.into_iter().zip(values).filter(|(_, v)| !v.is_empty()) {
+        // Empty: gone since the scan (Redis holds no empty hash).
+        for (k, v) in hgetall_many(con, &keys)?.into_iter().filter(|(_, v)| !v.is_empty()) {
             let name = k[table.len() + 1..].to_string();
             into.insert(name, v);
         }
@@ -124,8 +123,12 @@ pub fn discover(
             target.url()
         )));
     }
-    let hostname: Option<String> =
-        redis::cmd("HGET").arg(schema::DEVICE_METADATA_LOCALHOST).arg("hostname").query(&mut con).map_err(failed)?;
+    // Not a hash, it has no hostname (said by `hashes_among`).
+    let metadata = hashes_among(&mut con, &[schema::DEVICE_METADATA_LOCALHOST.to_string()]).map_err(failed)?;
+    let hostname: Option<String> = match metadata.first() {
+        Some(key) => redis::cmd("HGET").arg(key).arg("hostname").query(&mut con).map_err(failed)?,
+        None => None,
+    };
     // The name goes into every queue id, so into every request, answer and log line: one of 2 MB
     // made every Apply too long to be read, and one with a line break forged log lines.
     let odd = |h: &&str| h.len() > 255 || h.chars().any(char::is_control);
@@ -150,6 +153,7 @@ pub fn discover(
 
     // Port speeds: CONFIG_DB PORT|<port> speed (Mb/s), else APPL_DB PORT_TABLE:<port>.
     let port_keys = scan_keys(&mut con, &format!("{}|*", schema::PORT)).map_err(failed)?;
+    let port_keys = hashes_among(&mut con, &port_keys).map_err(failed)?;
     let mut speeds: HashMap<String, u64> = HashMap::new();
     let speed_values: Vec<Option<String>> = if port_keys.is_empty() {
         Vec::new()
@@ -169,6 +173,7 @@ pub fn discover(
     // Buffer: the egress lossless pool where there is one (that is where these queues live),
     // else the ingress lossless pool, else the largest pool with a size.
     let pool_keys = scan_keys(&mut con, &format!("{}|*", schema::BUFFER_POOL)).map_err(failed)?;
+    let pool_keys = hashes_among(&mut con, &pool_keys).map_err(failed)?;
     let mut pools: BTreeMap<String, u64> = BTreeMap::new();
     for k in &pool_keys {
         let size: Option<String> = redis::cmd("HGET").arg(k).arg("size").query(&mut con).map_err(failed)?;

@@ -179,11 +179,12 @@ pub fn scan_keys(con: &mut Connection, pattern: &str) -> redis::RedisResult<Vec<
     Ok(keys)
 }
 
-/// `HGETALL` of many keys in two round trips; fields in Redis's order. A key that is not a hash
-/// (a string or a list someone wrote under a table's name) reads as absent, said once a key: its
-/// `WRONGTYPE` failed the whole read, and with it every write and the revert of an
-/// unconfirmed change, for a key ecn-tuner never controls.
-pub fn hgetall_many(con: &mut Connection, keys: &[String]) -> redis::RedisResult<Vec<Vec<(String, String)>>> {
+/// The keys of `keys` that hold a hash, or none (gone since they were listed), in their order.
+/// A key of another type (a string or a list someone wrote under a table's name) is said once a
+/// key and left out: reading it failed with a bare `WRONGTYPE`, and with it every read of its
+/// table (the start, every write, the revert of an unconfirmed change) for a key ecn-tuner
+/// never uses.
+pub fn hashes_among(con: &mut Connection, keys: &[String]) -> redis::RedisResult<Vec<String>> {
     if keys.is_empty() {
         return Ok(Vec::new());
     }
@@ -192,21 +193,32 @@ pub fn hgetall_many(con: &mut Connection, keys: &[String]) -> redis::RedisResult
         types.cmd("TYPE").arg(k);
     }
     let types: Vec<String> = query_pipeline(&types, con)?;
-    // `none`: gone since the scan; HGETALL reads it as empty.
-    let hash = |t: &String| t == "hash" || t == "none";
     static WARNED: std::sync::Mutex<std::collections::BTreeSet<String>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
-    for (k, t) in keys.iter().zip(&types).filter(|(_, t)| !hash(t)) {
-        if WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(k.clone()) {
+    let mut hashes = Vec::with_capacity(keys.len());
+    for (k, t) in keys.iter().zip(&types) {
+        if t == "hash" || t == "none" {
+            hashes.push(k.clone());
+        } else if WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(k.clone()) {
             tracing::warn!(key = %k, kind = %t, "not a hash, as every entry of its table is: read as absent");
         }
     }
+    Ok(hashes)
+}
+
+/// `HGETALL` of the hashes among `keys` ([`hashes_among`]) in two round trips: each key with its
+/// fields in Redis's order.
+pub fn hgetall_many(con: &mut Connection, keys: &[String]) -> redis::RedisResult<Vec<(String, super::schema::Fields)>> {
+    let hashes = hashes_among(con, keys)?;
+    if hashes.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut pipe = redis::pipe();
-    for (k, _) in keys.iter().zip(&types).filter(|(_, t)| hash(t)) {
+    for k in &hashes {
         pipe.cmd("HGETALL").arg(k);
     }
-    let mut read: std::vec::IntoIter<Vec<(String, String)>> = query_pipeline::<Vec<_>>(&pipe, con)?.into_iter();
-    Ok(types.iter().map(|t| if hash(t) { read.next().unwrap_or_default() } else { Vec::new() }).collect())
+    let fields: Vec<Vec<(String, String)>> = query_pipeline(&pipe, con)?;
+    Ok(hashes.into_iter().zip(fields).collect())
 }
 
 /// Run `pipe` on `con`, asking Redis first whether it answers at all (`PING`), and giving up
