@@ -901,11 +901,13 @@ async fn a_stray_key_of_another_type_does_not_block_the_revert() {
     let _: () = redis::cmd("RPUSH").arg("QUEUE|Ethernet0|7").arg("x").query(&mut con).unwrap();
     reverted_once(&rig).await;
     assert_eq!(queue_setting(&mut con, "Ethernet0", 3), ORIGINAL);
-    assert!(rig.act.log_text().contains("key=QUEUE|Ethernet0|7 kind=list"), "{}", rig.act.log_text());
+    let log = rig.act.log_text();
+    assert!(log.contains("a list, not a hash") && log.contains("key=QUEUE|Ethernet0|7"), "{log}");
 }
 
-/// Keys of another type under the tables read at start are read as absent: each made the
-/// start fail with a bare `WRONGTYPE` (exit 1, no key named).
+/// Keys of another type under the tables read at start, and hashes with bytes that are not
+/// UTF-8, are read as absent: each made the start fail with a bare `WRONGTYPE` or "Cannot
+/// convert from UTF-8" (exit 1, no key named). A pool size past any buffer is not read.
 #[tokio::test(flavor = "multi_thread")]
 async fn stray_keys_of_another_type_do_not_stop_the_start() {
     let spec = Spec::default();
@@ -915,13 +917,21 @@ async fn stray_keys_of_another_type_do_not_stop_the_start() {
     let _: () = redis::cmd("SET").arg("PORT|junk").arg("x").query(&mut con).unwrap();
     let _: () = redis::cmd("RPUSH").arg("BUFFER_POOL|junk").arg("x").query(&mut con).unwrap();
     let _: () = redis::cmd("SET").arg("WRED_PROFILE|JUNK").arg("x").query(&mut con).unwrap();
+    // Bytes that are not UTF-8, and a pool no switch has: read as absent too, and said.
+    let _: () =
+        redis::cmd("HSET").arg("WRED_PROFILE|BYTES").arg("ecn").arg(&[0xffu8, 0xfe][..]).query(&mut con).unwrap();
+    let _: () = redis::cmd("HSET").arg("BUFFER_POOL|huge").arg("size").arg(u64::MAX).query(&mut con).unwrap();
     let url = redis.url();
     let act = Actuator::start(&["--backend", "sonic", "--redis", &url]).await;
     let mut c = act.client().await;
     let caps = c.get_capabilities(pb::GetCapabilitiesRequest {}).await.expect("capabilities").into_inner();
     assert!(!caps.queues.is_empty());
     let log = act.log_text();
-    assert!(log.contains("key=PORT|junk kind=string") && log.contains("key=BUFFER_POOL|junk kind=list"), "{log}");
+    for said in ["key=PORT|junk", "a string, not a hash", "key=BUFFER_POOL|junk", "a list, not a hash"] {
+        assert!(log.contains(said), "{said}: {log}");
+    }
+    assert!(log.contains("key=WRED_PROFILE|BYTES") && log.contains("bytes that are not UTF-8"), "{log}");
+    assert!(log.contains("key=BUFFER_POOL|huge") && log.contains("larger than any switch's buffer"), "{log}");
 }
 
 /// Apply a change to Ethernet0 queue 3 under a 1 s confirm deadline.

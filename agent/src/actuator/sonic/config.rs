@@ -64,6 +64,9 @@ fn read_tables(con: &mut Connection, watch: bool) -> redis::RedisResult<Snapshot
     Ok(out)
 }
 
+/// The largest `BUFFER_POOL` size read, in bytes: no switch has a buffer near 64 GiB.
+pub const MAX_POOL_BYTES: u64 = 64 << 30;
+
 /// One controlled queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueRef {
@@ -177,8 +180,15 @@ pub fn discover(
     let mut pools: BTreeMap<String, u64> = BTreeMap::new();
     for k in &pool_keys {
         let size: Option<String> = redis::cmd("HGET").arg(k).arg("size").query(&mut con).map_err(failed)?;
-        if let Some(b) = size.and_then(|s| s.trim().parse::<u64>().ok()).filter(|b| *b > 0) {
-            pools.insert(k[schema::BUFFER_POOL.len() + 1..].to_string(), b);
+        // A size past any switch's buffer is a typo, not a bound: 2^64 − 1 B let Kmax go there.
+        match size.as_deref().map(|s| s.trim().parse::<u64>()) {
+            Some(Ok(b)) if (1..=MAX_POOL_BYTES).contains(&b) => {
+                pools.insert(k[schema::BUFFER_POOL.len() + 1..].to_string(), b);
+            }
+            Some(Ok(b)) if b > MAX_POOL_BYTES => {
+                warn!(key = %k, size = b, "a buffer pool larger than any switch's buffer (64 GiB): not read")
+            }
+            _ => {}
         }
     }
     let buffer_bytes = pools

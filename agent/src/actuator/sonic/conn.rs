@@ -193,21 +193,29 @@ pub fn hashes_among(con: &mut Connection, keys: &[String]) -> redis::RedisResult
         types.cmd("TYPE").arg(k);
     }
     let types: Vec<String> = query_pipeline(&types, con)?;
-    static WARNED: std::sync::Mutex<std::collections::BTreeSet<String>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
     let mut hashes = Vec::with_capacity(keys.len());
     for (k, t) in keys.iter().zip(&types) {
         if t == "hash" || t == "none" {
             hashes.push(k.clone());
-        } else if WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(k.clone()) {
-            tracing::warn!(key = %k, kind = %t, "not a hash, as every entry of its table is: read as absent");
+        } else {
+            read_as_absent(k, &format!("a {t}, not a hash as every entry of its table is"));
         }
     }
     Ok(hashes)
 }
 
+/// Says once a key that it is read as absent, and why.
+fn read_as_absent(key: &str, why: &str) {
+    static SAID: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    if SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.to_string()) {
+        tracing::warn!(key = %key, "{why}: read as absent");
+    }
+}
+
 /// `HGETALL` of the hashes among `keys` ([`hashes_among`]) in two round trips: each key with its
-/// fields in Redis's order.
+/// fields in Redis's order. A hash holding bytes that are not UTF-8 reads as absent too, said
+/// once (it failed the whole read, naming no key).
 pub fn hgetall_many(con: &mut Connection, keys: &[String]) -> redis::RedisResult<Vec<(String, super::schema::Fields)>> {
     let hashes = hashes_among(con, keys)?;
     if hashes.is_empty() {
@@ -217,8 +225,21 @@ pub fn hgetall_many(con: &mut Connection, keys: &[String]) -> redis::RedisResult
     for k in &hashes {
         pipe.cmd("HGETALL").arg(k);
     }
-    let fields: Vec<Vec<(String, String)>> = query_pipeline(&pipe, con)?;
-    Ok(hashes.into_iter().zip(fields).collect())
+    let raw: Vec<Vec<(Vec<u8>, Vec<u8>)>> = query_pipeline(&pipe, con)?;
+    let text = |fields: Vec<(Vec<u8>, Vec<u8>)>| -> Option<super::schema::Fields> {
+        fields.into_iter().map(|(f, v)| Some((String::from_utf8(f).ok()?, String::from_utf8(v).ok()?))).collect()
+    };
+    Ok(hashes
+        .into_iter()
+        .zip(raw)
+        .filter_map(|(k, fields)| match text(fields) {
+            Some(fields) => Some((k, fields)),
+            None => {
+                read_as_absent(&k, "holds bytes that are not UTF-8");
+                None
+            }
+        })
+        .collect())
 }
 
 /// Run `pipe` on `con`, asking Redis first whether it answers at all (`PING`), and giving up
