@@ -14,12 +14,10 @@ const SHOWN_CHARS: usize = 80;
 /// file on one line (flows joined, a CDF pasted) made one error line of hundreds of kilobytes,
 /// and carriage returns printed raw overwrote the message on a terminal.
 pub(crate) fn shown(line: &str) -> String {
-    let n = line.chars().count();
-    let mut s = if n > SHOWN_CHARS {
-        let cut: String = line.chars().take(SHOWN_CHARS).collect();
-        format!("{cut:?}… ({} more characters)", n - SHOWN_CHARS)
-    } else {
-        format!("{line:?}")
+    let (kept, more) = cut(line);
+    let mut s = match more {
+        0 => format!("{kept:?}"),
+        n => format!("{kept:?}… ({n} more characters)"),
     };
     if line.contains('\r') {
         s.push_str("; its lines end in a carriage return alone: save it with LF or CRLF line ends");
@@ -30,12 +28,19 @@ pub(crate) fn shown(line: &str) -> String {
 /// A word of a file or setting for an error message, in single quotes: escaped, and cut to a
 /// readable length like [`shown`]'s lines (a 5 000-digit flow size was quoted whole).
 pub(crate) fn word(w: &str) -> String {
-    let n = w.chars().count();
-    let escaped: String = w.chars().take(SHOWN_CHARS).flat_map(char::escape_debug).collect();
-    if n > SHOWN_CHARS {
-        format!("'{escaped}…' ({} more characters)", n - SHOWN_CHARS)
-    } else {
-        format!("'{escaped}'")
+    let (kept, more) = cut(w);
+    let escaped: String = kept.chars().flat_map(char::escape_debug).collect();
+    match more {
+        0 => format!("'{escaped}'"),
+        n => format!("'{escaped}…' ({n} more characters)"),
+    }
+}
+
+/// The first [`SHOWN_CHARS`] characters of `text`, and how many more there are.
+fn cut(text: &str) -> (&str, usize) {
+    match text.char_indices().nth(SHOWN_CHARS) {
+        Some((end, _)) => (&text[..end], text[end..].chars().count()),
+        None => (text, 0),
     }
 }
 

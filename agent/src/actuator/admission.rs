@@ -14,7 +14,7 @@
 //!   holder's renewals, Confirms and kill switch among them;
 //! - a call must be answered within [`CALL_LIMIT`], its request read included, so that a
 //!   request left unfinished does not hold its place for good;
-//! - the telemetry streams are bounded in the service ([`super::service`]).
+//! - telemetry streams hold [`StreamPlaces`], taken by the service as each stream starts.
 //!
 //! A request that is not valid protobuf is answered `INVALID_ARGUMENT`, as the API promises for
 //! a malformed request, not gRPC's default `INTERNAL`, which this actuator uses for failures of
@@ -131,9 +131,10 @@ impl Body for Metered {
             let places = this.places.clone();
             let waiting =
                 this.waiting.get_or_insert_with(|| Box::pin(async move { places.acquire_owned().await.ok() }));
-            // The semaphore is never closed; were it, the request would go on unplaced.
             this.place = ready!(waiting.as_mut().poll(cx));
             this.waiting = None;
+            // The semaphore is never closed; were it, the request would read another free
+            // stretch before asking again, rather than stop.
             if this.place.is_none() {
                 this.read = 0;
             }

@@ -7,8 +7,8 @@ use super::health::{self, Check, Finding, IntervalStats, WindowStats};
 use super::log::Decision;
 use super::metrics::TargetSeries;
 use super::{
-    current_generation, decision, record, said, set_queue_metrics, to_pb, to_setting, ControlLoop, Mode, Planned,
-    QueueState, RunReport,
+    current_generation, decision, record, said, set_queue_metrics, timed_out, to_pb, to_setting, ControlLoop, Mode,
+    Planned, QueueState, RunReport,
 };
 use crate::error::CliError;
 use ecn_env::EcnSetting;
@@ -206,7 +206,7 @@ impl ControlLoop {
             match &answer {
                 // Not a call that ran out of --call-timeout (also `Cancelled`): retried, a hung
                 // actuator held the loop, and the kill switch, three timeouts.
-                Err(s) if s.code() == tonic::Code::Cancelled && s.message() != "Timeout expired" => {
+                Err(s) if s.code() == tonic::Code::Cancelled && !timed_out(s) => {
                     tokio::time::sleep(pause).await;
                     answer = self.client.get_config(pb::GetConfigRequest {}).await;
                 }

@@ -809,10 +809,16 @@ fn status(what: &str, s: tonic::Status) -> CliError {
     CliError::Failed(format!("{what}: {}", said(&s)))
 }
 
+/// Whether a call failed for want of an answer within `--call-timeout` (the channel's timeout
+/// says `Cancelled`, as a call cancelled by a reconnecting channel does).
+pub(crate) fn timed_out(s: &tonic::Status) -> bool {
+    s.code() == tonic::Code::Cancelled && s.message() == "Timeout expired"
+}
+
 /// A failed call's status for a log line or an error. A call the channel's timeout cut short
 /// reads "Cancelled: Timeout expired", as if someone had cancelled it: it says so instead.
 pub(crate) fn said(s: &tonic::Status) -> String {
-    if s.code() == tonic::Code::Cancelled && s.message() == "Timeout expired" {
+    if timed_out(s) {
         "no answer within --call-timeout (the actuator took the connection but did not reply)".to_string()
     } else {
         // The transport's causes: "tcp open error" alone hid "Too many open files" (and a

@@ -614,7 +614,7 @@ impl Poller {
             // A counter that is there but not a count (a float, a word, 2^64) is not one that
             // is absent: read as absent, it made an idle queue (0 bytes beside 625 000
             // packets) without a word. The interval is dropped, and the next counts afresh.
-            let not_a_count = vals.iter().position(|v| v.as_deref().is_some_and(|s| s.trim().parse::<u64>().is_err()));
+            let not_a_count = vals.iter().position(|v| v.is_some() && num(v).is_none());
             if let Some(k) = not_a_count {
                 tracker.forget(i);
                 let value = vals[k].as_deref().unwrap_or_default();
