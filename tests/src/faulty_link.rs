@@ -56,7 +56,12 @@ pub struct Faults {
     /// After each lost Confirm reply, this many GetConfig calls fail with UNAVAILABLE without
     /// reaching the actuator: the path stays down for the read-back that follows.
     pub failed_reads_after_lost_confirm: AtomicU32,
-    /// GetConfig calls still to fail (armed by a lost Confirm reply).
+    /// After each lost Apply reply, this many GetConfig calls fail as after a lost Confirm.
+    pub failed_reads_after_lost_apply: AtomicU32,
+    /// How long each of those failing GetConfig calls is held before it fails: a path that
+    /// stays down for a while.
+    pub failing_read_delay_ms: AtomicU64,
+    /// GetConfig calls still to fail (armed by a lost Confirm or Apply reply).
     pub failing_reads: AtomicU32,
 }
 
@@ -124,6 +129,8 @@ impl pb::actuator_server::Actuator for Forward {
 
     async fn get_config(&self, req: Request<pb::GetConfigRequest>) -> Result<Response<pb::Config>, Status> {
         if take(&self.faults.failing_reads) {
+            let hold = self.faults.failing_read_delay_ms.load(Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(hold)).await;
             return Err(Status::unavailable("faulty link: the path is down"));
         }
         self.client.clone().get_config(req.into_inner()).await
@@ -157,6 +164,8 @@ impl pb::actuator_server::Actuator for Forward {
         }
         let reply = self.client.clone().apply(req).await?;
         if opens_window && take(&self.faults.lost_apply_replies) {
+            let reads = self.faults.failed_reads_after_lost_apply.load(Ordering::SeqCst);
+            self.faults.failing_reads.store(reads, Ordering::SeqCst);
             return Err(lost("Apply"));
         }
         Ok(reply)

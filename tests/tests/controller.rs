@@ -1953,6 +1953,67 @@ async fn a_stop_that_cannot_roll_back_says_what_it_left() {
     assert_eq!(saying, queues, "{:?}", decision_reasons(&log));
 }
 
+/// Start controller `name` with a static policy through a link that loses the first Apply's
+/// reply (the change lands) and fails the `reads` read-backs after it, each held `hold_ms`;
+/// SIGTERM it once the first of those reads is held, and return its exit code and JSON report.
+async fn stop_while_an_apply_is_unread(
+    act: &Actuator,
+    name: &str,
+    reads: u32,
+    hold_ms: u64,
+) -> (Option<i32>, serde_json::Value) {
+    let faults = Faults {
+        lost_apply_replies: 1.into(),
+        failed_reads_after_lost_apply: reads.into(),
+        failing_read_delay_ms: hold_ms.into(),
+        ..Default::default()
+    };
+    let link = FaultyLink::start(&act.url(), faults).await;
+    let flags = enforce_flags("static:200KB,800KB,0.3", &["--confirm-within", "300s", "--health-window", "2000"]);
+    let (child, _) = act.controller_at(name, &link.url(), &flags);
+    eventually("a lost Apply reply and a read-back held", FABRIC_PATIENCE, || {
+        let f = &link.faults;
+        let held = f.lost_apply_replies.load(Ordering::SeqCst) == 0 && f.failing_reads.load(Ordering::SeqCst) < reads;
+        async move { held.then_some(()) }
+    })
+    .await;
+    send_signal(child.id(), "TERM");
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_default();
+    (out.status.code(), report)
+}
+
+/// A stop that comes while a lost Apply's outcome is still unread (its read-back failed too)
+/// reads the actuator back and rolls the change back. It stopped without a look, exit 1 with
+/// "every Apply failed", and the change stayed on the fabric until the actuator's deadline.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_reads_back_an_apply_whose_outcome_went_unread() {
+    let act = sim_actuator(&[]).await;
+    let (code, report) = stop_while_an_apply_is_unread(&act, "unread", 1, 2_000).await;
+    let log = act.controller_log("unread");
+    assert_eq!(code, Some(0), "{report}{log}");
+    let journal = act.journal();
+    let kinds: Vec<&str> = journal.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds, ["apply", "rollback"], "{journal:?}");
+    assert!(journal[1]["detail"].as_str().unwrap_or("").contains("at the controller's stop"), "{journal:?}");
+    assert_eq!((report["applies"].as_u64(), report["rollbacks"].as_u64()), (Some(1), Some(1)), "{report}");
+    assert!(report.get("nothing_landed").is_none() && report.get("left_unconfirmed").is_none(), "{report}");
+}
+
+/// The same stop with the actuator still unreadable names the generation the Apply would have
+/// made as left to the actuator's deadline (exit 1), not "every Apply failed".
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_that_cannot_read_back_an_unread_apply_says_what_it_may_have_left() {
+    let act = sim_actuator(&[]).await;
+    let (code, report) = stop_while_an_apply_is_unread(&act, "unreadable", 1_000_000, 0).await;
+    let log = act.controller_log("unreadable");
+    assert_eq!(code, Some(1), "{report}{log}");
+    let generation = events(&act.journal(), "apply")[0]["generation"].as_u64().unwrap();
+    assert_eq!(report["left_unconfirmed"][0]["generation"].as_u64(), Some(generation), "{report}");
+    assert!(report.get("nothing_landed").is_none(), "{report}");
+}
+
 /// The decision log is rotated the logrotate way: rename the file, then SIGHUP; the controller
 /// opens its path afresh and goes on writing there, and the renamed file stops growing. SIGHUP
 /// no longer ends a controller (its default action would, mid-change, without rolling back).

@@ -647,7 +647,7 @@ async fn a_late_poll_is_recorded_as_covering_its_whole_step() {
 /// A Redis that stops answering (SIGSTOP: a hung process, a host gone quiet) holds a pipelined
 /// read one `--redis-timeout` per command: the poller's 96 commands made SIGTERM take 96
 /// timeouts (five minutes at the default), and the writer's comparison of CONFIG_DB with the
-/// settings last applied, stopped in the middle, as long. Each pipeline now asks `PING` first,
+/// settings last applied, stopped in the middle, as long. Each pipeline now asks Redis first (`ECHO`),
 /// and shutdown waits for what only reads a poll interval and two timeouts at most.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_actuator_stops_promptly_while_redis_hangs() {
@@ -1031,6 +1031,70 @@ fn assert_restored_but_for_ethernet0_7(
     assert!(after.remove("QUEUE|Ethernet0|7").is_some());
     assert_eq!(&after, before, "everything else as recorded");
     assert!(recording(redis).is_none(), "the recording is retired");
+}
+
+/// A key of another type under the name of a profile of ours (read as absent) made the
+/// profile's HSET fail inside EXEC while Redis ran the binding to it: the Apply failed with
+/// "nothing changed" and CONFIG_DB held a queue bound to no profile. The key is ours: the
+/// transaction replaces it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stray_key_under_our_profiles_name_is_replaced_by_the_profile() {
+    let rig = rig(Spec::default(), &[]).await;
+    let mut con = rig.redis.con(CONFIG_DB);
+    let _: () = redis::cmd("SET").arg(OWN_PROFILE).arg("stray").query(&mut con).unwrap();
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let changes = vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)];
+    c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.expect("apply one queue");
+    assert_eq!(queue_setting(&mut con, "Ethernet0", 3), (300_000, 900_000, 25));
+    assert!(tables(&mut con).contains_key(OWN_PROFILE), "{:?}", tables(&mut con));
+    drop(rig.ticker);
+}
+
+/// A transaction Redis refuses (here `OOM`: maxmemory reached) ran nothing, and its answer
+/// says so: the Apply fails naming the refusal, and nothing is left in doubt. It was taken
+/// for one without an answer: fenced off on a new connection, and where none could be opened
+/// (maxclients reached) journaled in doubt, the stop exiting 1 and a restart refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transaction_redis_refuses_is_no_write_in_doubt() {
+    let rig = rig(Spec::default(), &[]).await;
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    apply_ethernet4(&mut c, &l).await.expect("a first apply, which records the switch");
+    let mut admin = rig.redis.con(CONFIG_DB);
+    let config_set = |con: &mut redis::Connection, key: &str, value: &str| {
+        let _: () = redis::cmd("CONFIG").arg("SET").arg(key).arg(value).query(con).unwrap();
+    };
+    config_set(&mut admin, "maxmemory-policy", "noeviction");
+    config_set(&mut admin, "maxmemory", "1");
+    config_set(&mut admin, "maxclients", "1");
+    let changes = vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)];
+    let refused = c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.unwrap_err();
+    config_set(&mut admin, "maxclients", "10000");
+    config_set(&mut admin, "maxmemory", "0");
+    assert!(refused.message().contains("refused the transaction") && refused.message().contains("OOM"), "{refused:?}");
+    assert_eq!(queue_setting(&mut admin, "Ethernet0", 3), ORIGINAL);
+    drop(c);
+    let (code, journal) = rig.act.stop().await;
+    assert_eq!(code, Some(0), "{journal:?}");
+    assert!(journal.iter().all(|e| e.get("in_doubt_generation").is_none()), "{journal:?}");
+    drop(rig.ticker);
+}
+
+/// A restore whose transaction Redis runs in part (a command refused while EXEC runs the rest:
+/// here the recreation of a shared profile someone replaced with a string) says that CONFIG_DB
+/// holds part of it, and keeps the recording. It said the transaction "ran whole or not at
+/// all", after it had rebound the queue and deleted our profile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_that_redis_runs_in_part_says_so() {
+    let (redis, _ticker, _, _) = one_queue_on_its_own_profile().await;
+    let mut con = redis.con(CONFIG_DB);
+    let _: () = redis::cmd("DEL").arg("WRED_PROFILE|AZURE_LOSSLESS").query(&mut con).unwrap();
+    let _: () = redis::cmd("SET").arg("WRED_PROFILE|AZURE_LOSSLESS").arg("stray").query(&mut con).unwrap();
+    let (code, _, stderr) = run_cli(&["sonic", "restore", "--redis", &redis.url()]).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("CONFIG_DB holds part of the restore") && stderr.contains("WRONGTYPE"), "{stderr}");
+    assert!(recording(&redis).is_some(), "the recording is kept");
 }
 
 /// Someone binds a queue the recording does not hold to one of our profiles after the actuator
@@ -1420,8 +1484,10 @@ async fn take(stream: &mut tonic::Streaming<pb::TelemetryBatch>, n: usize, into:
 
 /// A queue counter that is there but not a count drops that queue's interval, said: read as
 /// absent, it made 0 bytes beside the packets that moved.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_queue_counter_that_is_not_a_count_drops_the_interval() {
+/// Writes `value` to `field` of Ethernet4's `COUNTERS:` hash (`port`: the port's, else queue
+/// 3's) at every step while both controlled queues count traffic; checks that Ethernet4|3 gets
+/// no sample while Ethernet0|3 keeps its own, and that the log names the field.
+async fn a_garbled_counter_drops_the_interval(port: bool, field: &str, value: &[u8]) {
     let spec = Spec::default();
     let redis = RedisServer::start();
     seed(&redis, &spec);
@@ -1434,6 +1500,7 @@ async fn a_queue_counter_that_is_not_a_count_drops_the_interval() {
     let mut got = Vec::new();
     take(&mut stream, 2, &mut got).await;
     let (q0, q1) = (ecn_tests::sonic::queue_oid(0, 3), ecn_tests::sonic::queue_oid(1, 3));
+    let garbled_key = if port { ecn_tests::sonic::port_oid(1) } else { q1.clone() };
     let (id0, id1) = (qid("Ethernet0", 3), qid("Ethernet4", 3));
     let has = |b: &pb::TelemetryBatch, id: &pb::QueueId| b.samples.iter().any(|s| s.id.as_ref() == Some(id));
     let mut garbled = Vec::new();
@@ -1444,9 +1511,9 @@ async fn a_queue_counter_that_is_not_a_count_drops_the_interval() {
         }
         counters.flush(&mut redis.con(COUNTERS_DB)).unwrap();
         let _: () = redis::cmd("HSET")
-            .arg(format!("COUNTERS:{q1}"))
-            .arg("SAI_QUEUE_STAT_BYTES")
-            .arg("1.5e9")
+            .arg(format!("COUNTERS:{garbled_key}"))
+            .arg(field)
+            .arg(value)
             .query(&mut redis.con(COUNTERS_DB))
             .unwrap();
         take(&mut stream, 2, &mut garbled).await;
@@ -1454,7 +1521,25 @@ async fn a_queue_counter_that_is_not_a_count_drops_the_interval() {
     // The first batch may predate the edit; after it, Ethernet4|3 has no sample, Ethernet0|3 has.
     assert!(garbled[2..].iter().all(|b| !has(b, &id1) && has(b, &id0)), "{garbled:?}");
     let log = act.log_text();
-    assert!(log.contains("not a whole count") && log.contains("Ethernet4|3: SAI_QUEUE_STAT_BYTES"), "{log}");
+    assert!(log.contains("not a whole count") && log.contains(&format!("Ethernet4|3: {field}")), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queue_counter_that_is_not_a_count_drops_the_interval() {
+    a_garbled_counter_drops_the_interval(false, "SAI_QUEUE_STAT_BYTES", b"1.5e9").await;
+}
+
+/// Bytes that are not UTF-8 failed the whole poll's reply: all telemetry stopped, and the log
+/// blamed COUNTERS_DB.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queue_counter_that_is_not_text_drops_the_interval() {
+    a_garbled_counter_drops_the_interval(false, "SAI_QUEUE_STAT_PACKETS", b"12\xff\xfe").await;
+}
+
+/// Read as absent, it made the queue's pauses 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pfc_counter_that_is_not_a_count_drops_the_interval_of_its_queue() {
+    a_garbled_counter_drops_the_interval(true, "SAI_PORT_STAT_PFC_3_RX_PKTS", b"many").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -2090,11 +2175,11 @@ async fn a_redis_user_that_cannot_fence_is_refused_at_start() {
     assert!(stderr.contains("CLIENT KILL ID") && stderr.contains("+client|kill"), "{stderr}");
     assert!(stderr.contains("tuner:***@") && !stderr.contains("hunter2"), "{stderr}");
 
-    // Nor one that may not PING, which every batch of commands asks first: it used to start,
+    // Nor one that may not ECHO, which every batch of commands asks first: it used to start,
     // and then no poll or write could run.
-    let (code, stderr) = start_as("pinless", "-ping").await;
+    let (code, stderr) = start_as("echoless", "-echo").await;
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("PING: ") && stderr.contains("+ping"), "{stderr}");
+    assert!(stderr.contains("ECHO: ") && stderr.contains("+echo"), "{stderr}");
 }
 
 /// Without a journal, an actuator restarted after a crash would take an unconfirmed change it
@@ -2165,6 +2250,27 @@ async fn counters_sonic_refreshes_less_often_than_polled_are_warned_of() {
     assert!(log.contains("does not poll ECN marks") && log.contains("counterpoll wredqueue enable"), "{log}");
     assert!(log.contains("does not poll queue counters") && log.contains("FLEX_COUNTER_STATUS disable"), "{log}");
     assert!(log.contains("PFC priorities [4] map to this queue"), "{log}");
+}
+
+/// A `pfc_to_queue_map` that is not a hash fell back to SONiC's default map without a word, so
+/// a queue whose pauses come on another priority read none; it is warned of, naming the key.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pfc_map_that_cannot_be_read_is_warned_of() {
+    let redis = RedisServer::start();
+    let spec = Spec::default();
+    seed(&redis, &spec);
+    set_config_field(&redis, "PORT_QOS_MAP|Ethernet0", "pfc_to_queue_map", "SWAPPED");
+    let _: () = redis::cmd("RPUSH")
+        .arg("MAP_PFC_PRIORITY_TO_QUEUE|SWAPPED")
+        .arg("3")
+        .arg("4")
+        .query(&mut redis.con(CONFIG_DB))
+        .unwrap();
+    let url = redis.url();
+    let act = Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms"]).await;
+    let log = act.log_text();
+    let warned = log.lines().filter(|l| l.contains("cannot read MAP_PFC_PRIORITY_TO_QUEUE|SWAPPED")).count();
+    assert!(warned == 1 && log.contains("SONiC's default PFC map"), "{log}");
 }
 
 /// A port whose `pfc_to_queue_map` sends PFC priority 4 to queue 3 and 3 to 4: queue 3's

@@ -54,6 +54,10 @@ struct State {
     /// How many refusals of the writer role (another writer holds it) may still be logged: a
     /// flood of those wrote a line each, 400 KB in a second.
     acquire_refusals: RefusalBudget,
+    /// Set by [`ActuatorService::stop`] with its revert: the server's connections outlive its
+    /// accept loop, and an Apply that came in after the revert reached the device with nobody
+    /// left to confirm or revert it (and the stop blamed a failed revert for it).
+    stopping: bool,
 }
 
 /// Refusals of requests that hold no lease journaled in a burst, then one a second (as many a
@@ -161,6 +165,7 @@ impl<B: Backend> ActuatorService<B> {
             leases: LeaseTable::default(),
             journal,
             failed_revert: None,
+            stopping: false,
             unleased_refusals: RefusalBudget::new(Instant::now()),
             acquire_refusals: RefusalBudget::new(Instant::now()),
         };
@@ -362,6 +367,9 @@ impl<B: Backend> ActuatorService<B> {
 
     fn do_apply(&self, req: pb::ApplyRequest) -> Result<pb::ApplyResponse, Status> {
         let mut st = self.lock();
+        if st.stopping && !req.validate_only {
+            return Err(stopping());
+        }
         self.settle_doubt(&mut st);
         let reverted = self.revert_locked(&mut st, Instant::now(), None);
         let requested: Vec<QueueEntry> = req.changes.iter().map(raw_entry).collect();
@@ -524,6 +532,9 @@ impl<B: Backend> ActuatorService<B> {
 
     fn do_rollback(&self, req: pb::RollbackRequest) -> Result<pb::RollbackResponse, Status> {
         let mut st = self.lock();
+        if st.stopping {
+            return Err(stopping());
+        }
         self.settle_doubt(&mut st);
         if !self.revert_locked(&mut st, Instant::now(), None) {
             return Err(self.revert_owed(&mut st, Vec::new()));
@@ -680,7 +691,11 @@ impl<B: Backend> ActuatorService<B> {
     /// confirmed (the revert failed, or a write is in doubt): the journal says it too, and the
     /// next actuator for a device that keeps changes refuses to start on it.
     pub fn stop(&self) -> Result<(), String> {
-        self.revert_if_due(Instant::now(), Some("actuator stopping"));
+        {
+            let mut st = self.lock();
+            st.stopping = true;
+            self.revert_locked(&mut st, Instant::now(), Some("actuator stopping"));
+        }
         self.inner.backend.shutdown();
         // The backend's last try to settle a write in doubt has run by now.
         let mut st = self.lock();
@@ -728,6 +743,12 @@ fn raw_entry(c: &pb::QueueSetting) -> QueueEntry {
         kmax_bytes: s.kmax_bytes,
         pmax: s.pmax,
     }
+}
+
+/// The refusal of a write that comes in while the actuator stops: the device is left as
+/// confirmed, and nobody would be left to confirm or revert it.
+fn stopping() -> Status {
+    Status::unavailable("the actuator is stopping: it makes no more changes")
 }
 
 fn ledger_status(e: &LedgerError) -> Status {
@@ -1106,6 +1127,20 @@ mod tests {
         s.do_apply(apply_req(&l, 600_000)).unwrap();
         assert_ne!(s.inner.backend.read_settings(), vec![START]);
         s.stop().unwrap();
+        assert_eq!(s.inner.backend.read_settings(), vec![START]);
+    }
+
+    /// A write that comes in on a connection still open while the actuator stops is refused:
+    /// it reached the device after the stop's revert, and the stop blamed a failed revert.
+    #[test]
+    fn writes_after_the_stop_are_refused() {
+        let (s, _stop) = service(false);
+        let l = lease(&s);
+        s.stop().unwrap();
+        let e = s.do_apply(apply_req(&l, 600_000)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+        let rollback = pb::RollbackRequest { lease_id: l.clone(), to_generation: None, reason: String::new() };
+        assert_eq!(s.do_rollback(rollback).unwrap_err().code(), tonic::Code::Unavailable);
         assert_eq!(s.inner.backend.read_settings(), vec![START]);
     }
 

@@ -220,6 +220,15 @@ impl ControlLoop {
                 return Err(s);
             }
         };
+        // An Apply whose reply was lost but whose change this read finds in effect did apply:
+        // counted so, its rollback has an apply behind it, and `applies = confirms + rollbacks +
+        // pending` holds (it went negative).
+        if let Some(before) = self.unread_apply.take() {
+            if config.generation > before && config.generation != config.confirmed_generation {
+                self.report.applies += 1;
+                self.series.applies.inc();
+            }
+        }
         self.generation = config.generation;
         self.take_settings(&config);
         // A change whose Confirm failed unread is settled by `try_resync`, which this keeps
@@ -268,19 +277,11 @@ impl ControlLoop {
     /// writes, under its lease). Without this, a stale `generation` would have every later
     /// Apply refused, and `current` would be wrong for the step limits and the kill switch.
     async fn settle_unknown_outcome(&mut self, call: &str) -> Result<(), CliError> {
-        let before = self.generation;
+        if call == "Apply" {
+            self.unread_apply = Some(self.generation);
+        }
         match self.resync().await {
-            Ok(config) => {
-                // An Apply whose reply was lost but whose change the read-back finds in effect
-                // did apply: counted so, its rollback below has an apply behind it, and
-                // `applies = confirms + rollbacks + pending` holds (it went negative).
-                let landed = config.generation > before && config.generation != config.confirmed_generation;
-                if call == "Apply" && landed {
-                    self.report.applies += 1;
-                    self.series.applies.inc();
-                }
-                self.roll_back_unwatched(&config, &format!("after a failed {call}")).await
-            }
+            Ok(config) => self.roll_back_unwatched(&config, &format!("after a failed {call}")).await.map(drop),
             Err(s) => {
                 warn!(error = %said(&s), "cannot read the actuator back after a failed {call}");
                 Ok(())
@@ -293,11 +294,12 @@ impl ControlLoop {
     /// health-checks such a change, so it is never inherited. While one is still in effect
     /// (the rollback failed), `needs_resync` holds every new change back: stacked on it, a
     /// change's confirm would confirm it too. The decision log gets a line for each queue the
-    /// rollback moved, as read back.
-    pub(super) async fn roll_back_unwatched(&mut self, config: &pb::Config, when: &str) -> Result<(), CliError> {
-        let Some((lease_id, _)) = self.lease.clone() else { return Ok(()) };
+    /// rollback moved, as read back. Returns whether no unconfirmed change is left in effect
+    /// (there was none, or the rollback went through; without a lease, false).
+    pub(super) async fn roll_back_unwatched(&mut self, config: &pb::Config, when: &str) -> Result<bool, CliError> {
+        let Some((lease_id, _)) = self.lease.clone() else { return Ok(false) };
         if config.generation == config.confirmed_generation {
-            return Ok(());
+            return Ok(true);
         }
         let before: Vec<EcnSetting> = self.queues.iter().map(|q| q.current).collect();
         let mut rolled_back = false;
@@ -334,7 +336,7 @@ impl ControlLoop {
                 }
             }
         }
-        Ok(())
+        Ok(rolled_back)
     }
 
     /// Whether the actuator has reverted pending change `p` by itself, its confirm deadline
@@ -397,7 +399,7 @@ impl ControlLoop {
             );
             self.ended_with_lease(&p)?;
         }
-        self.roll_back_unwatched(&config, "under a new lease").await
+        self.roll_back_unwatched(&config, "under a new lease").await.map(drop)
     }
 
     /// Pending change `p` went with the writer lease: counted under [`LEASE_ENDED`].

@@ -963,6 +963,10 @@ struct ControlLoop {
     /// A write's outcome is unknown and reading the actuator back failed: no new change until
     /// a read succeeds, since `generation` and the queues' `current` may be wrong.
     needs_resync: bool,
+    /// The generation before an Apply whose reply and read-back were both lost: the first
+    /// read-back that succeeds tells whether it landed (and counts it so); the stop reads back
+    /// for it (`generation + 1` is what it left if that read fails too).
+    unread_apply: Option<u64>,
     /// A change whose Confirm failed (with that failure) and whose fate the actuator could not
     /// be read for yet: settled at the next read-back that succeeds.
     unsettled: Option<(Pending, tonic::Status)>,
@@ -1096,6 +1100,7 @@ impl ControlLoop {
             untrusted_queues: 0,
             next_due: None,
             needs_resync: false,
+            unread_apply: None,
             unsettled: None,
             renew_now: false,
             kill_retry_at: None,
@@ -1474,6 +1479,10 @@ impl ControlLoop {
     async fn shutdown(mut self) -> Result<RunReport, CliError> {
         let give_up = tokio::time::Instant::now() + self.cfg.call_timeout;
         let mut log_failure = None;
+        // A write whose outcome went unread (its reply and its read-back lost), or an unwatched
+        // change whose rollback failed: the loop reads back before any new change, but a stop
+        // that came first skipped that, and left the change unsaid (exit 0).
+        let unread = self.needs_resync && self.pending.is_none() && self.unsettled.is_none();
         if let (Some(p), Some((lease_id, _))) = (self.pending.take(), self.lease.clone()) {
             let ended = if tokio::time::timeout_at(give_up, self.reverted_at_deadline(&p)).await.unwrap_or(false) {
                 self.reverted_by_actuator(&p, " (controller stopping)")
@@ -1547,11 +1556,29 @@ impl ControlLoop {
                 log_failure = log_failure.or(logged.err());
             }
         }
+        if unread && self.lease.is_some() {
+            match self.unread_at_stop(give_up).await {
+                Ok(None) => {}
+                Ok(Some(generation)) => {
+                    self.report.left_unconfirmed.push((self.cfg.target.clone(), generation));
+                    warn!(
+                        generation,
+                        "controller stopping: an unconfirmed change may be in effect and could not be read back \
+                         or rolled back in time; the actuator reverts it at its confirm deadline"
+                    );
+                }
+                Err(e) => log_failure = log_failure.or(Some(e)),
+            }
+        }
         if let Some((lease_id, _)) = self.lease.take() {
             let release = self.client.release_writer(pb::ReleaseWriterRequest { lease_id });
             // Either timeout may end the call first: the stop's, or the channel's own
-            // `--call-timeout`, which returns an error (it went unsaid).
-            match tokio::time::timeout_at(give_up, release).await {
+            // `--call-timeout`, which returns an error (it went unsaid). A settlement above may
+            // have used the stop's wait up: the release then still gets a moment, or a lease
+            // the actuator could give back lapsed at its TTL, and a restarted controller was
+            // refused the role meanwhile.
+            let release_by = give_up.max(tokio::time::Instant::now() + RELEASE_AFTER_OVERRUN);
+            match tokio::time::timeout_at(release_by, release).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(s)) => warn!(
                     target = %self.cfg.target,
@@ -1565,7 +1592,8 @@ impl ControlLoop {
         // write) ends as a failure: exit 0 read as success by whoever scripted it. A write whose
         // reply was lost may have landed all the same: the generation read back since then says.
         if let (0, Some((before, last))) = (self.report.applies, self.apply_failure.take()) {
-            if self.generation <= before {
+            // An Apply still unread may have landed: said as left unconfirmed above instead.
+            if self.generation <= before && self.unread_apply.is_none() {
                 let r = &mut self.report;
                 r.nothing_landed.push((self.cfg.target.clone(), r.failed_applies, last));
             }
@@ -1575,7 +1603,28 @@ impl ControlLoop {
             None => Ok(self.report),
         }
     }
+
+    /// At a stop with the actuator unread since a write ([`Self::shutdown`]'s `unread`): read it
+    /// back and roll back the unconfirmed change it shows, both by `give_up`. Returns the
+    /// generation left unconfirmed, if any: the one read, or, unread, the one the lost Apply
+    /// would have made (or the one whose rollback failed before).
+    async fn unread_at_stop(&mut self, give_up: tokio::time::Instant) -> Result<Option<u64>, CliError> {
+        let unread_apply = self.unread_apply;
+        let config = match tokio::time::timeout_at(give_up, self.resync()).await {
+            Ok(Ok(config)) => config,
+            _ => return Ok(Some(unread_apply.map_or(self.generation, |before| before + 1))),
+        };
+        match tokio::time::timeout_at(give_up, self.roll_back_unwatched(&config, "at the controller's stop")).await {
+            Ok(Ok(true)) => Ok(None),
+            Ok(Ok(false)) | Err(_) => Ok(Some(config.generation)),
+            // The rollback went through; only its decision-log lines failed.
+            Ok(Err(e)) => Err(e),
+        }
+    }
 }
+
+/// How long the lease's release may take at a stop whose wait other calls used up.
+const RELEASE_AFTER_OVERRUN: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {

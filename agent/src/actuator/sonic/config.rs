@@ -601,44 +601,99 @@ pub fn shows(layout: &Layout, read: &Snapshot, t: &Target) -> bool {
 }
 
 /// Run `ops` as one MULTI/EXEC transaction: all of them, or none (then also when a key the
-/// connection watches changed first).
+/// connection watches changed first), or, where Redis refused some while running it, the rest.
 pub fn exec(con: &mut Connection, ops: &[Op]) -> redis::RedisResult<Ran> {
     let mut pipe = redis::pipe();
     pipe.atomic();
+    // The command each reply of EXEC answers, for a refusal's message.
+    let mut sent: Vec<String> = Vec::with_capacity(ops.len());
     for op in ops {
         match op {
             Op::Create(k, f) => {
+                // A profile of ours is ours whole: a stray key of another type under its name
+                // (read as absent) made the HSET fail while the binding to it ran.
+                if schema::entry_name(schema::WRED_PROFILE, k).is_some_and(schema::is_tuner_profile) {
+                    pipe.cmd("DEL").arg(k);
+                    sent.push(format!("DEL {k}"));
+                }
                 let c = pipe.cmd("HSET").arg(k);
                 for (field, value) in f {
                     c.arg(field).arg(value);
                 }
-                c.ignore();
+                sent.push(format!("HSET {k}"));
             }
             Op::Set(k, f, v) => {
-                pipe.cmd("HSET").arg(k).arg(f).arg(v).ignore();
+                pipe.cmd("HSET").arg(k).arg(f).arg(v);
+                sent.push(format!("HSET {k} {f}"));
             }
             Op::Unset(k, f) => {
-                pipe.cmd("HDEL").arg(k).arg(f).ignore();
+                pipe.cmd("HDEL").arg(k).arg(f);
+                sent.push(format!("HDEL {k} {f}"));
             }
             Op::Del(k) => {
-                pipe.cmd("DEL").arg(k).ignore();
+                pipe.cmd("DEL").arg(k);
+                sent.push(format!("DEL {k}"));
             }
         }
     }
-    // EXEC answers nil when a watched key changed: nothing ran.
-    Ok(match super::conn::query_pipeline::<Option<()>>(&pipe, con)? {
-        Some(()) => Ran::Done,
-        None => Ran::Aborted,
-    })
+    let reply = match super::conn::exec_replies(&pipe, con) {
+        Ok(reply) => reply,
+        // A refusal Redis sent (to the check before, or to a command as it was queued, which
+        // aborts EXEC): every reply was read, and nothing ran. Without an answer (a timeout, a
+        // closed connection) the transaction may still run: the caller finds out.
+        Err(e) if e.code().is_some() => return Ok(Ran::Refused(e.to_string())),
+        Err(e) => return Err(e),
+    };
+    match reply {
+        // EXEC answers nil when a watched key changed: nothing ran.
+        redis::Value::Nil => Ok(Ran::Aborted),
+        redis::Value::ServerError(e) => Ok(Ran::Refused(redis::RedisError::from(e).to_string())),
+        redis::Value::Array(replies) => {
+            let refused: Vec<String> = sent
+                .iter()
+                .zip(&replies)
+                .filter_map(|(command, reply)| match reply {
+                    redis::Value::ServerError(e) => Some(format!("{command}: {}", redis::RedisError::from(e.clone()))),
+                    _ => None,
+                })
+                .collect();
+            Ok(if refused.is_empty() { Ran::Done } else { Ran::Partial { refused, of: sent.len() } })
+        }
+        other => Err(redis::RedisError::from((
+            redis::ErrorKind::ParseError,
+            "EXEC answered neither nil nor a reply per command",
+            format!("{other:?}"),
+        ))),
+    }
 }
 
 /// Whether a transaction ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ran {
     /// Every write ran.
     Done,
     /// None ran: a key read with [`read_snapshot_watched`] changed before EXEC.
     Aborted,
+    /// None ran: Redis refused the transaction, with this error (`LOADING`, `MISCONF`, `OOM`,
+    /// `READONLY`, ...). Answered in full: nothing of it can land later.
+    Refused(String),
+    /// Redis refused the `refused` commands (each with its error) of the transaction's `of`
+    /// while running it, and ran the others: Redis rolls nothing back.
+    Partial { refused: Vec<String>, of: usize },
+}
+
+impl Ran {
+    /// A partial run in words: what was refused (the first few) and that the rest ran.
+    pub fn partial_said(refused: &[String], of: usize) -> String {
+        let shown: Vec<&str> = refused.iter().take(3).map(String::as_str).collect();
+        let more = refused.len().saturating_sub(shown.len());
+        format!(
+            "Redis refused {} of the transaction's {of} commands while running it and ran the rest ({}{})",
+            refused.len(),
+            shown.join("; "),
+            if more > 0 { format!("; {more} more") } else { String::new() }
+        )
+    }
 }
 
 #[cfg(test)]

@@ -35,15 +35,28 @@ impl RedisTarget {
         let client = Client::open(info).map_err(|e| format!("Redis at {}: {e}", self.url))?;
         let mut con = client
             .get_connection_with_timeout(self.timeout)
-            .map_err(|e| format!("cannot reach Redis at {} (db {db}): {e}", self.url))?;
+            .map_err(|e| format!("cannot reach Redis at {} (db {db}): {}", self.url, said(&e)))?;
         con.set_read_timeout(Some(self.timeout)).map_err(|e| format!("Redis at {}: {e}", self.url))?;
         con.set_write_timeout(Some(self.timeout)).map_err(|e| format!("Redis at {}: {e}", self.url))?;
         redis::cmd("CLIENT")
             .arg("SETNAME")
             .arg(name)
             .query::<()>(&mut con)
-            .map_err(|e| format!("Redis at {} (db {db}): {e}", self.url))?;
+            .map_err(|e| format!("Redis at {} (db {db}): {}", self.url, said(&e)))?;
         Ok(con)
+    }
+}
+
+/// A Redis error in words. redis-rs says a timeout as the socket's error ("Resource
+/// temporarily unavailable (os error 11)"), and a connection Redis closed (`maxclients`
+/// reached, `CLIENT KILL`) as "unexpected end of file": both are said for what they are.
+pub fn said(e: &redis::RedisError) -> String {
+    if e.is_timeout() {
+        format!("no reply within --redis-timeout ({e})")
+    } else if e.is_connection_dropped() {
+        format!("Redis closed the connection (maxclients reached? the connection killed?): {e}")
+    } else {
+        e.to_string()
     }
 }
 
@@ -242,19 +255,38 @@ pub fn hgetall_many(con: &mut Connection, keys: &[String]) -> redis::RedisResult
         .collect())
 }
 
-/// Run `pipe` on `con`, asking Redis first whether it answers at all (`PING`), and giving up
+/// Run `pipe` on `con`, asking Redis first whether it answers at all ([`probe`]), and giving up
 /// at the first reply that does not come. redis-rs reads every reply of a pipeline, each
 /// within `--redis-timeout`, whatever became of the ones before, so a Redis that stopped
 /// answering (a stopped process, a host gone quiet) held a pipeline of a hundred commands for
 /// a hundred timeouts (the poller, and so the actuator's shutdown, for five minutes; a write
-/// of 24 queues, and so every actuator call waiting on it, for 50). The `PING` finds a Redis
+/// of 24 queues, and so every actuator call waiting on it, for 50). The probe finds a Redis
 /// that stopped before the pipeline; [`FailFast`] one that stops in the middle.
 ///
 /// After an error, replies may still be on their way: the caller must drop `con` (every
 /// caller does, and a failed transaction's connection is also fenced off).
 pub fn query_pipeline<T: redis::FromRedisValue>(pipe: &redis::Pipeline, con: &mut Connection) -> redis::RedisResult<T> {
-    redis::cmd("PING").query::<()>(con)?;
+    probe(con)?;
     pipe.query(&mut FailFast(con))
+}
+
+/// Ask Redis whether it answers at all. `ECHO`, not `PING`: a Redis whose snapshot failed to
+/// save (`MISCONF`: stop-writes-on-bgsave-error, a full disk) refuses `PING` with every write,
+/// but serves reads, and telemetry and the read-backs stopped while it could be read.
+pub fn probe(con: &mut Connection) -> redis::RedisResult<()> {
+    redis::cmd("ECHO").arg("ecn-tuner").query(con)
+}
+
+/// Run the atomic (MULTI … EXEC) `pipe` as [`query_pipeline`] runs a pipeline, and return
+/// EXEC's reply as Redis sent it: nil (a watched key changed: nothing ran), or one reply per
+/// command, among them as an error each command Redis refused while running the transaction.
+/// Redis runs the others all the same; redis-rs made the first such error the whole
+/// transaction's, which read as "nothing ran" while the rest had.
+pub fn exec_replies(pipe: &redis::Pipeline, con: &mut Connection) -> redis::RedisResult<redis::Value> {
+    probe(con)?;
+    let mut replies =
+        redis::ConnectionLike::req_packed_commands(&mut FailFast(con), &pipe.get_packed_pipeline(), pipe.len() + 1, 1)?;
+    Ok(replies.pop().unwrap_or(redis::Value::Nil))
 }
 
 /// A connection that reads a pipeline's replies as redis-rs does (a server's error reply
@@ -323,10 +355,10 @@ mod tests {
         assert!(!t.url().contains("hunter2"));
     }
 
-    /// A server that answers every command with `+OK`, and `PING` with `+PONG`, after which it
+    /// A server that answers every command with `+OK`, the probe (`ECHO`) too, after which it
     /// reads on and answers nothing more: a Redis stopped in the middle of a pipeline (a real
     /// one cannot be stopped between two replies on cue). Returns its port.
-    fn quiet_after_ping() -> u16 {
+    fn quiet_after_probe() -> u16 {
         use std::io::{BufRead, BufReader, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -342,20 +374,19 @@ mod tests {
                 if quiet {
                     continue;
                 }
-                let ping = args.first().is_some_and(|a| a.eq_ignore_ascii_case("PING"));
-                out.write_all(if ping { b"+PONG\r\n" } else { b"+OK\r\n" }).unwrap();
-                quiet = ping;
+                out.write_all(b"+OK\r\n").unwrap();
+                quiet = args.first().is_some_and(|a| a.eq_ignore_ascii_case("ECHO"));
             }
         });
         port
     }
 
-    /// A pipeline whose Redis stops answering after the `PING` fails at the first reply that
+    /// A pipeline whose Redis stops answering after the probe fails at the first reply that
     /// does not come: redis-rs waited out a timeout for each of its replies (20 × 300 ms
     /// here; a write of 24 queues' profiles and bindings, 50 timeouts).
     #[test]
     fn a_pipeline_gives_up_at_the_first_reply_that_does_not_come() {
-        let client = Client::open(format!("redis://127.0.0.1:{}", quiet_after_ping())).unwrap();
+        let client = Client::open(format!("redis://127.0.0.1:{}", quiet_after_probe())).unwrap();
         let mut con = client.get_connection_with_timeout(Duration::from_secs(10)).unwrap();
         let timeout = Duration::from_millis(300);
         con.set_read_timeout(Some(timeout)).unwrap();

@@ -551,7 +551,7 @@ impl Poller {
             *con = Some(self.target.connect(self.db, "ecn-tuner-counters")?);
         }
         let c = con.as_mut().expect("connected");
-        let err = |e: redis::RedisError| format!("COUNTERS_DB (db {}): {e}", self.db);
+        let err = |e: redis::RedisError| format!("COUNTERS_DB (db {}): {}", self.db, super::conn::said(&e));
         let due = |(at, ids): &(Instant, Oids)| {
             // Queues missing from the maps (flex counters not started since a syncd restart)
             // are looked up again sooner.
@@ -583,13 +583,26 @@ impl Poller {
         for (port_oid, fields) in &port_fields {
             pipe.cmd("HMGET").arg(schema::counters_key(port_oid)).arg(fields);
         }
-        let replies: Vec<Vec<Option<String>>> = super::conn::query_pipeline(&pipe, c).map_err(err)?;
+        // Read as bytes: one value that is not UTF-8 failed the whole reply as a type error, so
+        // one garbled counter stopped all telemetry with a message that blamed COUNTERS_DB. Such
+        // a value is not a count, and is treated as the other values that are not.
+        let raw: Vec<Vec<Option<Vec<u8>>>> = super::conn::query_pipeline(&pipe, c).map_err(err)?;
+        let replies: Vec<Vec<Option<String>>> = raw
+            .into_iter()
+            .map(|vals| vals.into_iter().map(|v| v.map(|b| String::from_utf8_lossy(&b).into_owned())).collect())
+            .collect();
         let at = Instant::now();
         let num = |v: &Option<String>| v.as_deref().and_then(|s| s.trim().parse::<u64>().ok());
         let (queue_replies, port_replies) = replies.split_at(polled.len());
         let mut pfc: HashMap<(&str, String), Option<u64>> = HashMap::new();
+        // Port counters that are there but not a count, by field: the queues whose pauses they
+        // are drop the interval, as for their own counters (read as absent, they were 0 pauses).
+        let mut pfc_garbled: HashMap<(&str, String), &str> = HashMap::new();
         for ((port_oid, fields), vals) in port_fields.iter().zip(port_replies) {
             for (f, v) in fields.iter().zip(vals) {
+                if let Some(text) = v.as_deref().filter(|_| num(v).is_none()) {
+                    pfc_garbled.insert((port_oid, f.clone()), text);
+                }
                 pfc.insert((port_oid, f.clone()), num(v));
             }
         }
@@ -614,17 +627,20 @@ impl Poller {
             // A counter that is there but not a count (a float, a word, 2^64) is not one that
             // is absent: read as absent, it made an idle queue (0 bytes beside 625 000
             // packets) without a word. The interval is dropped, and the next counts afresh.
-            let not_a_count = vals.iter().position(|v| v.is_some() && num(v).is_none());
-            if let Some(k) = not_a_count {
+            let not_a_count = vals
+                .iter()
+                .zip(schema::QUEUE_STAT_FIELDS)
+                .find_map(|(v, f)| v.as_deref().filter(|_| num(v).is_none()).map(|text| (f.to_string(), text)))
+                .or_else(|| {
+                    pfc_priorities.iter().flat_map(|&p| schema::pfc_fields(p)).find_map(|f| {
+                        let text = pfc_garbled.get(&(port_oid.as_str(), f.clone()))?;
+                        Some((f, *text))
+                    })
+                });
+            if let Some((field, value)) = not_a_count {
                 tracker.forget(i);
-                let value = vals[k].as_deref().unwrap_or_default();
                 garbled.get_or_insert_with(|| {
-                    format!(
-                        "{}: {} {}",
-                        q.name(),
-                        schema::QUEUE_STAT_FIELDS[k],
-                        crate::actuator::validate::quoted_at_most(value, 40)
-                    )
+                    format!("{}: {field} {}", q.name(), crate::actuator::validate::quoted_at_most(value, 40))
                 });
                 continue;
             }
@@ -668,8 +684,8 @@ impl Poller {
             self.garbled_logged.set(Some(at));
             warn!(
                 example = %example,
-                "samples dropped: COUNTERS_DB holds a queue counter that is not a whole count; logged at most once a \
-                 minute"
+                "samples dropped: COUNTERS_DB holds a queue or PFC counter that is not a whole count; logged at most \
+                 once a minute"
             );
         }
         if reload {

@@ -48,7 +48,7 @@ use ecn_proto::v1 as pb;
 use originals::{Recorder, Recording};
 use redis::Connection;
 use schema::DbIndices;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -163,12 +163,10 @@ pub struct SonicBackend {
 /// retry a database that does not exist for ever.
 fn check_databases(target: &RedisTarget, dbs: &[(&str, i64)]) -> Result<(), ActuatorError> {
     for &(flag, db) in dbs {
-        // Every batch of commands asks PING first (`conn::query_pipeline`): a user that may not
-        // would start, and then no poll or write could run.
+        // Every batch of commands asks ECHO first (`conn::probe`): a user that may not would
+        // start, and then no poll or write could run.
         let checked = target.connect(db, "ecn-tuner-discover").and_then(|mut con| {
-            redis::cmd("PING")
-                .query::<()>(&mut con)
-                .map_err(|e| format!("Redis at {} (db {db}): PING: {e}", target.url()))
+            conn::probe(&mut con).map_err(|e| format!("Redis at {} (db {db}): ECHO: {e}", target.url()))
         });
         if let Err(e) = checked {
             let lower = e.to_lowercase();
@@ -178,7 +176,7 @@ fn check_databases(target: &RedisTarget, dbs: &[(&str, i64)]) -> Result<(), Actu
                 ActuatorError::BadInput(format!("--redis {}: authentication refused ({e})", target.url()))
             } else if lower.contains("noperm") {
                 ActuatorError::BadInput(format!(
-                    "--redis {}: the Redis user may not run a command the actuator needs ({e}); with ACLs it needs +ping \
+                    "--redis {}: the Redis user may not run a command the actuator needs ({e}); with ACLs it needs +echo \
                      among the rest (README, \"Where it looks\")",
                     target.url()
                 ))
@@ -235,20 +233,37 @@ fn warn_of_slower_counters(con: &mut Connection, poll_interval: Duration) {
 /// the priorities that map to it. A port without a map, or a priority absent from one, keeps
 /// SONiC's default, the identity. Read once at start-up; a queue that carries another
 /// priority than its index is logged, one that carries none is warned of (its pauses read 0).
+/// A key that cannot be read (not a hash, not text, Redis failing) is warned of, once, and
+/// read as absent: it fell back to the identity unsaid, and a queue whose pauses come on
+/// another priority then read none.
 fn pfc_priorities(con: &mut Connection, queues: &[config::QueueRef]) -> Vec<Vec<u32>> {
+    fn or_absent<T: Default>(unread: &mut BTreeSet<String>, key: String, read: redis::RedisResult<T>) -> T {
+        read.unwrap_or_else(|e| {
+            if unread.insert(key.clone()) {
+                warn!(
+                    key = %key,
+                    "cannot read {key} ({e}): read as absent, so its queues take SONiC's default PFC map \
+                     (priority i pauses queue i)"
+                );
+            }
+            T::default()
+        })
+    }
     let mut maps: HashMap<String, HashMap<String, String>> = HashMap::new();
+    let mut unread = BTreeSet::new();
     queues
         .iter()
         .map(|q| {
-            let name: Option<String> = redis::cmd("HGET")
-                .arg(format!("PORT_QOS_MAP|{}", q.port))
-                .arg("pfc_to_queue_map")
-                .query(con)
-                .unwrap_or(None);
+            let key = format!("PORT_QOS_MAP|{}", q.port);
+            let read = redis::cmd("HGET").arg(&key).arg("pfc_to_queue_map").query(con);
+            let name: Option<String> = or_absent(&mut unread, key, read);
             let Some(name) = name else { return vec![q.queue] };
-            let map = maps.entry(name.clone()).or_insert_with(|| {
-                redis::cmd("HGETALL").arg(format!("MAP_PFC_PRIORITY_TO_QUEUE|{name}")).query(con).unwrap_or_default()
-            });
+            if !maps.contains_key(&name) {
+                let key = format!("MAP_PFC_PRIORITY_TO_QUEUE|{name}");
+                let read = redis::cmd("HGETALL").arg(&key).query(con);
+                maps.insert(name.clone(), or_absent(&mut unread, key, read));
+            }
+            let map = &maps[&name];
             let goes_to = |p: u32| map.get(&p.to_string()).map_or(p, |to| to.trim().parse().unwrap_or(u32::MAX));
             let carried: Vec<u32> = (0..8).filter(|&p| goes_to(p) == q.queue).collect();
             if carried.is_empty() {
@@ -875,7 +890,7 @@ impl Writer {
         let db = self.dbs.config;
         let url = self.target.url().to_string();
         let con = self.connection()?;
-        reader(con).map_err(|e| format!("Redis at {url} (db {db}): {e}"))
+        reader(con).map_err(|e| format!("Redis at {url} (db {db}): {}", conn::said(&e)))
     }
 
     /// Stop watching (no transaction follows); a failure drops the connection instead.
@@ -966,10 +981,23 @@ impl Writer {
                      nothing was written (the next apply plans from the new tables)"
                     .into())
             }
+            Ok(config::Ran::Refused(e)) => {
+                return Err(format!("Redis at {url} (db {db}) refused the transaction: {e}; nothing was written"))
+            }
+            Ok(config::Ran::Partial { refused, of }) => {
+                // CONFIG_DB holds part of this write: the writer puts the settings last applied
+                // back (`settle`), as after a transaction that may have landed unseen.
+                self.unsettled.store(true, Ordering::SeqCst);
+                return Err(format!(
+                    "Redis at {url} (db {db}): {}; CONFIG_DB holds part of this write, and the settings last applied \
+                     are written back",
+                    config::Ran::partial_said(&refused, of)
+                ));
+            }
             Err(e) => e,
         };
         // Did EXEC run, or can it still? Fence the connection off, then look.
-        let what = format!("Redis at {url} (db {db}) during the transaction: {e}");
+        let what = format!("Redis at {url} (db {db}) during the transaction: {}", conn::said(&e));
         self.unfenced = self.con.take().map(|(_, id)| id);
         self.unsettled.store(true, Ordering::SeqCst);
         if let Err(again) = self.fence() {

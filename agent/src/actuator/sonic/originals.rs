@@ -710,6 +710,19 @@ pub fn restore(
                      written, and the recording is kept: rerun `sonic restore` once the switch is quiet"
                 )))
             }
+            Ok(Ran::Refused(e)) => {
+                return Err(ActuatorError::Failed(format!(
+                    "Redis refused the restore's transaction: {e}; nothing was written, and the recording is kept: \
+                     rerun `sonic restore` once Redis takes writes"
+                )))
+            }
+            Ok(Ran::Partial { refused, of }) => {
+                return Err(ActuatorError::Failed(format!(
+                    "{}; CONFIG_DB holds part of the restore, and the recording is kept: rerun `sonic restore` once \
+                     that is mended (it plans from what CONFIG_DB holds then)",
+                    Ran::partial_said(&refused, of)
+                )))
+            }
             // The reply is lost, so whether EXEC ran is unknown: a rerun plans from what is there.
             Err(e) => {
                 return Err(ActuatorError::Failed(format!(
