@@ -1081,6 +1081,26 @@ async fn a_transaction_redis_refuses_is_no_write_in_doubt() {
     drop(rig.ticker);
 }
 
+/// The writer's connection closed by Redis while it idled (`CLIENT KILL`, an idle timeout)
+/// failed the next Apply with "unexpected end of file": its first read is tried again on a new
+/// connection.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_apply_after_redis_closed_the_idle_writer_connection_goes_through() {
+    let rig = rig(Spec::default(), &[]).await;
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    apply_ethernet4(&mut c, &l).await.expect("a first apply, which opens the writer's connection");
+    let mut admin = rig.redis.con(CONFIG_DB);
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut admin).unwrap();
+    let writer = clients.lines().find(|l| l.contains(" name=ecn-tuner-config ")).expect("the writer's connection");
+    let id = writer.split(' ').find_map(|f| f.strip_prefix("id=")).unwrap();
+    let _: () = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query(&mut admin).unwrap();
+    let changes = vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)];
+    c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.expect("the next apply");
+    assert_eq!(queue_setting(&mut admin, "Ethernet0", 3), (300_000, 900_000, 25));
+    drop(rig.ticker);
+}
+
 /// A restore whose transaction Redis runs in part (a command refused while EXEC runs the rest:
 /// here the recreation of a shared profile someone replaced with a string) says that CONFIG_DB
 /// holds part of it, and keeps the recording. It said the transaction "ran whole or not at

@@ -889,8 +889,16 @@ impl Writer {
     fn read(&mut self, reader: fn(&mut Connection) -> redis::RedisResult<Snapshot>) -> Result<Snapshot, String> {
         let db = self.dbs.config;
         let url = self.target.url().to_string();
-        let con = self.connection()?;
-        reader(con).map_err(|e| format!("Redis at {url} (db {db}): {}", conn::said(&e)))
+        let reused = self.con.is_some();
+        let mut read = reader(self.connection()?);
+        // A connection Redis closed while it idled (`CLIENT KILL`, its idle-client timeout)
+        // failed the next Apply: the read, which changes nothing, is tried once more on a new
+        // connection. (A failed transaction's connection is fenced off before this.)
+        if matches!(&read, Err(e) if reused && e.is_connection_dropped()) {
+            self.con = None;
+            read = reader(self.connection()?);
+        }
+        read.map_err(|e| format!("Redis at {url} (db {db}): {}", conn::said(&e)))
     }
 
     /// Stop watching (no transaction follows); a failure drops the connection instead.
