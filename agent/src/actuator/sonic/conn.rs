@@ -230,6 +230,17 @@ fn read_as_absent(key: &str, why: &str) {
 /// fields in Redis's order. A hash holding bytes that are not UTF-8 reads as absent too, said
 /// once (it failed the whole read, naming no key).
 pub fn hgetall_many(con: &mut Connection, keys: &[String]) -> redis::RedisResult<Vec<(String, super::schema::Fields)>> {
+    // A key that changed type between its TYPE and its HGETALL failed the whole read, and the
+    // write or revert it was for, with a bare WRONGTYPE: read once more (every reply of the
+    // failed read came in), when TYPE says what it is now.
+    match hashes_read(con, keys) {
+        Err(e) if e.code() == Some("WRONGTYPE") => hashes_read(con, keys),
+        read => read,
+    }
+}
+
+/// [`hgetall_many`]'s read.
+fn hashes_read(con: &mut Connection, keys: &[String]) -> redis::RedisResult<Vec<(String, super::schema::Fields)>> {
     let hashes = hashes_among(con, keys)?;
     if hashes.is_empty() {
         return Ok(Vec::new());
