@@ -131,9 +131,21 @@ impl RedisServer {
         redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(2))
     }
 
-    /// A connection to database `db`.
+    /// A connection to database `db`. An I/O error is tried again a few times: redis-rs reads
+    /// its set-up replies on a socket with a receive timeout, which the kernel does not restart
+    /// after a signal, so a SIGCHLD (another test's child exiting) failed it with EINTR.
     pub fn con(&self, db: i64) -> redis::Connection {
-        self.try_con(db).expect("connect to the test redis-server")
+        let mut tries = 0;
+        loop {
+            match self.try_con(db) {
+                Ok(con) => return con,
+                Err(e) if e.is_io_error() && tries < 5 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("connect to the test redis-server: {e}"),
+            }
+        }
     }
 
     /// The server's process id, while it runs (to stop it with SIGSTOP, as a hung host).

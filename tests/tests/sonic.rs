@@ -1101,6 +1101,53 @@ async fn an_apply_after_redis_closed_the_idle_writer_connection_goes_through() {
     drop(rig.ticker);
 }
 
+/// A profile of ours that is a hash but reads as absent (a value that is not UTF-8) is written
+/// over, not deleted first: deleting a profile a queue is bound to makes orchagent remove and
+/// re-add a WRED profile in use. Only a key of another type is deleted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_profile_of_ours_that_reads_as_absent_is_written_over_not_deleted() {
+    let rig = rig(Spec::default(), &[]).await;
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    let to = |kmin: u64| vec![change(&qid("Ethernet0", 3), kmin, 900_000, 0.25)];
+    c.apply(pb::ApplyRequest { lease_id: l.clone(), changes: to(300_000), ..Default::default() }).await.unwrap();
+    let mut con = rig.redis.con(CONFIG_DB);
+    let _: () = redis::cmd("HSET").arg(OWN_PROFILE).arg("note").arg(&b"\xff"[..]).query(&mut con).unwrap();
+    c.apply(pb::ApplyRequest { lease_id: l, changes: to(200_000), ..Default::default() }).await.unwrap();
+    let note: Option<Vec<u8>> = redis::cmd("HGET").arg(OWN_PROFILE).arg("note").query(&mut con).unwrap();
+    assert_eq!(note.as_deref(), Some(&b"\xff"[..]), "the profile was deleted and written anew");
+    let _: () = redis::cmd("HDEL").arg(OWN_PROFILE).arg("note").query(&mut con).unwrap();
+    assert_eq!(queue_setting(&mut con, "Ethernet0", 3), (200_000, 900_000, 25));
+    drop(rig.ticker);
+}
+
+/// A MULTI Redis refuses (an ACL changed while the actuator runs) leaves each command of the
+/// write to run on its own: the Apply fails saying so, and the settings last applied are put
+/// back once Redis takes transactions again. Read as "refused, nothing written", the write
+/// stayed on the switch while the journal and GetConfig said the old settings.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_whose_multi_is_refused_is_taken_back() {
+    let rig = rig(Spec::default(), &[]).await;
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    apply_ethernet4(&mut c, &l).await.expect("a first apply, which records the switch");
+    let mut admin = rig.redis.con(CONFIG_DB);
+    let acl = |con: &mut redis::Connection, rule: &str| {
+        let _: () = redis::cmd("ACL").arg("SETUSER").arg("default").arg(rule).query(con).unwrap();
+    };
+    acl(&mut admin, "-multi");
+    let changes = vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)];
+    let refused = c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.unwrap_err();
+    acl(&mut admin, "+multi");
+    assert!(refused.message().contains("refused MULTI") && refused.message().contains("part of"), "{refused:?}");
+    eventually("the settings last applied put back", WAIT, || {
+        let back = queue_setting(&mut rig.redis.con(CONFIG_DB), "Ethernet0", 3) == ORIGINAL;
+        async move { back.then_some(()) }
+    })
+    .await;
+    drop(rig.ticker);
+}
+
 /// A restore whose transaction Redis runs in part (a command refused while EXEC runs the rest:
 /// here the recreation of a shared profile someone replaced with a string) says that CONFIG_DB
 /// holds part of it, and keeps the recording. It said the transaction "ran whole or not at
@@ -1113,7 +1160,7 @@ async fn a_restore_that_redis_runs_in_part_says_so() {
     let _: () = redis::cmd("SET").arg("WRED_PROFILE|AZURE_LOSSLESS").arg("stray").query(&mut con).unwrap();
     let (code, _, stderr) = run_cli(&["sonic", "restore", "--redis", &redis.url()]).await;
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("CONFIG_DB holds part of the restore") && stderr.contains("WRONGTYPE"), "{stderr}");
+    assert!(stderr.contains("CONFIG_DB may hold part of the restore") && stderr.contains("WRONGTYPE"), "{stderr}");
     assert!(recording(&redis).is_some(), "the recording is kept");
 }
 
@@ -2200,6 +2247,11 @@ async fn a_redis_user_that_cannot_fence_is_refused_at_start() {
     let (code, stderr) = start_as("echoless", "-echo").await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("ECHO: ") && stderr.contains("+echo"), "{stderr}");
+
+    // Nor one that may not MULTI: Redis then runs each command of a write on its own.
+    let (code, stderr) = start_as("multiless", "-multi").await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("+@transaction") && stderr.contains("NOPERM"), "{stderr}");
 }
 
 /// Without a journal, an actuator restarted after a crash would take an unconfirmed change it

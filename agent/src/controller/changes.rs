@@ -186,7 +186,11 @@ impl ControlLoop {
                         self.queues[*i].fallback_refused_at = Some(now);
                     }
                 }
-                // Whether the write landed all the same is read back first, log or no log.
+                // Whether the write landed all the same is read back first, log or no log. A
+                // fallback is confirmed as it lands: nothing of it is left to take back.
+                if !fallback {
+                    self.unread_apply = Some(self.generation);
+                }
                 self.settle_unknown_outcome("Apply").await?;
                 logged
             }
@@ -228,6 +232,9 @@ impl ControlLoop {
                 self.report.applies += 1;
                 self.series.applies.inc();
             }
+        }
+        if config.generation == config.confirmed_generation {
+            self.unrolled = None;
         }
         self.generation = config.generation;
         self.take_settings(&config);
@@ -277,9 +284,6 @@ impl ControlLoop {
     /// writes, under its lease). Without this, a stale `generation` would have every later
     /// Apply refused, and `current` would be wrong for the step limits and the kill switch.
     async fn settle_unknown_outcome(&mut self, call: &str) -> Result<(), CliError> {
-        if call == "Apply" {
-            self.unread_apply = Some(self.generation);
-        }
         match self.resync().await {
             Ok(config) => self.roll_back_unwatched(&config, &format!("after a failed {call}")).await.map(drop),
             Err(s) => {
@@ -316,11 +320,12 @@ impl ControlLoop {
             Ok(_) => {
                 count_rollback(&mut self.report, &self.series, "unknown_outcome");
                 rolled_back = true;
+                self.unrolled = None;
             }
-            Err(s) => warn!(
-                error = %said(&s),
-                "rollback failed; no change until it succeeds or the confirm deadline reverts it"
-            ),
+            Err(s) => {
+                warn!(error = %said(&s), "rollback failed; no change until it succeeds or the confirm deadline reverts it");
+                self.unrolled = Some(config.generation);
+            }
         }
         match self.resync().await {
             Ok(after) => self.needs_resync = after.generation != after.confirmed_generation,

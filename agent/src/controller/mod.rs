@@ -157,7 +157,8 @@ impl RunReport {
         }
         let list: Vec<String> = self.left_unconfirmed.iter().map(|(t, g)| format!("generation {g} on {t}")).collect();
         Some(format!(
-            "stopped with {} unconfirmed: its rollback failed, so the actuator reverts it at its confirm deadline",
+            "stopped with {} unconfirmed: it could not be rolled back (nor, at times, read back), so the actuator \
+             reverts it at its confirm deadline",
             list.join(", ")
         ))
     }
@@ -963,10 +964,13 @@ struct ControlLoop {
     /// A write's outcome is unknown and reading the actuator back failed: no new change until
     /// a read succeeds, since `generation` and the queues' `current` may be wrong.
     needs_resync: bool,
-    /// The generation before an Apply whose reply and read-back were both lost: the first
-    /// read-back that succeeds tells whether it landed (and counts it so); the stop reads back
-    /// for it (`generation + 1` is what it left if that read fails too).
+    /// The generation before an Apply with a confirm window whose reply and read-back were both
+    /// lost: the first read-back that succeeds tells whether it landed (and counts it so); the
+    /// stop reads back for it (`generation + 1` is what it left if that read fails too).
     unread_apply: Option<u64>,
+    /// An unconfirmed generation found in effect whose rollback failed, until a read-back shows
+    /// none or a rollback goes through: the stop tries again.
+    unrolled: Option<u64>,
     /// A change whose Confirm failed (with that failure) and whose fate the actuator could not
     /// be read for yet: settled at the next read-back that succeeds.
     unsettled: Option<(Pending, tonic::Status)>,
@@ -1101,6 +1105,7 @@ impl ControlLoop {
             next_due: None,
             needs_resync: false,
             unread_apply: None,
+            unrolled: None,
             unsettled: None,
             renew_now: false,
             kill_retry_at: None,
@@ -1482,7 +1487,9 @@ impl ControlLoop {
         // A write whose outcome went unread (its reply and its read-back lost), or an unwatched
         // change whose rollback failed: the loop reads back before any new change, but a stop
         // that came first skipped that, and left the change unsaid (exit 0).
-        let unread = self.needs_resync && self.pending.is_none() && self.unsettled.is_none();
+        let unread = (self.unread_apply.is_some() || self.unrolled.is_some())
+            && self.pending.is_none()
+            && self.unsettled.is_none();
         if let (Some(p), Some((lease_id, _))) = (self.pending.take(), self.lease.clone()) {
             let ended = if tokio::time::timeout_at(give_up, self.reverted_at_deadline(&p)).await.unwrap_or(false) {
                 self.reverted_by_actuator(&p, " (controller stopping)")
@@ -1604,15 +1611,16 @@ impl ControlLoop {
         }
     }
 
-    /// At a stop with the actuator unread since a write ([`Self::shutdown`]'s `unread`): read it
-    /// back and roll back the unconfirmed change it shows, both by `give_up`. Returns the
-    /// generation left unconfirmed, if any: the one read, or, unread, the one the lost Apply
-    /// would have made (or the one whose rollback failed before).
+    /// At a stop with an Apply's outcome unread or an unconfirmed change not rolled back
+    /// ([`Self::shutdown`]'s `unread`): read the actuator back and roll back the unconfirmed
+    /// change it shows, both by `give_up`. Returns the generation left unconfirmed, if any: the
+    /// one read, or, unread, the one the lost Apply would have made (or the one whose rollback
+    /// failed before).
     async fn unread_at_stop(&mut self, give_up: tokio::time::Instant) -> Result<Option<u64>, CliError> {
-        let unread_apply = self.unread_apply;
+        let left_unread = self.unread_apply.map(|before| before + 1).or(self.unrolled);
         let config = match tokio::time::timeout_at(give_up, self.resync()).await {
             Ok(Ok(config)) => config,
-            _ => return Ok(Some(unread_apply.map_or(self.generation, |before| before + 1))),
+            _ => return Ok(left_unread),
         };
         match tokio::time::timeout_at(give_up, self.roll_back_unwatched(&config, "at the controller's stop")).await {
             Ok(Ok(true)) => Ok(None),

@@ -17,7 +17,7 @@
 //! alone, so putting the original settings back (a revert, a rollback) also puts the original
 //! bindings back and removes every profile ecn-tuner created.
 
-use super::conn::{hashes_among, hgetall_many, scan_keys, RedisTarget};
+use super::conn::{hashes_among, hgetall_typed, scan_keys, RedisTarget};
 use super::originals::Recording;
 use super::schema::{self, Fields};
 use crate::actuator::backend::{BackendCaps, Bounds, QueueCap, QueueKey};
@@ -34,6 +34,10 @@ pub struct Snapshot {
     pub profiles: BTreeMap<String, Fields>,
     /// `QUEUE|<port>|<queue>` entries (every shape of key, as stored).
     pub queues: BTreeMap<String, Fields>,
+    /// Keys under either table that hold another type than a hash (read as absent): a profile
+    /// of ours written under such a name is deleted first ([`plan`]), or its HSET fails while
+    /// Redis runs the rest of the transaction.
+    pub strays: BTreeSet<String>,
 }
 
 /// Read both tables in full.
@@ -55,11 +59,13 @@ fn read_tables(con: &mut Connection, watch: bool) -> redis::RedisResult<Snapshot
         if watch && !keys.is_empty() {
             redis::cmd("WATCH").arg(&keys).query::<()>(con)?;
         }
+        let (entries, strays) = hgetall_typed(con, &keys)?;
         // Empty: gone since the scan (Redis holds no empty hash).
-        for (k, v) in hgetall_many(con, &keys)?.into_iter().filter(|(_, v)| !v.is_empty()) {
+        for (k, v) in entries.into_iter().filter(|(_, v)| !v.is_empty()) {
             let name = k[table.len() + 1..].to_string();
             into.insert(name, v);
         }
+        out.strays.extend(strays);
     }
     Ok(out)
 }
@@ -517,6 +523,10 @@ pub fn plan(layout: &Layout, now: &Snapshot, t: &Target) -> Vec<Op> {
     let mut ops = Vec::new();
     for (name, fields) in &t.profiles {
         if !now.profiles.contains_key(name) {
+            // A key of another type under the name of a profile of ours is ours to replace.
+            if schema::is_tuner_profile(name) && now.strays.contains(&pkey(name)) {
+                ops.push(Op::Del(pkey(name)));
+            }
             ops.push(Op::Create(pkey(name), fields.clone()));
         }
     }
@@ -604,18 +614,11 @@ pub fn shows(layout: &Layout, read: &Snapshot, t: &Target) -> bool {
 /// connection watches changed first), or, where Redis refused some while running it, the rest.
 pub fn exec(con: &mut Connection, ops: &[Op]) -> redis::RedisResult<Ran> {
     let mut pipe = redis::pipe();
-    pipe.atomic();
-    // The command each reply of EXEC answers, for a refusal's message.
+    // The command each reply answers, for a refusal's message.
     let mut sent: Vec<String> = Vec::with_capacity(ops.len());
     for op in ops {
         match op {
             Op::Create(k, f) => {
-                // A profile of ours is ours whole: a stray key of another type under its name
-                // (read as absent) made the HSET fail while the binding to it ran.
-                if schema::entry_name(schema::WRED_PROFILE, k).is_some_and(schema::is_tuner_profile) {
-                    pipe.cmd("DEL").arg(k);
-                    sent.push(format!("DEL {k}"));
-                }
                 let c = pipe.cmd("HSET").arg(k);
                 for (field, value) in f {
                     c.arg(field).arg(value);
@@ -636,34 +639,50 @@ pub fn exec(con: &mut Connection, ops: &[Op]) -> redis::RedisResult<Ran> {
             }
         }
     }
-    let reply = match super::conn::exec_replies(&pipe, con) {
-        Ok(reply) => reply,
-        // A refusal Redis sent (to the check before, or to a command as it was queued, which
-        // aborts EXEC): every reply was read, and nothing ran. Without an answer (a timeout, a
-        // closed connection) the transaction may still run: the caller finds out.
-        Err(e) if e.code().is_some() => return Ok(Ran::Refused(e.to_string())),
-        Err(e) => return Err(e),
+    // A refusal of the probe: nothing was sent.
+    if let Err(e) = super::conn::probe(con) {
+        return if e.code().is_some() { Ok(Ran::Refused(e.to_string())) } else { Err(e) };
+    }
+    // Every reply, as Redis sent it: MULTI's, one per command as it was queued, EXEC's.
+    // Without them all (a timeout, a closed connection) the transaction may still run: the
+    // caller finds out.
+    let replies = super::conn::transaction_replies(&pipe, con)?;
+    fn refusal(v: &redis::Value) -> Option<String> {
+        match v {
+            redis::Value::ServerError(e) => Some(redis::RedisError::from(e.clone()).to_string()),
+            _ => None,
+        }
+    }
+    let (Some(multi), Some(exec)) = (replies.first(), replies.last()) else {
+        return Err(redis::RedisError::from((redis::ErrorKind::ParseError, "a transaction without replies")));
     };
-    match reply {
+    // MULTI refused (an ACL without it): Redis ran each command on its own as it came.
+    if let Some(e) = refusal(multi) {
+        return Ok(Ran::Unguarded(format!("MULTI: {e}")));
+    }
+    // A command refused as it was queued aborts EXEC: nothing ran.
+    if let Some(e) = replies[1..replies.len() - 1].iter().find_map(refusal) {
+        return Ok(Ran::Refused(e));
+    }
+    match exec {
         // EXEC answers nil when a watched key changed: nothing ran.
         redis::Value::Nil => Ok(Ran::Aborted),
-        redis::Value::ServerError(e) => Ok(Ran::Refused(redis::RedisError::from(e).to_string())),
         redis::Value::Array(replies) => {
             let refused: Vec<String> = sent
                 .iter()
-                .zip(&replies)
-                .filter_map(|(command, reply)| match reply {
-                    redis::Value::ServerError(e) => Some(format!("{command}: {}", redis::RedisError::from(e.clone()))),
-                    _ => None,
-                })
+                .zip(replies)
+                .filter_map(|(command, reply)| Some(format!("{command}: {}", refusal(reply)?)))
                 .collect();
             Ok(if refused.is_empty() { Ran::Done } else { Ran::Partial { refused, of: sent.len() } })
         }
-        other => Err(redis::RedisError::from((
-            redis::ErrorKind::ParseError,
-            "EXEC answered neither nil nor a reply per command",
-            format!("{other:?}"),
-        ))),
+        other => match refusal(other) {
+            Some(e) => Ok(Ran::Refused(e)),
+            None => Err(redis::RedisError::from((
+                redis::ErrorKind::ParseError,
+                "EXEC answered neither nil nor a reply per command",
+                format!("{other:?}"),
+            ))),
+        },
     }
 }
 
@@ -680,19 +699,29 @@ pub enum Ran {
     /// Redis refused the `refused` commands (each with its error) of the transaction's `of`
     /// while running it, and ran the others: Redis rolls nothing back.
     Partial { refused: Vec<String>, of: usize },
+    /// Redis refused MULTI (with this error) and ran each command on its own as it came:
+    /// CONFIG_DB may hold any part of the write.
+    Unguarded(String),
 }
 
 impl Ran {
-    /// A partial run in words: what was refused (the first few) and that the rest ran.
-    pub fn partial_said(refused: &[String], of: usize) -> String {
-        let shown: Vec<&str> = refused.iter().take(3).map(String::as_str).collect();
-        let more = refused.len().saturating_sub(shown.len());
-        format!(
-            "Redis refused {} of the transaction's {of} commands while running it and ran the rest ({}{})",
-            refused.len(),
-            shown.join("; "),
-            if more > 0 { format!("; {more} more") } else { String::new() }
-        )
+    /// A run that wrote part of the transaction, in words (what was refused, the first few, and
+    /// that the rest ran); `None` for the others.
+    pub fn in_part(&self) -> Option<String> {
+        match self {
+            Ran::Partial { refused, of } => {
+                let shown: Vec<&str> = refused.iter().take(3).map(String::as_str).collect();
+                let more = refused.len().saturating_sub(shown.len());
+                Some(format!(
+                    "Redis refused {} of the transaction's {of} commands while running it and ran the rest ({}{})",
+                    refused.len(),
+                    shown.join("; "),
+                    if more > 0 { format!("; {more} more") } else { String::new() }
+                ))
+            }
+            Ran::Unguarded(e) => Some(format!("Redis refused MULTI ({e}) and ran each command on its own")),
+            Ran::Done | Ran::Aborted | Ran::Refused(_) => None,
+        }
     }
 }
 

@@ -174,6 +174,21 @@ pub fn can_fence(target: &RedisTarget, db: i64) -> Result<Result<(), String>, St
     })
 }
 
+/// Whether the Redis user may run what every write needs (`WATCH`, `UNWATCH`, `MULTI`,
+/// `EXEC`), tried with an empty transaction: without `MULTI`, Redis runs each command of a
+/// write on its own as it comes, and every write then left a part behind. `Err`: the
+/// connection failed.
+pub fn can_transact(target: &RedisTarget, db: i64) -> Result<Result<(), String>, String> {
+    let mut con = target.connect(db, "ecn-tuner-discover")?;
+    let tried = redis::cmd("WATCH")
+        .arg("ecn-tuner:transaction-check")
+        .query::<()>(&mut con)
+        .and_then(|()| redis::cmd("UNWATCH").query::<()>(&mut con))
+        .and_then(|()| redis::cmd("MULTI").query::<()>(&mut con))
+        .and_then(|()| redis::cmd("EXEC").query::<()>(&mut con));
+    Ok(tried.map_err(|e| e.to_string()))
+}
+
 /// Every key matching `pattern` (`SCAN`, so that a large database is not blocked), sorted.
 pub fn scan_keys(con: &mut Connection, pattern: &str) -> redis::RedisResult<Vec<String>> {
     let mut keys = Vec::new();
@@ -198,8 +213,13 @@ pub fn scan_keys(con: &mut Connection, pattern: &str) -> redis::RedisResult<Vec<
 /// table (the start, every write, the revert of an unconfirmed change) for a key ecn-tuner
 /// never uses.
 pub fn hashes_among(con: &mut Connection, keys: &[String]) -> redis::RedisResult<Vec<String>> {
+    Ok(typed(con, keys)?.0)
+}
+
+/// [`hashes_among`], and the keys of another type, left out.
+fn typed(con: &mut Connection, keys: &[String]) -> redis::RedisResult<(Vec<String>, Vec<String>)> {
     if keys.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let mut types = redis::pipe();
     for k in keys {
@@ -207,14 +227,16 @@ pub fn hashes_among(con: &mut Connection, keys: &[String]) -> redis::RedisResult
     }
     let types: Vec<String> = query_pipeline(&types, con)?;
     let mut hashes = Vec::with_capacity(keys.len());
+    let mut others = Vec::new();
     for (k, t) in keys.iter().zip(&types) {
         if t == "hash" || t == "none" {
             hashes.push(k.clone());
         } else {
             read_as_absent(k, &format!("a {t}, not a hash as every entry of its table is"));
+            others.push(k.clone());
         }
     }
-    Ok(hashes)
+    Ok((hashes, others))
 }
 
 /// Says once a key that it is read as absent, and why.
@@ -227,9 +249,10 @@ fn read_as_absent(key: &str, why: &str) {
 }
 
 /// `HGETALL` of the hashes among `keys` ([`hashes_among`]) in two round trips: each key with its
-/// fields in Redis's order. A hash holding bytes that are not UTF-8 reads as absent too, said
-/// once (it failed the whole read, naming no key).
-pub fn hgetall_many(con: &mut Connection, keys: &[String]) -> redis::RedisResult<Vec<(String, super::schema::Fields)>> {
+/// fields in Redis's order, and the keys among `keys` that hold another type than a hash. A
+/// hash holding bytes that are not UTF-8 reads as absent too, said once (it failed the whole
+/// read, naming no key).
+pub fn hgetall_typed(con: &mut Connection, keys: &[String]) -> redis::RedisResult<(HashEntries, Vec<String>)> {
     // A key that changed type between its TYPE and its HGETALL failed the whole read, and the
     // write or revert it was for, with a bare WRONGTYPE: read once more (every reply of the
     // failed read came in), when TYPE says what it is now.
@@ -239,11 +262,14 @@ pub fn hgetall_many(con: &mut Connection, keys: &[String]) -> redis::RedisResult
     }
 }
 
-/// [`hgetall_many`]'s read.
-fn hashes_read(con: &mut Connection, keys: &[String]) -> redis::RedisResult<Vec<(String, super::schema::Fields)>> {
-    let hashes = hashes_among(con, keys)?;
+/// Hashes as read: each key with its fields.
+pub type HashEntries = Vec<(String, super::schema::Fields)>;
+
+/// [`hgetall_typed`]'s read.
+fn hashes_read(con: &mut Connection, keys: &[String]) -> redis::RedisResult<(HashEntries, Vec<String>)> {
+    let (hashes, others) = typed(con, keys)?;
     if hashes.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), others));
     }
     let mut pipe = redis::pipe();
     for k in &hashes {
@@ -253,7 +279,7 @@ fn hashes_read(con: &mut Connection, keys: &[String]) -> redis::RedisResult<Vec<
     let text = |fields: Vec<(Vec<u8>, Vec<u8>)>| -> Option<super::schema::Fields> {
         fields.into_iter().map(|(f, v)| Some((String::from_utf8(f).ok()?, String::from_utf8(v).ok()?))).collect()
     };
-    Ok(hashes
+    let entries = hashes
         .into_iter()
         .zip(raw)
         .filter_map(|(k, fields)| match text(fields) {
@@ -263,7 +289,8 @@ fn hashes_read(con: &mut Connection, keys: &[String]) -> redis::RedisResult<Vec<
                 None
             }
         })
-        .collect())
+        .collect();
+    Ok((entries, others))
 }
 
 /// Run `pipe` on `con`, asking Redis first whether it answers at all ([`probe`]), and giving up
@@ -288,16 +315,16 @@ pub fn probe(con: &mut Connection) -> redis::RedisResult<()> {
     redis::cmd("ECHO").arg("ecn-tuner").query(con)
 }
 
-/// Run the atomic (MULTI … EXEC) `pipe` as [`query_pipeline`] runs a pipeline, and return
-/// EXEC's reply as Redis sent it: nil (a watched key changed: nothing ran), or one reply per
-/// command, among them as an error each command Redis refused while running the transaction.
-/// Redis runs the others all the same; redis-rs made the first such error the whole
-/// transaction's, which read as "nothing ran" while the rest had.
-pub fn exec_replies(pipe: &redis::Pipeline, con: &mut Connection) -> redis::RedisResult<redis::Value> {
-    probe(con)?;
-    let mut replies =
-        redis::ConnectionLike::req_packed_commands(&mut FailFast(con), &pipe.get_packed_pipeline(), pipe.len() + 1, 1)?;
-    Ok(replies.pop().unwrap_or(redis::Value::Nil))
+/// Send `pipe` as one MULTI … EXEC transaction (after [`probe`]: the caller asks that first)
+/// and return every reply as Redis sent it, errors among them: MULTI's, one per command as it
+/// was queued, and EXEC's (nil when a watched key changed, else one reply per command). An
+/// error inside EXEC is one command's: Redis runs the others. redis-rs made the first such
+/// error the whole transaction's, which read as "nothing ran" while the rest had. Fails,
+/// like [`query_pipeline`], at the first reply that does not come.
+pub fn transaction_replies(pipe: &redis::Pipeline, con: &mut Connection) -> redis::RedisResult<Vec<redis::Value>> {
+    let mut atomic = pipe.clone();
+    atomic.atomic();
+    redis::ConnectionLike::req_packed_commands(&mut FailFast(con), &atomic.get_packed_pipeline(), 0, pipe.len() + 2)
 }
 
 /// A connection that reads a pipeline's replies as redis-rs does (a server's error reply

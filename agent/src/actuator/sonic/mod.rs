@@ -350,6 +350,13 @@ impl SonicBackend {
                 target.url()
             )));
         }
+        if let Err(why) = conn::can_transact(&target, opts.dbs.config).map_err(ActuatorError::Failed)? {
+            return Err(ActuatorError::BadInput(format!(
+                "--redis {}: the actuator must be able to run WATCH, UNWATCH, MULTI and EXEC (with ACLs, \
+                 +@transaction) to write a change whole, and it cannot: {why}",
+                target.url()
+            )));
+        }
         let caps = found.caps;
         let switch = caps.queues[0].key.switch.clone();
         if let Some(rec) = &recording {
@@ -992,14 +999,14 @@ impl Writer {
             Ok(config::Ran::Refused(e)) => {
                 return Err(format!("Redis at {url} (db {db}) refused the transaction: {e}; nothing was written"))
             }
-            Ok(config::Ran::Partial { refused, of }) => {
+            Ok(ran @ (config::Ran::Partial { .. } | config::Ran::Unguarded(_))) => {
                 // CONFIG_DB holds part of this write: the writer puts the settings last applied
                 // back (`settle`), as after a transaction that may have landed unseen.
                 self.unsettled.store(true, Ordering::SeqCst);
                 return Err(format!(
-                    "Redis at {url} (db {db}): {}; CONFIG_DB holds part of this write, and the settings last applied \
-                     are written back",
-                    config::Ran::partial_said(&refused, of)
+                    "Redis at {url} (db {db}): {}; CONFIG_DB may hold part of this write, and the settings last \
+                     applied are written back",
+                    ran.in_part().unwrap_or_default()
                 ));
             }
             Err(e) => e,

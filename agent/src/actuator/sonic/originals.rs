@@ -716,11 +716,11 @@ pub fn restore(
                      rerun `sonic restore` once Redis takes writes"
                 )))
             }
-            Ok(Ran::Partial { refused, of }) => {
+            Ok(ran @ (Ran::Partial { .. } | Ran::Unguarded(_))) => {
                 return Err(ActuatorError::Failed(format!(
-                    "{}; CONFIG_DB holds part of the restore, and the recording is kept: rerun `sonic restore` once \
-                     that is mended (it plans from what CONFIG_DB holds then)",
-                    Ran::partial_said(&refused, of)
+                    "{}; CONFIG_DB may hold part of the restore, and the recording is kept: rerun `sonic restore` \
+                     once that is mended (it plans from what CONFIG_DB holds then)",
+                    ran.in_part().unwrap_or_default()
                 )))
             }
             // The reply is lost, so whether EXEC ran is unknown: a rerun plans from what is there.
@@ -760,13 +760,22 @@ pub fn restore(
             .collect();
         let names: Vec<String> = dangling.iter().map(|(p, q)| format!("WRED_PROFILE|{p} (QUEUE|{q})")).collect();
         warn!(profiles = %names.join(", "), "a queue was bound to a profile of ours during the restore; putting it back");
-        exec(&mut config, &put_back).map_err(|e| {
+        let failed = |why: String| {
             ActuatorError::Failed(format!(
-                "{}: queues were bound during the restore to profiles it deleted, and putting them back failed: {}",
-                err(e),
+                "{why}: queues were bound during the restore to profiles it deleted, and putting them back failed: {}",
                 names.join(", ")
             ))
-        })?;
+        };
+        // Only a transaction that ran whole put them back (a refused one was taken for done).
+        match exec(&mut config, &put_back) {
+            Ok(Ran::Done) => {}
+            Ok(Ran::Aborted) => return Err(failed("another client changed WRED_PROFILE meanwhile".into())),
+            Ok(Ran::Refused(e)) => return Err(failed(format!("Redis refused the transaction: {e}"))),
+            Ok(ran @ (Ran::Partial { .. } | Ran::Unguarded(_))) => {
+                return Err(failed(ran.in_part().unwrap_or_default()))
+            }
+            Err(e) => return Err(failed(err(e).to_string())),
+        }
         for (p, q) in &dangling {
             report.kept_bound.push((schema::config_key(schema::WRED_PROFILE, p), schema::config_key(schema::QUEUE, q)));
             report.profiles_removed -= 1;
