@@ -186,11 +186,7 @@ impl ControlLoop {
                         self.queues[*i].fallback_refused_at = Some(now);
                     }
                 }
-                // Whether the write landed all the same is read back first, log or no log. A
-                // fallback is confirmed as it lands: nothing of it is left to take back.
-                if !fallback {
-                    self.unread_apply = Some(self.generation);
-                }
+                // Whether the write landed all the same is read back first, log or no log.
                 self.settle_unknown_outcome("Apply").await?;
                 logged
             }
@@ -468,11 +464,15 @@ impl ControlLoop {
                         | tonic::Code::Unavailable
                         | tonic::Code::Unknown
                 );
-                return Err(if refusal {
-                    format!("the actuator refused the apply: {}", said(&s))
-                } else {
-                    format!("the apply got no answer ({}); whether it landed is read back", said(&s))
-                });
+                if refusal {
+                    return Err(format!("the actuator refused the apply: {}", said(&s)));
+                }
+                // Its outcome is unread until a read-back succeeds (a fallback is confirmed as
+                // it lands: nothing of it would be left to take back).
+                if !confirm_within.is_zero() {
+                    self.unread_apply = Some(self.generation);
+                }
+                return Err(format!("the apply got no answer ({}); whether it landed is read back", said(&s)));
             }
         };
         let (i, s) = round[0];
