@@ -240,7 +240,7 @@ fn typed(con: &mut Connection, keys: &[String]) -> redis::RedisResult<(Vec<Strin
 }
 
 /// Says once a key that it is read as absent, and why.
-fn read_as_absent(key: &str, why: &str) {
+pub(super) fn read_as_absent(key: &str, why: &str) {
     static SAID: std::sync::Mutex<std::collections::BTreeSet<String>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
     if SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.to_string()) {

@@ -48,7 +48,7 @@ use ecn_proto::v1 as pb;
 use originals::{Recorder, Recording};
 use redis::Connection;
 use schema::DbIndices;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -237,33 +237,27 @@ fn warn_of_slower_counters(con: &mut Connection, poll_interval: Duration) {
 /// read as absent: it fell back to the identity unsaid, and a queue whose pauses come on
 /// another priority then read none.
 fn pfc_priorities(con: &mut Connection, queues: &[config::QueueRef]) -> Vec<Vec<u32>> {
-    fn or_absent<T: Default>(unread: &mut BTreeSet<String>, key: String, read: redis::RedisResult<T>) -> T {
+    fn or_absent<T: Default>(key: &str, read: redis::RedisResult<T>) -> T {
         read.unwrap_or_else(|e| {
-            if unread.insert(key.clone()) {
-                warn!(
-                    key = %key,
-                    "cannot read {key} ({e}): read as absent, so its queues take SONiC's default PFC map \
-                     (priority i pauses queue i)"
-                );
-            }
+            let why = format!(
+                "cannot read {key} ({e}), so its queues take SONiC's default PFC map (priority i pauses queue i)"
+            );
+            conn::read_as_absent(key, &why);
             T::default()
         })
     }
     let mut maps: HashMap<String, HashMap<String, String>> = HashMap::new();
-    let mut unread = BTreeSet::new();
     queues
         .iter()
         .map(|q| {
             let key = format!("PORT_QOS_MAP|{}", q.port);
             let read = redis::cmd("HGET").arg(&key).arg("pfc_to_queue_map").query(con);
-            let name: Option<String> = or_absent(&mut unread, key, read);
+            let name: Option<String> = or_absent(&key, read);
             let Some(name) = name else { return vec![q.queue] };
-            if !maps.contains_key(&name) {
+            let map = maps.entry(name.clone()).or_insert_with(|| {
                 let key = format!("MAP_PFC_PRIORITY_TO_QUEUE|{name}");
-                let read = redis::cmd("HGETALL").arg(&key).query(con);
-                maps.insert(name.clone(), or_absent(&mut unread, key, read));
-            }
-            let map = &maps[&name];
+                or_absent(&key, redis::cmd("HGETALL").arg(&key).query(con))
+            });
             let goes_to = |p: u32| map.get(&p.to_string()).map_or(p, |to| to.trim().parse().unwrap_or(u32::MAX));
             let carried: Vec<u32> = (0..8).filter(|&p| goes_to(p) == q.queue).collect();
             if carried.is_empty() {
