@@ -59,8 +59,8 @@ impl Rng {
     }
 }
 
-/// A 32-bit mix of a 64-bit key, used for ECMP hashing (REFERENCE.md §3: hash of the 5-tuple,
-/// seeded per switch).
+/// A 32-bit mix of a 64-bit key, used for ECMP hashing (REFERENCE.md §3: a hash of the
+/// 5-tuple; seeded per switch, as the reference runs' "ECMP" in `shared/reference/README.md`).
 #[inline]
 pub fn mix_hash(key: u64, seed: u64) -> u32 {
     let mut x = key ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);

@@ -6,8 +6,9 @@ use crate::fabric::Simulator;
 use ecn_datasets::FlowRecord;
 use serde::{Deserialize, Serialize};
 
-/// Flows under this size are small flows: the `lt_100KB` bucket, whose tail the FCT objective
-/// measures (REFERENCE.md §4).
+/// Flows under this size are small flows: the `lt_100KB` bucket (REFERENCE.md §4's < 10 KB and
+/// 10–100 KB buckets together), whose tail the FCT objective (README, "The FCT objective")
+/// measures.
 pub const SMALL_FLOW_BYTES: u64 = 100_000;
 /// Flows of this size and more are large flows: the `ge_1MB` bucket, whose median the FCT
 /// objective guards.

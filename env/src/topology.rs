@@ -1,7 +1,8 @@
 //! Fabric topologies: nodes, links, and the routes between hosts.
 //!
 //! A topology is data: a list of nodes and a list of links. Interface numbers follow the order
-//! of the links, as in the HPCC simulator (REFERENCE.md §4), so an imported HPCC topology gives
+//! of the links, as in the HPCC simulator (the reference runs' "Numbering",
+//! `shared/reference/README.md`), so an imported HPCC topology gives
 //! the same port numbering. Routing is shortest path with every equal-cost next hop kept for
 //! ECMP.
 
@@ -14,7 +15,7 @@ use std::collections::VecDeque;
 pub const MIN_LINK_RATE: BitsPerSec = BitsPerSec::from_gbps(1);
 
 /// The fastest link a fabric may have. A packet's serialization takes whole nanoseconds, as
-/// in the reference (REFERENCE.md §4's 83 ns for 1036 B at 100G): at 800G a 1036 B packet takes
+/// in the reference (83 ns for 1036 B at 100G: the reference runs' "Packets", `shared/reference/README.md`): at 800G a 1036 B packet takes
 /// 10 ns for 10.36, so links run up to a few percent off their rate, and far above this
 /// packets would take 0 ns and links be infinitely fast.
 pub const MAX_LINK_RATE: BitsPerSec = BitsPerSec::from_gbps(1600);

@@ -1081,6 +1081,62 @@ async fn a_transaction_redis_refuses_is_no_write_in_doubt() {
     drop(rig.ticker);
 }
 
+/// A Redis whose snapshot cannot be saved (a full or failing disk: `MISCONF`) refuses every
+/// write, and `PING` with them, but serves reads. The actuator's batches ask `ECHO` first, so
+/// telemetry goes on and an Apply is refused naming `MISCONF`, nothing in doubt; once Redis
+/// takes writes again the next Apply goes through. With `PING` as the probe, telemetry stopped
+/// and no read-back could run. Staged as a failed `BGSAVE` into a removed directory.
+#[tokio::test(flavor = "multi_thread")]
+async fn under_misconf_telemetry_goes_on_and_an_apply_is_refused_cleanly() {
+    let rig = rig(Spec::default(), &[]).await;
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    apply_ethernet4(&mut c, &l).await.expect("a first apply, which records the switch");
+    let mut admin = rig.redis.con(CONFIG_DB);
+    let config_set = |con: &mut redis::Connection, key: &str, value: &str| {
+        let _: () = redis::cmd("CONFIG").arg("SET").arg(key).arg(value).query(con).unwrap();
+    };
+    // MISCONF needs save points and a failed background save: the server's working directory
+    // removed under it, the save cannot create its file (root or not).
+    config_set(&mut admin, "save", "3600 1");
+    std::fs::remove_dir_all(rig.redis.dir.path()).expect("remove the server's directory");
+    let _: String = redis::cmd("BGSAVE").query(&mut admin).unwrap();
+    eventually("the background save failed", WAIT, || {
+        let info: String = redis::cmd("INFO").arg("persistence").query(&mut rig.redis.con(CONFIG_DB)).unwrap();
+        let failed = info.contains("rdb_bgsave_in_progress:0") && info.contains("rdb_last_bgsave_status:err");
+        async move { failed.then_some(()) }
+    })
+    .await;
+    let refused: redis::RedisResult<()> = redis::cmd("PING").query(&mut admin);
+    assert!(refused.is_err_and(|e| e.code() == Some("MISCONF")), "PING is refused under MISCONF");
+
+    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    for _ in 0..3 {
+        let b = tokio::time::timeout(WAIT, stream.next()).await.expect("telemetry under MISCONF").unwrap().unwrap();
+        assert_eq!(b.samples.len(), 64);
+    }
+    let to = |kmin: u64| vec![change(&qid("Ethernet0", 3), kmin, 900_000, 0.25)];
+    let refused = c
+        .apply(pb::ApplyRequest { lease_id: l.clone(), changes: to(300_000), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert!(
+        refused.message().contains("refused the transaction") && refused.message().contains("MISCONF"),
+        "{refused:?}"
+    );
+    assert_eq!(queue_setting(&mut admin, "Ethernet0", 3), ORIGINAL);
+
+    // Without save points Redis takes writes again.
+    config_set(&mut admin, "save", "");
+    c.apply(pb::ApplyRequest { lease_id: l, changes: to(200_000), ..Default::default() }).await.expect("apply");
+    assert_eq!(queue_setting(&mut admin, "Ethernet0", 3), (200_000, 900_000, 25));
+    drop((c, stream));
+    let (code, journal) = rig.act.stop().await;
+    assert_eq!(code, Some(0), "{journal:?}");
+    assert!(journal.iter().all(|e| e.get("in_doubt_generation").is_none()), "{journal:?}");
+    drop(rig.ticker);
+}
+
 /// The writer's connection closed by Redis while it idled (`CLIENT KILL`, an idle timeout)
 /// failed the next Apply with "unexpected end of file": its first read is tried again on a new
 /// connection.

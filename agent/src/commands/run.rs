@@ -155,7 +155,7 @@ fn checked_kill_file(path: std::path::PathBuf) -> Result<std::path::PathBuf, Cli
 }
 
 /// `--target NAME` with a built-in scenario's name is `--target sim --scenario NAME`
-/// (PRODUCT.md's CLI contract). A name never looks like a URL, so nothing else is taken for one.
+/// (PRODUCT.md, "Who uses it"). A name never looks like a URL, so nothing else is taken for one.
 fn expand_scenario_target(a: &mut RunArgs) -> Result<(), CliError> {
     let Some(i) = a.target.iter().position(|t| t != "sim" && ecn_env::scenario::builtin(t).is_some()) else {
         return Ok(());

@@ -63,7 +63,8 @@ pub const ACK_BYTES: u64 = 48;
 pub const CNP_BYTES: u64 = 64;
 /// A PFC frame on the wire.
 pub const PFC_FRAME_BYTES: u64 = 64;
-/// Headers counted per packet by the ideal-FCT formula (REFERENCE.md §4).
+/// Headers counted per packet by the ideal-FCT formula (the reference runs' "Ideal
+/// (standalone) FCT", `shared/reference/README.md`; REFERENCE.md §4 says bytes-with-headers).
 pub const IDEAL_HEADER_BYTES: u64 = 48;
 
 /// How a mis-programmed ECN profile marks, for fault injection

@@ -6,7 +6,9 @@
 //! line rate times [`REFERENCE_RTT_NS`]. Rates are fractions of line rate, pause activity is a
 //! fraction of the interval. Every feature comes from counters that SONiC exposes
 //! (REFERENCE.md §7), so the same code builds observations from the simulator, a live
-//! actuator and a recorded file.
+//! actuator and a recorded file. One with a caveat: SONiC has no time-averaged depth, so on a
+//! switch the average depth is the occupancy when polled, or failing that the shared watermark
+//! (see the SONiC backend's `counters` module); the simulator's is time-weighted.
 
 use crate::ecn::EcnSetting;
 use ecn_datasets::QueueSample;

@@ -705,10 +705,15 @@ pub enum Ran {
 }
 
 impl Ran {
-    /// A run that wrote part of the transaction, in words (what was refused, the first few, and
-    /// that the rest ran); `None` for the others.
-    pub fn in_part(&self) -> Option<String> {
+    /// Why the transaction did not run whole, in words (for a partial run: what was refused,
+    /// the first few, and that the rest ran); `None` when it did.
+    pub fn failure(&self) -> Option<String> {
         match self {
+            Ran::Done => None,
+            Ran::Aborted => {
+                Some("another client changed a key the transaction watched, so Redis ran none of it".into())
+            }
+            Ran::Refused(e) => Some(format!("Redis refused the transaction, and ran none of it: {e}")),
             Ran::Partial { refused, of } => {
                 let shown: Vec<&str> = refused.iter().take(3).map(String::as_str).collect();
                 let more = refused.len().saturating_sub(shown.len());
@@ -720,7 +725,6 @@ impl Ran {
                 ))
             }
             Ran::Unguarded(e) => Some(format!("Redis refused MULTI ({e}) and ran each command on its own")),
-            Ran::Done | Ran::Aborted | Ran::Refused(_) => None,
         }
     }
 }

@@ -166,7 +166,7 @@ fn check_databases(target: &RedisTarget, dbs: &[(&str, i64)]) -> Result<(), Actu
         // Every batch of commands asks ECHO first (`conn::probe`): a user that may not would
         // start, and then no poll or write could run.
         let checked = target.connect(db, "ecn-tuner-discover").and_then(|mut con| {
-            conn::probe(&mut con).map_err(|e| format!("Redis at {} (db {db}): ECHO: {e}", target.url()))
+            conn::probe(&mut con).map_err(|e| format!("Redis at {} (db {db}): ECHO: {}", target.url(), conn::said(&e)))
         });
         if let Err(e) = checked {
             let lower = e.to_lowercase();
@@ -311,7 +311,7 @@ impl SonicBackend {
         // Two actuators on one switch would each undo the other's writes as edits from outside,
         // and each journal would tell only half of what the switch went through.
         if let Some(other) = conn::running_actuator(&mut state)
-            .map_err(|e| ActuatorError::Failed(format!("Redis at {}: CLIENT LIST: {e}", target.url())))?
+            .map_err(|e| ActuatorError::Failed(format!("Redis at {}: CLIENT LIST: {}", target.url(), conn::said(&e))))?
         {
             return Err(ActuatorError::BadInput(format!(
                 "--redis {}: another ecn-tuner actuator is connected to this switch ({other}); one actuator per \
@@ -420,6 +420,7 @@ impl SonicBackend {
             unsettled: unsettled.clone(),
             reading: writer_reading.clone(),
             retry: opts.timeout,
+            settle_warned: None,
             readback,
             drift_every: opts.poll_interval.saturating_mul(DRIFT_CHECK_POLLS),
             drift: None,
@@ -639,6 +640,8 @@ struct Writer {
     unsettled: Arc<AtomicBool>,
     /// How long to wait between attempts to fence while idle.
     retry: Duration,
+    /// When settling last failed with a warning (see [`Writer::settle`]).
+    settle_warned: Option<Instant>,
     /// ASIC_DB read-back, where the switch's ASIC_DB can be read.
     readback: Readback,
     /// Set while it only reads (comparing CONFIG_DB with the settings last applied).
@@ -655,6 +658,9 @@ struct Writer {
     /// settings last applied, that is a write of ours in doubt or being undone, not an edit.
     tried: Option<Vec<EcnSetting>>,
 }
+
+/// How often a write-back that keeps failing after a failed transaction is warned of.
+const SETTLE_WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// How many of the other queues an edit from outside reached the drift warning names.
 const DRIFT_NAMED: usize = 5;
@@ -707,11 +713,24 @@ impl Writer {
 
     /// Make good on a failed apply whose transaction may still run, or ran unseen: fence it
     /// off, read CONFIG_DB, and put the settings last applied back if it ran.
+    /// A failure is warned of at first and then once a minute (retries come every
+    /// `--redis-timeout` for as long as Redis refuses or is away); the others are debug lines.
     fn settle(&mut self) {
         let applied = self.applied.clone();
         match self.apply(&applied) {
-            Ok(()) => info!("the failed transaction is fenced off; CONFIG_DB holds the settings last applied"),
-            Err(e) => warn!("cannot yet fence off the failed transaction, retrying: {e}"),
+            Ok(()) => {
+                self.settle_warned = None;
+                info!("CONFIG_DB holds the settings last applied again: the failed transaction is settled")
+            }
+            Err(e) if self.settle_warned.is_none_or(|at| at.elapsed() >= SETTLE_WARN_EVERY) => {
+                self.settle_warned = Some(Instant::now());
+                warn!(
+                    retry_every = ?self.retry,
+                    "cannot yet put the settings last applied back after a failed transaction (it may still land, \
+                     or landed in part), retrying: {e}"
+                )
+            }
+            Err(e) => debug!("cannot yet put the settings last applied back, retrying: {e}"),
         }
     }
 
@@ -855,7 +874,11 @@ impl Writer {
         if self.con.is_none() {
             let mut con = self.target.connect(self.dbs.config, CONFIG_CONNECTION)?;
             let id = conn::client_id(&mut con).map_err(|e| {
-                format!("Redis at {}: CLIENT ID failed ({e}); ecn-tuner needs Redis 5.0 or newer", self.target.url())
+                format!(
+                    "Redis at {}: CLIENT ID failed ({}); ecn-tuner needs Redis 5.0 or newer",
+                    self.target.url(),
+                    conn::said(&e)
+                )
             })?;
             self.con = Some((con, id));
         }
@@ -868,9 +891,9 @@ impl Writer {
         let Some(id) = self.unfenced else { return Ok(()) };
         let url = self.target.url().to_string();
         let (con, own) = self.connected()?;
-        match conn::fence_client(con, *own, id, CONFIG_CONNECTION)
-            .map_err(|e| format!("Redis at {url}: fencing off client {id} (CLIENT LIST, CLIENT KILL ID): {e}"))?
-        {
+        match conn::fence_client(con, *own, id, CONFIG_CONNECTION).map_err(|e| {
+            format!("Redis at {url}: fencing off client {id} (CLIENT LIST, CLIENT KILL ID): {}", conn::said(&e))
+        })? {
             conn::Fenced::Killed => debug!(client = id, "fenced off the connection of a failed transaction"),
             conn::Fenced::Gone => debug!(client = id, "the connection of a failed transaction is closed already"),
             conn::Fenced::NotOurs { name } => info!(
@@ -1000,7 +1023,7 @@ impl Writer {
                 return Err(format!(
                     "Redis at {url} (db {db}): {}; CONFIG_DB may hold part of this write, and the settings last \
                      applied are written back",
-                    ran.in_part().unwrap_or_default()
+                    ran.failure().unwrap_or_default()
                 ));
             }
             Err(e) => e,

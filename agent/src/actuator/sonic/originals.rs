@@ -656,7 +656,7 @@ pub fn restore(
     // Under a running actuator a restore would retire the recording its later writes need to be
     // undone, and its next write would tune the switch again.
     if let Some(actuator) = conn::running_actuator(&mut state)
-        .map_err(|e| ActuatorError::Failed(format!("Redis at {}: CLIENT LIST: {e}", target.url())))?
+        .map_err(|e| ActuatorError::Failed(format!("Redis at {}: CLIENT LIST: {}", target.url(), conn::said(&e))))?
     {
         return Err(ActuatorError::BadInput(format!(
             "an ecn-tuner actuator is connected to this switch ({actuator}): stop it first (SIGTERM), then restore"
@@ -667,8 +667,9 @@ pub fn restore(
         None => (None, Recording::read(&mut state, dbs.state).map_err(ActuatorError::Failed)?),
     };
     let mut config = target.connect(dbs.config, "ecn-tuner-restore").map_err(ActuatorError::Failed)?;
-    let err =
-        |e: redis::RedisError| ActuatorError::Failed(format!("Redis at {} (db {}): {e}", target.url(), dbs.config));
+    let err = |e: redis::RedisError| {
+        ActuatorError::Failed(format!("Redis at {} (db {}): {}", target.url(), dbs.config, conn::said(&e)))
+    };
     let Some(rec) = rec else {
         let now = read_snapshot(&mut config).map_err(err)?;
         let ours = now.profiles.keys().filter(|n| schema::is_tuner_profile(n)).map(|n| format!("WRED_PROFILE|{n}"));
@@ -720,7 +721,7 @@ pub fn restore(
                 return Err(ActuatorError::Failed(format!(
                     "{}; CONFIG_DB may hold part of the restore, and the recording is kept: rerun `sonic restore` \
                      once that is mended (it plans from what CONFIG_DB holds then)",
-                    ran.in_part().unwrap_or_default()
+                    ran.failure().unwrap_or_default()
                 )))
             }
             // The reply is lost, so whether EXEC ran is unknown: a rerun plans from what is there.
@@ -768,11 +769,10 @@ pub fn restore(
         };
         // Only a transaction that ran whole put them back (a refused one was taken for done).
         match exec(&mut config, &put_back) {
-            Ok(Ran::Done) => {}
-            Ok(Ran::Aborted) => return Err(failed("another client changed WRED_PROFILE meanwhile".into())),
-            Ok(Ran::Refused(e)) => return Err(failed(format!("Redis refused the transaction: {e}"))),
-            Ok(ran @ (Ran::Partial { .. } | Ran::Unguarded(_))) => {
-                return Err(failed(ran.in_part().unwrap_or_default()))
+            Ok(ran) => {
+                if let Some(why) = ran.failure() {
+                    return Err(failed(why));
+                }
             }
             Err(e) => return Err(failed(err(e).to_string())),
         }
