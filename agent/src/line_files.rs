@@ -9,12 +9,41 @@ use std::path::Path;
 /// short (a crash, a full disk) is ended first, so that the first line written now is a line of
 /// its own, not glued to the fragment, where a reader would lose both. Anything else (a pipe to
 /// a log shipper, `/dev/stdout`) is appended to as it is.
+///
+/// Opened for writing only: a pipe opened to read too is one whose reader never goes, so a
+/// writer whose reader had died never saw the broken pipe and, once the pipe was full, waited
+/// for ever. `/dev/stdout` and `/dev/stderr` are this process's own descriptors, taken as they
+/// are: a socket (systemd's journal, some container runtimes) cannot be opened by its path.
 pub fn open_append(path: &Path) -> std::io::Result<File> {
-    let mut f = OpenOptions::new().create(true).read(true).append(true).open(path)?;
+    use std::os::fd::AsFd;
+    let own = match path.to_str() {
+        Some("/dev/stdout") => Some(std::io::stdout().as_fd().try_clone_to_owned()?),
+        Some("/dev/stderr") => Some(std::io::stderr().as_fd().try_clone_to_owned()?),
+        _ => None,
+    };
+    if let Some(fd) = own {
+        return Ok(File::from(fd));
+    }
+    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
     if f.metadata()?.is_file() {
-        end_partial_line(&mut f)?;
+        let mut read = File::open(path)?;
+        if !ends_with_newline(&mut read)? {
+            f.write_all(b"\n")?;
+        }
     }
     Ok(f)
+}
+
+/// Whether `f` is empty or its last byte is a newline.
+fn ends_with_newline(f: &mut File) -> std::io::Result<bool> {
+    let len = f.metadata()?.len();
+    if len == 0 {
+        return Ok(true);
+    }
+    let mut last = [0u8; 1];
+    f.seek(SeekFrom::Start(len - 1))?;
+    f.read_exact(&mut last)?;
+    Ok(last[0] == b'\n')
 }
 
 /// Open `path` to read back and append to (created if missing), refusing anything but a
@@ -76,14 +105,7 @@ pub fn out_of_space(e: &std::io::Error) -> bool {
 
 /// End a partial last line of `f` (open for reading and appending) with a newline.
 pub fn end_partial_line(f: &mut File) -> std::io::Result<()> {
-    let len = f.metadata()?.len();
-    if len == 0 {
-        return Ok(());
-    }
-    let mut last = [0u8; 1];
-    f.seek(SeekFrom::Start(len - 1))?;
-    f.read_exact(&mut last)?;
-    if last[0] != b'\n' {
+    if !ends_with_newline(f)? {
         f.write_all(b"\n")?;
     }
     Ok(())

@@ -153,6 +153,7 @@ fn main() -> ExitCode {
     };
     // Colours only on a terminal: logs piped to a file or a collector stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    output::log_in_background();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| output::Stderr)
@@ -197,6 +198,7 @@ fn main() -> ExitCode {
         Command::Validate(a) => commands::validate::run(a),
         Command::Sonic(a) => commands::sonic::run(a),
     };
+    output::flush_logs(output::FLUSH_AT_EXIT);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -12,11 +12,20 @@
 //!
 //! A progress bar on stderr is registered with [`showing`] while it is drawn: every log line
 //! clears it first, whichever thread logs, or a line written over the bar is garbled.
+//!
+//! Log lines reach stderr from a thread of their own ([`log_in_background`]): a stderr that
+//! takes nothing (a terminal stopped with Ctrl-S, `2>&1 | less` left unread, a log collector
+//! that hangs) made whatever logged wait, the actuator's deadline revert behind a lock held
+//! while logging, and the controller's loop with its kill switch. Lines that find
+//! [`LOG_QUEUE_LINES`] waiting are dropped and counted, and the count is said once stderr takes
+//! lines again. [`flush_logs`] waits (a while) for the queue to empty before the process ends.
 
 use std::fmt;
 use std::io::{self, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 
@@ -54,6 +63,7 @@ pub fn write(args: fmt::Arguments) {
             STDOUT_GONE.store(true, Ordering::Relaxed);
             return;
         }
+        flush_logs(FLUSH_AT_EXIT);
         errln!("error: writing results to stdout: {e}");
         std::process::exit(1);
     }
@@ -65,27 +75,87 @@ pub fn write_err(args: fmt::Arguments) {
 }
 
 /// Stderr for the log: a write it cannot take is dropped and reported as done, where
-/// tracing would report the failure on stderr itself, with `eprintln!`, and panic.
+/// tracing would report the failure on stderr itself, with `eprintln!`, and panic. Once
+/// [`log_in_background`] has run, a write only queues the line.
 #[derive(Clone, Copy, Default)]
 pub struct Stderr;
 
 impl Write for Stderr {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // Cloned out, so that the lock is not held while the bar is cleared and redrawn.
-        let bar = SHOWN.lock().ok().and_then(|b| b.clone());
-        let write = || {
-            let _ = io::stderr().write_all(buf);
-        };
-        match bar {
-            Some(bar) => bar.suspend(write),
-            None => write(),
+        match LOG_QUEUE.get() {
+            Some(queue) => {
+                // Counted before it is sent, so that `flush_logs` never sees it gone early.
+                QUEUED.fetch_add(1, Ordering::SeqCst);
+                if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = queue.try_send(buf.to_vec()) {
+                    QUEUED.fetch_sub(1, Ordering::SeqCst);
+                    DROPPED.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            None => write_log_line(buf),
         }
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        let _ = io::stderr().flush();
+        if LOG_QUEUE.get().is_none() {
+            let _ = io::stderr().flush();
+        }
         Ok(())
+    }
+}
+
+/// How many log lines may wait for stderr before more are dropped.
+pub const LOG_QUEUE_LINES: usize = 4096;
+
+/// How long [`flush_logs`] waits at the end of a command.
+pub const FLUSH_AT_EXIT: Duration = Duration::from_secs(2);
+
+static LOG_QUEUE: OnceLock<SyncSender<Vec<u8>>> = OnceLock::new();
+/// Lines queued and not yet written.
+static QUEUED: AtomicU64 = AtomicU64::new(0);
+/// Lines dropped since the last said so.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Write log lines to stderr from a thread of their own from now on (see the module docs).
+pub fn log_in_background() {
+    let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(LOG_QUEUE_LINES);
+    let started = std::thread::Builder::new().name("ecn-log".into()).spawn(move || {
+        for line in rx {
+            write_log_line(&line);
+            QUEUED.fetch_sub(1, Ordering::SeqCst);
+            let dropped = DROPPED.swap(0, Ordering::Relaxed);
+            if dropped > 0 {
+                write_log_line(
+                    format!("warning: {dropped} log lines were dropped: stderr took nothing for a while\n").as_bytes(),
+                );
+            }
+        }
+    });
+    // Without the thread, lines are written as they come.
+    if started.is_ok() {
+        let _ = LOG_QUEUE.set(tx);
+    }
+}
+
+/// Wait until every queued log line is written, or `at_most` has passed (stderr may take
+/// nothing at all).
+pub fn flush_logs(at_most: Duration) {
+    let deadline = Instant::now() + at_most;
+    while QUEUED.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Write one log line to stderr, clearing the progress bar first if one is shown.
+fn write_log_line(buf: &[u8]) {
+    // Cloned out, so that the lock is not held while the bar is cleared and redrawn.
+    let bar = SHOWN.lock().ok().and_then(|b| b.clone());
+    let write = || {
+        let _ = io::stderr().write_all(buf);
+    };
+    match bar {
+        Some(bar) => bar.suspend(write),
+        None => write(),
     }
 }
 

@@ -245,3 +245,44 @@ async fn bad_telemetry_in_enforce_applies_only_bounded_settings() {
         assert!(fell_back, "{port}: no applied fallback to the baseline: {d:?}");
     }
 }
+
+/// `--decision-log /dev/stdout | reader`, and the reader goes away: the log was opened to read
+/// as well, so the controller held its own pipe's read end, never saw the broken pipe, and
+/// once the pipe was full waited in the middle of a round for ever, deaf to SIGTERM and the
+/// kill switch. Now the write fails, and the controller stops as for any decision log it
+/// cannot write (exit 1, saying so).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decision_log_whose_reader_goes_away_stops_the_controller() {
+    use tokio::io::AsyncBufReadExt;
+    let actuator = Scripted::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ActuatorServer::new(actuator))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let target = format!("http://{addr}");
+    let args = ["run", "--target", &target, "--mode", "shadow", "--policy", "static:60KB,120KB,0.5"];
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
+        .args(args)
+        .args(["--interval", "100ms", "--duration", "120s", "--decision-log", "/dev/stdout"])
+        .env("ECN_TUNER_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await.unwrap().unwrap().unwrap();
+    assert!(first.contains("\"reason\""), "{first}");
+    drop(lines);
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("the controller stops once its decision log's reader has gone")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("decision log"), "{stderr}");
+}

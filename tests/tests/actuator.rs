@@ -4,7 +4,11 @@
 //! two-core machine slows the tests down without failing them.
 
 use ecn_tests::pb;
-use ecn_tests::{assert_apply_refused, change, events, eventually, run_cli, send_signal, Actuator, Client};
+use ecn_tests::{
+    assert_apply_refused, change, events, eventually, run_cli, run_cli_within, send_signal, Actuator, Client,
+    START_TIMEOUT,
+};
+use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_stream::StreamExt;
@@ -1090,4 +1094,150 @@ async fn a_flood_of_refused_writer_requests_logs_a_burst() {
     })
     .await;
     assert!(logged <= most, "{logged} lines for 300 refusals, at most {most}");
+}
+
+/// A peer that takes TCP connections and never answers (a hung actuator whose kernel still
+/// accepts, a middlebox): over https:// the TLS handshake had no time limit, nor the call that
+/// waited for it, so `run` (and its stop, and its kill switch) waited for ever. It fails now
+/// within the connect and call timeouts, saying what it waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_peer_that_never_answers_fails_the_start_within_its_timeouts() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            keep.lock().unwrap().push(conn);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(&ca, cert.cert.pem()).unwrap();
+    let target = format!("https://127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let args = ["run", "--target", &target, "--tls-ca", ca.to_str().unwrap(), "--mode", "shadow", "--duration", "5s"];
+    let (code, _, stderr) =
+        run_cli_within(&[&args[..], &["--call-timeout", "1s"]].concat(), Duration::from_secs(60)).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    let waited = stderr.contains("TLS handshake timeout") || stderr.contains("no connection within");
+    assert!(stderr.contains("cannot reach the actuator") && waited, "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+    assert!(!held.lock().unwrap().is_empty(), "the client never connected");
+}
+
+/// SIGUSR1 is the controller's kill switch; thrown at every ecn-tuner at once (`pkill -USR1
+/// ecn-tuner`), its default action killed the actuator, a change unconfirmed and never
+/// reverted. The actuator takes it, says it does nothing there, and serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr1_does_not_stop_an_actuator() {
+    let a = Actuator::start(&["--backend", "dry-run"]).await;
+    send_signal(a.pid(), "USR1");
+    let said = eventually("the SIGUSR1 warning", Duration::from_secs(20), || {
+        let log = std::fs::read_to_string(&a.log).unwrap_or_default();
+        async move { log.contains("SIGUSR1 does nothing here").then_some(()) }
+    });
+    said.await;
+    let mut c = a.client().await;
+    c.get_capabilities(pb::GetCapabilitiesRequest {}).await.expect("still serving after SIGUSR1");
+    drop(c);
+    let (code, _) = a.stop().await;
+    assert_eq!(code, Some(0));
+}
+
+/// An actuator started with SIGHUP ignored (`nohup ecn-tuner actuator ... &`) keeps it
+/// ignored: the terminal that closes sends its jobs SIGHUP, and the actuator stopped, though
+/// `nohup` was asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actuator_started_under_nohup_ignores_sighup() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal.jsonl");
+    let mut cmd = tokio::process::Command::new("nohup");
+    cmd.arg(ecn_tests::ecn_tuner_bin())
+        .args(["actuator", "--backend", "dry-run", "--listen", "127.0.0.1:0", "--journal"])
+        .arg(&journal)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("nohup");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await.unwrap().unwrap().unwrap();
+    let addr = first.strip_prefix("listening on ").expect("the address line").trim().to_string();
+    send_signal(child.id(), "HUP");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(child.try_wait().unwrap().is_none(), "the actuator stopped on SIGHUP under nohup");
+    let mut c = pb::actuator_client::ActuatorClient::connect(format!("http://{addr}")).await.expect("connect");
+    c.get_capabilities(pb::GetCapabilitiesRequest {}).await.expect("still serving after SIGHUP");
+    send_signal(child.id(), "TERM");
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+/// A stderr that takes nothing (a terminal stopped with Ctrl-S, `2>&1 | less` left unread, a
+/// log collector that hangs): log lines were written while the actuator held its state lock,
+/// so once the pipe was full the deadline revert, every call and SIGTERM waited for a reader.
+/// Here the pipe holds 4 KiB and nobody reads it: calls are answered, and an unconfirmed
+/// change is reverted at its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stderr_nobody_reads_holds_neither_calls_nor_the_deadline_revert() {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) writes two new descriptors into the array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors were just made, and each is owned by one OwnedFd from here.
+    let (unread, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: fcntl(2) on a descriptor we own; a smaller pipe only fills sooner.
+    unsafe { libc::fcntl(write_end.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal.jsonl");
+    let mut child = tokio::process::Command::new(ecn_tests::ecn_tuner_bin())
+        .args(["actuator", "--backend", "dry-run", "--listen", "127.0.0.1:0", "--journal"])
+        .arg(&journal)
+        .env("ECN_TUNER_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(write_end))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await.unwrap().unwrap().unwrap();
+    let addr = first.strip_prefix("listening on ").expect("the address line").trim().to_string();
+    let mut c = pb::actuator_client::ActuatorClient::connect(format!("http://{addr}")).await.expect("connect");
+    let q = ids(&c.get_capabilities(pb::GetCapabilitiesRequest {}).await.unwrap().into_inner());
+    let l = c
+        .acquire_writer(pb::AcquireWriterRequest { controller_id: "ctl".into(), ttl_ms: 120_000 })
+        .await
+        .unwrap()
+        .into_inner()
+        .lease_id;
+    let answered = Duration::from_secs(20);
+    let apply = |c: &mut pb::actuator_client::ActuatorClient<tonic::transport::Channel>, kmin: u64, within_ms: u64| {
+        let request = pb::ApplyRequest {
+            lease_id: l.clone(),
+            changes: vec![change(&q[0], kmin, 1_000_000, 0.5)],
+            confirm_within_ms: within_ms,
+            reason: "test".into(),
+            ..Default::default()
+        };
+        let mut c = c.clone();
+        async move { tokio::time::timeout(answered, c.apply(request)).await.expect("an Apply answered").unwrap() }
+    };
+    // Far more log than the pipe holds: every apply is logged and journaled.
+    for i in 0..60 {
+        apply(&mut c, 100_000 + i * 1_000, 0).await;
+    }
+    let applied = apply(&mut c, 200_000, 1_000).await.into_inner().generation;
+    let reverted = eventually("the deadline revert", Duration::from_secs(30), || {
+        let mut c = c.clone();
+        async move {
+            let cfg = tokio::time::timeout(answered, c.get_config(pb::GetConfigRequest {})).await.ok()?.ok()?;
+            Some(cfg.into_inner()).filter(|cfg| cfg.generation > applied)
+        }
+    })
+    .await;
+    assert_eq!(reverted.confirmed_generation, reverted.generation);
+    drop(unread);
 }

@@ -5,9 +5,14 @@ use crate::actuator::security::holds_pem_certificate;
 use crate::error::CliError;
 use ecn_proto::v1 as pb;
 use pb::actuator_client::ActuatorClient;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
+use tonic::body::Body;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+use tower_service::Service;
 
 /// Adds the bearer token to every request.
 #[derive(Clone)]
@@ -23,7 +28,50 @@ impl tonic::service::Interceptor for Auth {
 }
 
 /// A connected actuator client.
-pub type Client = ActuatorClient<InterceptedService<Channel, Auth>>;
+pub type Client = ActuatorClient<InterceptedService<Timed, Auth>>;
+
+/// How long the connection may stay silent before the client asks the actuator for a sign of
+/// life (an HTTP/2 PING; `--call-timeout` to answer it). A peer that vanished without a reset
+/// (a power cut, a path that drops everything, a NAT that forgot the connection) is noticed
+/// this way and the connection dropped, so that the next call opens a new one, resolving the
+/// actuator's name again; without it the kernel gives up after about 15 minutes, and a stalled
+/// telemetry stream was reopened on the dead connection meanwhile.
+pub const KEEPALIVE_EVERY: Duration = Duration::from_secs(10);
+
+/// The channel with `--call-timeout` around each call as a whole. tonic's own timeout starts
+/// only once a connection takes the call: a call queued while the channel reconnects (a TLS
+/// handshake that never ends, a name lookup that hangs) waited without end, and the loop, its
+/// kill switch and its stop with it. A call cut short fails as tonic's own timeout does
+/// (`Cancelled`, "Timeout expired").
+#[derive(Clone)]
+pub struct Timed {
+    channel: Channel,
+    timeout: Duration,
+}
+
+impl Service<http::Request<Body>> for Timed {
+    type Response = http::Response<Body>;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.channel.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let call = self.channel.call(request);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, call).await {
+                Ok(answer) => answer.map_err(Into::into),
+                Err(_) => Err(tonic::TimeoutExpired(()).into()),
+            }
+        })
+    }
+}
+
+/// How long opening a TCP connection to the actuator may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The largest reply or telemetry batch a client takes: 1 GiB, about ten million queues.
 pub const MAX_REPLY_BYTES: usize = 1 << 30;
@@ -63,6 +111,10 @@ pub async fn connect(
     if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
         return Err(bad(&"the URL has user info (before an '@'); give the actuator's host and port alone"));
     }
+    // tonic would fail each call later ("Connecting to HTTPS without TLS enabled"), exit 1.
+    if target.starts_with("https://") && tls_ca.is_none() {
+        return Err(bad(&"https:// needs --tls-ca (the CA certificate that signed the actuator's)"));
+    }
     if tls_ca.is_some_and(|ca| !holds_pem_certificate(ca)) {
         return Err(bad(&"--tls-ca holds no PEM certificate"));
     }
@@ -71,14 +123,31 @@ pub async fn connect(
         return Err(bad(&"a token is only sent over https:// (or to a loopback address)"));
     }
     let mut endpoint = Channel::from_shared(target.to_string()).map_err(|e| bad(&e))?;
-    endpoint = endpoint.connect_timeout(Duration::from_secs(5)).timeout(call_timeout);
+    endpoint = endpoint
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(call_timeout)
+        .http2_keep_alive_interval(KEEPALIVE_EVERY)
+        .keep_alive_timeout(call_timeout)
+        .keep_alive_while_idle(true)
+        .tcp_keepalive(Some(KEEPALIVE_EVERY));
     if let Some(ca) = tls_ca {
-        let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(ca));
+        let tls = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+            .timeout(call_timeout);
         endpoint = endpoint.tls_config(tls).map_err(|e| bad(&e))?;
     }
-    let channel = endpoint.connect().await.map_err(|e| {
-        CliError::Failed(format!("cannot reach the actuator at {target}: {}", crate::error::with_causes(&e)))
-    })?;
+    // The connect timeout covers the TCP connection, not the name lookup before it.
+    let unreachable = |why: String| CliError::Failed(format!("cannot reach the actuator at {target}: {why}"));
+    let channel = match tokio::time::timeout(CONNECT_TIMEOUT + call_timeout, endpoint.connect()).await {
+        Ok(connected) => connected.map_err(|e| unreachable(crate::error::with_causes(&e)))?,
+        Err(_) => {
+            return Err(unreachable(format!(
+                "no connection within {:?} (the name lookup or the TLS handshake got no answer)",
+                CONNECT_TIMEOUT + call_timeout
+            )))
+        }
+    };
+    let channel = Timed { channel, timeout: call_timeout };
     let header = match token {
         Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| bad(&"the token is not valid header text"))?),
         None => None,

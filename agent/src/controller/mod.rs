@@ -820,7 +820,10 @@ pub(crate) fn timed_out(s: &tonic::Status) -> bool {
 /// reads "Cancelled: Timeout expired", as if someone had cancelled it: it says so instead.
 pub(crate) fn said(s: &tonic::Status) -> String {
     if timed_out(s) {
-        "no answer within --call-timeout (the actuator took the connection but did not reply)".to_string()
+        "no answer within --call-timeout (the actuator did not reply, or no connection to it opened)".to_string()
+    } else if s.message().contains("frame with invalid size") {
+        // What a TLS server's first bytes look like to a plain HTTP/2 client.
+        format!("{:?}: {} (does the actuator speak TLS? then use https:// and --tls-ca)", s.code(), s.message())
     } else {
         // The transport's causes: "tcp open error" alone hid "Too many open files" (and a
         // refused connection), and read as trouble on the network.

@@ -91,6 +91,7 @@ impl Requester {
                 // it leaves unconfirmed, the actuator reverts at the confirm deadline.
                 if asked {
                     tracing::error!("second stop signal ({name}): exiting without cleaning up");
+                    crate::output::flush_logs(std::time::Duration::from_millis(200));
                     std::process::exit(code);
                 }
                 asked = true;

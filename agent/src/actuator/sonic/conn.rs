@@ -60,18 +60,32 @@ pub fn said(e: &redis::RedisError) -> String {
     }
 }
 
-/// `redis://user:secret@host` → `redis://user:***@host`: messages and logs never show a
-/// password.
+/// `redis://user:secret@host` → `redis://user:***@host`, and `unix:///sock?pass=secret` →
+/// `unix:///sock?pass=***`: messages and logs never show a password. The user info runs to the
+/// last `@` (a password may hold `/`, `?` or `@`); a socket URL has none, its password is a
+/// query field (`pass`, or `password`).
 pub fn redact_password(url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else { return url.to_string() };
-    let authority_end = url[start..].find('/').map_or(url.len(), |i| start + i);
-    match url[start..authority_end].rfind('@') {
-        Some(at) => match url[start..start + at].find(':') {
-            Some(colon) => format!("{}***{}", &url[..start + colon + 1], &url[start + at..]),
-            None => url.to_string(),
+    // `unix:/path` too.
+    let start = url.find("://").map(|i| i + 3).or_else(|| url.find(':').map(|i| i + 1)).unwrap_or(0);
+    let (head, rest) = match url[..start].contains("unix") {
+        true => (url[..start].to_string(), &url[start..]),
+        false => match url[start..].rfind('@').map(|at| start + at) {
+            Some(at) => match url[start..at].find(':') {
+                Some(colon) => (format!("{}***", &url[..start + colon + 1]), &url[at..]),
+                None => (url[..at].to_string(), &url[at..]),
+            },
+            None => (url[..start].to_string(), &url[start..]),
         },
-        None => url.to_string(),
-    }
+    };
+    let Some((before, query)) = rest.split_once('?') else { return format!("{head}{rest}") };
+    let fields: Vec<String> = query
+        .split('&')
+        .map(|field| match field.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+            _ => field.to_string(),
+        })
+        .collect();
+    format!("{head}{before}?{}", fields.join("&"))
 }
 
 /// This connection's id on the server (`CLIENT ID`, Redis 5.0 and newer): what
@@ -389,6 +403,15 @@ mod tests {
         assert_eq!(redact_password("redis://user@host"), "redis://user@host");
         assert_eq!(redact_password("redis://host:6379"), "redis://host:6379");
         assert_eq!(redact_password("unix:///var/run/redis/redis.sock"), "unix:///var/run/redis/redis.sock");
+        // A password holding '/', '?' or '@'; one in a socket URL's query.
+        assert_eq!(redact_password("redis://:pa/ss@host/3"), "redis://:***@host/3");
+        assert_eq!(redact_password("redis://u:p?w@d@host"), "redis://u:***@host");
+        assert_eq!(redact_password("unix:///run/redis.sock?db=4&pass=hunter2"), "unix:///run/redis.sock?db=4&pass=***");
+        assert_eq!(
+            redact_password("redis+unix:///run/redis.sock?user=u&password=hunter2"),
+            "redis+unix:///run/redis.sock?user=u&password=***"
+        );
+        assert_eq!(redact_password("unix:/run/redis.sock?pass=x"), "unix:/run/redis.sock?pass=***");
         let t = RedisTarget::parse("redis://tuner:hunter2@127.0.0.1:1", Duration::from_secs(1)).unwrap();
         assert!(!t.url().contains("hunter2"));
     }

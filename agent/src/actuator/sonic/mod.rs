@@ -172,6 +172,13 @@ fn check_databases(target: &RedisTarget, dbs: &[(&str, i64)]) -> Result<(), Actu
             let lower = e.to_lowercase();
             return Err(if lower.contains("out of range") {
                 ActuatorError::BadInput(format!("{flag} {db}: Redis at {} has no such database ({e})", target.url()))
+            } else if lower.contains("authentication required") {
+                // redis-rs says a server with a password, reached without one, so.
+                ActuatorError::BadInput(format!(
+                    "--redis {}: Redis asks for a password ({e}): give it in the URL \
+                     (redis://:PASSWORD@HOST, or unix:///PATH?pass=PASSWORD)",
+                    target.url()
+                ))
             } else if lower.contains("wrongpass") || lower.contains("noauth") || lower.contains("password") {
                 ActuatorError::BadInput(format!("--redis {}: authentication refused ({e})", target.url()))
             } else if lower.contains("noperm") {
