@@ -151,8 +151,12 @@ fn main() -> ExitCode {
         Some(Err(e)) => (tracing_subscriber::EnvFilter::new(&default), Some(e.to_string())),
         None => (tracing_subscriber::EnvFilter::new(&default), None),
     };
-    // Colours only on a terminal: logs piped to a file or a collector stay plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Colours only on a terminal, and not where the user turned them off (NO_COLOR, set to
+    // anything, or a terminal that cannot show them): logs piped to a file or a collector stay
+    // plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && std::env::var("TERM").map_or(true, |t| t != "dumb");
     output::log_in_background();
     tracing_subscriber::fmt()
         .with_env_filter(filter)

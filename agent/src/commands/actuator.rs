@@ -6,7 +6,6 @@ use crate::commands::sonic::RedisArgs;
 use crate::error::CliError;
 use clap::{Args, ValueEnum};
 use ecn_env::fabric::MarkingFault;
-use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use tracing::info;
@@ -133,14 +132,28 @@ impl ActuatorArgs {
     }
 }
 
-/// Parse `--listen`: an IP:PORT, or HOST:PORT resolved once.
+/// Parse `--listen`: an IP:PORT, or HOST:PORT resolved once to one address. A name with
+/// several (`localhost`: `::1` and `127.0.0.1`) is refused: the actuator listened on the first
+/// alone, and clients given the other were refused.
 fn parse_listen(s: &str) -> Result<SocketAddr, CliError> {
     if let Ok(a) = s.parse() {
         return Ok(a);
     }
     let bad = |why: String| CliError::BadInput(format!("--listen {s}: {why}"));
-    let mut addrs = s.to_socket_addrs().map_err(|e| bad(format!("expected HOST:PORT ({e})")))?;
-    addrs.next().ok_or_else(|| bad("resolves to no address".into()))
+    let mut addrs: Vec<SocketAddr> =
+        s.to_socket_addrs().map_err(|e| bad(format!("expected HOST:PORT ({e})")))?.collect();
+    addrs.dedup();
+    match addrs.as_slice() {
+        [] => Err(bad("resolves to no address".into())),
+        [one] => Ok(*one),
+        several => {
+            let listed: Vec<String> = several.iter().map(|a| a.to_string()).collect();
+            Err(bad(format!(
+                "resolves to several addresses ({}); the actuator listens on one: give it (or [::]:PORT for all)",
+                listed.join(", ")
+            )))
+        }
+    }
 }
 
 /// Run the actuator until SIGINT or SIGTERM.
@@ -239,11 +252,9 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
             }
             BackendKind::Sonic => actuator::serve_sonic(sonic.expect("sonic options"), opts).await?,
         };
-        // Scripts and tests read the real address (port 0) from this first stdout line.
-        let mut out = std::io::stdout();
-        writeln!(out, "listening on {}", handle.local_addr())
-            .and_then(|_| out.flush())
-            .map_err(|e| CliError::Failed(format!("stdout: {e}")))?;
+        // Scripts and tests read the real address (port 0) from this first stdout line. Nobody
+        // reading it (`| true`) stops nothing, as for every command's output.
+        crate::output::outln!("listening on {}", handle.local_addr());
         tokio::select! {
             r = handle.finished() => return r.map_err(CliError::from),
             s = signals.next() => info!("{s}: stopping"),
