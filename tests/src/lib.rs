@@ -61,10 +61,19 @@ pub fn ecn_tuner_bin() -> PathBuf {
 
 /// A command running [`ecn_tuner_bin`], the shipped models looked up in this checkout: a
 /// developer's `ECN_TUNER_MODELS` pointing at another checkout's models made the tests that
-/// compare with this checkout's files fail.
+/// compare with this checkout's files fail. SIGHUP is back to its default action in the child:
+/// a suite started under `nohup` (its SIGHUP ignored, and inherited) had its commands keep
+/// ignoring it, as they do, and the tests that stop one with SIGHUP failed.
 pub fn ecn_tuner_command() -> Command {
     let mut cmd = Command::new(ecn_tuner_bin());
     cmd.env_remove("ECN_TUNER_MODELS");
+    // SAFETY: signal(2) is async-signal-safe, and this closure touches nothing else.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
     cmd
 }
 
