@@ -21,8 +21,14 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
         Some("/dev/stderr") => Some(std::io::stderr().as_fd().try_clone_to_owned()?),
         _ => None,
     };
+    // A regular file behind it (`> decisions.jsonl`) is opened by its path, to append (a dup
+    // of the descriptor writes at its own offset: holes after a copytruncate rotation) and to
+    // end a torn last line.
     if let Some(fd) = own {
-        return Ok(File::from(fd));
+        let f = File::from(fd);
+        if !f.metadata()?.is_file() {
+            return Ok(f);
+        }
     }
     let mut f = OpenOptions::new().create(true).append(true).open(path)?;
     if f.metadata()?.is_file() {

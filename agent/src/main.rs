@@ -202,8 +202,7 @@ fn main() -> ExitCode {
         Command::Validate(a) => commands::validate::run(a),
         Command::Sonic(a) => commands::sonic::run(a),
     };
-    output::flush_logs(output::FLUSH_AT_EXIT);
-    match result {
+    let code = match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Folders made for outputs that never came are not left behind, empty.
@@ -211,7 +210,9 @@ fn main() -> ExitCode {
             output::errln!("error: {e}");
             ExitCode::from(e.exit_code() as u8)
         }
-    }
+    };
+    output::flush_logs(output::FLUSH_AT_EXIT);
+    code
 }
 
 #[cfg(test)]

@@ -17,13 +17,14 @@
 //! takes nothing (a terminal stopped with Ctrl-S, `2>&1 | less` left unread, a log collector
 //! that hangs) made whatever logged wait, the actuator's deadline revert behind a lock held
 //! while logging, and the controller's loop with its kill switch. Lines that find
-//! [`LOG_QUEUE_LINES`] waiting are dropped and counted, and the count is said once stderr takes
-//! lines again. [`flush_logs`] waits (a while) for the queue to empty before the process ends.
+//! [`LOG_QUEUE_LINES`] waiting are dropped and counted, and the count is said where they were
+//! dropped. [`errln!`] lines go the same way, after the log lines before them. [`flush_logs`]
+//! waits for the queue to empty before the process ends, for as long as stderr takes lines.
 
 use std::fmt;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::mpsc::{self, SyncSender};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -63,15 +64,21 @@ pub fn write(args: fmt::Arguments) {
             STDOUT_GONE.store(true, Ordering::Relaxed);
             return;
         }
-        flush_logs(FLUSH_AT_EXIT);
         errln!("error: writing results to stdout: {e}");
+        flush_logs(FLUSH_AT_EXIT);
         std::process::exit(1);
     }
 }
 
-/// Write `args` to stderr, dropping them if it cannot take them.
+/// Write `args` to stderr, dropping them if it cannot take them; after the log lines queued
+/// before them (see the module docs).
 pub fn write_err(args: fmt::Arguments) {
-    let _ = io::stderr().lock().write_fmt(args);
+    match LOG_QUEUE.get() {
+        Some(queue) => enqueue(queue, fmt::format(args).into_bytes()),
+        None => {
+            let _ = io::stderr().lock().write_fmt(args);
+        }
+    }
 }
 
 /// Stderr for the log: a write it cannot take is dropped and reported as done, where
@@ -83,14 +90,7 @@ pub struct Stderr;
 impl Write for Stderr {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match LOG_QUEUE.get() {
-            Some(queue) => {
-                // Counted before it is sent, so that `flush_logs` never sees it gone early.
-                QUEUED.fetch_add(1, Ordering::SeqCst);
-                if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = queue.try_send(buf.to_vec()) {
-                    QUEUED.fetch_sub(1, Ordering::SeqCst);
-                    DROPPED.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+            Some(queue) => enqueue(queue, buf.to_vec()),
             None => write_log_line(buf),
         }
         Ok(buf.len())
@@ -107,7 +107,7 @@ impl Write for Stderr {
 /// How many log lines may wait for stderr before more are dropped.
 pub const LOG_QUEUE_LINES: usize = 4096;
 
-/// How long [`flush_logs`] waits at the end of a command.
+/// How long [`flush_logs`] waits at the end of a command for a stderr that takes nothing.
 pub const FLUSH_AT_EXIT: Duration = Duration::from_secs(2);
 
 static LOG_QUEUE: OnceLock<SyncSender<Vec<u8>>> = OnceLock::new();
@@ -116,6 +116,30 @@ static QUEUED: AtomicU64 = AtomicU64::new(0);
 /// Lines dropped since the last said so.
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
+/// Queue `line` for the log thread, or drop and count it if the queue is full. Lines dropped
+/// before are said first, where the gap is.
+fn enqueue(queue: &SyncSender<Vec<u8>>, line: Vec<u8>) {
+    let send = |line: Vec<u8>| {
+        // Counted before it is sent, so that `flush_logs` never sees it gone early.
+        QUEUED.fetch_add(1, Ordering::SeqCst);
+        let sent = queue.try_send(line).is_ok();
+        if !sent {
+            QUEUED.fetch_sub(1, Ordering::SeqCst);
+        }
+        sent
+    };
+    let dropped = DROPPED.swap(0, Ordering::Relaxed);
+    if dropped > 0 {
+        let said = format!("warning: {dropped} log lines were dropped here: stderr took nothing for a while\n");
+        if !send(said.into_bytes()) {
+            DROPPED.fetch_add(dropped, Ordering::Relaxed);
+        }
+    }
+    if !send(line) {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Write log lines to stderr from a thread of their own from now on (see the module docs).
 pub fn log_in_background() {
     let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(LOG_QUEUE_LINES);
@@ -123,12 +147,6 @@ pub fn log_in_background() {
         for line in rx {
             write_log_line(&line);
             QUEUED.fetch_sub(1, Ordering::SeqCst);
-            let dropped = DROPPED.swap(0, Ordering::Relaxed);
-            if dropped > 0 {
-                write_log_line(
-                    format!("warning: {dropped} log lines were dropped: stderr took nothing for a while\n").as_bytes(),
-                );
-            }
         }
     });
     // Without the thread, lines are written as they come.
@@ -137,12 +155,17 @@ pub fn log_in_background() {
     }
 }
 
-/// Wait until every queued log line is written, or `at_most` has passed (stderr may take
-/// nothing at all).
-pub fn flush_logs(at_most: Duration) {
-    let deadline = Instant::now() + at_most;
-    while QUEUED.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+/// Wait until every queued log line is written, for as long as stderr takes lines, however
+/// slowly; give up once it has taken none for `stalled` (it may take nothing at all).
+pub fn flush_logs(stalled: Duration) {
+    let (mut left, mut moved) = (QUEUED.load(Ordering::SeqCst), Instant::now());
+    while left > 0 && moved.elapsed() < stalled {
         std::thread::sleep(Duration::from_millis(1));
+        let now = QUEUED.load(Ordering::SeqCst);
+        if now < left {
+            moved = Instant::now();
+        }
+        left = now;
     }
 }
 

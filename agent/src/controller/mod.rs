@@ -821,13 +821,15 @@ pub(crate) fn timed_out(s: &tonic::Status) -> bool {
 pub(crate) fn said(s: &tonic::Status) -> String {
     if timed_out(s) {
         "no answer within --call-timeout (the actuator did not reply, or no connection to it opened)".to_string()
-    } else if s.message().contains("frame with invalid size") {
-        // What a TLS server's first bytes look like to a plain HTTP/2 client.
-        format!("{:?}: {} (does the actuator speak TLS? then use https:// and --tls-ca)", s.code(), s.message())
     } else {
         // The transport's causes: "tcp open error" alone hid "Too many open files" (and a
         // refused connection), and read as trouble on the network.
-        crate::error::causes_after(format!("{:?}: {}", s.code(), s.message()), std::error::Error::source(s))
+        let text = crate::error::causes_after(format!("{:?}: {}", s.code(), s.message()), std::error::Error::source(s));
+        // What a TLS server's first bytes look like to a plain HTTP/2 client.
+        match text.contains("frame with invalid size") {
+            true => format!("{text} (does the actuator speak TLS? then use https:// and --tls-ca)"),
+            false => text,
+        }
     }
 }
 

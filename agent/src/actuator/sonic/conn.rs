@@ -61,27 +61,47 @@ pub fn said(e: &redis::RedisError) -> String {
 }
 
 /// `redis://user:secret@host` → `redis://user:***@host`, and `unix:///sock?pass=secret` →
-/// `unix:///sock?pass=***`: messages and logs never show a password. The user info runs to the
-/// last `@` (a password may hold `/`, `?` or `@`); a socket URL has none, its password is a
-/// query field (`pass`, or `password`).
+/// `unix:///sock?pass=***`: messages and logs never show a password. A URL is read as redis-rs
+/// reads it (its password, and the query fields it takes one from, `pass` or `password`, keys
+/// percent-decoded); one it cannot read has everything from the user info's `:` to the last
+/// `@` masked (a password may hold `/`, `?` or `@`), and a `pass` or `password` field.
 pub fn redact_password(url: &str) -> String {
+    let secret = |key: &str| key.eq_ignore_ascii_case("pass") || key.eq_ignore_ascii_case("password");
+    if let Some(mut parsed) = redis::parse_redis_url(url) {
+        if parsed.password().is_some() && parsed.set_password(Some("***")).is_err() {
+            return masked_by_text(url, &secret);
+        }
+        if parsed.query_pairs().any(|(k, _)| secret(&k)) {
+            let pairs: Vec<(String, String)> = parsed
+                .query_pairs()
+                .map(|(k, v)| {
+                    let v = if secret(&k) { "***".to_string() } else { v.into_owned() };
+                    (k.into_owned(), v)
+                })
+                .collect();
+            parsed.query_pairs_mut().clear().extend_pairs(pairs);
+        }
+        return parsed.to_string();
+    }
+    masked_by_text(url, &secret)
+}
+
+/// [`redact_password`] for a URL that does not parse.
+fn masked_by_text(url: &str, secret: &dyn Fn(&str) -> bool) -> String {
     // `unix:/path` too.
     let start = url.find("://").map(|i| i + 3).or_else(|| url.find(':').map(|i| i + 1)).unwrap_or(0);
-    let (head, rest) = match url[..start].contains("unix") {
-        true => (url[..start].to_string(), &url[start..]),
-        false => match url[start..].rfind('@').map(|at| start + at) {
-            Some(at) => match url[start..at].find(':') {
-                Some(colon) => (format!("{}***", &url[..start + colon + 1]), &url[at..]),
-                None => (url[..at].to_string(), &url[at..]),
-            },
-            None => (url[..start].to_string(), &url[start..]),
+    let (head, rest) = match url[start..].rfind('@').map(|at| start + at) {
+        Some(at) => match url[start..at].find(':') {
+            Some(colon) => (format!("{}***", &url[..start + colon + 1]), &url[at..]),
+            None => (url[..at].to_string(), &url[at..]),
         },
+        None => (url[..start].to_string(), &url[start..]),
     };
     let Some((before, query)) = rest.split_once('?') else { return format!("{head}{rest}") };
     let fields: Vec<String> = query
         .split('&')
         .map(|field| match field.split_once('=') {
-            Some((k, _)) if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+            Some((k, _)) if secret(k) => format!("{k}=***"),
             _ => field.to_string(),
         })
         .collect();
@@ -412,6 +432,10 @@ mod tests {
             "redis+unix:///run/redis.sock?user=u&password=***"
         );
         assert_eq!(redact_password("unix:/run/redis.sock?pass=x"), "unix:/run/redis.sock?pass=***");
+        // A key redis-rs decodes; user info in a socket URL; an '@' in a query is no user info.
+        assert!(!redact_password("unix:///s?pa%73s=hunter2").contains("hunter2"));
+        assert!(!redact_password("unix://:hunter2@localhost/run/redis.sock").contains("hunter2"));
+        assert_eq!(redact_password("redis://127.0.0.1:1/0?x=a@b"), "redis://127.0.0.1:1/0?x=a@b");
         let t = RedisTarget::parse("redis://tuner:hunter2@127.0.0.1:1", Duration::from_secs(1)).unwrap();
         assert!(!t.url().contains("hunter2"));
     }
