@@ -152,9 +152,8 @@ fn decisions(path: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
-async fn run_controller(mode: &str) -> (std::process::Output, Vec<serde_json::Value>, u64) {
-    let actuator = Scripted::default();
-    let applies = actuator.applies.clone();
+/// Serve `actuator` on a loopback port; its address.
+async fn serve(actuator: Scripted) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
@@ -162,6 +161,13 @@ async fn run_controller(mode: &str) -> (std::process::Output, Vec<serde_json::Va
             .add_service(ActuatorServer::new(actuator))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
+    addr
+}
+
+async fn run_controller(mode: &str) -> (std::process::Output, Vec<serde_json::Value>, u64) {
+    let actuator = Scripted::default();
+    let applies = actuator.applies.clone();
+    let addr = serve(actuator).await;
     let tmp = tempfile::Builder::new().prefix(&format!("ecn-tuner-ctl-{mode}-")).tempdir().unwrap();
     let dir = tmp.path();
     let log = dir.join("decisions.jsonl");
@@ -254,14 +260,7 @@ async fn bad_telemetry_in_enforce_applies_only_bounded_settings() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_decision_log_whose_reader_goes_away_stops_the_controller() {
     use tokio::io::AsyncBufReadExt;
-    let actuator = Scripted::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(ActuatorServer::new(actuator))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
+    let addr = serve(Scripted::default()).await;
     let target = format!("http://{addr}");
     let args = ["run", "--target", &target, "--mode", "shadow", "--policy", "static:60KB,120KB,0.5"];
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))

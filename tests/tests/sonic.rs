@@ -1051,20 +1051,29 @@ async fn a_stray_key_under_our_profiles_name_is_replaced_by_the_profile() {
     drop(rig.ticker);
 }
 
+/// A rig whose switch a first apply (on Ethernet4) has recorded: with its client, the lease
+/// and an admin connection to CONFIG_DB.
+async fn recorded_rig() -> (Rig, ecn_tests::Client, String, redis::Connection) {
+    let rig = rig(Spec::default(), &[]).await;
+    let mut c = rig.act.client().await;
+    let l = lease(&mut c, "ctl-a").await;
+    apply_ethernet4(&mut c, &l).await.expect("a first apply, which records the switch");
+    let admin = rig.redis.con(CONFIG_DB);
+    (rig, c, l, admin)
+}
+
+/// `CONFIG SET key value` on the server `con` reaches.
+fn config_set(con: &mut redis::Connection, key: &str, value: &str) {
+    let _: () = redis::cmd("CONFIG").arg("SET").arg(key).arg(value).query(con).unwrap();
+}
+
 /// A transaction Redis refuses (here `OOM`: maxmemory reached) ran nothing, and its answer
 /// says so: the Apply fails naming the refusal, and nothing is left in doubt. It was taken
 /// for one without an answer: fenced off on a new connection, and where none could be opened
 /// (maxclients reached) journaled in doubt, the stop exiting 1 and a restart refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_transaction_redis_refuses_is_no_write_in_doubt() {
-    let rig = rig(Spec::default(), &[]).await;
-    let mut c = rig.act.client().await;
-    let l = lease(&mut c, "ctl-a").await;
-    apply_ethernet4(&mut c, &l).await.expect("a first apply, which records the switch");
-    let mut admin = rig.redis.con(CONFIG_DB);
-    let config_set = |con: &mut redis::Connection, key: &str, value: &str| {
-        let _: () = redis::cmd("CONFIG").arg("SET").arg(key).arg(value).query(con).unwrap();
-    };
+    let (rig, mut c, l, mut admin) = recorded_rig().await;
     config_set(&mut admin, "maxmemory-policy", "noeviction");
     config_set(&mut admin, "maxmemory", "1");
     config_set(&mut admin, "maxclients", "1");
@@ -1088,14 +1097,7 @@ async fn a_transaction_redis_refuses_is_no_write_in_doubt() {
 /// and no read-back could run. Staged as a failed `BGSAVE` into a removed directory.
 #[tokio::test(flavor = "multi_thread")]
 async fn under_misconf_telemetry_goes_on_and_an_apply_is_refused_cleanly() {
-    let rig = rig(Spec::default(), &[]).await;
-    let mut c = rig.act.client().await;
-    let l = lease(&mut c, "ctl-a").await;
-    apply_ethernet4(&mut c, &l).await.expect("a first apply, which records the switch");
-    let mut admin = rig.redis.con(CONFIG_DB);
-    let config_set = |con: &mut redis::Connection, key: &str, value: &str| {
-        let _: () = redis::cmd("CONFIG").arg("SET").arg(key).arg(value).query(con).unwrap();
-    };
+    let (rig, mut c, l, mut admin) = recorded_rig().await;
     // MISCONF needs save points and a failed background save: the server's working directory
     // removed under it, the save cannot create its file (root or not).
     config_set(&mut admin, "save", "3600 1");
@@ -1183,11 +1185,7 @@ async fn a_profile_of_ours_that_reads_as_absent_is_written_over_not_deleted() {
 /// stayed on the switch while the journal and GetConfig said the old settings.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_write_whose_multi_is_refused_is_taken_back() {
-    let rig = rig(Spec::default(), &[]).await;
-    let mut c = rig.act.client().await;
-    let l = lease(&mut c, "ctl-a").await;
-    apply_ethernet4(&mut c, &l).await.expect("a first apply, which records the switch");
-    let mut admin = rig.redis.con(CONFIG_DB);
+    let (rig, mut c, l, mut admin) = recorded_rig().await;
     let acl = |con: &mut redis::Connection, rule: &str| {
         let _: () = redis::cmd("ACL").arg("SETUSER").arg("default").arg(rule).query(con).unwrap();
     };
