@@ -73,12 +73,7 @@ pub fn write(args: fmt::Arguments) {
 /// Write `args` to stderr, dropping them if it cannot take them; after the log lines queued
 /// before them (see the module docs).
 pub fn write_err(args: fmt::Arguments) {
-    match LOG_QUEUE.get() {
-        Some(queue) => enqueue(queue, fmt::format(args).into_bytes()),
-        None => {
-            let _ = io::stderr().lock().write_fmt(args);
-        }
-    }
+    let _ = Stderr.write_all(fmt::format(args).as_bytes());
 }
 
 /// Stderr for the log: a write it cannot take is dropped and reported as done, where

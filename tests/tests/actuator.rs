@@ -1146,6 +1146,13 @@ async fn sigusr1_does_not_stop_an_actuator() {
     assert_eq!(code, Some(0));
 }
 
+/// The address an actuator `child` (its stdout piped) says it listens on, in its first line.
+async fn listening_on(child: &mut tokio::process::Child) -> String {
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await.unwrap().unwrap().unwrap();
+    first.strip_prefix("listening on ").expect("the address line").trim().to_string()
+}
+
 /// An actuator started with SIGHUP ignored (`nohup ecn-tuner actuator ... &`) keeps it
 /// ignored: the terminal that closes sends its jobs SIGHUP, and the actuator stopped, though
 /// `nohup` was asked for.
@@ -1162,9 +1169,7 @@ async fn an_actuator_started_under_nohup_ignores_sighup() {
         .stderr(Stdio::null())
         .kill_on_drop(true);
     let mut child = cmd.spawn().expect("nohup");
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await.unwrap().unwrap().unwrap();
-    let addr = first.strip_prefix("listening on ").expect("the address line").trim().to_string();
+    let addr = listening_on(&mut child).await;
     send_signal(child.id(), "HUP");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(child.try_wait().unwrap().is_none(), "the actuator stopped on SIGHUP under nohup");
@@ -1192,7 +1197,7 @@ async fn a_stderr_nobody_reads_holds_neither_calls_nor_the_deadline_revert() {
     unsafe { libc::fcntl(write_end.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal.jsonl");
-    let mut child = tokio::process::Command::new(ecn_tests::ecn_tuner_bin())
+    let mut child = ecn_tests::ecn_tuner_command()
         .args(["actuator", "--backend", "dry-run", "--listen", "127.0.0.1:0", "--journal"])
         .arg(&journal)
         .env("ECN_TUNER_LOG", "debug")
@@ -1202,9 +1207,7 @@ async fn a_stderr_nobody_reads_holds_neither_calls_nor_the_deadline_revert() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await.unwrap().unwrap().unwrap();
-    let addr = first.strip_prefix("listening on ").expect("the address line").trim().to_string();
+    let addr = listening_on(&mut child).await;
     let mut c = pb::actuator_client::ActuatorClient::connect(format!("http://{addr}")).await.expect("connect");
     let q = ids(&c.get_capabilities(pb::GetCapabilitiesRequest {}).await.unwrap().into_inner());
     let l = c

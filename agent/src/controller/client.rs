@@ -38,8 +38,8 @@ pub type Client = ActuatorClient<InterceptedService<Timed, Auth>>;
 /// telemetry stream was reopened on the dead connection meanwhile.
 pub const KEEPALIVE_EVERY: Duration = Duration::from_secs(10);
 
-/// The channel with `--call-timeout` around each call as a whole. tonic's own timeout starts
-/// only once a connection takes the call: a call queued while the channel reconnects (a TLS
+/// The channel with `--call-timeout` around each call as a whole. tonic's own timeout
+/// (`Endpoint::timeout`, not set) starts only once a connection takes the call: a call queued while the channel reconnects (a TLS
 /// handshake that never ends, a name lookup that hangs) waited without end, and the loop, its
 /// kill switch and its stop with it. A call cut short fails as tonic's own timeout does
 /// (`Cancelled`, "Timeout expired").
@@ -125,7 +125,6 @@ pub async fn connect(
     let mut endpoint = Channel::from_shared(target.to_string()).map_err(|e| bad(&e))?;
     endpoint = endpoint
         .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(call_timeout)
         .http2_keep_alive_interval(KEEPALIVE_EVERY)
         .keep_alive_timeout(call_timeout)
         .keep_alive_while_idle(true)
