@@ -3,6 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Open `path` for appending lines (created if missing). In a regular file, a last line cut
@@ -30,7 +31,18 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
             return Ok(f);
         }
     }
-    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
+    // Opening a FIFO to write waits for a reader: with none, the controller hung at its start,
+    // or, reopening on SIGHUP, mid-run with every decision waiting behind it. Not waiting, the
+    // open fails (ENXIO) and says so; the writes after it wait as usual (blocking again).
+    let mut f =
+        OpenOptions::new().create(true).append(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                std::io::Error::new(e.kind(), "a FIFO that no process reads yet: start its reader first")
+            } else {
+                e
+            }
+        })?;
+    blocking(&f)?;
     if f.metadata()?.is_file() {
         let mut read = File::open(path)?;
         if !ends_with_newline(&mut read)? {
@@ -38,6 +50,19 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
         }
     }
     Ok(f)
+}
+
+/// Clear `O_NONBLOCK` on `f`.
+fn blocking(f: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on a descriptor `f` owns, reading and then setting its status flags.
+    unsafe {
+        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Whether `f` is empty or its last byte is a newline.
@@ -132,6 +157,30 @@ mod tests {
             open_append(&p).unwrap().write_all(b"{}\n").unwrap();
             assert_eq!(std::fs::read_to_string(&p).unwrap(), after, "{before:?}");
         }
+    }
+
+    /// A FIFO nobody reads is refused at once (opening it waited for a reader, for ever); one
+    /// that is read is written to as a blocking pipe, so that a slow reader slows the writer
+    /// instead of failing it.
+    #[test]
+    fn a_fifo_is_opened_only_while_someone_reads_it() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("decisions.fifo");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let e = open_append(&fifo).unwrap_err();
+        assert!(e.to_string().contains("no process reads"), "{e}");
+        let reader = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
+        let mut writer = open_append(&fifo).unwrap();
+        // SAFETY: F_GETFL on a descriptor the test owns.
+        let flags = unsafe { libc::fcntl(writer.as_raw_fd(), libc::F_GETFL) };
+        assert_eq!(flags & libc::O_NONBLOCK, 0, "the writer blocks");
+        writer.write_all(b"{}\n").unwrap();
+        let mut got = String::new();
+        std::io::BufReader::new(reader).read_line(&mut got).unwrap();
+        assert_eq!(got, "{}\n");
     }
 
     #[test]

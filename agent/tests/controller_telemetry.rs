@@ -8,7 +8,7 @@
 use ecn_proto::v1 as pb;
 use pb::actuator_server::{Actuator, ActuatorServer};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_stream::Stream;
@@ -16,9 +16,19 @@ use tonic::{Request, Response, Status};
 
 const BASELINE: (u64, u64, f64) = (400_000, 1_600_000, 0.2); // hpcc-alibaba at 100G
 
-#[derive(Default)]
 struct Scripted {
     applies: Arc<AtomicU64>,
+    /// The telemetry stream's batch `k`.
+    batches: fn(u64) -> pb::TelemetryBatch,
+    /// How long the first Confirm takes to answer; `confirming` is set as it starts.
+    confirm_stall: Duration,
+    confirming: Arc<AtomicBool>,
+}
+
+impl Default for Scripted {
+    fn default() -> Self {
+        Scripted { applies: Arc::default(), batches: batch, confirm_stall: Duration::ZERO, confirming: Arc::default() }
+    }
 }
 
 fn qid(port: &str) -> pb::QueueId {
@@ -117,6 +127,9 @@ impl Actuator for Scripted {
         Ok(Response::new(pb::ApplyResponse { generation: g, ..Default::default() }))
     }
     async fn confirm(&self, r: Request<pb::ConfirmRequest>) -> Result<Response<pb::ConfirmResponse>, Status> {
+        if !self.confirming.swap(true, Ordering::SeqCst) {
+            tokio::time::sleep(self.confirm_stall).await;
+        }
         Ok(Response::new(pb::ConfirmResponse { confirmed_generation: r.get_ref().generation }))
     }
     async fn rollback(&self, _: Request<pb::RollbackRequest>) -> Result<Response<pb::RollbackResponse>, Status> {
@@ -127,7 +140,7 @@ impl Actuator for Scripted {
         &self,
         _: Request<pb::StreamTelemetryRequest>,
     ) -> Result<Response<Self::StreamTelemetryStream>, Status> {
-        let s = async_stream(batch);
+        let s = async_stream(self.batches);
         Ok(Response::new(Box::pin(s)))
     }
 }
@@ -284,4 +297,106 @@ async fn a_decision_log_whose_reader_goes_away_stops_the_controller() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("decision log"), "{stderr}");
+}
+
+/// Good telemetry on both queues, but eth2's only from batch 3: the first round changes eth1
+/// alone, and eth2's change waits for a round after eth1's is confirmed.
+fn eth2_late(k: u64) -> pb::TelemetryBatch {
+    let mut b = batch(k.min(9));
+    b.ts_ns = 100_000 * k;
+    for s in &mut b.samples {
+        s.ts_ns = b.ts_ns;
+    }
+    if k < 3 {
+        b.samples.truncate(1);
+    }
+    b
+}
+
+/// SIGTERM while a round is under way (here, held up confirming the change before it): the
+/// round's changes are not applied. The stop waited for its Apply, then for the Apply's
+/// read-back and its rollback, a call timeout each where the actuator had gone slow.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_round_under_way_at_a_stop_applies_nothing() {
+    let actuator = Scripted { batches: eth2_late, confirm_stall: Duration::from_secs(2), ..Default::default() };
+    let (applies, confirming) = (actuator.applies.clone(), actuator.confirming.clone());
+    let addr = serve(actuator).await;
+    let target = format!("http://{addr}");
+    let args = ["run", "--target", &target, "--mode", "enforce", "--allow-writes", "--policy", "static:60KB,120KB,0.5"];
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
+        .args(args)
+        .args(["--interval", "100ms", "--min-dwell", "0s", "--health-window", "2", "--duration", "60s"])
+        .env("ECN_TUNER_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !confirming.load(Ordering::SeqCst) {
+        assert!(started.elapsed() < Duration::from_secs(30), "no change was confirmed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let before = applies.load(Ordering::SeqCst);
+    // SAFETY: kill(2) on the child this test started and has not yet waited for.
+    unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGTERM) };
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(before, 1, "eth1's change alone before the stop: {stderr}");
+    assert_eq!(applies.load(Ordering::SeqCst), before, "an Apply after SIGTERM: {stderr}");
+}
+
+/// A decision log into a FIFO whose reader stays but reads nothing (a hung log shipper, `cat
+/// fifo | less` left unread): once the pipe was full, the control loop waited in the middle of
+/// a round, deaf to SIGTERM and the kill switch. Lines now wait in memory; SIGTERM stops the
+/// controller, which says what it could not write (exit 1).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decision_log_nobody_reads_holds_no_stop() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = tempfile::Builder::new().prefix("ecn-tuner-unread-log-").tempdir().unwrap();
+    let fifo = dir.path().join("decisions.fifo");
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
+    // The smallest pipe, a page: full after a few decisions.
+    // SAFETY: F_SETPIPE_SZ on a pipe descriptor this test holds.
+    assert!(unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) } > 0);
+    // The embedded fabric's 24 queues: a would-be change each at the first round, 13 KB.
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
+        .args(["run", "--target", "sim", "--mode", "shadow", "--policy", "static:60KB,120KB,0.5"])
+        .args(["--interval", "100ms", "--duration", "120s", "--decision-log", fifo.to_str().unwrap()])
+        .env("ECN_TUNER_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Wait for the pipe to fill.
+    let started = std::time::Instant::now();
+    loop {
+        let mut queued: libc::c_int = 0;
+        // SAFETY: FIONREAD writes the byte count into `queued`.
+        assert_eq!(unsafe { libc::ioctl(reader.as_raw_fd(), libc::FIONREAD, &mut queued) }, 0);
+        if queued >= 3000 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the pipe never filled: {queued} bytes");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // SAFETY: kill(2) on the child this test started and has not yet waited for.
+    unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGTERM) };
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("SIGTERM stops a controller whose decision log is not read")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("decisions not written"), "{stderr}");
+    drop(reader);
 }

@@ -361,6 +361,56 @@ async fn a_long_run_on_the_embedded_fabric_compares_its_last_runs() {
     assert!(seeds.windows(2).all(|w| w[0] < w[1]) && seeds[0] > 1, "the last runs, in order: {seeds:?}");
 }
 
+/// A stop during `run --target sim`'s closing comparison (the controller already stopped at
+/// --duration) cuts the comparison short: it said "stopping cleanly" and ran on to its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_during_the_closing_comparison_skips_it() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::Builder::new().prefix("ecn-stop-compare-").tempdir().unwrap();
+    let scenario = dir.path().join("long.toml");
+    // Runs of 100 ms of traffic: a few complete in 5 s, each a second or so to simulate again.
+    std::fs::write(&scenario, LONG_SCENARIO.replace("\"600ms\"", "\"100ms\"")).unwrap();
+    let args = ["run", "--target", "sim", "--scenario", scenario.to_str().unwrap(), "--time-scale", "1"];
+    let mut child = ecn_tests::ecn_tuner_command()
+        .args(args)
+        .args(["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--duration", "5s"])
+        .env("ECN_TUNER_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut said = String::new();
+    let comparing = async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            said.push_str(&line);
+            said.push('\n');
+            if line.contains("simulating the completed runs again") {
+                return true;
+            }
+        }
+        false
+    };
+    let comparing = tokio::time::timeout(FABRIC_PATIENCE, comparing).await.expect("the comparison starts");
+    assert!(comparing, "{said}");
+    send_signal(child.id(), "INT");
+    let rest = async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            said.push_str(&line);
+            said.push('\n');
+        }
+    };
+    tokio::time::timeout(FABRIC_PATIENCE, rest).await.expect("the command ends");
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("the baseline comparison is cut short"), "{said}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert!(report["rounds"].as_u64().unwrap() > 0 && report.get("comparison").is_none(), "{report}");
+}
+
 /// The small fabric, with traffic for 600 ms of simulated time (30 s of wall-clock time at the
 /// default time scale): one run outlasts a test that needs two health windows of 200 ms.
 const LONG_SCENARIO: &str = "base = \"websearch-50\"\nduration = \"600ms\"\ndrain = \"20ms\"\n\

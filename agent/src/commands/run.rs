@@ -6,6 +6,7 @@ use crate::actuator::sim::DEFAULT_SIM_SCENARIO;
 use crate::actuator::{self, ServeOptions, SimOptions};
 use crate::controller::guardrails::GuardrailConfig;
 use crate::controller::health::HealthConfig;
+use crate::controller::requests::{self, Requester, Requests};
 use crate::controller::{self, ControllerConfig, Mode};
 use crate::error::CliError;
 use crate::learned::LearnedModel;
@@ -236,11 +237,15 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
     // SIGHUP reopens the decision log (logrotate) and stops nothing; its default action would
     // end the process, as it did within the first tenth of a second (loading the model), before
     // the controller took it over. Taken from here on; one that comes before the log is open
-    // has nothing to reopen.
+    // has nothing to reopen. SIGINT, SIGTERM and SIGUSR1 (the kill switch) become requests
+    // from here on too: SIGUSR1's default action killed a controller still loading its model,
+    // and `--target sim`'s closing comparison must hear a stop as well.
+    let (requester, requests) = requests::channel();
     {
         let _runtime = rt.enter();
         let _taken = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .map_err(|e| CliError::Failed(format!("cannot install a signal handler (SIGHUP): {e}")))?;
+        requester.listen_for_signals()?;
     }
     expand_scenario_target(&mut a)?;
     refuse_flags_of_other_targets(&a)?;
@@ -359,11 +364,11 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
             storms: Vec::new(),
             bad_write: None,
         };
-        let result = rt.block_on(run_embedded(cfg, sim, a.journal));
+        let result = rt.block_on(run_embedded(cfg, sim, a.journal, (requester, requests)));
         rt.shutdown_timeout(SHUTDOWN_GRACE);
         return result;
     }
-    let report = rt.block_on(controller::run_all(cfg, a.target));
+    let report = rt.block_on(controller::run_all(cfg, a.target, (requester, requests)));
     rt.shutdown_timeout(SHUTDOWN_GRACE);
     let report = report?;
     outln!("{}", report_json(&report, None));
@@ -431,8 +436,14 @@ fn counts_json(r: &controller::RunReport) -> serde_json::Value {
 
 /// `--target sim`: a simulated fabric behind an in-process actuator, the controller against
 /// it, and at the end every completed scenario run compared with the same seed under the
-/// static baseline.
-async fn run_embedded(cfg: ControllerConfig, sim: SimOptions, journal: Option<PathBuf>) -> Result<(), CliError> {
+/// static baseline. A stop asked for during the comparison cuts it short: the report comes
+/// without it.
+async fn run_embedded(
+    cfg: ControllerConfig,
+    sim: SimOptions,
+    journal: Option<PathBuf>,
+    (requester, requests): (Requester, Requests),
+) -> Result<(), CliError> {
     let scenario = sim.scenario.clone();
     let opts = ServeOptions { journal, ..ServeOptions::loopback() };
     let handle = actuator::serve_sim(sim, opts).await?;
@@ -445,17 +456,35 @@ async fn run_embedded(cfg: ControllerConfig, sim: SimOptions, journal: Option<Pa
         Mode::Shadow => format!("as run (shadow mode: nothing written; {} only logged decisions)", cfg.policy),
     };
     let key = if cfg.mode == Mode::Enforce { "controlled" } else { "as_run" };
-    let report = controller::run_all(cfg, vec![handle.url()]).await?;
+    let mut stop = requests.stop.clone();
+    let report = controller::run_all(cfg, vec![handle.url()], (requester, requests)).await?;
     let (mut runs, completed) = handle.sim().map(|s| s.completed_runs()).unwrap_or_default();
     handle.shutdown().await?;
-    // Each run is simulated again under the baseline, on every core: the last ones only.
+    // A stop that ended the control loops still gets the comparison, as a clean stop; a later
+    // one (the controller stopped at --duration) is someone who will not wait for it.
+    let stopped_before = stop.is_requested();
+    // Each run is simulated again under the baseline, on every core: the last ones only. On a
+    // thread of its own, left behind at exit if a stop cuts it short.
     runs.drain(..runs.len().saturating_sub(COMPARED_RUNS));
-    let scenarios = runs.iter().map(|run| Scenario::load(&scenario, Some(run.seed))).collect::<Result<Vec<_>, _>>()?;
-    let (policy, label) = (Policy::Baseline(baseline), format!("baseline:{}", baseline.name()));
-    let jobs: Vec<_> = scenarios.iter().map(|scenario| Job { scenario, policy: &policy, label: &label }).collect();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len());
-    let bases = rollout::simulate_all(&jobs, threads)?;
-    let rows: Vec<(Summary, Summary)> = runs.into_iter().zip(bases).collect();
+    if !runs.is_empty() {
+        info!(
+            runs = runs.len(),
+            "simulating the completed runs again under baseline:{} (a stop skips it)",
+            baseline.name()
+        );
+    }
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(simulate_under_baseline(&scenario, baseline, runs));
+    });
+    let rows = tokio::select! {
+        rows = done => rows.map_err(|_| CliError::Failed("the baseline comparison stopped without a result".into()))??,
+        why = stop.stopped(), if !stopped_before => {
+            info!(?why, "the baseline comparison is cut short: the report comes without it");
+            outln!("{}", report_json(&report, None));
+            return failure(&report);
+        }
+    };
     let enforced = key == "controlled";
     crate::output::write_err(format_args!("{}", comparison_table(&ran, baseline, &rows, completed, enforced)));
     let comparison = serde_json::json!(rows
@@ -464,6 +493,20 @@ async fn run_embedded(cfg: ControllerConfig, sim: SimOptions, journal: Option<Pa
         .collect::<Vec<_>>());
     outln!("{}", report_json(&report, Some(comparison)));
     failure(&report)
+}
+
+/// Each of `runs` paired with the same seed of `scenario` simulated under `baseline`.
+fn simulate_under_baseline(
+    scenario: &str,
+    baseline: Baseline,
+    runs: Vec<Summary>,
+) -> Result<Vec<(Summary, Summary)>, CliError> {
+    let scenarios = runs.iter().map(|run| Scenario::load(scenario, Some(run.seed))).collect::<Result<Vec<_>, _>>()?;
+    let (policy, label) = (Policy::Baseline(baseline), format!("baseline:{}", baseline.name()));
+    let jobs: Vec<_> = scenarios.iter().map(|scenario| Job { scenario, policy: &policy, label: &label }).collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len());
+    let bases = rollout::simulate_all(&jobs, threads)?;
+    Ok(runs.into_iter().zip(bases).collect())
 }
 
 /// The completed runs of `run --target sim` that its comparison simulates again under the

@@ -1,10 +1,12 @@
 //! The controller's decision log: JSON lines, one per decision (PRODUCT.md "JSON outputs").
 
 use serde::Serialize;
+use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// One decision about one queue.
 #[derive(Debug, Clone, Serialize)]
@@ -29,28 +31,80 @@ pub struct Decision<'a> {
     pub reason: String,
 }
 
-/// Append-only JSON-lines writer, shared by every actuator's control loop; each line is
-/// written whole and flushed, so a crash loses nothing written.
+/// Append-only JSON-lines writer, shared by every actuator's control loop. Lines are written
+/// whole, in order, by a thread of their own: a reader that stays but stops reading (`| less`
+/// left unread, a hung log shipper behind a FIFO) held the control loop in the middle of a
+/// round, its kill switch and SIGTERM with it, once the pipe was full. Now lines wait in memory
+/// meanwhile, and a log that takes no line for [`STALL_LIMIT`] (or lets [`MAX_WAITING_BYTES`]
+/// pile up) fails the next write, as a log that cannot be written does: the controller stops
+/// cleanly. [`DecisionLog::close`] writes what waits before the process ends.
 ///
 /// The log grows by a line per queue per round (about 550 bytes), so it is meant to be rotated:
 /// on SIGHUP ([`DecisionLog::reopen_on_hangup`]) it opens its path afresh, which is what
 /// logrotate's `postrotate` step expects after it renamed the file.
 #[derive(Clone)]
 pub struct DecisionLog {
-    out: Option<Arc<Mutex<Sink>>>,
+    out: Option<Arc<Shared>>,
 }
 
-/// The file lines go to, and the path it was opened from.
-struct Sink {
+/// How long the log may take no line before a write fails: a reader that has stopped.
+pub const STALL_LIMIT: Duration = Duration::from_secs(30);
+
+/// How many bytes of lines may wait for a slow reader before a write fails (about 120 000
+/// decisions: a round of the largest fabrics the controller is measured on).
+pub const MAX_WAITING_BYTES: usize = 64 << 20;
+
+/// What the control loops and the writer thread share.
+struct Shared {
     path: PathBuf,
-    writer: BufWriter<File>,
+    queue: Mutex<Queue>,
+    /// Signalled when a line is queued, written, or the log closes.
+    changed: Condvar,
+    /// The file lines go to; the writer thread holds it while it writes.
+    file: Mutex<File>,
+}
+
+/// Lines waiting for the writer thread, and how it fares.
+#[derive(Default)]
+struct Queue {
+    lines: VecDeque<Vec<u8>>,
+    bytes: usize,
+    /// Since when the line being written has been written (`None` between lines).
+    writing_since: Option<Instant>,
+    /// Lines written so far.
+    written: u64,
+    /// Why the writer thread stopped: every later write fails with it.
+    failed: Option<(std::io::ErrorKind, String)>,
+    closed: bool,
+}
+
+impl Queue {
+    fn error(&self) -> Option<std::io::Error> {
+        if let Some((kind, why)) = &self.failed {
+            return Some(std::io::Error::new(*kind, why.clone()));
+        }
+        let stalled = self.writing_since.map(|t| t.elapsed()).filter(|d| *d >= STALL_LIMIT);
+        if let Some(d) = stalled {
+            return Some(std::io::Error::other(format!(
+                "no line taken for {} s (its reader has stopped reading?); {} decisions wait",
+                d.as_secs(),
+                self.lines.len() + 1
+            )));
+        }
+        (self.bytes > MAX_WAITING_BYTES).then(|| {
+            std::io::Error::other(format!(
+                "{} MiB of decisions wait for a reader that does not keep up",
+                self.bytes >> 20
+            ))
+        })
+    }
 }
 
 /// A log cut short by a full disk or a crash gets its partial last line ended: the next run's
 /// first decision was glued to it, and neither line could be read.
-fn open_append(path: &Path) -> std::io::Result<BufWriter<File>> {
+fn open_append(path: &Path) -> std::io::Result<File> {
     refuse_other_files(path)?;
-    Ok(BufWriter::new(crate::line_files::open_append(path)?))
+    crate::line_files::open_append(path)
 }
 
 /// A file that is there whose first line is no decision (a journal, a token file, telemetry
@@ -86,11 +140,16 @@ fn refuse_other_files(path: &Path) -> std::io::Result<()> {
 impl DecisionLog {
     /// Log to `path` (appending), or nowhere.
     pub fn open(path: Option<&Path>) -> std::io::Result<Self> {
-        let out = match path {
-            Some(p) => Some(Arc::new(Mutex::new(Sink { path: p.to_path_buf(), writer: open_append(p)? }))),
-            None => None,
-        };
-        Ok(DecisionLog { out })
+        let Some(path) = path else { return Ok(DecisionLog { out: None }) };
+        let shared = Arc::new(Shared {
+            path: path.to_path_buf(),
+            queue: Mutex::new(Queue::default()),
+            changed: Condvar::new(),
+            file: Mutex::new(open_append(path)?),
+        });
+        let writer = shared.clone();
+        std::thread::Builder::new().name("decision-log".into()).spawn(move || writer.write_lines())?;
+        Ok(DecisionLog { out: Some(shared) })
     }
 
     /// Whether decisions go anywhere (callers skip building them otherwise).
@@ -98,27 +157,56 @@ impl DecisionLog {
         self.out.is_some()
     }
 
-    /// Write one decision.
+    /// Queue one decision to be written. Fails once the log has failed or stalled.
     pub fn write(&self, d: &Decision<'_>) -> std::io::Result<()> {
         if let Some(out) = &self.out {
             let mut line = serde_json::to_vec(d)?;
             line.push(b'\n');
-            let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
-            out.writer.write_all(&line)?;
-            out.writer.flush()?;
+            let mut q = out.lock_queue();
+            if let Some(e) = q.error() {
+                return Err(e);
+            }
+            q.bytes += line.len();
+            q.lines.push_back(line);
+            out.changed.notify_all();
         }
         Ok(())
     }
 
+    /// Write what waits, for as long as lines are taken (up to `patience` without one), and
+    /// stop the writer thread. An error says what was lost.
+    pub fn close(&self, patience: Duration) -> std::io::Result<()> {
+        let Some(out) = &self.out else { return Ok(()) };
+        let mut q = out.lock_queue();
+        q.closed = true;
+        out.changed.notify_all();
+        loop {
+            if let Some((kind, why)) = &q.failed {
+                return Err(std::io::Error::new(*kind, why.clone()));
+            }
+            let left = q.lines.len() + usize::from(q.writing_since.is_some());
+            if left == 0 {
+                return Ok(());
+            }
+            let written = q.written;
+            let (next, waited) = out.changed.wait_timeout(q, patience).unwrap_or_else(|e| e.into_inner());
+            q = next;
+            if waited.timed_out() && q.written == written {
+                return Err(std::io::Error::other(format!(
+                    "{left} decisions not written: the log took none for {} s",
+                    patience.as_secs_f64()
+                )));
+            }
+        }
+    }
+
     /// Open the path afresh (after a rotation renamed the file): later lines go to a new file
     /// there. When it cannot be opened, lines keep going to the old file, and the error says why.
+    /// Blocks while a line is being written.
     pub fn reopen(&self) -> std::io::Result<()> {
         if let Some(out) = &self.out {
-            let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
             let fresh = open_append(&out.path)?;
-            // Lines are flushed as written; this only makes sure before the old file closes.
-            out.writer.flush()?;
-            out.writer = fresh;
+            *out.file.lock().unwrap_or_else(|e| e.into_inner()) = fresh;
         }
         Ok(())
     }
@@ -135,17 +223,60 @@ impl DecisionLog {
                     tracing::info!("SIGHUP: no decision log to reopen");
                     continue;
                 };
-                let path = out.lock().unwrap_or_else(|e| e.into_inner()).path.clone();
-                match log.reopen() {
-                    Ok(()) => tracing::info!(path = %path.display(), "SIGHUP: decision log reopened"),
-                    Err(e) => tracing::warn!(
+                let path = out.path.clone();
+                // It waits for the line being written: off the runtime's threads.
+                let reopen = log.clone();
+                match tokio::task::spawn_blocking(move || reopen.reopen()).await {
+                    Ok(Ok(())) => tracing::info!(path = %path.display(), "SIGHUP: decision log reopened"),
+                    Ok(Err(e)) => tracing::warn!(
                         path = %path.display(),
                         "SIGHUP: cannot reopen the decision log ({e}); lines keep going to the old file"
                     ),
+                    Err(e) => tracing::warn!("SIGHUP: reopening the decision log failed: {e}"),
                 }
             }
         });
         Ok(())
+    }
+}
+
+impl Shared {
+    fn lock_queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The writer thread: every queued line, in order, until the log is closed and empty or a
+    /// write fails.
+    fn write_lines(&self) {
+        loop {
+            let line = {
+                let mut q = self.lock_queue();
+                loop {
+                    if let Some(line) = q.lines.pop_front() {
+                        q.writing_since = Some(Instant::now());
+                        break line;
+                    }
+                    if q.closed {
+                        return;
+                    }
+                    q = self.changed.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            let written = self.file.lock().unwrap_or_else(|e| e.into_inner()).write_all(&line);
+            let mut q = self.lock_queue();
+            q.writing_since = None;
+            q.bytes -= line.len();
+            q.written += 1;
+            if let Err(e) = written {
+                q.failed = Some((e.kind(), e.to_string()));
+                q.lines.clear();
+                q.bytes = 0;
+            }
+            self.changed.notify_all();
+            if q.failed.is_some() {
+                return;
+            }
+        }
     }
 }
 
@@ -157,6 +288,71 @@ pub fn unix_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn decision(n: usize) -> Decision<'static> {
+        Decision {
+            ts: n as u64,
+            target: "t",
+            mode: "shadow",
+            queue: format!("s/p/{n}"),
+            observation: serde_json::json!({"pad": "x".repeat(500)}),
+            proposed: None,
+            after_guardrails: serde_json::Value::Null,
+            applied: false,
+            reason: "policy".into(),
+        }
+    }
+
+    /// A reader that stays but reads nothing: writes go on without waiting for it (the pipe
+    /// filled, and the control loop waited in the middle of a round), the close gives up
+    /// saying what was lost, and a reader that reads gets every line, in order.
+    #[test]
+    fn a_reader_that_stops_reading_holds_no_write() {
+        use std::io::BufRead;
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("decisions.fifo");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
+        let log = DecisionLog::open(Some(&fifo)).unwrap();
+        // 1 000 lines of 600-odd bytes: ten times what a pipe holds.
+        for n in 0..1000 {
+            log.write(&decision(n)).unwrap();
+        }
+        let e = log.close(Duration::from_millis(300)).unwrap_err();
+        assert!(e.to_string().contains("decisions not written"), "{e}");
+        // The reader catches up: every line arrives, in order.
+        let mut reader = std::io::BufReader::new(reader);
+        let mut n = 0;
+        while n < 1000 {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) => break,
+                Ok(_) => {
+                    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+                    assert_eq!(v["ts"], n as u64);
+                    n += 1;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(n, 1000);
+    }
+
+    /// A log that has taken no line for the stall limit, or has too much waiting, fails the
+    /// next write: the controller stops as for a log it cannot write.
+    #[test]
+    fn a_stalled_or_swamped_log_fails_the_next_write() {
+        let mut q = Queue { writing_since: Some(Instant::now()), ..Default::default() };
+        assert!(q.error().is_none());
+        q.writing_since = Instant::now().checked_sub(STALL_LIMIT);
+        assert!(q.error().unwrap().to_string().contains("no line taken for 30 s"));
+        let q = Queue { bytes: MAX_WAITING_BYTES + 1, ..Default::default() };
+        assert!(q.error().unwrap().to_string().contains("does not keep up"));
+    }
 
     #[test]
     fn only_a_decision_log_is_appended_to() {

@@ -280,8 +280,13 @@ struct Planned {
 }
 
 /// Run one control loop per target in this process, sharing the metrics endpoint and the
-/// decision log, until `duration`, SIGINT/SIGTERM, or a fatal error in any loop.
-pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunReport, CliError> {
+/// decision log, until `duration`, a stop request (SIGINT/SIGTERM, once
+/// [`requests::Requester::listen_for_signals`] was called), or a fatal error in any loop.
+pub async fn run_all(
+    cfg: ControllerConfig,
+    targets: Vec<String>,
+    (requester, requests): (requests::Requester, requests::Requests),
+) -> Result<RunReport, CliError> {
     let metrics = Metrics::new();
     if let Some(addr) = cfg.metrics {
         let bound = metrics.serve(addr).await.map_err(|e| CliError::BadInput(format!("--metrics {addr}: {e}")))?;
@@ -294,8 +299,6 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
     decisions
         .reopen_on_hangup()
         .map_err(|e| CliError::Failed(format!("cannot install a signal handler (SIGHUP): {e}")))?;
-    let (requester, requests) = requests::channel();
-    requester.listen_for_signals()?;
     // The kill switch is the process's, and shows whatever its loops are doing when scraped.
     let (kill, kill_file) = (requests.kill.clone(), cfg.kill_file.clone());
     metrics.watch_kill_switch(move || kill.is_thrown() || kill_file.as_deref().is_some_and(kill_file_present));
@@ -351,6 +354,13 @@ pub async fn run_all(cfg: ControllerConfig, targets: Vec<String>) -> Result<RunR
                     Some(_) => warn!("another target failed as well: {e}"),
                 }
             }
+        }
+    }
+    // Decisions still waiting are written before the report: as long as the log takes them.
+    if let Err(e) = decisions.close(Duration::from_secs(2)) {
+        match &first_error {
+            None => first_error = Some(CliError::Failed(format!("decision log: {e}"))),
+            Some(_) => warn!("decision log: {e}"),
         }
     }
     match first_error {
@@ -583,6 +593,17 @@ pub async fn run(
             let round = lp.decide(now)?;
             if let Some(t) = arrived {
                 lp.series.decision_latency_seconds.observe(t.elapsed().as_secs_f64());
+            }
+            // A stop asked for while this round renewed the lease, confirmed or rolled back
+            // (a slow actuator, a name lookup that hangs) does not get the round's Apply: the
+            // stop then waited for it, its read-back and its rollback, a call timeout each.
+            if requests.stop.is_requested() {
+                if round.is_empty() {
+                    info!(target = %lp.cfg.target, "stopping");
+                } else {
+                    info!(target = %lp.cfg.target, changes = round.len(), "stopping: this round's changes are not applied");
+                }
+                break;
             }
             if !round.is_empty() {
                 lp.apply_round(round).await?;

@@ -104,6 +104,11 @@ impl Requester {
 }
 
 impl StopRequests {
+    /// Whether a stop has been asked for, now.
+    pub fn is_requested(&self) -> bool {
+        self.0.borrow().is_some()
+    }
+
     /// Wait for a stop request; returns its reason. Pending for ever once every sender is gone.
     pub async fn stopped(&mut self) -> StopReason {
         let why = self.0.wait_for(Option::is_some).await.ok().and_then(|r| *r);
