@@ -131,8 +131,28 @@ fn filter_that_may_show_nothing(filter: &str) -> Option<String> {
     ))
 }
 
+/// Print clap's help, version or usage error, and its exit code; clap's own exit ignored a
+/// failed write (`--help > /dev/full` exited 0, nothing written). A closed pipe (`--help |
+/// head`) is no failure, as for every other output.
+fn said_by_clap(e: clap::Error) -> ExitCode {
+    let code = u8::try_from(e.exit_code()).unwrap_or(2);
+    use std::io::Write;
+    match e.print().and_then(|()| std::io::stdout().flush()) {
+        Err(w) if w.kind() != std::io::ErrorKind::BrokenPipe => {
+            let to = if e.use_stderr() { "stderr" } else { "stdout" };
+            // Where stderr is what failed, the exit code alone can say it.
+            let _ = writeln!(std::io::stderr(), "error: writing to {to}: {w}");
+            ExitCode::from(code.max(1))
+        }
+        _ => ExitCode::from(code),
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(negative_values_joined(std::env::args_os()));
+    let cli = match Cli::try_parse_from(negative_values_joined(std::env::args_os())) {
+        Ok(cli) => cli,
+        Err(e) => return said_by_clap(e),
+    };
     // -v is for ecn-tuner's own detail: the gRPC and HTTP/2 libraries' debug lines (a frame
     // each) would bury it, so they stay at info unless -vv.
     let ours = ["ecn_tuner", "ecn_env", "ecn_models", "ecn_datasets", "journal"];
@@ -154,9 +174,7 @@ fn main() -> ExitCode {
     // Colours only on a terminal, and not where the user turned them off (NO_COLOR, set to
     // anything, or a terminal that cannot show them): logs piped to a file or a collector stay
     // plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-        && std::env::var("TERM").map_or(true, |t| t != "dumb");
+    let ansi = output::stderr_redraws() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     output::log_in_background();
     tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -180,6 +180,13 @@ fn write_log_line(buf: &[u8]) {
 /// The progress bar log lines make way for, if one is shown.
 static SHOWN: Mutex<Option<ProgressBar>> = Mutex::new(None);
 
+/// Whether stderr is a terminal that can redraw a line in place: not a pipe or a file, and not
+/// `TERM=dumb` (Emacs' shell, some CI consoles), where every redraw of a progress bar came out
+/// as a line of its own. Progress bars show only there, and log colours.
+pub fn stderr_redraws() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var("TERM").map_or(true, |t| t != "dumb")
+}
+
 /// Log lines clear `bar` while they are written, until the returned guard is dropped. Do not
 /// log from inside `bar.suspend`: the line would wait for the bar it is suspended in.
 #[must_use = "the bar is shown only while the guard lives"]

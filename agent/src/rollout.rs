@@ -9,7 +9,6 @@ use ecn_env::summary::Summary;
 use ecn_env::tuning::TuningConfig;
 use ecn_env::{BitsPerSec, Simulator};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -151,7 +150,7 @@ pub struct Job<'a> {
 /// Run `jobs` on `threads` threads; summaries in the order of `jobs`. After the first failure
 /// no new run starts, and the failure of the earliest job is returned.
 pub fn simulate_all(jobs: &[Job], threads: usize) -> Result<Vec<Summary>, CliError> {
-    let bar = if std::io::stderr().is_terminal() { ProgressBar::new(jobs.len() as u64) } else { ProgressBar::hidden() };
+    let bar = if crate::output::stderr_redraws() { ProgressBar::new(jobs.len() as u64) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} runs ({elapsed}, ETA {eta}) {msg}")
             .expect("static template")

@@ -503,6 +503,29 @@ fn a_reader_that_went_away_ends_the_output_quietly() {
     }
 }
 
+/// Help, version and usage errors that cannot be written exit non-zero, saying so where it
+/// can (clap's own exit ignored the failure: `--help > /dev/full` exited 0); a reader that
+/// went away is no failure, as for every other output.
+#[test]
+fn help_that_cannot_be_written_is_a_failure() {
+    let full = || std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let run = |args: &[&str], stdout: std::process::Stdio, stderr: std::process::Stdio| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ecn-tuner")).args(args).stdout(stdout).stderr(stderr).output();
+        out.expect("run ecn-tuner")
+    };
+    for args in [&["--help"][..], &["run", "--help"], &["--version"]] {
+        let out = run(args, full().into(), std::process::Stdio::piped());
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("No space left"), "{args:?}");
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = run(args, writer.into(), std::process::Stdio::piped());
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = run(&["--no-such-flag"], std::process::Stdio::null(), full().into());
+    assert_eq!(out.status.code(), Some(2), "a usage error stays one; no panic writing it");
+}
+
 /// The acceptance check against the HPCC ns-3 simulator, through the CLI exactly as a user runs
 /// it: same topology, flows and configuration; every flow completes; overall median slowdown
 /// within 15% and p99 within 25% of the reference.

@@ -2308,6 +2308,53 @@ async fn a_redis_user_that_cannot_fence_is_refused_at_start() {
     assert!(stderr.contains("+@transaction") && stderr.contains("NOPERM"), "{stderr}");
 }
 
+/// `--redis-password-file`: the password stays off the command line (`ps` showed it to every
+/// user), for the actuator and `sonic restore` alike; a wrong one, and one given twice (in the
+/// URL too), are refused (exit 2) without the password in the message.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_password_can_come_from_a_file() {
+    let redis = RedisServer::start();
+    seed(&redis, &Spec::default());
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "tuner", "on", ">hunter2 x", "~*", "&*", "+@all"])
+        .query(&mut redis.con(0))
+        .unwrap();
+    let dir = tempfile::Builder::new().prefix("ecn-redis-password-").tempdir().unwrap();
+    let secret = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    // A space inside the password, and the file's line end, which is not part of it.
+    let (good, bad) = (secret("good", "hunter2 x\n"), secret("bad", "hunter3\n"));
+    let url = format!("redis://tuner@127.0.0.1:{}", redis.port);
+    let act = Actuator::start(&["--backend", "sonic", "--redis", &url, "--redis-password-file", &good]).await;
+    let mut c = act.client().await;
+    assert!(!c.get_capabilities(pb::GetCapabilitiesRequest {}).await.unwrap().into_inner().queues.is_empty());
+    drop(act);
+    let (code, stdout, stderr) = run_cli(&["sonic", "restore", "--redis", &url, "--redis-password-file", &good]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("restored") || stdout.contains("nothing to restore"), "{stdout}");
+
+    let journal = dir.path().join("journal.jsonl").display().to_string();
+    let start = |url: String, file: String| {
+        let journal = journal.clone();
+        async move {
+            let args = ["actuator", "--backend", "sonic", "--redis", &url, "--listen", "127.0.0.1:0"];
+            let (code, _, stderr) =
+                run_cli(&[&args[..], &["--journal", &journal, "--redis-password-file", &file]].concat()).await;
+            (code, stderr)
+        }
+    };
+    let (code, stderr) = start(url.clone(), bad).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("authentication refused") && !stderr.contains("hunter"), "{stderr}");
+    let twice = format!("redis://tuner:hunter2@127.0.0.1:{}", redis.port);
+    let (code, stderr) = start(twice, good).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("has a password already") && !stderr.contains("hunter2"), "{stderr}");
+}
+
 /// Without a journal, an actuator restarted after a crash would take an unconfirmed change it
 /// finds on the switch for confirmed settings: the SONiC backend refuses to start without one,
 /// and writes nothing.

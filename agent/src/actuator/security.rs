@@ -106,6 +106,23 @@ pub fn read_token_file(path: &Path) -> Result<String, ActuatorError> {
     Ok(token.to_string())
 }
 
+/// Read a Redis password from a file (`--redis-password-file`): its content, without the
+/// line's end. On the command line (in the URL), `ps` showed it to every user of the machine.
+pub fn read_password_file(flag: &str, path: &Path) -> Result<String, ActuatorError> {
+    let text = read_text_at_most(path, TOKEN_MAX_BYTES)
+        .map_err(|e| ActuatorError::BadInput(format!("{flag} {}: {e}", path.display())))?;
+    // Only the line's end goes: a password may hold spaces, at either end too.
+    let password = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
+    if password.is_empty() {
+        return Err(ActuatorError::BadInput(format!("{flag} {}: the file is empty", path.display())));
+    }
+    if password.contains('\n') {
+        return Err(ActuatorError::BadInput(format!("{flag} {}: the password must be one line", path.display())));
+    }
+    warn_if_others_may_use(flag, path);
+    Ok(password.to_string())
+}
+
 /// The access bits of `path` other users have, when they have any: a secret they may read is
 /// said, as ssh says of a private key (not refused: a container's secret mount may show other
 /// modes).

@@ -194,6 +194,7 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
             let mut o = SonicOptions::new(args.redis.url()?);
             o.dbs = args.redis.dbs()?;
             o.timeout = args.redis.timeout()?;
+            o.password = args.redis.password()?;
             o.switch_name = args.switch_name.clone();
             let duration = |flag: &str, given: &Option<String>, default: std::time::Duration| {
                 given.as_deref().map_or(Ok(default), |text| positive_duration(flag, text))

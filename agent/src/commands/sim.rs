@@ -71,6 +71,9 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
             .expect("static template")
             .progress_chars("=> "),
     );
+    if !crate::output::stderr_redraws() {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
     let shown = crate::output::showing(&bar);
     let outcome = match &policy {
         Some(p) => rollout::simulate(&scenario, p, &policy_name, Some(&bar))?,

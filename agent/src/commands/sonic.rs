@@ -36,6 +36,10 @@ pub struct RedisArgs {
     /// Connect, read and write timeout of every Redis call [default: 3s].
     #[arg(long, value_name = "DUR")]
     pub redis_timeout: Option<String>,
+    /// Read the Redis password from this file (one line), where a password in the URL would
+    /// show in `ps` to every user of the machine.
+    #[arg(long, value_name = "FILE")]
+    pub redis_password_file: Option<PathBuf>,
 }
 
 impl RedisArgs {
@@ -82,6 +86,12 @@ impl RedisArgs {
         super::positive_duration("--redis-timeout", self.redis_timeout.as_deref().unwrap_or("3s"))
     }
 
+    /// `--redis-password-file`'s password, if given.
+    pub fn password(&self) -> Result<Option<String>, CliError> {
+        let read = |p: &PathBuf| crate::actuator::security::read_password_file("--redis-password-file", p);
+        Ok(self.redis_password_file.as_ref().map(read).transpose()?)
+    }
+
     /// `--redis`, required: also where a flag that needs it is given without it.
     pub fn url(&self) -> Result<&str, CliError> {
         match (&self.redis, self.flag_given()) {
@@ -108,6 +118,7 @@ impl RedisArgs {
         redis
             .or_else(|| self.indices_given().into_iter().find_map(|(flag, v)| v.map(|_| flag)))
             .or_else(|| self.redis_timeout.is_some().then_some("--redis-timeout"))
+            .or_else(|| self.redis_password_file.is_some().then_some("--redis-password-file"))
     }
 }
 
@@ -168,7 +179,9 @@ fn restore(a: RestoreArgs) -> Result<(), CliError> {
     let url = a.redis.url()?;
     let dbs = a.redis.dbs_of(&crate::actuator::sonic::schema::RESTORE_DB_FLAGS)?;
     let from = a.from.as_deref().map(recording_file).transpose()?;
-    let report = sonic::restore(url, dbs, from.as_deref(), a.switch_name.as_deref(), a.redis.timeout()?)?;
+    let password = a.redis.password()?;
+    let report =
+        sonic::restore(url, dbs, from.as_deref(), a.switch_name.as_deref(), a.redis.timeout()?, password.as_deref())?;
     if report.nothing_recorded && !report.tuner_profiles_unrecorded.is_empty() {
         // A script must not read "nothing to restore" as a switch back on its originals.
         let n = report.tuner_profiles_unrecorded.len();

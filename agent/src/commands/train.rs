@@ -18,7 +18,6 @@ use ecn_env::Nanos;
 use ecn_models::card::{NetworkSpec, MAX_HIDDEN_LAYERS, MAX_LAYER_WIDTH};
 use ecn_models::staged::StagedFiles;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use tracing::{info, warn};
 
@@ -491,7 +490,7 @@ fn progress_bar(len: u64, unit: &str) -> ProgressBar {
         .expect("static template")
         .progress_chars("=> "),
     );
-    if !std::io::stderr().is_terminal() {
+    if !crate::output::stderr_redraws() {
         bar.set_draw_target(ProgressDrawTarget::hidden());
     }
     bar

@@ -14,11 +14,20 @@ pub struct RedisTarget {
 impl RedisTarget {
     /// Parse `redis://[user:password@]host[:port]` or `unix:///path/to/redis.sock`. The URL's own
     /// database number is ignored: every SONiC database has its index (`--config-db` ...).
-    pub fn parse(url: &str, timeout: Duration) -> Result<RedisTarget, String> {
+    /// `password`, from `--redis-password-file`, is refused beside one in the URL.
+    pub fn parse(url: &str, timeout: Duration, password: Option<&str>) -> Result<RedisTarget, String> {
         let shown = redact_password(url);
-        let info = url.into_connection_info().map_err(|e| {
+        let mut info = url.into_connection_info().map_err(|e| {
             format!("--redis {shown}: not a Redis URL ({e}); expected redis://HOST[:PORT] or unix:///PATH")
         })?;
+        if let Some(password) = password {
+            if info.redis.password.is_some() {
+                return Err(format!(
+                    "--redis-password-file: --redis {shown} has a password already; give it in one place"
+                ));
+            }
+            info.redis.password = Some(password.to_string());
+        }
         Ok(RedisTarget { url: shown, info, timeout })
     }
 
@@ -436,7 +445,7 @@ mod tests {
         assert!(!redact_password("unix:///s?pa%73s=hunter2").contains("hunter2"));
         assert!(!redact_password("unix://:hunter2@localhost/run/redis.sock").contains("hunter2"));
         assert_eq!(redact_password("redis://127.0.0.1:1/0?x=a@b"), "redis://127.0.0.1:1/0?x=a@b");
-        let t = RedisTarget::parse("redis://tuner:hunter2@127.0.0.1:1", Duration::from_secs(1)).unwrap();
+        let t = RedisTarget::parse("redis://tuner:hunter2@127.0.0.1:1", Duration::from_secs(1), None).unwrap();
         assert!(!t.url().contains("hunter2"));
     }
 

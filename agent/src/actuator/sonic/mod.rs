@@ -93,6 +93,8 @@ pub struct SonicOptions {
     pub counter_bits: u32,
     /// Connect, read and write timeout of every Redis call.
     pub timeout: Duration,
+    /// The Redis password, where not in the URL (`--redis-password-file`).
+    pub password: Option<String>,
     /// Also keep the recording of the original profiles in this file.
     pub originals_file: Option<PathBuf>,
     /// Publish no telemetry once no counter has moved for this long.
@@ -112,6 +114,7 @@ impl SonicOptions {
             poll_interval: DEFAULT_POLL_INTERVAL,
             counter_bits: 64,
             timeout: DEFAULT_TIMEOUT,
+            password: None,
             originals_file: None,
             frozen_after: DEFAULT_FROZEN_AFTER,
             program_timeout: DEFAULT_PROGRAM_TIMEOUT,
@@ -175,8 +178,8 @@ fn check_databases(target: &RedisTarget, dbs: &[(&str, i64)]) -> Result<(), Actu
             } else if lower.contains("authentication required") {
                 // redis-rs says a server with a password, reached without one, so.
                 ActuatorError::BadInput(format!(
-                    "--redis {}: Redis asks for a password ({e}): give it in the URL \
-                     (redis://:PASSWORD@HOST, or unix:///PATH?pass=PASSWORD)",
+                    "--redis {}: Redis asks for a password ({e}): give it with --redis-password-file FILE \
+                     (or in the URL, where `ps` shows it)",
                     target.url()
                 ))
             } else if lower.contains("wrongpass") || lower.contains("noauth") || lower.contains("password") {
@@ -311,7 +314,8 @@ impl SonicBackend {
                 opts.counter_bits
             )));
         }
-        let target = RedisTarget::parse(&opts.redis, opts.timeout).map_err(ActuatorError::BadInput)?;
+        let target =
+            RedisTarget::parse(&opts.redis, opts.timeout, opts.password.as_deref()).map_err(ActuatorError::BadInput)?;
         check_databases(&target, &opts.dbs.by_flag())?;
         // The recording, if any, tells which profile each queue came from.
         let mut state = target.connect(opts.dbs.state, "ecn-tuner-discover").map_err(ActuatorError::Failed)?;
@@ -1069,8 +1073,9 @@ pub fn restore(
     from: Option<&std::path::Path>,
     switch_name: Option<&str>,
     timeout: Duration,
+    password: Option<&str>,
 ) -> Result<originals::RestoreReport, ActuatorError> {
-    let target = RedisTarget::parse(redis, timeout).map_err(ActuatorError::BadInput)?;
+    let target = RedisTarget::parse(redis, timeout, password).map_err(ActuatorError::BadInput)?;
     // The file is the user's input: a missing or malformed one is refused before Redis.
     let from = from
         .map(|p| originals::Recording::read_file(p).map(|rec| (p, rec)))
