@@ -23,6 +23,7 @@ use tonic::transport::Channel;
 pub use ecn_proto::v1 as pb;
 
 pub mod faulty_link;
+pub mod frozen_relay;
 pub mod sonic;
 pub mod telemetry_fixtures;
 

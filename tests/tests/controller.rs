@@ -361,6 +361,34 @@ async fn a_long_run_on_the_embedded_fabric_compares_its_last_runs() {
     assert!(seeds.windows(2).all(|w| w[0] < w[1]) && seeds[0] > 1, "the last runs, in order: {seeds:?}");
 }
 
+/// A connection whose peer vanishes without a reset (every byte held by a relay, the sockets
+/// left open): HTTP/2 keepalive PINGs go unanswered, so the controller gives the connection up,
+/// connects afresh, and telemetry flows again. Without keepalive the dead connection was used
+/// for ever: the stream, reopened on it, failed at every try, and the queues stayed stale.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_gone_silent_is_dropped_and_telemetry_resumes() {
+    let act = sim_actuator(&[]).await;
+    let relay = ecn_tests::frozen_relay::FrozenRelay::start(act.addr).await;
+    let target = format!("http://{}", relay.addr);
+    let flags = [&SHADOW_STATIC[..], &["--call-timeout", "1s", "--stale-after", "1s"]].concat();
+    let (child, log) = act.controller_at("frozen", &target, &flags);
+    eventually("a first decision", FABRIC_PATIENCE, || {
+        std::future::ready((!read_json_lines(&log).is_empty()).then_some(()))
+    })
+    .await;
+    relay.freeze_open_connections();
+    let frozen = relay.connections();
+    let act = &act;
+    // The stall is noticed after 10 s without a batch; a PING goes after 10 s of silence and
+    // is given --call-timeout.
+    eventually("telemetry through a new connection", Duration::from_secs(90), || {
+        std::future::ready(act.controller_log("frozen").contains("telemetry stream reopened").then_some(()))
+    })
+    .await;
+    assert!(relay.connections() > frozen, "{}", act.controller_log("frozen"));
+    act.stop_controller("frozen", child).await;
+}
+
 /// A stop during `run --target sim`'s closing comparison (the controller already stopped at
 /// --duration) cuts the comparison short: it said "stopping cleanly" and ran on to its end.
 #[tokio::test(flavor = "multi_thread")]
