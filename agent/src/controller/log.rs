@@ -50,9 +50,17 @@ pub struct DecisionLog {
 /// How long the log may take no line before a write fails: a reader that has stopped.
 pub const STALL_LIMIT: Duration = Duration::from_secs(30);
 
-/// How many bytes of lines may wait for a slow reader before a write fails (about 120 000
-/// decisions: a round of the largest fabrics the controller is measured on).
-pub const MAX_WAITING_BYTES: usize = 64 << 20;
+/// How many bytes of lines may wait for a slow reader before a write fails: about 450 000
+/// decisions, four rounds of the largest fabric the controller is measured on (100 000
+/// queues).
+pub const MAX_WAITING_BYTES: usize = 256 << 20;
+
+/// At most this many bytes of waiting lines go to a regular file in one write.
+const FILE_BATCH_BYTES: usize = 1 << 20;
+
+/// To a pipe, FIFO or socket, at most this many: a write of up to `PIPE_BUF` bytes is never
+/// interleaved with another process's (two controllers logging into one FIFO).
+const PIPE_BATCH_BYTES: usize = libc::PIPE_BUF;
 
 /// What the control loops and the writer thread share.
 struct Shared {
@@ -61,7 +69,21 @@ struct Shared {
     /// Signalled when a line is queued, written, or the log closes.
     changed: Condvar,
     /// The file lines go to; the writer thread holds it while it writes.
-    file: Mutex<File>,
+    file: Mutex<Sink>,
+}
+
+/// A file lines go to, and how many bytes of lines one write may hold.
+struct Sink {
+    file: File,
+    batch_bytes: usize,
+}
+
+impl Sink {
+    fn open(path: &Path) -> std::io::Result<Sink> {
+        let file = open_append(path)?;
+        let batch_bytes = if file.metadata()?.is_file() { FILE_BATCH_BYTES } else { PIPE_BATCH_BYTES };
+        Ok(Sink { file, batch_bytes })
+    }
 }
 
 /// Lines waiting for the writer thread, and how it fares.
@@ -69,8 +91,10 @@ struct Shared {
 struct Queue {
     lines: VecDeque<Vec<u8>>,
     bytes: usize,
-    /// Since when the line being written has been written (`None` between lines).
+    /// Since when the batch being written has been written (`None` between batches).
     writing_since: Option<Instant>,
+    /// How many lines that batch holds.
+    writing: usize,
     /// Lines written so far.
     written: u64,
     /// Why the writer thread stopped: every later write fails with it.
@@ -88,7 +112,7 @@ impl Queue {
             return Some(std::io::Error::other(format!(
                 "no line taken for {} s (its reader has stopped reading?); {} decisions wait",
                 d.as_secs(),
-                self.lines.len() + 1
+                self.lines.len() + self.writing
             )));
         }
         (self.bytes > MAX_WAITING_BYTES).then(|| {
@@ -145,7 +169,7 @@ impl DecisionLog {
             path: path.to_path_buf(),
             queue: Mutex::new(Queue::default()),
             changed: Condvar::new(),
-            file: Mutex::new(open_append(path)?),
+            file: Mutex::new(Sink::open(path)?),
         });
         let writer = shared.clone();
         std::thread::Builder::new().name("decision-log".into()).spawn(move || writer.write_lines())?;
@@ -184,7 +208,7 @@ impl DecisionLog {
             if let Some((kind, why)) = &q.failed {
                 return Err(std::io::Error::new(*kind, why.clone()));
             }
-            let left = q.lines.len() + usize::from(q.writing_since.is_some());
+            let left = q.lines.len() + q.writing;
             if left == 0 {
                 return Ok(());
             }
@@ -205,7 +229,7 @@ impl DecisionLog {
     /// Blocks while a line is being written.
     pub fn reopen(&self) -> std::io::Result<()> {
         if let Some(out) = &self.out {
-            let fresh = open_append(&out.path)?;
+            let fresh = Sink::open(&out.path)?;
             *out.file.lock().unwrap_or_else(|e| e.into_inner()) = fresh;
         }
         Ok(())
@@ -249,24 +273,35 @@ impl Shared {
     /// write fails.
     fn write_lines(&self) {
         loop {
-            let line = {
+            // The lines waiting, as many as one write may hold, in one write: a round of
+            // many queues is not a system call per line.
+            let batch_bytes = self.file.lock().unwrap_or_else(|e| e.into_inner()).batch_bytes;
+            let (batch, lines) = {
                 let mut q = self.lock_queue();
-                loop {
-                    if let Some(line) = q.lines.pop_front() {
-                        q.writing_since = Some(Instant::now());
-                        break line;
-                    }
+                while q.lines.is_empty() {
                     if q.closed {
                         return;
                     }
                     q = self.changed.wait(q).unwrap_or_else(|e| e.into_inner());
                 }
+                let mut batch = Vec::new();
+                let mut lines = 0usize;
+                while let Some(line) = q.lines.front() {
+                    if !batch.is_empty() && batch.len() + line.len() > batch_bytes {
+                        break;
+                    }
+                    batch.extend_from_slice(line);
+                    q.lines.pop_front();
+                    lines += 1;
+                }
+                (q.writing_since, q.writing) = (Some(Instant::now()), lines);
+                (batch, lines)
             };
-            let written = self.file.lock().unwrap_or_else(|e| e.into_inner()).write_all(&line);
+            let written = self.file.lock().unwrap_or_else(|e| e.into_inner()).file.write_all(&batch);
             let mut q = self.lock_queue();
-            q.writing_since = None;
-            q.bytes -= line.len();
-            q.written += 1;
+            (q.writing_since, q.writing) = (None, 0);
+            q.bytes -= batch.len();
+            q.written += lines as u64;
             if let Err(e) = written {
                 q.failed = Some((e.kind(), e.to_string()));
                 q.lines.clear();
@@ -325,15 +360,15 @@ mod tests {
         assert!(e.to_string().contains("decisions not written"), "{e}");
         // The reader catches up: every line arrives, in order.
         let mut reader = std::io::BufReader::new(reader);
-        let mut n = 0;
+        let (mut n, mut line) = (0, String::new());
         while n < 1000 {
-            let mut line = String::new();
+            // A line read in part before the pipe ran dry is kept: the rest follows.
             match reader.read_line(&mut line) {
                 Ok(0) => break,
                 Ok(_) => {
                     let v: serde_json::Value = serde_json::from_str(&line).unwrap();
                     assert_eq!(v["ts"], n as u64);
-                    n += 1;
+                    (n, line) = (n + 1, String::new());
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(1)),
                 Err(e) => panic!("{e}"),
