@@ -15,6 +15,7 @@ use std::path::Path;
 /// writer whose reader had died never saw the broken pipe and, once the pipe was full, waited
 /// for ever. `/dev/stdout` and `/dev/stderr` are this process's own descriptors, taken as they
 /// are: a socket (systemd's journal, some container runtimes) cannot be opened by its path.
+/// Such a descriptor may be non-blocking (its owner's choice): its writer must wait for room.
 pub fn open_append(path: &Path) -> std::io::Result<File> {
     use std::os::fd::AsFd;
     let own = match path.to_str() {
@@ -22,27 +23,32 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
         Some("/dev/stderr") => Some(std::io::stderr().as_fd().try_clone_to_owned()?),
         _ => None,
     };
-    // A regular file behind it (`> decisions.jsonl`) is opened by its path, to append (a dup
-    // of the descriptor writes at its own offset: holes after a copytruncate rotation) and to
-    // end a torn last line.
-    if let Some(fd) = own {
-        let f = File::from(fd);
-        if !f.metadata()?.is_file() {
-            return Ok(f);
-        }
-    }
-    // Opening a FIFO to write waits for a reader: with none, the controller hung at its start,
-    // or, reopening on SIGHUP, mid-run with every decision waiting behind it. Not waiting, the
-    // open fails (ENXIO) and says so; the writes after it wait as usual (blocking again).
-    let mut f =
-        OpenOptions::new().create(true).append(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(|e| {
-            if e.raw_os_error() == Some(libc::ENXIO) {
-                std::io::Error::new(e.kind(), "a FIFO that no process reads yet: start its reader first")
-            } else {
-                e
+    let mut f = match own {
+        // A regular file behind it (`> decisions.jsonl`) is written through the description
+        // the process's own output shares, switched to appending: opened by its path instead,
+        // lines went to the end while the report, through fd 1, went from fd 1's offset, over
+        // the first lines; and without appending, a copytruncate rotation left a hole.
+        Some(fd) => {
+            let f = File::from(fd);
+            if f.metadata()?.is_file() {
+                set_status_flags(&f, libc::O_APPEND, 0)?;
             }
-        })?;
-    blocking(&f)?;
+            f
+        }
+        // Opening a FIFO to write waits for a reader: with none, the controller hung at its
+        // start, or, reopening on SIGHUP, mid-run with every decision waiting behind it. Not
+        // waiting, the open fails (ENXIO) and says so; the writes after it wait as usual.
+        None => {
+            let f = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)
+                .map_err(|e| if e.raw_os_error() == Some(libc::ENXIO) { no_reader(path, e) } else { e })?;
+            set_status_flags(&f, 0, libc::O_NONBLOCK)?;
+            f
+        }
+    };
     if f.metadata()?.is_file() {
         let mut read = File::open(path)?;
         if !ends_with_newline(&mut read)? {
@@ -52,14 +58,47 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
     Ok(f)
 }
 
-/// Clear `O_NONBLOCK` on `f`.
-fn blocking(f: &File) -> std::io::Result<()> {
+/// ENXIO from opening `path` to write, in words: a FIFO with no reader, or a socket.
+fn no_reader(path: &Path, e: std::io::Error) -> std::io::Error {
+    use std::os::unix::fs::FileTypeExt;
+    let why = match std::fs::metadata(path).map(|m| m.file_type()) {
+        Ok(t) if t.is_fifo() => "a FIFO that no process reads yet: start its reader first",
+        Ok(t) if t.is_socket() => {
+            "a Unix socket, which cannot be opened as a file (under systemd, /dev/stdout reaches the journal)"
+        }
+        _ => return e,
+    };
+    std::io::Error::new(e.kind(), why)
+}
+
+/// Set the status flags `add` on `f`'s open file description and clear `clear`.
+fn set_status_flags(f: &File, add: libc::c_int, clear: libc::c_int) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: fcntl on a descriptor `f` owns, reading and then setting its status flags.
     unsafe {
         let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
-        if flags < 0 || libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
+        if flags < 0 || libc::fcntl(f.as_raw_fd(), libc::F_SETFL, (flags | add) & !clear) < 0 {
             return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Write all of `buf` to `f`, waiting for room where `f` is non-blocking (a pipe its owner
+/// made so: EAGAIN is no failure, only a full pipe).
+pub fn write_all_waiting(mut f: &File, mut buf: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    while !buf.is_empty() {
+        match f.write(buf) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let mut fd = libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+                // SAFETY: one valid pollfd; an error (EINTR) only tries the write again.
+                unsafe { libc::poll(&mut fd, 1, -1) };
+            }
+            Err(e) => return Err(e),
         }
     }
     Ok(())
@@ -181,6 +220,36 @@ mod tests {
         let mut got = String::new();
         std::io::BufReader::new(reader).read_line(&mut got).unwrap();
         assert_eq!(got, "{}\n");
+    }
+
+    /// A Unix socket's path cannot be opened: said as such, not as a FIFO without a reader.
+    #[test]
+    fn a_socket_path_is_said_to_be_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.sock");
+        let _listening = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let e = open_append(&path).unwrap_err();
+        assert!(e.to_string().contains("a Unix socket"), "{e}");
+    }
+
+    /// A non-blocking descriptor (its owner's choice) that is full is waited on, not failed.
+    #[test]
+    fn a_full_non_blocking_pipe_is_waited_on() {
+        use std::os::fd::AsRawFd;
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let writer = File::from(std::os::fd::OwnedFd::from(writer));
+        set_status_flags(&writer, libc::O_NONBLOCK, 0).unwrap();
+        // SAFETY: F_SETPIPE_SZ on a pipe descriptor the test owns.
+        assert!(unsafe { libc::fcntl(writer.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) } > 0);
+        let drained = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let mut all = Vec::new();
+            reader.read_to_end(&mut all).unwrap();
+            all.len()
+        });
+        write_all_waiting(&writer, &[b'x'; 100_000]).unwrap();
+        drop(writer);
+        assert_eq!(drained.join().unwrap(), 100_000);
     }
 
     #[test]

@@ -58,8 +58,22 @@ pub fn write(args: fmt::Arguments) {
     if STDOUT_GONE.load(Ordering::Relaxed) {
         return;
     }
+    // Straight to the descriptor, waiting for room where its owner made it non-blocking (a
+    // reader that pauses is no failure); the lock keeps writers apart.
+    let text = args.to_string();
     let mut stdout = io::stdout().lock();
-    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+    let written = stdout.flush().and_then(|()| {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: fd 1 stays open; ManuallyDrop never closes it.
+        let fd1 = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(stdout.as_raw_fd()) });
+        match crate::line_files::write_all_waiting(&fd1, text.as_bytes()) {
+            // No stdout at all (closed at the start): nothing to say it to, as std's own
+            // stdout takes it.
+            Err(e) if e.raw_os_error() == Some(libc::EBADF) => Ok(()),
+            other => other,
+        }
+    });
+    if let Err(e) = written {
         if e.kind() == io::ErrorKind::BrokenPipe {
             STDOUT_GONE.store(true, Ordering::Relaxed);
             return;

@@ -460,9 +460,10 @@ async fn run_embedded(
     let report = controller::run_all(cfg, vec![handle.url()], (requester, requests)).await?;
     let (mut runs, completed) = handle.sim().map(|s| s.completed_runs()).unwrap_or_default();
     handle.shutdown().await?;
-    // A stop that ended the control loops still gets the comparison, as a clean stop; a later
-    // one (the controller stopped at --duration) is someone who will not wait for it.
-    let stopped_before = stop.is_requested();
+    // A stop that ended the control loops still gets the comparison, as a clean stop; one
+    // after they ended at --duration is someone who will not wait for it (the comparison cut
+    // short at once where it came before the comparison began).
+    let stopped_by_request = report.stopped;
     // Each run is simulated again under the baseline, on every core: the last ones only. On a
     // thread of its own, left behind at exit if a stop cuts it short.
     runs.drain(..runs.len().saturating_sub(COMPARED_RUNS));
@@ -479,7 +480,7 @@ async fn run_embedded(
     });
     let rows = tokio::select! {
         rows = done => rows.map_err(|_| CliError::Failed("the baseline comparison stopped without a result".into()))??,
-        why = stop.stopped(), if !stopped_before => {
+        why = stop.stopped(), if !stopped_by_request => {
             info!(?why, "the baseline comparison is cut short: the report comes without it");
             outln!("{}", report_json(&report, None));
             return failure(&report);

@@ -3,7 +3,6 @@
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -35,8 +34,8 @@ pub struct Decision<'a> {
 /// whole, in order, by a thread of their own: a reader that stays but stops reading (`| less`
 /// left unread, a hung log shipper behind a FIFO) held the control loop in the middle of a
 /// round, its kill switch and SIGTERM with it, once the pipe was full. Now lines wait in memory
-/// meanwhile, and a log that takes no line for [`STALL_LIMIT`] (or lets [`MAX_WAITING_BYTES`]
-/// pile up) fails the next write, as a log that cannot be written does: the controller stops
+/// meanwhile, and a write that waits [`STALL_LIMIT`] (or [`MAX_WAITING_BYTES`] piled up)
+/// fails the next one, as a log that cannot be written does: the controller stops
 /// cleanly. [`DecisionLog::close`] writes what waits before the process ends.
 ///
 /// The log grows by a line per queue per round (about 550 bytes), so it is meant to be rotated:
@@ -47,7 +46,8 @@ pub struct DecisionLog {
     out: Option<Arc<Shared>>,
 }
 
-/// How long the log may take no line before a write fails: a reader that has stopped.
+/// How long a write may wait before the next one fails: a reader that has stopped (or one so
+/// slow that a pipe's page of lines, which is all a pipe frees at a time, takes it longer).
 pub const STALL_LIMIT: Duration = Duration::from_secs(30);
 
 /// How many bytes of lines may wait for a slow reader before a write fails: about 450 000
@@ -68,8 +68,9 @@ struct Shared {
     queue: Mutex<Queue>,
     /// Signalled when a line is queued, written, or the log closes.
     changed: Condvar,
-    /// The file lines go to; the writer thread holds it while it writes.
-    file: Mutex<Sink>,
+    /// A file opened afresh (SIGHUP) that the writer thread takes before its next write: a
+    /// reopen never waits for a write a stalled reader holds up.
+    reopened: Mutex<Option<Sink>>,
 }
 
 /// A file lines go to, and how many bytes of lines one write may hold.
@@ -110,7 +111,7 @@ impl Queue {
         let stalled = self.writing_since.map(|t| t.elapsed()).filter(|d| *d >= STALL_LIMIT);
         if let Some(d) = stalled {
             return Some(std::io::Error::other(format!(
-                "no line taken for {} s (its reader has stopped reading?); {} decisions wait",
+                "a write has waited {} s (its reader has stopped reading?); {} decisions wait",
                 d.as_secs(),
                 self.lines.len() + self.writing
             )));
@@ -169,10 +170,10 @@ impl DecisionLog {
             path: path.to_path_buf(),
             queue: Mutex::new(Queue::default()),
             changed: Condvar::new(),
-            file: Mutex::new(Sink::open(path)?),
+            reopened: Mutex::new(None),
         });
-        let writer = shared.clone();
-        std::thread::Builder::new().name("decision-log".into()).spawn(move || writer.write_lines())?;
+        let (writer, sink) = (shared.clone(), Sink::open(path)?);
+        std::thread::Builder::new().name("decision-log".into()).spawn(move || writer.write_lines(sink))?;
         Ok(DecisionLog { out: Some(shared) })
     }
 
@@ -224,13 +225,14 @@ impl DecisionLog {
         }
     }
 
-    /// Open the path afresh (after a rotation renamed the file): later lines go to a new file
-    /// there. When it cannot be opened, lines keep going to the old file, and the error says why.
-    /// Blocks while a line is being written.
+    /// Open the path afresh (after a rotation renamed the file): the lines after the write
+    /// under way go to a new file there. When it cannot be opened, lines keep going to the old
+    /// file, and the error says why.
     pub fn reopen(&self) -> std::io::Result<()> {
         if let Some(out) = &self.out {
             let fresh = Sink::open(&out.path)?;
-            *out.file.lock().unwrap_or_else(|e| e.into_inner()) = fresh;
+            *out.reopened.lock().unwrap_or_else(|e| e.into_inner()) = Some(fresh);
+            out.changed.notify_all();
         }
         Ok(())
     }
@@ -248,15 +250,12 @@ impl DecisionLog {
                     continue;
                 };
                 let path = out.path.clone();
-                // It waits for the line being written: off the runtime's threads.
-                let reopen = log.clone();
-                match tokio::task::spawn_blocking(move || reopen.reopen()).await {
-                    Ok(Ok(())) => tracing::info!(path = %path.display(), "SIGHUP: decision log reopened"),
-                    Ok(Err(e)) => tracing::warn!(
+                match log.reopen() {
+                    Ok(()) => tracing::info!(path = %path.display(), "SIGHUP: decision log reopened"),
+                    Err(e) => tracing::warn!(
                         path = %path.display(),
                         "SIGHUP: cannot reopen the decision log ({e}); lines keep going to the old file"
                     ),
-                    Err(e) => tracing::warn!("SIGHUP: reopening the decision log failed: {e}"),
                 }
             }
         });
@@ -269,14 +268,11 @@ impl Shared {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The writer thread: every queued line, in order, until the log is closed and empty or a
-    /// write fails.
-    fn write_lines(&self) {
+    /// The writer thread: every queued line, in order, to `sink` (or the file a SIGHUP opened
+    /// since), until the log is closed and empty or a write fails.
+    fn write_lines(&self, mut sink: Sink) {
         loop {
-            // The lines waiting, as many as one write may hold, in one write: a round of
-            // many queues is not a system call per line.
-            let batch_bytes = self.file.lock().unwrap_or_else(|e| e.into_inner()).batch_bytes;
-            let (batch, lines) = {
+            {
                 let mut q = self.lock_queue();
                 while q.lines.is_empty() {
                     if q.closed {
@@ -284,10 +280,17 @@ impl Shared {
                     }
                     q = self.changed.wait(q).unwrap_or_else(|e| e.into_inner());
                 }
-                let mut batch = Vec::new();
-                let mut lines = 0usize;
+            }
+            if let Some(fresh) = self.reopened.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                sink = fresh;
+            }
+            // The lines waiting, as many as one write may hold, in one write: a round of
+            // many queues is not a system call per line.
+            let (batch, lines) = {
+                let mut q = self.lock_queue();
+                let (mut batch, mut lines) = (Vec::new(), 0usize);
                 while let Some(line) = q.lines.front() {
-                    if !batch.is_empty() && batch.len() + line.len() > batch_bytes {
+                    if !batch.is_empty() && batch.len() + line.len() > sink.batch_bytes {
                         break;
                     }
                     batch.extend_from_slice(line);
@@ -297,7 +300,7 @@ impl Shared {
                 (q.writing_since, q.writing) = (Some(Instant::now()), lines);
                 (batch, lines)
             };
-            let written = self.file.lock().unwrap_or_else(|e| e.into_inner()).file.write_all(&batch);
+            let written = crate::line_files::write_all_waiting(&sink.file, &batch);
             let mut q = self.lock_queue();
             (q.writing_since, q.writing) = (None, 0);
             q.bytes -= batch.len();
@@ -377,6 +380,32 @@ mod tests {
         assert_eq!(n, 1000);
     }
 
+    /// A SIGHUP's reopen while a write waits on a reader that stopped returns at once: it
+    /// waited for that write, with the stop behind it.
+    #[test]
+    fn a_reopen_does_not_wait_for_a_stalled_write() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("decisions.fifo");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let _reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
+        let log = DecisionLog::open(Some(&fifo)).unwrap();
+        for n in 0..1000 {
+            log.write(&decision(n)).unwrap();
+        }
+        let out = log.out.as_ref().unwrap();
+        while out.lock_queue().writing_since.is_none() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reopening = log.clone();
+        std::thread::spawn(move || tx.send(reopening.reopen().is_ok()).unwrap());
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(true), "the reopen waited for the stalled write");
+    }
+
     /// A log that has taken no line for the stall limit, or has too much waiting, fails the
     /// next write: the controller stops as for a log it cannot write.
     #[test]
@@ -384,7 +413,7 @@ mod tests {
         let mut q = Queue { writing_since: Some(Instant::now()), ..Default::default() };
         assert!(q.error().is_none());
         q.writing_since = Instant::now().checked_sub(STALL_LIMIT);
-        assert!(q.error().unwrap().to_string().contains("no line taken for 30 s"));
+        assert!(q.error().unwrap().to_string().contains("a write has waited 30 s"));
         let q = Queue { bytes: MAX_WAITING_BYTES + 1, ..Default::default() };
         assert!(q.error().unwrap().to_string().contains("does not keep up"));
     }

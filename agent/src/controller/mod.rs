@@ -147,6 +147,9 @@ pub struct RunReport {
     /// With several targets, each one's own report, in the order their loops ended (the
     /// totals above add them up).
     pub targets: Vec<(String, RunReport)>,
+    /// Whether a stop request (a signal, another target's failure) ended a loop, rather than
+    /// `--duration`.
+    pub stopped: bool,
 }
 
 impl RunReport {
@@ -339,6 +342,7 @@ pub async fn run_all(
                 total.rollbacks += r.rollbacks;
                 total.left_unconfirmed.extend(r.left_unconfirmed.iter().cloned());
                 total.nothing_landed.extend(r.nothing_landed.iter().cloned());
+                total.stopped |= r.stopped;
                 if several {
                     total.targets.push((target, r));
                 }
@@ -472,6 +476,7 @@ pub async fn run(
                 // calls the stop then waits for.
                 biased;
                 why = requests.stop.stopped() => {
+                    lp.report.stopped = true;
                     if why == StopReason::PeerFailed {
                         warn!(target = %lp.cfg.target, "another target failed; stopping this one cleanly");
                     } else {
@@ -598,10 +603,12 @@ pub async fn run(
             // (a slow actuator, a name lookup that hangs) does not get the round's Apply: the
             // stop then waited for it, its read-back and its rollback, a call timeout each.
             if requests.stop.is_requested() {
+                lp.report.stopped = true;
                 if round.is_empty() {
                     info!(target = %lp.cfg.target, "stopping");
                 } else {
                     info!(target = %lp.cfg.target, changes = round.len(), "stopping: this round's changes are not applied");
+                    lp.record_planned(&round, false, "; not applied: the controller is stopping")?;
                 }
                 break;
             }
