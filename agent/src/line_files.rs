@@ -181,6 +181,23 @@ pub fn end_partial_line(f: &mut File) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A FIFO named `decisions.fifo` made in `dir`: its path.
+#[cfg(test)]
+pub fn make_fifo(dir: &Path) -> std::path::PathBuf {
+    let fifo = dir.join("decisions.fifo");
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    fifo
+}
+
+/// A reader of the FIFO at `path` that never waits: opened before a writer comes, read only
+/// when the test chooses.
+#[cfg(test)]
+pub fn fifo_reader(path: &Path) -> File {
+    OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,13 +222,10 @@ mod tests {
     fn a_fifo_is_opened_only_while_someone_reads_it() {
         use std::os::fd::AsRawFd;
         let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("decisions.fifo");
-        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let fifo = make_fifo(dir.path());
         let e = open_append(&fifo).unwrap_err();
         assert!(e.to_string().contains("no process reads"), "{e}");
-        let reader = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
+        let reader = fifo_reader(&fifo);
         let mut writer = open_append(&fifo).unwrap();
         // SAFETY: F_GETFL on a descriptor the test owns.
         let flags = unsafe { libc::fcntl(writer.as_raw_fd(), libc::F_GETFL) };

@@ -161,6 +161,21 @@ fn async_stream(
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
+/// `ecn-tuner run` against the scripted actuator at `target` in shadow mode on a static
+/// policy, then `more` flags; logging at `level`, stdin closed, stdout and stderr piped, killed
+/// if the test drops it.
+fn shadow_run(target: &str, more: &[&str], level: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ecn-tuner"));
+    cmd.args(["run", "--target", target, "--mode", "shadow", "--policy", "static:60KB,120KB,0.5"])
+        .args(more)
+        .env("ECN_TUNER_LOG", level)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
 fn decisions(path: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
@@ -275,17 +290,8 @@ async fn a_decision_log_whose_reader_goes_away_stops_the_controller() {
     use tokio::io::AsyncBufReadExt;
     let addr = serve(Scripted::default()).await;
     let target = format!("http://{addr}");
-    let args = ["run", "--target", &target, "--mode", "shadow", "--policy", "static:60KB,120KB,0.5"];
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
-        .args(args)
-        .args(["--interval", "100ms", "--duration", "120s", "--decision-log", "/dev/stdout"])
-        .env("ECN_TUNER_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let more = ["--interval", "100ms", "--duration", "120s", "--decision-log", "/dev/stdout"];
+    let mut child = shadow_run(&target, &more, "warn").spawn().unwrap();
     let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await.unwrap().unwrap().unwrap();
     assert!(first.contains("\"reason\""), "{first}");
@@ -365,19 +371,9 @@ async fn decisions_and_the_report_share_a_stdout_file() {
     let target = format!("http://{addr}");
     let dir = tempfile::Builder::new().prefix("ecn-tuner-stdout-file-").tempdir().unwrap();
     let path = dir.path().join("out.jsonl");
-    let args = ["run", "--target", &target, "--mode", "shadow", "--policy", "static:60KB,120KB,0.5"];
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
-        .args(args)
-        .args(["--interval", "100ms", "--duration", "2s", "--decision-log", "/dev/stdout"])
-        .env("ECN_TUNER_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::fs::File::create(&path).unwrap())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
-        .wait_with_output()
-        .await
-        .unwrap();
+    let more = ["--interval", "100ms", "--duration", "2s", "--decision-log", "/dev/stdout"];
+    let mut run = shadow_run(&target, &more, "warn");
+    let out = run.stdout(std::fs::File::create(&path).unwrap()).spawn().unwrap().wait_with_output().await.unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = std::fs::read_to_string(&path).unwrap();
     let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
@@ -401,16 +397,8 @@ async fn a_non_blocking_stdout_is_waited_on() {
         assert!(libc::fcntl(writer.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) == 0);
         assert!(libc::fcntl(writer.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) > 0);
     }
-    let args = ["run", "--target", &target, "--mode", "shadow", "--policy", "static:60KB,120KB,0.5"];
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
-        .args(args)
-        .args(["--interval", "100ms", "--duration", "4s", "--decision-log", "/dev/stdout"])
-        .env("ECN_TUNER_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .stdout(writer)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let more = ["--interval", "100ms", "--duration", "4s", "--decision-log", "/dev/stdout"];
+    let child = shadow_run(&target, &more, "warn").stdout(writer).spawn().unwrap();
     // The pipe fills meanwhile: the report alone is near a page.
     let read = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(3));

@@ -347,13 +347,9 @@ mod tests {
     #[test]
     fn a_reader_that_stops_reading_holds_no_write() {
         use std::io::BufRead;
-        use std::os::unix::fs::OpenOptionsExt;
         let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("decisions.fifo");
-        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
-        let reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
+        let fifo = crate::line_files::make_fifo(dir.path());
+        let reader = crate::line_files::fifo_reader(&fifo);
         let log = DecisionLog::open(Some(&fifo)).unwrap();
         // 1 000 lines of 600-odd bytes: ten times what a pipe holds.
         for n in 0..1000 {
@@ -384,13 +380,9 @@ mod tests {
     /// waited for that write, with the stop behind it.
     #[test]
     fn a_reopen_does_not_wait_for_a_stalled_write() {
-        use std::os::unix::fs::OpenOptionsExt;
         let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("decisions.fifo");
-        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
-        let _reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
+        let fifo = crate::line_files::make_fifo(dir.path());
+        let _reader = crate::line_files::fifo_reader(&fifo);
         let log = DecisionLog::open(Some(&fifo)).unwrap();
         for n in 0..1000 {
             log.write(&decision(n)).unwrap();
