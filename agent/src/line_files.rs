@@ -23,6 +23,7 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
         Some("/dev/stderr") => Some(std::io::stderr().as_fd().try_clone_to_owned()?),
         _ => None,
     };
+    debug_assert_eq!(own.is_some(), is_own_output(path));
     let mut f = match own {
         // A regular file behind it (`> decisions.jsonl`) is written through the description
         // the process's own output shares, switched to appending: opened by its path instead,
@@ -56,6 +57,12 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
         }
     }
     Ok(f)
+}
+
+/// Whether `path` names this process's own stdout or stderr, which [`open_append`] takes as
+/// they are.
+pub fn is_own_output(path: &Path) -> bool {
+    matches!(path.to_str(), Some("/dev/stdout" | "/dev/stderr"))
 }
 
 /// ENXIO from opening `path` to write, in words: a FIFO with no reader, or a socket.

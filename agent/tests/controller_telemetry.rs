@@ -364,7 +364,8 @@ async fn a_round_under_way_at_a_stop_applies_nothing() {
 
 /// `--decision-log /dev/stdout > FILE`: the decisions, then the report, each line whole. The
 /// log, opened by its path to append, wrote at the end while the report went from fd 1's own
-/// offset, over the first decisions.
+/// offset, over the first decisions. And `>> FILE` after a script's own line: the file is the
+/// user's, written as it is (it was refused, exit 2, its first line being no decision).
 #[tokio::test(flavor = "multi_thread")]
 async fn decisions_and_the_report_share_a_stdout_file() {
     let addr = serve(Scripted::default()).await;
@@ -372,14 +373,26 @@ async fn decisions_and_the_report_share_a_stdout_file() {
     let dir = tempfile::Builder::new().prefix("ecn-tuner-stdout-file-").tempdir().unwrap();
     let path = dir.path().join("out.jsonl");
     let more = ["--interval", "100ms", "--duration", "2s", "--decision-log", "/dev/stdout"];
-    let mut run = shadow_run(&target, &more, "warn");
-    let out = run.stdout(std::fs::File::create(&path).unwrap()).spawn().unwrap().wait_with_output().await.unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = std::fs::read_to_string(&path).unwrap();
-    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
-    let (report, logged) = lines.split_last().unwrap();
-    assert!(report["rounds"].as_u64().unwrap() > 0, "{text}");
-    assert!(!logged.is_empty() && logged.iter().all(|d| d["reason"].is_string()), "{text}");
+    for script in [None, Some("{\"started\":true}\n")] {
+        let file = match script {
+            None => std::fs::File::create(&path).unwrap(),
+            Some(line) => {
+                std::fs::write(&path, line).unwrap();
+                std::fs::OpenOptions::new().append(true).open(&path).unwrap()
+            }
+        };
+        let out = shadow_run(&target, &more, "warn").stdout(file).spawn().unwrap().wait_with_output().await.unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
+        let (report, mut logged) = lines.split_last().unwrap();
+        if script.is_some() {
+            assert_eq!(logged[0]["started"], true, "{text}");
+            logged = &logged[1..];
+        }
+        assert!(report["rounds"].as_u64().unwrap() > 0, "{text}");
+        assert!(!logged.is_empty() && logged.iter().all(|d| d["reason"].is_string()), "{text}");
+    }
 }
 
 /// `--decision-log /dev/stdout` into a pipe its reader made non-blocking: a reader that pauses

@@ -128,7 +128,11 @@ impl Queue {
 /// A log cut short by a full disk or a crash gets its partial last line ended: the next run's
 /// first decision was glued to it, and neither line could be read.
 fn open_append(path: &Path) -> std::io::Result<File> {
-    refuse_other_files(path)?;
+    // The process's own output is the user's to point where they like (`>> run.log` behind a
+    // script's own lines): written as it is.
+    if !crate::line_files::is_own_output(path) {
+        refuse_other_files(path)?;
+    }
     crate::line_files::open_append(path)
 }
 
