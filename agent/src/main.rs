@@ -135,8 +135,8 @@ fn filter_that_may_show_nothing(filter: &str) -> Option<String> {
 /// failed write (`--help > /dev/full` exited 0, nothing written). A closed pipe (`--help |
 /// head`) is no failure, as for every other output.
 fn said_by_clap(e: clap::Error) -> ExitCode {
-    let code = u8::try_from(e.exit_code()).unwrap_or(2);
     use std::io::Write;
+    let code = u8::try_from(e.exit_code()).unwrap_or(2);
     match e.print().and_then(|()| std::io::stdout().flush()) {
         Err(w) if w.kind() != std::io::ErrorKind::BrokenPipe => {
             let to = if e.use_stderr() { "stderr" } else { "stdout" };
