@@ -3,6 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, Read, Seek, SeekFrom, Write};
+use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -17,13 +18,7 @@ use std::path::Path;
 /// are: a socket (systemd's journal, some container runtimes) cannot be opened by its path.
 /// Such a descriptor may be non-blocking (its owner's choice): its writer must wait for room.
 pub fn open_append(path: &Path) -> std::io::Result<File> {
-    use std::os::fd::AsFd;
-    let own = match path.to_str() {
-        Some("/dev/stdout") => Some(std::io::stdout().as_fd().try_clone_to_owned()?),
-        Some("/dev/stderr") => Some(std::io::stderr().as_fd().try_clone_to_owned()?),
-        _ => None,
-    };
-    debug_assert_eq!(own.is_some(), is_own_output(path));
+    let own = own_output(path).map(|out| out.as_fd().try_clone_to_owned()).transpose()?;
     let mut f = match own {
         // A regular file behind it (`> decisions.jsonl`) is written through the description
         // the process's own output shares, switched to appending: opened by its path instead,
@@ -62,7 +57,16 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
 /// Whether `path` names this process's own stdout or stderr, which [`open_append`] takes as
 /// they are.
 pub fn is_own_output(path: &Path) -> bool {
-    matches!(path.to_str(), Some("/dev/stdout" | "/dev/stderr"))
+    own_output(path).is_some()
+}
+
+/// This process's own output that `path` names, `/dev/stdout` or `/dev/stderr`, if it names one.
+fn own_output(path: &Path) -> Option<Box<dyn AsFd>> {
+    match path.to_str() {
+        Some("/dev/stdout") => Some(Box::new(std::io::stdout())),
+        Some("/dev/stderr") => Some(Box::new(std::io::stderr())),
+        _ => None,
+    }
 }
 
 /// ENXIO from opening `path` to write, in words: a FIFO with no reader, or a socket.

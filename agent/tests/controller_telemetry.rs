@@ -161,13 +161,18 @@ fn async_stream(
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
-/// `ecn-tuner run` against the scripted actuator at `target` in shadow mode on a static
-/// policy, then `more` flags; logging at `level`, stdin closed, stdout and stderr piped, killed
-/// if the test drops it.
+/// `ecn-tuner run --target TARGET` in shadow mode on a static policy, then `more` flags, as
+/// [`ecn_tuner`] runs it.
 fn shadow_run(target: &str, more: &[&str], level: &str) -> tokio::process::Command {
+    let shadow = ["run", "--target", target, "--mode", "shadow", "--policy", "static:60KB,120KB,0.5"];
+    ecn_tuner(&[&shadow[..], more].concat(), level)
+}
+
+/// `ecn-tuner ARGS`, logging at `level`, stdin closed, stdout and stderr piped, killed if the
+/// test drops it.
+fn ecn_tuner(args: &[&str], level: &str) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ecn-tuner"));
-    cmd.args(["run", "--target", target, "--mode", "shadow", "--policy", "static:60KB,120KB,0.5"])
-        .args(more)
+    cmd.args(args)
         .env("ECN_TUNER_LOG", level)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -331,18 +336,9 @@ async fn a_round_under_way_at_a_stop_applies_nothing() {
     let args = ["run", "--target", &target, "--mode", "enforce", "--allow-writes", "--policy", "static:60KB,120KB,0.5"];
     let dir = tempfile::Builder::new().prefix("ecn-tuner-round-at-stop-").tempdir().unwrap();
     let log = dir.path().join("decisions.jsonl");
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
-        .args(args)
-        .args(["--interval", "100ms", "--min-dwell", "0s", "--health-window", "2", "--duration", "60s"])
-        .arg("--decision-log")
-        .arg(&log)
-        .env("ECN_TUNER_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let more = ["--interval", "100ms", "--min-dwell", "0s", "--health-window", "2", "--duration", "60s"];
+    let log_arg = ["--decision-log", log.to_str().unwrap()];
+    let child = ecn_tuner(&[&args[..], &more, &log_arg].concat(), "info").spawn().unwrap();
     let started = std::time::Instant::now();
     while !confirming.load(Ordering::SeqCst) {
         assert!(started.elapsed() < Duration::from_secs(30), "no change was confirmed");
@@ -444,16 +440,8 @@ async fn a_decision_log_nobody_reads_holds_no_stop() {
     // SAFETY: F_SETPIPE_SZ on a pipe descriptor this test holds.
     assert!(unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) } > 0);
     // The embedded fabric's 24 queues: a would-be change each at the first round, 13 KB.
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ecn-tuner"))
-        .args(["run", "--target", "sim", "--mode", "shadow", "--policy", "static:60KB,120KB,0.5"])
-        .args(["--interval", "100ms", "--duration", "120s", "--decision-log", fifo.to_str().unwrap()])
-        .env("ECN_TUNER_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let more = ["--interval", "100ms", "--duration", "120s", "--decision-log", fifo.to_str().unwrap()];
+    let child = shadow_run("sim", &more, "info").spawn().unwrap();
     // Wait for the first lines; the rest of the round's (13 KB) cannot fit.
     let started = std::time::Instant::now();
     loop {
