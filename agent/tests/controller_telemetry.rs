@@ -310,15 +310,16 @@ async fn a_decision_log_whose_reader_goes_away_stops_the_controller() {
     assert!(stderr.contains("decision log"), "{stderr}");
 }
 
-/// Good telemetry on both queues, but eth2's only from batch 3: the first round changes eth1
-/// alone, and eth2's change waits for a round after eth1's is confirmed.
+/// Good telemetry on both queues, but eth2's only from batch 11: the first round changes eth1
+/// alone, and eth2's change waits for a round after eth1's is confirmed. Ten batches (500 ms)
+/// apart, so that a controller slow to start does not find both ready in one round (two were).
 fn eth2_late(k: u64) -> pb::TelemetryBatch {
     let mut b = batch(k.min(9));
     b.ts_ns = 100_000 * k;
     for s in &mut b.samples {
         s.ts_ns = b.ts_ns;
     }
-    if k < 3 {
+    if k < 11 {
         b.samples.truncate(1);
     }
     b
@@ -336,7 +337,7 @@ async fn a_round_under_way_at_a_stop_applies_nothing() {
     let args = ["run", "--target", &target, "--mode", "enforce", "--allow-writes", "--policy", "static:60KB,120KB,0.5"];
     let dir = tempfile::Builder::new().prefix("ecn-tuner-round-at-stop-").tempdir().unwrap();
     let log = dir.path().join("decisions.jsonl");
-    let more = ["--interval", "100ms", "--min-dwell", "0s", "--health-window", "2", "--duration", "60s"];
+    let more = ["--interval", "100ms", "--min-dwell", "0s", "--health-window", "20", "--duration", "60s"];
     let log_arg = ["--decision-log", log.to_str().unwrap()];
     let child = ecn_tuner(&[&args[..], &more, &log_arg].concat(), "info").spawn().unwrap();
     let started = std::time::Instant::now();

@@ -261,14 +261,15 @@ async fn confirm_makes_a_change_stick_past_its_deadline() {
     let q = ids(&caps(&mut c).await);
     let l = lease(&mut c, "ctl-a").await;
     let wanted = pb::EcnSetting { kmin_bytes: 100_000, kmax_bytes: 1_000_000, pmax: 0.5 };
-    let r = apply(&mut c, &l, vec![change(&q[0], 100_000, 1_000_000, 0.5)], 2_000).await;
+    // 5 s: two calls' time to confirm in, however loaded the machine.
+    let r = apply(&mut c, &l, vec![change(&q[0], 100_000, 1_000_000, 0.5)], 5_000).await;
     let cfg = config(&mut c).await;
     assert_eq!((cfg.generation, cfg.confirmed_generation), (r.generation, 1));
     let done = c.confirm(pb::ConfirmRequest { lease_id: l.clone(), generation: r.generation }).await;
     let done = done.expect("Confirm within the deadline").into_inner();
     assert_eq!(done.confirmed_generation, r.generation);
     // Wait well past the deadline.
-    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    tokio::time::sleep(Duration::from_millis(6_500)).await;
     let cfg = config(&mut c).await;
     assert_eq!(
         (cfg.generation, cfg.confirmed_generation, cfg.confirm_deadline_unix_ms),
@@ -549,7 +550,11 @@ async fn a_second_signal_cuts_the_grace_for_open_connections_short() {
     let l = lease(&mut c, "ctl-a").await;
     apply(&mut c, &l, vec![change(&q[0], 100_000, 1_000_000, 0.5)], 600_000).await;
     send_signal(a.pid(), "INT");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Taken before the second is sent: two pending at once are one to its signal stream.
+    eventually("the first SIGINT taken", Duration::from_secs(30), || {
+        std::future::ready(a.log_text().contains("SIGINT: stopping").then_some(()))
+    })
+    .await;
     let second = std::time::Instant::now();
     let (code, j) = a.stop_with("INT").await;
     let took = second.elapsed();

@@ -2201,8 +2201,8 @@ async fn counters_that_stop_moving_stop_the_telemetry() {
             Err(_) => break frozen_at.elapsed(),
         }
     };
-    // Silent for 2 s from about a second after the stop (the poll is 100 ms).
-    assert!(silent < Duration::from_secs(6), "telemetry stopped late: {silent:?}");
+    // Silent for 2 s from about a second after the stop (the poll is 100 ms): about 3 s.
+    assert!(silent < Duration::from_secs(8), "telemetry stopped late: {silent:?}");
 
     rig.ticker.counters.lock().unwrap().default_traffic = moving;
     let b = tokio::time::timeout(WAIT, stream.next()).await.expect("telemetry resumes").unwrap().unwrap();
@@ -2261,16 +2261,20 @@ async fn counter_polling_turned_off_while_running_stops_the_telemetry() {
                 Err(_) => break off_at.elapsed(),
             }
         };
-        assert!(silent < Duration::from_secs(4), "{group}: telemetry stopped late: {silent:?}");
+        // About 2.5 s (the status read within 0.5 s, then 2 s of silence); a loaded machine's
+        // slow poll has room.
+        assert!(silent < Duration::from_secs(6), "{group}: telemetry stopped late: {silent:?}");
         let group = group.to_lowercase();
+        let stopped = format!("SONiC stopped polling {group} counters");
+        eventually("the warning", WAIT, || async { rig.act.log_text().contains(&stopped).then_some(()) }).await;
         let log = rig.act.log_text();
-        assert!(log.contains(&format!("SONiC stopped polling {group} counters")), "{log}");
         assert!(log.contains(&format!("`counterpoll {group} enable`")), "{log}");
 
         set_config_field(&rig.redis, &key, "FLEX_COUNTER_STATUS", "enable");
         let b = tokio::time::timeout(WAIT, stream.next()).await.expect("telemetry resumes").unwrap().unwrap();
         assert_eq!(b.samples.len(), 64);
-        assert!(rig.act.log_text().contains(&format!("SONiC polls {group} counters again")));
+        let again = format!("SONiC polls {group} counters again");
+        eventually("polling back", WAIT, || async { rig.act.log_text().contains(&again).then_some(()) }).await;
     }
     drop(rig.ticker);
 }
