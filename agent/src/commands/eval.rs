@@ -573,6 +573,7 @@ fn write_outputs(dir: &Path, table: &Table, markdown: &str, json: &str) -> Resul
     // Until the last report's charts are gone too: interrupted between, they would stay for
     // good (the new eval.json no longer lists them).
     let _held = ecn_datasets::signals::HeldSignals::new();
+    super::create_folder(dir, dir)?;
     let previous = previous_plots(dir);
     let mut files = StagedFiles::new();
     let mut write = |name: &str, text: &str| {

@@ -82,15 +82,45 @@ fn interval(text: &str) -> Result<Nanos, CliError> {
 }
 
 /// Make ready for an `--out` file before any work: refuse a path that is a directory, and
-/// create the folder the file goes into.
+/// check that the folder it goes into is one, or can be made, and takes a file. The folder is
+/// made when the file is written ([`make_folder_of`]): a command stopped before then (Ctrl-C,
+/// SIGTERM) leaves no empty folders behind.
 fn prepare_out_file(out: &Path) -> Result<(), CliError> {
     if out.is_dir() {
         return Err(CliError::BadInput(format!("--out {}: is a directory", out.display())));
     }
-    let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    create_folder(dir, out)?;
     let probe = ecn_datasets::io::name_beside(out, &format!(".probe-{}", std::process::id()));
-    probe_writable(&probe, out)
+    check_folder(folder_of(out), out, probe.file_name().unwrap_or_default())
+}
+
+/// The folder an `--out` file goes into (`.` for a bare name).
+fn folder_of(out: &Path) -> &Path {
+    out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
+}
+
+/// Check, making nothing, that `dir` is a folder or can be made one, and takes a file: the
+/// nearest part of it that exists must be a folder (not a file, nor a link to nothing) in which
+/// `probe`, a file name, can be created. `out` is the `--out` the error names.
+fn check_folder(dir: &Path, out: &Path, probe: &std::ffi::OsStr) -> Result<(), CliError> {
+    let nearest = dir.ancestors().find(|a| a.as_os_str().is_empty() || a.symlink_metadata().is_ok());
+    // A relative path none of whose parts exists starts from the current folder.
+    let nearest = nearest.filter(|a| !a.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !nearest.is_dir() {
+        return Err(CliError::BadInput(format!("--out {}: {}", out.display(), not_a_folder(nearest))));
+    }
+    probe_writable(&nearest.join(probe), out)
+}
+
+/// Why `path`, which is there, is no folder: a file, or a link to nothing.
+fn not_a_folder(path: &Path) -> String {
+    if path.exists() {
+        return format!("{} is a file, not a folder", path.display());
+    }
+    let to = std::fs::read_link(path).unwrap_or_default();
+    let target = path.parent().unwrap_or(Path::new(".")).join(&to);
+    // A link to a link that leads nowhere: a loop, or a chain ending in nothing.
+    let why = if target.symlink_metadata().is_ok() { "which leads nowhere" } else { "which does not exist" };
+    format!("{} is a link to {}, {why}", path.display(), to.display())
 }
 
 /// The writers put a temporary file beside their destination and rename it into place: make
@@ -115,17 +145,23 @@ fn prepare_telemetry_out(out: &Path) -> Result<(), CliError> {
     prepare_out_file(out)
 }
 
-/// Make ready for an `--out` folder before any work: create it, and refuse it if one of the
-/// `files` the command will write there is a directory. Found after the work, that would fail
-/// with some files written and others not.
+/// Make ready for an `--out` folder before any work: check that it is one, or can be made, and
+/// takes a file, and refuse it if one of the `files` the command will write there is a
+/// directory. Found after the work, that would fail with some files written and others not.
+/// The folder is made when the files are written ([`create_folder`]).
 fn prepare_out_dir<'a>(dir: &Path, files: impl IntoIterator<Item = &'a str>) -> Result<(), CliError> {
-    create_folder(dir, dir)?;
     refuse_directories(files.into_iter().map(|name| dir.join(name)))?;
-    probe_writable(&dir.join(format!(".probe-{}", std::process::id())), dir)
+    check_folder(dir, dir, std::ffi::OsStr::new(&format!(".probe-{}", std::process::id())))
+}
+
+/// Make the folder an `--out` file goes into, as it is written.
+fn make_folder_of(out: &Path) -> Result<(), CliError> {
+    create_folder(folder_of(out), out)
 }
 
 /// `create_dir_all`, saying which part of the path is a file, or a link to nothing, where it
 /// fails for that (its own error, "File exists", names neither); the error names `--out out`.
+/// Called as the outputs are written, so that a command stopped before leaves no empty folders.
 fn create_folder(dir: &Path, out: &Path) -> Result<(), CliError> {
     // The folders this makes, deepest first: removed again if the command fails.
     let missing: Vec<PathBuf> = dir
@@ -137,18 +173,7 @@ fn create_folder(dir: &Path, out: &Path) -> Result<(), CliError> {
     CREATED_FOLDERS.lock().unwrap_or_else(|e| e.into_inner()).extend(missing);
     made.map_err(|e| {
         let in_the_way = |a: &&Path| !a.as_os_str().is_empty() && a.symlink_metadata().is_ok() && !a.is_dir();
-        let why = match dir.ancestors().find(in_the_way) {
-            Some(link) if !link.exists() => {
-                let to = std::fs::read_link(link).unwrap_or_default();
-                let target = link.parent().unwrap_or(Path::new(".")).join(&to);
-                // A link to a link that leads nowhere: a loop, or a chain ending in nothing.
-                let why =
-                    if target.symlink_metadata().is_ok() { "which leads nowhere" } else { "which does not exist" };
-                format!("{} is a link to {}, {why}", link.display(), to.display())
-            }
-            Some(file) => format!("{} is a file, not a folder", file.display()),
-            None => e.to_string(),
-        };
+        let why = dir.ancestors().find(in_the_way).map_or_else(|| e.to_string(), not_a_folder);
         CliError::output_path(format!("--out {}: {why}", out.display()), &e)
     })
 }
@@ -233,6 +258,27 @@ mod tests {
         assert!(e.contains("fct.txt") && e.contains("which this command reads"), "{e}");
         assert!(refuse_overwriting_inputs(&[dir.path().join("eval.json")], &inputs).is_ok());
         assert!(scenario_files("websearch-50").is_empty(), "a built-in reads no file");
+    }
+
+    /// Outputs are checked before the work without making their folders, which come as they
+    /// are written: a command stopped between (Ctrl-C, SIGTERM) left them behind, empty.
+    #[test]
+    fn outputs_are_checked_without_making_their_folders() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("a/b/c");
+        prepare_out_dir(&deep, ["eval.md"]).unwrap();
+        prepare_out_file(&deep.join("m.safetensors")).unwrap();
+        prepare_telemetry_out(&dir.path().join("x/t.parquet")).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no folder made, no probe left");
+        // What creating them would have met, said as before.
+        let file = dir.path().join("f");
+        std::fs::write(&file, "").unwrap();
+        let e = prepare_out_dir(&file.join("x"), ["eval.md"]).unwrap_err().to_string();
+        assert!(e.contains("f is a file, not a folder"), "{e}");
+        let link = dir.path().join("l");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &link).unwrap();
+        let e = prepare_out_file(&link.join("deeper/m.safetensors")).unwrap_err().to_string();
+        assert!(e.contains("l is a link to") && e.contains("which does not exist"), "{e}");
     }
 
     /// The folders made for an output that never came go again; one holding a file stays.

@@ -89,6 +89,7 @@ pub fn run(args: RecordArgs) -> Result<(), CliError> {
     info!(scenario = %scenario.name, policy = %policy, seed = scenario.seed, "recording");
     let mut outcome = rollout::simulate(&scenario, &policy, &policy.to_string(), None)?;
     let rows = outcome.sim.take_telemetry();
+    super::make_folder_of(&args.out)?;
     io::write_telemetry(&args.out, &rows).map_err(|e| CliError::Failed(e.to_string()))?;
     let queues = outcome.sim.queues().len();
     outln!(
@@ -114,6 +115,7 @@ fn record_target(args: &RecordArgs) -> Result<(), CliError> {
     // Written as it comes (through a temporary file, renamed into place at the end): a long
     // recording is not held in memory.
     let failed = |e: io::IoError| CliError::Failed(e.to_string());
+    super::make_folder_of(&args.out)?;
     let mut out = io::TelemetryWriter::create(&args.out).map_err(failed)?;
     let captured = runtime.block_on(capture::capture(&target, Until::Elapsed(duration), &mut out))?;
     if captured.rows == 0 {

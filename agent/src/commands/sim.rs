@@ -86,6 +86,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
 
     // The report is printed even where the files cannot be written (a full disk).
     let written = args.out.as_ref().map_or(Ok(()), |dir| {
+        super::create_folder(dir, dir)?;
         report::write_outputs(dir, &mut sim, &summary)?;
         info!(dir = %dir.display(), files = ?report::OUTPUT_FILES, "wrote");
         Ok(())

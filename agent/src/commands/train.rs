@@ -265,6 +265,7 @@ pub fn run(args: TrainArgs) -> Result<(), CliError> {
     let reference_cost =
         trained.reference.iter().map(|m| m.small_p99).sum::<f64>() / trained.reference.len().max(1) as f64;
     let reference_line = trained.curve.iter().map(|p| (p.env_steps as f64, reference_cost)).collect();
+    super::make_folder_of(&args.out)?;
     save_together(|staged| {
         trained.checkpoint.save_staged(&args.out, staged).map_err(|e| CliError::Failed(e.to_string()))?;
         staged.write(&csv, |p| write_curve_csv(p, &trained.curve)).map_err(CliError::Failed)?;
@@ -433,6 +434,7 @@ fn run_offline(args: &TrainArgs) -> Result<(), CliError> {
         ));
     }
     let pts = |f: fn(&offline::OfflinePoint) -> f64| trained.curve.iter().map(|p| (p.updates as f64, f(p))).collect();
+    super::make_folder_of(&args.out)?;
     save_together(|staged| {
         trained.checkpoint.save_staged(&args.out, staged).map_err(|e| CliError::Failed(e.to_string()))?;
         staged

@@ -107,6 +107,7 @@ fn check(path: &Path, opts: &ReadOptions, out: Option<&Path>) -> Result<Result<S
                 out.display()
             )));
         }
+        super::make_folder_of(out)?;
         io::write_telemetry(out, &rows).map_err(|e| CliError::Failed(e.to_string()))?;
         info!(file = %out.display(), rows = rows.len(), "wrote repaired telemetry");
     }
