@@ -102,11 +102,25 @@ fn folder_of(out: &Path) -> &Path {
 /// nearest part of it that exists must be a folder (not a file, nor a link to nothing) in which
 /// `probe`, a file name, can be created. `out` is the `--out` the error names.
 fn check_folder(dir: &Path, out: &Path, probe: &std::ffi::OsStr) -> Result<(), CliError> {
-    let nearest = dir.ancestors().find(|a| a.as_os_str().is_empty() || a.symlink_metadata().is_ok());
+    // Parts that cannot be looked up for another reason than their absence (a name too long,
+    // a folder that may not be searched) would fail the making too: said now, not after the work.
+    let mut unusable = None;
+    let nearest = dir.ancestors().find(|a| match a.symlink_metadata() {
+        _ if a.as_os_str().is_empty() => true,
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => {
+            unusable.get_or_insert(e);
+            false
+        }
+    });
     // A relative path none of whose parts exists starts from the current folder.
     let nearest = nearest.filter(|a| !a.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !nearest.is_dir() {
         return Err(CliError::BadInput(format!("--out {}: {}", out.display(), not_a_folder(nearest))));
+    }
+    if let Some(e) = unusable {
+        return Err(CliError::output_path(format!("--out {}: {e}", out.display()), &e));
     }
     probe_writable(&nearest.join(probe), out)
 }
@@ -279,6 +293,11 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("nowhere"), &link).unwrap();
         let e = prepare_out_file(&link.join("deeper/m.safetensors")).unwrap_err().to_string();
         assert!(e.contains("l is a link to") && e.contains("which does not exist"), "{e}");
+        // A name too long to make is refused before the work too (it was passed over as absent).
+        let long = dir.path().join("n".repeat(300)).join("x.csv");
+        let e = prepare_telemetry_out(&long).unwrap_err().to_string();
+        assert!(e.contains("File name too long"), "{e}");
+        assert!(prepare_out_dir(&dir.path().join("a/".repeat(2100)), ["eval.md"]).is_err(), "a path over PATH_MAX");
     }
 
     /// The folders made for an output that never came go again; one holding a file stays.
