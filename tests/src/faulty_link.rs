@@ -45,6 +45,11 @@ pub struct Faults {
     /// This many Rollback calls fail with UNAVAILABLE without reaching the actuator: its device
     /// away (a switch's Redis restarting), as the actuator itself would answer.
     pub failed_rollbacks: AtomicU32,
+    /// This many Rollback calls are held for `rollback_hold_ms`, then fail as a failed
+    /// rollback does: a device that answers too late.
+    pub held_rollbacks: AtomicU32,
+    /// How long a held Rollback is held.
+    pub rollback_hold_ms: AtomicU64,
     /// This many Apply calls that open no confirm window (a controller's telemetry fallbacks)
     /// are refused without reaching the actuator: a device that refuses the write.
     pub refused_fallbacks: AtomicU32,
@@ -185,7 +190,11 @@ impl pb::actuator_server::Actuator for Forward {
     }
 
     async fn rollback(&self, req: Request<pb::RollbackRequest>) -> Result<Response<pb::RollbackResponse>, Status> {
-        if take(&self.faults.failed_rollbacks) {
+        let held = take(&self.faults.held_rollbacks);
+        if held {
+            tokio::time::sleep(Duration::from_millis(self.faults.rollback_hold_ms.load(Ordering::SeqCst))).await;
+        }
+        if held || take(&self.faults.failed_rollbacks) {
             return Err(Status::unavailable("faulty link: the device is away, nothing rolled back"));
         }
         self.client.clone().rollback(req.into_inner()).await

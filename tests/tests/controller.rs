@@ -718,6 +718,35 @@ async fn a_stop_on_a_hung_actuator_waits_one_call_timeout() {
     assert!(took < Duration::from_millis(7_000), "the stop took {took:?}, more than one --call-timeout: {log}");
 }
 
+/// A stop whose rollback used up its wait (one `--call-timeout`) still gives the writer lease
+/// back: the release gets a second of its own, so that another controller may take the role at
+/// once, not at the lease's TTL. (With the stop's wait alone, the release was given none.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_whose_rollback_overran_still_releases_the_lease() {
+    let act = sim_actuator(&[]).await;
+    let faults = Faults { held_rollbacks: 1.into(), rollback_hold_ms: 4_000.into(), ..Default::default() };
+    let link = FaultyLink::start(&act.url(), faults).await;
+    // 3 000 intervals take 15 s at the time scale of 0.02: the change is pending at the stop.
+    let flags = enforce_flags(
+        "static:200KB,800KB,0.3",
+        &["--confirm-within", "60s", "--health-window", "3000", "--call-timeout", "2s"],
+    );
+    let (child, decisions) = act.controller_at("overrun", &link.url(), &flags);
+    eventually("the controller's applied change", FABRIC_PATIENCE, || {
+        let applied = read_json_lines(&decisions).iter().any(|d| d["applied"] == true);
+        std::future::ready(applied.then_some(()))
+    })
+    .await;
+    send_signal(child.id(), "TERM");
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.expect("stops").unwrap();
+    let log = act.controller_log("overrun");
+    assert_eq!(out.status.code(), Some(1), "the change is left to the actuator's deadline: {log}");
+    assert!(!log.contains("lapses at its TTL"), "{log}");
+    let mut c = act.client().await;
+    let next = pb::AcquireWriterRequest { controller_id: "next".into(), ttl_ms: 10_000 };
+    c.acquire_writer(next).await.unwrap_or_else(|e| panic!("the role is still taken ({e}): {log}"));
+}
+
 /// A decision log that cannot be written (a full disk) ends the controller, exit 1, but
 /// cleanly: no change is left unconfirmed, and the lease is given back, so that another
 /// controller may take over at once. It used to keep the role to the lease's TTL. (Where the
