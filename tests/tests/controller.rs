@@ -404,12 +404,14 @@ async fn a_stop_during_the_closing_comparison_skips_it() {
     use tokio::io::AsyncBufReadExt;
     let dir = tempfile::Builder::new().prefix("ecn-stop-compare-").tempdir().unwrap();
     let scenario = dir.path().join("long.toml");
-    // Runs of 100 ms of traffic: a few complete in 5 s, each a second or so to simulate again.
-    std::fs::write(&scenario, LONG_SCENARIO.replace("\"600ms\"", "\"100ms\"")).unwrap();
+    // Runs of 30 ms of traffic, each under a second to simulate: several complete in 8 s, on a
+    // loaded machine too (runs of 100 ms took 2.6 s each, and under load none completed in 5 s:
+    // there was no comparison to stop).
+    std::fs::write(&scenario, LONG_SCENARIO.replace("\"600ms\"", "\"30ms\"")).unwrap();
     let args = ["run", "--target", "sim", "--scenario", scenario.to_str().unwrap(), "--time-scale", "1"];
     let mut child = ecn_tests::ecn_tuner_command()
         .args(args)
-        .args(["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--duration", "5s"])
+        .args(["--mode", "shadow", "--policy", "static:100KB,400KB,0.5", "--duration", "8s"])
         .env("ECN_TUNER_LOG", "info")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
