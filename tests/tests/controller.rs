@@ -685,6 +685,15 @@ async fn a_killed_controller_leaves_only_confirmed_settings() {
     assert_eq!(settings(&act).await, before);
 }
 
+/// Wait until the decision log `decisions` has a change the controller heard applied.
+async fn until_applied(decisions: &std::path::Path) {
+    eventually("the controller's applied change", FABRIC_PATIENCE, || {
+        let applied = read_json_lines(decisions).iter().any(|d| d["applied"] == true);
+        std::future::ready(applied.then_some(()))
+    })
+    .await;
+}
+
 /// SIGTERM with a change pending on a hung actuator: the rollback gets no answer, and the stop
 /// makes no further call that would wait as long again (a read-back, the lease's release). It
 /// ends within one `--call-timeout`, exit 1, the change left to the actuator's deadline; it
@@ -700,11 +709,7 @@ async fn a_stop_on_a_hung_actuator_waits_one_call_timeout() {
     let (child, decisions) = act.controller("hung-at-stop", &flags);
     // The actuator journals an Apply before it replies: the controller's own word that the reply
     // came (a STOP between the two held the Apply, then its read-back, a call timeout each).
-    eventually("the controller's applied change", Duration::from_secs(60), || {
-        let applied = read_json_lines(&decisions).iter().any(|d| d["applied"] == true);
-        std::future::ready(applied.then_some(()))
-    })
-    .await;
+    until_applied(&decisions).await;
     send_signal(act.pid(), "STOP");
     send_signal(child.id(), "TERM");
     let stopping = std::time::Instant::now();
@@ -734,11 +739,7 @@ async fn a_stop_whose_rollback_overran_still_releases_the_lease() {
         &["--confirm-within", "60s", "--health-window", "3000", "--call-timeout", "2s"],
     );
     let (child, decisions) = act.controller_at("overrun", &link.url(), &flags);
-    eventually("the controller's applied change", FABRIC_PATIENCE, || {
-        let applied = read_json_lines(&decisions).iter().any(|d| d["applied"] == true);
-        std::future::ready(applied.then_some(()))
-    })
-    .await;
+    until_applied(&decisions).await;
     send_signal(child.id(), "TERM");
     let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.expect("stops").unwrap();
     let log = act.controller_log("overrun");
