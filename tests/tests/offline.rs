@@ -553,13 +553,13 @@ fn recording(url: &str, out: &str) -> tokio::process::Child {
         .unwrap()
 }
 
-/// The temporary file a writer of `out` keeps beside it (`OUT.PID-N.tmp`), if one is there.
 /// Wait for `record --out OUT` to begin its temporary file, which it does before connecting.
 async fn recording_started(out: &str) {
     let begun = || std::future::ready(temporary_of(out).map(|_| ()));
     ecn_tests::eventually("the recording's temporary file", Duration::from_secs(30), begun).await;
 }
 
+/// The temporary file a writer of `out` keeps beside it (`OUT.PID-N.tmp`), if one is there.
 fn temporary_of(out: &str) -> Option<PathBuf> {
     let out = Path::new(out);
     let name = out.file_name()?.to_string_lossy().into_owned();
