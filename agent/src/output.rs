@@ -201,6 +201,17 @@ pub fn stderr_redraws() -> bool {
     std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var("TERM").map_or(true, |t| t != "dumb")
 }
 
+/// A progress bar of `len` steps drawn as `template` says, on stderr where it can redraw a line
+/// ([`stderr_redraws`]) and hidden elsewhere.
+pub fn progress_bar(len: u64, template: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len)
+        .with_style(indicatif::ProgressStyle::with_template(template).expect("static template").progress_chars("=> "));
+    if !stderr_redraws() {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
 /// Log lines clear `bar` while they are written, until the returned guard is dropped. Do not
 /// log from inside `bar.suspend`: the line would wait for the bar it is suspended in.
 #[must_use = "the bar is shown only while the guard lives"]

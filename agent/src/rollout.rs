@@ -8,7 +8,7 @@ use ecn_env::scenario::Scenario;
 use ecn_env::summary::Summary;
 use ecn_env::tuning::TuningConfig;
 use ecn_env::{BitsPerSec, Simulator};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -150,12 +150,8 @@ pub struct Job<'a> {
 /// Run `jobs` on `threads` threads; summaries in the order of `jobs`. After the first failure
 /// no new run starts, and the failure of the earliest job is returned.
 pub fn simulate_all(jobs: &[Job], threads: usize) -> Result<Vec<Summary>, CliError> {
-    let bar = if crate::output::stderr_redraws() { ProgressBar::new(jobs.len() as u64) } else { ProgressBar::hidden() };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} runs ({elapsed}, ETA {eta}) {msg}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
+    let template = "{spinner} [{bar:30}] {pos}/{len} runs ({elapsed}, ETA {eta}) {msg}";
+    let bar = crate::output::progress_bar(jobs.len() as u64, template);
     let _shown = crate::output::showing(&bar);
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);

@@ -8,7 +8,6 @@ use crate::rollout::{self, Outcome};
 use clap::Args;
 use ecn_env::fabric::EcnPlan;
 use ecn_env::scenario::Scenario;
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use tracing::info;
 
@@ -66,14 +65,8 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
         seed = scenario.seed,
         "simulating"
     );
-    let bar = ProgressBar::new(scenario.flows.len() as u64).with_style(
-        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} flows done ({elapsed})")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
-    if !crate::output::stderr_redraws() {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    let template = "{spinner} {msg} [{bar:30}] {pos}/{len} flows done ({elapsed})";
+    let bar = crate::output::progress_bar(scenario.flows.len() as u64, template);
     let shown = crate::output::showing(&bar);
     let outcome = match &policy {
         Some(p) => rollout::simulate(&scenario, p, &policy_name, Some(&bar))?,

@@ -17,7 +17,7 @@ use ecn_env::tuning::{EpisodeSource, FlowWait, TrainingMix, TuningConfig};
 use ecn_env::Nanos;
 use ecn_models::card::{NetworkSpec, MAX_HIDDEN_LAYERS, MAX_LAYER_WIDTH};
 use ecn_models::staged::StagedFiles;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use std::path::{Path, PathBuf};
 use tracing::{info, warn};
 
@@ -483,19 +483,10 @@ fn model_name(out: &Path) -> String {
 }
 
 fn progress_bar(len: u64, unit: &str) -> ProgressBar {
-    let bar = ProgressBar::new(len).with_style(
-        ProgressStyle::with_template(&format!(
-            // `wide_msg` cuts the message to the terminal's width: a bar that wraps onto a
-            // second line is redrawn over the line above it.
-            "{{spinner}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{elapsed}}, eta {{eta}}) {{wide_msg}}"
-        ))
-        .expect("static template")
-        .progress_chars("=> "),
-    );
-    if !crate::output::stderr_redraws() {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    bar
+    // `wide_msg` cuts the message to the terminal's width: a bar that wraps onto a second line
+    // is redrawn over the line above it.
+    let template = format!("{{spinner}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{elapsed}}, eta {{eta}}) {{wide_msg}}");
+    crate::output::progress_bar(len, &template)
 }
 
 fn device(args: &TrainArgs) -> Result<tch::Device, CliError> {
