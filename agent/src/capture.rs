@@ -27,9 +27,9 @@ pub struct Target {
     pub token: Option<String>,
     /// CA certificate (PEM) for https.
     pub tls_ca: Option<Vec<u8>>,
-    /// For `--target sim` or a built-in scenario's name: the scenario of the simulated fabric
-    /// to start behind an in-process actuator (whose URL is not known until then).
-    pub simulated: Option<String>,
+    /// For `--target sim` or a built-in scenario's name: the simulated fabric to start behind
+    /// an in-process actuator (whose URL is not known until then).
+    pub simulated: Option<SimOptions>,
 }
 
 impl Target {
@@ -65,7 +65,13 @@ impl Target {
             url: url.to_string(),
             token: token_file.map(crate::actuator::security::read_token_file).transpose()?,
             tls_ca: tls_ca.map(|p| read_pem_certificates("--tls-ca", p)).transpose().map_err(CliError::BadInput)?,
-            simulated,
+            simulated: simulated.map(|scenario| SimOptions {
+                scenario,
+                seed: None,
+                time_scale: DEFAULT_TIME_SCALE,
+                storms: Vec::new(),
+                bad_write: None,
+            }),
         })
     }
 }
@@ -118,14 +124,8 @@ pub async fn capture(target: &Target, until: Until, out: &mut TelemetryWriter) -
     // Ctrl-C, SIGTERM or SIGHUP, from the start: before the stream opens it ends the reading
     // with nothing read (the caller's file is then never written); after, what was read is kept.
     let mut stop = StopSignals::watch()?;
-    let Some(scenario) = &target.simulated else { return capture_from(target, until, 0, out, &mut stop).await };
-    let sim = SimOptions {
-        scenario: scenario.clone(),
-        seed: None,
-        time_scale: DEFAULT_TIME_SCALE,
-        storms: Vec::new(),
-        bad_write: None,
-    };
+    let Some(sim) = target.simulated.clone() else { return capture_from(target, until, 0, out, &mut stop).await };
+    let scenario = sim.scenario.clone();
     let handle = tokio::select! {
         handle = actuator::serve_sim(sim, ServeOptions::loopback()) => handle?,
         why = stop.next() => {

@@ -431,8 +431,7 @@ async fn bench(opts: Opts, children: Arc<Mutex<Cleanup>>) -> Result<(), String> 
     eprintln!("{n} actuators up in {:.1} s", started_at.elapsed().as_secs_f64());
 
     // The controller.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?;
-    let metrics = format!("127.0.0.1:{}", port.port());
+    let metrics = format!("127.0.0.1:{}", ecn_tests::ports::free_port());
     let mut cmd = match &opts.cpus {
         Some(list) => {
             let mut c = Command::new("taskset");

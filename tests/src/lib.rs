@@ -24,6 +24,7 @@ pub use ecn_proto::v1 as pb;
 
 pub mod faulty_link;
 pub mod frozen_relay;
+pub mod ports;
 pub mod sonic;
 pub mod telemetry_fixtures;
 

@@ -48,11 +48,6 @@ pub fn redis_server_bin() -> PathBuf {
     })
 }
 
-/// A free loopback port (bound and released; a race with another process is unlikely).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind a free port").local_addr().expect("local addr").port()
-}
-
 /// A `redis-server` child process on loopback, with its own directory.
 pub struct RedisServer {
     /// Its port.
@@ -77,7 +72,7 @@ impl RedisServer {
 
     fn launch(durable: bool) -> RedisServer {
         let dir = tempfile::Builder::new().prefix("ecn-redis-").tempdir().expect("redis directory");
-        let mut s = RedisServer { port: free_port(), dir, durable, child: None };
+        let mut s = RedisServer { port: crate::ports::free_port(), dir, durable, child: None };
         s.spawn();
         s
     }

@@ -71,8 +71,7 @@ async fn enforce_until_settled(
 
 /// A free loopback address for a controller's `--metrics`.
 fn metrics_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    format!("127.0.0.1:{port}")
+    format!("127.0.0.1:{}", ecn_tests::ports::free_port())
 }
 
 /// The `ecn_tuner_rollbacks_total` series the controller exporting metrics at `addr` serves,

@@ -474,6 +474,44 @@ async fn recommend_and_record_read_a_simulated_fabric_as_a_target() {
     assert!(stderr.contains("give an actuator's URL (http:// or https://), `sim`, or a built-in"), "{stderr}");
 }
 
+/// `--scenario` chooses the simulated fabric of `recommend --target sim`. The built-ins start on
+/// hpcc-alibaba's thresholds, far above any the shipped models trained from, so every queue is
+/// a keep, "out of the training distribution"; a scenario that starts on huawei-latency gets
+/// the model's judgement for every queue. The flag configures that fabric and nothing else: with
+/// an actuator's URL, or a built-in's name as the target, it is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn recommend_reads_the_simulated_fabric_of_a_scenario_file() {
+    let dir = tempfile::Builder::new().prefix("ecn-sim-scenario-").tempdir().unwrap();
+    let out_of_range = |doc: &Value| {
+        let queues = doc["queues"].as_array().unwrap();
+        assert_eq!(queues.len(), 24, "websearch-50's data queues");
+        queues.iter().filter(|q| q["reason"].as_str().unwrap().contains("out of the training distribution")).count()
+    };
+    let builtin: Value = serde_json::from_str(&ok(&["recommend", "--target", "sim", "--json"]).await).unwrap();
+    assert_eq!(out_of_range(&builtin), 24, "{builtin}");
+
+    let scenario = path(dir.path(), "latency.toml");
+    std::fs::write(&scenario, "base = \"websearch-50\"\n[switch]\necn = \"baseline:huawei-latency\"\n").unwrap();
+    let args = ["recommend", "--target", "sim", "--scenario", &scenario, "--seed", "7", "--json"];
+    let doc: Value = serde_json::from_str(&ok(&args).await).unwrap();
+    assert_eq!(out_of_range(&doc), 0, "{doc}");
+    for q in doc["queues"].as_array().unwrap() {
+        assert_eq!(q["current"]["kmin_bytes"], 7000, "huawei-latency's Kmin: {q}");
+        assert!(q["confidence"].as_f64().unwrap() > 0.0, "judged by the model: {q}");
+        assert!(setting_in_bounds(&q["recommended"]), "{q}");
+    }
+
+    for (args, said) in [
+        (["--target", "http://127.0.0.1:9", "--scenario", &scenario], "--scenario configures the simulated fabric"),
+        (["--target", "http://127.0.0.1:9", "--seed", "7"], "--seed configures the simulated fabric"),
+        (["--target", "mixed", "--scenario", &scenario], "names a built-in scenario, and --scenario"),
+    ] {
+        let (code, _, stderr) = run_cli(&[&["recommend"], args.as_slice()].concat()).await;
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+}
+
 /// The actuator dies half way through `record --target`: the telemetry read until then is
 /// written all the same, and the exit code (1) and message say the recording is short. It
 /// used to exit 1 with nothing written.

@@ -1747,7 +1747,7 @@ async fn counter_wraps_and_resets_give_true_deltas() {
 async fn bad_urls_unreachable_redis_and_empty_config_db_exit_with_clear_errors() {
     let empty = RedisServer::start();
     let empty_url = empty.url();
-    let nobody = format!("redis://127.0.0.1:{}", ecn_tests::sonic::free_port());
+    let nobody = format!("redis://127.0.0.1:{}", ecn_tests::ports::free_port());
     let cases: Vec<(Vec<&str>, i32, &str)> = vec![
         (vec!["actuator", "--backend", "sonic", "--redis", "http://example"], 2, "--redis"),
         (vec!["actuator", "--backend", "sonic"], 2, "--redis"),

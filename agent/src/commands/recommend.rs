@@ -25,6 +25,14 @@ pub struct RecommendArgs {
     /// for `sim`) once it has run 2 ms.
     #[arg(long, value_name = "URL|sim|SCENARIO")]
     target: Option<String>,
+    /// With --target sim: the scenario the simulated fabric runs, a built-in's name or a
+    /// scenario file (one whose `[switch] ecn` is a setting the model trained from, say).
+    /// Default: websearch-50.
+    #[arg(long, value_name = "NAME|FILE", conflicts_with = "telemetry")]
+    scenario: Option<String>,
+    /// With --target sim: seed of the simulated fabric's first run (default: the scenario's).
+    #[arg(long, conflicts_with = "telemetry")]
+    seed: Option<u64>,
     /// With --target: file holding the actuator's bearer token.
     #[arg(long, value_name = "FILE", conflicts_with = "telemetry")]
     token_file: Option<PathBuf>,
@@ -55,6 +63,32 @@ pub struct RecommendArgs {
     read: telemetry_input::ReadArgs,
 }
 
+/// `--scenario` and `--seed` configure the simulated fabric of `--target sim`. An actuator's
+/// URL has no fabric to configure, and a built-in scenario's name as the target already names
+/// one: both are refused rather than ignored.
+fn simulated_with(mut target: Target, scenario: Option<&str>, seed: Option<u64>) -> Result<Target, CliError> {
+    let Some(sim) = &mut target.simulated else {
+        return match super::first_given(&[("--scenario", scenario.is_some()), ("--seed", seed.is_some())]) {
+            Some(flag) => Err(CliError::BadInput(format!(
+                "{flag} configures the simulated fabric of --target sim; {} is an actuator",
+                target.url
+            ))),
+            None => Ok(target),
+        };
+    };
+    if let Some(name) = scenario {
+        if target.url != "sim" {
+            return Err(CliError::BadInput(format!(
+                "--target {} names a built-in scenario, and --scenario {name} another; give one",
+                target.url
+            )));
+        }
+        sim.scenario = name.to_string();
+    }
+    sim.seed = seed;
+    Ok(target)
+}
+
 /// Recommend and print.
 pub fn run(args: RecommendArgs) -> Result<(), CliError> {
     if !(args.min_confidence > 0.0 && args.min_confidence < 1.0) {
@@ -80,6 +114,7 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
                 )));
             }
             let target = Target::from_flags(url, args.token_file.as_deref(), args.tls_ca.as_deref())?;
+            let target = simulated_with(target, args.scenario.as_deref(), args.seed)?;
             let runtime = crate::threads::async_runtime(None)?;
             // Live telemetry passes the same validation as a file.
             let dir = tempfile::tempdir().map_err(|e| {
