@@ -18,8 +18,9 @@ const FLOOR: u32 = 10_000;
 /// How many ports one call may probe before it settles for one from the kernel.
 const TRIES: u32 = 200;
 
-/// A loopback TCP port that nothing listens on or is connected from, outside the kernel's
-/// ephemeral range where it can be (the range starts above [`FLOOR`]).
+/// A loopback TCP port that nothing listens on or is connected from: from 10 000 up to the
+/// kernel's ephemeral range, where that range leaves a thousand ports or more below it (else
+/// one the kernel picks).
 pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let span = ephemeral_start().saturating_sub(FLOOR);

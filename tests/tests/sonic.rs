@@ -130,6 +130,98 @@ async fn capabilities_and_telemetry_come_from_the_switch() {
     drop(rig.ticker);
 }
 
+/// SONiC's `database_config.json` for two Redis instances on loopback: CONFIG_DB, STATE_DB and
+/// APPL_DB on `main_port`'s, COUNTERS_DB and ASIC_DB on `second_port`'s (by socket address; a
+/// real switch's map also gives each instance's Unix socket, which the actuator prefers).
+fn database_map(main_port: u16, second_port: u16) -> String {
+    let db = |id: u32, separator: &str, instance: &str| {
+        format!(r#"{{ "id": {id}, "separator": "{separator}", "instance": "{instance}" }}"#)
+    };
+    format!(
+        r#"{{ "INSTANCES": {{ "redis": {{ "hostname": "127.0.0.1", "port": {main_port} }},
+                           "redis2": {{ "hostname": "127.0.0.1", "port": {second_port} }} }},
+             "DATABASES": {{ "APPL_DB": {}, "ASIC_DB": {}, "COUNTERS_DB": {}, "LOGLEVEL_DB": {},
+                            "CONFIG_DB": {}, "FLEX_COUNTER_DB": {}, "STATE_DB": {} }},
+             "VERSION": "1.0" }}"#,
+        db(0, ":", "redis"),
+        db(1, ":", "redis2"),
+        db(2, ":", "redis2"),
+        db(3, ":", "redis"),
+        db(4, "|", "redis"),
+        db(5, ":", "redis2"),
+        db(6, "|", "redis"),
+    )
+}
+
+/// A switch with SONiC's multi-database layout, its databases on two Redis instances as its
+/// `database_config.json` says: given that map (`--database-config`), the actuator finds the
+/// queues and profiles on the first, reads the counters from the second, writes to the first,
+/// and `sonic restore` takes the same map. Each instance is emptied of the databases the other
+/// holds, so that a read or a write on the wrong one finds nothing (without the map, the
+/// actuator found no counters).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_multi_database_switch_is_found_through_its_database_map() {
+    let spec = Spec::default();
+    let (main, second) = (RedisServer::start(), RedisServer::start());
+    seed(&main, &spec);
+    seed(&second, &spec);
+    for (server, elsewhere) in [(&main, [COUNTERS_DB, ASIC_DB].as_slice()), (&second, &[CONFIG_DB, APPL_DB, STATE_DB])]
+    {
+        for &db in elsewhere {
+            redis::cmd("FLUSHDB").query::<()>(&mut server.con(db)).expect("FLUSHDB");
+        }
+    }
+    let _ticker = Ticker::start(&second, Counters::new(&spec, 64), Duration::from_millis(50));
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("database_config.json");
+    std::fs::write(&map, database_map(main.port, second.port)).unwrap();
+    let map = map.display().to_string();
+    let before = tables(&mut main.con(CONFIG_DB));
+
+    let act = Actuator::start(&["--backend", "sonic", "--database-config", &map, "--poll-interval", "100ms"]).await;
+    let mut c = act.client().await;
+    let caps = c.get_capabilities(pb::GetCapabilitiesRequest {}).await.unwrap().into_inner();
+    assert_eq!(caps.queues.len(), 64, "32 ports x 2 lossless queues, from the first instance's CONFIG_DB");
+    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut sent = 0;
+    for _ in 0..5 {
+        let b = tokio::time::timeout(WAIT, stream.next()).await.expect("a batch").unwrap().unwrap();
+        assert_eq!(b.samples.len(), 64, "one sample per queue");
+        sent += b.samples[0].tx_bytes;
+    }
+    assert!(sent > 0, "the second instance's counters move");
+    let l = lease(&mut c, "ctl-a").await;
+    let changes = vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)];
+    c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.expect("apply");
+    assert_eq!(queue_setting(&mut main.con(CONFIG_DB), "Ethernet0", 3), (300_000, 900_000, 25));
+    assert!(tables(&mut second.con(CONFIG_DB)).is_empty(), "nothing written to the second instance");
+    assert!(recording(&main).is_some(), "the originals recorded in the first instance's STATE_DB");
+    let (code, _) = act.stop().await;
+    assert_eq!(code, Some(0));
+
+    let (code, stdout, stderr) = run_cli(&["sonic", "restore", "--database-config", &map]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("removed 1 ecn-tuner profile(s)"), "{stdout}");
+    assert_eq!(tables(&mut main.con(CONFIG_DB)), before, "WRED_PROFILE and QUEUE byte-identical");
+
+    // The map says where every database is: --redis or an index beside it is refused.
+    let url = main.url();
+    for (args, said) in [
+        (["--redis", url.as_str()], "--redis: --database-config"),
+        (["--config-db", "4"], "--config-db: --database-config"),
+    ] {
+        let (code, _, stderr) =
+            run_cli(&[&["sonic", "restore", "--database-config", &map], args.as_slice()].concat()).await;
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, database_map(main.port, second.port).replace("\"CONFIG_DB\"", "\"CONFIG\"")).unwrap();
+    let (code, _, stderr) = run_cli(&["sonic", "restore", "--database-config", &broken.display().to_string()]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("broken.json: DATABASES.CONFIG_DB: missing"), "{stderr}");
+}
+
 /// A switch whose orchagent programs CONFIG_DB into ASIC_DB: `lag` after each change, or not
 /// at all once its `stuck` flag is set.
 async fn rig_with_orchagent(lag: Duration, extra: &[&str]) -> (Rig, Orchagent) {

@@ -191,8 +191,10 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
                     "--seed: a SONiC switch runs no scenario to seed; drop the flag".into(),
                 ));
             }
-            let mut o = SonicOptions::new(args.redis.url()?);
-            o.dbs = args.redis.dbs()?;
+            let at = args.redis.locate_all()?;
+            let mut o = SonicOptions::new(at.url);
+            o.dbs = at.dbs;
+            o.elsewhere = at.elsewhere;
             o.timeout = args.redis.timeout()?;
             o.password = args.redis.password()?;
             o.switch_name = args.switch_name.clone();

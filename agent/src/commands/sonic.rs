@@ -1,6 +1,7 @@
 //! `ecn-tuner sonic`: SONiC-specific tools. `sonic restore` puts back the WRED profiles and
 //! queue bindings recorded before ecn-tuner first changed the switch.
 
+use crate::actuator::sonic::layout::{self, DbLayout};
 use crate::actuator::sonic::{self, schema::DbIndices};
 use crate::error::CliError;
 use crate::output::outln;
@@ -9,13 +10,18 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Where SONiC's databases are: the Redis URL and the database indices (SONiC's defaults
-/// where not given). Every other flag here needs `--redis`: given without it, it is refused
-/// (where it would be ignored).
+/// where not given), or SONiC's own map of them. Every other flag here needs `--redis` or
+/// `--database-config`: given without either, it is refused (where it would be ignored).
 #[derive(Args, Debug, Clone)]
 pub struct RedisArgs {
     /// The switch's Redis: redis://HOST[:PORT] or unix:///var/run/redis/redis.sock.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
+    /// SONiC's map of its databases (`/var/run/redis/sonic-db/database_config.json` on the
+    /// switch): each database's Redis instance and index, in place of --redis and the index
+    /// flags. A switch with SONiC's multi-database layout (`/etc/sonic/enable_multidb`) needs it.
+    #[arg(long, value_name = "FILE")]
+    pub database_config: Option<PathBuf>,
     /// Redis database index of CONFIG_DB [default: 4].
     #[arg(long, value_name = "N")]
     pub config_db: Option<i64>,
@@ -43,14 +49,35 @@ pub struct RedisArgs {
 }
 
 impl RedisArgs {
-    /// The database indices, for a command that uses every database.
-    pub fn dbs(&self) -> Result<DbIndices, CliError> {
-        self.dbs_of(&DbIndices::default().by_flag().map(|(flag, _)| flag))
+    /// Where the databases are, for a command that uses every database.
+    pub fn locate_all(&self) -> Result<DbLayout, CliError> {
+        self.locate(&DbIndices::default().by_flag().map(|(flag, _)| flag))
+    }
+
+    /// Where the databases of the flags in `used` are (`--config-db`, ...): from
+    /// `--database-config`, or `--redis` and the index flags (all on one instance).
+    pub fn locate(&self, used: &[&str]) -> Result<DbLayout, CliError> {
+        let Some(map) = &self.database_config else {
+            return Ok(DbLayout { url: self.url()?.to_string(), dbs: self.dbs_of(used)?, elsewhere: Vec::new() });
+        };
+        if self.redis.is_some() {
+            return Err(CliError::BadInput(format!(
+                "--redis: --database-config {} says where each database is; give one of the two",
+                map.display()
+            )));
+        }
+        if let Some((flag, _)) = self.indices_given().iter().find(|(_, v)| v.is_some()) {
+            return Err(CliError::BadInput(format!(
+                "{flag}: --database-config {} gives every database's index; drop the flag",
+                map.display()
+            )));
+        }
+        layout::read(map, used).map_err(|e| CliError::BadInput(format!("--database-config {e}")))
     }
 
     /// The database indices, for a command that uses only those of the flags in `used`: one of
     /// the others given is refused (it would be ignored), and only the used ones must differ.
-    pub fn dbs_of(&self, used: &[&str]) -> Result<DbIndices, CliError> {
+    fn dbs_of(&self, used: &[&str]) -> Result<DbIndices, CliError> {
         let d = DbIndices::default();
         let dbs = DbIndices {
             appl: self.appl_db.unwrap_or(d.appl),
@@ -92,12 +119,17 @@ impl RedisArgs {
         Ok(self.redis_password_file.as_ref().map(read).transpose()?)
     }
 
-    /// `--redis`, required: also where a flag that needs it is given without it.
-    pub fn url(&self) -> Result<&str, CliError> {
+    /// `--redis`, required without `--database-config`: also where a flag that needs it is
+    /// given without it.
+    fn url(&self) -> Result<&str, CliError> {
         match (&self.redis, self.flag_given()) {
             (Some(url), _) => Ok(url),
-            (None, Some(flag)) => Err(CliError::BadInput(format!("{flag}: needs --redis URL, the switch's Redis"))),
-            (None, None) => Err(CliError::BadInput("--redis URL: required for SONiC".into())),
+            (None, Some(flag)) => Err(CliError::BadInput(format!(
+                "{flag}: needs --redis URL, the switch's Redis (or --database-config FILE, SONiC's map of its databases)"
+            ))),
+            (None, None) => Err(CliError::BadInput(
+                "--redis URL (or --database-config FILE): required for SONiC".into(),
+            )),
         }
     }
 
@@ -112,10 +144,11 @@ impl RedisArgs {
         ]
     }
 
-    /// The first flag given, `--redis` included, if any.
+    /// The first flag given, `--redis` and `--database-config` included, if any.
     pub fn flag_given(&self) -> Option<&'static str> {
         let redis = self.redis.is_some().then_some("--redis");
         redis
+            .or_else(|| self.database_config.is_some().then_some("--database-config"))
             .or_else(|| self.indices_given().into_iter().find_map(|(flag, v)| v.map(|_| flag)))
             .or_else(|| self.redis_timeout.is_some().then_some("--redis-timeout"))
             .or_else(|| self.redis_password_file.is_some().then_some("--redis-password-file"))
@@ -176,12 +209,12 @@ pub fn run(a: SonicArgs) -> Result<(), CliError> {
 }
 
 fn restore(a: RestoreArgs) -> Result<(), CliError> {
-    let url = a.redis.url()?;
-    let dbs = a.redis.dbs_of(&crate::actuator::sonic::schema::RESTORE_DB_FLAGS)?;
+    let at = a.redis.locate(&crate::actuator::sonic::schema::RESTORE_DB_FLAGS)?;
+    let (url, dbs) = (at.url.as_str(), at.dbs);
     let from = a.from.as_deref().map(recording_file).transpose()?;
     let password = a.redis.password()?;
-    let report =
-        sonic::restore(url, dbs, from.as_deref(), a.switch_name.as_deref(), a.redis.timeout()?, password.as_deref())?;
+    let (timeout, switch) = (a.redis.timeout()?, a.switch_name.as_deref());
+    let report = sonic::restore(url, &at.elsewhere, dbs, from.as_deref(), switch, timeout, password.as_deref())?;
     if report.nothing_recorded && !report.tuner_profiles_unrecorded.is_empty() {
         // A script must not read "nothing to restore" as a switch back on its originals.
         let n = report.tuner_profiles_unrecorded.len();

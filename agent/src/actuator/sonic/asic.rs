@@ -272,5 +272,5 @@ fn with_connection<T>(
     if r.is_err() {
         *con = None;
     }
-    r.map_err(|e| format!("Redis at {} (db {db}): {e}", target.url()))
+    r.map_err(|e| format!("Redis at {} (db {db}): {e}", target.url_of(db)))
 }

@@ -1,4 +1,5 @@
-//! Connections to the switch's Redis: one URL, one database index per SONiC database.
+//! Connections to the switch's Redis: one URL, one database index per SONiC database, and
+//! another URL for a database on another instance (SONiC's multi-database layout).
 
 use redis::{Client, Connection, IntoConnectionInfo};
 use std::time::Duration;
@@ -9,6 +10,8 @@ pub struct RedisTarget {
     url: String,
     info: redis::ConnectionInfo,
     timeout: Duration,
+    /// Databases on another instance: index, URL (password masked), where to connect.
+    elsewhere: Vec<(i64, String, redis::ConnectionInfo)>,
 }
 
 impl RedisTarget {
@@ -16,19 +19,16 @@ impl RedisTarget {
     /// database number is ignored: every SONiC database has its index (`--config-db` ...).
     /// `password`, from `--redis-password-file`, is refused beside one in the URL.
     pub fn parse(url: &str, timeout: Duration, password: Option<&str>) -> Result<RedisTarget, String> {
-        let shown = redact_password(url);
-        let mut info = url.into_connection_info().map_err(|e| {
-            format!("--redis {shown}: not a Redis URL ({e}); expected redis://HOST[:PORT] or unix:///PATH")
-        })?;
-        if let Some(password) = password {
-            if info.redis.password.is_some() {
-                return Err(format!(
-                    "--redis-password-file: --redis {shown} has a password already; give it in one place"
-                ));
-            }
-            info.redis.password = Some(password.to_string());
-        }
-        Ok(RedisTarget { url: shown, info, timeout })
+        let (url, info) = connection_info(url, password)?;
+        Ok(RedisTarget { url, info, timeout, elsewhere: Vec::new() })
+    }
+
+    /// The same, with database `db` on the instance at `url` (with the same password).
+    pub fn with_database_at(mut self, db: i64, url: &str, password: Option<&str>) -> Result<RedisTarget, String> {
+        let (url, info) = connection_info(url, password)?;
+        self.elsewhere.retain(|(d, _, _)| *d != db);
+        self.elsewhere.push((db, url, info));
+        Ok(self)
     }
 
     /// The URL as given, password masked, for messages and logs.
@@ -36,24 +36,53 @@ impl RedisTarget {
         &self.url
     }
 
+    /// The URL of the instance that holds database `db`, password masked.
+    pub fn url_of(&self, db: i64) -> &str {
+        self.instance_of(db).0
+    }
+
+    fn instance_of(&self, db: i64) -> (&str, &redis::ConnectionInfo) {
+        match self.elsewhere.iter().find(|(d, _, _)| *d == db) {
+            Some((_, url, info)) => (url, info),
+            None => (&self.url, &self.info),
+        }
+    }
+
     /// A connection to database `db`, with read/write timeouts, named `name` in `CLIENT LIST`
     /// (so that an operator can see what ecn-tuner holds open).
     pub fn connect(&self, db: i64, name: &str) -> Result<Connection, String> {
-        let mut info = self.info.clone();
+        let (url, info) = self.instance_of(db);
+        let mut info = info.clone();
         info.redis.db = db;
-        let client = Client::open(info).map_err(|e| format!("Redis at {}: {e}", self.url))?;
+        let client = Client::open(info).map_err(|e| format!("Redis at {url}: {e}"))?;
         let mut con = client
             .get_connection_with_timeout(self.timeout)
-            .map_err(|e| format!("cannot reach Redis at {} (db {db}): {}", self.url, said(&e)))?;
-        con.set_read_timeout(Some(self.timeout)).map_err(|e| format!("Redis at {}: {e}", self.url))?;
-        con.set_write_timeout(Some(self.timeout)).map_err(|e| format!("Redis at {}: {e}", self.url))?;
+            .map_err(|e| format!("cannot reach Redis at {url} (db {db}): {}", said(&e)))?;
+        con.set_read_timeout(Some(self.timeout)).map_err(|e| format!("Redis at {url}: {e}"))?;
+        con.set_write_timeout(Some(self.timeout)).map_err(|e| format!("Redis at {url}: {e}"))?;
         redis::cmd("CLIENT")
             .arg("SETNAME")
             .arg(name)
             .query::<()>(&mut con)
-            .map_err(|e| format!("Redis at {} (db {db}): {}", self.url, said(&e)))?;
+            .map_err(|e| format!("Redis at {url} (db {db}): {}", said(&e)))?;
         Ok(con)
     }
+}
+
+/// `url` as a connection, with `password` (from `--redis-password-file`) refused beside one in
+/// the URL; and the URL with its password masked.
+fn connection_info(url: &str, password: Option<&str>) -> Result<(String, redis::ConnectionInfo), String> {
+    let shown = redact_password(url);
+    let mut info = url
+        .into_connection_info()
+        .map_err(|e| format!("--redis {shown}: not a Redis URL ({e}); expected redis://HOST[:PORT] or unix:///PATH"))?;
+    if let Some(password) = password {
+        if info.redis.password.is_some() {
+            return Err(format!("--redis-password-file: --redis {shown} has a password already; give it in one place"));
+        }
+        info.redis.password = Some(password.to_string());
+    }
+    Ok((shown, info))
 }
 
 /// A Redis error in words. redis-rs says a timeout as the socket's error ("Resource

@@ -447,7 +447,7 @@ impl Poller {
             match self.poll(&mut con, &mut oids, &mut tracker, &mut liveness, &mut absent_reported, marks_counted) {
                 Ok(n) => {
                     if down {
-                        info!(url = %self.target.url(), "COUNTERS_DB is back; telemetry resumes");
+                        info!(url = %self.target.url_of(self.db), "COUNTERS_DB is back; telemetry resumes");
                         down = false;
                     }
                     debug!(samples = n, "telemetry polled");
@@ -531,7 +531,8 @@ impl Poller {
                 first = %missing[0],
                 "queues without counters in COUNTERS_QUEUE_NAME_MAP/COUNTERS_PORT_NAME_MAP get no telemetry \
                  (is `counterpoll queue enable` set? On a switch with SONiC's multi-database layout, \
-                 /etc/sonic/enable_multidb, COUNTERS_DB is on another Redis instance, which this actuator does not reach)"
+                 /etc/sonic/enable_multidb, COUNTERS_DB is on another Redis instance: give the actuator \
+                 --database-config /var/run/redis/sonic-db/database_config.json)"
             );
         }
         Ok(out)

@@ -5,7 +5,9 @@
 //! - [`counters`]: COUNTERS_DB polling into per-interval telemetry batches;
 //! - [`asic`]: ASIC_DB, read back to see each write programmed;
 //! - [`originals`]: the recording of the original profiles, and `sonic restore`;
-//! - [`conn`]: connections (one URL, one database index per SONiC database).
+//! - [`conn`]: connections (one URL, one database index per SONiC database, and another URL
+//!   for a database on another instance);
+//! - [`layout`]: SONiC's own map of its databases, `database_config.json`.
 //!
 //! Redis I/O never runs on the async runtime's workers: writes go through a dedicated writer
 //! thread that owns the CONFIG_DB connection (the calling thread waits for its answer, handed
@@ -34,6 +36,7 @@ pub mod asic;
 pub mod config;
 pub mod conn;
 pub mod counters;
+pub mod layout;
 pub mod originals;
 pub mod schema;
 
@@ -85,6 +88,9 @@ pub struct SonicOptions {
     pub redis: String,
     /// Database indices.
     pub dbs: DbIndices,
+    /// Databases on another Redis instance than `redis` (SONiC's multi-database layout, from
+    /// `--database-config`): index and URL.
+    pub elsewhere: Vec<(i64, String)>,
     /// Switch name; default: `DEVICE_METADATA|localhost` `hostname`.
     pub switch_name: Option<String>,
     /// COUNTERS_DB poll period (the native telemetry interval).
@@ -110,6 +116,7 @@ impl SonicOptions {
         SonicOptions {
             redis: redis.into(),
             dbs: DbIndices::default(),
+            elsewhere: Vec::new(),
             switch_name: None,
             poll_interval: DEFAULT_POLL_INTERVAL,
             counter_bits: 64,
@@ -169,26 +176,30 @@ fn check_databases(target: &RedisTarget, dbs: &[(&str, i64)]) -> Result<(), Actu
         // Every batch of commands asks ECHO first (`conn::probe`): a user that may not would
         // start, and then no poll or write could run.
         let checked = target.connect(db, "ecn-tuner-discover").and_then(|mut con| {
-            conn::probe(&mut con).map_err(|e| format!("Redis at {} (db {db}): ECHO: {}", target.url(), conn::said(&e)))
+            conn::probe(&mut con)
+                .map_err(|e| format!("Redis at {} (db {db}): ECHO: {}", target.url_of(db), conn::said(&e)))
         });
         if let Err(e) = checked {
             let lower = e.to_lowercase();
             return Err(if lower.contains("out of range") {
-                ActuatorError::BadInput(format!("{flag} {db}: Redis at {} has no such database ({e})", target.url()))
+                ActuatorError::BadInput(format!(
+                    "{flag} {db}: Redis at {} has no such database ({e})",
+                    target.url_of(db)
+                ))
             } else if lower.contains("authentication required") {
                 // redis-rs says a server with a password, reached without one, so.
                 ActuatorError::BadInput(format!(
                     "--redis {}: Redis asks for a password ({e}): give it with --redis-password-file FILE \
                      (or in the URL, where `ps` shows it)",
-                    target.url()
+                    target.url_of(db)
                 ))
             } else if lower.contains("wrongpass") || lower.contains("noauth") || lower.contains("password") {
-                ActuatorError::BadInput(format!("--redis {}: authentication refused ({e})", target.url()))
+                ActuatorError::BadInput(format!("--redis {}: authentication refused ({e})", target.url_of(db)))
             } else if lower.contains("noperm") {
                 ActuatorError::BadInput(format!(
                     "--redis {}: the Redis user may not run a command the actuator needs ({e}); with ACLs it needs +echo \
                      among the rest (README, \"Where it looks\")",
-                    target.url()
+                    target.url_of(db)
                 ))
             } else {
                 ActuatorError::Failed(e)
@@ -314,16 +325,19 @@ impl SonicBackend {
                 opts.counter_bits
             )));
         }
-        let target =
-            RedisTarget::parse(&opts.redis, opts.timeout, opts.password.as_deref()).map_err(ActuatorError::BadInput)?;
+        let target = redis_target(&opts.redis, &opts.elsewhere, opts.timeout, opts.password.as_deref())?;
         check_databases(&target, &opts.dbs.by_flag())?;
         // The recording, if any, tells which profile each queue came from.
         let mut state = target.connect(opts.dbs.state, "ecn-tuner-discover").map_err(ActuatorError::Failed)?;
         // Two actuators on one switch would each undo the other's writes as edits from outside,
         // and each journal would tell only half of what the switch went through.
-        if let Some(other) = conn::running_actuator(&mut state)
-            .map_err(|e| ActuatorError::Failed(format!("Redis at {}: CLIENT LIST: {}", target.url(), conn::said(&e))))?
-        {
+        if let Some(other) = conn::running_actuator(&mut state).map_err(|e| {
+            ActuatorError::Failed(format!(
+                "Redis at {}: CLIENT LIST: {}",
+                target.url_of(opts.dbs.state),
+                conn::said(&e)
+            ))
+        })? {
             return Err(ActuatorError::BadInput(format!(
                 "--redis {}: another ecn-tuner actuator is connected to this switch ({other}); one actuator per \
                  switch: stop that one first",
@@ -1066,16 +1080,31 @@ impl Writer {
     }
 }
 
+/// The switch's Redis at `redis`, with the databases of `elsewhere` on their own instances.
+fn redis_target(
+    redis: &str,
+    elsewhere: &[(i64, String)],
+    timeout: Duration,
+    password: Option<&str>,
+) -> Result<RedisTarget, ActuatorError> {
+    let mut target = RedisTarget::parse(redis, timeout, password).map_err(ActuatorError::BadInput)?;
+    for (db, url) in elsewhere {
+        target = target.with_database_at(*db, url, password).map_err(ActuatorError::BadInput)?;
+    }
+    Ok(target)
+}
+
 /// `ecn-tuner sonic restore`: put the recorded original profiles and bindings back.
 pub fn restore(
     redis: &str,
+    elsewhere: &[(i64, String)],
     dbs: DbIndices,
     from: Option<&std::path::Path>,
     switch_name: Option<&str>,
     timeout: Duration,
     password: Option<&str>,
 ) -> Result<originals::RestoreReport, ActuatorError> {
-    let target = RedisTarget::parse(redis, timeout, password).map_err(ActuatorError::BadInput)?;
+    let target = redis_target(redis, elsewhere, timeout, password)?;
     // The file is the user's input: a missing or malformed one is refused before Redis.
     let from = from
         .map(|p| originals::Recording::read_file(p).map(|rec| (p, rec)))

@@ -655,9 +655,9 @@ pub fn restore(
     let mut state = target.connect(dbs.state, "ecn-tuner-restore").map_err(ActuatorError::Failed)?;
     // Under a running actuator a restore would retire the recording its later writes need to be
     // undone, and its next write would tune the switch again.
-    if let Some(actuator) = conn::running_actuator(&mut state)
-        .map_err(|e| ActuatorError::Failed(format!("Redis at {}: CLIENT LIST: {}", target.url(), conn::said(&e))))?
-    {
+    if let Some(actuator) = conn::running_actuator(&mut state).map_err(|e| {
+        ActuatorError::Failed(format!("Redis at {}: CLIENT LIST: {}", target.url_of(dbs.state), conn::said(&e)))
+    })? {
         return Err(ActuatorError::BadInput(format!(
             "an ecn-tuner actuator is connected to this switch ({actuator}): stop it first (SIGTERM), then restore"
         )));
