@@ -112,8 +112,8 @@ fn stopped_by(signal: &str) -> String {
 /// A batch must come within this, or the actuator counts as silent.
 const SILENCE: Duration = Duration::from_secs(30);
 
-/// Simulated time a one-shot read of a simulated fabric lets pass first: its first batches are
-/// of a fabric still filling, with no queue yet.
+/// Simulated time a one-shot read of a simulated fabric lets pass after its first flow: its
+/// first batches are of a fabric still filling, with no queue yet.
 const SIM_WARMUP_NS: u64 = 2_000_000;
 
 /// Read telemetry from `target` until `until` into `out`, a batch at a time (an hour of 64
@@ -126,6 +126,10 @@ pub async fn capture(target: &Target, until: Until, out: &mut TelemetryWriter) -
     let mut stop = StopSignals::watch()?;
     let Some(sim) = target.simulated.clone() else { return capture_from(target, until, 0, out, &mut stop).await };
     let scenario = sim.scenario.clone();
+    // The fabric fills from its first flow on, which an HPCC configuration puts late (its
+    // lead-in runs at once, unpaced): the warm-up counts from there. (A scenario that does not
+    // load is the actuator's error, below.)
+    let first_flow_ns = ecn_env::scenario::Scenario::load(&scenario, sim.seed).map_or(0, |s| s.fabric.window_start.0);
     let handle = tokio::select! {
         handle = actuator::serve_sim(sim, ServeOptions::loopback()) => handle?,
         why = stop.next() => {
@@ -136,7 +140,7 @@ pub async fn capture(target: &Target, until: Until, out: &mut TelemetryWriter) -
     info!(url = %handle.url(), %scenario, "simulated fabric running behind an embedded actuator");
     let actuator = Target { url: handle.url(), ..Target::default() };
     let from_ns = match until {
-        Until::Batches(_) => SIM_WARMUP_NS,
+        Until::Batches(_) => first_flow_ns + SIM_WARMUP_NS,
         Until::Elapsed(_) => 0,
     };
     let captured = capture_from(&actuator, until, from_ns, out, &mut stop).await;

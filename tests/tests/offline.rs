@@ -477,8 +477,9 @@ async fn recommend_and_record_read_a_simulated_fabric_as_a_target() {
 /// `--scenario` chooses the simulated fabric of `recommend --target sim`. The built-ins start on
 /// hpcc-alibaba's thresholds, far above any the shipped models trained from, so every queue is
 /// a keep, "out of the training distribution"; a scenario that starts on huawei-latency gets
-/// the model's judgement for every queue. The flag configures that fabric and nothing else: with
-/// an actuator's URL, or a built-in's name as the target, it is refused.
+/// the model's judgement for every queue. An HPCC configuration, whose flows start late, is
+/// read too. The flag configures that fabric and nothing else: with an actuator's URL, or a
+/// built-in's name as the target, it is refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn recommend_reads_the_simulated_fabric_of_a_scenario_file() {
     let dir = tempfile::Builder::new().prefix("ecn-sim-scenario-").tempdir().unwrap();
@@ -499,6 +500,17 @@ async fn recommend_reads_the_simulated_fabric_of_a_scenario_file() {
         assert_eq!(q["current"]["kmin_bytes"], 7000, "huawei-latency's Kmin: {q}");
         assert!(q["confidence"].as_f64().unwrap() > 0.0, "judged by the model: {q}");
         assert!(setting_in_bounds(&q["recommended"]), "{q}");
+    }
+
+    // An HPCC configuration's flows start 2 s in. Paced at the time scale of 0.01, that empty
+    // lead-in took 200 s, and `recommend` gave up after 30 s without telemetry; it runs at once.
+    let ls16 = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference/ls16/config.txt");
+    let doc: Value =
+        serde_json::from_str(&ok(&["recommend", "--target", "sim", "--scenario", ls16, "--json"]).await).unwrap();
+    let queues = doc["queues"].as_array().unwrap();
+    assert!(!queues.is_empty(), "{doc}");
+    for q in queues {
+        assert!(!q["reason"].as_str().unwrap().contains("unbroken interval"), "read after the warm-up: {q}");
     }
 
     for (args, said) in [

@@ -130,16 +130,19 @@ async fn capabilities_and_telemetry_come_from_the_switch() {
     drop(rig.ticker);
 }
 
-/// SONiC's `database_config.json` for two Redis instances on loopback: CONFIG_DB, STATE_DB and
-/// APPL_DB on `main_port`'s, COUNTERS_DB and ASIC_DB on `second_port`'s (by socket address; a
-/// real switch's map also gives each instance's Unix socket, which the actuator prefers).
-fn database_map(main_port: u16, second_port: u16) -> String {
+/// SONiC's `database_config.json` for three Redis instances on loopback, by port: CONFIG_DB and
+/// APPL_DB on the first, COUNTERS_DB and ASIC_DB on the second, STATE_DB on the third (by socket
+/// address; a real switch's map also gives each instance's Unix socket, which the actuator
+/// prefers).
+fn database_map(ports: [u16; 3]) -> String {
     let db = |id: u32, separator: &str, instance: &str| {
         format!(r#"{{ "id": {id}, "separator": "{separator}", "instance": "{instance}" }}"#)
     };
+    let [first, second, third] = ports;
     format!(
-        r#"{{ "INSTANCES": {{ "redis": {{ "hostname": "127.0.0.1", "port": {main_port} }},
-                           "redis2": {{ "hostname": "127.0.0.1", "port": {second_port} }} }},
+        r#"{{ "INSTANCES": {{ "redis": {{ "hostname": "127.0.0.1", "port": {first} }},
+                           "redis2": {{ "hostname": "127.0.0.1", "port": {second} }},
+                           "redis3": {{ "hostname": "127.0.0.1", "port": {third} }} }},
              "DATABASES": {{ "APPL_DB": {}, "ASIC_DB": {}, "COUNTERS_DB": {}, "LOGLEVEL_DB": {},
                             "CONFIG_DB": {}, "FLEX_COUNTER_DB": {}, "STATE_DB": {} }},
              "VERSION": "1.0" }}"#,
@@ -149,34 +152,36 @@ fn database_map(main_port: u16, second_port: u16) -> String {
         db(3, ":", "redis"),
         db(4, "|", "redis"),
         db(5, ":", "redis2"),
-        db(6, "|", "redis"),
+        db(6, "|", "redis3"),
     )
 }
 
-/// A switch with SONiC's multi-database layout, its databases on two Redis instances as its
+/// A switch with SONiC's multi-database layout, its databases on three Redis instances as its
 /// `database_config.json` says: given that map (`--database-config`), the actuator finds the
 /// queues and profiles on the first, reads the counters from the second, writes to the first,
-/// and `sonic restore` takes the same map. Each instance is emptied of the databases the other
-/// holds, so that a read or a write on the wrong one finds nothing (without the map, the
-/// actuator found no counters).
+/// keeps its recording on the third, and `sonic restore` takes the same map. Each instance is
+/// emptied of the databases the others hold, so that a read or a write on the wrong one finds
+/// nothing (without the map, the actuator found no counters). A running actuator is seen
+/// wherever its connections are: STATE_DB's instance holds none of them, and a restore or a
+/// second actuator that looked only there went ahead.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_multi_database_switch_is_found_through_its_database_map() {
     let spec = Spec::default();
-    let (main, second) = (RedisServer::start(), RedisServer::start());
-    seed(&main, &spec);
-    seed(&second, &spec);
-    for (server, elsewhere) in [(&main, [COUNTERS_DB, ASIC_DB].as_slice()), (&second, &[CONFIG_DB, APPL_DB, STATE_DB])]
-    {
-        for &db in elsewhere {
+    let servers = [RedisServer::start(), RedisServer::start(), RedisServer::start()];
+    let [first, second, third] = &servers;
+    let held: [&[i64]; 3] = [&[CONFIG_DB, APPL_DB], &[COUNTERS_DB, ASIC_DB], &[STATE_DB]];
+    for (server, own) in servers.iter().zip(held) {
+        seed(server, &spec);
+        for db in [CONFIG_DB, APPL_DB, COUNTERS_DB, ASIC_DB, STATE_DB].into_iter().filter(|db| !own.contains(db)) {
             redis::cmd("FLUSHDB").query::<()>(&mut server.con(db)).expect("FLUSHDB");
         }
     }
-    let _ticker = Ticker::start(&second, Counters::new(&spec, 64), Duration::from_millis(50));
+    let _ticker = Ticker::start(second, Counters::new(&spec, 64), Duration::from_millis(50));
     let dir = tempfile::tempdir().unwrap();
     let map = dir.path().join("database_config.json");
-    std::fs::write(&map, database_map(main.port, second.port)).unwrap();
+    std::fs::write(&map, database_map(servers.each_ref().map(|s| s.port))).unwrap();
     let map = map.display().to_string();
-    let before = tables(&mut main.con(CONFIG_DB));
+    let before = tables(&mut first.con(CONFIG_DB));
 
     let act = Actuator::start(&["--backend", "sonic", "--database-config", &map, "--poll-interval", "100ms"]).await;
     let mut c = act.client().await;
@@ -193,19 +198,37 @@ async fn a_multi_database_switch_is_found_through_its_database_map() {
     let l = lease(&mut c, "ctl-a").await;
     let changes = vec![change(&qid("Ethernet0", 3), 300_000, 900_000, 0.25)];
     c.apply(pb::ApplyRequest { lease_id: l, changes, ..Default::default() }).await.expect("apply");
-    assert_eq!(queue_setting(&mut main.con(CONFIG_DB), "Ethernet0", 3), (300_000, 900_000, 25));
-    assert!(tables(&mut second.con(CONFIG_DB)).is_empty(), "nothing written to the second instance");
-    assert!(recording(&main).is_some(), "the originals recorded in the first instance's STATE_DB");
+    assert_eq!(queue_setting(&mut first.con(CONFIG_DB), "Ethernet0", 3), (300_000, 900_000, 25));
+    for other in [second, third] {
+        assert!(tables(&mut other.con(CONFIG_DB)).is_empty(), "nothing written to another instance");
+    }
+    assert!(recording(third).is_some(), "the originals recorded in the third instance's STATE_DB");
+
+    let tuned = tables(&mut first.con(CONFIG_DB));
+    let (code, _, stderr) = run_cli(&["sonic", "restore", "--database-config", &map]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("an ecn-tuner actuator is connected to this switch"), "{stderr}");
+    assert_eq!(tables(&mut first.con(CONFIG_DB)), tuned, "nothing restored under the actuator");
+    let journal = dir.path().join("second.jsonl").display().to_string();
+    let args =
+        ["actuator", "--backend", "sonic", "--database-config", &map, "--listen", "127.0.0.1:0", "--journal", &journal];
+    let (code, _, stderr) = run_cli(&args).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("another ecn-tuner actuator is connected to this switch"), "{stderr}");
+
     let (code, _) = act.stop().await;
     assert_eq!(code, Some(0));
-
     let (code, stdout, stderr) = run_cli(&["sonic", "restore", "--database-config", &map]).await;
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("removed 1 ecn-tuner profile(s)"), "{stdout}");
-    assert_eq!(tables(&mut main.con(CONFIG_DB)), before, "WRED_PROFILE and QUEUE byte-identical");
+    assert_eq!(tables(&mut first.con(CONFIG_DB)), before, "WRED_PROFILE and QUEUE byte-identical");
+    // Said of the instance that holds STATE_DB.
+    let (code, stdout, stderr) = run_cli(&["sonic", "restore", "--database-config", &map]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains(&format!("STATE_DB (db {STATE_DB}) at {}", third.url())), "{stdout}");
 
     // The map says where every database is: --redis or an index beside it is refused.
-    let url = main.url();
+    let url = first.url();
     for (args, said) in [
         (["--redis", url.as_str()], "--redis: --database-config"),
         (["--config-db", "4"], "--config-db: --database-config"),
@@ -216,7 +239,8 @@ async fn a_multi_database_switch_is_found_through_its_database_map() {
         assert!(stderr.contains(said), "{args:?}: {stderr}");
     }
     let broken = dir.path().join("broken.json");
-    std::fs::write(&broken, database_map(main.port, second.port).replace("\"CONFIG_DB\"", "\"CONFIG\"")).unwrap();
+    let text = database_map(servers.each_ref().map(|s| s.port)).replace("\"CONFIG_DB\"", "\"CONFIG\"");
+    std::fs::write(&broken, text).unwrap();
     let (code, _, stderr) = run_cli(&["sonic", "restore", "--database-config", &broken.display().to_string()]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("broken.json: DATABASES.CONFIG_DB: missing"), "{stderr}");

@@ -224,7 +224,7 @@ fn restore(a: RestoreArgs) -> Result<(), CliError> {
              restore from the copy beside the actuator's journal: --from JOURNAL.sonic-originals.json",
             dbs.state,
             report.tuner_profiles_unrecorded.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
-            url = crate::actuator::sonic::conn::redact_password(url)
+            url = crate::actuator::sonic::conn::redact_password(at.url_of(dbs.state))
         )));
     }
     if report.nothing_recorded {
@@ -233,7 +233,7 @@ fn restore(a: RestoreArgs) -> Result<(), CliError> {
              changed this switch since the last restore, or its recording was lost (give the copy beside its \
              journal with --from FILE)",
             dbs.state,
-            url = crate::actuator::sonic::conn::redact_password(url)
+            url = crate::actuator::sonic::conn::redact_password(at.url_of(dbs.state))
         );
         return Ok(());
     }

@@ -175,6 +175,26 @@ pub fn running_actuator(con: &mut Connection) -> redis::RedisResult<Option<Strin
     }))
 }
 
+/// [`running_actuator`] on every instance that holds one of `dbs` (an actuator's connections
+/// may all be on CONFIG_DB's and COUNTERS_DB's instances, and STATE_DB on a third), each looked
+/// at once, through a connection named `name`.
+pub fn running_actuator_at(target: &RedisTarget, dbs: &[i64], name: &str) -> Result<Option<String>, String> {
+    let mut seen: Vec<&str> = Vec::new();
+    for &db in dbs {
+        let url = target.url_of(db);
+        if seen.contains(&url) {
+            continue;
+        }
+        seen.push(url);
+        let mut con = target.connect(db, name)?;
+        let found = running_actuator(&mut con).map_err(|e| format!("Redis at {url}: CLIENT LIST: {}", said(&e)))?;
+        if found.is_some() {
+            return Ok(found);
+        }
+    }
+    Ok(None)
+}
+
 /// Close the server side of client `id` (`CLIENT KILL ID`), if it is still connected; returns
 /// how many connections were closed (0 or 1). Redis runs one command at a time, so once this
 /// returns nothing more that client sent can run: a transaction of its either ran before or

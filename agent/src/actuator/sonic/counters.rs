@@ -454,7 +454,7 @@ impl Poller {
                 }
                 Err(e) => {
                     if !down {
-                        warn!("telemetry stops until COUNTERS_DB answers again: {e}");
+                        warn!(url = %self.target.url_of(self.db), "telemetry stops until COUNTERS_DB answers again: {e}");
                         down = true;
                     }
                     con = None;

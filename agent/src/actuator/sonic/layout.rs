@@ -13,6 +13,7 @@
 //! ```
 
 use super::schema::DbIndices;
+use redis::IntoConnectionInfo;
 use serde_json::Value;
 use std::path::Path;
 
@@ -30,6 +31,13 @@ pub struct DbLayout {
     pub dbs: DbIndices,
     /// The databases used that are on another instance than CONFIG_DB's: index and URL.
     pub elsewhere: Vec<(i64, String)>,
+}
+
+impl DbLayout {
+    /// The URL of the instance that holds database `db`.
+    pub fn url_of(&self, db: i64) -> &str {
+        self.elsewhere.iter().find(|(d, _)| *d == db).map_or(&self.url, |(_, url)| url)
+    }
 }
 
 /// Each database's name in the map, by the flag that would give its index.
@@ -98,18 +106,26 @@ pub fn parse(text: &str, used: &[&str]) -> Result<DbLayout, String> {
 }
 
 /// An instance's URL: its Unix socket where it has one (SONiC's own tools use it on the
-/// switch), else its host and port.
+/// switch), else its host and port. Checked here, so that a bad entry is the map's error.
 fn instance_url(at: &Value) -> Result<String, String> {
     if let Some(path) = at.get("unix_socket_path").and_then(Value::as_str).filter(|p| !p.is_empty()) {
+        // A URL's path would read `%`, `?` and `#` as its own syntax, and reach another socket.
+        if !path.starts_with('/') || path.contains(['%', '?', '#']) || path.chars().any(char::is_control) {
+            return Err(format!(
+                "unix_socket_path {path:?}: an absolute path without `%`, `?`, `#` or control characters"
+            ));
+        }
         return Ok(format!("unix://{path}"));
     }
     let host = at.get("hostname").and_then(Value::as_str).filter(|h| !h.is_empty());
     let port = at.get("port").and_then(Value::as_u64).filter(|p| (1..=65_535).contains(p));
-    match (host, port) {
-        (Some(host), Some(port)) if host.contains(':') => Ok(format!("redis://[{host}]:{port}")),
-        (Some(host), Some(port)) => Ok(format!("redis://{host}:{port}")),
-        _ => Err("neither a unix_socket_path nor a hostname and port (1–65535)".into()),
-    }
+    let url = match (host, port) {
+        (Some(host), Some(port)) if host.contains(':') => format!("redis://[{host}]:{port}"),
+        (Some(host), Some(port)) => format!("redis://{host}:{port}"),
+        _ => return Err("neither a unix_socket_path nor a hostname and port (1–65535)".into()),
+    };
+    url.as_str().into_connection_info().map_err(|e| format!("hostname {:?}: not a host ({e})", host.unwrap_or("")))?;
+    Ok(url)
 }
 
 #[cfg(test)]
@@ -170,6 +186,14 @@ mod tests {
             (
                 &SINGLE.replace(r#""unix_socket_path": "/var/run/redis/redis.sock","#, "").replace("6379", "0"),
                 "INSTANCES.redis: neither",
+            ),
+            (&SINGLE.replace("/var/run/redis/redis.sock", "run/redis.sock"), "an absolute path"),
+            (&SINGLE.replace("/var/run/redis/redis.sock", "/var/run/u%20a/redis.sock"), "without `%`"),
+            (
+                &SINGLE
+                    .replace(r#""unix_socket_path": "/var/run/redis/redis.sock","#, "")
+                    .replace("127.0.0.1", "no such host"),
+                "not a host",
             ),
         ];
         for (text, said) in cases {

@@ -331,13 +331,11 @@ impl SonicBackend {
         let mut state = target.connect(opts.dbs.state, "ecn-tuner-discover").map_err(ActuatorError::Failed)?;
         // Two actuators on one switch would each undo the other's writes as edits from outside,
         // and each journal would tell only half of what the switch went through.
-        if let Some(other) = conn::running_actuator(&mut state).map_err(|e| {
-            ActuatorError::Failed(format!(
-                "Redis at {}: CLIENT LIST: {}",
-                target.url_of(opts.dbs.state),
-                conn::said(&e)
-            ))
-        })? {
+        let dbs = &opts.dbs;
+        let instances = [dbs.config, dbs.state, dbs.counters, dbs.appl, dbs.asic];
+        if let Some(other) =
+            conn::running_actuator_at(&target, &instances, "ecn-tuner-discover").map_err(ActuatorError::Failed)?
+        {
             return Err(ActuatorError::BadInput(format!(
                 "--redis {}: another ecn-tuner actuator is connected to this switch ({other}); one actuator per \
                  switch: stop that one first",

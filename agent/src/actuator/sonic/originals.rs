@@ -654,10 +654,11 @@ pub fn restore(
 ) -> Result<RestoreReport, ActuatorError> {
     let mut state = target.connect(dbs.state, "ecn-tuner-restore").map_err(ActuatorError::Failed)?;
     // Under a running actuator a restore would retire the recording its later writes need to be
-    // undone, and its next write would tune the switch again.
-    if let Some(actuator) = conn::running_actuator(&mut state).map_err(|e| {
-        ActuatorError::Failed(format!("Redis at {}: CLIENT LIST: {}", target.url_of(dbs.state), conn::said(&e)))
-    })? {
+    // undone, and its next write would tune the switch again. Its connections are to CONFIG_DB's
+    // instance, which may not be STATE_DB's.
+    if let Some(actuator) = conn::running_actuator_at(target, &[dbs.state, dbs.config], "ecn-tuner-restore")
+        .map_err(ActuatorError::Failed)?
+    {
         return Err(ActuatorError::BadInput(format!(
             "an ecn-tuner actuator is connected to this switch ({actuator}): stop it first (SIGTERM), then restore"
         )));
