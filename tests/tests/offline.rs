@@ -495,6 +495,7 @@ async fn recommend_reads_the_simulated_fabric_of_a_scenario_file() {
     std::fs::write(&scenario, "base = \"websearch-50\"\n[switch]\necn = \"baseline:huawei-latency\"\n").unwrap();
     let args = ["recommend", "--target", "sim", "--scenario", &scenario, "--seed", "7", "--json"];
     let doc: Value = serde_json::from_str(&ok(&args).await).unwrap();
+    assert_eq!(doc["source"], format!("{scenario} (seed 7)"), "named by its scenario");
     assert_eq!(out_of_range(&doc), 0, "{doc}");
     for q in doc["queues"].as_array().unwrap() {
         assert_eq!(q["current"]["kmin_bytes"], 7000, "huawei-latency's Kmin: {q}");

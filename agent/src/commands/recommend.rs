@@ -135,7 +135,15 @@ pub fn run(args: RecommendArgs) -> Result<(), CliError> {
                     e.to_string().replace(&file.display().to_string(), "live telemetry")
                 ))
             })?;
-            (url.clone(), tails)
+            // A simulated fabric is named by its scenario, as `--target websearch-50` is.
+            let source = match &target.simulated {
+                Some(sim) if args.scenario.is_some() || sim.seed.is_some() => match sim.seed {
+                    Some(seed) => format!("{} (seed {seed})", sim.scenario),
+                    None => sim.scenario.clone(),
+                },
+                _ => url.clone(),
+            };
+            (source, tails)
         }
         (None, None) => return Err(CliError::BadInput("give --telemetry FILE or --target URL".into())),
     };
