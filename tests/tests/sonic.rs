@@ -2490,8 +2490,10 @@ async fn a_sonic_actuator_needs_a_journal() {
 }
 
 /// SONiC refreshes queue counters every 10 s unless `counterpoll` says otherwise; polled every
-/// 100 ms, nine samples in ten would show no traffic. The actuator warns at start-up, naming
-/// the key and the `counterpoll` command, and is quiet once the switch polls as fast.
+/// 100 ms, 99 samples in 100 would show no traffic, and the next one, past 1.25% of line rate,
+/// more than the line carries in a poll (dropped as a reset). The actuator warns at start-up,
+/// naming the key, that share and the `counterpoll` command, and is quiet once the switch polls
+/// as fast.
 #[tokio::test(flavor = "multi_thread")]
 async fn counters_sonic_refreshes_less_often_than_polled_are_warned_of() {
     let spec = Spec::default();
@@ -2518,6 +2520,8 @@ async fn counters_sonic_refreshes_less_often_than_polled_are_warned_of() {
         } else {
             assert!(log.contains("every 10000 ms (FLEX_COUNTER_TABLE|QUEUE, no POLL_INTERVAL"), "{log}");
             assert!(log.contains("counterpoll queue interval 100"), "{log}");
+            // 10 s of traffic in one 100 ms poll: past 1.25% of line rate, a "reset".
+            assert!(log.contains("carries more than 1% of line rate that lump"), "{log}");
             assert!(log.contains("every 1000 ms (FLEX_COUNTER_TABLE|PORT"), "{log}");
         }
     }

@@ -239,10 +239,15 @@ fn warn_of_slower_counters(con: &mut Connection, poll_interval: Duration) {
         let sonic_ms = poll.refresh_ms(set.as_deref());
         if Duration::from_millis(sonic_ms) > poll_interval {
             let whence = if set.is_some() { "POLL_INTERVAL" } else { "no POLL_INTERVAL: SONiC's default" };
+            // A lump is judged against what the line carries in one poll, with the counters'
+            // 25% slack (`max_plausible_bytes`): past that share of line rate it is a "reset".
+            let dropped_above = 125.0 * poll_interval.as_secs_f64() * 1e3 / sonic_ms as f64;
             warn!(
                 "SONiC refreshes these counters every {sonic_ms} ms ({key}, {whence}), less often than --poll-interval \
-                 {poll_interval:?}: most samples will show no traffic and the next one all of it; run `counterpoll \
-                 {group} interval {}` on the switch, or raise --poll-interval",
+                 {poll_interval:?}: most samples will show no traffic and the next one all of it, and where a queue \
+                 carries more than {dropped_above:.0}% of line rate that lump is more than the line carries in one poll, \
+                 so its sample is dropped as a counter reset; run `counterpoll {group} interval {}` on the switch, or \
+                 raise --poll-interval",
                 poll_interval.as_millis()
             );
         }
