@@ -40,15 +40,6 @@ impl DbLayout {
     }
 }
 
-/// Each database's name in the map, by the flag that would give its index.
-const NAMES: [(&str, &str); 5] = [
-    ("--config-db", "CONFIG_DB"),
-    ("--state-db", "STATE_DB"),
-    ("--counters-db", "COUNTERS_DB"),
-    ("--appl-db", "APPL_DB"),
-    ("--asic-db", "ASIC_DB"),
-];
-
 /// Read the map at `path` for a command that uses the databases of the flags in `used`
 /// (`--config-db`, ...; CONFIG_DB always). Errors name the file and the entry.
 pub fn read(path: &Path, used: &[&str]) -> Result<DbLayout, String> {
@@ -64,7 +55,7 @@ pub fn parse(text: &str, used: &[&str]) -> Result<DbLayout, String> {
     let instances = doc.get("INSTANCES").and_then(Value::as_object).ok_or("no INSTANCES object")?;
     let mut dbs = DbIndices::default();
     let mut placed: Vec<(&str, i64, String)> = Vec::new();
-    for (flag, name) in NAMES {
+    for (flag, name, index) in dbs.by_name_mut() {
         let needed = flag == "--config-db" || used.contains(&flag);
         let Some(entry) = databases.get(name) else {
             if needed {
@@ -77,13 +68,7 @@ pub fn parse(text: &str, used: &[&str]) -> Result<DbLayout, String> {
             .and_then(Value::as_i64)
             .filter(|id| *id >= 0)
             .ok_or(format!("DATABASES.{name}.id: a Redis database index, 0 or more"))?;
-        match flag {
-            "--config-db" => dbs.config = id,
-            "--state-db" => dbs.state = id,
-            "--counters-db" => dbs.counters = id,
-            "--appl-db" => dbs.appl = id,
-            _ => dbs.asic = id,
-        }
+        *index = id;
         if !needed {
             continue;
         }

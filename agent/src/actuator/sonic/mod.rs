@@ -336,8 +336,7 @@ impl SonicBackend {
         let mut state = target.connect(opts.dbs.state, "ecn-tuner-discover").map_err(ActuatorError::Failed)?;
         // Two actuators on one switch would each undo the other's writes as edits from outside,
         // and each journal would tell only half of what the switch went through.
-        let dbs = &opts.dbs;
-        let instances = [dbs.config, dbs.state, dbs.counters, dbs.appl, dbs.asic];
+        let instances = opts.dbs.by_flag().map(|(_, db)| db);
         if let Some(other) =
             conn::running_actuator_at(&target, &instances, "ecn-tuner-discover").map_err(ActuatorError::Failed)?
         {

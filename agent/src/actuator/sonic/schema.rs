@@ -36,6 +36,18 @@ impl DbIndices {
             ("--asic-db", self.asic),
         ]
     }
+
+    /// Each index, to set, with the flag that sets it and the database's name in SONiC's
+    /// `database_config.json`, in [`DbIndices::by_flag`]'s order.
+    pub fn by_name_mut(&mut self) -> [(&'static str, &'static str, &mut i64); 5] {
+        [
+            ("--config-db", "CONFIG_DB", &mut self.config),
+            ("--state-db", "STATE_DB", &mut self.state),
+            ("--counters-db", "COUNTERS_DB", &mut self.counters),
+            ("--appl-db", "APPL_DB", &mut self.appl),
+            ("--asic-db", "ASIC_DB", &mut self.asic),
+        ]
+    }
 }
 
 /// The databases `sonic restore` uses, by flag: the recording lives in STATE_DB, the profiles
