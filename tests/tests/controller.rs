@@ -1614,7 +1614,7 @@ async fn a_run_whose_apply_replies_are_lost_is_no_failure() {
 
 /// A `--stale-after` shorter than two of the actuator's telemetry intervals would call the
 /// telemetry stale between any two samples, and every queue would fall back to the baseline: a
-/// SONiC switch polled every 10 s against the default 3 s. Refused at start, exit 2, in either
+/// SONiC switch polled every 10 s against 3 s. Given, it is refused at start, exit 2, in either
 /// mode, with the least that would do.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stale_after_shorter_than_two_telemetry_intervals_is_refused() {
@@ -1622,6 +1622,7 @@ async fn a_stale_after_shorter_than_two_telemetry_intervals_is_refused() {
     let act = sim_actuator(&["--time-scale", "0.00005"]).await;
     for mode in ["shadow", "enforce"] {
         let mut flags = vec!["--policy", "static:100KB,400KB,0.5", "--duration", "5s", "--mode", mode];
+        flags.extend(["--stale-after", "3s"]);
         if mode == "enforce" {
             flags.extend(["--allow-writes", "--confirm-within", "60s"]);
         }
@@ -1633,6 +1634,44 @@ async fn a_stale_after_shorter_than_two_telemetry_intervals_is_refused() {
         assert!(log.contains("give at least --stale-after 4000ms"), "{log}");
     }
     assert!(act.journal().is_empty());
+}
+
+/// Left out, `--stale-after` and `--confirm-within` follow a target whose telemetry is slower
+/// than their defaults suit (3 s and 10 s; a SONiC switch's queue counters refresh every 10 s
+/// out of the box): three telemetry intervals, and the health window with three intervals and
+/// two `--interval` to spare. Here samples come every 2 s of wall time: 6 s, and with a window
+/// of 2 and `--interval 1s`, 12 s. Telemetry is fresh throughout, and a change is applied with
+/// that deadline and confirmed.
+#[tokio::test(flavor = "multi_thread")]
+async fn stale_after_and_confirm_within_left_out_follow_slow_telemetry() {
+    let act = sim_actuator(&["--time-scale", "0.00005"]).await;
+    let flags = [
+        "--mode",
+        "enforce",
+        "--allow-writes",
+        "--policy",
+        "static:100KB,400KB,0.5",
+        "--interval",
+        "1s",
+        "--min-dwell",
+        "0s",
+        "--health-window",
+        "2",
+    ];
+    let (log, journal) = act
+        .controller_until("slow", &flags, "a confirmed change", Duration::from_secs(120), || {
+            let journal = act.journal();
+            async move { (!events(&journal, "confirm").is_empty()).then_some(journal) }
+        })
+        .await;
+    let text = act.controller_log("slow");
+    assert!(text.contains("--stale-after 6s: 3 of this target's telemetry intervals"), "{text}");
+    assert!(text.contains("--confirm-within 12s: the health window of 2 intervals"), "{text}");
+    let apply = &events(&journal, "apply")[0];
+    let (at, deadline) = (apply["ts_unix_ms"].as_u64().unwrap(), apply["confirm_deadline_unix_ms"].as_u64().unwrap());
+    assert!((11_900..=12_100).contains(&(deadline - at)), "deadline {deadline} for an apply at {at}");
+    let reasons = decision_reasons(&log);
+    assert!(!reasons.iter().any(|r| r.contains("stale")), "{reasons:?}");
 }
 
 /// `--max-changes-per-minute` bounds the queues changed, even within a single round.

@@ -2549,6 +2549,51 @@ async fn counters_sonic_refreshes_less_often_than_polled_are_warned_of() {
     assert!(log.contains("PFC priorities [4] map to this queue"), "{log}");
 }
 
+/// Left out, `--poll-interval` is as often as SONiC refreshes queue and port counters: out of the
+/// box every 10 s (queues; ports every second), so that no sample is an empty one or a lump;
+/// after `counterpoll queue interval 200` and `counterpoll port interval 300`, every 300 ms;
+/// never below 100 ms. A refresh no shorter than `--frozen-after` is refused, naming it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_poll_interval_left_out_follows_sonics_counter_refresh() {
+    let spec = Spec::default();
+    for (queue, port, want_ms, whence) in [
+        (None, None, 10_000, "FLEX_COUNTER_TABLE|QUEUE, no POLL_INTERVAL: SONiC's default"),
+        (Some("200"), Some("300"), 300, "FLEX_COUNTER_TABLE|PORT, POLL_INTERVAL"),
+        (Some("50"), Some("20"), 100, "FLEX_COUNTER_TABLE|QUEUE, POLL_INTERVAL"),
+    ] {
+        let redis = RedisServer::start();
+        seed(&redis, &spec);
+        for (group, ms) in [("QUEUE", queue), ("PORT", port)] {
+            if let Some(ms) = ms {
+                set_config_field(&redis, &format!("FLEX_COUNTER_TABLE|{group}"), "POLL_INTERVAL", ms);
+            }
+        }
+        let url = redis.url();
+        let act = Actuator::start(&["--backend", "sonic", "--redis", &url]).await;
+        let mut c = act.client().await;
+        let caps = c.get_capabilities(pb::GetCapabilitiesRequest {}).await.unwrap().into_inner();
+        assert_eq!(caps.min_telemetry_interval_ns, want_ms * 1_000_000, "queue {queue:?}, port {port:?}");
+        let log = act.log_text();
+        assert!(log.contains("as often as SONiC refreshes the counters it reads"), "{log}");
+        assert!(log.contains(whence), "{whence}: {log}");
+        // Queue and port counters are polled no faster than SONiC refreshes them.
+        assert!(!log.contains("FLEX_COUNTER_TABLE|QUEUE, no POLL_INTERVAL: SONiC's default), less often"), "{log}");
+    }
+    let redis = RedisServer::start();
+    seed(&redis, &spec);
+    set_config_field(&redis, "FLEX_COUNTER_TABLE|QUEUE", "POLL_INTERVAL", "60000");
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal.jsonl");
+    let url = redis.url();
+    let args = ["actuator", "--backend", "sonic", "--redis", &url, "--listen", "127.0.0.1:0", "--journal"];
+    let (code, _, stderr) = run_cli(&[&args[..], &[journal.to_str().unwrap()]].concat()).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--frozen-after 60s: SONiC refreshes the counters every 60s (FLEX_COUNTER_TABLE|QUEUE)"),
+        "{stderr}"
+    );
+}
+
 /// A `pfc_to_queue_map` that is not a hash fell back to SONiC's default map without a word, so
 /// a queue whose pauses come on another priority read none; it is warned of, naming the key.
 #[tokio::test(flavor = "multi_thread")]

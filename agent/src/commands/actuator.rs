@@ -97,8 +97,9 @@ pub struct ActuatorArgs {
     /// SONiC: the switch's name in queue ids (default: DEVICE_METADATA|localhost hostname).
     #[arg(long, value_name = "NAME")]
     switch_name: Option<String>,
-    /// SONiC: how often COUNTERS_DB is read (the telemetry interval; default 1s). Not below
-    /// SONiC's own `counterpoll` interval for queue and port counters.
+    /// SONiC: how often COUNTERS_DB is read (the telemetry interval; default: as often as SONiC
+    /// refreshes queue and port counters, its `counterpoll` intervals, 10s out of the box). Not
+    /// below those intervals.
     #[arg(long, value_name = "DUR")]
     poll_interval: Option<String>,
     /// SONiC: width of the switch's counters in bits (default 64, SAI's; a wrap of narrower
@@ -201,7 +202,8 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
             let duration = |flag: &str, given: &Option<String>, default: std::time::Duration| {
                 given.as_deref().map_or(Ok(default), |text| positive_duration(flag, text))
             };
-            o.poll_interval = duration("--poll-interval", &args.poll_interval, o.poll_interval)?;
+            o.poll_interval =
+                args.poll_interval.as_deref().map(|text| positive_duration("--poll-interval", text)).transpose()?;
             o.counter_bits = args.counter_bits.unwrap_or(o.counter_bits);
             o.frozen_after = duration("--frozen-after", &args.frozen_after, o.frozen_after)?;
             o.program_timeout = duration("--program-timeout", &args.program_timeout, o.program_timeout)?;

@@ -7,7 +7,7 @@ use crate::actuator::{self, ServeOptions, SimOptions};
 use crate::controller::guardrails::GuardrailConfig;
 use crate::controller::health::HealthConfig;
 use crate::controller::requests::{self, Requester, Requests};
-use crate::controller::{self, ControllerConfig, Mode};
+use crate::controller::{self, ControllerConfig, FollowsTelemetry, Mode, DEFAULT_CONFIRM_WITHIN};
 use crate::error::CliError;
 use crate::learned::LearnedModel;
 use crate::output::outln;
@@ -65,9 +65,11 @@ pub struct RunArgs {
     /// Time between decision rounds.
     #[arg(long, value_name = "DUR", default_value = "1s")]
     interval: String,
-    /// Unconfirmed changes revert on the actuator after this.
-    #[arg(long, value_name = "DUR", default_value = "10s")]
-    confirm_within: String,
+    /// Unconfirmed changes revert on the actuator after this (default 10s, or, where a target's
+    /// telemetry is slower, long enough to watch the health window: window + 3 telemetry
+    /// intervals + 2 --interval).
+    #[arg(long, value_name = "DUR")]
+    confirm_within: Option<String>,
     /// Telemetry intervals compared before and after each change.
     #[arg(long, default_value_t = 5)]
     health_window: usize,
@@ -85,9 +87,10 @@ pub struct RunArgs {
     max_changes_per_minute: u32,
     /// Telemetry older than this is stale: queues fall back to the baseline. Older by arrival
     /// (no batch for this long) or by measurement (the newest batch is this far behind the
-    /// actuator's telemetry clock).
-    #[arg(long, value_name = "DUR", default_value = "3s")]
-    stale_after: String,
+    /// actuator's telemetry clock). Default 3s, or three telemetry intervals of a target whose
+    /// telemetry is slower (a SONiC switch's queue counters refresh every 10s out of the box).
+    #[arg(long, value_name = "DUR")]
+    stale_after: Option<String>,
     /// A call to the actuator without a reply after this has failed (a Confirm or Apply with an
     /// unknown outcome is then read back), so that a hung actuator never blocks the kill switch.
     #[arg(long, value_name = "DUR", default_value = "5s")]
@@ -293,7 +296,10 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
         },
         baseline,
         interval: positive_duration("--interval", &a.interval)?,
-        confirm_within: positive_duration("--confirm-within", &a.confirm_within)?,
+        confirm_within: a
+            .confirm_within
+            .as_deref()
+            .map_or(Ok(DEFAULT_CONFIRM_WITHIN), |d| positive_duration("--confirm-within", d))?,
         call_timeout: positive_duration("--call-timeout", &a.call_timeout)?,
         duration: a.duration.as_deref().map(|d| duration("--duration", d)).transpose()?,
         decision_log: a.decision_log,
@@ -309,8 +315,15 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
         guardrails: GuardrailConfig {
             min_dwell: duration("--min-dwell", &a.min_dwell)?,
             max_changes_per_minute: a.max_changes_per_minute,
-            stale_after: positive_duration("--stale-after", &a.stale_after)?,
+            stale_after: a
+                .stale_after
+                .as_deref()
+                .map_or(Ok(GuardrailConfig::default().stale_after), |d| positive_duration("--stale-after", d))?,
             ..Default::default()
+        },
+        follows_telemetry: FollowsTelemetry {
+            stale_after: a.stale_after.is_none(),
+            confirm_within: a.confirm_within.is_none(),
         },
         health: HealthConfig { window: a.health_window, ..Default::default() }
             .with_thresholds(a.health_thresholds.as_deref().unwrap_or(""))
@@ -329,28 +342,30 @@ pub fn run(mut a: RunArgs) -> Result<(), CliError> {
     if cfg.interval.is_zero() {
         return Err(CliError::BadInput("--interval must be greater than 0".into()));
     }
-    // The actuator takes confirm windows in whole milliseconds, and 0 means "no confirm".
-    if cfg.confirm_within < Duration::from_millis(1) {
-        return Err(CliError::BadInput(format!("--confirm-within '{}': must be at least 1ms", a.confirm_within)));
-    }
-    // The actuator refuses longer confirm windows: every Apply would fail.
-    let max_confirm = crate::actuator::service::MAX_CONFIRM_WITHIN;
-    if cfg.confirm_within > max_confirm {
-        return Err(CliError::BadInput(format!(
-            "--confirm-within '{}': must be at most {} minutes, the longest confirm window an actuator grants",
-            a.confirm_within,
-            max_confirm.as_secs() / 60
-        )));
-    }
-    // A change is judged at the latest two intervals before its deadline; a window no longer
-    // than that leaves no time to watch its health, and every change would be rolled back.
-    // Shadow mode confirms nothing: its --confirm-within is never used.
-    if cfg.mode == Mode::Enforce && cfg.confirm_within <= cfg.judging_margin() {
-        return Err(CliError::BadInput(format!(
-            "--confirm-within '{}': must be longer than two --interval ('{}'), or no change can be \
-             health-checked before its deadline and every change is rolled back",
-            a.confirm_within, a.interval
-        )));
+    // The default needs none of these checks, and grows to fit each target (`FollowsTelemetry`).
+    if let Some(given) = &a.confirm_within {
+        // The actuator takes confirm windows in whole milliseconds, and 0 means "no confirm".
+        if cfg.confirm_within < Duration::from_millis(1) {
+            return Err(CliError::BadInput(format!("--confirm-within '{given}': must be at least 1ms")));
+        }
+        // The actuator refuses longer confirm windows: every Apply would fail.
+        let max_confirm = crate::actuator::service::MAX_CONFIRM_WITHIN;
+        if cfg.confirm_within > max_confirm {
+            return Err(CliError::BadInput(format!(
+                "--confirm-within '{given}': must be at most {} minutes, the longest confirm window an actuator grants",
+                max_confirm.as_secs() / 60
+            )));
+        }
+        // A change is judged at the latest two intervals before its deadline; a window no longer
+        // than that leaves no time to watch its health, and every change would be rolled back.
+        // Shadow mode confirms nothing: its --confirm-within is never used.
+        if cfg.mode == Mode::Enforce && cfg.confirm_within <= cfg.judging_margin() {
+            return Err(CliError::BadInput(format!(
+                "--confirm-within '{given}': must be longer than two --interval ('{}'), or no change can be \
+                 health-checked before its deadline and every change is rolled back",
+                a.interval
+            )));
+        }
     }
     // The writer lease lives 10 intervals; the actuator grants at most an hour.
     if cfg.interval * 10 > crate::actuator::lease::MAX_TTL {

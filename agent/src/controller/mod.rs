@@ -100,6 +100,9 @@ pub struct ControllerConfig {
     pub tls_ca: Option<Vec<u8>>,
     /// Guardrail limits (bounds are tightened to the actuator's).
     pub guardrails: GuardrailConfig,
+    /// Which of `confirm_within` and `guardrails.stale_after` are defaults, which each target
+    /// raises to fit its telemetry interval.
+    pub follows_telemetry: FollowsTelemetry,
     /// Health-check thresholds.
     pub health: HealthConfig,
     /// After a rollback, a queue keeps its known-good setting for this long.
@@ -115,6 +118,26 @@ pub struct ControllerConfig {
     /// current setting: the model's features mean something else over another interval.
     pub allow_untrained_intervals: bool,
 }
+
+/// Default `--confirm-within`, for telemetry of a second or faster.
+pub const DEFAULT_CONFIRM_WITHIN: Duration = Duration::from_secs(10);
+
+/// `--stale-after` and `--confirm-within` left to their defaults (3 s and 10 s), which suit
+/// telemetry of a second or faster: each target raises them to fit its own telemetry interval,
+/// where that is slower (a SONiC switch refreshes its queue counters every 10 s out of the box),
+/// instead of refusing to start ([`stale_after_fits_interval`], [`window_fits_confirm`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FollowsTelemetry {
+    /// `--stale-after` was not given: at least [`STALE_INTERVALS`] telemetry intervals.
+    pub stale_after: bool,
+    /// `--confirm-within` was not given: long enough to watch the health window, and to judge
+    /// before the deadline.
+    pub confirm_within: bool,
+}
+
+/// Telemetry intervals a default `--stale-after` spans at least: one sample late, or lost, is
+/// not yet stale.
+const STALE_INTERVALS: u32 = 3;
 
 impl ControllerConfig {
     /// How long before its confirm deadline a change is judged at the latest (two
@@ -702,6 +725,54 @@ fn window_fits_confirm(cfg: &ControllerConfig, caps: &pb::Capabilities) -> Resul
     Ok(())
 }
 
+/// Raise the defaults of `--stale-after` and `--confirm-within` to fit this target's telemetry
+/// interval ([`FollowsTelemetry`]), and say so; or why the health window cannot fit in any
+/// confirm window an actuator grants.
+fn fit_to_telemetry(cfg: &mut ControllerConfig, caps: &pb::Capabilities) -> Result<(), CliError> {
+    let interval = wall_interval(caps.min_telemetry_interval_ns, caps.telemetry_time_scale);
+    if cfg.follows_telemetry.stale_after {
+        let fit = interval.saturating_mul(STALE_INTERVALS);
+        if fit > cfg.guardrails.stale_after {
+            info!(
+                target = %cfg.target,
+                telemetry_interval = ?interval,
+                "--stale-after {fit:?}: {STALE_INTERVALS} of this target's telemetry intervals, as the default \
+                 {:?} is shorter",
+                cfg.guardrails.stale_after
+            );
+            cfg.guardrails.stale_after = fit;
+        }
+    }
+    if cfg.follows_telemetry.confirm_within && cfg.mode == Mode::Enforce {
+        // The window, two intervals to start after the change, one for a late sample, and the
+        // judging margin: what `window_fits_confirm` asks, with a sample to spare.
+        let intervals = u32::try_from(cfg.health.window).unwrap_or(u32::MAX).saturating_add(3);
+        let fit = interval.saturating_mul(intervals).saturating_add(cfg.judging_margin());
+        if fit > cfg.confirm_within {
+            let max = crate::actuator::service::MAX_CONFIRM_WITHIN;
+            if fit > max {
+                return Err(CliError::BadInput(format!(
+                    "--health-window {} at the {interval:?} telemetry interval of {} needs a confirm window of \
+                     {fit:?}, longer than the {} minutes an actuator grants: give a shorter --health-window",
+                    cfg.health.window,
+                    cfg.target,
+                    max.as_secs() / 60
+                )));
+            }
+            info!(
+                target = %cfg.target,
+                telemetry_interval = ?interval,
+                "--confirm-within {fit:?}: the health window of {} intervals at this target's telemetry interval, \
+                 and two --interval to judge it, as the default {:?} is shorter",
+                cfg.health.window,
+                cfg.confirm_within
+            );
+            cfg.confirm_within = fit;
+        }
+    }
+    Ok(())
+}
+
 /// Telemetry counts as stale once no sample came for `--stale-after`. Shorter than two of the
 /// actuator's telemetry intervals, that is every gap between samples, or one a little late:
 /// every queue would fall back to the baseline (enforce) or be logged as stale (shadow) for no
@@ -1022,7 +1093,7 @@ impl ControlLoop {
     /// Connect, read the actuator's capabilities and config, tighten the guardrails to its
     /// bounds, and (in enforce mode) take the writer lease.
     async fn start(
-        cfg: ControllerConfig,
+        mut cfg: ControllerConfig,
         metrics: Metrics,
         log: DecisionLog,
         budget: ChangeBudget,
@@ -1036,6 +1107,7 @@ impl ControlLoop {
         let config = client.get_config(pb::GetConfigRequest {}).await.map_err(|s| status("GetConfig", s))?.into_inner();
         let generation = config.generation;
 
+        fit_to_telemetry(&mut cfg, &caps)?;
         let guard_cfg = cfg.guardrails.tightened(caps.bounds.as_ref()).map_err(|why| {
             CliError::Failed(format!("the actuator at {} reports bounds no setting can meet: {why}", cfg.target))
         })?;

@@ -60,9 +60,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 use tracing::{debug, info, warn};
 
-/// Default `--poll-interval`: SONiC's gNMI minimum sample interval, and a common `counterpoll`
-/// setting for port counters.
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// The shortest `--poll-interval`: SONiC's flex counters refresh no faster (`counterpoll`'s
 /// shortest interval), and faster polls only load the Redis that orchagent and syncd share.
 pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -93,8 +90,9 @@ pub struct SonicOptions {
     pub elsewhere: Vec<(i64, String)>,
     /// Switch name; default: `DEVICE_METADATA|localhost` `hostname`.
     pub switch_name: Option<String>,
-    /// COUNTERS_DB poll period (the native telemetry interval).
-    pub poll_interval: Duration,
+    /// COUNTERS_DB poll period (the native telemetry interval); `None`: as often as SONiC
+    /// refreshes the counters telemetry needs ([`follow_counter_refresh`]).
+    pub poll_interval: Option<Duration>,
     /// Width of the switch's counters in bits (64 for SAI).
     pub counter_bits: u32,
     /// Connect, read and write timeout of every Redis call.
@@ -118,7 +116,7 @@ impl SonicOptions {
             dbs: DbIndices::default(),
             elsewhere: Vec::new(),
             switch_name: None,
-            poll_interval: DEFAULT_POLL_INTERVAL,
+            poll_interval: None,
             counter_bits: 64,
             timeout: DEFAULT_TIMEOUT,
             password: None,
@@ -207,6 +205,50 @@ fn check_databases(target: &RedisTarget, dbs: &[(&str, i64)]) -> Result<(), Actu
         }
     }
     Ok(())
+}
+
+/// The default `--poll-interval`: as often as SONiC refreshes the counters telemetry cannot do
+/// without, queues' and ports' (CONFIG_DB `FLEX_COUNTER_TABLE`'s `POLL_INTERVAL`, or SONiC's
+/// default: 10 s for queues), and no faster than [`MIN_POLL_INTERVAL`]. Polled faster, most
+/// samples would carry no traffic and the next one a lump, dropped as a reset where it is more
+/// than the line carries in a poll. ECN marks (`wredqueue`) do not slow it down: telemetry goes
+/// on without them, and says so (`ecn_marks_counted`).
+fn follow_counter_refresh(
+    target: &RedisTarget,
+    config_db: i64,
+    frozen_after: Duration,
+) -> Result<Duration, ActuatorError> {
+    let mut con = target.connect(config_db, "ecn-tuner-discover").map_err(ActuatorError::Failed)?;
+    let mut slowest: Option<(Duration, &str, bool)> = None;
+    for poll in schema::FLEX_COUNTER_POLLS.iter().filter(|p| p.blinds_telemetry()) {
+        let set: Option<String> =
+            redis::cmd("HGET").arg(poll.key).arg("POLL_INTERVAL").query(&mut con).map_err(|e| {
+                ActuatorError::Failed(format!(
+                    "Redis at {} (db {config_db}): {}",
+                    target.url_of(config_db),
+                    conn::said(&e)
+                ))
+            })?;
+        let refresh = Duration::from_millis(poll.refresh_ms(set.as_deref()));
+        if slowest.is_none_or(|(s, _, _)| refresh > s) {
+            slowest = Some((refresh, poll.key, set.is_some()));
+        }
+    }
+    let Some((refresh, key, set)) = slowest else { return Ok(MIN_POLL_INTERVAL) };
+    let interval = refresh.max(MIN_POLL_INTERVAL);
+    if interval >= frozen_after {
+        return Err(ActuatorError::BadInput(format!(
+            "--frozen-after {frozen_after:?}: SONiC refreshes the counters every {refresh:?} ({key}), and telemetry \
+             polls as often by default; give a --frozen-after longer than that (or a --poll-interval)"
+        )));
+    }
+    let whence = if set { "POLL_INTERVAL" } else { "no POLL_INTERVAL: SONiC's default" };
+    info!(
+        poll_interval = ?interval,
+        "telemetry polls COUNTERS_DB as often as SONiC refreshes the counters it reads ({key}, {whence}); \
+         --poll-interval sets it"
+    );
+    Ok(interval)
 }
 
 /// Warn when SONiC does not poll a counter group telemetry reads (its counters would read 0
@@ -311,18 +353,19 @@ impl SonicBackend {
                     .into(),
             ));
         }
-        if opts.poll_interval < MIN_POLL_INTERVAL {
-            return Err(ActuatorError::BadInput(format!(
-                "--poll-interval {:?}: at least {MIN_POLL_INTERVAL:?}; SONiC refreshes its counters no more often \
-                 (`counterpoll`'s shortest interval), and each poll is a round of reads on the switch's Redis",
-                opts.poll_interval
-            )));
-        }
-        if opts.frozen_after <= opts.poll_interval {
-            return Err(ActuatorError::BadInput(format!(
-                "--frozen-after {:?}: must be longer than --poll-interval ({:?})",
-                opts.frozen_after, opts.poll_interval
-            )));
+        if let Some(given) = opts.poll_interval {
+            if given < MIN_POLL_INTERVAL {
+                return Err(ActuatorError::BadInput(format!(
+                    "--poll-interval {given:?}: at least {MIN_POLL_INTERVAL:?}; SONiC refreshes its counters no more \
+                     often (`counterpoll`'s shortest interval), and each poll is a round of reads on the switch's Redis"
+                )));
+            }
+            if opts.frozen_after <= given {
+                return Err(ActuatorError::BadInput(format!(
+                    "--frozen-after {:?}: must be longer than --poll-interval ({given:?})",
+                    opts.frozen_after
+                )));
+            }
         }
         if !(8..=64).contains(&opts.counter_bits) {
             return Err(ActuatorError::BadInput(format!(
@@ -332,6 +375,10 @@ impl SonicBackend {
         }
         let target = redis_target(&opts.redis, &opts.elsewhere, opts.timeout, opts.password.as_deref())?;
         check_databases(&target, &opts.dbs.by_flag())?;
+        let poll_interval = match opts.poll_interval {
+            Some(given) => given,
+            None => follow_counter_refresh(&target, opts.dbs.config, opts.frozen_after)?,
+        };
         // The recording, if any, tells which profile each queue came from.
         let mut state = target.connect(opts.dbs.state, "ecn-tuner-discover").map_err(ActuatorError::Failed)?;
         // Two actuators on one switch would each undo the other's writes as edits from outside,
@@ -354,7 +401,7 @@ impl SonicBackend {
             },
         };
         drop(state);
-        let interval_ns = opts.poll_interval.as_nanos().min(u128::from(u64::MAX)) as u64;
+        let interval_ns = poll_interval.as_nanos().min(u128::from(u64::MAX)) as u64;
         let found = config::discover(
             &target,
             opts.dbs.config,
@@ -415,11 +462,11 @@ impl SonicBackend {
         // (the writer's own connection reports Redis being away).
         let mut pfc = None;
         if let Ok(mut con) = target.connect(opts.dbs.config, "ecn-tuner-discover") {
-            warn_of_slower_counters(&mut con, opts.poll_interval);
+            warn_of_slower_counters(&mut con, poll_interval);
             pfc = Some(pfc_priorities(&mut con, &found.layout.queues));
         }
         let pfc = pfc.unwrap_or_else(|| found.layout.queues.iter().map(|q| vec![q.queue]).collect());
-        let readback = readback(&target, &opts, &found.layout, &found.initial);
+        let readback = readback(&target, &opts, poll_interval, &found.layout, &found.initial);
         let programmed_at = readback.shown_at.clone();
         let settings = Arc::new(Mutex::new(found.initial.clone()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -449,7 +496,7 @@ impl SonicBackend {
             retry: opts.timeout,
             settle_warned: None,
             readback,
-            drift_every: opts.poll_interval.saturating_mul(DRIFT_CHECK_POLLS),
+            drift_every: poll_interval.saturating_mul(DRIFT_CHECK_POLLS),
             drift: None,
             gone: Vec::new(),
             tried: None,
@@ -480,7 +527,7 @@ impl SonicBackend {
                     pfc_priorities,
                 })
                 .collect(),
-            interval: opts.poll_interval,
+            interval: poll_interval,
             width: CounterWidth(opts.counter_bits),
             settings: settings.clone(),
             tx,
@@ -504,9 +551,9 @@ impl SonicBackend {
             writer_thread: Mutex::new(Some(writer_thread)),
             writer_reading,
             poller_thread: Mutex::new(Some(poller_thread)),
-            poller_patience: opts.poll_interval + opts.timeout.saturating_mul(2),
+            poller_patience: poll_interval + opts.timeout.saturating_mul(2),
             epoch,
-            poll_interval: opts.poll_interval,
+            poll_interval,
             write_started_ns: AtomicU64::new(0),
             programmed_at,
         })
@@ -515,7 +562,13 @@ impl SonicBackend {
 
 /// ASIC_DB read-back for this switch, on if its ASIC_DB shows what CONFIG_DB holds now; logged
 /// either way, since it decides when a write counts as in effect.
-fn readback(target: &RedisTarget, opts: &SonicOptions, layout: &Layout, now: &[EcnSetting]) -> Readback {
+fn readback(
+    target: &RedisTarget,
+    opts: &SonicOptions,
+    poll_interval: Duration,
+    layout: &Layout,
+    now: &[EcnSetting],
+) -> Readback {
     let mut rb = Readback::new(target.clone(), opts.dbs, layout.queues.clone(), opts.program_timeout);
     match rb.discover(now) {
         Ok(()) => info!(
@@ -523,7 +576,7 @@ fn readback(target: &RedisTarget, opts: &SonicOptions, layout: &Layout, now: &[E
             "ASIC_DB shows the queues' WRED curves: a write counts as done once orchagent has programmed it there"
         ),
         Err(why) => info!(
-            allowance = ?opts.poll_interval,
+            allowance = ?poll_interval,
             "no ASIC_DB read-back ({why}): a write counts as in effect one poll interval after CONFIG_DB took it \
              (tried again before writes)"
         ),
