@@ -215,6 +215,8 @@ async fn a_multi_database_switch_is_found_through_its_database_map() {
     let (code, _, stderr) = run_cli(&args).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("another ecn-tuner actuator is connected to this switch"), "{stderr}");
+    // Named as the user gave it: the map and the instance, not a `--redis` never given.
+    assert!(stderr.contains(&format!("--database-config {map} (Redis at {}): another", first.url())), "{stderr}");
 
     let (code, _) = act.stop().await;
     assert_eq!(code, Some(0));
@@ -244,6 +246,16 @@ async fn a_multi_database_switch_is_found_through_its_database_map() {
     let (code, _, stderr) = run_cli(&["sonic", "restore", "--database-config", &broken.display().to_string()]).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("broken.json: DATABASES.CONFIG_DB: missing"), "{stderr}");
+    // An index the instance lacks is the map's entry, as it would be the flag's.
+    let text = database_map(servers.each_ref().map(|s| s.port)).replace(
+        r#""id": 6, "separator": "|", "instance": "redis3""#,
+        r#""id": 99, "separator": "|", "instance": "redis3""#,
+    );
+    std::fs::write(&broken, text).unwrap();
+    let (code, _, stderr) = run_cli(&["sonic", "restore", "--database-config", &broken.display().to_string()]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    let said = format!("broken.json: DATABASES.STATE_DB.id 99: Redis at {} has no such database", third.url());
+    assert!(stderr.contains(&said), "{stderr}");
 }
 
 /// A switch whose orchagent programs CONFIG_DB into ASIC_DB: `lag` after each change, or not

@@ -196,6 +196,7 @@ pub fn run(args: ActuatorArgs) -> Result<(), CliError> {
             let mut o = SonicOptions::new(at.url);
             o.dbs = at.dbs;
             o.elsewhere = at.elsewhere;
+            o.map = at.map;
             o.timeout = args.redis.timeout()?;
             o.password = args.redis.password()?;
             o.switch_name = args.switch_name.clone();

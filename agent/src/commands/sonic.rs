@@ -58,7 +58,8 @@ impl RedisArgs {
     /// `--database-config`, or `--redis` and the index flags (all on one instance).
     pub fn locate(&self, used: &[&str]) -> Result<DbLayout, CliError> {
         let Some(map) = &self.database_config else {
-            return Ok(DbLayout { url: self.url()?.to_string(), dbs: self.dbs_of(used)?, elsewhere: Vec::new() });
+            let url = self.url()?.to_string();
+            return Ok(DbLayout { url, dbs: self.dbs_of(used)?, elsewhere: Vec::new(), map: None });
         };
         if self.redis.is_some() {
             return Err(CliError::BadInput(format!(
@@ -210,11 +211,11 @@ pub fn run(a: SonicArgs) -> Result<(), CliError> {
 
 fn restore(a: RestoreArgs) -> Result<(), CliError> {
     let at = a.redis.locate(&crate::actuator::sonic::schema::RESTORE_DB_FLAGS)?;
-    let (url, dbs) = (at.url.as_str(), at.dbs);
+    let dbs = at.dbs;
     let from = a.from.as_deref().map(recording_file).transpose()?;
     let password = a.redis.password()?;
     let (timeout, switch) = (a.redis.timeout()?, a.switch_name.as_deref());
-    let report = sonic::restore(url, &at.elsewhere, dbs, from.as_deref(), switch, timeout, password.as_deref())?;
+    let report = sonic::restore(&at, from.as_deref(), switch, timeout, password.as_deref())?;
     if report.nothing_recorded && !report.tuner_profiles_unrecorded.is_empty() {
         // A script must not read "nothing to restore" as a switch back on its originals.
         let n = report.tuner_profiles_unrecorded.len();

@@ -127,9 +127,10 @@ pub fn discover(
     let snapshot = read_snapshot(&mut con).map_err(failed)?;
     if snapshot.profiles.is_empty() {
         return Err(ActuatorError::BadInput(format!(
-            "--redis {}: CONFIG_DB (db {config_db}) has no WRED_PROFILE entries, so there is no ECN setting to tune \
-             (is this a SONiC switch's Redis, and is --config-db right?)",
-            target.url()
+            "{}: CONFIG_DB (db {config_db}) has no WRED_PROFILE entries, so there is no ECN setting to tune \
+             (is this a SONiC switch's Redis, and is {} right?)",
+            target.named(config_db),
+            target.index_named("--config-db", config_db)
         )));
     }
     // Not a hash, it has no hostname (said by `hashes_among`).
@@ -143,9 +144,9 @@ pub fn discover(
     let odd = |h: &&str| h.len() > 255 || h.chars().any(char::is_control);
     if let (None, Some(h)) = (switch_name, hostname.as_deref().filter(odd)) {
         return Err(ActuatorError::BadInput(format!(
-            "--redis {}: DEVICE_METADATA|localhost hostname {} is not a host name (at most 255 bytes, no control \
+            "{}: DEVICE_METADATA|localhost hostname {} is not a host name (at most 255 bytes, no control \
              characters); name the switch with --switch-name",
-            target.url(),
+            target.named(config_db),
             crate::actuator::validate::quoted_at_most(h, 40)
         )));
     }
@@ -154,8 +155,8 @@ pub fn discover(
         (None, Some(h)) => h,
         (None, None) => {
             return Err(ActuatorError::BadInput(format!(
-                "--redis {}: DEVICE_METADATA|localhost has no hostname; name the switch with --switch-name",
-                target.url()
+                "{}: DEVICE_METADATA|localhost has no hostname; name the switch with --switch-name",
+                target.named(config_db)
             )))
         }
     };
@@ -207,9 +208,9 @@ pub fn discover(
         // The pool size is the only bound on Kmax a switch gives; without it a policy could
         // write thresholds no buffer can reach.
         return Err(ActuatorError::BadInput(format!(
-            "--redis {}: CONFIG_DB (db {config_db}) has no BUFFER_POOL|<pool> with a size, so Kmax would have no \
+            "{}: CONFIG_DB (db {config_db}) has no BUFFER_POOL|<pool> with a size, so Kmax would have no \
              upper bound; nothing is tuned on a switch whose buffer is unknown",
-            target.url()
+            target.named(config_db)
         )));
     }
 
@@ -318,9 +319,9 @@ pub fn discover(
     }
     if queues.is_empty() {
         return Err(ActuatorError::BadInput(format!(
-            "--redis {}: no QUEUE|<port>|<queue> entry of CONFIG_DB (db {config_db}) is bound to a WRED profile \
+            "{}: no QUEUE|<port>|<queue> entry of CONFIG_DB (db {config_db}) is bound to a WRED profile \
              with green thresholds and a port speed; nothing to tune",
-            target.url()
+            target.named(config_db)
         )));
     }
     let caps = BackendCaps {

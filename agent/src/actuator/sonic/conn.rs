@@ -12,6 +12,9 @@ pub struct RedisTarget {
     timeout: Duration,
     /// Databases on another instance: index, URL (password masked), where to connect.
     elsewhere: Vec<(i64, String, redis::ConnectionInfo)>,
+    /// The `--database-config` map that placed the databases, as messages show it (`None`:
+    /// `--redis` and the index flags).
+    map: Option<String>,
 }
 
 impl RedisTarget {
@@ -20,7 +23,7 @@ impl RedisTarget {
     /// `password`, from `--redis-password-file`, is refused beside one in the URL.
     pub fn parse(url: &str, timeout: Duration, password: Option<&str>) -> Result<RedisTarget, String> {
         let (url, info) = connection_info(url, password)?;
-        Ok(RedisTarget { url, info, timeout, elsewhere: Vec::new() })
+        Ok(RedisTarget { url, info, timeout, elsewhere: Vec::new(), map: None })
     }
 
     /// The same, with database `db` on the instance at `url` (with the same password).
@@ -29,6 +32,30 @@ impl RedisTarget {
         self.elsewhere.retain(|(d, _, _)| *d != db);
         self.elsewhere.push((db, url, info));
         Ok(self)
+    }
+
+    /// The same, placed by the `--database-config` map at `map` (for messages).
+    pub fn placed_by(mut self, map: Option<&std::path::Path>) -> RedisTarget {
+        self.map = map.map(|p| p.display().to_string());
+        self
+    }
+
+    /// How a message names the instance that holds database `db`, as the user gave it:
+    /// `--redis URL`, or the `--database-config` map and the instance's URL.
+    pub fn named(&self, db: i64) -> String {
+        match &self.map {
+            None => format!("--redis {}", self.url_of(db)),
+            Some(map) => format!("--database-config {map} (Redis at {})", self.url_of(db)),
+        }
+    }
+
+    /// How a message names what gave database `db` its index, as the user gave it: the flag
+    /// (`--config-db 4`), or the map's entry (`DATABASES.CONFIG_DB.id 4`).
+    pub fn index_named(&self, flag: &str, db: i64) -> String {
+        match &self.map {
+            None => format!("{flag} {db}"),
+            Some(map) => format!("--database-config {map}: DATABASES.{}.id {db}", super::schema::db_name(flag)),
+        }
     }
 
     /// The URL as given, password masked, for messages and logs.

@@ -15,7 +15,7 @@
 use super::schema::DbIndices;
 use redis::IntoConnectionInfo;
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The largest map read: SONiC's are about 2 KB.
 const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -31,6 +31,8 @@ pub struct DbLayout {
     pub dbs: DbIndices,
     /// The databases used that are on another instance than CONFIG_DB's: index and URL.
     pub elsewhere: Vec<(i64, String)>,
+    /// The map it was read from (`None`: `--redis` and the index flags), which messages name.
+    pub map: Option<PathBuf>,
 }
 
 impl DbLayout {
@@ -45,7 +47,8 @@ impl DbLayout {
 pub fn read(path: &Path, used: &[&str]) -> Result<DbLayout, String> {
     let text = ecn_datasets::bounded::read_text_at_most(path, MAX_FILE_BYTES)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    parse(&text, used).map_err(|e| format!("{}: {e}", path.display()))
+    let layout = parse(&text, used).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(DbLayout { map: Some(path.to_path_buf()), ..layout })
 }
 
 /// [`read`] on the map's text.
@@ -87,7 +90,7 @@ pub fn parse(text: &str, used: &[&str]) -> Result<DbLayout, String> {
     let url =
         placed.iter().find(|(name, _, _)| *name == "CONFIG_DB").map(|(_, _, url)| url.clone()).unwrap_or_default();
     let elsewhere = placed.into_iter().filter(|(_, _, u)| *u != url).map(|(_, id, u)| (id, u)).collect();
-    Ok(DbLayout { url, dbs, elsewhere })
+    Ok(DbLayout { url, dbs, elsewhere, map: None })
 }
 
 /// An instance's URL: its Unix socket where it has one (SONiC's own tools use it on the

@@ -88,6 +88,9 @@ pub struct SonicOptions {
     /// Databases on another Redis instance than `redis` (SONiC's multi-database layout, from
     /// `--database-config`): index and URL.
     pub elsewhere: Vec<(i64, String)>,
+    /// The `--database-config` map that placed the databases, for messages (`None`: `--redis`
+    /// and the index flags).
+    pub map: Option<PathBuf>,
     /// Switch name; default: `DEVICE_METADATA|localhost` `hostname`.
     pub switch_name: Option<String>,
     /// COUNTERS_DB poll period (the native telemetry interval); `None`: as often as SONiC
@@ -115,6 +118,7 @@ impl SonicOptions {
             redis: redis.into(),
             dbs: DbIndices::default(),
             elsewhere: Vec::new(),
+            map: None,
             switch_name: None,
             poll_interval: None,
             counter_bits: 64,
@@ -181,23 +185,24 @@ fn check_databases(target: &RedisTarget, dbs: &[(&str, i64)]) -> Result<(), Actu
             let lower = e.to_lowercase();
             return Err(if lower.contains("out of range") {
                 ActuatorError::BadInput(format!(
-                    "{flag} {db}: Redis at {} has no such database ({e})",
+                    "{}: Redis at {} has no such database ({e})",
+                    target.index_named(flag, db),
                     target.url_of(db)
                 ))
             } else if lower.contains("authentication required") {
                 // redis-rs says a server with a password, reached without one, so.
                 ActuatorError::BadInput(format!(
-                    "--redis {}: Redis asks for a password ({e}): give it with --redis-password-file FILE \
+                    "{}: Redis asks for a password ({e}): give it with --redis-password-file FILE \
                      (or in the URL, where `ps` shows it)",
-                    target.url_of(db)
+                    target.named(db)
                 ))
             } else if lower.contains("wrongpass") || lower.contains("noauth") || lower.contains("password") {
-                ActuatorError::BadInput(format!("--redis {}: authentication refused ({e})", target.url_of(db)))
+                ActuatorError::BadInput(format!("{}: authentication refused ({e})", target.named(db)))
             } else if lower.contains("noperm") {
                 ActuatorError::BadInput(format!(
-                    "--redis {}: the Redis user may not run a command the actuator needs ({e}); with ACLs it needs +echo \
+                    "{}: the Redis user may not run a command the actuator needs ({e}); with ACLs it needs +echo \
                      among the rest (README, \"Where it looks\")",
-                    target.url_of(db)
+                    target.named(db)
                 ))
             } else {
                 ActuatorError::Failed(e)
@@ -373,7 +378,8 @@ impl SonicBackend {
                 opts.counter_bits
             )));
         }
-        let target = redis_target(&opts.redis, &opts.elsewhere, opts.timeout, opts.password.as_deref())?;
+        let target =
+            redis_target(&opts.redis, &opts.elsewhere, opts.map.as_deref(), opts.timeout, opts.password.as_deref())?;
         check_databases(&target, &opts.dbs.by_flag())?;
         let poll_interval = match opts.poll_interval {
             Some(given) => given,
@@ -388,9 +394,9 @@ impl SonicBackend {
             conn::running_actuator_at(&target, &instances, "ecn-tuner-discover").map_err(ActuatorError::Failed)?
         {
             return Err(ActuatorError::BadInput(format!(
-                "--redis {}: another ecn-tuner actuator is connected to this switch ({other}); one actuator per \
+                "{}: another ecn-tuner actuator is connected to this switch ({other}); one actuator per \
                  switch: stop that one first",
-                target.url()
+                target.named(opts.dbs.config)
             )));
         }
         let (recording, from_file) = match Recording::read(&mut state, opts.dbs.state).map_err(ActuatorError::Failed)? {
@@ -412,17 +418,17 @@ impl SonicBackend {
         )?;
         if let Err(why) = conn::can_fence(&target, opts.dbs.config).map_err(ActuatorError::Failed)? {
             return Err(ActuatorError::BadInput(format!(
-                "--redis {}: the actuator must be able to run CLIENT ID, CLIENT LIST and CLIENT KILL ID (Redis 5.0 or \
+                "{}: the actuator must be able to run CLIENT ID, CLIENT LIST and CLIENT KILL ID (Redis 5.0 or \
                  newer; with ACLs, +client|id +client|list +client|kill) to fence off a transaction that timed out, \
                  and it cannot: {why}",
-                target.url()
+                target.named(opts.dbs.config)
             )));
         }
         if let Err(why) = conn::can_transact(&target, opts.dbs.config).map_err(ActuatorError::Failed)? {
             return Err(ActuatorError::BadInput(format!(
-                "--redis {}: the actuator must be able to run WATCH, UNWATCH, MULTI and EXEC (with ACLs, \
+                "{}: the actuator must be able to run WATCH, UNWATCH, MULTI and EXEC (with ACLs, \
                  +@transaction) to write a change whole, and it cannot: {why}",
-                target.url()
+                target.named(opts.dbs.config)
             )));
         }
         let caps = found.caps;
@@ -1135,14 +1141,16 @@ impl Writer {
     }
 }
 
-/// The switch's Redis at `redis`, with the databases of `elsewhere` on their own instances.
+/// The switch's Redis at `redis`, with the databases of `elsewhere` on their own instances, as
+/// the `--database-config` at `map` placed them where one did.
 fn redis_target(
     redis: &str,
     elsewhere: &[(i64, String)],
+    map: Option<&std::path::Path>,
     timeout: Duration,
     password: Option<&str>,
 ) -> Result<RedisTarget, ActuatorError> {
-    let mut target = RedisTarget::parse(redis, timeout, password).map_err(ActuatorError::BadInput)?;
+    let mut target = RedisTarget::parse(redis, timeout, password).map_err(ActuatorError::BadInput)?.placed_by(map);
     for (db, url) in elsewhere {
         target = target.with_database_at(*db, url, password).map_err(ActuatorError::BadInput)?;
     }
@@ -1151,15 +1159,14 @@ fn redis_target(
 
 /// `ecn-tuner sonic restore`: put the recorded original profiles and bindings back.
 pub fn restore(
-    redis: &str,
-    elsewhere: &[(i64, String)],
-    dbs: DbIndices,
+    at: &layout::DbLayout,
     from: Option<&std::path::Path>,
     switch_name: Option<&str>,
     timeout: Duration,
     password: Option<&str>,
 ) -> Result<originals::RestoreReport, ActuatorError> {
-    let target = redis_target(redis, elsewhere, timeout, password)?;
+    let (dbs, map) = (at.dbs, at.map.as_deref());
+    let target = redis_target(&at.url, &at.elsewhere, map, timeout, password)?;
     // The file is the user's input: a missing or malformed one is refused before Redis.
     let from = from
         .map(|p| originals::Recording::read_file(p).map(|rec| (p, rec)))

@@ -50,6 +50,14 @@ impl DbIndices {
     }
 }
 
+/// SONiC's name of the database whose index `flag` sets (`--config-db`: `CONFIG_DB`), as its
+/// `database_config.json` names it.
+pub fn db_name(flag: &str) -> &'static str {
+    let mut dbs = DbIndices::default();
+    let name = dbs.by_name_mut().into_iter().find(|(f, _, _)| *f == flag).map_or("?", |(_, name, _)| name);
+    name
+}
+
 /// The databases `sonic restore` uses, by flag: the recording lives in STATE_DB, the profiles
 /// and queue bindings it puts back in CONFIG_DB.
 pub const RESTORE_DB_FLAGS: [&str; 2] = ["--config-db", "--state-db"];
