@@ -155,6 +155,13 @@ impl Actuator {
     /// again after `gap` with the same arguments, address and journal (its log goes on in the
     /// same file).
     pub async fn restart(&mut self, gap: Duration) {
+        let args = self.args.clone();
+        self.restart_with(gap, &args).await
+    }
+
+    /// As [`Actuator::restart`], with other arguments (the same address and journal).
+    pub async fn restart_with<S: AsRef<str>>(&mut self, gap: Duration, args: &[S]) {
+        self.args = args.iter().map(|a| a.as_ref().to_string()).collect();
         send_signal(self.child.id(), "TERM");
         let stopped = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
         assert!(matches!(stopped, Ok(Ok(s)) if s.success()), "the actuator did not stop cleanly: {stopped:?}");
@@ -212,6 +219,11 @@ impl Actuator {
     /// The child's process id (`None` once it has been reaped).
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
+    }
+
+    /// The arguments it runs with (after `actuator`).
+    pub fn args(&self) -> &[String] {
+        &self.args
     }
 
     /// `http://ADDR`.

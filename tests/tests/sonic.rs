@@ -2535,6 +2535,9 @@ async fn counters_sonic_refreshes_less_often_than_polled_are_warned_of() {
             // 10 s of traffic in one 100 ms poll: past 1.25% of line rate, a "reset".
             assert!(log.contains("carries more than 1% of line rate that lump"), "{log}");
             assert!(log.contains("every 1000 ms (FLEX_COUNTER_TABLE|PORT"), "{log}");
+            // Marks lumps are no reset: their samples say the marks are not counted.
+            assert!(log.contains("refreshes ECN mark counters every 10000 ms"), "{log}");
+            assert!(log.contains("samples say ecn_marks_counted false"), "{log}");
         }
     }
     // ECN marks are a polling group of their own, off unless enabled: without it every mark
@@ -2591,6 +2594,26 @@ async fn the_poll_interval_left_out_follows_sonics_counter_refresh() {
         // Queue and port counters are polled no faster than SONiC refreshes them.
         assert!(!log.contains("FLEX_COUNTER_TABLE|QUEUE, no POLL_INTERVAL: SONiC's default), less often"), "{log}");
     }
+    // A value that is no whole number, or a key that is no hash, is SONiC's default, said so
+    // (it stopped the actuator, or passed as read).
+    for odd in ["10000ms", "2500.5", "-5", "", "not a hash"] {
+        let redis = RedisServer::start();
+        seed(&redis, &spec);
+        let key = "FLEX_COUNTER_TABLE|QUEUE";
+        if odd == "not a hash" {
+            let _: () = redis::cmd("DEL").arg(key).query(&mut redis.con(CONFIG_DB)).unwrap();
+            let _: () = redis::cmd("SET").arg(key).arg("5000").query(&mut redis.con(CONFIG_DB)).unwrap();
+        } else {
+            set_config_field(&redis, key, "POLL_INTERVAL", odd);
+        }
+        let url = redis.url();
+        let act = Actuator::start(&["--backend", "sonic", "--redis", &url]).await;
+        let caps = act.client().await.get_capabilities(pb::GetCapabilitiesRequest {}).await.unwrap().into_inner();
+        assert_eq!(caps.min_telemetry_interval_ns, 10_000_000_000, "{odd:?}");
+        let log = act.log_text();
+        let said = if odd == "not a hash" { "is not a hash" } else { "is not a whole number of milliseconds" };
+        assert!(log.contains(said) && log.contains("SONiC's default, 10000 ms"), "{odd:?}: {log}");
+    }
     let redis = RedisServer::start();
     seed(&redis, &spec);
     set_config_field(&redis, "FLEX_COUNTER_TABLE|QUEUE", "POLL_INTERVAL", "60000");
@@ -2601,7 +2624,9 @@ async fn the_poll_interval_left_out_follows_sonics_counter_refresh() {
     let (code, _, stderr) = run_cli(&[&args[..], &[journal.to_str().unwrap()]].concat()).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
-        stderr.contains("--frozen-after 60s: SONiC refreshes the counters every 60s (FLEX_COUNTER_TABLE|QUEUE)"),
+        stderr.contains("SONiC refreshes the counters every 60s (FLEX_COUNTER_TABLE|QUEUE, POLL_INTERVAL)")
+            && stderr.contains("not within --frozen-after (60s)")
+            && stderr.contains("counterpoll queue interval"),
         "{stderr}"
     );
 }

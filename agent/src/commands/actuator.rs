@@ -98,8 +98,8 @@ pub struct ActuatorArgs {
     #[arg(long, value_name = "NAME")]
     switch_name: Option<String>,
     /// SONiC: how often COUNTERS_DB is read (the telemetry interval; default: as often as SONiC
-    /// refreshes queue and port counters, its `counterpoll` intervals, 10s out of the box). Not
-    /// below those intervals.
+    /// refreshes queue and port counters, its `counterpoll` intervals, 10s out of the box).
+    /// Faster than those, samples come in lumps (warned of at start).
     #[arg(long, value_name = "DUR")]
     poll_interval: Option<String>,
     /// SONiC: width of the switch's counters in bits (default 64, SAI's; a wrap of narrower

@@ -70,6 +70,12 @@ impl Freshness {
         }
     }
 
+    /// The actuator's telemetry interval changed (it restarted): a new staleness limit, and the
+    /// time scale of its telemetry clock.
+    pub(super) fn retune(&mut self, stale_after: Duration, time_scale: f64) {
+        (self.stale_after, self.time_scale) = (stale_after, time_scale);
+    }
+
     /// The stream counts as fresh from `now`, before its first batch: a stream opened, or
     /// being reopened, has until `--stale-after` to bring one.
     pub(super) fn watching_from(&mut self, now: Instant) {

@@ -534,6 +534,7 @@ pub async fn run(
                     match lp.open_stream().await {
                         Ok(s) => {
                             info!(target = %lp.cfg.target, "telemetry stream reopened");
+                            lp.refit_to_telemetry().await;
                             // The actuator may have restarted meanwhile: ask for the lease now, not
                             // at the next renewal, so that its settings are read back before rounds
                             // decide from the new telemetry against the old ones.
@@ -745,25 +746,30 @@ fn fit_to_telemetry(cfg: &mut ControllerConfig, caps: &pb::Capabilities) -> Resu
     }
     if cfg.follows_telemetry.confirm_within && cfg.mode == Mode::Enforce {
         // The window, two intervals to start after the change, one for a late sample, and the
-        // judging margin: what `window_fits_confirm` asks, with a sample to spare.
-        let intervals = u32::try_from(cfg.health.window).unwrap_or(u32::MAX).saturating_add(3);
-        let fit = interval.saturating_mul(intervals).saturating_add(cfg.judging_margin());
+        // judging margin: what `window_fits_confirm` asks, with a sample to spare (and at
+        // least one --interval, where the actuator sends no telemetry at all).
+        let window = u32::try_from(cfg.health.window).unwrap_or(u32::MAX);
+        let needed = interval.saturating_mul(window.saturating_add(2)).saturating_add(cfg.judging_margin());
+        let spare = interval.max(cfg.interval);
+        let max = crate::actuator::service::MAX_CONFIRM_WITHIN;
+        let fit = needed.saturating_add(spare).min(max);
+        if fit <= needed {
+            return Err(CliError::BadInput(format!(
+                "--health-window {} at the {interval:?} telemetry interval of {} needs a confirm window of more than \
+                 {needed:?}, and an actuator grants at most {} minutes: give a shorter --health-window (or a \
+                 shorter --interval)",
+                cfg.health.window,
+                cfg.target,
+                max.as_secs() / 60
+            )));
+        }
         if fit > cfg.confirm_within {
-            let max = crate::actuator::service::MAX_CONFIRM_WITHIN;
-            if fit > max {
-                return Err(CliError::BadInput(format!(
-                    "--health-window {} at the {interval:?} telemetry interval of {} needs a confirm window of \
-                     {fit:?}, longer than the {} minutes an actuator grants: give a shorter --health-window",
-                    cfg.health.window,
-                    cfg.target,
-                    max.as_secs() / 60
-                )));
-            }
             info!(
                 target = %cfg.target,
                 telemetry_interval = ?interval,
                 "--confirm-within {fit:?}: the health window of {} intervals at this target's telemetry interval, \
-                 and two --interval to judge it, as the default {:?} is shorter",
+                 two more before it starts, one to spare, and two --interval to judge it, as the default {:?} is \
+                 shorter",
                 cfg.health.window,
                 cfg.confirm_within
             );
@@ -1043,6 +1049,8 @@ struct ControlLoop {
     guardrails: Guardrails,
     /// The guardrails' staleness limit (after tightening to the actuator's bounds).
     stale_after: Duration,
+    /// The actuator's telemetry interval (ns) and time scale, as its capabilities last said.
+    telemetry: (u64, f64),
     queues: Vec<QueueState>,
     index: HashMap<String, usize>,
     /// Writer lease id and TTL; enforce mode only.
@@ -1194,6 +1202,7 @@ impl ControlLoop {
             log,
             guardrails,
             stale_after,
+            telemetry: (caps.min_telemetry_interval_ns, caps.telemetry_time_scale),
             queues,
             index,
             lease,
@@ -1242,6 +1251,54 @@ impl ControlLoop {
             lp.roll_back_unwatched(&config, "at this controller's start").await?;
         }
         Ok(lp)
+    }
+
+    /// After the telemetry stream reopens: the actuator may have restarted with another
+    /// telemetry interval (SONiC's follows its `counterpoll` intervals). `--stale-after` and
+    /// `--confirm-within` left out are fitted to it afresh; where they were given, or cannot
+    /// fit, this is warned of (at start it would have been refused) and the run goes on with
+    /// them as they are. Capabilities that cannot be read now leave everything as it was.
+    async fn refit_to_telemetry(&mut self) {
+        let caps = match self.client.get_capabilities(pb::GetCapabilitiesRequest {}).await {
+            Ok(caps) => caps.into_inner(),
+            Err(s) => {
+                debug!(target = %self.cfg.target, "capabilities not read after the reconnect: {}", said(&s));
+                return;
+            }
+        };
+        let telemetry = (caps.min_telemetry_interval_ns, caps.telemetry_time_scale);
+        if telemetry == self.telemetry {
+            return;
+        }
+        let was = wall_interval(self.telemetry.0, self.telemetry.1);
+        self.telemetry = telemetry;
+        warn!(
+            target = %self.cfg.target,
+            "the actuator's telemetry interval is now {:?}, {was:?} before (it restarted)",
+            wall_interval(telemetry.0, telemetry.1)
+        );
+        let mut cfg = self.cfg.clone();
+        if cfg.follows_telemetry.stale_after {
+            cfg.guardrails.stale_after = GuardrailConfig::default().stale_after;
+        }
+        if cfg.follows_telemetry.confirm_within {
+            cfg.confirm_within = DEFAULT_CONFIRM_WITHIN;
+        }
+        let fits = fit_to_telemetry(&mut cfg, &caps)
+            .and_then(|()| stale_after_fits_interval(cfg.guardrails.stale_after, &cfg.target, &caps))
+            .and_then(|()| if cfg.mode == Mode::Enforce { window_fits_confirm(&cfg, &caps) } else { Ok(()) });
+        if let Err(e) = fits {
+            warn!(
+                target = %self.cfg.target,
+                "{e}; going on with --stale-after {:?} and --confirm-within {:?}",
+                self.cfg.guardrails.stale_after,
+                self.cfg.confirm_within
+            );
+            return;
+        }
+        (self.cfg.guardrails.stale_after, self.cfg.confirm_within) = (cfg.guardrails.stale_after, cfg.confirm_within);
+        self.stale_after = cfg.guardrails.stale_after;
+        self.freshness.retune(self.stale_after, caps.telemetry_time_scale);
     }
 
     /// Open the telemetry stream.
@@ -1742,6 +1799,60 @@ const RELEASE_AFTER_OVERRUN: Duration = Duration::from_secs(1);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An enforce-mode configuration with `--stale-after` and `--confirm-within` left out.
+    fn defaults(window: usize, interval: Duration) -> ControllerConfig {
+        ControllerConfig {
+            target: "http://switch".into(),
+            mode: Mode::Enforce,
+            policy: Policy::parse("static:100KB,400KB,0.5").unwrap(),
+            baseline: ecn_env::Baseline::from_name("hpcc-alibaba").unwrap(),
+            interval,
+            confirm_within: DEFAULT_CONFIRM_WITHIN,
+            call_timeout: Duration::from_secs(5),
+            duration: None,
+            decision_log: None,
+            kill_file: None,
+            metrics: None,
+            token: None,
+            tls_ca: None,
+            guardrails: GuardrailConfig::default(),
+            follows_telemetry: FollowsTelemetry { stale_after: true, confirm_within: true },
+            health: HealthConfig { window, ..Default::default() },
+            quarantine: Duration::from_secs(50),
+            controller_id: "test".into(),
+            allow_untrained_rates: false,
+            allow_untrained_intervals: false,
+        }
+    }
+
+    /// The defaults grow to fit the telemetry, within what the checks at start ask: a SONiC
+    /// switch's 10 s (30 s, 82 s); an actuator without telemetry (interval 0), whose default
+    /// 10 s left nothing past two `--interval` of 5 s; an hour's cap that still leaves room past
+    /// the window (a window of one at 1 000 s); and a window no confirm window can hold.
+    #[test]
+    fn defaults_fit_the_telemetry_interval() {
+        let caps = |interval: Duration| pb::Capabilities {
+            min_telemetry_interval_ns: interval.as_nanos() as u64,
+            telemetry_time_scale: 1.0,
+            ..Default::default()
+        };
+        let fitted = |window: usize, interval: Duration, telemetry: Duration| {
+            let mut cfg = defaults(window, interval);
+            let caps = caps(telemetry);
+            fit_to_telemetry(&mut cfg, &caps)?;
+            stale_after_fits_interval(cfg.guardrails.stale_after, &cfg.target, &caps)?;
+            window_fits_confirm(&cfg, &caps)?;
+            Ok::<_, CliError>((cfg.guardrails.stale_after, cfg.confirm_within))
+        };
+        let s = Duration::from_secs;
+        assert_eq!(fitted(5, s(1), Duration::from_millis(100)).unwrap(), (s(3), s(10)), "fast telemetry: as they were");
+        assert_eq!(fitted(5, s(1), s(10)).unwrap(), (s(30), s(82)));
+        assert_eq!(fitted(5, s(5), Duration::ZERO).unwrap(), (s(3), s(15)));
+        assert_eq!(fitted(1, s(1), s(1000)).unwrap(), (s(3000), s(3600)));
+        let refused = fitted(2, s(1), s(1000)).unwrap_err().to_string();
+        assert!(refused.contains("--health-window 2") && refused.contains("at most 60 minutes"), "{refused}");
+    }
 
     /// A transport failure says its cause, once.
     #[test]

@@ -214,46 +214,71 @@ fn check_databases(target: &RedisTarget, dbs: &[(&str, i64)]) -> Result<(), Actu
 
 /// The default `--poll-interval`: as often as SONiC refreshes the counters telemetry cannot do
 /// without, queues' and ports' (CONFIG_DB `FLEX_COUNTER_TABLE`'s `POLL_INTERVAL`, or SONiC's
-/// default: 10 s for queues), and no faster than [`MIN_POLL_INTERVAL`]. Polled faster, most
-/// samples would carry no traffic and the next one a lump, dropped as a reset where it is more
-/// than the line carries in a poll. ECN marks (`wredqueue`) do not slow it down: telemetry goes
-/// on without them, and says so (`ecn_marks_counted`).
+/// default: 10 s for queues), whether or not the group is on now (it is said at start-up), and
+/// no faster than [`MIN_POLL_INTERVAL`]. Polled faster, most samples would carry no traffic and
+/// the next one a lump, dropped as a reset where it is more than the line carries in a poll.
+/// ECN marks (`wredqueue`) do not slow it down: telemetry goes on without them, and says so
+/// (`ecn_marks_counted`).
 fn follow_counter_refresh(
     target: &RedisTarget,
     config_db: i64,
     frozen_after: Duration,
 ) -> Result<Duration, ActuatorError> {
     let mut con = target.connect(config_db, "ecn-tuner-discover").map_err(ActuatorError::Failed)?;
-    let mut slowest: Option<(Duration, &str, bool)> = None;
+    let mut slowest = (Duration::ZERO, "", String::new());
     for poll in schema::FLEX_COUNTER_POLLS.iter().filter(|p| p.blinds_telemetry()) {
-        let set: Option<String> =
-            redis::cmd("HGET").arg(poll.key).arg("POLL_INTERVAL").query(&mut con).map_err(|e| {
-                ActuatorError::Failed(format!(
-                    "Redis at {} (db {config_db}): {}",
-                    target.url_of(config_db),
-                    conn::said(&e)
-                ))
-            })?;
-        let refresh = Duration::from_millis(poll.refresh_ms(set.as_deref()));
-        if slowest.is_none_or(|(s, _, _)| refresh > s) {
-            slowest = Some((refresh, poll.key, set.is_some()));
+        let (refresh_ms, whence) = refresh_of(&mut con, poll).map_err(|e| {
+            ActuatorError::Failed(format!("Redis at {} (db {config_db}): {}", target.url_of(config_db), conn::said(&e)))
+        })?;
+        let refresh = Duration::from_millis(refresh_ms);
+        if refresh > slowest.0 {
+            slowest = (refresh, poll.key, whence);
         }
     }
-    let Some((refresh, key, set)) = slowest else { return Ok(MIN_POLL_INTERVAL) };
+    let (refresh, key, whence) = slowest;
     let interval = refresh.max(MIN_POLL_INTERVAL);
     if interval >= frozen_after {
         return Err(ActuatorError::BadInput(format!(
-            "--frozen-after {frozen_after:?}: SONiC refreshes the counters every {refresh:?} ({key}), and telemetry \
-             polls as often by default; give a --frozen-after longer than that (or a --poll-interval)"
+            "SONiC refreshes the counters every {refresh:?} ({key}, {whence}), and telemetry polls as often by \
+             default: not within --frozen-after ({frozen_after:?}), so the counters would always look stopped; \
+             shorten SONiC's interval (`counterpoll queue interval MS`, `counterpoll port interval MS`), or give a \
+             longer --frozen-after"
         )));
     }
-    let whence = if set { "POLL_INTERVAL" } else { "no POLL_INTERVAL: SONiC's default" };
     info!(
         poll_interval = ?interval,
         "telemetry polls COUNTERS_DB as often as SONiC refreshes the counters it reads ({key}, {whence}); \
          --poll-interval sets it"
     );
     Ok(interval)
+}
+
+/// How often SONiC refreshes a counter group, in milliseconds, and whence that comes. A
+/// `POLL_INTERVAL` that is not a whole number, or a key that is not a hash, is warned of and
+/// taken as SONiC's default; only a failure to reach Redis is an error.
+fn refresh_of(con: &mut Connection, poll: &schema::FlexCounterPoll) -> redis::RedisResult<(u64, String)> {
+    let default = || format!("SONiC's default, {} ms", poll.default_ms);
+    let raw: Option<Vec<u8>> = match redis::cmd("HGET").arg(poll.key).arg("POLL_INTERVAL").query(con) {
+        Ok(raw) => raw,
+        Err(e) if e.code() == Some("WRONGTYPE") => {
+            conn::read_as_absent(
+                poll.key,
+                &format!("{} is not a hash, so its POLL_INTERVAL is {}", poll.key, default()),
+            );
+            return Ok((poll.default_ms, format!("not a hash: {}", default())));
+        }
+        Err(e) => return Err(e),
+    };
+    let Some(raw) = raw else { return Ok((poll.default_ms, format!("no POLL_INTERVAL: {}", default()))) };
+    let text = String::from_utf8_lossy(&raw);
+    match text.trim().parse::<u64>() {
+        Ok(ms) => Ok((ms, "POLL_INTERVAL".into())),
+        Err(_) => {
+            let shown = crate::actuator::validate::quoted_at_most(&text, 40);
+            warn!(key = %poll.key, "POLL_INTERVAL {shown} is not a whole number of milliseconds; taken as {}", default());
+            Ok((poll.default_ms, format!("POLL_INTERVAL {shown} not a number: {}", default())))
+        }
+    }
 }
 
 /// Warn when SONiC does not poll a counter group telemetry reads (its counters would read 0
@@ -276,28 +301,40 @@ fn warn_of_slower_counters(con: &mut Connection, poll_interval: Duration) {
             };
             let whence =
                 if status.is_some() { "FLEX_COUNTER_STATUS disable" } else { "no FLEX_COUNTER_STATUS: off by default" };
+            let platform = if poll.blinds_telemetry() {
+                ""
+            } else {
+                " (where STATE_DB QUEUE_COUNTER_CAPABILITIES says the platform counts them)"
+            };
+            warn!("SONiC does not poll {what} ({key}, {whence}); run `counterpoll {group} enable` on the switch{platform}");
+            continue;
+        }
+        // Redis failing here is the poller's to report; a value that is no number is warned of.
+        let Ok((sonic_ms, whence)) = refresh_of(con, poll) else { continue };
+        if Duration::from_millis(sonic_ms) <= poll_interval {
+            continue;
+        }
+        let fix = format!("run `counterpoll {group} interval {}` on the switch", poll_interval.as_millis());
+        if !poll.blinds_telemetry() {
+            // Marks lag the packets they mark by up to a refresh, and a lump of them stays
+            // under the packets' bound: samples go on, saying the marks are not counted.
             warn!(
-                "SONiC does not poll {what} ({key}, {whence}); run `counterpoll {group} enable` on the switch \
-                 (for wredqueue, where STATE_DB QUEUE_COUNTER_CAPABILITIES says the platform counts them)"
+                "SONiC refreshes ECN mark counters every {sonic_ms} ms ({key}, {whence}), less often than \
+                 --poll-interval {poll_interval:?}: samples say ecn_marks_counted false, and the utilization health \
+                 check cannot tell a change's throttling from traffic ending; {fix}"
             );
             continue;
         }
-        let set: Option<String> = redis::cmd("HGET").arg(key).arg("POLL_INTERVAL").query(con).unwrap_or(None);
-        let sonic_ms = poll.refresh_ms(set.as_deref());
-        if Duration::from_millis(sonic_ms) > poll_interval {
-            let whence = if set.is_some() { "POLL_INTERVAL" } else { "no POLL_INTERVAL: SONiC's default" };
-            // A lump is judged against what the line carries in one poll, with the counters'
-            // 25% slack (`max_plausible_bytes`): past that share of line rate it is a "reset".
-            let dropped_above = 125.0 * poll_interval.as_secs_f64() * 1e3 / sonic_ms as f64;
-            warn!(
-                "SONiC refreshes these counters every {sonic_ms} ms ({key}, {whence}), less often than --poll-interval \
-                 {poll_interval:?}: most samples will show no traffic and the next one all of it, and where a queue \
-                 carries more than {dropped_above:.0}% of line rate that lump is more than the line carries in one poll, \
-                 so its sample is dropped as a counter reset; run `counterpoll {group} interval {}` on the switch, or \
-                 raise --poll-interval",
-                poll_interval.as_millis()
-            );
-        }
+        // A lump is judged against what the line carries in one poll, with the counters' 25%
+        // slack (`max_plausible_bytes`): past that share of line rate it is a "reset".
+        let dropped_above = 125.0 * poll_interval.as_secs_f64() * 1e3 / sonic_ms as f64;
+        warn!(
+            "SONiC refreshes these counters every {sonic_ms} ms ({key}, {whence}), less often than --poll-interval \
+             {poll_interval:?}: most samples will show no traffic and the next one all of it, and where a queue \
+             carries more than {dropped_above:.0}% of line rate that lump is more than the line carries in one poll, \
+             so its sample is dropped as a counter reset; {fix}, or raise --poll-interval (left out, it follows \
+             SONiC's intervals)"
+        );
     }
 }
 
