@@ -126,10 +126,6 @@ pub async fn capture(target: &Target, until: Until, out: &mut TelemetryWriter) -
     let mut stop = StopSignals::watch()?;
     let Some(sim) = target.simulated.clone() else { return capture_from(target, until, 0, out, &mut stop).await };
     let scenario = sim.scenario.clone();
-    // The fabric fills from its first flow on, which an HPCC configuration puts late (its
-    // lead-in runs at once, unpaced): the warm-up counts from there. (A scenario that does not
-    // load is the actuator's error, below.)
-    let first_flow_ns = ecn_env::scenario::Scenario::load(&scenario, sim.seed).map_or(0, |s| s.fabric.window_start.0);
     let handle = tokio::select! {
         handle = actuator::serve_sim(sim, ServeOptions::loopback()) => handle?,
         why = stop.next() => {
@@ -138,6 +134,9 @@ pub async fn capture(target: &Target, until: Until, out: &mut TelemetryWriter) -
         }
     };
     info!(url = %handle.url(), %scenario, "simulated fabric running behind an embedded actuator");
+    // The fabric fills from its first flow on, which an HPCC configuration puts late (its
+    // lead-in runs at once, unpaced): the warm-up counts from there.
+    let first_flow_ns = handle.sim().map_or(0, |s| s.first_flow_ns());
     let actuator = Target { url: handle.url(), ..Target::default() };
     let from_ns = match until {
         Until::Batches(_) => first_flow_ns + SIM_WARMUP_NS,

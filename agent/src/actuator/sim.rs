@@ -128,6 +128,8 @@ struct Shared {
     runs_completed: AtomicU64,
     stop: AtomicBool,
     queue_count: usize,
+    /// When the first run's first flow starts (its arrival window), on the telemetry clock.
+    first_flow_ns: u64,
 }
 
 /// In-process controls of a running simulated fabric, for the embedded demo and tests.
@@ -143,6 +145,12 @@ impl SimControl {
         let runs = self.shared.runs.lock().expect("sim runs lock");
         // Counted under the same lock as the runs are kept.
         (runs.clone(), self.shared.runs_completed.load(Ordering::Relaxed))
+    }
+
+    /// When the first run's first flow starts, on the telemetry clock (`ts_ns`): an HPCC
+    /// configuration's come seconds in, after a lead-in the fabric runs at once, unpaced.
+    pub fn first_flow_ns(&self) -> u64 {
+        self.shared.first_flow_ns
     }
 }
 
@@ -192,6 +200,7 @@ impl SimBackend {
             runs_completed: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             queue_count: caps.queues.len(),
+            first_flow_ns: scenario.fabric.window_start.0,
         });
         let (telemetry, _) = broadcast::channel(TELEMETRY_BUFFER);
         info!(
