@@ -565,7 +565,7 @@ pub async fn run(
             // an actuator that samples more slowly than the staleness limit must not be cut off
             // before its first batch.
             let silent_for = now.duration_since(lp.freshness.last_batch_at().max(stream_opened_at));
-            if stream.is_some() && silent_for > lp.stale_after.max(STREAM_STALL_MIN) {
+            if stream.is_some() && silent_for > lp.cfg.guardrails.stale_after.max(STREAM_STALL_MIN) {
                 stream = None;
                 lp.freshness.stream_lost();
                 let why = format!("telemetry stream stalled: no batch for {:.1} s", silent_for.as_secs_f64());
@@ -1047,8 +1047,6 @@ struct ControlLoop {
     series: TargetSeries,
     log: DecisionLog,
     guardrails: Guardrails,
-    /// The guardrails' staleness limit (after tightening to the actuator's bounds).
-    stale_after: Duration,
     /// The actuator's telemetry interval (ns) and time scale, as its capabilities last said.
     telemetry: (u64, f64),
     queues: Vec<QueueState>,
@@ -1201,7 +1199,6 @@ impl ControlLoop {
             series,
             log,
             guardrails,
-            stale_after,
             telemetry: (caps.min_telemetry_interval_ns, caps.telemetry_time_scale),
             queues,
             index,
@@ -1297,8 +1294,7 @@ impl ControlLoop {
             return;
         }
         (self.cfg.guardrails.stale_after, self.cfg.confirm_within) = (cfg.guardrails.stale_after, cfg.confirm_within);
-        self.stale_after = cfg.guardrails.stale_after;
-        self.freshness.retune(self.stale_after, caps.telemetry_time_scale);
+        self.freshness.retune(cfg.guardrails.stale_after, caps.telemetry_time_scale);
     }
 
     /// Open the telemetry stream.
@@ -1405,7 +1401,8 @@ impl ControlLoop {
     fn decide(&mut self, now: Instant) -> Result<Vec<Planned>, CliError> {
         let untrained = self.untrained_queues();
         let learned = self.learned_proposals(&untrained);
-        let (cfg, series, log, stale_after) = (&self.cfg, &self.series, &self.log, self.stale_after);
+        let (cfg, series, log) = (&self.cfg, &self.series, &self.log);
+        let stale_after = cfg.guardrails.stale_after;
         let mut changes = Vec::new();
         let stream_stale = self.freshness.stale(now);
         let (mut stale, mut invalid, mut example) = (0usize, 0usize, None::<String>);
@@ -1602,7 +1599,9 @@ impl ControlLoop {
             let why = match (stale, example) {
                 (0, Some(e)) => format!("invalid samples (e.g. {e})"),
                 (_, Some(e)) => format!("{stale} stale, the rest invalid (e.g. {e})"),
-                _ if stream_stale => format!("no fresh batch for --stale-after ({:?}) or lagging", self.stale_after),
+                _ if stream_stale => {
+                    format!("no fresh batch for --stale-after ({:?}) or lagging", self.cfg.guardrails.stale_after)
+                }
                 _ => "their samples stopped or froze".to_string(),
             };
             let what = match cfg.mode {

@@ -271,9 +271,9 @@ fn refresh_of(con: &mut Connection, poll: &schema::FlexCounterPoll) -> redis::Re
     };
     let Some(raw) = raw else { return Ok((poll.default_ms, format!("no POLL_INTERVAL: {}", default()))) };
     let text = String::from_utf8_lossy(&raw);
-    match text.trim().parse::<u64>() {
-        Ok(ms) => Ok((ms, "POLL_INTERVAL".into())),
-        Err(_) => {
+    match schema::poll_interval_ms(&text) {
+        Some(ms) => Ok((ms, "POLL_INTERVAL".into())),
+        None => {
             let shown = crate::actuator::validate::quoted_at_most(&text, 40);
             warn!(key = %poll.key, "POLL_INTERVAL {shown} is not a whole number of milliseconds; taken as {}", default());
             Ok((poll.default_ms, format!("POLL_INTERVAL {shown} not a number: {}", default())))

@@ -113,7 +113,7 @@ impl FlexCounterPoll {
     /// How often SONiC refreshes the group's counters, in milliseconds, given its
     /// `POLL_INTERVAL` (`None`, or not a number: SONiC's default).
     pub fn refresh_ms(&self, poll_interval: Option<&str>) -> u64 {
-        poll_interval.and_then(|v| v.trim().parse().ok()).unwrap_or(self.default_ms)
+        poll_interval.and_then(poll_interval_ms).unwrap_or(self.default_ms)
     }
 
     /// Whether telemetry must be withheld while SONiC does not poll the group: queue counters
@@ -123,6 +123,11 @@ impl FlexCounterPoll {
     pub fn blinds_telemetry(&self) -> bool {
         self.on_by_default
     }
+}
+
+/// A `FLEX_COUNTER_TABLE` `POLL_INTERVAL` as milliseconds, if it is a whole number of them.
+pub fn poll_interval_ms(value: &str) -> Option<u64> {
+    value.trim().parse().ok()
 }
 
 /// Whether a WRED profile's `ecn` mode marks green packets (SONiC's `ecn_green`,
