@@ -2631,6 +2631,41 @@ async fn the_poll_interval_left_out_follows_sonics_counter_refresh() {
     );
 }
 
+/// At SONiC's own refresh interval, the polls keep clear of its refreshes as the two drift: a
+/// refresh that came to a poll made one interval hold none and the next two (an idle queue, then
+/// one at twice its rate). The stand-in refreshes every 530 ms under `POLL_INTERVAL` 500, a drift
+/// far faster than SONiC's (about a millisecond a period) to see crossings within seconds; at
+/// that rate an unguarded poll every 500 ms finds no refresh in its interval once in 17. Every
+/// interval sampled holds one refresh's traffic; the polls move, and say so.
+#[tokio::test(flavor = "multi_thread")]
+async fn polls_at_sonics_refresh_interval_keep_clear_of_its_refreshes() {
+    let redis = RedisServer::start();
+    let spec = Spec::default();
+    seed(&redis, &spec);
+    set_config_field(&redis, "FLEX_COUNTER_TABLE|QUEUE", "POLL_INTERVAL", "500");
+    set_config_field(&redis, "FLEX_COUNTER_TABLE|PORT", "POLL_INTERVAL", "500");
+    let tick = Duration::from_millis(530);
+    let _ticker = Ticker::start(&redis, Counters::new(&spec, 64), tick);
+    let url = redis.url();
+    let act = Actuator::start(&["--backend", "sonic", "--redis", &url]).await;
+    let mut c = act.client().await;
+    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    take(&mut stream, 36, &mut seen).await;
+    // One refresh carries the 40 Gb/s of a tick of 530 ms and a little more (the stand-in's own
+    // write, scheduling); none carries nothing, two twice as much.
+    let one = Traffic::default().bps / 8 * tick.as_millis() as u64 / 1_000;
+    // The first two intervals come before the guard has seen traffic to watch.
+    for b in &seen[2..] {
+        for s in &b.samples {
+            let refreshes = s.tx_bytes as f64 / one as f64;
+            assert!((0.6..1.4).contains(&refreshes), "{:?}: {refreshes} refreshes in {} ns", s.id, s.span_ns);
+        }
+    }
+    let log = act.log_text();
+    assert!(log.contains("polls move to half a refresh clear of it"), "{log}");
+}
+
 /// A `pfc_to_queue_map` that is not a hash fell back to SONiC's default map without a word, so
 /// a queue whose pauses come on another priority read none; it is warned of, naming the key.
 #[tokio::test(flavor = "multi_thread")]

@@ -30,10 +30,12 @@
 //!   not a lump of the whole stop). ECN marks (`wredqueue`, off by default) are warned of.
 //! - Poll no faster than SONiC's own `counterpoll` intervals for queues and ports: a counter
 //!   that SONiC refreshes every 10 s moves in 10 s lumps, which a 1 s poll would see as
-//!   implausible jumps.
+//!   implausible jumps. At SONiC's own interval, the polls keep clear of its refreshes
+//!   ([`super::refresh`]).
 
 use super::config::QueueRef;
 use super::conn::RedisTarget;
+use super::refresh::{QueuePackets, RefreshGuard};
 use super::schema;
 use ecn_datasets::counters::{counter_step, max_plausible_bytes, CounterStep, CounterWidth};
 use ecn_env::EcnSetting;
@@ -234,6 +236,12 @@ impl GroupPolling {
         wred.is_some_and(|i| self.on[i] == Some(true) && u128::from(self.refresh_ms[i]) <= poll.as_millis())
     }
 
+    /// How often SONiC refreshes the queue counters, at the last read.
+    fn queue_refresh(&self) -> Duration {
+        let queue = schema::FLEX_COUNTER_POLLS.iter().position(|g| g.key == schema::QUEUE_POLL);
+        Duration::from_millis(queue.map_or(0, |i| self.refresh_ms[i]))
+    }
+
     /// Whether telemetry is withheld: a group it cannot do without was off at the last read.
     fn withheld(&self) -> bool {
         schema::FLEX_COUNTER_POLLS.iter().zip(self.on).any(|(g, on)| g.blinds_telemetry() && on == Some(false))
@@ -421,12 +429,23 @@ impl Liveness {
 /// Queue and port oids of every controlled queue (`None`: not in the maps).
 type Oids = Vec<Option<(String, String)>>;
 
+/// What one poll published and read.
+struct Polled {
+    /// Samples published.
+    samples: usize,
+    /// When the counters were read.
+    at: Instant,
+    /// Each queue's packet counter, as read, for the refresh guard.
+    packets: Vec<QueuePackets>,
+}
+
 impl Poller {
     /// Poll until stopped.
     pub fn run(self) {
         let mut tracker = Tracker::new(self.queues.len(), self.width);
         let mut liveness = Liveness::new();
         let mut groups = GroupPolling::new();
+        let mut guard = RefreshGuard::default();
         let mut absent_reported = false;
         let mut con: Option<Connection> = None;
         let mut config: Option<Connection> = None;
@@ -435,22 +454,36 @@ impl Poller {
         let mut next = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
-            if next > now {
-                std::thread::sleep((next - now).min(Duration::from_millis(50)));
+            let look = guard.due().filter(|(at, _)| *at < next);
+            let wake = look.as_ref().map_or(next, |(at, _)| *at);
+            if wake > now {
+                std::thread::sleep((wake - now).min(Duration::from_millis(50)));
+                continue;
+            }
+            if let Some((_, queues)) = look {
+                let packets = self.look(con.as_mut(), oids.as_ref().map(|(_, ids)| ids), &queues);
+                if let Some(to) = guard.looked(Instant::now(), &packets) {
+                    self.move_timetable(&mut next, to, &mut tracker, "after");
+                }
                 continue;
             }
             next = next_poll(next, now, self.interval);
             if self.withheld(&mut config, &mut groups, &mut tracker) {
+                guard.clear();
                 continue;
             }
+            guard.retune(groups.queue_refresh(), self.interval);
             let marks_counted = groups.marks_counted(self.interval);
             match self.poll(&mut con, &mut oids, &mut tracker, &mut liveness, &mut absent_reported, marks_counted) {
-                Ok(n) => {
+                Ok(polled) => {
                     if down {
                         info!(url = %self.target.url_of(self.db), "COUNTERS_DB is back; telemetry resumes");
                         down = false;
                     }
-                    debug!(samples = n, "telemetry polled");
+                    debug!(samples = polled.samples, "telemetry polled");
+                    if let Some(to) = guard.polled(polled.at, next, &polled.packets) {
+                        self.move_timetable(&mut next, to, &mut tracker, "before");
+                    }
                 }
                 Err(e) => {
                     if !down {
@@ -458,10 +491,50 @@ impl Poller {
                         down = true;
                     }
                     con = None;
+                    guard.clear();
                 }
             }
         }
         debug!("COUNTERS_DB poller stopped");
+    }
+
+    /// Moves the poll timetable to `to`, clear of a queue counter refresh seen just `side` of a
+    /// poll; the poll there is a baseline (the interval across the move is not one period).
+    fn move_timetable(&self, next: &mut Instant, to: Instant, tracker: &mut Tracker, side: &str) {
+        let by = to.saturating_duration_since(*next).as_secs_f64() - next.saturating_duration_since(to).as_secs_f64();
+        info!(
+            by_ms = (by * 1e3).round() as i64,
+            "SONiC refreshed the queue counters just {side} a poll (its refresh drifts against --poll-interval): \
+             polls move to half a refresh clear of it; one interval is dropped"
+        );
+        (0..self.queues.len()).for_each(|i| tracker.forget(i));
+        *next = to;
+    }
+
+    /// The packet counters of `queues` (indices among the polled queues) now, for the refresh
+    /// guard; `None` for each one not read (no connection, no oid, not a count).
+    fn look(&self, con: Option<&mut Connection>, ids: Option<&Oids>, queues: &[usize]) -> Vec<Option<u64>> {
+        let (Some(con), Some(ids)) = (con, ids) else { return vec![None; queues.len()] };
+        let oids: Vec<Option<&str>> =
+            queues.iter().map(|&i| ids.get(i).and_then(|id| id.as_ref()).map(|(q, _)| q.as_str())).collect();
+        let mut pipe = redis::pipe();
+        for oid in oids.iter().flatten() {
+            pipe.cmd("HGET").arg(schema::counters_key(oid)).arg(schema::Q_PACKETS);
+        }
+        let read: Vec<Option<Vec<u8>>> = match super::conn::query_pipeline(&pipe, con) {
+            Ok(read) => read,
+            Err(e) => {
+                debug!("COUNTERS_DB (db {}): the refresh guard's look failed: {e}", self.db);
+                return vec![None; queues.len()];
+            }
+        };
+        let mut read = read.into_iter();
+        oids.iter()
+            .map(|oid| {
+                let value = oid.and_then(|_| read.next()).flatten()?;
+                std::str::from_utf8(&value).ok()?.trim().parse().ok()
+            })
+            .collect()
     }
 
     /// Reads the counter groups' status when due; returns whether telemetry is withheld. A
@@ -538,7 +611,7 @@ impl Poller {
         Ok(out)
     }
 
-    /// One poll; returns how many samples were published.
+    /// One poll.
     fn poll(
         &self,
         con: &mut Option<Connection>,
@@ -547,7 +620,7 @@ impl Poller {
         liveness: &mut Liveness,
         absent_reported: &mut bool,
         marks_counted: bool,
-    ) -> Result<usize, String> {
+    ) -> Result<Polled, String> {
         if con.is_none() {
             *con = Some(self.target.connect(self.db, "ecn-tuner-counters")?);
         }
@@ -614,6 +687,7 @@ impl Poller {
         let mut absent = Absent::default();
         let mut resets = Vec::new();
         let mut garbled = None;
+        let mut packets = Vec::with_capacity(polled.len());
         for (&i, vals) in polled.iter().zip(queue_replies) {
             let PolledQueue { queue: q, link_bps, id, pfc_priorities } = &self.queues[i];
             let (_, port_oid) = ids[i].as_ref().expect("polled");
@@ -664,7 +738,15 @@ impl Poller {
             }
             absent.note(&r);
             let had_reading = tracker.has_reading(i);
-            match tracker.step(i, at, r, *link_bps) {
+            let step = tracker.step(i, at, r, *link_bps);
+            if let Some(n) = r.packets {
+                packets.push(QueuePackets {
+                    queue: i,
+                    packets: n,
+                    moved: step.as_ref().is_some_and(|d| d.packets > 0),
+                });
+            }
+            match step {
                 Some(d) => samples.push(sample(id, *link_bps, ts_ns, &r, &d, &settings[i], marks_counted)),
                 None if had_reading => resets.push(q.name()),
                 None => debug!(queue = %q.name(), "no sample this interval: a first reading"),
@@ -699,14 +781,14 @@ impl Poller {
         // The tracker still took this reading: when the counters move again, the first sample
         // covers one interval, not the whole stop.
         if liveness.observe(replies, at, self.frozen_after) {
-            return Ok(0);
+            return Ok(Polled { samples: 0, at, packets });
         }
         let n = samples.len();
         if n > 0 {
             // No subscriber is not an error.
             let _ = self.tx.send(Arc::new(pb::TelemetryBatch { ts_ns, samples }));
         }
-        Ok(n)
+        Ok(Polled { samples: n, at, packets })
     }
 }
 

@@ -5,6 +5,7 @@
 //! - [`counters`]: COUNTERS_DB polling into per-interval telemetry batches;
 //! - [`asic`]: ASIC_DB, read back to see each write programmed;
 //! - [`originals`]: the recording of the original profiles, and `sonic restore`;
+//! - [`refresh`]: polls kept clear of the moments SONiC refreshes the queue counters;
 //! - [`conn`]: connections (one URL, one database index per SONiC database, and another URL
 //!   for a database on another instance);
 //! - [`layout`]: SONiC's own map of its databases, `database_config.json`.
@@ -38,6 +39,7 @@ pub mod conn;
 pub mod counters;
 pub mod layout;
 pub mod originals;
+pub mod refresh;
 pub mod schema;
 
 use super::backend::{Backend, BackendCaps, BackendError, NoTelemetry, TelemetryReceiver, WriteTimes};

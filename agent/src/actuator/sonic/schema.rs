@@ -84,10 +84,12 @@ pub const DEVICE_METADATA_LOCALHOST: &str = "DEVICE_METADATA|localhost";
 /// `FLEX_COUNTER_STATUS`. Queue and port counters are on out of the box; ECN marks
 /// (`SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS`) are a group of their own, off by default.
 pub const FLEX_COUNTER_POLLS: [FlexCounterPoll; 3] = [
-    FlexCounterPoll { key: "FLEX_COUNTER_TABLE|QUEUE", group: "queue", default_ms: 10_000, on_by_default: true },
+    FlexCounterPoll { key: QUEUE_POLL, group: "queue", default_ms: 10_000, on_by_default: true },
     FlexCounterPoll { key: "FLEX_COUNTER_TABLE|PORT", group: "port", default_ms: 1_000, on_by_default: true },
     FlexCounterPoll { key: WRED_ECN_QUEUE_POLL, group: "wredqueue", default_ms: 10_000, on_by_default: false },
 ];
+/// CONFIG_DB key of the queue counters' polling.
+pub const QUEUE_POLL: &str = "FLEX_COUNTER_TABLE|QUEUE";
 /// CONFIG_DB key of the ECN-mark counters' polling.
 pub const WRED_ECN_QUEUE_POLL: &str = "FLEX_COUNTER_TABLE|WRED_ECN_QUEUE";
 
