@@ -2613,6 +2613,8 @@ async fn the_poll_interval_left_out_follows_sonics_counter_refresh() {
         let log = act.log_text();
         let said = if odd == "not a hash" { "is not a hash" } else { "is not a whole number of milliseconds" };
         assert!(log.contains(said) && log.contains("SONiC's default, 10000 ms"), "{odd:?}: {log}");
+        // Once: start-up reads it twice (the default, then the check of every group's refresh).
+        assert_eq!(log.lines().filter(|l| l.contains(said)).count(), 1, "{odd:?}: {log}");
     }
     let redis = RedisServer::start();
     seed(&redis, &spec);

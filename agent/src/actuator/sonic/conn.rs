@@ -360,10 +360,16 @@ fn typed(con: &mut Connection, keys: &[String]) -> redis::RedisResult<(Vec<Strin
 
 /// Says once a key that it is read as absent, and why.
 pub(super) fn read_as_absent(key: &str, why: &str) {
-    static SAID: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    warn_once(key, &format!("{why}: read as absent"));
+}
+
+/// Warns of `what` at `key` once per process, however often the key is read so (start-up reads
+/// some keys twice).
+pub(super) fn warn_once(key: &str, what: &str) {
+    static SAID: std::sync::Mutex<std::collections::BTreeSet<(String, String)>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
-    if SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.to_string()) {
-        tracing::warn!(key = %key, "{why}: read as absent");
+    if SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert((key.to_string(), what.to_string())) {
+        tracing::warn!(key = %key, "{what}");
     }
 }
 

@@ -277,7 +277,8 @@ fn refresh_of(con: &mut Connection, poll: &schema::FlexCounterPoll) -> redis::Re
         Some(ms) => Ok((ms, "POLL_INTERVAL".into())),
         None => {
             let shown = crate::actuator::validate::quoted_at_most(&text, 40);
-            warn!(key = %poll.key, "POLL_INTERVAL {shown} is not a whole number of milliseconds; taken as {}", default());
+            let what = format!("POLL_INTERVAL {shown} is not a whole number of milliseconds; taken as {}", default());
+            conn::warn_once(poll.key, &what);
             Ok((poll.default_ms, format!("POLL_INTERVAL {shown} not a number: {}", default())))
         }
     }
