@@ -481,8 +481,14 @@ impl Counters {
 
     /// Write every counter to COUNTERS_DB in one round trip.
     pub fn flush(&mut self, con: &mut redis::Connection) -> redis::RedisResult<()> {
+        self.flush_fields(con, |_| true)
+    }
+
+    /// Write the counters whose field `only` takes to COUNTERS_DB in one round trip, as a flex
+    /// counter group that polls some of them does.
+    pub fn flush_fields(&mut self, con: &mut redis::Connection, only: impl Fn(&str) -> bool) -> redis::RedisResult<()> {
         let mut by_key: BTreeMap<&str, Vec<(&str, u64)>> = BTreeMap::new();
-        for ((k, f), v) in &self.values {
+        for ((k, f), v) in self.values.iter().filter(|((_, f), _)| only(f)) {
             by_key.entry(k.as_str()).or_default().push((f.as_str(), *v));
         }
         let mut pipe = redis::pipe();
@@ -531,17 +537,33 @@ impl Drop for Background {
 impl Ticker {
     /// Start ticking on `server`'s COUNTERS_DB.
     pub fn start(server: &RedisServer, counters: Counters, tick: Duration) -> Ticker {
+        Ticker::start_with_pfc_watchdog(server, counters, tick, None)
+    }
+
+    /// Start ticking on `server`'s COUNTERS_DB, and, given `watchdog`, write every queue's
+    /// `SAI_QUEUE_STAT_PACKETS` that often in between, as SONiC's PFC watchdog group does (every
+    /// 200 ms by default) while the queue group writes the rest every `tick`. Each write comes a
+    /// period after the last one ends.
+    pub fn start_with_pfc_watchdog(
+        server: &RedisServer,
+        counters: Counters,
+        tick: Duration,
+        watchdog: Option<Duration>,
+    ) -> Ticker {
         let counters = Arc::new(Mutex::new(counters));
         let (c, url) = (counters.clone(), format!("{}/{COUNTERS_DB}", server.url()));
         let thread = Background::spawn(move |s| {
             let mut con: Option<redis::Connection> = None;
             let mut last = Instant::now();
+            let (mut next_tick, mut next_watch) = (last + tick, watchdog.map(|w| last + w));
             while !s.load(Ordering::Relaxed) {
-                std::thread::sleep(tick);
+                let wake = next_watch.map_or(next_tick, |w| w.min(next_tick));
+                std::thread::sleep(wake.saturating_duration_since(Instant::now()));
                 let now = Instant::now();
                 let mut ctr = c.lock().unwrap();
                 ctr.advance(now - last);
                 last = now;
+                let whole = now >= next_tick;
                 if con.is_none() {
                     con = redis::Client::open(url.as_str())
                         .and_then(|cl| cl.get_connection_with_timeout(Duration::from_millis(500)))
@@ -551,10 +573,17 @@ impl Ticker {
                     }
                 }
                 if let Some(cn) = con.as_mut() {
-                    if ctr.flush(cn).is_err() {
+                    let written =
+                        if whole { ctr.flush(cn) } else { ctr.flush_fields(cn, |f| f == "SAI_QUEUE_STAT_PACKETS") };
+                    if written.is_err() {
                         con = None;
                     }
                 }
+                drop(ctr);
+                if whole {
+                    next_tick = Instant::now() + tick;
+                }
+                next_watch = watchdog.map(|w| Instant::now() + w);
             }
         });
         Ticker { counters, _thread: thread }
@@ -761,13 +790,15 @@ pub fn queue_setting(con: &mut redis::Connection, port: &str, queue: u32) -> (u6
 /// send on the connections open at the time, as a stalled network path does: the bytes arrive
 /// later, in order, even from a client that has hung up meanwhile. It can start holding at a
 /// client's next `MULTI`, so that the reads before a transaction go through and the transaction
-/// is what the network holds.
+/// is what the network holds, or at another command.
 pub struct Proxy {
     /// The port clients connect to.
     pub port: u16,
     open: Arc<AtomicBool>,
-    /// One state per relayed connection: [`RELAY`], [`HOLD`], or [`HOLD_AT_MULTI`].
+    /// One state per relayed connection: [`RELAY`], [`HOLD`], or [`HOLD_AT`].
     held: Arc<Mutex<Vec<Arc<AtomicU8>>>>,
+    /// Where [`HOLD_AT`] starts holding: a command as a client sends it (RESP).
+    marker: Arc<Mutex<Vec<u8>>>,
     /// The state a new connection starts in.
     fresh: Arc<AtomicU8>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
@@ -778,8 +809,9 @@ pub struct Proxy {
 const RELAY: u8 = 0;
 /// Hold what its client sends.
 const HOLD: u8 = 1;
-/// Pass it on up to the client's next `MULTI`, and hold from there.
-const HOLD_AT_MULTI: u8 = 2;
+/// Pass it on up to the client's next command that starts as the marker does, and hold from
+/// there.
+const HOLD_AT: u8 = 2;
 /// `MULTI` as a client sends it (RESP).
 const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
 
@@ -794,7 +826,9 @@ impl Proxy {
         let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let fresh = Arc::new(AtomicU8::new(RELAY));
-        let (o, h, cs, st, fr) = (open.clone(), held.clone(), conns.clone(), stop.clone(), fresh.clone());
+        let marker = Arc::new(Mutex::new(MULTI.to_vec()));
+        let (o, h, cs, st, fr, m) =
+            (open.clone(), held.clone(), conns.clone(), stop.clone(), fresh.clone(), marker.clone());
         std::thread::spawn(move || {
             while !st.load(Ordering::Relaxed) {
                 let client = match listener.accept() {
@@ -818,12 +852,12 @@ impl Proxy {
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let flag = Arc::new(AtomicU8::new(fr.load(Ordering::Relaxed)));
                 h.lock().unwrap().push(flag.clone());
-                let (h, st) = (flag, st.clone());
-                std::thread::spawn(move || relay(client, server, Some((h, st))));
+                let (h, st, m) = (flag, st.clone(), m.clone());
+                std::thread::spawn(move || relay(client, server, Some((h, st, m))));
                 std::thread::spawn(move || relay(s2, c2, None));
             }
         });
-        Proxy { port, open, held, conns, fresh, stop }
+        Proxy { port, open, held, marker, conns, fresh, stop }
     }
 
     /// `redis://127.0.0.1:PORT` through the proxy.
@@ -854,12 +888,19 @@ impl Proxy {
     /// until [`Proxy::release`]: the commands before it (an apply's read of CONFIG_DB) go
     /// through. New connections are relayed as usual.
     pub fn stall_at_transaction(&self) {
-        self.set_held(HOLD_AT_MULTI);
+        self.stall_at(MULTI);
+    }
+
+    /// Hold what clients send on the connections open now, from each one's next command that
+    /// starts as `command` (RESP, as a client sends it) on, until [`Proxy::release`].
+    pub fn stall_at(&self, command: &[u8]) {
+        *self.marker.lock().unwrap() = command.to_vec();
+        self.set_held(HOLD_AT);
     }
 
     /// [`Proxy::stall_at_transaction`], for the connections opened later too.
     pub fn stall_every_transaction(&self) {
-        self.fresh.store(HOLD_AT_MULTI, Ordering::Relaxed);
+        self.fresh.store(HOLD_AT, Ordering::Relaxed);
         self.stall_at_transaction();
     }
 
@@ -890,14 +931,16 @@ impl Drop for Proxy {
     }
 }
 
-/// Copy `from` to `to` until either side closes. With `hold` (the state, and the proxy's stop),
-/// bytes read while it is [`HOLD`] wait until it is [`RELAY`] again, even past `from` closing;
-/// at [`HOLD_AT_MULTI`], a read that holds a `MULTI` turns it to [`HOLD`] from there.
-fn relay(mut from: TcpStream, mut to: TcpStream, hold: Option<(Arc<AtomicU8>, Arc<AtomicBool>)>) {
+/// Copy `from` to `to` until either side closes. With `hold` (the state, the proxy's stop and
+/// its marker), bytes read while it is [`HOLD`] wait until it is [`RELAY`] again, even past
+/// `from` closing; at [`HOLD_AT`], a read that holds the marker turns it to [`HOLD`] from there.
+type Hold = (Arc<AtomicU8>, Arc<AtomicBool>, Arc<Mutex<Vec<u8>>>);
+fn relay(mut from: TcpStream, mut to: TcpStream, hold: Option<Hold>) {
     let state = || {
         hold.as_ref()
-            .map_or(RELAY, |(h, stop)| if stop.load(Ordering::Relaxed) { RELAY } else { h.load(Ordering::Relaxed) })
+            .map_or(RELAY, |(h, stop, _)| if stop.load(Ordering::Relaxed) { RELAY } else { h.load(Ordering::Relaxed) })
     };
+    let marker = || hold.as_ref().map_or_else(Vec::new, |(_, _, m)| m.lock().unwrap().clone());
     let held = || state() == HOLD;
     if hold.is_some() {
         let _ = from.set_read_timeout(Some(Duration::from_millis(10)));
@@ -920,13 +963,13 @@ fn relay(mut from: TcpStream, mut to: TcpStream, hold: Option<(Arc<AtomicU8>, Ar
                 break;
             }
             Ok(n) if held() => pending.extend_from_slice(&buf[..n]),
-            Ok(n) if state() == HOLD_AT_MULTI && buf[..n].windows(MULTI.len()).any(|w| w == MULTI) => {
-                let at = buf[..n].windows(MULTI.len()).position(|w| w == MULTI).expect("found above");
+            Ok(n) if state() == HOLD_AT && position(&buf[..n], &marker()).is_some() => {
+                let at = position(&buf[..n], &marker()).expect("found above");
                 if to.write_all(&buf[..at]).is_err() {
                     break;
                 }
                 pending.extend_from_slice(&buf[at..n]);
-                if let Some((h, _)) = &hold {
+                if let Some((h, _, _)) = &hold {
                     h.store(HOLD, Ordering::Relaxed);
                 }
             }
@@ -941,6 +984,11 @@ fn relay(mut from: TcpStream, mut to: TcpStream, hold: Option<(Arc<AtomicU8>, Ar
     }
     let _ = to.shutdown(std::net::Shutdown::Both);
     let _ = from.shutdown(std::net::Shutdown::Both);
+}
+
+/// Where `needle` first starts in `bytes`.
+fn position(bytes: &[u8], needle: &[u8]) -> Option<usize> {
+    bytes.windows(needle.len().max(1)).position(|w| w == needle)
 }
 
 /// The recording of the original profiles in STATE_DB, if any.

@@ -2636,36 +2636,77 @@ async fn the_poll_interval_left_out_follows_sonics_counter_refresh() {
 /// At SONiC's own refresh interval, the polls keep clear of its refreshes as the two drift: a
 /// refresh that came to a poll made one interval hold none and the next two (an idle queue, then
 /// one at twice its rate). The stand-in refreshes every 530 ms under `POLL_INTERVAL` 500, a drift
-/// far faster than SONiC's (about a millisecond a period) to see crossings within seconds; at
-/// that rate an unguarded poll every 500 ms finds no refresh in its interval once in 17. Every
-/// interval sampled holds one refresh's traffic; the polls move, and say so.
+/// far faster than SONiC's (about half a millisecond a period) to see crossings within seconds;
+/// at that rate an unguarded poll every 500 ms finds no refresh in its interval once in 17. Every
+/// interval sampled holds one refresh's traffic; the polls move, and say so, a few times. So too
+/// beside a PFC watchdog that refreshes the queues' packet counters every 100 ms (a guard that
+/// watched packets moved at every poll).
 #[tokio::test(flavor = "multi_thread")]
 async fn polls_at_sonics_refresh_interval_keep_clear_of_its_refreshes() {
+    for watchdog in [None, Some(Duration::from_millis(100))] {
+        let redis = RedisServer::start();
+        let spec = Spec::default();
+        seed(&redis, &spec);
+        set_config_field(&redis, "FLEX_COUNTER_TABLE|QUEUE", "POLL_INTERVAL", "500");
+        set_config_field(&redis, "FLEX_COUNTER_TABLE|PORT", "POLL_INTERVAL", "500");
+        let tick = Duration::from_millis(530);
+        let _ticker = Ticker::start_with_pfc_watchdog(&redis, Counters::new(&spec, 64), tick, watchdog);
+        let url = redis.url();
+        let act = Actuator::start(&["--backend", "sonic", "--redis", &url]).await;
+        let mut c = act.client().await;
+        let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+        let mut seen = Vec::new();
+        take(&mut stream, 36, &mut seen).await;
+        // One refresh carries the 40 Gb/s of a tick of 530 ms and a little more (the stand-in's
+        // own write, scheduling); none carries nothing, two twice as much.
+        let one = Traffic::default().bps / 8 * tick.as_millis() as u64 / 1_000;
+        // The first two intervals come before the guard has seen traffic to watch.
+        for b in &seen[2..] {
+            for s in &b.samples {
+                let refreshes = s.tx_bytes as f64 / one as f64;
+                assert!(
+                    (0.6..1.4).contains(&refreshes),
+                    "{watchdog:?}, {:?}: {refreshes} refreshes in {} ns",
+                    s.id,
+                    s.span_ns
+                );
+            }
+        }
+        // A move needs the refresh to drift from half a period off to within a quarter of a
+        // poll: 30 ms a period, 6 periods or more, and a baseline poll after each.
+        let log = act.log_text();
+        let moves = log.lines().filter(|l| l.contains("polls move to half a refresh clear of it")).count();
+        assert!((1..=8).contains(&moves), "{watchdog:?}: {moves} moves: {log}");
+    }
+}
+
+/// A look of the refresh guard that timed out left its replies on their way, and the next poll
+/// on the same connection read them as its counters: the poller panicked, and telemetry stopped
+/// for good while the actuator ran on. The look drops its connection, as a failed poll does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refresh_look_that_times_out_drops_its_connection() {
     let redis = RedisServer::start();
     let spec = Spec::default();
     seed(&redis, &spec);
-    set_config_field(&redis, "FLEX_COUNTER_TABLE|QUEUE", "POLL_INTERVAL", "500");
-    set_config_field(&redis, "FLEX_COUNTER_TABLE|PORT", "POLL_INTERVAL", "500");
-    let tick = Duration::from_millis(530);
-    let _ticker = Ticker::start(&redis, Counters::new(&spec, 64), tick);
-    let url = redis.url();
-    let act = Actuator::start(&["--backend", "sonic", "--redis", &url]).await;
+    set_config_field(&redis, "FLEX_COUNTER_TABLE|QUEUE", "POLL_INTERVAL", "1000");
+    set_config_field(&redis, "FLEX_COUNTER_TABLE|PORT", "POLL_INTERVAL", "1000");
+    let _ticker = Ticker::start(&redis, Counters::new(&spec, 64), Duration::from_millis(1_000));
+    let proxy = Proxy::start(redis.port);
+    let url = proxy.url();
+    let act = Actuator::start(&["--backend", "sonic", "--redis", &url, "--redis-timeout", "300ms"]).await;
     let mut c = act.client().await;
     let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
     let mut seen = Vec::new();
-    take(&mut stream, 36, &mut seen).await;
-    // One refresh carries the 40 Gb/s of a tick of 530 ms and a little more (the stand-in's own
-    // write, scheduling); none carries nothing, two twice as much.
-    let one = Traffic::default().bps / 8 * tick.as_millis() as u64 / 1_000;
-    // The first two intervals come before the guard has seen traffic to watch.
-    for b in &seen[2..] {
-        for s in &b.samples {
-            let refreshes = s.tx_bytes as f64 / one as f64;
-            assert!((0.6..1.4).contains(&refreshes), "{:?}: {refreshes} refreshes in {} ns", s.id, s.span_ns);
-        }
-    }
+    take(&mut stream, 3, &mut seen).await;
+    // The next look's reads (the poller's only HGETs), a quarter second after a poll, are held
+    // past --redis-timeout, then sent before the next poll.
+    proxy.stall_at(b"*3\r\n$4\r\nHGET\r\n");
+    eventually("a look held on its way", WAIT, || async { proxy.holding().then_some(()) }).await;
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    proxy.release();
+    take(&mut stream, 8, &mut seen).await;
     let log = act.log_text();
-    assert!(log.contains("polls move to half a refresh clear of it"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
 }
 
 /// A `pfc_to_queue_map` that is not a hash fell back to SONiC's default map without a word, so

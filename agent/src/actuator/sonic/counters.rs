@@ -35,7 +35,7 @@
 
 use super::config::QueueRef;
 use super::conn::RedisTarget;
-use super::refresh::{QueuePackets, RefreshGuard};
+use super::refresh::{QueueBytes, RefreshGuard};
 use super::schema;
 use ecn_datasets::counters::{counter_step, max_plausible_bytes, CounterStep, CounterWidth};
 use ecn_env::EcnSetting;
@@ -435,8 +435,8 @@ struct Polled {
     samples: usize,
     /// When the counters were read.
     at: Instant,
-    /// Each queue's packet counter, as read, for the refresh guard.
-    packets: Vec<QueuePackets>,
+    /// Each queue's byte counter, as read, for the refresh guard.
+    bytes: Vec<QueueBytes>,
 }
 
 impl Poller {
@@ -461,9 +461,18 @@ impl Poller {
                 continue;
             }
             if let Some((_, queues)) = look {
-                let packets = self.look(con.as_mut(), oids.as_ref().map(|(_, ids)| ids), &queues);
-                if let Some(to) = guard.looked(Instant::now(), &packets) {
-                    self.move_timetable(&mut next, to, &mut tracker, "after");
+                match self.look(&mut con, oids.as_ref().map(|(_, ids)| ids), &queues) {
+                    Ok(bytes) => {
+                        if let Some(to) = guard.looked(Instant::now(), &bytes) {
+                            self.move_timetable(&mut next, to, &mut tracker, "after");
+                        }
+                    }
+                    Err(e) => {
+                        // The poll reconnects, and says so if it cannot.
+                        debug!("COUNTERS_DB (db {}): the refresh guard's look failed: {e}", self.db);
+                        con = None;
+                        guard.clear();
+                    }
                 }
                 continue;
             }
@@ -481,7 +490,7 @@ impl Poller {
                         down = false;
                     }
                     debug!(samples = polled.samples, "telemetry polled");
-                    if let Some(to) = guard.polled(polled.at, next, &polled.packets) {
+                    if let Some(to) = guard.polled(polled.at, next, &polled.bytes) {
                         self.move_timetable(&mut next, to, &mut tracker, "before");
                     }
                 }
@@ -511,30 +520,34 @@ impl Poller {
         *next = to;
     }
 
-    /// The packet counters of `queues` (indices among the polled queues) now, for the refresh
-    /// guard; `None` for each one not read (no connection, no oid, not a count).
-    fn look(&self, con: Option<&mut Connection>, ids: Option<&Oids>, queues: &[usize]) -> Vec<Option<u64>> {
-        let (Some(con), Some(ids)) = (con, ids) else { return vec![None; queues.len()] };
+    /// The byte counters of `queues` (indices among the polled queues) now, for the refresh
+    /// guard; `None` for each one not read (no oid, not a count). An error leaves replies on
+    /// their way: the caller drops the connection, as after a failed poll.
+    fn look(
+        &self,
+        con: &mut Option<Connection>,
+        ids: Option<&Oids>,
+        queues: &[usize],
+    ) -> Result<Vec<Option<u64>>, String> {
+        let (Some(c), Some(ids)) = (con.as_mut(), ids) else { return Ok(vec![None; queues.len()]) };
         let oids: Vec<Option<&str>> =
             queues.iter().map(|&i| ids.get(i).and_then(|id| id.as_ref()).map(|(q, _)| q.as_str())).collect();
         let mut pipe = redis::pipe();
         for oid in oids.iter().flatten() {
-            pipe.cmd("HGET").arg(schema::counters_key(oid)).arg(schema::Q_PACKETS);
+            pipe.cmd("HGET").arg(schema::counters_key(oid)).arg(schema::Q_BYTES);
         }
-        let read: Vec<Option<Vec<u8>>> = match super::conn::query_pipeline(&pipe, con) {
-            Ok(read) => read,
-            Err(e) => {
-                debug!("COUNTERS_DB (db {}): the refresh guard's look failed: {e}", self.db);
-                return vec![None; queues.len()];
-            }
-        };
+        let read: Vec<Option<Vec<u8>>> = super::conn::query_pipeline(&pipe, c).map_err(|e| super::conn::said(&e))?;
+        if read.len() != oids.iter().flatten().count() {
+            return Err(format!("{} replies to {} reads", read.len(), oids.iter().flatten().count()));
+        }
         let mut read = read.into_iter();
-        oids.iter()
+        Ok(oids
+            .iter()
             .map(|oid| {
                 let value = oid.and_then(|_| read.next()).flatten()?;
                 std::str::from_utf8(&value).ok()?.trim().parse().ok()
             })
-            .collect()
+            .collect())
     }
 
     /// Reads the counter groups' status when due; returns whether telemetry is withheld. A
@@ -661,6 +674,12 @@ impl Poller {
         // one garbled counter stopped all telemetry with a message that blamed COUNTERS_DB. Such
         // a value is not a count, and is treated as the other values that are not.
         let raw: Vec<Vec<Option<Vec<u8>>>> = super::conn::query_pipeline(&pipe, c).map_err(err)?;
+        // Replies out of step with the reads (a reply left over from a read that timed out) are
+        // not counters: the connection is dropped, as after any error.
+        let widths = polled.iter().map(|_| schema::QUEUE_STAT_FIELDS.len()).chain(port_fields.values().map(Vec::len));
+        if raw.len() != polled.len() + port_fields.len() || raw.iter().zip(widths).any(|(r, w)| r.len() != w) {
+            return Err(format!("COUNTERS_DB (db {}): replies out of step with the reads", self.db));
+        }
         let replies: Vec<Vec<Option<String>>> = raw
             .into_iter()
             .map(|vals| vals.into_iter().map(|v| v.map(|b| String::from_utf8_lossy(&b).into_owned())).collect())
@@ -687,7 +706,7 @@ impl Poller {
         let mut absent = Absent::default();
         let mut resets = Vec::new();
         let mut garbled = None;
-        let mut packets = Vec::with_capacity(polled.len());
+        let mut bytes = Vec::with_capacity(polled.len());
         for (&i, vals) in polled.iter().zip(queue_replies) {
             let PolledQueue { queue: q, link_bps, id, pfc_priorities } = &self.queues[i];
             let (_, port_oid) = ids[i].as_ref().expect("polled");
@@ -739,12 +758,8 @@ impl Poller {
             absent.note(&r);
             let had_reading = tracker.has_reading(i);
             let step = tracker.step(i, at, r, *link_bps);
-            if let Some(n) = r.packets {
-                packets.push(QueuePackets {
-                    queue: i,
-                    packets: n,
-                    moved: step.as_ref().is_some_and(|d| d.packets > 0),
-                });
+            if let Some(n) = r.bytes {
+                bytes.push(QueueBytes { queue: i, bytes: n, moved: step.as_ref().is_some_and(|d| d.bytes > 0) });
             }
             match step {
                 Some(d) => samples.push(sample(id, *link_bps, ts_ns, &r, &d, &settings[i], marks_counted)),
@@ -781,14 +796,14 @@ impl Poller {
         // The tracker still took this reading: when the counters move again, the first sample
         // covers one interval, not the whole stop.
         if liveness.observe(replies, at, self.frozen_after) {
-            return Ok(Polled { samples: 0, at, packets });
+            return Ok(Polled { samples: 0, at, bytes });
         }
         let n = samples.len();
         if n > 0 {
             // No subscriber is not an error.
             let _ = self.tx.send(Arc::new(pb::TelemetryBatch { ts_ns, samples }));
         }
-        Ok(Polled { samples: n, at, packets })
+        Ok(Polled { samples: n, at, bytes })
     }
 }
 

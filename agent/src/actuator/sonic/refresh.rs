@@ -1,38 +1,40 @@
 //! Keeping the poller's reads clear of the moments SONiC refreshes the queue counters.
 //!
-//! SONiC's flex counter thread (sairedis `FlexCounter`) refreshes a group's counters, then waits
-//! its `POLL_INTERVAL` less the whole milliseconds the refresh took: every cycle runs long by the
-//! fraction of a millisecond it dropped and the thread's wake-up. A poller at the same interval
-//! (the default: `--poll-interval` follows SONiC) drifts against the refreshes by about that much
-//! a period, and now and then a refresh comes to a poll. While the two are closer than the
-//! refresh's own jitter, a queue's polls see no refresh and then two: a sample of an idle queue
-//! beside one at twice its rate (the latter dropped as a reset above half the line rate). At
-//! half a millisecond a cycle, a refresh crosses a poll every two days or so at SONiC's 10 s,
-//! every half hour at `counterpoll queue interval 1000`.
+//! Each of SONiC's flex counter groups has a thread (sairedis `FlexCounter`) that refreshes the
+//! group's counters, then waits its `POLL_INTERVAL` less the whole milliseconds the refresh
+//! took: every cycle runs long by the fraction of a millisecond it dropped and the thread's
+//! wake-up. A poller at the same interval (the default: `--poll-interval` follows SONiC) drifts
+//! against the queue group's refreshes by about that much a period, and now and then a refresh
+//! comes to a poll. While the two are closer than the refresh's own jitter, a queue's polls see
+//! no refresh and then two: a sample of an idle queue beside one at twice its rate (dropped as a
+//! reset where the queue runs above 62.5% of line rate, published otherwise). At half a
+//! millisecond a cycle, a refresh crosses a poll every two days or so at SONiC's 10 s, every
+//! half hour at `counterpoll queue interval 1000`.
 //!
-//! [`RefreshGuard`] watches a few queues that carry traffic: it reads their packet counters a
+//! [`RefreshGuard`] watches a few queues that carry traffic: it reads their byte counters a
 //! quarter refresh after each poll and a quarter refresh before the next. A counter that moved
-//! between a poll and either look means a refresh within a quarter refresh of the poll (SONiC
-//! writes COUNTERS_DB at its refreshes only); the timetable then moves to half a refresh past
-//! it, and the poll there is a new baseline: the interval across the move holds no, one or two
-//! refreshes in a span that is not a period, so it is dropped, never guessed. Between moves
-//! every interval holds as many refreshes as it is periods long. It guards a `--poll-interval`
-//! that is a whole number of SONiC's queue refreshes; any other is aliased against them anyway,
-//! which no timetable undoes.
+//! between a poll and either look means a refresh within a quarter refresh of the poll: only the
+//! queue group writes `SAI_QUEUE_STAT_BYTES` (the packet counter is no such sign: the PFC
+//! watchdog's group refreshes it too, every 200 ms where it runs). The timetable then moves to
+//! half a refresh past it, and the poll there is a new baseline: the interval across the move
+//! holds no, one or two refreshes in a span that is not a period, so it is dropped, never
+//! guessed. Between moves every interval holds as many refreshes as it is periods long. It
+//! guards a `--poll-interval` that is a whole number of SONiC's queue refreshes; any other is
+//! aliased against them anyway, which no timetable undoes.
 
 use std::time::{Duration, Instant};
 
 /// How many queues are watched; one that stops carrying traffic only delays a move a period.
 const SENTINELS: usize = 4;
 
-/// One polled queue as a poll read it: its index among the polled queues, its packet counter,
+/// One polled queue as a poll read it: its index among the polled queues, its byte counter,
 /// and whether that moved since the poll before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueuePackets {
+pub struct QueueBytes {
     /// Index among the poller's queues.
     pub queue: usize,
-    /// `SAI_QUEUE_STAT_PACKETS`.
-    pub packets: u64,
+    /// `SAI_QUEUE_STAT_BYTES`.
+    pub bytes: u64,
     /// Whether it moved since the previous poll (a refresh came with traffic on it).
     pub moved: bool,
 }
@@ -56,7 +58,7 @@ pub struct RefreshGuard {
     /// How often SONiC refreshes the queue counters; `None`: the poll interval is not a whole
     /// number of them, and nothing is guarded.
     refresh: Option<Duration>,
-    /// The queues watched, with their packet counters at the last poll or look.
+    /// The queues watched, with their byte counters at the last poll or look.
     sentinels: Vec<(usize, u64)>,
     look: Look,
 }
@@ -99,20 +101,20 @@ impl RefreshGuard {
         }
     }
 
-    /// Takes a poll's packet counters, read at `at`, with the next poll due at `next_poll`.
+    /// Takes a poll's byte counters, read at `at`, with the next poll due at `next_poll`.
     /// Returns where the timetable moves to, if a refresh came just before this poll; the
     /// caller then takes the next poll as a baseline. This poll's interval is whole.
-    pub fn polled(&mut self, at: Instant, next_poll: Instant, read: &[QueuePackets]) -> Option<Instant> {
+    pub fn polled(&mut self, at: Instant, next_poll: Instant, read: &[QueueBytes]) -> Option<Instant> {
         let refresh = self.refresh?;
         if let Look::Looked { at: looked } = self.look {
             // A late poll widens the window past the margin: then it says too little.
             let window = at.saturating_duration_since(looked);
-            if window <= 2 * Self::margin(refresh) && self.moved_since(read.iter().map(|q| (q.queue, q.packets))) {
+            if window <= 2 * Self::margin(refresh) && self.moved_since(read.iter().map(|q| (q.queue, q.bytes))) {
                 self.clear();
                 return Some(looked + window / 2 + refresh / 2);
             }
         }
-        self.sentinels = read.iter().filter(|q| q.moved).take(SENTINELS).map(|q| (q.queue, q.packets)).collect();
+        self.sentinels = read.iter().filter(|q| q.moved).take(SENTINELS).map(|q| (q.queue, q.bytes)).collect();
         self.look = if self.sentinels.is_empty() {
             Look::Idle
         } else {
@@ -121,12 +123,12 @@ impl RefreshGuard {
         None
     }
 
-    /// Takes a look's packet counters of the queues [`RefreshGuard::due`] named, in order
+    /// Takes a look's byte counters of the queues [`RefreshGuard::due`] named, in order
     /// (`None`: not read), read at `at`. Returns where the timetable moves to, if a refresh
     /// came just after the last poll; the caller then takes the next poll as a baseline.
-    pub fn looked(&mut self, at: Instant, packets: &[Option<u64>]) -> Option<Instant> {
+    pub fn looked(&mut self, at: Instant, bytes: &[Option<u64>]) -> Option<Instant> {
         let refresh = self.refresh?;
-        let read = self.sentinels.iter().zip(packets).filter_map(|(s, p)| Some((s.0, (*p)?))).collect::<Vec<_>>();
+        let read = self.sentinels.iter().zip(bytes).filter_map(|(s, p)| Some((s.0, (*p)?))).collect::<Vec<_>>();
         match self.look {
             Look::After { poll, next_poll, .. } => {
                 let window = at.saturating_duration_since(poll);
@@ -148,7 +150,7 @@ impl RefreshGuard {
         None
     }
 
-    /// Whether a watched queue's packets differ from what was last seen of them.
+    /// Whether a watched queue's bytes differ from what was last seen of them.
     fn moved_since(&self, read: impl Iterator<Item = (usize, u64)>) -> bool {
         let read: Vec<(usize, u64)> = read.collect();
         self.sentinels.iter().any(|&(q, was)| read.iter().any(|&(r, now)| r == q && now != was))
@@ -156,13 +158,11 @@ impl RefreshGuard {
 }
 
 /// Whether a poll every `poll` is guarded against refreshes every `refresh`: it is a whole number
-/// of them, within 2% (SONiC's own cycle runs a little long).
+/// of them. Off by a little, the two drift apart by that much a period, faster than any guard
+/// should move (2% off: a move every dozen periods), and an interval now and then holds one
+/// refresh more or less, as it must.
 pub fn guards(refresh: Duration, poll: Duration) -> bool {
-    if refresh.is_zero() || poll < refresh.mul_f64(0.98) {
-        return false;
-    }
-    let periods = (poll.as_secs_f64() / refresh.as_secs_f64()).round();
-    (poll.as_secs_f64() - periods * refresh.as_secs_f64()).abs() <= refresh.as_secs_f64() / 50.0
+    !refresh.is_zero() && poll >= refresh && poll.as_nanos().is_multiple_of(refresh.as_nanos())
 }
 
 #[cfg(test)]
@@ -192,8 +192,8 @@ mod tests {
             Switch { base, refreshes }
         }
 
-        /// The packet counter at `t`: a thousand packets a refresh.
-        fn packets(&self, t: Instant) -> u64 {
+        /// The byte counter at `t`: a thousand bytes a refresh.
+        fn bytes(&self, t: Instant) -> u64 {
             self.refreshes.partition_point(|&r| r <= t) as u64 * 1_000
         }
     }
@@ -208,17 +208,17 @@ mod tests {
         let (mut next, mut last, mut held, mut moves) = (switch.base, None, Vec::new(), 0);
         for _ in 0..periods {
             while let Some((at, queues)) = guard.due().filter(|(at, _)| *at < next) {
-                if let Some(to) = guard.looked(at, &vec![Some(switch.packets(at)); queues.len()]) {
+                if let Some(to) = guard.looked(at, &vec![Some(switch.bytes(at)); queues.len()]) {
                     (next, last, moves) = (to, None, moves + 1);
                 }
             }
-            let packets = switch.packets(next);
-            let moved = last.is_some_and(|l| l != packets);
+            let bytes = switch.bytes(next);
+            let moved = last.is_some_and(|l| l != bytes);
             if let Some(l) = last {
-                held.push((packets - l) / 1_000);
+                held.push((bytes - l) / 1_000);
             }
-            last = Some(packets);
-            let read = [QueuePackets { queue: 7, packets, moved }];
+            last = Some(bytes);
+            let read = [QueueBytes { queue: 7, bytes, moved }];
             match guard.polled(next, next + poll, &read) {
                 Some(to) => (next, last, moves) = (to, None, moves + 1),
                 None => next += poll,
@@ -272,7 +272,7 @@ mod tests {
         let mut guard = RefreshGuard::default();
         guard.retune(ms(1_000), ms(1_000));
         let now = Instant::now();
-        guard.polled(now, now + ms(1_000), &[QueuePackets { queue: 0, packets: 5, moved: false }]);
+        guard.polled(now, now + ms(1_000), &[QueueBytes { queue: 0, bytes: 5, moved: false }]);
         assert_eq!(guard.due(), None);
     }
 
@@ -284,7 +284,7 @@ mod tests {
         let mut guard = RefreshGuard::default();
         guard.retune(ms(1_000), ms(1_000));
         let t0 = Instant::now();
-        let moved = |packets| [QueuePackets { queue: 2, packets, moved: true }];
+        let moved = |bytes| [QueueBytes { queue: 2, bytes, moved: true }];
         assert_eq!(guard.polled(t0, t0 + ms(1_000), &moved(1_000)), None);
         assert_eq!(guard.due(), Some((t0 + ms(250), vec![2])));
         assert_eq!(guard.looked(t0 + ms(250), &[Some(1_000)]), None);
@@ -305,7 +305,8 @@ mod tests {
         let ms = Duration::from_millis;
         assert!(guards(ms(10_000), ms(10_000)));
         assert!(guards(ms(1_000), ms(2_000)));
-        assert!(guards(ms(1_000), ms(1_015)));
+        assert!(!guards(ms(1_000), ms(1_015)), "drifting apart 1.5% a period");
+        assert!(!guards(ms(1_000), ms(980)));
         assert!(!guards(ms(10_000), ms(1_000)), "polls faster than refreshes");
         assert!(!guards(ms(200), ms(300)), "aliased");
         assert!(!guards(ms(1_000), ms(1_100)));
