@@ -2633,6 +2633,17 @@ async fn the_poll_interval_left_out_follows_sonics_counter_refresh() {
     );
 }
 
+/// A seeded switch whose CONFIG_DB says SONiC refreshes queue and port counters every `ms`.
+fn refreshing_every(ms: &str) -> (RedisServer, Spec) {
+    let redis = RedisServer::start();
+    let spec = Spec::default();
+    seed(&redis, &spec);
+    for group in ["QUEUE", "PORT"] {
+        set_config_field(&redis, &format!("FLEX_COUNTER_TABLE|{group}"), "POLL_INTERVAL", ms);
+    }
+    (redis, spec)
+}
+
 /// At SONiC's own refresh interval, the polls keep clear of its refreshes as the two drift: a
 /// refresh that came to a poll made one interval hold none and the next two (an idle queue, then
 /// one at twice its rate). The stand-in refreshes every 530 ms under `POLL_INTERVAL` 500, a drift
@@ -2644,11 +2655,7 @@ async fn the_poll_interval_left_out_follows_sonics_counter_refresh() {
 #[tokio::test(flavor = "multi_thread")]
 async fn polls_at_sonics_refresh_interval_keep_clear_of_its_refreshes() {
     for watchdog in [None, Some(Duration::from_millis(100))] {
-        let redis = RedisServer::start();
-        let spec = Spec::default();
-        seed(&redis, &spec);
-        set_config_field(&redis, "FLEX_COUNTER_TABLE|QUEUE", "POLL_INTERVAL", "500");
-        set_config_field(&redis, "FLEX_COUNTER_TABLE|PORT", "POLL_INTERVAL", "500");
+        let (redis, spec) = refreshing_every("500");
         let tick = Duration::from_millis(530);
         let _ticker = Ticker::start_with_pfc_watchdog(&redis, Counters::new(&spec, 64), tick, watchdog);
         let url = redis.url();
@@ -2685,11 +2692,7 @@ async fn polls_at_sonics_refresh_interval_keep_clear_of_its_refreshes() {
 /// for good while the actuator ran on. The look drops its connection, as a failed poll does.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refresh_look_that_times_out_drops_its_connection() {
-    let redis = RedisServer::start();
-    let spec = Spec::default();
-    seed(&redis, &spec);
-    set_config_field(&redis, "FLEX_COUNTER_TABLE|QUEUE", "POLL_INTERVAL", "1000");
-    set_config_field(&redis, "FLEX_COUNTER_TABLE|PORT", "POLL_INTERVAL", "1000");
+    let (redis, spec) = refreshing_every("1000");
     let _ticker = Ticker::start(&redis, Counters::new(&spec, 64), Duration::from_millis(1_000));
     let proxy = Proxy::start(redis.port);
     let url = proxy.url();
