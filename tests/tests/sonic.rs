@@ -2566,14 +2566,15 @@ async fn counters_sonic_refreshes_less_often_than_polled_are_warned_of() {
 
 /// Left out, `--poll-interval` is as often as SONiC refreshes queue and port counters: out of the
 /// box every 10 s (queues; ports every second), so that no sample is an empty one or a lump;
-/// after `counterpoll queue interval 200` and `counterpoll port interval 300`, every 300 ms;
-/// never below 100 ms. A refresh no shorter than `--frozen-after` is refused, naming it.
+/// after `counterpoll queue interval 200` and `counterpoll port interval 300`, every 400 ms (a
+/// whole number of queue refreshes, which the polls can keep clear of); never below 100 ms. A refresh no shorter than `--frozen-after` is refused, naming it.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_poll_interval_left_out_follows_sonics_counter_refresh() {
     let spec = Spec::default();
     for (queue, port, want_ms, whence) in [
         (None, None, 10_000, "FLEX_COUNTER_TABLE|QUEUE, no POLL_INTERVAL: SONiC's default"),
-        (Some("200"), Some("300"), 300, "FLEX_COUNTER_TABLE|PORT, POLL_INTERVAL"),
+        (Some("200"), Some("300"), 400, "FLEX_COUNTER_TABLE|PORT, POLL_INTERVAL, rounded up to 2 queue refreshes"),
+        (Some("30"), Some("20"), 120, "FLEX_COUNTER_TABLE|QUEUE, POLL_INTERVAL, rounded up to 4 queue refreshes"),
         (Some("50"), Some("20"), 100, "FLEX_COUNTER_TABLE|QUEUE, POLL_INTERVAL"),
     ] {
         let redis = RedisServer::start();
@@ -2684,6 +2685,21 @@ async fn polls_at_sonics_refresh_interval_keep_clear_of_its_refreshes() {
         let log = act.log_text();
         let moves = log.lines().filter(|l| l.contains("polls move to half a refresh clear of it")).count();
         assert!((1..=8).contains(&moves), "{watchdog:?}: {moves} moves: {log}");
+    }
+}
+
+/// A `--poll-interval` that is no whole number of SONiC's queue refreshes aliases against them
+/// (intervals of one refresh and of two, now and then), and no timetable keeps it clear of
+/// them: it is warned of at start-up; a multiple is not.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_poll_interval_that_is_no_multiple_of_the_refresh_is_warned_of() {
+    let (redis, _) = refreshing_every("1000");
+    let url = redis.url();
+    for (given, warned) in [("1500ms", true), ("1010ms", true), ("2s", false), ("1s", false)] {
+        let act = Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", given]).await;
+        let log = act.log_text();
+        let said = log.contains("is not a whole number of SONiC's queue counter refreshes, every 1000 ms");
+        assert_eq!(said, warned, "{given}: {log}");
     }
 }
 

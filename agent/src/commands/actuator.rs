@@ -98,8 +98,9 @@ pub struct ActuatorArgs {
     #[arg(long, value_name = "NAME")]
     switch_name: Option<String>,
     /// SONiC: how often COUNTERS_DB is read (the telemetry interval; default: as often as SONiC
-    /// refreshes queue and port counters, its `counterpoll` intervals, 10s out of the box).
-    /// Faster than those, samples come in lumps (warned of at start).
+    /// refreshes queue and port counters, its `counterpoll` intervals, 10s out of the box, in
+    /// whole queue refreshes). Faster than those, samples come in lumps; no whole number of
+    /// queue refreshes, they alias (both warned of at start).
     #[arg(long, value_name = "DUR")]
     poll_interval: Option<String>,
     /// SONiC: width of the switch's counters in bits (default 64, SAI's; a wrap of narrower

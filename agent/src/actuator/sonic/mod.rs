@@ -216,8 +216,8 @@ fn check_databases(target: &RedisTarget, dbs: &[(&str, i64)]) -> Result<(), Actu
 
 /// The default `--poll-interval`: as often as SONiC refreshes the counters telemetry cannot do
 /// without, queues' and ports' (CONFIG_DB `FLEX_COUNTER_TABLE`'s `POLL_INTERVAL`, or SONiC's
-/// default: 10 s for queues), whether or not the group is on now (it is said at start-up), and
-/// no faster than [`MIN_POLL_INTERVAL`]. Polled faster, most samples would carry no traffic and
+/// default: 10 s for queues), whether or not the group is on now (it is said at start-up), no
+/// faster than [`MIN_POLL_INTERVAL`], and a whole number of queue refreshes. Polled faster, most samples would carry no traffic and
 /// the next one a lump, dropped as a reset where it is more than the line carries in a poll.
 /// ECN marks (`wredqueue`) do not slow it down: telemetry goes on without them, and says so
 /// (`ecn_marks_counted`).
@@ -228,17 +228,28 @@ fn follow_counter_refresh(
 ) -> Result<Duration, ActuatorError> {
     let mut con = target.connect(config_db, "ecn-tuner-discover").map_err(ActuatorError::Failed)?;
     let mut slowest = (Duration::ZERO, "", String::new());
+    let mut queue_refresh = Duration::ZERO;
     for poll in schema::FLEX_COUNTER_POLLS.iter().filter(|p| p.blinds_telemetry()) {
         let (refresh_ms, whence) = refresh_of(&mut con, poll).map_err(|e| {
             ActuatorError::Failed(format!("Redis at {} (db {config_db}): {}", target.url_of(config_db), conn::said(&e)))
         })?;
         let refresh = Duration::from_millis(refresh_ms);
+        if poll.key == schema::QUEUE_POLL {
+            queue_refresh = refresh;
+        }
         if refresh > slowest.0 {
             slowest = (refresh, poll.key, whence);
         }
     }
-    let (refresh, key, whence) = slowest;
-    let interval = refresh.max(MIN_POLL_INTERVAL);
+    let (refresh, key, mut whence) = slowest;
+    let mut interval = refresh.max(MIN_POLL_INTERVAL);
+    // A whole number of queue refreshes, which the polls can keep clear of ([`refresh`]): the
+    // queue counters carry the traffic; a slower port group's PFC counts alias instead.
+    if !queue_refresh.is_zero() && !refresh::guards(queue_refresh, interval) {
+        let periods = interval.as_nanos().div_ceil(queue_refresh.as_nanos());
+        interval = queue_refresh * u32::try_from(periods).unwrap_or(u32::MAX);
+        whence = format!("{whence}, rounded up to {periods} queue refreshes of {queue_refresh:?}");
+    }
     if interval >= frozen_after {
         return Err(ActuatorError::BadInput(format!(
             "SONiC refreshes the counters every {refresh:?} ({key}, {whence}), and telemetry polls as often by \
@@ -314,7 +325,15 @@ fn warn_of_slower_counters(con: &mut Connection, poll_interval: Duration) {
         }
         // Redis failing here is the poller's to report; a value that is no number is warned of.
         let Ok((sonic_ms, whence)) = refresh_of(con, poll) else { continue };
-        if Duration::from_millis(sonic_ms) <= poll_interval {
+        let refresh = Duration::from_millis(sonic_ms);
+        if key == schema::QUEUE_POLL && refresh <= poll_interval && !refresh::guards(refresh, poll_interval) {
+            warn!(
+                "--poll-interval {poll_interval:?} is not a whole number of SONiC's queue counter refreshes, every \
+                 {sonic_ms} ms ({key}, {whence}): intervals will hold one refresh more or less now and then, and the \
+                 polls cannot keep clear of the refreshes; give a multiple of {sonic_ms} ms, or leave it out"
+            );
+        }
+        if refresh <= poll_interval {
             continue;
         }
         let fix = format!("run `counterpoll {group} interval {}` on the switch", poll_interval.as_millis());
