@@ -217,10 +217,10 @@ fn check_databases(target: &RedisTarget, dbs: &[(&str, i64)]) -> Result<(), Actu
 /// The default `--poll-interval`: as often as SONiC refreshes the counters telemetry cannot do
 /// without, queues' and ports' (CONFIG_DB `FLEX_COUNTER_TABLE`'s `POLL_INTERVAL`, or SONiC's
 /// default: 10 s for queues), whether or not the group is on now (it is said at start-up), no
-/// faster than [`MIN_POLL_INTERVAL`], and a whole number of queue refreshes. Polled faster, most samples would carry no traffic and
-/// the next one a lump, dropped as a reset where it is more than the line carries in a poll.
-/// ECN marks (`wredqueue`) do not slow it down: telemetry goes on without them, and says so
-/// (`ecn_marks_counted`).
+/// faster than [`MIN_POLL_INTERVAL`], and a whole number of queue refreshes. Polled faster,
+/// most samples would carry no traffic and the next one a lump, dropped as a reset where it is
+/// more than the line carries in a poll. ECN marks (`wredqueue`) do not slow it down: telemetry
+/// goes on without them, and says so (`ecn_marks_counted`).
 fn follow_counter_refresh(
     target: &RedisTarget,
     config_db: i64,
@@ -247,7 +247,7 @@ fn follow_counter_refresh(
     // queue counters carry the traffic; a slower port group's PFC counts alias instead.
     if !queue_refresh.is_zero() && !refresh::guards(queue_refresh, interval) {
         let periods = interval.as_nanos().div_ceil(queue_refresh.as_nanos());
-        interval = queue_refresh * u32::try_from(periods).unwrap_or(u32::MAX);
+        interval = u32::try_from(periods).ok().and_then(|n| queue_refresh.checked_mul(n)).unwrap_or(interval);
         whence = format!("{whence}, rounded up to {periods} queue refreshes of {queue_refresh:?}");
     }
     if interval >= frozen_after {
