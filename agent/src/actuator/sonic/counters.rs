@@ -454,14 +454,14 @@ impl Poller {
         let mut next = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
-            let look = guard.due().filter(|(at, _)| *at < next);
-            let wake = look.as_ref().map_or(next, |(at, _)| *at);
+            let look = guard.due().filter(|at| *at < next);
+            let wake = look.unwrap_or(next);
             if wake > now {
                 std::thread::sleep((wake - now).min(Duration::from_millis(50)));
                 continue;
             }
-            if let Some((_, queues)) = look {
-                match self.look(&mut con, oids.as_ref().map(|(_, ids)| ids), &queues) {
+            if look.is_some() {
+                match self.look(&mut con, oids.as_ref().map(|(_, ids)| ids), &guard.watched()) {
                     Ok(bytes) => {
                         if let Some(to) = guard.looked(Instant::now(), &bytes) {
                             self.move_timetable(&mut next, to, &mut tracker, "after");
@@ -537,8 +537,8 @@ impl Poller {
             pipe.cmd("HGET").arg(schema::counters_key(oid)).arg(schema::Q_BYTES);
         }
         let read: Vec<Option<Vec<u8>>> = super::conn::query_pipeline(&pipe, c).map_err(|e| super::conn::said(&e))?;
-        if read.len() != oids.iter().flatten().count() {
-            return Err(format!("{} replies to {} reads", read.len(), oids.iter().flatten().count()));
+        if read.len() != pipe.len() {
+            return Err(format!("{} replies to {} reads", read.len(), pipe.len()));
         }
         let mut read = read.into_iter();
         Ok(oids

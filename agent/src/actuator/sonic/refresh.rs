@@ -91,14 +91,17 @@ impl RefreshGuard {
         refresh / 4
     }
 
-    /// When the next look is due, and at which queues.
-    pub fn due(&self) -> Option<(Instant, Vec<usize>)> {
+    /// When the next look is due.
+    pub fn due(&self) -> Option<Instant> {
         match self.look {
-            Look::After { at, .. } | Look::Before { at, .. } => {
-                Some((at, self.sentinels.iter().map(|s| s.0).collect()))
-            }
+            Look::After { at, .. } | Look::Before { at, .. } => Some(at),
             Look::Idle | Look::Looked { .. } => None,
         }
+    }
+
+    /// The queues a look reads, in the order [`RefreshGuard::looked`] takes them.
+    pub fn watched(&self) -> Vec<usize> {
+        self.sentinels.iter().map(|s| s.0).collect()
     }
 
     /// Takes a poll's byte counters, read at `at`, with the next poll due at `next_poll`.
@@ -123,7 +126,7 @@ impl RefreshGuard {
         None
     }
 
-    /// Takes a look's byte counters of the queues [`RefreshGuard::due`] named, in order
+    /// Takes a look's byte counters of the queues [`RefreshGuard::watched`] named, in order
     /// (`None`: not read), read at `at`. Returns where the timetable moves to, if a refresh
     /// came just after the last poll; the caller then takes the next poll as a baseline.
     pub fn looked(&mut self, at: Instant, bytes: &[Option<u64>]) -> Option<Instant> {
@@ -207,8 +210,8 @@ mod tests {
         }
         let (mut next, mut last, mut held, mut moves) = (switch.base, None, Vec::new(), 0);
         for _ in 0..periods {
-            while let Some((at, queues)) = guard.due().filter(|(at, _)| *at < next) {
-                if let Some(to) = guard.looked(at, &vec![Some(switch.bytes(at)); queues.len()]) {
+            while let Some(at) = guard.due().filter(|at| *at < next) {
+                if let Some(to) = guard.looked(at, &vec![Some(switch.bytes(at)); guard.watched().len()]) {
                     (next, last, moves) = (to, None, moves + 1);
                 }
             }
@@ -286,9 +289,9 @@ mod tests {
         let t0 = Instant::now();
         let moved = |bytes| [QueueBytes { queue: 2, bytes, moved: true }];
         assert_eq!(guard.polled(t0, t0 + ms(1_000), &moved(1_000)), None);
-        assert_eq!(guard.due(), Some((t0 + ms(250), vec![2])));
+        assert_eq!((guard.due(), guard.watched()), (Some(t0 + ms(250)), vec![2]));
         assert_eq!(guard.looked(t0 + ms(250), &[Some(1_000)]), None);
-        assert_eq!(guard.due(), Some((t0 + ms(750), vec![2])));
+        assert_eq!((guard.due(), guard.watched()), (Some(t0 + ms(750)), vec![2]));
         assert_eq!(guard.looked(t0 + ms(750), &[None]), None);
         assert_eq!(guard.polled(t0 + ms(1_000), t0 + ms(2_000), &moved(2_000)), None);
         // Read, the same change is a refresh in the last quarter: the timetable moves to half
