@@ -2728,6 +2728,39 @@ async fn a_refresh_look_that_times_out_drops_its_connection() {
     assert!(!log.contains("panicked"), "{log}");
 }
 
+/// A Redis where every look of the refresh guard fails (here an ACL that refuses `HGET`, the
+/// looks' command, and lets the polls' `HMGET` through) left the polls unguarded without a word
+/// (each failure was logged at debug): a few failures in a row are warned of, once, and the
+/// first look that succeeds again is said too. Telemetry flows throughout.
+#[tokio::test(flavor = "multi_thread")]
+async fn looks_of_the_refresh_guard_that_keep_failing_are_warned_of() {
+    let (redis, spec) = refreshing_every("300");
+    let _ticker = Ticker::start(&redis, Counters::new(&spec, 64), Duration::from_millis(300));
+    let url = redis.url();
+    let act = Actuator::start(&["--backend", "sonic", "--redis", &url]).await;
+    let mut c = act.client().await;
+    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    take(&mut stream, 3, &mut seen).await;
+    let acl = |rule: &str| {
+        let _: () = redis::cmd("ACL").arg("SETUSER").arg("default").arg(rule).query(&mut redis.con(0)).unwrap();
+    };
+    let warning = "the refresh guard's last 3 looks failed";
+    acl("-hget");
+    take(&mut stream, 8, &mut seen).await;
+    let log = act.log_text();
+    assert_eq!(log.matches(warning).count(), 1, "{log}");
+    assert!(log.contains("NOPERM") && !log.contains("looks succeed again"), "{log}");
+    acl("+hget");
+    eventually("a look succeeds again", WAIT, || {
+        let said = act.log_text().contains("looks succeed again");
+        async move { said.then_some(()) }
+    })
+    .await;
+    take(&mut stream, 2, &mut seen).await;
+    assert_eq!(act.log_text().matches(warning).count(), 1);
+}
+
 /// A `pfc_to_queue_map` that is not a hash fell back to SONiC's default map without a word, so
 /// a queue whose pauses come on another priority read none; it is warned of, naming the key.
 #[tokio::test(flavor = "multi_thread")]

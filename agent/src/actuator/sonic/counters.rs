@@ -426,6 +426,40 @@ impl Liveness {
     }
 }
 
+/// Failed looks of the refresh guard in a row, from the last that succeeded. Each drops the
+/// guard's watch until a poll gives it one again, and where every look fails (a Redis that
+/// refuses or outwaits `HGET` alone) the polls are unguarded: that is said once, a few looks in,
+/// and so is the first look to succeed again. One failure alone (a timeout) is routine.
+#[derive(Debug, Default)]
+struct FailedLooks {
+    in_a_row: u32,
+}
+
+impl FailedLooks {
+    /// Failed looks in a row that are said.
+    const SAID_AFTER: u32 = 3;
+
+    fn failed(&mut self, db: i64, e: &str) {
+        self.in_a_row += 1;
+        if self.in_a_row == Self::SAID_AFTER {
+            warn!(
+                "COUNTERS_DB (db {db}): the refresh guard's last {} looks failed ({e}): the polls are not kept \
+                 clear of SONiC's queue counter refreshes until one succeeds",
+                self.in_a_row
+            );
+        } else {
+            debug!("COUNTERS_DB (db {db}): the refresh guard's look failed: {e}");
+        }
+    }
+
+    fn succeeded(&mut self) {
+        if self.in_a_row >= Self::SAID_AFTER {
+            info!(failed = self.in_a_row, "the refresh guard's looks succeed again");
+        }
+        self.in_a_row = 0;
+    }
+}
+
 /// Queue and port oids of every controlled queue (`None`: not in the maps).
 type Oids = Vec<Option<(String, String)>>;
 
@@ -446,6 +480,7 @@ impl Poller {
         let mut liveness = Liveness::new();
         let mut groups = GroupPolling::new();
         let mut guard = RefreshGuard::default();
+        let mut failed_looks = FailedLooks::default();
         let mut absent_reported = false;
         let mut con: Option<Connection> = None;
         let mut config: Option<Connection> = None;
@@ -463,13 +498,14 @@ impl Poller {
             if look.is_some() {
                 match self.look(&mut con, oids.as_ref().map(|(_, ids)| ids), &guard.watched()) {
                     Ok(bytes) => {
+                        failed_looks.succeeded();
                         if let Some(to) = guard.looked(Instant::now(), &bytes) {
                             self.move_timetable(&mut next, to, &mut tracker, "after");
                         }
                     }
                     Err(e) => {
                         // The poll reconnects, and says so if it cannot.
-                        debug!("COUNTERS_DB (db {}): the refresh guard's look failed: {e}", self.db);
+                        failed_looks.failed(self.db, &e);
                         con = None;
                         guard.clear();
                     }
