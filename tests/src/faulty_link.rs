@@ -68,6 +68,16 @@ pub struct Faults {
     pub failing_read_delay_ms: AtomicU64,
     /// GetConfig calls still to fail (armed by a lost Confirm or Apply reply).
     pub failing_reads: AtomicU32,
+    /// This many AcquireWriter calls (lease renewals) are held for `renewal_hold_ms`, then
+    /// fail without reaching the actuator: a hung actuator, as a controller sees it.
+    pub held_renewals: AtomicU32,
+    /// How long a held AcquireWriter is held.
+    pub renewal_hold_ms: AtomicU64,
+    /// AcquireWriter calls being held now.
+    pub renewals_holding: AtomicU32,
+    /// AcquireWriter and Apply calls that reached the link, in order: `"AcquireWriter"` or
+    /// `"Apply"`.
+    pub calls: std::sync::Mutex<Vec<&'static str>>,
 }
 
 /// Take one from a fault counter; whether there was one.
@@ -145,6 +155,13 @@ impl pb::actuator_server::Actuator for Forward {
         &self,
         req: Request<pb::AcquireWriterRequest>,
     ) -> Result<Response<pb::WriterLease>, Status> {
+        self.faults.calls.lock().unwrap().push("AcquireWriter");
+        if take(&self.faults.held_renewals) {
+            self.faults.renewals_holding.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(self.faults.renewal_hold_ms.load(Ordering::SeqCst))).await;
+            self.faults.renewals_holding.fetch_sub(1, Ordering::SeqCst);
+            return Err(Status::unavailable("faulty link: the renewal was held, and dropped"));
+        }
         self.client.clone().acquire_writer(req.into_inner()).await
     }
 
@@ -156,6 +173,7 @@ impl pb::actuator_server::Actuator for Forward {
     }
 
     async fn apply(&self, req: Request<pb::ApplyRequest>) -> Result<Response<pb::ApplyResponse>, Status> {
+        self.faults.calls.lock().unwrap().push("Apply");
         let req = req.into_inner();
         let opens_window = !req.validate_only && req.confirm_within_ms > 0;
         if !req.validate_only && take(&self.faults.refused_applies) {

@@ -2111,6 +2111,40 @@ async fn a_hung_confirm_does_not_block_the_kill_switch() {
     assert!(events(&act.journal(), "revert").is_empty(), "the actuator's revert did it: {:?}", act.journal());
 }
 
+/// The kill switch, thrown while a routine lease renewal hangs, acts as soon as that call
+/// times out: it renewed the lease again first, a second `--call-timeout` lost to a hung
+/// actuator before its own calls. (Its own renewal is for an actuator restarted since the last
+/// one; the routine renewal just made, or just failed, says as much.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_switch_thrown_during_a_hung_renewal_does_not_renew_again() {
+    let act = sim_actuator(&[]).await;
+    let faults = Faults { renewal_hold_ms: 60_000.into(), ..Default::default() };
+    let link = FaultyLink::start(&act.url(), faults).await;
+    let flags = ["--confirm-within", "300s", "--health-window", "3", "--call-timeout", "2s"];
+    let f = link.faults.clone();
+    let mut thrown_at = None;
+    // Once the change is confirmed, the next renewals hang; the kill file comes while one does.
+    let engage = || {
+        if f.held_renewals.load(Ordering::SeqCst) == 0 && f.renewals_holding.load(Ordering::SeqCst) == 0 {
+            if !events(&act.journal(), "confirm").is_empty() && thrown_at.is_none() {
+                f.held_renewals.store(2, Ordering::SeqCst);
+            }
+            return false;
+        }
+        let holding = f.renewals_holding.load(Ordering::SeqCst) > 0;
+        if holding {
+            thrown_at = Some(f.calls.lock().unwrap().len());
+        }
+        holding
+    };
+    let restored =
+        kill_switch_restores_the_start(&act, &link, "hung-renewal", "static:200KB,800KB,0.3", &flags, engage).await;
+    assert!(restored, "queues still off the baseline 30 s after the kill switch: {:?}", act.journal());
+    let calls = link.faults.calls.lock().unwrap().clone();
+    let after: Vec<&str> = calls[thrown_at.expect("thrown")..].iter().copied().take_while(|c| *c != "Apply").collect();
+    assert!(after.is_empty(), "the kill switch's Apply came after {after:?}: {calls:?}");
+}
+
 /// A clean stop waits for the step in progress: here a Confirm the network holds for two
 /// minutes. A second SIGTERM does not wait: the controller exits 143 at once, and its change,
 /// never confirmed, is left to the actuator's deadline.

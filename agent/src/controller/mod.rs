@@ -571,7 +571,7 @@ pub async fn run(
                 let why = format!("telemetry stream stalled: no batch for {:.1} s", silent_for.as_secs_f64());
                 reconnect_at = reopening.lost(&lp.cfg.target, &why);
             }
-            lp.renew_lease(now).await?;
+            let renewed = lp.renew_lease(now).await?;
             // The kill switch does not wait for a pending change's health check.
             if lp.kill_requested() {
                 // Once while it stays thrown: after it nothing writes (this controller holds the
@@ -581,8 +581,10 @@ pub async fn run(
                     // The lease renewed first: an actuator restarted since the last renewal would
                     // refuse the kill switch's writes. A failure (the actuator just restarted, its
                     // connection not yet back) is tried again every --interval, not the end of the
-                    // controller, which would leave the queues off their baseline.
-                    if lp.lease.is_some() {
+                    // controller, which would leave the queues off their baseline. Not twice: after
+                    // the routine renewal just above, a hung actuator held the kill switch up for
+                    // two --call-timeouts before its own calls.
+                    if lp.lease.is_some() && !renewed {
                         lp.renew_now = true;
                         lp.renew_lease(now).await?;
                     }
@@ -1314,8 +1316,8 @@ impl ControlLoop {
     }
 
     /// Renew the writer lease every third of its TTL (at once after a write refused for want of
-    /// one); losing it to another writer is fatal.
-    async fn renew_lease(&mut self, now: Instant) -> Result<(), CliError> {
+    /// one); losing it to another writer is fatal. Returns whether it called the actuator.
+    async fn renew_lease(&mut self, now: Instant) -> Result<bool, CliError> {
         if let Some((id, ttl)) = &self.lease {
             if self.renew_now || now.duration_since(self.last_renew) >= *ttl / 3 {
                 self.renew_now = false;
@@ -1356,9 +1358,10 @@ impl ControlLoop {
                     }
                     Err(s) => warn!(error = %said(&s), "could not renew the writer lease"),
                 }
+                return Ok(true);
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     /// The gauges of this loop's state, set before it waits: what a scrape sees meanwhile.
