@@ -879,7 +879,12 @@ impl Busy {
     /// At each window's end, say when the loop was busy past [`BUSY_SHARE`], and when it keeps
     /// up again.
     fn check(&mut self, target: &str, queues: usize) {
-        let elapsed = self.since.elapsed();
+        self.check_at(Instant::now(), target, queues);
+    }
+
+    /// [`Busy::check`] at `now`.
+    fn check_at(&mut self, now: Instant, target: &str, queues: usize) {
+        let elapsed = now.saturating_duration_since(self.since);
         if elapsed < BUSY_WINDOW {
             return;
         }
@@ -899,7 +904,7 @@ impl Busy {
             info!(%target, busy = format!("{:.0}%", busy * 100.0), "the controller keeps up again");
             self.warned = false;
         }
-        (self.since, self.waited) = (Instant::now(), Duration::ZERO);
+        (self.since, self.waited) = (now, Duration::ZERO);
     }
 }
 
@@ -1801,6 +1806,29 @@ const RELEASE_AFTER_OVERRUN: Duration = Duration::from_secs(1);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loop busy more than 90% of a 10 s window is said not to keep up, once, however many
+    /// windows it stays so; one that waits again is said to keep up; a window not yet over
+    /// says nothing.
+    #[test]
+    fn a_loop_busy_nearly_all_of_a_window_is_said_not_to_keep_up() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut busy = Busy { since: t0, waited: Duration::from_millis(500), warned: false };
+        busy.check_at(t0 + s(9), "t", 1);
+        assert!(!busy.warned && busy.since == t0, "the window is not over");
+        busy.check_at(t0 + s(10), "t", 1);
+        assert!(busy.warned && busy.waited.is_zero() && busy.since == t0 + s(10), "95% busy");
+        busy.waited = Duration::from_millis(900);
+        busy.check_at(t0 + s(20), "t", 1);
+        assert!(busy.warned, "91% busy: still not keeping up");
+        busy.waited = Duration::from_millis(1_500);
+        busy.check_at(t0 + s(30), "t", 1);
+        assert!(!busy.warned, "85% busy keeps up");
+        busy.waited = Duration::from_millis(200);
+        busy.check_at(t0 + s(40), "t", 1);
+        assert!(busy.warned, "98% busy again");
+    }
 
     /// An enforce-mode configuration with `--stale-after` and `--confirm-within` left out.
     fn defaults(window: usize, interval: Duration) -> ControllerConfig {
