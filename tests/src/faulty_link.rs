@@ -78,6 +78,8 @@ pub struct Faults {
     /// AcquireWriter and Apply calls that reached the link, in order: `"AcquireWriter"` or
     /// `"Apply"`.
     pub calls: std::sync::Mutex<Vec<&'static str>>,
+    /// The `grpc-timeout` each AcquireWriter call carried, in order.
+    pub renewal_timeouts: std::sync::Mutex<Vec<Option<String>>>,
 }
 
 /// Take one from a fault counter; whether there was one.
@@ -156,6 +158,8 @@ impl pb::actuator_server::Actuator for Forward {
         req: Request<pb::AcquireWriterRequest>,
     ) -> Result<Response<pb::WriterLease>, Status> {
         self.faults.calls.lock().unwrap().push("AcquireWriter");
+        let timeout = req.metadata().get("grpc-timeout").and_then(|v| v.to_str().ok()).map(str::to_string);
+        self.faults.renewal_timeouts.lock().unwrap().push(timeout);
         if take(&self.faults.held_renewals) {
             self.faults.renewals_holding.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(self.faults.renewal_hold_ms.load(Ordering::SeqCst))).await;

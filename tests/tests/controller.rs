@@ -2114,7 +2114,8 @@ async fn a_hung_confirm_does_not_block_the_kill_switch() {
 /// The kill switch, thrown while a routine lease renewal hangs, acts as soon as that call
 /// times out: it renewed the lease again first, a second `--call-timeout` lost to a hung
 /// actuator before its own calls. (Its own renewal is for an actuator restarted since the last
-/// one; the routine renewal just made, or just failed, says as much.)
+/// one; the routine renewal just made, or just failed, says as much.) Each renewal carries the
+/// controller's `--call-timeout` as its gRPC deadline.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kill_switch_thrown_during_a_hung_renewal_does_not_renew_again() {
     let act = sim_actuator(&[]).await;
@@ -2143,6 +2144,10 @@ async fn a_kill_switch_thrown_during_a_hung_renewal_does_not_renew_again() {
     let calls = link.faults.calls.lock().unwrap().clone();
     let after: Vec<&str> = calls[thrown_at.expect("thrown")..].iter().copied().take_while(|c| *c != "Apply").collect();
     assert!(after.is_empty(), "the kill switch's Apply came after {after:?}: {calls:?}");
+    // Each call tells the actuator when the controller gives up on it, so that one still
+    // waiting there then is not carried out.
+    let timeouts = link.faults.renewal_timeouts.lock().unwrap().clone();
+    assert!(timeouts.iter().all(|t| t.as_deref() == Some("2000m")), "{timeouts:?}");
 }
 
 /// A clean stop waits for the step in progress: here a Confirm the network holds for two

@@ -191,6 +191,26 @@ impl<B: Backend> ActuatorService<B> {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The state lock, for a call whose client gives up on it at `by` (its `grpc-timeout`): one
+    /// that waited for the lock past that (behind a slow device write) is not carried out. Its
+    /// client has taken it for failed by then and acted on that (a read-back, a rollback, a new
+    /// lease): carried out late, and in no set order among the calls waiting with it (the lock
+    /// is not fair), a renewal re-granted the writer role to a controller that had gone, an
+    /// Apply landed after the read-back that followed it, a Rollback undid a later change.
+    fn lock_by(&self, call: &str, by: Option<Instant>) -> Result<MutexGuard<'_, State>, Status> {
+        let st = self.lock();
+        match by {
+            Some(by) if Instant::now() >= by => {
+                warn!(call, "a call waited for the actuator past its client's deadline: not carried out");
+                Err(Status::deadline_exceeded(format!(
+                    "{call} waited for the actuator (a slow device write) past its deadline (grpc-timeout): not \
+                     carried out"
+                )))
+            }
+            _ => Ok(st),
+        }
+    }
+
     fn entries(&self, changes: &[(usize, EcnSetting)]) -> Vec<QueueEntry> {
         QueueEntry::list(&self.inner.caps, changes)
     }
@@ -310,7 +330,7 @@ impl<B: Backend> ActuatorService<B> {
         }
     }
 
-    fn do_acquire(&self, req: pb::AcquireWriterRequest) -> Result<pb::WriterLease, Status> {
+    fn do_acquire(&self, req: pb::AcquireWriterRequest, by: Option<Instant>) -> Result<pb::WriterLease, Status> {
         if let Err(why) = super::lease::check_controller_id(&req.controller_id) {
             return Err(Status::invalid_argument(format!("controller_id {why}")));
         }
@@ -324,7 +344,7 @@ impl<B: Backend> ActuatorService<B> {
             }
             ms => Duration::from_millis(ms),
         };
-        let mut st = self.lock();
+        let mut st = self.lock_by("AcquireWriter", by)?;
         let now_ms = unix_ms(SystemTime::now());
         let previous = st.leases.current_id().map(str::to_string);
         match st.leases.acquire(&req.controller_id, ttl, Instant::now(), now_ms, new_lease_id) {
@@ -358,15 +378,19 @@ impl<B: Backend> ActuatorService<B> {
         }
     }
 
-    fn do_release(&self, req: pb::ReleaseWriterRequest) -> pb::ReleaseWriterResponse {
-        if let Some(c) = self.lock().leases.release(&req.lease_id) {
+    fn do_release(
+        &self,
+        req: pb::ReleaseWriterRequest,
+        by: Option<Instant>,
+    ) -> Result<pb::ReleaseWriterResponse, Status> {
+        if let Some(c) = self.lock_by("ReleaseWriter", by)?.leases.release(&req.lease_id) {
             info!(controller = %c, "writer lease released");
         }
-        pb::ReleaseWriterResponse {}
+        Ok(pb::ReleaseWriterResponse {})
     }
 
-    fn do_apply(&self, req: pb::ApplyRequest) -> Result<pb::ApplyResponse, Status> {
-        let mut st = self.lock();
+    fn do_apply(&self, req: pb::ApplyRequest, by: Option<Instant>) -> Result<pb::ApplyResponse, Status> {
+        let mut st = self.lock_by("Apply", by)?;
         if st.stopping && !req.validate_only {
             return Err(stopping());
         }
@@ -494,8 +518,8 @@ impl<B: Backend> ActuatorService<B> {
         })
     }
 
-    fn do_confirm(&self, req: pb::ConfirmRequest) -> Result<pb::ConfirmResponse, Status> {
-        let mut st = self.lock();
+    fn do_confirm(&self, req: pb::ConfirmRequest, by: Option<Instant>) -> Result<pb::ConfirmResponse, Status> {
+        let mut st = self.lock_by("Confirm", by)?;
         self.settle_doubt(&mut st);
         if !self.revert_locked(&mut st, Instant::now(), None) {
             return Err(self.revert_owed(&mut st, Vec::new()));
@@ -530,8 +554,8 @@ impl<B: Backend> ActuatorService<B> {
         Ok(pb::ConfirmResponse { confirmed_generation: st.ledger.confirmed() })
     }
 
-    fn do_rollback(&self, req: pb::RollbackRequest) -> Result<pb::RollbackResponse, Status> {
-        let mut st = self.lock();
+    fn do_rollback(&self, req: pb::RollbackRequest, by: Option<Instant>) -> Result<pb::RollbackResponse, Status> {
+        let mut st = self.lock_by("Rollback", by)?;
         if st.stopping {
             return Err(stopping());
         }
@@ -778,6 +802,33 @@ fn new_lease_id() -> String {
     format!("{:016x}{:016x}", part(1), part(2))
 }
 
+/// When the client of `req` gives up on it: its `grpc-timeout` from now (gRPC's wire format:
+/// up to 8 digits and a unit, `H`, `M`, `S`, `m`, `u` or `n`); `None` without one, or with one
+/// that is not in that format. Counted from the call's arrival, later than its client's start:
+/// never a deadline the client still waits past.
+fn client_deadline<T>(req: &Request<T>) -> Option<Instant> {
+    let text = req.metadata().get("grpc-timeout")?.to_str().ok()?;
+    Instant::now().checked_add(grpc_timeout(text)?)
+}
+
+/// A `grpc-timeout` value as a duration.
+fn grpc_timeout(text: &str) -> Option<Duration> {
+    let (digits, unit) = text.split_at(text.len().checked_sub(1).filter(|&i| text.is_char_boundary(i))?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3_600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 /// Runs `f`, which may wait for the state lock and, under it, for a device write (a SONiC
 /// write waits for orchagent, up to `--program-timeout`), without stalling the runtime: on a
 /// multi-threaded runtime the worker first hands its other tasks to another thread. The
@@ -856,26 +907,31 @@ impl<B: Backend> pb::actuator_server::Actuator for ActuatorService<B> {
         &self,
         req: Request<pb::AcquireWriterRequest>,
     ) -> Result<Response<pb::WriterLease>, Status> {
-        off_the_runtime(|| self.do_acquire(req.into_inner()).map(Response::new))
+        let by = client_deadline(&req);
+        off_the_runtime(|| self.do_acquire(req.into_inner(), by).map(Response::new))
     }
 
     async fn release_writer(
         &self,
         req: Request<pb::ReleaseWriterRequest>,
     ) -> Result<Response<pb::ReleaseWriterResponse>, Status> {
-        off_the_runtime(|| Ok(Response::new(self.do_release(req.into_inner()))))
+        let by = client_deadline(&req);
+        off_the_runtime(|| self.do_release(req.into_inner(), by).map(Response::new))
     }
 
     async fn apply(&self, req: Request<pb::ApplyRequest>) -> Result<Response<pb::ApplyResponse>, Status> {
-        off_the_runtime(|| self.do_apply(req.into_inner()).map(Response::new))
+        let by = client_deadline(&req);
+        off_the_runtime(|| self.do_apply(req.into_inner(), by).map(Response::new))
     }
 
     async fn confirm(&self, req: Request<pb::ConfirmRequest>) -> Result<Response<pb::ConfirmResponse>, Status> {
-        off_the_runtime(|| self.do_confirm(req.into_inner()).map(Response::new))
+        let by = client_deadline(&req);
+        off_the_runtime(|| self.do_confirm(req.into_inner(), by).map(Response::new))
     }
 
     async fn rollback(&self, req: Request<pb::RollbackRequest>) -> Result<Response<pb::RollbackResponse>, Status> {
-        off_the_runtime(|| self.do_rollback(req.into_inner()).map(Response::new))
+        let by = client_deadline(&req);
+        off_the_runtime(|| self.do_rollback(req.into_inner(), by).map(Response::new))
     }
 
     type StreamTelemetryStream = TelemetryStream;
@@ -1019,7 +1075,7 @@ mod tests {
     }
 
     fn lease(s: &ActuatorService<Mem>) -> String {
-        s.do_acquire(pb::AcquireWriterRequest { controller_id: "c".into(), ttl_ms: 60_000 }).unwrap().lease_id
+        s.do_acquire(pb::AcquireWriterRequest { controller_id: "c".into(), ttl_ms: 60_000 }, None).unwrap().lease_id
     }
 
     fn apply_req(lease_id: &str, within_ms: u64) -> pb::ApplyRequest {
@@ -1063,14 +1119,61 @@ mod tests {
         assert!(took < Duration::from_millis(800), "timers of 200 and 10 ms took {took:?}");
     }
 
+    /// A Confirm that waits behind a slow write past its client's deadline (`grpc-timeout`) is
+    /// not carried out: it confirmed the change after its client had given up on it and gone
+    /// on as if it had failed. The write it waited for stands; a Confirm in time goes through.
+    #[test]
+    fn a_call_that_waits_past_its_clients_deadline_is_not_carried_out() {
+        use pb::actuator_server::Actuator;
+        let (mut s, _stop) = service(false);
+        Arc::get_mut(&mut s.inner).unwrap().backend.slow = Duration::from_millis(1_000);
+        let l = lease(&s);
+        let with_deadline = |req: pb::ConfirmRequest, timeout: &str| {
+            let mut req = Request::new(req);
+            req.metadata_mut().insert("grpc-timeout", timeout.parse().unwrap());
+            req
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let (written, confirmed) = rt.block_on(async {
+            let writer = s.clone();
+            let (ll, write) = (l.clone(), apply_req(&l, 60_000));
+            let write = tokio::spawn(async move { writer.apply(Request::new(write)).await });
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let confirm = pb::ConfirmRequest { lease_id: ll, generation: 2 };
+            let confirmed = s.confirm(with_deadline(confirm, "300m")).await;
+            (write.await.unwrap(), confirmed)
+        });
+        assert_eq!(written.unwrap().into_inner().generation, 2);
+        let e = confirmed.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e:?}");
+        let ledger = s.lock().ledger.clone();
+        assert_eq!((ledger.current(), ledger.confirmed()), (2, 1), "left unconfirmed");
+        let confirm = pb::ConfirmRequest { lease_id: l, generation: 2 };
+        let confirmed = rt.block_on(s.confirm(with_deadline(confirm, "5S"))).unwrap().into_inner();
+        assert_eq!(confirmed.confirmed_generation, 2);
+    }
+
+    #[test]
+    fn grpc_timeouts_are_read_in_their_wire_format() {
+        assert_eq!(grpc_timeout("5000m"), Some(Duration::from_secs(5)));
+        assert_eq!(grpc_timeout("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(grpc_timeout("1H"), Some(Duration::from_secs(3_600)));
+        assert_eq!(grpc_timeout("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(grpc_timeout("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(grpc_timeout("99999999n"), Some(Duration::from_nanos(99_999_999)));
+        for bad in ["", "m", "100", "100x", "123456789m", "-5m", "1.5S", "５m", "5５"] {
+            assert_eq!(grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
+
     #[test]
     fn a_late_confirm_is_refused_and_the_change_reverted() {
         let (s, _stop) = service(false);
         let l = lease(&s);
-        let r = s.do_apply(apply_req(&l, 1)).unwrap();
+        let r = s.do_apply(apply_req(&l, 1), None).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         // The timer task is not running here: the confirm itself must notice the deadline.
-        let e = s.do_confirm(pb::ConfirmRequest { lease_id: l, generation: r.generation }).unwrap_err();
+        let e = s.do_confirm(pb::ConfirmRequest { lease_id: l, generation: r.generation }, None).unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
         assert_eq!(s.inner.backend.read_settings(), vec![START]);
         let st = s.lock();
@@ -1081,11 +1184,11 @@ mod tests {
     fn a_late_apply_does_not_carry_an_expired_change_along() {
         let (s, _stop) = service(false);
         let l = lease(&s);
-        s.do_apply(apply_req(&l, 1)).unwrap();
+        s.do_apply(apply_req(&l, 1), None).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         let mut other = apply_req(&l, 60_000);
         other.changes[0].setting.as_mut().unwrap().pmax = 0.7;
-        let r = s.do_apply(other).unwrap();
+        let r = s.do_apply(other, None).unwrap();
         assert_eq!(r.generation, 4, "2 applied, 3 reverted it, 4 is the new apply");
         assert_eq!(s.lock().ledger.confirmed(), 3);
     }
@@ -1094,7 +1197,7 @@ mod tests {
     fn a_failing_backend_changes_nothing() {
         let (s, _stop) = service(true);
         let l = lease(&s);
-        let e = s.do_apply(apply_req(&l, 0)).unwrap_err();
+        let e = s.do_apply(apply_req(&l, 0), None).unwrap_err();
         assert_eq!(e.code(), tonic::Code::Internal);
         assert!(e.message().contains("device unreachable"), "{}", e.message());
         let st = s.lock();
@@ -1106,13 +1209,13 @@ mod tests {
         let (s, _stop) = service(false);
         // Short, but not so short that a preempted test thread finds it lapsed before applying.
         let short = pb::AcquireWriterRequest { controller_id: "a".into(), ttl_ms: 300 };
-        let a = s.do_acquire(short.clone()).unwrap().lease_id;
-        s.do_apply(apply_req(&a, 600_000)).unwrap();
+        let a = s.do_acquire(short.clone(), None).unwrap().lease_id;
+        s.do_apply(apply_req(&a, 600_000), None).unwrap();
         // The same writer renewing keeps its change pending.
-        assert_eq!(s.do_acquire(short).unwrap().lease_id, a);
+        assert_eq!(s.do_acquire(short, None).unwrap().lease_id, a);
         assert!(s.lock().ledger.deadline().is_some());
         std::thread::sleep(Duration::from_millis(400));
-        let b = s.do_acquire(pb::AcquireWriterRequest { controller_id: "b".into(), ttl_ms: 60_000 }).unwrap();
+        let b = s.do_acquire(pb::AcquireWriterRequest { controller_id: "b".into(), ttl_ms: 60_000 }, None).unwrap();
         assert_ne!(b.lease_id, a);
         assert_eq!(s.inner.backend.read_settings(), vec![START], "a's change reverted when b took over");
         let st = s.lock();
@@ -1124,7 +1227,7 @@ mod tests {
     fn stopping_reverts_a_pending_change() {
         let (s, _stop) = service(false);
         let l = lease(&s);
-        s.do_apply(apply_req(&l, 600_000)).unwrap();
+        s.do_apply(apply_req(&l, 600_000), None).unwrap();
         assert_ne!(s.inner.backend.read_settings(), vec![START]);
         s.stop().unwrap();
         assert_eq!(s.inner.backend.read_settings(), vec![START]);
@@ -1137,10 +1240,10 @@ mod tests {
         let (s, _stop) = service(false);
         let l = lease(&s);
         s.stop().unwrap();
-        let e = s.do_apply(apply_req(&l, 600_000)).unwrap_err();
+        let e = s.do_apply(apply_req(&l, 600_000), None).unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
         let rollback = pb::RollbackRequest { lease_id: l.clone(), to_generation: None, reason: String::new() };
-        assert_eq!(s.do_rollback(rollback).unwrap_err().code(), tonic::Code::Unavailable);
+        assert_eq!(s.do_rollback(rollback, None).unwrap_err().code(), tonic::Code::Unavailable);
         assert_eq!(s.inner.backend.read_settings(), vec![START]);
     }
 
@@ -1150,7 +1253,7 @@ mod tests {
     fn a_stop_whose_revert_fails_is_an_error() {
         let (s, _stop) = service(false);
         let l = lease(&s);
-        s.do_apply(apply_req(&l, 600_000)).unwrap();
+        s.do_apply(apply_req(&l, 600_000), None).unwrap();
         s.inner.backend.fail.store(true, Ordering::SeqCst);
         let e = s.stop().unwrap_err();
         assert!(e.contains("generation 2 unconfirmed on the device") && e.contains("confirmed generation 1"), "{e}");
@@ -1166,7 +1269,7 @@ mod tests {
         let (_dir, path) = scratch_journal();
         let (s, _stop) = service_with(false, Some(&path));
         let l = lease(&s);
-        s.do_apply(apply_req(&l, 600_000)).unwrap();
+        s.do_apply(apply_req(&l, 600_000), None).unwrap();
         s.lock().journal.simulate_full_disk(true);
         let e = s.stop().unwrap_err();
         assert!(e.contains("lacks the line of generation(s) [3]") && e.contains("confirmed generation 3"), "{e}");
@@ -1185,16 +1288,16 @@ mod tests {
         let (_dir, path) = scratch_journal();
         let (s, _stop) = service_with(false, Some(&path));
         let l = lease(&s);
-        s.do_apply(apply_req(&l, 600_000)).unwrap();
-        s.do_confirm(pb::ConfirmRequest { lease_id: l.clone(), generation: 2 }).unwrap();
+        s.do_apply(apply_req(&l, 600_000), None).unwrap();
+        s.do_confirm(pb::ConfirmRequest { lease_id: l.clone(), generation: 2 }, None).unwrap();
         let mut req = apply_req(&l, 600_000);
         req.changes[0].setting = Some(pb::EcnSetting { kmin_bytes: 200_000, kmax_bytes: 900_000, pmax: 0.3 });
-        s.do_apply(req).unwrap();
+        s.do_apply(req, None).unwrap();
         s.lock().journal.simulate_full_disk(true);
         assert!(s.revert_if_due(Instant::now() + Duration::from_secs(3600), None), "reverted on the device");
         assert_eq!(s.lock().journal.owed(), vec![4]);
         let on_device = s.inner.backend.settings.lock().unwrap().clone();
-        let e = s.do_rollback(pb::RollbackRequest { lease_id: l, to_generation: Some(1), ..Default::default() });
+        let e = s.do_rollback(pb::RollbackRequest { lease_id: l, to_generation: Some(1), ..Default::default() }, None);
         assert_eq!(e.unwrap_err().code(), tonic::Code::Unavailable);
         assert_eq!(*s.inner.backend.settings.lock().unwrap(), on_device, "the device was not touched");
         s.lock().journal.simulate_full_disk(false);
@@ -1205,7 +1308,7 @@ mod tests {
         let (_dir, path) = scratch_journal();
         let (s, _stop) = service_with(false, Some(&path));
         let l = lease(&s);
-        s.do_apply(apply_req(&l, 60_000)).unwrap();
+        s.do_apply(apply_req(&l, 60_000), None).unwrap();
         let seen = s.inner.backend.journal_at_apply.lock().unwrap().clone();
         assert_eq!(seen.len(), 1);
         assert_eq!(
@@ -1221,7 +1324,7 @@ mod tests {
         let (_dir, path) = scratch_journal();
         let (s, _stop) = service_with(true, Some(&path));
         let l = lease(&s);
-        let e = s.do_apply(apply_req(&l, 60_000)).unwrap_err();
+        let e = s.do_apply(apply_req(&l, 60_000), None).unwrap_err();
         assert_eq!(e.code(), tonic::Code::Internal);
         let lines = journal_lines(&path);
         let last = lines.last().unwrap();
@@ -1232,7 +1335,7 @@ mod tests {
         assert_eq!(reopened.last_generation(), 2, "a restart numbers after the failed apply's line");
         // In this process the number goes to the next change.
         s.inner.backend.fail.store(false, Ordering::SeqCst);
-        assert_eq!(s.do_apply(apply_req(&l, 0)).unwrap().generation, 2);
+        assert_eq!(s.do_apply(apply_req(&l, 0), None).unwrap().generation, 2);
     }
 
     #[test]
@@ -1240,11 +1343,11 @@ mod tests {
         let (_dir, path) = scratch_journal();
         let (s, _stop) = service_with(false, Some(&path));
         let l = lease(&s);
-        assert_eq!(s.do_apply(apply_req(&l, 60_000)).unwrap().generation, 2);
+        assert_eq!(s.do_apply(apply_req(&l, 60_000), None).unwrap().generation, 2);
         let mut next = apply_req(&l, 60_000);
         next.changes[0].setting.as_mut().unwrap().pmax = 0.7;
-        assert_eq!(s.do_apply(next).unwrap().generation, 3);
-        s.do_confirm(pb::ConfirmRequest { lease_id: l, generation: 2 }).unwrap();
+        assert_eq!(s.do_apply(next, None).unwrap().generation, 3);
+        s.do_confirm(pb::ConfirmRequest { lease_id: l, generation: 2 }, None).unwrap();
         let lines = journal_lines(&path);
         let last = lines.last().unwrap();
         assert_eq!(last["event"], "confirm");
@@ -1261,10 +1364,10 @@ mod tests {
         let (_dir, path) = scratch_journal();
         let (s, _stop) = service_with(false, Some(&path));
         let l = lease(&s);
-        assert_eq!(s.do_apply(apply_req(&l, 60_000)).unwrap().generation, 2);
+        assert_eq!(s.do_apply(apply_req(&l, 60_000), None).unwrap().generation, 2);
         let mut at_once = apply_req(&l, 0);
         at_once.changes[0].setting.as_mut().unwrap().pmax = 0.7;
-        assert!(s.do_apply(at_once).unwrap().confirmed);
+        assert!(s.do_apply(at_once, None).unwrap().confirmed);
         let seen = s.inner.backend.journal_at_apply.lock().unwrap().clone();
         assert_eq!(
             (seen[1]["event"].as_str(), seen[1]["generation"].as_u64(), seen[1]["confirmed_generation"].as_u64()),
@@ -1278,7 +1381,7 @@ mod tests {
         assert_eq!(Journal::peek(&path).unwrap().unconfirmed_at_end(), None);
         // With nothing pending, the apply line itself says confirmed: no second line.
         let n = journal_lines(&path).len();
-        s.do_apply(apply_req(&l, 0)).unwrap();
+        s.do_apply(apply_req(&l, 0), None).unwrap();
         let lines = journal_lines(&path);
         assert_eq!(lines.len(), n + 1);
         assert_eq!((lines[n]["generation"].as_u64(), lines[n]["confirmed_generation"].as_u64()), (Some(4), Some(4)));
@@ -1295,7 +1398,7 @@ mod tests {
         foreign.changes[0].id.as_mut().unwrap().switch = "evil".into();
         let many = foreign.changes[0].clone();
         foreign.changes = vec![many; 60_000];
-        assert_eq!(s.do_apply(foreign).unwrap_err().code(), tonic::Code::PermissionDenied);
+        assert_eq!(s.do_apply(foreign, None).unwrap_err().code(), tonic::Code::PermissionDenied);
         let lines = journal_lines(&path);
         assert_eq!(lines[0]["queues"].as_array().unwrap().len(), MAX_REFUSED_QUEUES);
         let detail = lines[0]["detail"].as_str().unwrap();
@@ -1303,7 +1406,7 @@ mod tests {
         assert!(Journal::peek(&path).unwrap().switches().is_empty(), "a refusal names no device");
         // A controller id is a short name without control characters.
         for id in ["x".repeat(crate::actuator::lease::MAX_CONTROLLER_ID_BYTES + 1), "a\nINFO forged".to_string()] {
-            let e = s.do_acquire(pb::AcquireWriterRequest { controller_id: id, ttl_ms: 60_000 }).unwrap_err();
+            let e = s.do_acquire(pb::AcquireWriterRequest { controller_id: id, ttl_ms: 60_000 }, None).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
         }
     }
@@ -1317,7 +1420,7 @@ mod tests {
         let (s, _stop) = service_with(false, Some(&path));
         let started = Instant::now();
         for _ in 0..200 {
-            assert_eq!(s.do_apply(apply_req("", 1)).unwrap_err().code(), tonic::Code::PermissionDenied);
+            assert_eq!(s.do_apply(apply_req("", 1), None).unwrap_err().code(), tonic::Code::PermissionDenied);
         }
         // The burst, and one a second for as long as the refusals took (their lines are synced).
         let journaled = journal_lines(&path).len() as u64;
@@ -1335,17 +1438,17 @@ mod tests {
     fn a_failed_revert_refuses_changes_until_it_goes_through() {
         let (s, _stop) = service(false);
         let l = lease(&s);
-        let r = s.do_apply(apply_req(&l, 1)).unwrap();
+        let r = s.do_apply(apply_req(&l, 1), None).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         s.inner.backend.fail.store(true, Ordering::SeqCst);
         let late = pb::ConfirmRequest { lease_id: l.clone(), generation: r.generation };
-        let e = s.do_confirm(late.clone()).unwrap_err();
+        let e = s.do_confirm(late.clone(), None).unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unavailable, "the expired change must not be kept: {e:?}");
         for within_ms in [0, 60_000] {
-            let e = s.do_apply(apply_req(&l, within_ms)).unwrap_err();
+            let e = s.do_apply(apply_req(&l, within_ms), None).unwrap_err();
             assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
         }
-        let e = s.do_rollback(pb::RollbackRequest { lease_id: l.clone(), ..Default::default() }).unwrap_err();
+        let e = s.do_rollback(pb::RollbackRequest { lease_id: l.clone(), ..Default::default() }, None).unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
         {
             let st = s.lock();
@@ -1354,7 +1457,7 @@ mod tests {
         }
         // The device is back: the next call reverts first, and the expired change is gone.
         s.inner.backend.fail.store(false, Ordering::SeqCst);
-        let e = s.do_confirm(late).unwrap_err();
+        let e = s.do_confirm(late, None).unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
         assert_eq!(s.inner.backend.read_settings(), vec![START]);
     }
@@ -1367,7 +1470,7 @@ mod tests {
         let (_dir, path) = scratch_journal();
         let (s, _stop) = service_with(false, Some(&path));
         let l = lease(&s);
-        s.do_apply(apply_req(&l, 1)).unwrap();
+        s.do_apply(apply_req(&l, 1), None).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         s.inner.backend.fail.store(true, Ordering::SeqCst);
         for _ in 0..5 {

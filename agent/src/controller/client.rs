@@ -58,7 +58,16 @@ impl Service<http::Request<Body>> for Timed {
         self.channel.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        // The actuator's deadline for the call (gRPC's `grpc-timeout`): one that waits there
+        // past it, behind a slow device write, is not carried out after this client has given up
+        // on it. Not on the telemetry stream, which runs for as long as the controller does.
+        if !request.uri().path().ends_with("/StreamTelemetry") {
+            let ms = self.timeout.as_millis().min(99_999_999);
+            if let Ok(v) = http::HeaderValue::from_str(&format!("{ms}m")) {
+                request.headers_mut().insert("grpc-timeout", v);
+            }
+        }
         let call = self.channel.call(request);
         let timeout = self.timeout;
         Box::pin(async move {
