@@ -5,7 +5,9 @@
 //! - validation of every change set before anything changes ([`super::validate`]);
 //! - generations and commit-confirm ([`super::ledger`]), with a server-side timer that reverts
 //!   an unconfirmed change when its deadline passes, whether or not its client is still there;
-//! - the journal ([`super::journal`]).
+//! - the journal ([`super::journal`]);
+//! - the clients' gRPC deadlines: a call that changes something and waited for the state past
+//!   its `grpc-timeout` is not carried out.
 //!
 //! All state sits behind one mutex, held only for short synchronous sections (backend calls
 //! are quick by contract, and the journal write is one append), so changes, reverts and their
