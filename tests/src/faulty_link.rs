@@ -69,7 +69,8 @@ pub struct Faults {
     /// GetConfig calls still to fail (armed by a lost Confirm or Apply reply).
     pub failing_reads: AtomicU32,
     /// This many AcquireWriter calls (lease renewals) are held for `renewal_hold_ms`, then
-    /// fail without reaching the actuator: a hung actuator, as a controller sees it.
+    /// fail without reaching the actuator (unless the client gave up first): a hung actuator,
+    /// as a controller sees it.
     pub held_renewals: AtomicU32,
     /// How long a held AcquireWriter is held.
     pub renewal_hold_ms: AtomicU64,
@@ -161,9 +162,16 @@ impl pb::actuator_server::Actuator for Forward {
         let timeout = req.metadata().get("grpc-timeout").and_then(|v| v.to_str().ok()).map(str::to_string);
         self.faults.renewal_timeouts.lock().unwrap().push(timeout);
         if take(&self.faults.held_renewals) {
+            // Counted down however the hold ends: a client that gives up on the call drops it.
+            struct Holding<'a>(&'a AtomicU32);
+            impl Drop for Holding<'_> {
+                fn drop(&mut self) {
+                    self.0.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
             self.faults.renewals_holding.fetch_add(1, Ordering::SeqCst);
+            let _holding = Holding(&self.faults.renewals_holding);
             tokio::time::sleep(Duration::from_millis(self.faults.renewal_hold_ms.load(Ordering::SeqCst))).await;
-            self.faults.renewals_holding.fetch_sub(1, Ordering::SeqCst);
             return Err(Status::unavailable("faulty link: the renewal was held, and dropped"));
         }
         self.client.clone().acquire_writer(req.into_inner()).await

@@ -2147,7 +2147,7 @@ async fn a_kill_switch_thrown_during_a_hung_renewal_does_not_renew_again() {
     // Each call tells the actuator when the controller gives up on it, so that one still
     // waiting there then is not carried out.
     let timeouts = link.faults.renewal_timeouts.lock().unwrap().clone();
-    assert!(timeouts.iter().all(|t| t.as_deref() == Some("2000m")), "{timeouts:?}");
+    assert!(timeouts.iter().all(|t| t.as_deref() == Some("2000000u")), "{timeouts:?}");
 }
 
 /// A clean stop waits for the step in progress: here a Confirm the network holds for two

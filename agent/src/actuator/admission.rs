@@ -49,6 +49,12 @@ pub const CALL_LIMIT: Duration = Duration::from_secs(60);
 /// Where gRPC's protobuf decoder says a request is malformed (tonic maps it to `INTERNAL`).
 const DECODE_ERROR: &str = "failed to decode Protobuf message";
 
+/// When a call's headers came in, set on each request: its client's deadline (`grpc-timeout`)
+/// counts from here, not from its handler's start, which comes only once the whole request is
+/// read (a large Apply's upload, its wait for a place).
+#[derive(Debug, Clone, Copy)]
+pub struct Arrived(pub std::time::Instant);
+
 /// The layer ([`tower_layer::Layer`]) that admits calls: one for the server, its places
 /// shared by every connection.
 #[derive(Clone)]
@@ -96,7 +102,8 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let places = self.places.clone();
-        let request = request.map(|body| tonic::body::Body::new(Metered::new(body, places)));
+        let mut request = request.map(|body| tonic::body::Body::new(Metered::new(body, places)));
+        request.extensions_mut().insert(Arrived(std::time::Instant::now()));
         Box::pin(async move {
             let mut response = inner.call(request).await?;
             malformed_as_invalid_argument(&mut response);

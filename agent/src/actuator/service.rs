@@ -13,7 +13,7 @@
 //! are quick by contract, and the journal write is one append), so changes, reverts and their
 //! journal lines are totally ordered.
 
-use super::admission::StreamPlaces;
+use super::admission::{Arrived, StreamPlaces};
 use super::backend::{Backend, BackendCaps, NoTelemetry};
 use super::journal::{unix_ms, Event, EventKind, Journal, QueueEntry};
 use super::lease::{LeaseError, LeaseTable, DEFAULT_TTL, MAX_TTL};
@@ -56,6 +56,9 @@ struct State {
     /// How many refusals of the writer role (another writer holds it) may still be logged: a
     /// flood of those wrote a line each, 400 KB in a second.
     acquire_refusals: RefusalBudget,
+    /// How many calls refused for their client's deadline may still be logged: anyone who can
+    /// send calls can send them with a deadline already gone.
+    late_refusals: RefusalBudget,
     /// Set by [`ActuatorService::stop`] with its revert: the server's connections outlive its
     /// accept loop, and an Apply that came in after the revert reached the device with nobody
     /// left to confirm or revert it (and the stop blamed a failed revert for it).
@@ -170,6 +173,7 @@ impl<B: Backend> ActuatorService<B> {
             stopping: false,
             unleased_refusals: RefusalBudget::new(Instant::now()),
             acquire_refusals: RefusalBudget::new(Instant::now()),
+            late_refusals: RefusalBudget::new(Instant::now()),
         };
         let streams = StreamPlaces::new(super::admission::telemetry_streams(caps.queues.len()));
         ActuatorService {
@@ -194,19 +198,22 @@ impl<B: Backend> ActuatorService<B> {
     }
 
     /// The state lock, for a call whose client gives up on it at `by` (its `grpc-timeout`): one
-    /// that waited for the lock past that (behind a slow device write) is not carried out. Its
+    /// that reached the lock past that (behind a slow device write, after a slow upload) is not
+    /// carried out. Its
     /// client has taken it for failed by then and acted on that (a read-back, a rollback, a new
     /// lease): carried out late, and in no set order among the calls waiting with it (the lock
     /// is not fair), a renewal re-granted the writer role to a controller that had gone, an
     /// Apply landed after the read-back that followed it, a Rollback undid a later change.
     fn lock_by(&self, call: &str, by: Option<Instant>) -> Result<MutexGuard<'_, State>, Status> {
-        let st = self.lock();
+        let mut st = self.lock();
         match by {
             Some(by) if Instant::now() >= by => {
-                warn!(call, "a call waited for the actuator past its client's deadline: not carried out");
+                if let Some(left_out) = st.late_refusals.take(Instant::now()) {
+                    warn!(call, left_out, "a call came to the actuator past its client's deadline: not carried out");
+                }
                 Err(Status::deadline_exceeded(format!(
-                    "{call} waited for the actuator (a slow device write) past its deadline (grpc-timeout): not \
-                     carried out"
+                    "{call} reached the actuator's state past its deadline (grpc-timeout; held up by a slow device \
+                     write or a slow upload): not carried out"
                 )))
             }
             _ => Ok(st),
@@ -804,13 +811,15 @@ fn new_lease_id() -> String {
     format!("{:016x}{:016x}", part(1), part(2))
 }
 
-/// When the client of `req` gives up on it: its `grpc-timeout` from now (gRPC's wire format:
-/// up to 8 digits and a unit, `H`, `M`, `S`, `m`, `u` or `n`); `None` without one, or with one
-/// that is not in that format. Counted from the call's arrival, later than its client's start:
-/// never a deadline the client still waits past.
+/// When the client of `req` gives up on it: its `grpc-timeout` (gRPC's wire format: up to 8
+/// digits and a unit, `H`, `M`, `S`, `m`, `u` or `n`) from the moment its headers came in
+/// ([`Arrived`]; now, where no admission layer stamped one), later than its client's start:
+/// never a deadline the client still waits past. `None` without one, or with one that is not
+/// in that format.
 fn client_deadline<T>(req: &Request<T>) -> Option<Instant> {
     let text = req.metadata().get("grpc-timeout")?.to_str().ok()?;
-    Instant::now().checked_add(grpc_timeout(text)?)
+    let arrived = req.extensions().get::<Arrived>().map_or_else(Instant::now, |a| a.0);
+    arrived.checked_add(grpc_timeout(text)?)
 }
 
 /// A `grpc-timeout` value as a duration.
@@ -1123,7 +1132,8 @@ mod tests {
 
     /// A Confirm that waits behind a slow write past its client's deadline (`grpc-timeout`) is
     /// not carried out: it confirmed the change after its client had given up on it and gone
-    /// on as if it had failed. The write it waited for stands; a Confirm in time goes through.
+    /// on as if it had failed. The write it waited for stands; so does one whose slow upload
+    /// took it past its deadline; a Confirm in time goes through.
     #[test]
     fn a_call_that_waits_past_its_clients_deadline_is_not_carried_out() {
         use pb::actuator_server::Actuator;
@@ -1150,6 +1160,12 @@ mod tests {
         assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e:?}");
         let ledger = s.lock().ledger.clone();
         assert_eq!((ledger.current(), ledger.confirmed()), (2, 1), "left unconfirmed");
+        // The deadline counts from the call's headers (stamped by the admission layer), not
+        // from its handler's start, after a slow upload: nothing in the way, still too late.
+        let mut uploaded_slowly = with_deadline(pb::ConfirmRequest { lease_id: l.clone(), generation: 2 }, "1S");
+        uploaded_slowly.extensions_mut().insert(Arrived(Instant::now() - Duration::from_secs(2)));
+        let e = rt.block_on(s.confirm(uploaded_slowly)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e:?}");
         let confirm = pb::ConfirmRequest { lease_id: l, generation: 2 };
         let confirmed = rt.block_on(s.confirm(with_deadline(confirm, "5S"))).unwrap().into_inner();
         assert_eq!(confirmed.confirmed_generation, 2);

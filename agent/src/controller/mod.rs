@@ -581,9 +581,9 @@ pub async fn run(
                     // The lease renewed first: an actuator restarted since the last renewal would
                     // refuse the kill switch's writes. A failure (the actuator just restarted, its
                     // connection not yet back) is tried again every --interval, not the end of the
-                    // controller, which would leave the queues off their baseline. Not twice: after
-                    // the routine renewal just above, a hung actuator held the kill switch up for
-                    // two --call-timeouts before its own calls.
+                    // controller, which would leave the queues off their baseline. Not after a
+                    // routine renewal just above that renewed or timed out: a hung actuator held
+                    // the kill switch up for two --call-timeouts before its own calls.
                     if lp.lease.is_some() && !renewed {
                         lp.renew_now = true;
                         lp.renew_lease(now).await?;
@@ -1321,7 +1321,8 @@ impl ControlLoop {
     }
 
     /// Renew the writer lease every third of its TTL (at once after a write refused for want of
-    /// one); losing it to another writer is fatal. Returns whether it called the actuator.
+    /// one); losing it to another writer is fatal. Returns whether it renewed it, or tried and
+    /// got no answer within `--call-timeout`.
     async fn renew_lease(&mut self, now: Instant) -> Result<bool, CliError> {
         if let Some((id, ttl)) = &self.lease {
             if self.renew_now || now.duration_since(self.last_renew) >= *ttl / 3 {
@@ -1361,7 +1362,12 @@ impl ControlLoop {
                             said(&s)
                         )))
                     }
-                    Err(s) => warn!(error = %said(&s), "could not renew the writer lease"),
+                    Err(s) => {
+                        warn!(error = %said(&s), "could not renew the writer lease");
+                        // A quick failure (a connection an actuator restart cut) is worth
+                        // another try at once; one that ran out of --call-timeout is not.
+                        return Ok(timed_out(&s));
+                    }
                 }
                 return Ok(true);
             }
