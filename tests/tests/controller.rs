@@ -2114,8 +2114,8 @@ async fn a_hung_confirm_does_not_block_the_kill_switch() {
 /// The kill switch, thrown while a routine lease renewal hangs, acts as soon as that call
 /// times out: it renewed the lease again first, a second `--call-timeout` lost to a hung
 /// actuator before its own calls. (Its own renewal is for an actuator restarted since the last
-/// one; the routine renewal just made, or just failed, says as much.) Each renewal carries the
-/// controller's `--call-timeout` as its gRPC deadline.
+/// one; a routine renewal that just renewed, or got no answer, says as much.) Each renewal
+/// carries the controller's `--call-timeout` as its gRPC deadline.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kill_switch_thrown_during_a_hung_renewal_does_not_renew_again() {
     let act = sim_actuator(&[]).await;
