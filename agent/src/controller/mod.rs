@@ -1331,6 +1331,7 @@ impl ControlLoop {
                     controller_id: self.cfg.controller_id.clone(),
                     ttl_ms: ttl.as_millis() as u64,
                 };
+                let asked_at = Instant::now();
                 match self.client.acquire_writer(req).await {
                     Ok(l) if l.get_ref().lease_id == *id => self.last_renew = now,
                     // Granted anew (another writer holding it is refused, not granted): the
@@ -1365,8 +1366,9 @@ impl ControlLoop {
                     Err(s) => {
                         warn!(error = %said(&s), "could not renew the writer lease");
                         // A quick failure (a connection an actuator restart cut) is worth
-                        // another try at once; one that ran out of --call-timeout is not.
-                        return Ok(timed_out(&s));
+                        // another try at once; one that ran out of --call-timeout, or took half
+                        // of it to fail (a connection the keepalive gave up on), is not.
+                        return Ok(timed_out(&s) || asked_at.elapsed() >= self.cfg.call_timeout / 2);
                     }
                 }
                 return Ok(true);
