@@ -1322,7 +1322,7 @@ impl ControlLoop {
 
     /// Renew the writer lease every third of its TTL (at once after a write refused for want of
     /// one); losing it to another writer is fatal. Returns whether it renewed it, or tried and
-    /// got no answer within `--call-timeout`.
+    /// got no answer (none within `--call-timeout`, or a failure that took half of it).
     async fn renew_lease(&mut self, now: Instant) -> Result<bool, CliError> {
         if let Some((id, ttl)) = &self.lease {
             if self.renew_now || now.duration_since(self.last_renew) >= *ttl / 3 {
