@@ -11,6 +11,7 @@ mod compare;
 mod controller;
 mod error;
 mod explore;
+mod grpc_timeout;
 mod learn;
 mod learned;
 mod line_files;

@@ -20,6 +20,7 @@ use super::lease::{LeaseError, LeaseTable, DEFAULT_TTL, MAX_TTL};
 use super::ledger::{Deadline, Ledger, LedgerError};
 use super::telemetry::Coarsener;
 use super::validate::{check_changes, check_setting, quoted, quoted_at_most, QueueIndex};
+use crate::grpc_timeout;
 use ecn_env::EcnSetting;
 use ecn_proto::v1 as pb;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -811,33 +812,14 @@ fn new_lease_id() -> String {
     format!("{:016x}{:016x}", part(1), part(2))
 }
 
-/// When the client of `req` gives up on it: its `grpc-timeout` (gRPC's wire format: up to 8
-/// digits and a unit, `H`, `M`, `S`, `m`, `u` or `n`) from the moment its headers came in
-/// ([`Arrived`]; now, where no admission layer stamped one), later than its client's start:
+/// When the client of `req` gives up on it: its `grpc-timeout` from the moment its headers came
+/// in ([`Arrived`]; now, where no admission layer stamped one), later than its client's start:
 /// never a deadline the client still waits past. `None` without one, or with one that is not
-/// in that format.
+/// in gRPC's wire format.
 fn client_deadline<T>(req: &Request<T>) -> Option<Instant> {
-    let text = req.metadata().get("grpc-timeout")?.to_str().ok()?;
+    let text = req.metadata().get(grpc_timeout::HEADER)?.to_str().ok()?;
     let arrived = req.extensions().get::<Arrived>().map_or_else(Instant::now, |a| a.0);
-    arrived.checked_add(grpc_timeout(text)?)
-}
-
-/// A `grpc-timeout` value as a duration.
-fn grpc_timeout(text: &str) -> Option<Duration> {
-    let (digits, unit) = text.split_at(text.len().checked_sub(1).filter(|&i| text.is_char_boundary(i))?);
-    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n * 3_600),
-        "M" => Duration::from_secs(n * 60),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
+    arrived.checked_add(grpc_timeout::decode(text)?)
 }
 
 /// Runs `f`, which may wait for the state lock and, under it, for a device write (a SONiC
@@ -1169,19 +1151,6 @@ mod tests {
         let confirm = pb::ConfirmRequest { lease_id: l, generation: 2 };
         let confirmed = rt.block_on(s.confirm(with_deadline(confirm, "5S"))).unwrap().into_inner();
         assert_eq!(confirmed.confirmed_generation, 2);
-    }
-
-    #[test]
-    fn grpc_timeouts_are_read_in_their_wire_format() {
-        assert_eq!(grpc_timeout("5000m"), Some(Duration::from_secs(5)));
-        assert_eq!(grpc_timeout("2S"), Some(Duration::from_secs(2)));
-        assert_eq!(grpc_timeout("1H"), Some(Duration::from_secs(3_600)));
-        assert_eq!(grpc_timeout("3M"), Some(Duration::from_secs(180)));
-        assert_eq!(grpc_timeout("7u"), Some(Duration::from_micros(7)));
-        assert_eq!(grpc_timeout("99999999n"), Some(Duration::from_nanos(99_999_999)));
-        for bad in ["", "m", "100", "100x", "123456789m", "-5m", "1.5S", "５m", "5５"] {
-            assert_eq!(grpc_timeout(bad), None, "{bad:?}");
-        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use crate::actuator::security::holds_pem_certificate;
 use crate::error::CliError;
+use crate::grpc_timeout;
 use ecn_proto::v1 as pb;
 use pb::actuator_client::ActuatorClient;
 use std::future::Future;
@@ -63,8 +64,8 @@ impl Service<http::Request<Body>> for Timed {
         // past it, behind a slow device write, is not carried out after this client has given up
         // on it. Not on the telemetry stream, which runs for as long as the controller does.
         if !request.uri().path().ends_with("/StreamTelemetry") {
-            if let Ok(v) = http::HeaderValue::from_str(&grpc_timeout(self.timeout)) {
-                request.headers_mut().insert("grpc-timeout", v);
+            if let Ok(v) = http::HeaderValue::from_str(&grpc_timeout::encode(self.timeout)) {
+                request.headers_mut().insert(grpc_timeout::HEADER, v);
             }
         }
         let call = self.channel.call(request);
@@ -75,20 +76,6 @@ impl Service<http::Request<Body>> for Timed {
                 Err(_) => Err(tonic::TimeoutExpired(()).into()),
             }
         })
-    }
-}
-
-/// `timeout` as a `grpc-timeout` value (at most 8 digits and a unit), rounded up to the finest
-/// unit that holds it: rounded down, a deadline of less than a millisecond read `0m`, and the
-/// actuator refused every call as late.
-fn grpc_timeout(timeout: Duration) -> String {
-    const MOST: u128 = 99_999_999;
-    let up = |unit: u128| timeout.as_nanos().div_ceil(unit);
-    match (up(1), up(1_000), up(1_000_000), up(1_000_000_000)) {
-        (ns, ..) if ns <= MOST => format!("{ns}n"),
-        (_, us, ..) if us <= MOST => format!("{us}u"),
-        (_, _, ms, _) if ms <= MOST => format!("{ms}m"),
-        (.., s) => format!("{}S", s.min(MOST)),
     }
 }
 
@@ -196,16 +183,6 @@ fn is_loopback_url(url: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn call_timeouts_go_on_the_wire_rounded_up() {
-        let t = |ns: u64| grpc_timeout(Duration::from_nanos(ns));
-        assert_eq!(t(500_000), "500000n", "half a millisecond read 0m");
-        assert_eq!(t(5_000_000_000), "5000000u");
-        assert_eq!(t(200_000_000_000), "200000m");
-        assert_eq!(t(100_000_000_001), "100001m", "up, never down");
-        assert_eq!(t(u64::MAX), "99999999S");
-    }
 
     #[test]
     fn a_port_that_is_no_port_number_is_refused() {
