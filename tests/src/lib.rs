@@ -453,6 +453,31 @@ pub fn send_signal(pid: Option<u32>, name: &str) {
     }
 }
 
+/// SIGSTOP `pid` and wait until every one of its threads has stopped: a hung process. The
+/// kernel wakes one thread to take the signal, and the others go on until it has run; on a
+/// loaded machine an actuator still answered a call sent after `kill -STOP` had returned.
+pub fn stop_process(pid: Option<u32>) {
+    send_signal(pid, "STOP");
+    let Some(pid) = pid else { return };
+    let running = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+        tasks
+            .flatten()
+            .filter(|t| {
+                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                // `tid (comm) S ...`: the state follows the last parenthesis (comm may hold any).
+                let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+                !matches!(state, None | Some('T' | 't' | 'Z' | 'X'))
+            })
+            .count()
+    };
+    let since = std::time::Instant::now();
+    while running() > 0 {
+        assert!(since.elapsed() < Duration::from_secs(30), "process {pid}: threads still running 30 s after SIGSTOP");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Connect a plain-text client, retrying briefly (the server is up once its address is
 /// printed, but a loaded machine may be slow to accept).
 pub async fn connect(url: &str) -> Client {

@@ -4,7 +4,7 @@
 use ecn_tests::faulty_link::{Faults, FaultyLink};
 use ecn_tests::{
     assert_applied_within_bounds, decision_reasons, enforce_flags, events, eventually, pb, read_json_lines,
-    send_signal, Actuator, FABRIC_PATIENCE,
+    send_signal, stop_process, Actuator, FABRIC_PATIENCE,
 };
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -714,7 +714,7 @@ async fn a_stop_on_a_hung_actuator_waits_one_call_timeout() {
     // The actuator journals an Apply before it replies: the controller's own word that the reply
     // came (a STOP between the two held the Apply, then its read-back, a call timeout each).
     until_applied(&decisions).await;
-    send_signal(act.pid(), "STOP");
+    stop_process(act.pid());
     send_signal(child.id(), "TERM");
     let stopping = std::time::Instant::now();
     let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await;
@@ -2150,6 +2150,37 @@ async fn a_kill_switch_thrown_during_a_hung_renewal_does_not_renew_again() {
     assert!(timeouts.iter().all(|t| t.as_deref() == Some("2000000u")), "{timeouts:?}");
 }
 
+/// The kill switch, thrown while a routine lease renewal fails fast (the link holds it 300 ms,
+/// under half the `--call-timeout`, then answers UNAVAILABLE: an actuator restarting), renews
+/// the lease itself before its Apply: a restarted actuator would refuse its writes under the
+/// old lease. Only a renewal that renewed or got no answer in time spares it that.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_switch_thrown_as_a_renewal_fails_fast_renews_first() {
+    let act = sim_actuator(&[]).await;
+    let faults = Faults { renewal_hold_ms: 300.into(), ..Default::default() };
+    let link = FaultyLink::start(&act.url(), faults).await;
+    let flags = ["--confirm-within", "300s", "--health-window", "3", "--call-timeout", "2s"];
+    let f = link.faults.clone();
+    let mut thrown_at = None;
+    // Once the change is confirmed, the next renewal is held; the kill file comes while it is
+    // (one held at a time, so that the kill switch's own renewal goes through).
+    let engage = || {
+        let holding = f.renewals_holding.load(Ordering::SeqCst) > 0;
+        if holding {
+            thrown_at = Some(f.calls.lock().unwrap().len());
+        } else if f.held_renewals.load(Ordering::SeqCst) == 0 && !events(&act.journal(), "confirm").is_empty() {
+            f.held_renewals.store(1, Ordering::SeqCst);
+        }
+        holding
+    };
+    let restored =
+        kill_switch_restores_the_start(&act, &link, "failed-renewal", "static:200KB,800KB,0.3", &flags, engage).await;
+    assert!(restored, "queues still off the baseline 30 s after the kill switch: {:?}", act.journal());
+    let calls = link.faults.calls.lock().unwrap().clone();
+    let after: Vec<&str> = calls[thrown_at.expect("thrown")..].iter().copied().take_while(|c| *c != "Apply").collect();
+    assert_eq!(after, ["AcquireWriter"], "before the kill switch's Apply: {calls:?}");
+}
+
 /// A clean stop waits for the step in progress: here a Confirm the network holds for two
 /// minutes. A second SIGTERM does not wait: the controller exits 143 at once, and its change,
 /// never confirmed, is left to the actuator's deadline.
@@ -2446,7 +2477,7 @@ async fn a_controller_stalled_past_the_deadline_reports_the_actuators_revert() {
     let flags = ["--min-dwell", "0s", "--confirm-within", "4s", "--health-window", "400", "--metrics", &metrics];
     let (child, log) = act.controller("stalled", &enforce_flags("static:200KB,800KB,0.3", &flags));
     act.wait_for_event("apply", Duration::from_secs(60)).await;
-    send_signal(child.id(), "STOP");
+    stop_process(child.id());
     act.wait_for_event("revert", Duration::from_secs(30)).await;
     send_signal(child.id(), "CONT");
     eventually("the revert in the decision log", Duration::from_secs(30), || {

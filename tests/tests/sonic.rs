@@ -13,7 +13,7 @@ use ecn_tests::sonic::{
 };
 use ecn_tests::{
     assert_applied_within_bounds, assert_apply_refused, change, decision_reasons, enforce_flags, events, eventually,
-    pb, read_json_lines, run_cli, send_signal, Actuator, FABRIC_PATIENCE,
+    pb, read_json_lines, run_cli, send_signal, stop_process, Actuator, FABRIC_PATIENCE,
 };
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -759,7 +759,7 @@ async fn a_late_poll_is_recorded_as_covering_its_whole_step() {
         })
         .await;
         tokio::time::sleep(Duration::from_millis(600)).await;
-        send_signal(actuator, "STOP");
+        stop_process(actuator);
         tokio::time::sleep(Duration::from_millis(400)).await;
         send_signal(actuator, "CONT");
     };
@@ -781,7 +781,7 @@ async fn a_late_poll_is_recorded_as_covering_its_whole_step() {
 async fn the_actuator_stops_promptly_while_redis_hangs() {
     let rig = rig(Spec::default(), &["--redis-timeout", "1s"]).await;
     rig.act.wait_for_telemetry_time(500_000_000, WAIT).await;
-    send_signal(rig.redis.pid(), "STOP");
+    stop_process(rig.redis.pid());
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let started = std::time::Instant::now();
     let Rig { redis, act, ticker } = rig;

@@ -278,6 +278,64 @@ mod tests {
         assert!(places.open.lock().unwrap().1.is_empty());
     }
 
+    /// A request body whose one byte comes after `sleep`: a slow upload.
+    struct SlowUpload {
+        sleep: Pin<Box<tokio::time::Sleep>>,
+        sent: bool,
+    }
+
+    impl Body for SlowUpload {
+        type Data = Bytes;
+        type Error = tonic::Status;
+
+        fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
+            let this = self.get_mut();
+            if this.sent {
+                return Poll::Ready(None);
+            }
+            ready!(this.sleep.as_mut().poll(cx));
+            this.sent = true;
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
+        }
+    }
+
+    /// A handler as gRPC runs one: it starts once the request is read, and answers how long
+    /// before that its call's headers came in ([`Arrived`]).
+    #[derive(Clone)]
+    struct ReadsThenAnswers;
+
+    impl tower_service::Service<Request<tonic::body::Body>> for ReadsThenAnswers {
+        type Response = Response<Duration>;
+        type Error = std::convert::Infallible;
+        type Future = Pin<Box<dyn Future<Output = Result<Response<Duration>, Self::Error>> + Send>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: Request<tonic::body::Body>) -> Self::Future {
+            Box::pin(async move {
+                let arrived = request.extensions().get::<Arrived>().map(|a| a.0);
+                let mut body = request.into_body();
+                while std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await.is_some() {}
+                Ok(Response::new(arrived.expect("no Arrived on the request").elapsed()))
+            })
+        }
+    }
+
+    /// The admission layer stamps each call with the moment its headers came, before its
+    /// request is read: a client's deadline counts from there, not from the handler's start
+    /// after a slow upload (the service's deadline test sets the stamp by hand).
+    #[tokio::test]
+    async fn calls_are_stamped_as_their_headers_come_in() {
+        use tower_service::Service;
+        let mut admission = tower_layer::Layer::layer(&AdmissionLayer::new(1), ReadsThenAnswers);
+        let upload = SlowUpload { sleep: Box::pin(tokio::time::sleep(Duration::from_millis(300))), sent: false };
+        std::future::poll_fn(|cx| admission.poll_ready(cx)).await.unwrap();
+        let before_handler = admission.call(Request::new(tonic::body::Body::new(upload))).await.unwrap().into_body();
+        assert!(before_handler >= Duration::from_millis(300), "stamped {before_handler:?} before the handler");
+    }
+
     #[test]
     fn only_a_decoding_failure_becomes_invalid_argument() {
         let answer = |status: &'static str, message: &'static str| {

@@ -11,7 +11,10 @@
 //! millisecond a cycle, a refresh crosses a poll every two days or so at SONiC's 10 s, every
 //! half hour at `counterpoll queue interval 1000`.
 //!
-//! [`RefreshGuard`] watches a few queues that carry traffic: it reads their byte counters a
+//! [`RefreshGuard`] watches a few queues that carry traffic, spread over the polled queues
+//! from the first to the last (SONiC's refresh reads a switch's queues one after another, and
+//! on a large switch that sweep takes a while: neighbours are refreshed together, queues across
+//! the switch span the sweep's length): it reads their byte counters a
 //! quarter refresh after each poll and a quarter refresh before the next. A counter that moved
 //! between a poll and either look means a refresh within a quarter refresh of the poll: only the
 //! queue group writes `SAI_QUEUE_STAT_BYTES` (the packet counter is no such sign: the PFC
@@ -117,7 +120,8 @@ impl RefreshGuard {
                 return Some(looked + window / 2 + refresh / 2);
             }
         }
-        self.sentinels = read.iter().filter(|q| q.moved).take(SENTINELS).map(|q| (q.queue, q.bytes)).collect();
+        let moved: Vec<&QueueBytes> = read.iter().filter(|q| q.moved).collect();
+        self.sentinels = spread(moved.len(), SENTINELS).map(|i| (moved[i].queue, moved[i].bytes)).collect();
         self.look = if self.sentinels.is_empty() {
             Look::Idle
         } else {
@@ -158,6 +162,13 @@ impl RefreshGuard {
         let read: Vec<(usize, u64)> = read.collect();
         self.sentinels.iter().any(|&(q, was)| read.iter().any(|&(r, now)| r == q && now != was))
     }
+}
+
+/// `most` of `0..len` (all of them, if there are no more), spread evenly from the first to the
+/// last, in order.
+fn spread(len: usize, most: usize) -> impl Iterator<Item = usize> {
+    let take = len.min(most);
+    (0..take).map(move |k| if take < 2 { 0 } else { k * (len - 1) / (take - 1) })
 }
 
 /// Whether a poll every `poll` is guarded against refreshes every `refresh`: it is a whole number
@@ -301,6 +312,24 @@ mod tests {
         let to = guard.polled(t0 + ms(2_000), t0 + ms(3_000), &moved(3_000));
         assert_eq!(to, Some(t0 + ms(1_875) + ms(500)));
         assert_eq!(guard.due(), None);
+    }
+
+    /// The queues watched are spread over those that carried traffic, first to last; they
+    /// were the first four, all of them early in a large switch's refresh sweep.
+    #[test]
+    fn the_queues_watched_span_the_switch() {
+        let ms = Duration::from_millis;
+        let mut guard = RefreshGuard::default();
+        guard.retune(ms(1_000), ms(1_000));
+        let t0 = Instant::now();
+        let read: Vec<QueueBytes> =
+            (0..100).map(|queue| QueueBytes { queue, bytes: 1, moved: queue % 10 != 3 }).collect();
+        assert_eq!(guard.polled(t0, t0 + ms(1_000), &read), None);
+        assert_eq!(guard.watched(), vec![0, 32, 66, 99]);
+        assert_eq!(spread(3, SENTINELS).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(spread(1, SENTINELS).collect::<Vec<_>>(), vec![0]);
+        assert_eq!(spread(0, SENTINELS).count(), 0);
+        assert_eq!(spread(5, SENTINELS).collect::<Vec<_>>(), vec![0, 1, 2, 4]);
     }
 
     #[test]

@@ -25,37 +25,35 @@ pub struct DbIndices {
     pub asic: i64,
 }
 
+/// Each database's command-line flag and its name in SONiC's `database_config.json`, in the
+/// order [`DbIndices::by_flag`] gives them.
+const DATABASES: [(&str, &str); 5] = [
+    ("--config-db", "CONFIG_DB"),
+    ("--state-db", "STATE_DB"),
+    ("--counters-db", "COUNTERS_DB"),
+    ("--appl-db", "APPL_DB"),
+    ("--asic-db", "ASIC_DB"),
+];
+
 impl DbIndices {
     /// Each index with the command-line flag that sets it.
     pub fn by_flag(&self) -> [(&'static str, i64); 5] {
-        [
-            ("--config-db", self.config),
-            ("--state-db", self.state),
-            ("--counters-db", self.counters),
-            ("--appl-db", self.appl),
-            ("--asic-db", self.asic),
-        ]
+        let indices = [self.config, self.state, self.counters, self.appl, self.asic];
+        std::array::from_fn(|k| (DATABASES[k].0, indices[k]))
     }
 
     /// Each index, to set, with the flag that sets it and the database's name in SONiC's
     /// `database_config.json`, in [`DbIndices::by_flag`]'s order.
-    pub fn by_name_mut(&mut self) -> [(&'static str, &'static str, &mut i64); 5] {
-        [
-            ("--config-db", "CONFIG_DB", &mut self.config),
-            ("--state-db", "STATE_DB", &mut self.state),
-            ("--counters-db", "COUNTERS_DB", &mut self.counters),
-            ("--appl-db", "APPL_DB", &mut self.appl),
-            ("--asic-db", "ASIC_DB", &mut self.asic),
-        ]
+    pub fn by_name_mut(&mut self) -> impl Iterator<Item = (&'static str, &'static str, &mut i64)> {
+        let indices = [&mut self.config, &mut self.state, &mut self.counters, &mut self.appl, &mut self.asic];
+        DATABASES.into_iter().zip(indices).map(|((flag, name), index)| (flag, name, index))
     }
 }
 
 /// SONiC's name of the database whose index `flag` sets (`--config-db`: `CONFIG_DB`), as its
 /// `database_config.json` names it.
 pub fn db_name(flag: &str) -> &'static str {
-    let mut dbs = DbIndices::default();
-    let name = dbs.by_name_mut().into_iter().find(|(f, _, _)| *f == flag).map_or("?", |(_, name, _)| name);
-    name
+    DATABASES.iter().find(|&&(f, _)| f == flag).map_or("?", |&(_, name)| name)
 }
 
 /// The databases `sonic restore` uses, by flag: the recording lives in STATE_DB, the profiles
@@ -502,6 +500,24 @@ mod tests {
         assert_eq!(drop_probability(0.004), 1, "positive never becomes 0");
         assert_eq!(drop_probability(0.0), 0);
         assert_eq!(drop_probability(1.0), 100);
+    }
+
+    /// Each index goes with its own flag and name, whichever way it is read or set.
+    #[test]
+    fn database_flags_and_names() {
+        let mut dbs = DbIndices::default();
+        for (k, (flag, name, index)) in dbs.by_name_mut().enumerate() {
+            assert_eq!(db_name(flag), name);
+            *index = 10 + k as i64;
+        }
+        assert_eq!(dbs, DbIndices { config: 10, state: 11, counters: 12, appl: 13, asic: 14 });
+        let by_flag =
+            [("--config-db", 10), ("--state-db", 11), ("--counters-db", 12), ("--appl-db", 13), ("--asic-db", 14)];
+        assert_eq!(dbs.by_flag(), by_flag);
+        assert_eq!(
+            (db_name("--asic-db"), db_name("--counters-db"), db_name("--nope")),
+            ("ASIC_DB", "COUNTERS_DB", "?")
+        );
     }
 
     #[test]
