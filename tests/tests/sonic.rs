@@ -69,6 +69,11 @@ async fn lease(c: &mut ecn_tests::Client, who: &str) -> String {
         .lease_id
 }
 
+/// The actuator's telemetry stream, at the interval it samples.
+async fn telemetry(c: &mut ecn_tests::Client) -> tonic::Streaming<pb::TelemetryBatch> {
+    c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect("StreamTelemetry").into_inner()
+}
+
 fn qid(port: &str, queue: u32) -> pb::QueueId {
     pb::QueueId { switch: "sonic-leaf0".into(), port: port.into(), queue }
 }
@@ -93,7 +98,7 @@ async fn capabilities_and_telemetry_come_from_the_switch() {
         assert_eq!((s.kmin_bytes, s.kmax_bytes, s.pmax), (1_048_576, 2_097_152, 0.05));
     }
 
-    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut stream = telemetry(&mut c).await;
     let (mut bytes, mut span, mut marked, mut last_ts) = (0u64, 0u64, 0u64, None);
     for _ in 0..15 {
         let b = tokio::time::timeout(WAIT, stream.next()).await.expect("a batch").unwrap().unwrap();
@@ -187,7 +192,7 @@ async fn a_multi_database_switch_is_found_through_its_database_map() {
     let mut c = act.client().await;
     let caps = c.get_capabilities(pb::GetCapabilitiesRequest {}).await.unwrap().into_inner();
     assert_eq!(caps.queues.len(), 64, "32 ports x 2 lossless queues, from the first instance's CONFIG_DB");
-    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut stream = telemetry(&mut c).await;
     let mut sent = 0;
     for _ in 0..5 {
         let b = tokio::time::timeout(WAIT, stream.next()).await.expect("a batch").unwrap().unwrap();
@@ -567,7 +572,7 @@ async fn telemetry_and_read_back_start_once_the_name_map_appears() {
     };
     let (rig, orchagent) = rig_with_orchagent_and(Duration::ZERO, &["--program-timeout", "500ms"], no_map).await;
     let mut c = rig.act.client().await;
-    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut stream = telemetry(&mut c).await;
     let l = lease(&mut c, "ctl-a").await;
     let q = qid("Ethernet0", 3);
     let apply = |changes| pb::ApplyRequest { lease_id: l.clone(), changes, ..Default::default() };
@@ -1240,7 +1245,7 @@ async fn under_misconf_telemetry_goes_on_and_an_apply_is_refused_cleanly() {
     let refused: redis::RedisResult<()> = redis::cmd("PING").query(&mut admin);
     assert!(refused.is_err_and(|e| e.code() == Some("MISCONF")), "PING is refused under MISCONF");
 
-    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut stream = telemetry(&mut c).await;
     for _ in 0..3 {
         let b = tokio::time::timeout(WAIT, stream.next()).await.expect("telemetry under MISCONF").unwrap().unwrap();
         assert_eq!(b.samples.len(), 64);
@@ -1745,7 +1750,7 @@ async fn a_garbled_counter_drops_the_interval(port: bool, field: &str, value: &[
     let url = redis.url();
     let act = Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms"]).await;
     let mut c = act.client().await;
-    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut stream = telemetry(&mut c).await;
     let mut got = Vec::new();
     take(&mut stream, 2, &mut got).await;
     let (q0, q1) = (ecn_tests::sonic::queue_oid(0, 3), ecn_tests::sonic::queue_oid(1, 3));
@@ -1808,7 +1813,7 @@ async fn counter_wraps_and_resets_give_true_deltas() {
         Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms", "--counter-bits", "32"])
             .await;
     let mut c = act.client().await;
-    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut stream = telemetry(&mut c).await;
     let mut got = Vec::new();
     take(&mut stream, 2, &mut got).await;
     const D: u64 = 10_000_000;
@@ -2313,7 +2318,7 @@ async fn fencing_after_a_redis_restart_never_closes_another_programs_connection(
 async fn counters_that_stop_moving_stop_the_telemetry() {
     let rig = rig(Spec::default(), &["--frozen-after", "1s"]).await;
     let mut c = rig.act.client().await;
-    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut stream = telemetry(&mut c).await;
     let mut seen = Vec::new();
     take(&mut stream, 3, &mut seen).await;
 
@@ -2347,7 +2352,7 @@ async fn counters_that_stop_moving_stop_the_telemetry() {
 async fn counter_polling_turned_off_while_running_stops_the_telemetry() {
     let rig = rig(Spec::default(), &[]).await;
     let mut c = rig.act.client().await;
-    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut stream = telemetry(&mut c).await;
     let mut seen = Vec::new();
     // ECN marks refreshed as often as the poller reads them (`counterpoll wredqueue interval
     // 100`): vouched for, from the next read of the groups on.
@@ -2662,7 +2667,7 @@ async fn polls_at_sonics_refresh_interval_keep_clear_of_its_refreshes() {
         let url = redis.url();
         let act = Actuator::start(&["--backend", "sonic", "--redis", &url]).await;
         let mut c = act.client().await;
-        let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+        let mut stream = telemetry(&mut c).await;
         let mut seen = Vec::new();
         take(&mut stream, 36, &mut seen).await;
         // One refresh carries the 40 Gb/s of a tick of 530 ms and a little more (the stand-in's
@@ -2714,7 +2719,7 @@ async fn a_refresh_look_that_times_out_drops_its_connection() {
     let url = proxy.url();
     let act = Actuator::start(&["--backend", "sonic", "--redis", &url, "--redis-timeout", "300ms"]).await;
     let mut c = act.client().await;
-    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut stream = telemetry(&mut c).await;
     let mut seen = Vec::new();
     take(&mut stream, 3, &mut seen).await;
     // The next look's reads (the poller's only HGETs), a quarter second after a poll, are held
@@ -2739,7 +2744,7 @@ async fn looks_of_the_refresh_guard_that_keep_failing_are_warned_of() {
     let url = redis.url();
     let act = Actuator::start(&["--backend", "sonic", "--redis", &url]).await;
     let mut c = act.client().await;
-    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut stream = telemetry(&mut c).await;
     let mut seen = Vec::new();
     take(&mut stream, 3, &mut seen).await;
     let acl = |rule: &str| {
@@ -2804,7 +2809,7 @@ async fn pauses_are_read_from_the_priorities_the_port_maps_to_the_queue() {
     let url = redis.url();
     let act = Actuator::start(&["--backend", "sonic", "--redis", &url, "--poll-interval", "100ms"]).await;
     let mut c = act.client().await;
-    let mut stream = c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.unwrap().into_inner();
+    let mut stream = telemetry(&mut c).await;
     let mut seen = Vec::new();
     take(&mut stream, 6, &mut seen).await;
     let of = |port: &str, queue: u32| {

@@ -278,9 +278,12 @@ mod tests {
         assert!(places.open.lock().unwrap().1.is_empty());
     }
 
-    /// A request body whose one byte comes after `sleep`: a slow upload.
+    /// A request body whose one byte comes `after` its first read: a slow upload. Its timer
+    /// starts at that read, after the admission layer's stamp, so that the stamp is at least
+    /// `after` old once the body is read.
     struct SlowUpload {
-        sleep: Pin<Box<tokio::time::Sleep>>,
+        after: Duration,
+        sleep: Option<Pin<Box<tokio::time::Sleep>>>,
         sent: bool,
     }
 
@@ -293,7 +296,8 @@ mod tests {
             if this.sent {
                 return Poll::Ready(None);
             }
-            ready!(this.sleep.as_mut().poll(cx));
+            let after = this.after;
+            ready!(this.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(after))).as_mut().poll(cx));
             this.sent = true;
             Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
         }
@@ -330,7 +334,7 @@ mod tests {
     async fn calls_are_stamped_as_their_headers_come_in() {
         use tower_service::Service;
         let mut admission = tower_layer::Layer::layer(&AdmissionLayer::new(1), ReadsThenAnswers);
-        let upload = SlowUpload { sleep: Box::pin(tokio::time::sleep(Duration::from_millis(300))), sent: false };
+        let upload = SlowUpload { after: Duration::from_millis(300), sleep: None, sent: false };
         std::future::poll_fn(|cx| admission.poll_ready(cx)).await.unwrap();
         let before_handler = admission.call(Request::new(tonic::body::Body::new(upload))).await.unwrap().into_body();
         assert!(before_handler >= Duration::from_millis(300), "stamped {before_handler:?} before the handler");
