@@ -2118,32 +2118,8 @@ async fn a_hung_confirm_does_not_block_the_kill_switch() {
 /// carries the controller's `--call-timeout` as its gRPC deadline.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kill_switch_thrown_during_a_hung_renewal_does_not_renew_again() {
-    let act = sim_actuator(&[]).await;
-    let faults = Faults { renewal_hold_ms: 60_000.into(), ..Default::default() };
-    let link = FaultyLink::start(&act.url(), faults).await;
-    let flags = ["--confirm-within", "300s", "--health-window", "3", "--call-timeout", "2s"];
-    let f = link.faults.clone();
-    let mut thrown_at = None;
-    // Once the change is confirmed, the next renewals hang; the kill file comes while one does.
-    let engage = || {
-        if f.held_renewals.load(Ordering::SeqCst) == 0 && f.renewals_holding.load(Ordering::SeqCst) == 0 {
-            if !events(&act.journal(), "confirm").is_empty() && thrown_at.is_none() {
-                f.held_renewals.store(2, Ordering::SeqCst);
-            }
-            return false;
-        }
-        let holding = f.renewals_holding.load(Ordering::SeqCst) > 0;
-        if holding {
-            thrown_at = Some(f.calls.lock().unwrap().len());
-        }
-        holding
-    };
-    let restored =
-        kill_switch_restores_the_start(&act, &link, "hung-renewal", "static:200KB,800KB,0.3", &flags, engage).await;
-    assert!(restored, "queues still off the baseline 30 s after the kill switch: {:?}", act.journal());
-    let calls = link.faults.calls.lock().unwrap().clone();
-    let after: Vec<&str> = calls[thrown_at.expect("thrown")..].iter().copied().take_while(|c| *c != "Apply").collect();
-    assert!(after.is_empty(), "the kill switch's Apply came after {after:?}: {calls:?}");
+    let (link, before_apply, calls) = kill_during_a_held_renewal("hung-renewal", 60_000, 2).await;
+    assert!(before_apply.is_empty(), "the kill switch's Apply came after {before_apply:?}: {calls:?}");
     // Each call tells the actuator when the controller gives up on it, so that one still
     // waiting there then is not carried out.
     let timeouts = link.faults.renewal_timeouts.lock().unwrap().clone();
@@ -2156,29 +2132,42 @@ async fn a_kill_switch_thrown_during_a_hung_renewal_does_not_renew_again() {
 /// old lease. Only a renewal that renewed or got no answer in time spares it that.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kill_switch_thrown_as_a_renewal_fails_fast_renews_first() {
+    // One renewal held at a time, so that the kill switch's own goes through.
+    let (_, before_apply, calls) = kill_during_a_held_renewal("failed-renewal", 300, 1).await;
+    assert_eq!(before_apply, ["AcquireWriter"], "before the kill switch's Apply: {calls:?}");
+}
+
+/// Start controller `name` (`--call-timeout 2s`) through a link that, once the controller's
+/// change is confirmed, holds its next `held` lease renewals `hold_ms` each and then fails
+/// them; write the kill file while one is held. Checks that the kill switch restores the
+/// start, and returns the link, the calls (AcquireWriter, Apply) it saw from the throw to the
+/// kill switch's Apply, and all the calls it saw.
+async fn kill_during_a_held_renewal(
+    name: &str,
+    hold_ms: u64,
+    held: u32,
+) -> (FaultyLink, Vec<&'static str>, Vec<&'static str>) {
     let act = sim_actuator(&[]).await;
-    let faults = Faults { renewal_hold_ms: 300.into(), ..Default::default() };
+    let faults = Faults { renewal_hold_ms: hold_ms.into(), ..Default::default() };
     let link = FaultyLink::start(&act.url(), faults).await;
     let flags = ["--confirm-within", "300s", "--health-window", "3", "--call-timeout", "2s"];
     let f = link.faults.clone();
     let mut thrown_at = None;
-    // Once the change is confirmed, the next renewal is held; the kill file comes while it is
-    // (one held at a time, so that the kill switch's own renewal goes through).
     let engage = || {
         let holding = f.renewals_holding.load(Ordering::SeqCst) > 0;
         if holding {
             thrown_at = Some(f.calls.lock().unwrap().len());
         } else if f.held_renewals.load(Ordering::SeqCst) == 0 && !events(&act.journal(), "confirm").is_empty() {
-            f.held_renewals.store(1, Ordering::SeqCst);
+            // Armed again should the polls miss a hold.
+            f.held_renewals.store(held, Ordering::SeqCst);
         }
         holding
     };
-    let restored =
-        kill_switch_restores_the_start(&act, &link, "failed-renewal", "static:200KB,800KB,0.3", &flags, engage).await;
+    let restored = kill_switch_restores_the_start(&act, &link, name, "static:200KB,800KB,0.3", &flags, engage).await;
     assert!(restored, "queues still off the baseline 30 s after the kill switch: {:?}", act.journal());
     let calls = link.faults.calls.lock().unwrap().clone();
-    let after: Vec<&str> = calls[thrown_at.expect("thrown")..].iter().copied().take_while(|c| *c != "Apply").collect();
-    assert_eq!(after, ["AcquireWriter"], "before the kill switch's Apply: {calls:?}");
+    let before_apply = calls[thrown_at.expect("thrown")..].iter().copied().take_while(|c| *c != "Apply").collect();
+    (link, before_apply, calls)
 }
 
 /// A clean stop waits for the step in progress: here a Confirm the network holds for two
