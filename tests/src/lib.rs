@@ -261,8 +261,7 @@ impl Actuator {
     pub async fn wait_for_telemetry_time(&self, ts_ns: u64, timeout: Duration) {
         let mut client = self.client().await;
         let watch = async {
-            let req = pb::StreamTelemetryRequest { interval_ns: 0 };
-            let mut stream = client.stream_telemetry(req).await.expect("StreamTelemetry").into_inner();
+            let mut stream = telemetry(&mut client).await;
             while let Some(batch) = stream.message().await.expect("a telemetry batch") {
                 if batch.ts_ns >= ts_ns {
                     return;
@@ -416,12 +415,16 @@ fn thread_states(pid: u32) -> String {
     let mut out = String::from("\nthreads (name, state, wait channel):");
     for task in tasks.flatten() {
         let read = |f: &str| std::fs::read_to_string(task.path().join(f)).unwrap_or_default().trim().to_string();
-        // stat: "tid (comm) S ...": the state follows the parenthesised name.
-        let stat = read("stat");
-        let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').next()).unwrap_or("?").to_string();
+        let state = stat_state(&read("stat")).unwrap_or('?');
         out.push_str(&format!("\n  {} {state} {}", read("comm"), read("wchan")));
     }
     out
+}
+
+/// The state of a thread from its `/proc/PID/task/TID/stat` line, `tid (comm) S ...`: the
+/// field after the last parenthesis (a thread's name may hold any); `None` for no such line.
+fn stat_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next())
 }
 
 /// Ask the process `pid` (if it still runs) to stop, with SIGTERM.
@@ -465,9 +468,7 @@ pub fn stop_process(pid: Option<u32>) {
             .flatten()
             .filter(|t| {
                 let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-                // `tid (comm) S ...`: the state follows the last parenthesis (comm may hold any).
-                let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
-                !matches!(state, None | Some('T' | 't' | 'Z' | 'X'))
+                !matches!(stat_state(&stat), None | Some('T' | 't' | 'Z' | 'X'))
             })
             .count()
     };
@@ -476,6 +477,11 @@ pub fn stop_process(pid: Option<u32>) {
         assert!(since.elapsed() < Duration::from_secs(30), "process {pid}: threads still running 30 s after SIGSTOP");
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// The actuator's telemetry stream, at the interval it samples.
+pub async fn telemetry(c: &mut Client) -> tonic::Streaming<pb::TelemetryBatch> {
+    c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect("StreamTelemetry").into_inner()
 }
 
 /// Connect a plain-text client, retrying briefly (the server is up once its address is

@@ -5,8 +5,8 @@
 
 use ecn_tests::pb;
 use ecn_tests::{
-    assert_apply_refused, change, events, eventually, run_cli, run_cli_within, send_signal, Actuator, Client,
-    START_TIMEOUT,
+    assert_apply_refused, change, events, eventually, run_cli, run_cli_within, send_signal, telemetry, Actuator,
+    Client, START_TIMEOUT,
 };
 use std::process::Stdio;
 use std::time::Duration;
@@ -577,8 +577,7 @@ async fn sim_streams_one_sample_per_queue_and_applies_settings() {
     let native = caps.min_telemetry_interval_ns;
     assert!(native > 0);
 
-    let mut stream =
-        c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect("stream").into_inner();
+    let mut stream = telemetry(&mut c).await;
     let mut last_ts = 0;
     for _ in 0..5 {
         let b = tokio::time::timeout(WAIT, stream.next()).await.expect("a batch in time").expect("open").expect("ok");
@@ -639,8 +638,7 @@ async fn sim_pause_storm_shows_in_telemetry() {
     ])
     .await;
     let mut c = a.client().await;
-    let mut stream =
-        c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect("stream").into_inner();
+    let mut stream = telemetry(&mut c).await;
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let b =
@@ -725,13 +723,7 @@ async fn a_recording_with_problems_is_refused_saying_how_to_fix_it() {
 async fn replays_the_gap_as_a_gap(a: &Actuator) {
     use ecn_tests::telemetry_fixtures::{queues, INTERVALS, INTERVAL_NS};
     let gap_queue = queues()[5].to_string();
-    let mut stream = a
-        .client()
-        .await
-        .stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 })
-        .await
-        .expect("stream")
-        .into_inner();
+    let mut stream = telemetry(&mut a.client().await).await;
     // The recording's intervals 1..=INTERVALS loop; the replay's clock keeps growing.
     let mut seen = std::collections::BTreeMap::new();
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -901,8 +893,7 @@ async fn dry_run_replays_a_csv_recording_as_its_telemetry() {
     let caps = caps(&mut c).await;
     assert_eq!(caps.backend, "dry-run");
     assert!(caps.min_telemetry_interval_ns > 0);
-    let mut stream =
-        c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect("stream").into_inner();
+    let mut stream = telemetry(&mut c).await;
     let mut last = 0;
     for _ in 0..3 {
         let b = tokio::time::timeout(WAIT, stream.next()).await.expect("a batch").unwrap().unwrap();

@@ -13,7 +13,7 @@ use ecn_tests::sonic::{
 };
 use ecn_tests::{
     assert_applied_within_bounds, assert_apply_refused, change, decision_reasons, enforce_flags, events, eventually,
-    pb, read_json_lines, run_cli, send_signal, stop_process, Actuator, FABRIC_PATIENCE,
+    pb, read_json_lines, run_cli, send_signal, stop_process, telemetry, Actuator, FABRIC_PATIENCE,
 };
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -67,11 +67,6 @@ async fn lease(c: &mut ecn_tests::Client, who: &str) -> String {
         .expect("AcquireWriter")
         .into_inner()
         .lease_id
-}
-
-/// The actuator's telemetry stream, at the interval it samples.
-async fn telemetry(c: &mut ecn_tests::Client) -> tonic::Streaming<pb::TelemetryBatch> {
-    c.stream_telemetry(pb::StreamTelemetryRequest { interval_ns: 0 }).await.expect("StreamTelemetry").into_inner()
 }
 
 fn qid(port: &str, queue: u32) -> pb::QueueId {

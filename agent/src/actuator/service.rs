@@ -200,13 +200,12 @@ impl<B: Backend> ActuatorService<B> {
 
     /// The state lock, for a call whose client gives up on it at `by` (its `grpc-timeout`): one
     /// that reached the lock past that (behind a slow device write, after a slow upload) is not
-    /// carried out. Its
-    /// client has taken it for failed by then and acted on that (a read-back, a rollback, a new
-    /// lease): carried out late, and in no set order among the calls waiting with it (the lock
-    /// is not fair), a renewal re-granted the writer role to a controller that had gone, an
-    /// Apply landed after the read-back that followed it, a Rollback undid a later change.
-    /// Refusals are logged, not journaled: they change nothing, and a journal line is synced
-    /// under this lock, which a burst of late calls would then hold for a sync each.
+    /// carried out. Its client has taken it for failed by then and acted on that (a read-back, a
+    /// rollback, a new lease): carried out late, and in no set order among the calls waiting with
+    /// it (the lock is not fair), a renewal re-granted the writer role to a controller that had
+    /// gone, an Apply landed after the read-back that followed it, a Rollback undid a later change.
+    /// Refusals are logged, not journaled: they change nothing, and a journal line is synced under
+    /// this lock, which a burst of late calls would then hold for a sync each.
     fn lock_by(&self, call: &str, by: Option<Instant>) -> Result<MutexGuard<'_, State>, Status> {
         let mut st = self.lock();
         match by {
@@ -1126,7 +1125,7 @@ mod tests {
         let l = lease(&s);
         let with_deadline = |req: pb::ConfirmRequest, timeout: &str| {
             let mut req = Request::new(req);
-            req.metadata_mut().insert("grpc-timeout", timeout.parse().unwrap());
+            req.metadata_mut().insert(grpc_timeout::HEADER, timeout.parse().unwrap());
             req
         };
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
